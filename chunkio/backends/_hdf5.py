@@ -1,0 +1,241 @@
+"""HDF5 backend (h5py).
+
+Fork safety: HDF5 state must not cross a fork (pytorch/pytorch#11887, h5py#934), so every
+reader registers itself and all of them are closed just before this process forks; a reader
+reopens lazily on its next read. Readers never pickle; datasets carry the path instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import h5py
+import hdf5plugin
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import (
+    CorruptChunkError,
+    DatasetNotFoundError,
+    FormatError,
+    MissingChunkError,
+    UnsafeInputError,
+)
+from .base import ArrayInfo, Compression, coalesce
+
+__all__ = ["HDF5Reader", "HDF5Writer", "open_hdf5_readers"]
+
+#: HDF5 filter ids chunkio decodes: deflate, shuffle, fletcher32, lz4, blosc, zstd
+SAFE_FILTERS = {1: "gzip", 2: "shuffle", 3: "fletcher32", 32004: "lz4", 32001: "blosc", 32015: "zstd"}
+
+_readers: weakref.WeakSet[HDF5Reader] = weakref.WeakSet()
+_readers_lock = threading.Lock()
+
+
+def _close_all_before_fork() -> None:
+    for reader in list(_readers):
+        reader.close()
+
+
+os.register_at_fork(before=_close_all_before_fork)
+
+
+def open_hdf5_readers() -> int:
+    """Number of HDF5 readers holding an open file in this process (for tests)."""
+    return sum(1 for r in list(_readers) if r.is_open)
+
+
+def _hdf5_filters(c: Compression) -> dict[str, Any]:
+    kw: dict[str, Any] = {"fletcher32": c.checksum}
+    if c.codec == "zstd":
+        kw["compression"] = hdf5plugin.Zstd(clevel=c.level)
+    elif c.codec == "lz4":
+        kw["compression"] = hdf5plugin.LZ4()
+    elif c.codec.startswith("blosc-"):
+        cname = c.codec.split("-", 1)[1]
+        kw["compression"] = hdf5plugin.Blosc(
+            cname=cname, clevel=max(0, min(c.level, 9)), shuffle=hdf5plugin.Blosc.BITSHUFFLE
+        )
+    elif c.codec == "gzip":
+        kw["compression"] = "gzip"
+        kw["compression_opts"] = max(0, min(c.level, 9))
+    return kw
+
+
+def _decode_attrs(attrs: Any) -> dict[str, Any]:
+    """HDF5 attributes -> plain Python (the ``chunkio`` attribute is stored as JSON text)."""
+    out: dict[str, Any] = {}
+    for key, value in attrs.items():
+        if isinstance(value, bytes):
+            value = value.decode()
+        if isinstance(value, str) and key == "chunkio":
+            value = json.loads(value)
+        elif isinstance(value, np.generic):
+            value = value.item()
+        out[key] = value
+    return out
+
+
+class HDF5Reader:
+    """Read-only access to a chunkio HDF5 file; opens the file on first use in each process."""
+
+    def __init__(self, location: str, *, trust_codecs: bool = False) -> None:
+        self.location = str(location)
+        self._trust = trust_codecs
+        self._file: h5py.File | None = None
+        self._checked: set[str] = set()
+        if not os.path.exists(self.location):
+            raise DatasetNotFoundError(f"no HDF5 dataset at {self.location}")
+        self._open()
+        with _readers_lock:
+            _readers.add(self)
+
+    @property
+    def is_open(self) -> bool:
+        return self._file is not None and bool(self._file.id.valid)
+
+    def _open(self) -> h5py.File:
+        if self._file is None or not self._file.id.valid:
+            try:
+                self._file = h5py.File(self.location, "r")
+            except FileNotFoundError as err:
+                raise DatasetNotFoundError(f"no HDF5 dataset at {self.location}") from err
+            except OSError as err:
+                raise FormatError(f"{self.location}: cannot open as HDF5: {err}") from err
+        return self._file
+
+    def attrs(self) -> dict[str, Any]:
+        return _decode_attrs(self._open().attrs)
+
+    def array_names(self) -> list[str]:
+        f = self._open()
+        return sorted(k for k in f if isinstance(f.get(k, getlink=True), h5py.HardLink))
+
+    def _dataset(self, name: str) -> h5py.Dataset:
+        f = self._open()
+        link = f.get(name, getlink=True)
+        if link is None:
+            raise FormatError(f"{self.location}: array {name!r} is missing")
+        if name not in self._checked:
+            self._check_safe(f, name, link)
+            self._checked.add(name)
+        return f[name]
+
+    def _check_safe(self, f: h5py.File, name: str, link: Any) -> None:
+        if self._trust:
+            return
+        if not isinstance(link, h5py.HardLink):
+            raise UnsafeInputError(
+                f"{self.location}: {name!r} is a {type(link).__name__}; chunkio refuses links "
+                "that may point outside the file unless trust_codecs=True"
+            )
+        dset = f[name]
+        if not isinstance(dset, h5py.Dataset):
+            raise FormatError(f"{self.location}: {name!r} is a group, expected an array")
+        if dset.is_virtual:
+            raise UnsafeInputError(
+                f"{self.location}: array {name!r} is a virtual dataset whose sources may lie "
+                "outside the file; refused unless trust_codecs=True"
+            )
+        plist = dset.id.get_create_plist()
+        for i in range(plist.get_nfilters()):
+            fid = plist.get_filter(i)[0]
+            if fid not in SAFE_FILTERS:
+                raise UnsafeInputError(
+                    f"{self.location}: array {name!r} uses HDF5 filter id {fid}; chunkio only "
+                    f"decodes {sorted(SAFE_FILTERS.values())} unless trust_codecs=True"
+                )
+
+    def array_info(self, name: str) -> ArrayInfo:
+        d = self._dataset(name)
+        plist = d.id.get_create_plist()
+        filters = tuple(
+            SAFE_FILTERS.get(plist.get_filter(i)[0], str(plist.get_filter(i)[0]))
+            for i in range(plist.get_nfilters())
+        )
+        return ArrayInfo(
+            name=name,
+            shape=tuple(d.shape),
+            dtype=np.dtype(d.dtype),
+            chunks=tuple(d.chunks or d.shape),
+            codecs=filters,
+            stored_nbytes=int(d.id.get_storage_size()),
+        )
+
+    def read_into(
+        self, name: str, ranges: Sequence[tuple[int, int]], out: npt.NDArray[Any]
+    ) -> None:
+        d = self._dataset(name)
+        for start, stop, offset in coalesce(ranges):
+            if stop <= start:
+                continue
+            try:
+                d.read_direct(out, np.s_[start:stop], np.s_[offset : offset + stop - start])
+            except OSError as err:
+                step = (d.chunks or d.shape)[0]
+                raise CorruptChunkError(
+                    f"{self.location}: array {name!r}, samples {start}..{stop - 1} (chunks "
+                    f"{start // step}..{(stop - 1) // step}) cannot be read: {err}"
+                ) from err
+
+    def chunk_exists(self, name: str, chunk: int) -> bool:
+        d = self._dataset(name)
+        step = (d.chunks or d.shape)[0]
+        info = d.id.get_chunk_info_by_coord((chunk * step,) + (0,) * (d.ndim - 1))
+        return info.byte_offset is not None
+
+    def require_chunk(self, name: str, chunk: int) -> None:
+        if not self.chunk_exists(name, chunk):
+            raise MissingChunkError(f"{self.location}: array {name!r}: chunk {chunk} was never written")
+
+    def close(self) -> None:
+        if self._file is not None:
+            try:
+                self._file.close()
+            finally:
+                self._file = None
+
+
+class HDF5Writer:
+    """Creates and fills a chunkio HDF5 file. HDF5 has one writer: the converting process."""
+
+    supports_concurrent_writers = False
+
+    def __init__(self, location: str) -> None:
+        self.location = str(location)
+        self._file = h5py.File(self.location, "a")
+
+    def create_array(
+        self,
+        name: str,
+        *,
+        shape: tuple[int, ...],
+        dtype: np.dtype[Any],
+        chunks: tuple[int, ...],
+        compression: Compression,
+    ) -> None:
+        if name in self._file:
+            del self._file[name]
+        self._file.create_dataset(
+            name, shape=shape, dtype=dtype, chunks=chunks, fillvalue=0, **_hdf5_filters(compression)
+        )
+
+    def write_block(self, name: str, start: int, data: npt.NDArray[Any]) -> None:
+        self._file[name][start : start + len(data)] = data
+
+    def set_attrs(self, attrs: Mapping[str, Any]) -> None:
+        for key, value in attrs.items():
+            self._file.attrs[key] = json.dumps(value) if isinstance(value, (dict, list)) else value
+        self._file.flush()
+
+    def attrs(self) -> dict[str, Any]:
+        return _decode_attrs(self._file.attrs)
+
+    def close(self) -> None:
+        if self._file.id.valid:
+            self._file.close()

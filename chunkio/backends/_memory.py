@@ -1,0 +1,130 @@
+"""In-memory reference backend: plain NumPy arrays, for tests and as the contract's model.
+
+Stores live in a process-wide registry under ``memory://NAME``; forked children see a copy,
+spawned ones see nothing. Every chunk read is logged so tests can count decodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import DatasetNotFoundError, FormatError, MissingChunkError
+from .base import ArrayInfo, Compression
+
+__all__ = ["MemoryReader", "MemoryStore", "MemoryWriter", "delete_memory_store", "memory_store"]
+
+PREFIX = "memory://"
+
+
+@dataclass
+class _Array:
+    data: npt.NDArray[Any]
+    chunks: tuple[int, ...]
+    compression: Compression
+    written: set[int] = field(default_factory=set)
+
+
+@dataclass
+class MemoryStore:
+    arrays: dict[str, _Array] = field(default_factory=dict)
+    attrs: dict[str, Any] = field(default_factory=dict)
+    #: (array name, chunk index) for every chunk decoded by a reader
+    read_log: list[tuple[str, int]] = field(default_factory=list)
+
+
+_STORES: dict[str, MemoryStore] = {}
+
+
+def memory_store(location: str, *, create: bool = False) -> MemoryStore:
+    """The store registered at ``memory://NAME`` (created when ``create``)."""
+    if create:
+        return _STORES.setdefault(location, MemoryStore())
+    try:
+        return _STORES[location]
+    except KeyError as err:
+        raise DatasetNotFoundError(f"no in-memory dataset at {location}") from err
+
+
+def delete_memory_store(location: str) -> None:
+    _STORES.pop(location, None)
+
+
+class MemoryReader:
+    def __init__(self, location: str, *, trust_codecs: bool = False) -> None:
+        self.location = location
+        self._store = memory_store(location)
+
+    def attrs(self) -> dict[str, Any]:
+        return dict(self._store.attrs)
+
+    def array_names(self) -> list[str]:
+        return sorted(self._store.arrays)
+
+    def _get(self, name: str) -> _Array:
+        try:
+            return self._store.arrays[name]
+        except KeyError as err:
+            raise FormatError(f"{self.location}: array {name!r} is missing") from err
+
+    def array_info(self, name: str) -> ArrayInfo:
+        a = self._get(name)
+        return ArrayInfo(name, a.data.shape, a.data.dtype, a.chunks, (a.compression.codec,))
+
+    def read_into(
+        self, name: str, ranges: Sequence[tuple[int, int]], out: npt.NDArray[Any]
+    ) -> None:
+        a = self._get(name)
+        step = a.chunks[0]
+        offset = 0
+        for start, stop in ranges:
+            for chunk in range(start // step, -(-stop // step)):
+                if chunk not in a.written:
+                    raise MissingChunkError(f"{self.location}: array {name!r}: chunk {chunk} is missing")
+                self._store.read_log.append((name, chunk))
+            out[offset : offset + stop - start] = a.data[start:stop]
+            offset += stop - start
+
+    def chunk_exists(self, name: str, chunk: int) -> bool:
+        return chunk in self._get(name).written
+
+    def close(self) -> None:
+        pass
+
+
+class MemoryWriter:
+    supports_concurrent_writers = False
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+        self._store = memory_store(location, create=True)
+
+    def create_array(
+        self,
+        name: str,
+        *,
+        shape: tuple[int, ...],
+        dtype: np.dtype[Any],
+        chunks: tuple[int, ...],
+        compression: Compression,
+    ) -> None:
+        self._store.arrays[name] = _Array(np.zeros(shape, dtype), chunks, compression)
+
+    def write_block(self, name: str, start: int, data: npt.NDArray[Any]) -> None:
+        a = self._store.arrays[name]
+        a.data[start : start + len(data)] = data
+        step = a.chunks[0]
+        a.written.update(range(start // step, -(-(start + len(data)) // step)))
+
+    def set_attrs(self, attrs: Mapping[str, Any]) -> None:
+        self._store.attrs.update(attrs)
+
+    def attrs(self) -> dict[str, Any]:
+        return dict(self._store.attrs)
+
+    def close(self) -> None:
+        pass

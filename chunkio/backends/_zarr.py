@@ -1,0 +1,244 @@
+"""Zarr v3 backend: local paths, URLs zarr understands (with ``storage_options``), or stores."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import zarr
+from zarr.codecs import BloscCodec, Crc32cCodec, GzipCodec, ZstdCodec
+from zarr.storage import LocalStore
+
+from ..errors import (
+    ChunkReadError,
+    CorruptChunkError,
+    DatasetNotFoundError,
+    FormatError,
+    MissingChunkError,
+    UnsafeInputError,
+)
+from ._zarr_local import LocalChunkDecoder
+from .base import ArrayInfo, Compression, coalesce
+
+__all__ = ["ZarrReader", "ZarrWriter", "zarr_compressors"]
+
+#: codecs whose decoding cannot run code; anything else (e.g. numcodecs.pickle) is refused
+SAFE_CODECS = frozenset(
+    {"bytes", "zstd", "blosc", "gzip", "crc32c", "transpose", "sharding_indexed"}
+)
+
+
+def zarr_compressors(c: Compression) -> list[Any]:
+    """The bytes->bytes codecs for a :class:`Compression`."""
+    chain: list[Any] = []
+    if c.codec == "zstd":
+        chain.append(ZstdCodec(level=c.level))
+    elif c.codec.startswith("blosc-") or c.codec == "lz4":
+        cname = "lz4" if c.codec == "lz4" else c.codec.split("-", 1)[1]
+        shuffle = "noshuffle" if c.codec == "lz4" else "bitshuffle"
+        chain.append(BloscCodec(cname=cname, clevel=max(0, min(c.level, 9)), shuffle=shuffle))
+    elif c.codec == "gzip":
+        chain.append(GzipCodec(level=max(0, min(c.level, 9))))
+    if c.checksum:
+        chain.append(Crc32cCodec())
+    return chain
+
+
+def _describe(location: Any) -> str:
+    return location if isinstance(location, str) else repr(location)
+
+
+def _check_codecs(meta: Mapping[str, Any], name: str, where: str) -> tuple[str, ...]:
+    names = tuple(str(c.get("name")) for c in meta.get("codecs") or [])
+    for inner in meta.get("codecs") or []:
+        if inner.get("name") == "sharding_indexed":
+            conf = inner.get("configuration") or {}
+            names += tuple(str(c.get("name")) for c in conf.get("codecs") or [])
+    unsafe = [n for n in names if n not in SAFE_CODECS]
+    if unsafe:
+        raise UnsafeInputError(
+            f"{where}: array {name!r} declares codec(s) {unsafe}; chunkio only decodes "
+            f"{sorted(SAFE_CODECS)} unless opened with trust_codecs=True"
+        )
+    return names
+
+
+class ZarrReader:
+    """Read-only access to a chunkio Zarr v3 group."""
+
+    def __init__(
+        self,
+        location: Any,
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+        trust_codecs: bool = False,
+    ) -> None:
+        self.location = _describe(location)
+        self._trust = trust_codecs
+        try:
+            self._group = zarr.open_group(
+                store=location, mode="r", zarr_format=3, storage_options=storage_options
+            )
+        except FileNotFoundError as err:
+            raise DatasetNotFoundError(f"no Zarr v3 dataset at {self.location}") from err
+        except Exception as err:  # zarr raises several types for "not a v3 group"
+            raise FormatError(f"{self.location}: cannot open as a Zarr v3 group: {err}") from err
+        self._arrays: dict[str, Any] = {}
+        self._fast: dict[str, LocalChunkDecoder | None] = {}
+        self._infos: dict[str, ArrayInfo] = {}
+
+    def attrs(self) -> dict[str, Any]:
+        return dict(self._group.attrs)
+
+    def array_names(self) -> list[str]:
+        return sorted(self._group.array_keys())
+
+    def _array(self, name: str) -> Any:
+        arr = self._arrays.get(name)
+        if arr is None:
+            try:
+                arr = self._group[name]
+            except KeyError as err:
+                raise FormatError(f"{self.location}: array {name!r} is missing") from err
+            meta = arr.metadata.to_dict()
+            if not self._trust:
+                _check_codecs(meta, name, self.location)
+            self._arrays[name] = arr
+            self._fast[name] = self._local_decoder(name, meta)
+        return arr
+
+    def _local_decoder(self, name: str, meta: dict[str, Any]) -> LocalChunkDecoder | None:
+        store = self._group.store
+        if not isinstance(store, LocalStore):
+            return None
+        array_dir = os.path.join(str(store.root), self._group.path, name)
+        return LocalChunkDecoder.build(array_dir, name, meta)
+
+    def array_info(self, name: str) -> ArrayInfo:
+        info = self._infos.get(name)
+        if info is None:
+            arr = self._array(name)
+            meta = arr.metadata.to_dict()
+            info = ArrayInfo(
+                name=name,
+                shape=tuple(arr.shape),
+                dtype=np.dtype(arr.dtype),
+                chunks=tuple(arr.chunks),
+                codecs=tuple(json.dumps(c, sort_keys=True) for c in meta.get("codecs") or []),
+                stored_nbytes=int(arr.nbytes_stored()),
+            )
+            self._infos[name] = info
+        return info
+
+    def read_into(
+        self, name: str, ranges: Sequence[tuple[int, int]], out: npt.NDArray[Any]
+    ) -> None:
+        arr = self._array(name)
+        fast = self._fast[name]
+        if fast is not None:
+            self._read_fast(fast, ranges, out)
+            return
+        step = int(arr.chunks[0])
+        for start, stop, offset in coalesce(ranges):
+            self._require_chunks(arr, name, start, stop, step)
+            try:
+                out[offset : offset + stop - start] = arr[start:stop]
+            except ValueError as err:
+                raise CorruptChunkError(
+                    f"{self.location}: array {name!r}, samples {start}..{stop - 1} "
+                    f"(chunks {start // step}..{(stop - 1) // step}) cannot be decoded: {err}"
+                ) from err
+
+    def _read_fast(
+        self, fast: LocalChunkDecoder, ranges: Sequence[tuple[int, int]], out: npt.NDArray[Any]
+    ) -> None:
+        offset = 0
+        step = fast.chunk_rows
+        for start, stop in ranges:
+            for first in range(start, stop, step):
+                rows = min(step, stop - first)
+                try:
+                    fast.read_chunk_into(first // step, out[offset : offset + rows])
+                except ChunkReadError as err:
+                    raise type(err)(f"{self.location}: {err}") from err
+                offset += rows
+
+    def _require_chunks(self, arr: Any, name: str, start: int, stop: int, step: int) -> None:
+        # Missing chunks would read back as the fill value; a complete dataset has them all.
+        for chunk in range(start // step, -(-stop // step)):
+            if not self.chunk_exists(name, chunk):
+                raise MissingChunkError(
+                    f"{self.location}: array {name!r}: chunk {chunk} is missing from the store"
+                )
+
+    def chunk_exists(self, name: str, chunk: int) -> bool:
+        arr = self._array(name)
+        fast = self._fast[name]
+        if fast is not None:
+            return os.path.exists(fast.chunk_path(chunk))
+        key = arr.metadata.encode_chunk_key((chunk,) + (0,) * (arr.ndim - 1))
+        from zarr.core.sync import sync
+
+        return bool(sync(arr.store.exists(f"{arr.path}/{key}")))
+
+    def close(self) -> None:
+        self._arrays.clear()
+        self._fast.clear()
+
+
+class ZarrWriter:
+    """Creates and fills a chunkio Zarr v3 group (each process opens its own)."""
+
+    supports_concurrent_writers = True
+
+    def __init__(self, location: Any, *, storage_options: Mapping[str, Any] | None = None) -> None:
+        self.location = _describe(location)
+        self._group = zarr.open_group(
+            store=location, mode="a", zarr_format=3, storage_options=storage_options
+        )
+        self._arrays: dict[str, Any] = {}
+
+    def create_array(
+        self,
+        name: str,
+        *,
+        shape: tuple[int, ...],
+        dtype: np.dtype[Any],
+        chunks: tuple[int, ...],
+        compression: Compression,
+    ) -> None:
+        self._arrays[name] = self._group.create_array(
+            name,
+            shape=shape,
+            dtype=dtype,
+            chunks=chunks,
+            compressors=zarr_compressors(compression),
+            fill_value=0,
+            overwrite=True,
+            # An all-zero chunk must still be stored, so "missing" never means "zeros".
+            config={"write_empty_chunks": True},
+        )
+
+    def _array(self, name: str) -> Any:
+        arr = self._arrays.get(name)
+        if arr is None:
+            arr = zarr.open_array(self._group.store, path=f"{self._group.path}/{name}".strip("/"),
+                                  mode="r+", config={"write_empty_chunks": True})
+            self._arrays[name] = arr
+        return arr
+
+    def write_block(self, name: str, start: int, data: npt.NDArray[Any]) -> None:
+        self._array(name)[start : start + len(data)] = data
+
+    def set_attrs(self, attrs: Mapping[str, Any]) -> None:
+        self._group.update_attributes(dict(attrs))
+
+    def attrs(self) -> dict[str, Any]:
+        return dict(self._group.attrs)
+
+    def close(self) -> None:
+        self._arrays.clear()

@@ -1,0 +1,126 @@
+"""The backend protocol: the only place where Zarr and HDF5 differ.
+
+A :class:`Reader` serves chunk-aligned sample ranges of named arrays into preallocated
+buffers; a :class:`Writer` creates arrays and writes chunk-aligned blocks. Both are
+per-process objects: they hold open handles and never travel between processes; what
+travels is the location string they were opened from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["ArrayInfo", "Compression", "Reader", "Writer", "coalesce"]
+
+CODECS = ("zstd", "lz4", "blosc-zstd", "blosc-lz4", "gzip", "none")
+
+
+@dataclass(frozen=True)
+class Compression:
+    """How chunks are encoded: a codec, its level, and whether a checksum guards each chunk.
+
+    ``checksum=True`` adds a crc32c codec (Zarr) or the fletcher32 filter (HDF5).
+    """
+
+    codec: str = "zstd"
+    level: int = 3
+    checksum: bool = True
+
+    def __post_init__(self) -> None:
+        if self.codec not in CODECS:
+            raise ValueError(f"codec must be one of {CODECS}; got {self.codec!r}")
+        if not isinstance(self.level, int) or not -5 <= self.level <= 22:
+            raise ValueError(f"compression level must be an int in [-5, 22]; got {self.level!r}")
+
+
+@dataclass(frozen=True)
+class ArrayInfo:
+    """Shape, dtype, chunking and encoding of one stored array."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+    chunks: tuple[int, ...]
+    codecs: tuple[str, ...]
+    stored_nbytes: int | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+@runtime_checkable
+class Reader(Protocol):
+    """Read-only access to one dataset, opened in the current process."""
+
+    location: str
+
+    def attrs(self) -> dict[str, Any]: ...
+
+    def array_names(self) -> list[str]: ...
+
+    def array_info(self, name: str) -> ArrayInfo: ...
+
+    def read_into(
+        self, name: str, ranges: Sequence[tuple[int, int]], out: npt.NDArray[Any]
+    ) -> None:
+        """Read rows ``[a, b)`` for each range, concatenated in order, into ``out``.
+
+        Ranges are sorted, disjoint and aligned to chunk boundaries (the last may end at the
+        array's end), so each stored chunk is decoded at most once.
+        """
+        ...
+
+    def chunk_exists(self, name: str, chunk: int) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Writer(Protocol):
+    """Creates arrays and writes chunk-aligned blocks of one dataset."""
+
+    location: str
+    #: whether several processes may write disjoint chunks of one array at once
+    supports_concurrent_writers: bool
+
+    def create_array(
+        self,
+        name: str,
+        *,
+        shape: tuple[int, ...],
+        dtype: np.dtype[Any],
+        chunks: tuple[int, ...],
+        compression: Compression,
+    ) -> None: ...
+
+    def write_block(self, name: str, start: int, data: npt.NDArray[Any]) -> None: ...
+
+    def set_attrs(self, attrs: Mapping[str, Any]) -> None: ...
+
+    def attrs(self) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+def coalesce(ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int, int]]:
+    """Merge touching ranges; return ``(start, stop, offset_in_out)`` runs.
+
+    >>> coalesce([(0, 4), (4, 8), (12, 16)])
+    [(0, 8, 0), (12, 16, 8)]
+    """
+    runs: list[tuple[int, int, int]] = []
+    offset = 0
+    for a, b in ranges:
+        if runs and runs[-1][1] == a:
+            s, _, o = runs[-1]
+            runs[-1] = (s, b, o)
+        else:
+            runs.append((a, b, offset))
+        offset += b - a
+    return runs

@@ -1,0 +1,114 @@
+"""Typed errors for chunkio.
+
+Every error derives from :class:`ChunkioError` and, where one fits, from the matching
+builtin too, so ordinary ``except KeyError`` / ``except FileNotFoundError`` clauses keep
+working. Messages say what was expected, what arrived, and where (file, field, chunk,
+sample).
+
+The tree::
+
+    ChunkioError
+    ├── DatasetNotFoundError        (FileNotFoundError)  no dataset at the path
+    ├── FormatError                 (ValueError)         the on-disk layout is not valid
+    │   ├── IncompleteDatasetError                       completion marker missing
+    │   ├── UnsupportedVersionError                      format version not understood
+    │   └── MissingFieldError       (KeyError)           a declared/requested field is absent
+    ├── UnsafeInputError            (ValueError)         untrusted codec, link, filter or name
+    ├── ChunkReadError              (OSError)            a chunk could not be read or decoded
+    │   ├── CorruptChunkError                            checksum mismatch / undecodable bytes
+    │   └── MissingChunkError                            the chunk is absent from the store
+    ├── ConversionError             (RuntimeError)       a conversion could not finish
+    │   ├── SourceError             (ValueError)         a source file is unreadable or invalid
+    │   └── DestinationBusyError    (FileExistsError)    another writer holds the destination
+    ├── DestinationExistsError      (FileExistsError)    refusing to overwrite existing data
+    ├── LoaderError                 (RuntimeError)       a loader worker died, failed or timed out
+    └── OptionalDependencyError     (ImportError)        an optional package is not installed
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ChunkReadError",
+    "ChunkioError",
+    "ConversionError",
+    "CorruptChunkError",
+    "DatasetNotFoundError",
+    "DestinationBusyError",
+    "DestinationExistsError",
+    "FormatError",
+    "IncompleteDatasetError",
+    "LoaderError",
+    "MissingChunkError",
+    "MissingFieldError",
+    "OptionalDependencyError",
+    "SourceError",
+    "UnsafeInputError",
+    "UnsupportedVersionError",
+]
+
+
+class ChunkioError(Exception):
+    """Root of every error chunkio raises on purpose."""
+
+
+class DatasetNotFoundError(ChunkioError, FileNotFoundError):
+    """No chunkio dataset exists at the given path."""
+
+
+class FormatError(ChunkioError, ValueError):
+    """The dataset's on-disk layout does not follow the chunkio format."""
+
+
+class IncompleteDatasetError(FormatError):
+    """The dataset has no completion marker: a conversion is running or was interrupted."""
+
+
+class UnsupportedVersionError(FormatError):
+    """The dataset declares a format version this chunkio does not understand."""
+
+
+class MissingFieldError(FormatError, KeyError):
+    """A field is declared or requested but its array is absent."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class UnsafeInputError(ChunkioError, ValueError):
+    """Input that could execute code or escape the dataset root was refused."""
+
+
+class ChunkReadError(ChunkioError, OSError):
+    """A chunk could not be read."""
+
+
+class CorruptChunkError(ChunkReadError):
+    """A chunk's bytes fail their checksum or cannot be decoded."""
+
+
+class MissingChunkError(ChunkReadError):
+    """A chunk that a complete dataset must hold is absent from the store."""
+
+
+class ConversionError(ChunkioError, RuntimeError):
+    """A conversion could not finish."""
+
+
+class SourceError(ConversionError, ValueError):
+    """A source file cannot be decoded or does not match what the conversion expects."""
+
+
+class DestinationBusyError(ConversionError, FileExistsError):
+    """Another process is converting into the same destination."""
+
+
+class DestinationExistsError(ChunkioError, FileExistsError):
+    """The destination already holds data and overwriting was not requested."""
+
+
+class LoaderError(ChunkioError, RuntimeError):
+    """A loader worker died, raised, or did not answer in time."""
+
+
+class OptionalDependencyError(ChunkioError, ImportError):
+    """An optional dependency is needed for this feature but is not installed."""
