@@ -108,8 +108,7 @@ class LocalChunkDecoder:
         target = out if full else np.empty((self.chunk_rows, *self.row_shape), self.dtype)
         try:
             if self.decompress is None:
-                raw = np.frombuffer(payload, dtype=self.dtype)
-                target.reshape(-1)[...] = raw
+                target.reshape(-1).view(np.uint8)[...] = payload
             else:
                 self.decompress(payload, target.reshape(-1).view(np.uint8))
         except Exception as err:
@@ -120,17 +119,17 @@ class LocalChunkDecoder:
         if not full:
             out[...] = target[:rows]
 
-    def _verified(self, data: bytes, chunk: int, path: str) -> memoryview:
+    def _verified(self, data: bytes, chunk: int, path: str) -> npt.NDArray[np.uint8]:
         if not self.checksum:
             if not data:
                 raise CorruptChunkError(f"array {self.array_name!r}: chunk {chunk} in {path} is empty")
-            return memoryview(data)
+            return np.frombuffer(data, dtype=np.uint8)
         if len(data) < 4:
             raise CorruptChunkError(
                 f"array {self.array_name!r}: chunk {chunk} in {path} is truncated "
                 f"({len(data)} bytes, a checksum alone takes 4)"
             )
-        body = memoryview(data)[:-4]
+        body = np.frombuffer(data, dtype=np.uint8)[:-4]
         stored = int.from_bytes(data[-4:], "little")
         if google_crc32c.value(body) != stored:
             raise CorruptChunkError(

@@ -1,0 +1,43 @@
+# chunkio: `make demo` and `make test` build their own virtual environment on first use.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.chunkio-installed
+# CI machines have 2 cores; pytest runs serially (multi-process tests spawn their own workers).
+PYTEST_ARGS ?=
+
+.PHONY: venv demo test lint typecheck unit bench bench-full soak clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# torch first and pinned, so nothing can pull the multi-GB CUDA build
+	$(PY) -m pip install --quiet -c constraints.txt "torch==2.13.0"
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m benchmarks.demo
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check chunkio converters tests benchmarks
+	$(VENV)/bin/ruff format --check chunkio converters tests benchmarks
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy --strict chunkio
+
+unit: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test: lint typecheck unit
+
+bench: $(STAMP)
+	$(PY) -m benchmarks.run
+
+soak: $(STAMP)
+	$(PY) -m pytest -m slow $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) demo-data bench-data .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Test support shipped with chunkio: the backend contract suite (needs pytest)."""
