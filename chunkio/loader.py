@@ -1,19 +1,39 @@
-"""make_loader(): a DataLoader wired with the chunk-aware sampler and good defaults."""
+"""make_loader(): chunk-aware batches in sampler order, by default through a shared-memory ring.
+
+Routes (``ChunkLoader.transport`` tells which one a loader took):
+
+``"ring"``
+    Worker processes read each batch straight into a preallocated shared-memory slot
+    (:mod:`chunkio.transport`); only slot numbers travel. The default.
+``"local"``
+    ``num_workers=0`` with the ring transport: batches are read in this process into a
+    reused buffer.
+``"dataloader"``
+    A torch ``DataLoader`` with the chunk-aware batch sampler. Chosen with
+    ``transport="dataloader"``, and automatically for datasets with a per-sample
+    ``transform``, a ``batch_transform`` or ragged fields (a transform may change shapes, and
+    ragged samples have none to preallocate).
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Literal, Protocol
 
 import torch
 from torch.utils.data import DataLoader
 
 from .batch import collate
 from .dataset import ChunkDataset
+from .gpu import DevicePrefetcher, copy_stream_for, map_tensors, pin_ring, pinned_empty
+from .gpu import resolve_device
 from .sampling import ChunkBatchSampler, default_window
+from .transport import Lease, LocalTransport, RingOptions, RingTransport
 
 __all__ = ["ChunkLoader", "default_num_workers", "make_loader"]
+
+Transport = Literal["ring", "dataloader"]
 
 
 def default_num_workers() -> int:
@@ -25,6 +45,55 @@ def default_num_workers() -> int:
     return max(1, min(cores, 8))
 
 
+class _Route(Protocol):
+    def run(self, batches: Iterable[Sequence[int]]) -> Iterator[Lease]: ...
+
+    def worker_pids(self) -> tuple[int, ...]: ...
+
+    def close(self) -> None: ...
+
+
+class _DataLoaderRoute:
+    """A torch DataLoader whose batch sampler is the loader's sampler."""
+
+    def __init__(self, loader: DataLoader[Any]) -> None:
+        self.loader = loader
+
+    def run(self, batches: Iterable[Sequence[int]]) -> Iterator[Lease]:
+        # the DataLoader iterates the same sampler itself; each of its batches is fresh memory
+        return (Lease(batch) for batch in self.loader)
+
+    def worker_pids(self) -> tuple[int, ...]:
+        return ()
+
+    def close(self) -> None:
+        # a DataLoader keeps its persistent workers in its iterator; dropping it stops them
+        self.loader._iterator = None
+
+
+def _host_batches(leases: Iterator[Lease], *, copy: bool) -> Iterator[Any]:
+    """Host delivery: the previous batch's memory is recycled when the next one is asked for."""
+    held: Lease | None = None
+    try:
+        for lease in leases:
+            if held is not None:
+                held.release()
+                held = None
+            if copy:
+                batch = map_tensors(torch.clone, lease.batch)
+                lease.release()
+                yield batch
+            else:
+                held = lease
+                yield lease.batch
+    finally:
+        if held is not None:
+            held.release()
+        close = getattr(leases, "close", None)
+        if close is not None:
+            close()
+
+
 class ChunkLoader:
     """Iterates batches of a :class:`ChunkDataset` in chunk-aware shuffled order.
 
@@ -32,13 +101,31 @@ class ChunkLoader:
     ``state_dict``/``load_state_dict``, which count the batches *delivered to you* (not the
     ones workers have prefetched), so a restored loader continues exactly after the last batch
     you received. If you never call ``set_epoch``, each completed pass advances the epoch.
+
+    **Batch lifetime (ring and local routes, host delivery).** A batch's tensors view memory
+    that is reused for a later batch: a batch is valid until you ask for the next one. Keep
+    one longer with ``.clone()``, or build the loader with ``copy=True``. Batches delivered to
+    a device (``device=...``) and batches of the DataLoader route are fresh memory.
     """
 
-    def __init__(self, dataset: ChunkDataset, sampler: ChunkBatchSampler, loader: DataLoader[Any]):
+    def __init__(
+        self,
+        dataset: ChunkDataset,
+        sampler: ChunkBatchSampler,
+        route: _Route,
+        *,
+        transport: str,
+        num_workers: int,
+        device: torch.device | None = None,
+        copy: bool = False,
+    ) -> None:
         self.dataset = dataset
         self.sampler = sampler
-        self.num_workers = loader.num_workers
-        self._loader = loader
+        self.transport = transport
+        self.num_workers = num_workers
+        self.device = device
+        self.copy = copy
+        self._route = route
         self._delivered = 0
         self._resume_from = 0
         self._auto_epoch = True
@@ -52,15 +139,26 @@ class ChunkLoader:
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch (as with DistributedSampler); disables automatic advancing."""
+        if epoch != self.sampler.epoch:
+            self._resume_from = 0  # as in the sampler: only a new epoch cancels a resume
         self.sampler.set_epoch(epoch)
         self._auto_epoch = False
-        self._resume_from = 0
+
+    def _batches(self) -> Iterator[Any]:
+        leases = self._route.run(self.sampler)
+        if self.device is None:
+            return _host_batches(leases, copy=self.copy)
+        return DevicePrefetcher(leases, stream=copy_stream_for(self.device))
 
     def __iter__(self) -> Iterator[Any]:
         self._delivered, self._resume_from = self._resume_from, 0
-        for batch in self._loader:
-            self._delivered += 1
-            yield batch
+        batches = self._batches()
+        try:
+            for batch in batches:
+                self._delivered += 1
+                yield batch
+        finally:
+            batches.close()  # type: ignore[attr-defined]
         self._delivered = 0
         if self._auto_epoch:
             self.sampler.set_epoch(self.sampler.epoch + 1)
@@ -73,6 +171,27 @@ class ChunkLoader:
         """Continue, on the next ``__iter__``, right after the batch ``state`` was taken at."""
         self.sampler.load_state_dict(state["sampler"])
         self._resume_from = int(state["sampler"]["batches_done"])
+
+    def worker_pids(self) -> tuple[int, ...]:
+        """Process ids of the running ring workers (empty for other routes or when idle)."""
+        return self._route.worker_pids()
+
+    def close(self) -> None:
+        """Stop persistent workers and free shared memory (also done when garbage collected)."""
+        self._route.close()
+
+    def __enter__(self) -> ChunkLoader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _ring_compatible(dataset: ChunkDataset) -> bool:
+    """Batches whose shape the ring can preallocate: dense fields and no transforms."""
+    if dataset.transform is not None or dataset.batch_transform is not None:
+        return False
+    return all(dataset.layout.field(f).kind == "dense" for f in dataset.fields)
 
 
 def make_loader(
@@ -92,19 +211,62 @@ def make_loader(
     timeout: float = 0,
     rank: int | None = None,
     world_size: int | None = None,
+    transport: Transport = "ring",
+    device: torch.device | str | None = None,
+    copy: bool = False,
 ) -> ChunkLoader:
     """A loader over a chunkio dataset with chunk-aware shuffling and sensible defaults.
 
-    ``path_or_dataset`` is a dataset path (opened as ``ChunkDataset(path, fields)`` with a
-    chunk cache sized to the shuffle window) or a :class:`ChunkDataset`. Workers default to
-    one per core (max 8) and persist across epochs; each worker serves a contiguous stream of
-    batches so chunks split between two of its batches come from its cache; ``pin_memory``
-    defaults to ``torch.cuda.is_available()``.
+    Parameters
+    ----------
+    path_or_dataset
+        A dataset path (opened as ``ChunkDataset(path, fields)`` with a chunk cache sized to
+        the shuffle window) or a :class:`ChunkDataset`.
+    batch_size, shuffle, seed, window, drop_last, rank, world_size
+        Passed to :class:`ChunkBatchSampler`.
+    num_workers
+        Reader processes; default one per core (max 8). Each serves a contiguous stream of
+        batches, so chunks split between two of its batches come from its cache.
+    prefetch
+        Batches in flight per worker.
+    persistent_workers
+        Keep workers (and the ring) across epochs; stopped by :meth:`ChunkLoader.close` or
+        when the loader is garbage collected.
+    pin_memory
+        Page-lock host batches (default: ``torch.cuda.is_available()``).
+    multiprocessing_context
+        ``"fork"``, ``"spawn"``, ``"forkserver"``, a context, or ``None`` for the default.
+    timeout
+        Seconds to wait for one batch before raising :class:`~chunkio.errors.LoaderError`
+        (0: no limit; a dead worker is reported at once either way).
+    transport
+        ``"ring"`` (shared-memory batch slots) or ``"dataloader"`` (a torch DataLoader). The
+        ring falls back to the DataLoader for transforms and ragged fields.
+    device
+        ``None``/``"cpu"``: batches in host memory. A CUDA device: batches arrive on it, copied
+        on a side stream one batch ahead from page-locked memory. Raises ``ValueError`` if
+        CUDA is requested but unavailable. Other devices get blocking copies.
+    copy
+        Host delivery only: hand out copies instead of views of reused memory, so batches may
+        be kept (costs one copy per batch).
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, os
+    >>> from chunkio import write_arrays
+    >>> path = os.path.join(tempfile.mkdtemp(), "toy.zarr")
+    >>> _ = write_arrays(path, {"x": np.arange(40).reshape(20, 2)}, samples_per_chunk=4)
+    >>> loader = make_loader(path, 8, fields="x", num_workers=0)
+    >>> [tuple(b.shape) for b in loader], loader.transport
+    ([(8, 2), (8, 2), (4, 2)], 'local')
     """
     if num_workers is None:
         num_workers = default_num_workers()
     if num_workers < 0:
         raise ValueError(f"num_workers must be >= 0; got {num_workers}")
+    if transport not in ("ring", "dataloader"):
+        raise ValueError(f"transport must be 'ring' or 'dataloader'; got {transport!r}")
+    target = resolve_device(device)
     if isinstance(path_or_dataset, ChunkDataset):
         dataset = path_or_dataset
     else:
@@ -122,15 +284,39 @@ def make_loader(
         world_size=world_size,
         num_streams=max(1, num_workers),
     )
-    loader: DataLoader[Any] = DataLoader(
-        dataset,
-        batch_sampler=sampler,
-        num_workers=num_workers,
-        collate_fn=collate,
-        pin_memory=torch.cuda.is_available() if pin_memory is None else pin_memory,
-        persistent_workers=persistent_workers and num_workers > 0,
-        prefetch_factor=prefetch if num_workers > 0 else None,
-        multiprocessing_context=multiprocessing_context if num_workers > 0 else None,
-        timeout=timeout,
+    cuda = torch.cuda.is_available()
+    pin = (target is not None and target.type == "cuda") or (
+        cuda if pin_memory is None else pin_memory and cuda
     )
-    return ChunkLoader(dataset, sampler, loader)
+    route: _Route
+    if transport == "ring" and _ring_compatible(dataset) and num_workers > 0:
+        name = "ring"
+        options = RingOptions(
+            num_workers=num_workers,
+            prefetch=prefetch,
+            persistent=persistent_workers,
+            context=multiprocessing_context,
+            timeout=float(timeout),
+        )
+        on_ring = pin_ring if pin else (lambda ring: None)
+        route = RingTransport(dataset, batch_size=batch_size, options=options, on_ring=on_ring)
+    elif transport == "ring" and _ring_compatible(dataset):
+        name = "local"
+        route = LocalTransport(dataset, batch_size=batch_size, **({"allocate": pinned_empty} if pin else {}))
+    else:
+        name = "dataloader"
+        loader: DataLoader[Any] = DataLoader(
+            dataset,
+            batch_sampler=sampler,
+            num_workers=num_workers,
+            collate_fn=collate,
+            pin_memory=pin if target is not None else (cuda if pin_memory is None else pin_memory),
+            persistent_workers=persistent_workers and num_workers > 0,
+            prefetch_factor=prefetch if num_workers > 0 else None,
+            multiprocessing_context=multiprocessing_context if num_workers > 0 else None,
+            timeout=timeout,
+        )
+        route = _DataLoaderRoute(loader)
+    return ChunkLoader(
+        dataset, sampler, route, transport=name, num_workers=num_workers, device=target, copy=copy
+    )

@@ -19,7 +19,7 @@ from .backends import Reader, open_reader
 from .cache import ChunkCache
 from .grid import SampleGrid
 from .layout import DatasetLayout, FieldInfo
-from .planning import IntArray, normalize_indices, plan_batch
+from .planning import BatchPlan, IntArray, normalize_indices, plan_batch
 
 __all__ = ["ProcessReader", "ReadStats"]
 
@@ -106,7 +106,7 @@ class ProcessReader:
         rows_read = sum(b - a for a, b in plan.read_ranges)
         if plan.read_ranges:
             self.reader.read_into(info.name, plan.read_ranges, staging[:rows_read])
-        self._use_cache(info.name, plan.read_chunks, plan.cached_chunks, staging, rows_read)
+        self._use_cache(info.name, plan, staging, rows_read)
         self.stats.chunks_read += len(plan.read_chunks)
         self.stats.cache_hits += len(plan.cached_chunks)
         self.stats.rows_decoded += rows_read
@@ -115,27 +115,28 @@ class ProcessReader:
         return out
 
     def _use_cache(
-        self,
-        name: str,
-        read_chunks: IntArray,
-        cached_chunks: IntArray,
-        staging: npt.NDArray[Any],
-        rows_read: int,
+        self, name: str, plan: BatchPlan, staging: npt.NDArray[Any], rows_read: int
     ) -> None:
         if self.cache is None:
             return
         row = rows_read
-        for chunk in cached_chunks.tolist():
+        for chunk in plan.cached_chunks.tolist():
             hit = self.cache.get((name, chunk))
             if hit is None:  # evicted between planning and now cannot happen; be explicit
                 raise RuntimeError(f"chunk cache lost chunk {chunk} of {name!r} mid-batch")
             staging[row : row + len(hit)] = hit
             row += len(hit)
-        row = 0
-        for chunk in read_chunks.tolist():
-            a, b = self.grid.bounds(chunk)
-            self.cache.put((name, chunk), staging[row : row + b - a].copy())
-            row += b - a
+        # Insert in order of first appearance in the batch: with chunk-aware sampling the chunks
+        # a batch touches last are the ones its successor (same worker) continues with, so
+        # they must be the most recently used.
+        starts = np.concatenate([[0], np.cumsum([b - a for a, b in plan.read_ranges])])
+        slot = {c: i for i, c in enumerate(plan.read_chunks.tolist())}
+        chunks, first = np.unique(plan.indices // self.grid.samples_per_chunk, return_index=True)
+        for chunk in chunks[np.argsort(first)].tolist():
+            if chunk in slot:
+                i = slot[chunk]
+                rows = staging[int(starts[i]) : int(starts[i + 1])]
+                self.cache.put((name, chunk), rows.copy())
 
     def _staging_buffer(self, info: FieldInfo, rows: int) -> npt.NDArray[Any]:
         buf = self._staging.get(info.name)

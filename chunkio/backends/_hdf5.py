@@ -23,10 +23,9 @@ from ..errors import (
     CorruptChunkError,
     DatasetNotFoundError,
     FormatError,
-    MissingChunkError,
     UnsafeInputError,
 )
-from .base import ArrayInfo, Compression, coalesce
+from .base import ArrayInfo, Compression, coalesce, region_shape
 
 __all__ = ["HDF5Reader", "HDF5Writer", "open_hdf5_readers"]
 
@@ -37,12 +36,30 @@ _readers: weakref.WeakSet[HDF5Reader] = weakref.WeakSet()
 _readers_lock = threading.Lock()
 
 
+_held_at_fork: list[HDF5Reader] = []
+
+
 def _close_all_before_fork() -> None:
-    for reader in list(_readers):
-        reader.close()
+    # Take every reader's lock (waiting for reads in other threads to finish), close its file
+    # and keep the lock until the fork is done, so no thread can reopen a file in between.
+    with _readers_lock:
+        readers = list(_readers)
+    for reader in readers:
+        reader._lock.acquire()
+        _held_at_fork.append(reader)
+        reader._close_locked()
 
 
-os.register_at_fork(before=_close_all_before_fork)
+def _release_after_fork() -> None:
+    while _held_at_fork:
+        _held_at_fork.pop()._lock.release()
+
+
+os.register_at_fork(
+    before=_close_all_before_fork,
+    after_in_parent=_release_after_fork,
+    after_in_child=_release_after_fork,
+)
 
 
 def open_hdf5_readers() -> int:
@@ -89,6 +106,7 @@ class HDF5Reader:
         self._trust = trust_codecs
         self._file: h5py.File | None = None
         self._checked: set[str] = set()
+        self._lock = threading.Lock()
         if not os.path.exists(self.location):
             raise DatasetNotFoundError(f"no HDF5 dataset at {self.location}")
         self._open()
@@ -110,11 +128,13 @@ class HDF5Reader:
         return self._file
 
     def attrs(self) -> dict[str, Any]:
-        return _decode_attrs(self._open().attrs)
+        with self._lock:
+            return _decode_attrs(self._open().attrs)
 
     def array_names(self) -> list[str]:
-        f = self._open()
-        return sorted(k for k in f if isinstance(f.get(k, getlink=True), h5py.HardLink))
+        with self._lock:
+            f = self._open()
+            return sorted(k for k in f if isinstance(f.get(k, getlink=True), h5py.HardLink))
 
     def _dataset(self, name: str) -> h5py.Dataset:
         f = self._open()
@@ -152,6 +172,10 @@ class HDF5Reader:
                 )
 
     def array_info(self, name: str) -> ArrayInfo:
+        with self._lock:
+            return self._array_info(name)
+
+    def _array_info(self, name: str) -> ArrayInfo:
         d = self._dataset(name)
         plist = d.id.get_create_plist()
         filters = tuple(
@@ -170,6 +194,12 @@ class HDF5Reader:
     def read_into(
         self, name: str, ranges: Sequence[tuple[int, int]], out: npt.NDArray[Any]
     ) -> None:
+        with self._lock:
+            self._read_locked(name, ranges, out)
+
+    def _read_locked(
+        self, name: str, ranges: Sequence[tuple[int, int]], out: npt.NDArray[Any]
+    ) -> None:
         d = self._dataset(name)
         for start, stop, offset in coalesce(ranges):
             if stop <= start:
@@ -183,17 +213,39 @@ class HDF5Reader:
                     f"{start // step}..{(stop - 1) // step}) cannot be read: {err}"
                 ) from err
 
-    def chunk_exists(self, name: str, chunk: int) -> bool:
-        d = self._dataset(name)
-        step = (d.chunks or d.shape)[0]
-        info = d.id.get_chunk_info_by_coord((chunk * step,) + (0,) * (d.ndim - 1))
-        return info.byte_offset is not None
+    def read_region(
+        self, name: str, region: tuple[slice, ...], out: npt.NDArray[Any]
+    ) -> None:
+        with self._lock:
+            d = self._dataset(name)
+            where = f"{self.location}: array {name!r}"
+            shape = region_shape(region, tuple(d.shape), where)
+            if out.shape != shape:
+                raise ValueError(f"{where}: output buffer must have shape {shape}; got {out.shape}")
+            if 0 in shape:
+                return
+            # read_direct needs a C-contiguous destination
+            target = out if out.flags.c_contiguous else np.empty(shape, out.dtype)
+            try:
+                d.read_direct(target, region)
+            except OSError as err:
+                box = [(s.start, s.stop) for s in region]
+                raise CorruptChunkError(f"{where}: box {box} cannot be read: {err}") from err
+            if target is not out:
+                out[...] = target
 
-    def require_chunk(self, name: str, chunk: int) -> None:
-        if not self.chunk_exists(name, chunk):
-            raise MissingChunkError(f"{self.location}: array {name!r}: chunk {chunk} was never written")
+    def chunk_exists(self, name: str, chunk: int) -> bool:
+        with self._lock:
+            d = self._dataset(name)
+            step = (d.chunks or d.shape)[0]
+            info = d.id.get_chunk_info_by_coord((chunk * step,) + (0,) * (d.ndim - 1))
+            return info.byte_offset is not None
 
     def close(self) -> None:
+        with self._lock:
+            self._close_locked()
+
+    def _close_locked(self) -> None:
         if self._file is not None:
             try:
                 self._file.close()
@@ -221,9 +273,17 @@ class HDF5Writer:
     ) -> None:
         if name in self._file:
             del self._file[name]
+        # HDF5 refuses chunks larger than a fixed-size dataset (e.g. an empty dataset, or
+        # fewer samples than one chunk) unless the maximum shape leaves room for them.
+        maxshape = tuple(max(s, c) for s, c in zip(shape, chunks))
         self._file.create_dataset(
-            name, shape=shape, dtype=dtype, chunks=chunks, fillvalue=0, **_hdf5_filters(compression)
+            name, shape=shape, dtype=dtype, chunks=chunks, fillvalue=0,
+            maxshape=None if maxshape == tuple(shape) else maxshape, **_hdf5_filters(compression)
         )
+
+    def flush(self) -> None:
+        """Push HDF5's caches to the OS, so written chunks survive the process dying."""
+        self._file.flush()
 
     def write_block(self, name: str, start: int, data: npt.NDArray[Any]) -> None:
         self._file[name][start : start + len(data)] = data

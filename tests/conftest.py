@@ -1,0 +1,49 @@
+"""Shared fixtures: small real datasets on disk in both formats."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+FORMATS = ["zarr", "hdf5"]
+SUFFIX = {"zarr": ".zarr", "hdf5": ".h5"}
+
+
+def sample_arrays(n: int = 200, *, seed: int = 0) -> dict[str, np.ndarray]:
+    """Images whose pixels encode their index, labels = index % 7."""
+    rng = np.random.default_rng(seed)
+    image = rng.integers(0, 255, size=(n, 3, 8, 8), dtype=np.uint8)
+    image[:, 0, 0, 0] = np.arange(n) % 256
+    image[:, 0, 0, 1] = np.arange(n) // 256
+    return {"image": image, "label": (np.arange(n) % 7).astype(np.int64)}
+
+
+@pytest.fixture(params=FORMATS)
+def fmt(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def make_dataset(tmp_path: Path) -> Callable[..., tuple[str, dict[str, np.ndarray]]]:
+    """Write arrays with ``write_arrays``; returns (path, arrays)."""
+    from chunkio import write_arrays
+
+    counter = iter(range(10**6))
+
+    def make(
+        fmt: str,
+        arrays: dict[str, np.ndarray] | None = None,
+        *,
+        samples_per_chunk: int = 16,
+        **kw: Any,
+    ) -> tuple[str, dict[str, np.ndarray]]:
+        arrays = sample_arrays() if arrays is None else arrays
+        path = str(tmp_path / f"ds{next(counter)}{SUFFIX[fmt]}")
+        write_arrays(path, arrays, samples_per_chunk=samples_per_chunk, progress=False, **kw)
+        return path, arrays
+
+    return make

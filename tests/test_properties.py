@@ -1,0 +1,91 @@
+"""Property tests: a batched read equals per-sample reads, for any data and any index list."""
+
+from __future__ import annotations
+
+import itertools
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from chunkio import ChunkDataset, write_arrays
+from chunkio.grid import SampleGrid
+from chunkio.planning import plan_batch
+
+DTYPES = st.sampled_from(["uint8", "uint16", "int32", "int64", "float32", "float64", "bool"])
+_ids = itertools.count()
+
+
+@st.composite
+def datasets(draw: st.DrawFn) -> tuple[dict[str, np.ndarray], int, list[int]]:
+    n = draw(st.integers(1, 60))
+    fields = {}
+    for name in draw(st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=3, unique=True)):
+        shape = (n, *draw(hnp.array_shapes(min_dims=0, max_dims=3, max_side=4)))
+        fields[name] = draw(hnp.arrays(draw(DTYPES), shape))
+    spc = draw(st.integers(1, n + 3))
+    indices = draw(st.lists(st.integers(-n, n - 1), max_size=40))
+    return fields, spc, indices
+
+
+def _check(path: str, fields: dict[str, np.ndarray], indices: list[int]) -> None:
+    ds = ChunkDataset(path, preload_bytes=0)
+    batch = ds.__getitems__(indices)
+    assert len(batch) == len(indices)
+    for got, i in zip(batch, indices, strict=True):
+        single = ds[i]
+        for name, arr in fields.items():
+            want = torch.from_numpy(np.asarray(arr[i]))
+            assert torch.equal(got[name], want) and torch.equal(single[name], want), name
+    stats = ds.read_stats()
+    assert stats.chunks_read >= 0
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(datasets())
+def test_getitems_equals_per_sample_reads_memory(case) -> None:
+    fields, spc, indices = case
+    path = f"memory://prop-{next(_ids)}"
+    write_arrays(path, fields, samples_per_chunk=spc, progress=False)
+    _check(path, fields, indices)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(datasets(), st.sampled_from([".zarr", ".h5"]))
+def test_getitems_equals_per_sample_reads_on_disk(case, suffix) -> None:
+    fields, spc, indices = case
+    with tempfile.TemporaryDirectory() as tmp:
+        path = str(Path(tmp) / f"d{suffix}")
+        write_arrays(path, fields, samples_per_chunk=spc, progress=False)
+        _check(path, fields, indices)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 500).flatmap(
+        lambda n: st.tuples(
+            st.just(n),
+            st.integers(1, n + 5),
+            st.lists(st.integers(0, n - 1), max_size=80),
+            st.sets(st.integers(0, n), max_size=5),
+        )
+    )
+)
+def test_plan_reads_each_chunk_once_and_gathers_correctly(args) -> None:
+    n, spc, indices, cached = args
+    grid = SampleGrid(n, spc)
+    plan = plan_batch(indices, grid, cached=cached)
+    needed = sorted({i // spc for i in indices})
+    assert sorted(plan.read_chunks.tolist() + plan.cached_chunks.tolist()) == needed
+    assert plan.read_chunks.tolist() == sorted(plan.read_chunks.tolist())
+    assert set(plan.cached_chunks.tolist()) <= set(cached)
+    # simulate staging: read chunks, then cached ones
+    staging = np.concatenate(
+        [np.arange(*grid.bounds(c)) for c in [*plan.read_chunks, *plan.cached_chunks]]
+        or [np.zeros(0, np.int64)]
+    )
+    assert staging[plan.gather].tolist() == list(indices)
