@@ -22,7 +22,15 @@ from PIL import Image
 import chunkio
 from benchmarks.data import make_jpeg_folder
 
-CODECS = [("none", 0), ("lz4", 0), ("blosc-lz4", 5), ("zstd", 1), ("zstd", 3), ("blosc-zstd", 3), ("gzip", 6)]
+CODECS = [
+    ("none", 0),
+    ("lz4", 0),
+    ("blosc-lz4", 5),
+    ("zstd", 1),
+    ("zstd", 3),
+    ("blosc-zstd", 3),
+    ("gzip", 6),
+]
 CHUNK_BYTES = [128 * 2**10, 256 * 2**10, 512 * 2**10, 2**20, 2 * 2**20, 4 * 2**20]
 
 
@@ -54,28 +62,52 @@ def run(n_images: int = 4096, root: str | None = None) -> dict[str, Any]:
         for codec, level in CODECS:
             path = str(base / f"{codec}-{level}.{'zarr' if fmt == 'zarr' else 'h5'}")
             t = time.perf_counter()
-            chunkio.write_arrays(path, {"image": images}, compression=chunkio.Compression(codec, level),
-                                 overwrite=True)
+            chunkio.write_arrays(
+                path,
+                {"image": images},
+                compression=chunkio.Compression(codec, level),
+                overwrite=True,
+            )
             enc = raw_mb / (time.perf_counter() - t)
-            stored = sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file()) \
-                if fmt == "zarr" else Path(path).stat().st_size
+            stored = (
+                sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+                if fmt == "zarr"
+                else Path(path).stat().st_size
+            )
             ds = chunkio.ChunkDataset(path, fields=["image"])
             ds.read_batch([0])
             t = time.perf_counter()
             ds.read_batch(np.arange(len(ds)))
             dec = raw_mb / (time.perf_counter() - t)
-            codecs.append({"format": fmt, "codec": f"{codec}-{level}", "ratio": images.nbytes / stored,
-                           "encode_MBps": enc, "decode_MBps": dec})
+            codecs.append(
+                {
+                    "format": fmt,
+                    "codec": f"{codec}-{level}",
+                    "ratio": images.nbytes / stored,
+                    "encode_MBps": enc,
+                    "decode_MBps": dec,
+                }
+            )
     sizes = []
     for nbytes in CHUNK_BYTES:
         path = str(base / f"chunk-{nbytes}.zarr")
         chunkio.write_arrays(path, {"image": images}, chunk_bytes=nbytes, overwrite=True)
         rate, amp = _epoch_rate(path)
         spc = chunkio.ChunkDataset(path).samples_per_chunk
-        sizes.append({"chunk_bytes": nbytes, "samples_per_chunk": spc, "samples_per_s": rate,
-                      "read_amplification": amp})
-    return {"images": n_images, "sample_shape": list(images.shape[1:]), "codecs": codecs,
-            "chunk_sizes": sizes}
+        sizes.append(
+            {
+                "chunk_bytes": nbytes,
+                "samples_per_chunk": spc,
+                "samples_per_s": rate,
+                "read_amplification": amp,
+            }
+        )
+    return {
+        "images": n_images,
+        "sample_shape": list(images.shape[1:]),
+        "codecs": codecs,
+        "chunk_sizes": sizes,
+    }
 
 
 def main() -> None:

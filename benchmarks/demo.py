@@ -79,7 +79,10 @@ def main(argv: list[str] | None = None) -> None:
         f"\nread amplification (chunk decodes per chunk needed), default sampler: {amp:.3f}"
         f"  (window={sampler.window} chunks of {ds.samples_per_chunk} samples)"
     )
-    print("shuffle quality (1.0 = uniform shuffle): " + ", ".join(f"{k}={v:.2f}" for k, v in quality.items()))
+    print(
+        "shuffle quality (1.0 = uniform shuffle): "
+        + ", ".join(f"{k}={v:.2f}" for k, v in quality.items())
+    )
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ def collate(batch: Sequence[Any]) -> Any:
     """
     if isinstance(batch, SampleBatch):
         return batch.collated
-    return default_collate(batch)
+    return default_collate(list(batch))
 
 
 def to_tensor(value: Any) -> Any:

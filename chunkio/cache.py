@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-import numpy as np
 import numpy.typing as npt
 
 __all__ = ["ChunkCache"]

@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-
 from torch.utils.data import Dataset, default_collate
 
 from .backends import detect_format, open_reader
@@ -193,8 +192,10 @@ class ChunkDataset(Dataset[Any]):
         columns = {k: to_tensor(v) for k, v in self.read_batch(indices).items()}
         n = len(indices)
         if self.transform is not None:
-            samples = [self.transform(self._arrange({k: v[j] for k, v in columns.items()}))
-                       for j in range(n)]
+            samples = [
+                self.transform(self._arrange({k: v[j] for k, v in columns.items()}))
+                for j in range(n)
+            ]
             collated = default_collate(samples) if n else self._arrange(columns)
         else:
             collated = self._arrange(columns)
@@ -208,5 +209,3 @@ class ChunkDataset(Dataset[Any]):
         if self._as_tuple:
             return tuple(columns[f] for f in self.fields)
         return columns
-
-

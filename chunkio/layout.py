@@ -61,7 +61,9 @@ class FieldInfo:
     def __post_init__(self) -> None:
         validate_field_name(self.name)
         if self.kind not in ("dense", "ragged"):
-            raise FormatError(f"field {self.name!r}: kind must be dense or ragged; got {self.kind!r}")
+            raise FormatError(
+                f"field {self.name!r}: kind must be dense or ragged; got {self.kind!r}"
+            )
         if (self.kind == "dense") != (self.sample_shape is not None):
             raise FormatError(f"field {self.name!r}: dense fields need a sample_shape, ragged none")
 
@@ -183,19 +185,23 @@ def check_arrays(
     for f in layout.fields:
         for array in f.array_names():
             if array not in arrays:
-                raise MissingFieldError(f"{where}: field {f.name!r} declared but array {array!r} is missing")
+                raise MissingFieldError(
+                    f"{where}: field {f.name!r} declared but array {array!r} is missing"
+                )
         if f.kind == "ragged":
             _, offsets, _ = f.array_names()
             if arrays[offsets][0][0] != n + 1:
+                got = arrays[offsets][0][0]
                 raise FormatError(
-                    f"{where}: array {offsets!r} must have {n + 1} offsets; got {arrays[offsets][0][0]}"
+                    f"{where}: array {offsets!r} must have {n + 1} offsets; got {got}"
                 )
             continue
         shape, dtype, chunks = arrays[f.name]
         expected = (n, *(f.sample_shape or ()))
         if tuple(shape) != expected or dtype != f.dtype:
             raise FormatError(
-                f"{where}: array {f.name!r} should be {expected} {f.dtype}; got {tuple(shape)} {dtype}"
+                f"{where}: array {f.name!r} should be {expected} {f.dtype}; "
+                f"got {tuple(shape)} {dtype}"
             )
         if n and chunks[0] != spc:
             raise FormatError(
@@ -203,7 +209,9 @@ def check_arrays(
             )
 
 
-def validate_sequence_of_names(fields: Sequence[str] | None, layout: DatasetLayout, where: str) -> tuple[str, ...]:
+def validate_sequence_of_names(
+    fields: Sequence[str] | None, layout: DatasetLayout, where: str
+) -> tuple[str, ...]:
     """Resolve a user's field selection against the layout (``None`` -> all fields)."""
     if fields is None:
         return layout.field_names

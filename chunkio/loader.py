@@ -26,8 +26,14 @@ from torch.utils.data import DataLoader
 
 from .batch import collate
 from .dataset import ChunkDataset
-from .gpu import DevicePrefetcher, copy_stream_for, map_tensors, pin_ring, pinned_empty
-from .gpu import resolve_device
+from .gpu import (
+    DevicePrefetcher,
+    copy_stream_for,
+    map_tensors,
+    pin_ring,
+    pinned_empty,
+    resolve_device,
+)
 from .sampling import ChunkBatchSampler, default_window
 from .transport import Lease, LocalTransport, RingOptions, RingTransport
 
@@ -302,7 +308,9 @@ def make_loader(
         route = RingTransport(dataset, batch_size=batch_size, options=options, on_ring=on_ring)
     elif transport == "ring" and _ring_compatible(dataset):
         name = "local"
-        route = LocalTransport(dataset, batch_size=batch_size, **({"allocate": pinned_empty} if pin else {}))
+        route = LocalTransport(
+            dataset, batch_size=batch_size, **({"allocate": pinned_empty} if pin else {})
+        )
     else:
         name = "dataloader"
         loader: DataLoader[Any] = DataLoader(

@@ -20,10 +20,10 @@ def validate_field_name(name: object, *, where: str = "") -> str:
 
     >>> validate_field_name("image")
     'image'
-    >>> validate_field_name("../etc")
+    >>> validate_field_name("../etc")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    chunkio.errors.UnsafeInputError: field name must match [A-Za-z_][A-Za-z0-9_-]{0,127}; got '../etc'
+    chunkio.errors.UnsafeInputError: field name must match ...; got '../etc'
     """
     if not isinstance(name, str) or not _FIELD_NAME.fullmatch(name):
         suffix = f" in {where}" if where else ""

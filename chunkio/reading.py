@@ -110,7 +110,9 @@ class ProcessReader:
         self.stats.chunks_read += len(plan.read_chunks)
         self.stats.cache_hits += len(plan.cached_chunks)
         self.stats.rows_decoded += rows_read
-        self.stats.per_field[info.name] = self.stats.per_field.get(info.name, 0) + len(plan.read_chunks)
+        self.stats.per_field[info.name] = self.stats.per_field.get(info.name, 0) + len(
+            plan.read_chunks
+        )
         np.take(staging[: plan.staging_rows], plan.gather, axis=0, out=out)
         return out
 
@@ -171,8 +173,13 @@ class ProcessReader:
         step = int(values_info.chunks[0])
         grid = SampleGrid(int(values_info.shape[0]), step)
         starts, stops = offsets[idx], offsets[idx + 1]
-        needed = sorted({c for a, b in zip(starts.tolist(), stops.tolist(), strict=True)
-                         for c in range(a // step, -(-b // step))})
+        needed = sorted(
+            {
+                c
+                for a, b in zip(starts.tolist(), stops.tolist(), strict=True)
+                for c in range(a // step, -(-b // step))
+            }
+        )
         ranges = [grid.bounds(c) for c in needed]
         total = sum(b - a for a, b in ranges)
         staging = np.empty(total, dtype=info.dtype)

@@ -42,7 +42,14 @@ def test_fields_as_sequence_give_tuples_and_a_name_gives_the_tensor(fmt, make_da
 
 @pytest.mark.parametrize(
     "indices",
-    [[], [0], [5, 3, 5, 5], [-1, 0, -200], [199, 0, 16, 15, 17, 100, 31, 32], list(range(200))[::-1]],
+    [
+        [],
+        [0],
+        [5, 3, 5, 5],
+        [-1, 0, -200],
+        [199, 0, 16, 15, 17, 100, 31, 32],
+        list(range(200))[::-1],
+    ],
 )
 def test_getitems_equals_per_sample_reads(fmt, make_dataset, indices):
     path, _ = make_dataset(fmt)
@@ -93,9 +100,13 @@ def test_chunk_cache_serves_repeated_chunks(make_dataset):
 
 def test_transform_and_batch_transform(make_dataset):
     path, arrays = make_dataset("hdf5")
-    ds = ChunkDataset(path, fields=["image", "label"], transform=lambda s: (s[0].float() / 255, s[1]))
-    x, y = ds[3]
-    assert x.dtype == torch.float32 and torch.allclose(x * 255, torch.from_numpy(arrays["image"][3]).float())
+    ds = ChunkDataset(
+        path, fields=["image", "label"], transform=lambda s: (s[0].float() / 255, s[1])
+    )
+    x, _ = ds[3]
+    assert x.dtype == torch.float32 and torch.allclose(
+        x * 255, torch.from_numpy(arrays["image"][3]).float()
+    )
     batch = collate(ds.__getitems__([3, 4]))
     assert batch[0].shape == (2, 3, 8, 8) and batch[1].tolist() == [3, 4]
     ds2 = ChunkDataset(path, batch_transform=lambda b: {**b, "image": b["image"].flip(0)})
@@ -127,7 +138,7 @@ def test_pickle_drops_handles_and_metadata_only_init(fmt, make_dataset):
 
 
 def test_missing_path(tmp_path):
-    with pytest.raises(DatasetNotFoundError, match="nothing.zarr"):
+    with pytest.raises(DatasetNotFoundError, match=r"nothing\.zarr"):
         ChunkDataset(tmp_path / "nothing.zarr")
     with pytest.raises(FileNotFoundError):
         ChunkDataset(tmp_path / "nothing.h5")

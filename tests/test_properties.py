@@ -24,7 +24,9 @@ _ids = itertools.count()
 def datasets(draw: st.DrawFn) -> tuple[dict[str, np.ndarray], int, list[int]]:
     n = draw(st.integers(1, 60))
     fields = {}
-    for name in draw(st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=3, unique=True)):
+    for name in draw(
+        st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=3, unique=True)
+    ):
         shape = (n, *draw(hnp.array_shapes(min_dims=0, max_dims=3, max_side=4)))
         fields[name] = draw(hnp.arrays(draw(DTYPES), shape))
     spc = draw(st.integers(1, n + 3))

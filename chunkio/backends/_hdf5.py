@@ -30,7 +30,14 @@ from .base import ArrayInfo, Compression, coalesce, region_shape
 __all__ = ["HDF5Reader", "HDF5Writer", "open_hdf5_readers"]
 
 #: HDF5 filter ids chunkio decodes: deflate, shuffle, fletcher32, lz4, blosc, zstd
-SAFE_FILTERS = {1: "gzip", 2: "shuffle", 3: "fletcher32", 32004: "lz4", 32001: "blosc", 32015: "zstd"}
+SAFE_FILTERS = {
+    1: "gzip",
+    2: "shuffle",
+    3: "fletcher32",
+    32004: "lz4",
+    32001: "blosc",
+    32015: "zstd",
+}
 
 _readers: weakref.WeakSet[HDF5Reader] = weakref.WeakSet()
 _readers_lock = threading.Lock()
@@ -76,7 +83,9 @@ def _hdf5_filters(c: Compression) -> dict[str, Any]:
     elif c.codec.startswith("blosc-"):
         cname = c.codec.split("-", 1)[1]
         kw["compression"] = hdf5plugin.Blosc(
-            cname=cname, clevel=max(0, min(c.level, 9)), shuffle=hdf5plugin.Blosc.BITSHUFFLE
+            cname=cname,  # type: ignore[arg-type]  # validated by Compression
+            clevel=max(0, min(c.level, 9)),
+            shuffle=hdf5plugin.Blosc.BITSHUFFLE,
         )
     elif c.codec == "gzip":
         kw["compression"] = "gzip"
@@ -208,14 +217,16 @@ class HDF5Reader:
                 d.read_direct(out, np.s_[start:stop], np.s_[offset : offset + stop - start])
             except OSError as err:
                 step = (d.chunks or d.shape)[0]
+                bad = _first_bad_chunk(d, start, stop, step)
+                where = f"chunk {bad}" if bad is not None else (
+                    f"chunks {start // step}..{(stop - 1) // step}"
+                )
                 raise CorruptChunkError(
-                    f"{self.location}: array {name!r}, samples {start}..{stop - 1} (chunks "
-                    f"{start // step}..{(stop - 1) // step}) cannot be read: {err}"
+                    f"{self.location}: array {name!r}, {where} (in samples {start}..{stop - 1}) "
+                    f"cannot be read (checksum or decoding failed): {err}"
                 ) from err
 
-    def read_region(
-        self, name: str, region: tuple[slice, ...], out: npt.NDArray[Any]
-    ) -> None:
+    def read_region(self, name: str, region: tuple[slice, ...], out: npt.NDArray[Any]) -> None:
         with self._lock:
             d = self._dataset(name)
             where = f"{self.location}: array {name!r}"
@@ -253,6 +264,17 @@ class HDF5Reader:
                 self._file = None
 
 
+def _first_bad_chunk(d: h5py.Dataset, start: int, stop: int, step: int) -> int | None:
+    """The first chunk of rows ``[start, stop)`` that fails to read (error path only)."""
+    for chunk in range(start // step, -(-stop // step)):
+        a, b = max(start, chunk * step), min(stop, (chunk + 1) * step)
+        try:
+            d[a:b]
+        except OSError:
+            return chunk
+    return None
+
+
 class HDF5Writer:
     """Creates and fills a chunkio HDF5 file. HDF5 has one writer: the converting process."""
 
@@ -275,10 +297,15 @@ class HDF5Writer:
             del self._file[name]
         # HDF5 refuses chunks larger than a fixed-size dataset (e.g. an empty dataset, or
         # fewer samples than one chunk) unless the maximum shape leaves room for them.
-        maxshape = tuple(max(s, c) for s, c in zip(shape, chunks))
+        maxshape = tuple(max(s, c) for s, c in zip(shape, chunks, strict=True))
         self._file.create_dataset(
-            name, shape=shape, dtype=dtype, chunks=chunks, fillvalue=0,
-            maxshape=None if maxshape == tuple(shape) else maxshape, **_hdf5_filters(compression)
+            name,
+            shape=shape,
+            dtype=dtype,
+            chunks=chunks,
+            fillvalue=0,
+            maxshape=None if maxshape == tuple(shape) else maxshape,
+            **_hdf5_filters(compression),
         )
 
     def flush(self) -> None:

@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import DatasetNotFoundError, FormatError, MissingChunkError
-from .base import ArrayInfo, Compression
+from .base import ArrayInfo, Compression, region_shape
 
 __all__ = ["MemoryReader", "MemoryStore", "MemoryWriter", "delete_memory_store", "memory_store"]
 
@@ -84,10 +84,27 @@ class MemoryReader:
         for start, stop in ranges:
             for chunk in range(start // step, -(-stop // step)):
                 if chunk not in a.written:
-                    raise MissingChunkError(f"{self.location}: array {name!r}: chunk {chunk} is missing")
+                    raise MissingChunkError(
+                        f"{self.location}: array {name!r}: chunk {chunk} is missing"
+                    )
                 self._store.read_log.append((name, chunk))
             out[offset : offset + stop - start] = a.data[start:stop]
             offset += stop - start
+
+    def read_region(self, name: str, region: tuple[slice, ...], out: npt.NDArray[Any]) -> None:
+        a = self._get(name)
+        where = f"{self.location}: array {name!r}"
+        shape = region_shape(region, a.data.shape, where)
+        if out.shape != shape:
+            raise ValueError(f"{where}: output buffer must have shape {shape}; got {out.shape}")
+        if 0 in shape:
+            return
+        step = a.chunks[0]
+        for chunk in range(region[0].start // step, -(-region[0].stop // step)):
+            if chunk not in a.written:
+                raise MissingChunkError(f"{where}: chunk {chunk} is missing")
+            self._store.read_log.append((name, chunk))
+        out[...] = a.data[region]
 
     def chunk_exists(self, name: str, chunk: int) -> bool:
         return chunk in self._get(name).written

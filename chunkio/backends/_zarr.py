@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -22,7 +23,7 @@ from ..errors import (
     UnsafeInputError,
 )
 from ._zarr_local import LocalChunkDecoder
-from .base import ArrayInfo, Compression, coalesce
+from .base import ArrayInfo, Compression, coalesce, region_shape
 
 __all__ = ["ZarrReader", "ZarrWriter", "zarr_compressors"]
 
@@ -40,12 +41,17 @@ def zarr_compressors(c: Compression) -> list[Any]:
     elif c.codec.startswith("blosc-") or c.codec == "lz4":
         cname = "lz4" if c.codec == "lz4" else c.codec.split("-", 1)[1]
         shuffle = "noshuffle" if c.codec == "lz4" else "bitshuffle"
-        chain.append(BloscCodec(cname=cname, clevel=max(0, min(c.level, 9)), shuffle=shuffle))
+        level = max(0, min(c.level, 9))
+        chain.append(BloscCodec(cname=cname, clevel=level, shuffle=shuffle))  # type: ignore[arg-type]
     elif c.codec == "gzip":
         chain.append(GzipCodec(level=max(0, min(c.level, 9))))
     if c.checksum:
         chain.append(Crc32cCodec())
     return chain
+
+
+def _opts(storage_options: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    return None if storage_options is None else dict(storage_options)
 
 
 def _describe(location: Any) -> str:
@@ -81,7 +87,7 @@ class ZarrReader:
         self._trust = trust_codecs
         try:
             self._group = zarr.open_group(
-                store=location, mode="r", zarr_format=3, storage_options=storage_options
+                store=location, mode="r", zarr_format=3, storage_options=_opts(storage_options)
             )
         except FileNotFoundError as err:
             raise DatasetNotFoundError(f"no Zarr v3 dataset at {self.location}") from err
@@ -175,6 +181,37 @@ class ZarrReader:
                     f"{self.location}: array {name!r}: chunk {chunk} is missing from the store"
                 )
 
+    def read_region(self, name: str, region: tuple[slice, ...], out: npt.NDArray[Any]) -> None:
+        arr = self._array(name)
+        where = f"{self.location}: array {name!r}"
+        shape = region_shape(region, tuple(arr.shape), where)
+        if out.shape != shape:
+            raise ValueError(f"{where}: output buffer must have shape {shape}; got {out.shape}")
+        if 0 in shape:
+            return
+        spans = [
+            range(s.start // c, -(-s.stop // c)) for s, c in zip(region, arr.chunks, strict=True)
+        ]
+        for coords in itertools.product(*spans):
+            # Missing chunks would read back as the fill value; a complete dataset has them all.
+            if not self._chunk_key_exists(arr, coords):
+                raise MissingChunkError(f"{where}: chunk {coords} is missing from the store")
+        try:
+            out[...] = arr[region]
+        except ValueError as err:
+            box = [(s.start, s.stop) for s in region]
+            msg = f"{where}: a chunk of box {box} cannot be decoded: {err}"
+            raise CorruptChunkError(msg) from err
+
+    def _chunk_key_exists(self, arr: Any, coords: tuple[int, ...]) -> bool:
+        key = arr.metadata.encode_chunk_key(coords)
+        store = arr.store
+        if isinstance(store, LocalStore):
+            return os.path.exists(os.path.join(str(store.root), arr.path, *key.split("/")))
+        from zarr.core.sync import sync
+
+        return bool(sync(store.exists(f"{arr.path}/{key}")))
+
     def chunk_exists(self, name: str, chunk: int) -> bool:
         arr = self._array(name)
         fast = self._fast[name]
@@ -198,7 +235,7 @@ class ZarrWriter:
     def __init__(self, location: Any, *, storage_options: Mapping[str, Any] | None = None) -> None:
         self.location = _describe(location)
         self._group = zarr.open_group(
-            store=location, mode="a", zarr_format=3, storage_options=storage_options
+            store=location, mode="a", zarr_format=3, storage_options=_opts(storage_options)
         )
         self._arrays: dict[str, Any] = {}
 
@@ -226,8 +263,12 @@ class ZarrWriter:
     def _array(self, name: str) -> Any:
         arr = self._arrays.get(name)
         if arr is None:
-            arr = zarr.open_array(self._group.store, path=f"{self._group.path}/{name}".strip("/"),
-                                  mode="r+", config={"write_empty_chunks": True})
+            arr = zarr.open_array(
+                self._group.store,
+                path=f"{self._group.path}/{name}".strip("/"),
+                mode="r+",
+                config={"write_empty_chunks": True},
+            )
             self._arrays[name] = arr
         return arr
 

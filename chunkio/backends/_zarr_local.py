@@ -25,7 +25,7 @@ from ..errors import CorruptChunkError, MissingChunkError
 
 __all__ = ["LocalChunkDecoder"]
 
-Decompress = Callable[[bytes, Any], Any]
+Decompress = Callable[[Any, Any], Any]
 
 
 def _compressor(codec: dict[str, Any]) -> Decompress | None:
@@ -64,8 +64,14 @@ class LocalChunkDecoder:
             return None
         if key_enc.get("name") != "default":
             return None
-        dtype = np.dtype(meta.get("data_type", "V"))  if isinstance(meta.get("data_type"), str) else None
-        if dtype is None or dtype.byteorder == ">" or (dtype.itemsize > 1 and sys.byteorder != "little"):
+        dtype = (
+            np.dtype(meta.get("data_type", "V")) if isinstance(meta.get("data_type"), str) else None
+        )
+        if (
+            dtype is None
+            or dtype.byteorder == ">"
+            or (dtype.itemsize > 1 and sys.byteorder != "little")
+        ):
             return None
         endian = (codecs[0].get("configuration") or {}).get("endian", "little")
         if dtype.itemsize > 1 and endian != "little":
@@ -84,8 +90,17 @@ class LocalChunkDecoder:
         if list(grid[1:]) != list(shape[1:]):
             return None  # chunked along more than the sample axis
         sep = (key_enc.get("configuration") or {}).get("separator", "/")
-        return cls(array_dir, name, int(grid[0]), int(shape[0]), tuple(shape[1:]), dtype,
-                   decompress, checksum, sep)
+        return cls(
+            array_dir,
+            name,
+            int(grid[0]),
+            int(shape[0]),
+            tuple(shape[1:]),
+            dtype,
+            decompress,
+            checksum,
+            sep,
+        )
 
     def chunk_path(self, chunk: int) -> str:
         key = self.separator.join(["c", str(chunk), *("0" for _ in self.row_shape)])
@@ -122,7 +137,9 @@ class LocalChunkDecoder:
     def _verified(self, data: bytes, chunk: int, path: str) -> npt.NDArray[np.uint8]:
         if not self.checksum:
             if not data:
-                raise CorruptChunkError(f"array {self.array_name!r}: chunk {chunk} in {path} is empty")
+                raise CorruptChunkError(
+                    f"array {self.array_name!r}: chunk {chunk} in {path} is empty"
+                )
             return np.frombuffer(data, dtype=np.uint8)
         if len(data) < 4:
             raise CorruptChunkError(

@@ -15,7 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["ArrayInfo", "Compression", "Reader", "Writer", "coalesce"]
+__all__ = ["ArrayInfo", "Compression", "Reader", "Writer", "coalesce", "region_shape"]
 
 CODECS = ("zstd", "lz4", "blosc-zstd", "blosc-lz4", "gzip", "none")
 
@@ -76,9 +76,38 @@ class Reader(Protocol):
         """
         ...
 
+    def read_region(self, name: str, region: tuple[slice, ...], out: npt.NDArray[Any]) -> None:
+        """Read the box ``region`` (one ``slice(start, stop)`` per axis) into ``out``.
+
+        The box may start and end anywhere inside the array (patch reads of volumes chunked
+        along every axis); ``out.shape`` equals the box's shape. Missing and corrupt chunks
+        raise like :meth:`read_into`.
+        """
+        ...
+
     def chunk_exists(self, name: str, chunk: int) -> bool: ...
 
     def close(self) -> None: ...
+
+
+def region_shape(region: tuple[slice, ...], shape: tuple[int, ...], where: str) -> tuple[int, ...]:
+    """Validate a box against an array shape; return the box's shape.
+
+    >>> region_shape((slice(1, 3), slice(0, 4)), (5, 4), "x")
+    (2, 4)
+    """
+    if len(region) != len(shape):
+        raise ValueError(f"{where}: region needs {len(shape)} slices; got {len(region)}")
+    dims = []
+    for axis, (s, n) in enumerate(zip(region, shape, strict=True)):
+        start, stop = s.start, s.stop
+        ints = (int, np.integer)
+        if not (isinstance(start, ints) and isinstance(stop, ints) and s.step in (None, 1)):
+            raise ValueError(f"{where}: region axis {axis} must be slice(start, stop); got {s}")
+        if not 0 <= start <= stop <= n:
+            raise IndexError(f"{where}: region axis {axis} {start}:{stop} outside 0:{n}")
+        dims.append(stop - start)
+    return tuple(dims)
 
 
 @runtime_checkable
