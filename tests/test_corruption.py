@@ -1,0 +1,164 @@
+"""Corrupt, truncated, emptied and missing chunks (RELIABILITY rows 7, 8 and 9).
+
+A damaged chunk must raise a typed error naming the array and the chunk, never come back as
+wrong values; chunks it does not touch stay readable; ``chunkio.inspect.verify`` lists every
+damaged chunk. A missing chunk is an error, while a chunk of real zeros reads as zeros.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from conftest import sample_arrays
+
+from chunkio import ChunkDataset, make_loader, write_arrays
+from chunkio.errors import ChunkioError, ChunkReadError, CorruptChunkError, MissingChunkError
+
+SPC = 16  # samples per chunk; 100 samples -> chunks 0..6, the last holding 4
+
+
+def zarr_chunk_file(path: str, field: str, chunk: int, ndim: int) -> Path:
+    """The file of chunk ``chunk`` along the sample axis (default key encoding, '/')."""
+    return Path(path, field, "c", str(chunk), *("0" for _ in range(ndim - 1)))
+
+
+def hdf5_chunk_span(path: str, field: str, chunk: int) -> tuple[int, int]:
+    """Byte offset and size of a chunk inside the HDF5 file."""
+    with h5py.File(path, "r") as f:
+        dset = f[field]
+        info = dset.id.get_chunk_info_by_coord((chunk * SPC,) + (0,) * (dset.ndim - 1))
+        return int(info.byte_offset), int(info.size)
+
+
+def flip_byte(path: Path | str, offset: int) -> None:
+    with open(path, "r+b") as fh:
+        fh.seek(offset)
+        byte = fh.read(1)
+        fh.seek(offset)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+
+
+def damage_zarr(path: str, field: str, chunk: int, ndim: int, how: str) -> None:
+    target = zarr_chunk_file(path, field, chunk, ndim)
+    size = target.stat().st_size
+    if how == "flip":
+        flip_byte(target, size // 2)
+    elif how == "truncate":
+        os.truncate(target, size // 2)
+    elif how == "empty":
+        os.truncate(target, 0)
+    else:
+        raise ValueError(how)
+
+
+def damage_hdf5(path: str, field: str, chunk: int) -> None:
+    offset, size = hdf5_chunk_span(path, field, chunk)
+    flip_byte(path, offset + size // 2)
+
+
+CASES = [("zarr", "flip"), ("zarr", "truncate"), ("zarr", "empty"), ("hdf5", "flip")]
+
+
+def damage(fmt: str, path: str, field: str, chunk: int, how: str, ndim: int) -> None:
+    if fmt == "zarr":
+        damage_zarr(path, field, chunk, ndim, how)
+    else:
+        damage_hdf5(path, field, chunk)
+
+
+@pytest.mark.parametrize(("fmt", "how"), CASES)
+def test_damaged_chunk_is_a_typed_error_and_others_stay_readable(
+    make_dataset: Callable[..., tuple[str, dict[str, np.ndarray]]], fmt: str, how: str
+) -> None:
+    path, arrays = make_dataset(fmt, sample_arrays(100), samples_per_chunk=SPC)
+    damage(fmt, path, "image", 2, how, ndim=4)
+    ds = ChunkDataset(path, fields=["image", "label"], preload_bytes=0)
+
+    for batch in ([33], [32, 47], [5, 40, 90], list(range(100))):
+        with pytest.raises(CorruptChunkError) as info:
+            ds.read_batch(batch)
+        err = info.value
+        assert isinstance(err, OSError) and isinstance(err, ChunkioError)
+        text = str(err)
+        assert "'image'" in text, text
+        assert "chunk 2" in text or "chunks 2..2" in text, text
+        assert os.path.basename(path) in text, text
+
+    # Batches that avoid chunk 2 still read, and read right.
+    ok = [i for i in range(100) if i // SPC != 2]
+    got = ds.read_batch(ok)
+    np.testing.assert_array_equal(got["image"], arrays["image"][ok])
+    np.testing.assert_array_equal(got["label"], arrays["label"][ok])
+    # The loader surfaces the same error rather than a batch of wrong values.
+    loader = make_loader(ds, 8, shuffle=False, num_workers=0)
+    with pytest.raises(CorruptChunkError, match="'image'"):
+        for _ in loader:
+            pass
+
+
+@pytest.mark.parametrize("fmt", ["zarr", "hdf5"])
+def test_verify_lists_every_damaged_chunk(
+    make_dataset: Callable[..., tuple[str, dict[str, np.ndarray]]], fmt: str
+) -> None:
+    inspect = pytest.importorskip("chunkio.inspect", reason="chunkio.inspect not written yet")
+    path, _ = make_dataset(fmt, sample_arrays(100), samples_per_chunk=SPC)
+    assert inspect.verify(path).ok
+    damage(fmt, path, "image", 1, "flip", ndim=4)
+    damage(fmt, path, "image", 5, "truncate" if fmt == "zarr" else "flip", ndim=4)
+    damage(fmt, path, "label", 3, "flip", ndim=1)
+    report = inspect.verify(path)
+    assert not report.ok
+    found = {(p.array, p.chunk) for p in report.problems}
+    assert found == {("image", 1), ("image", 5), ("label", 3)}, report
+
+
+def test_checksums_on_by_default(tmp_path: Path) -> None:
+    data = sample_arrays(40)
+    write_arrays(tmp_path / "d.zarr", data, samples_per_chunk=SPC)
+    write_arrays(tmp_path / "d.h5", data, samples_per_chunk=SPC)
+    for field in data:
+        meta = json.loads((tmp_path / "d.zarr" / field / "zarr.json").read_text())
+        assert meta["codecs"][-1]["name"] == "crc32c", meta["codecs"]
+    with h5py.File(tmp_path / "d.h5", "r") as f:
+        assert all(f[field].fletcher32 for field in data)
+    # Switching them off is possible, and then visible in the metadata.
+    write_arrays(tmp_path / "n.zarr", data, samples_per_chunk=SPC, checksum=False)
+    meta = json.loads((tmp_path / "n.zarr" / "image" / "zarr.json").read_text())
+    assert "crc32c" not in [c["name"] for c in meta["codecs"]]
+
+
+def test_missing_chunk_is_an_error_not_zeros(
+    make_dataset: Callable[..., tuple[str, dict[str, np.ndarray]]],
+) -> None:
+    path, arrays = make_dataset("zarr", sample_arrays(100), samples_per_chunk=SPC)
+    zarr_chunk_file(path, "image", 4, ndim=4).unlink()
+    ds = ChunkDataset(path, fields=["image"], preload_bytes=0)
+    with pytest.raises(MissingChunkError) as info:
+        ds.read_batch([70, 3])
+    assert isinstance(info.value, ChunkReadError)
+    assert "'image'" in str(info.value) and "chunk 4" in str(info.value)
+    np.testing.assert_array_equal(ds.read_batch([3, 80])["image"], arrays["image"][[3, 80]])
+    inspect = pytest.importorskip("chunkio.inspect", reason="chunkio.inspect not written yet")
+    assert {(p.array, p.chunk) for p in inspect.verify(path).problems} == {("image", 4)}
+
+
+@pytest.mark.parametrize("fmt", ["zarr", "hdf5"])
+def test_all_zero_samples_read_as_zeros(
+    make_dataset: Callable[..., tuple[str, dict[str, np.ndarray]]], fmt: str
+) -> None:
+    arrays = sample_arrays(48)
+    arrays["image"][SPC : 2 * SPC] = 0  # one whole chunk of zeros
+    arrays["image"][40] = 0  # and a single zero image inside a mixed chunk
+    path, _ = make_dataset(fmt, arrays, samples_per_chunk=SPC)
+    if fmt == "zarr":
+        assert zarr_chunk_file(path, "image", 1, ndim=4).exists(), "zero chunks are stored"
+    ds = ChunkDataset(path, fields="image", preload_bytes=0)
+    got = ds.read_batch(list(range(48)))["image"]
+    np.testing.assert_array_equal(got, arrays["image"])
+    assert not got[SPC : 2 * SPC].any() and not got[40].any()
