@@ -1,0 +1,26 @@
+"""Moving batches from reader processes to the consumer.
+
+:class:`RingTransport` runs worker processes that read each batch straight into a slot of a
+preallocated shared-memory ring (:mod:`.ring`), so only slot numbers travel between processes;
+:class:`LocalTransport` reads in-process into a reused buffer. Both yield :class:`Lease`
+objects: a batch plus the callback that returns its memory for reuse.
+"""
+
+from __future__ import annotations
+
+from .iterator import STARTUP_TIMEOUT_S, LocalTransport, RingOptions, RingTransport
+from .lease import Lease, as_lease
+from .ring import SHM_PREFIX, RingLayout, RingSpec, SlotRing
+
+__all__ = [
+    "SHM_PREFIX",
+    "STARTUP_TIMEOUT_S",
+    "Lease",
+    "LocalTransport",
+    "RingLayout",
+    "RingOptions",
+    "RingSpec",
+    "RingTransport",
+    "SlotRing",
+    "as_lease",
+]

@@ -1,0 +1,253 @@
+"""A ring of preallocated batch slots in one shared-memory segment.
+
+Workers write batches straight into a slot; the main process hands out tensors that view it.
+Only slot numbers cross process boundaries: a batch costs no pickling, no fresh segment and no
+copy besides the reader's own scatter. Each slot holds the batch's sample indices (written by
+the main process) followed by one ``(batch_size, *sample_shape)`` array per dense field.
+
+Lifetime: the main process creates the segment and is the only one that unlinks it; workers
+attach by name. The mapping itself lives as long as any array viewing it (see
+:class:`_Mapping`), so a tensor kept after the ring closed stays readable instead of pointing
+at unmapped memory; its contents are then simply no longer refreshed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from multiprocessing.shared_memory import SharedMemory
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import LoaderError
+
+__all__ = ["SHM_PREFIX", "FieldSpec", "RingLayout", "RingSpec", "SlotRing"]
+
+#: every segment chunkio creates is named ``/dev/shm/chunkio_<pid>_<random>``
+SHM_PREFIX = "chunkio_"
+#: field regions start on cache-line boundaries so workers never share a line across fields
+_ALIGN = 64
+
+
+def _aligned(n: int) -> int:
+    return -(-n // _ALIGN) * _ALIGN
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One dense field of a slot: element dtype (``numpy`` string) and per-sample shape."""
+
+    name: str
+    dtype: str
+    sample_shape: tuple[int, ...]
+
+    @property
+    def sample_nbytes(self) -> int:
+        return int(np.prod(self.sample_shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+
+@dataclass(frozen=True)
+class RingLayout:
+    """Where each slot's indices and fields live inside the segment (pure arithmetic).
+
+    >>> lay = RingLayout((FieldSpec("x", "|u1", (3,)),), batch_size=4, num_slots=2)
+    >>> lay.slot_nbytes, lay.nbytes, lay.field_offset(1, 0)
+    (128, 256, 192)
+    """
+
+    fields: tuple[FieldSpec, ...]
+    batch_size: int
+    num_slots: int
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1 or self.num_slots < 1:
+            raise ValueError(
+                f"a ring needs batch_size >= 1 and num_slots >= 1; "
+                f"got {self.batch_size} and {self.num_slots}"
+            )
+
+    @classmethod
+    def of(
+        cls,
+        fields: Mapping[str, tuple[np.dtype[Any], tuple[int, ...]]],
+        *,
+        batch_size: int,
+        num_slots: int,
+    ) -> RingLayout:
+        """Layout for ``{field: (dtype, sample_shape)}``."""
+        specs = tuple(FieldSpec(k, np.dtype(d).str, tuple(s)) for k, (d, s) in fields.items())
+        return cls(specs, int(batch_size), int(num_slots))
+
+    @property
+    def _sizes(self) -> list[int]:
+        return [_aligned(self.batch_size * 8)] + [
+            _aligned(self.batch_size * f.sample_nbytes) for f in self.fields
+        ]
+
+    @property
+    def slot_nbytes(self) -> int:
+        return sum(self._sizes)
+
+    @property
+    def nbytes(self) -> int:
+        return self.slot_nbytes * self.num_slots
+
+    def field_offset(self, slot: int, field: int) -> int:
+        """Byte offset of field number ``field`` of ``slot`` (``-1`` selects the indices)."""
+        return slot * self.slot_nbytes + sum(self._sizes[: field + 1])
+
+
+@dataclass(frozen=True)
+class RingSpec:
+    """What a worker needs to attach: the segment's name and its layout (pickles)."""
+
+    name: str
+    layout: RingLayout
+
+
+class _Mapping:
+    """Owns one attached segment; numpy arrays made from it keep it (and so the map) alive.
+
+    ``numpy.asarray`` of an object with ``__array_interface__`` records that object as the
+    array's base, so the segment is unmapped only after the last view (a user's tensor
+    included) is gone. Viewing ``SharedMemory.buf`` directly would instead make ``close()``
+    fail with ``BufferError`` whenever a user still holds a batch.
+    """
+
+    def __init__(self, shm: SharedMemory) -> None:
+        self.shm = shm
+        probe = np.frombuffer(shm.buf, dtype=np.uint8)  # type: ignore[arg-type]
+        self.address = int(probe.ctypes.data)
+        del probe  # release the buffer export at once, or close() could never succeed
+        self.__array_interface__ = {
+            "shape": (shm.size,),
+            "typestr": "|u1",
+            "data": (self.address, False),
+            "version": 3,
+        }
+        self.release_hooks: list[Callable[[], None]] = []
+
+    def __del__(self) -> None:
+        # hooks first: memory registered with CUDA must be unregistered before it is unmapped
+        for hook in reversed(self.release_hooks):
+            with contextlib.suppress(Exception):  # nothing useful to do during teardown
+                hook()
+        self.shm.close()
+
+
+def _attach(name: str) -> SharedMemory:
+    if sys.version_info >= (3, 13):
+        # the creator alone tracks (and unlinks) the segment
+        return SharedMemory(name=name, track=False)  # type: ignore[call-arg,unused-ignore]
+    # Before 3.13 attaching registers the name with the resource tracker again; the tracker
+    # keeps a set shared by this process tree, so the creator's unlink still unregisters it.
+    return SharedMemory(name=name)
+
+
+def _check_space(nbytes: int) -> None:
+    """A too-small /dev/shm fails later as SIGBUS in a worker; fail here, clearly, instead."""
+    if not os.path.isdir("/dev/shm"):
+        return
+    free = shutil.disk_usage("/dev/shm").free
+    if free < nbytes:
+        raise LoaderError(
+            f"the batch ring needs {nbytes / 2**20:.1f} MiB of shared memory but /dev/shm has "
+            f"{free / 2**20:.1f} MiB free; lower prefetch, batch_size or num_workers, enlarge "
+            "/dev/shm (docker: --shm-size), or use transport='dataloader'"
+        )
+
+
+class SlotRing:
+    """Batch slots in one shared-memory segment, created by the main process.
+
+    >>> lay = RingLayout.of({"x": (np.dtype("u1"), (2,))}, batch_size=3, num_slots=2)
+    >>> ring = SlotRing.create(lay)
+    >>> ring.fields(1)["x"].shape, ring.indices(0).dtype.name
+    ((3, 2), 'int64')
+    >>> ring.close()
+    """
+
+    def __init__(self, shm: SharedMemory, layout: RingLayout, *, owner: bool) -> None:
+        self.layout = layout
+        self.name = shm.name
+        self._owner = owner
+        self._unlinked = False
+        self._shm: SharedMemory | None = shm
+        self._mapping = _Mapping(shm)
+        whole = np.asarray(self._mapping)
+        self._indices: list[npt.NDArray[np.int64]] = []
+        self._fields: list[dict[str, npt.NDArray[Any]]] = []
+        b = layout.batch_size
+        for slot in range(layout.num_slots):
+            start = layout.field_offset(slot, -1)
+            self._indices.append(whole[start : start + 8 * b].view(np.int64))
+            views = {}
+            for k, f in enumerate(layout.fields):
+                start = layout.field_offset(slot, k)
+                raw = whole[start : start + b * f.sample_nbytes]
+                views[f.name] = raw.view(np.dtype(f.dtype)).reshape((b, *f.sample_shape))
+            self._fields.append(views)
+
+    @classmethod
+    def create(cls, layout: RingLayout) -> SlotRing:
+        """A new segment sized for ``layout`` (the caller must :meth:`close` it)."""
+        _check_space(layout.nbytes)
+        name = f"{SHM_PREFIX}{os.getpid()}_{secrets.token_hex(4)}"
+        return cls(
+            SharedMemory(name=name, create=True, size=max(layout.nbytes, 1)), layout, owner=True
+        )
+
+    @classmethod
+    def attach(cls, spec: RingSpec) -> SlotRing:
+        """Attach to a ring another process created (never unlinks it)."""
+        return cls(_attach(spec.name), spec.layout, owner=False)
+
+    @property
+    def spec(self) -> RingSpec:
+        return RingSpec(self.name, self.layout)
+
+    @property
+    def num_slots(self) -> int:
+        return self.layout.num_slots
+
+    @property
+    def address(self) -> int:
+        """Start of the mapping in this process (for ``cudaHostRegister``)."""
+        return self._mapping.address
+
+    @property
+    def nbytes(self) -> int:
+        return self.layout.nbytes
+
+    def indices(self, slot: int) -> npt.NDArray[np.int64]:
+        """The slot's sample-index area (``batch_size`` int64)."""
+        return self._indices[slot]
+
+    def fields(self, slot: int) -> dict[str, npt.NDArray[Any]]:
+        """The slot's field arrays, ``(batch_size, *sample_shape)`` each."""
+        return self._fields[slot]
+
+    def add_release_hook(self, hook: Callable[[], None]) -> None:
+        """Run ``hook`` right before the mapping is unmapped (after the last view is gone)."""
+        self._mapping.release_hooks.append(hook)
+
+    def close(self) -> None:
+        """Unlink the segment (creator only) and drop this object's views; idempotent.
+
+        The name disappears from ``/dev/shm`` at once; the memory is returned when the last
+        array viewing it is garbage (immediately, unless a caller still holds a batch).
+        """
+        if self._owner and not self._unlinked and self._shm is not None:
+            self._unlinked = True
+            with contextlib.suppress(FileNotFoundError):
+                self._shm.unlink()
+        self._shm = None
+        self._indices, self._fields = [], []
+        self._mapping = None  # type: ignore[assignment]

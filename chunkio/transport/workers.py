@@ -1,0 +1,241 @@
+"""Ring workers: processes that read batches straight into shared-memory slots.
+
+One duplex pipe per worker carries the protocol; there are no queues, so no feeder threads and
+no named semaphores to leak. Every message is a few dozen bytes (the sample indices travel in
+the slot itself), so a pipe never fills and no ``send`` can block.
+
+=========  =======================================  =========================================
+from       message                                  meaning
+=========  =======================================  =========================================
+main       ``(seq, slot, n)``                       read ``ring.indices(slot)[:n]`` into slot
+main       ``None``                                 stop
+worker     ``("ready", pid)``                       attached to the ring, serving
+worker     ``("done", seq, slot)``                  the slot holds batch ``seq``
+worker     ``("error", seq, slot, text, pickled)``  reading failed (``seq`` None: at startup)
+=========  =======================================  =========================================
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import pickle
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from multiprocessing.context import BaseContext
+from typing import Any
+
+from ..errors import LoaderError
+from .ring import RingSpec, SlotRing
+
+__all__ = ["WorkerPool", "WorkerSpec", "describe_exit", "resolve_context", "worker_main"]
+
+#: how often an idle worker checks that the process that started it is still alive
+_PARENT_CHECK_S = 1.0
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What one worker needs; pickled under spawn and forkserver (datasets drop handles)."""
+
+    worker_id: int
+    dataset: Any
+    ring: RingSpec
+
+
+def _limit_threads() -> None:
+    # Parallelism comes from the worker processes; nested thread pools only oversubscribe.
+    import torch
+
+    torch.set_num_threads(1)
+    with contextlib.suppress(ImportError, AttributeError):
+        from numcodecs import blosc
+
+        blosc.set_nthreads(1)
+
+
+def _pickled(err: BaseException) -> bytes | None:
+    try:
+        blob = pickle.dumps(err)
+        pickle.loads(blob)  # some exceptions pickle but do not unpickle
+    except Exception:
+        return None
+    return blob
+
+
+def worker_main(spec: WorkerSpec, conn: Connection) -> None:
+    """Entry point of a ring worker process."""
+    # Ctrl-C reaches the whole process group; the main process handles it and stops us.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = os.getppid()
+    try:
+        _limit_threads()
+        ring = SlotRing.attach(spec.ring)
+        conn.send(("ready", os.getpid()))
+    except BaseException as err:
+        with contextlib.suppress(OSError):
+            conn.send(("error", None, None, traceback.format_exc(), _pickled(err)))
+        sys.exit(1)
+    try:
+        _serve(spec.dataset, ring, conn, parent)
+    except (EOFError, BrokenPipeError):
+        pass  # the main process went away
+    finally:
+        ring.close()
+        with contextlib.suppress(Exception):
+            spec.dataset.close()
+
+
+def _serve(dataset: Any, ring: SlotRing, conn: Connection, parent: int) -> None:
+    while True:
+        if not conn.poll(_PARENT_CHECK_S):
+            # Under fork this process inherits the main process's end of the pipe, so the
+            # pipe never reports EOF: watch the parent instead (reparenting means it died).
+            if os.getppid() != parent:
+                return
+            continue
+        task = conn.recv()
+        if task is None:
+            return
+        seq, slot, n = task
+        try:
+            out = {name: view[:n] for name, view in ring.fields(slot).items()}
+            dataset.read_batch(ring.indices(slot)[:n], out=out)
+            reply: tuple[Any, ...] = ("done", seq, slot)
+        except Exception as err:
+            reply = ("error", seq, slot, traceback.format_exc(), _pickled(err))
+        conn.send(reply)
+
+
+def resolve_context(context: Any) -> BaseContext:
+    """``None`` (the platform default), a start-method name, or a context object."""
+    if context is None or isinstance(context, str):
+        return multiprocessing.get_context(context)
+    if isinstance(context, BaseContext):
+        return context
+    raise TypeError(
+        f"multiprocessing_context must be None, 'fork', 'spawn', 'forkserver' or a "
+        f"multiprocessing context; got {context!r}"
+    )
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """Human words for a process exit code.
+
+    >>> describe_exit(-9), describe_exit(1)
+    ('signal SIGKILL (exit code -9)', 'exit code 1')
+    """
+    if exitcode is None:
+        return "no exit code yet"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        hint = " - /dev/shm may be full" if name == "SIGBUS" else ""
+        return f"signal {name} (exit code {exitcode}){hint}"
+    return f"exit code {exitcode}"
+
+
+class WorkerPool:
+    """The main process's side: start, talk to, watch and stop ring workers."""
+
+    def __init__(self, dataset: Any, ring: RingSpec, *, num_workers: int, context: Any) -> None:
+        ctx = resolve_context(context)
+        self.processes: list[Any] = []
+        self.conns: list[Connection] = []
+        self.ready = [False] * num_workers
+        self.ready_at = [0.0] * num_workers
+        self.started = time.monotonic()
+        try:
+            for w in range(num_workers):
+                mine, theirs = ctx.Pipe(duplex=True)
+                proc = ctx.Process(  # type: ignore[attr-defined]
+                    target=worker_main,
+                    args=(WorkerSpec(w, dataset, ring), theirs),
+                    name=f"chunkio-ring-worker-{w}",
+                    daemon=True,  # multiprocessing terminates daemons when this process exits
+                )
+                self.conns.append(mine)
+                try:
+                    proc.start()
+                finally:
+                    theirs.close()  # the child has its own copy now
+                self.processes.append(proc)
+        except BaseException:
+            self.shutdown(grace=0.0)
+            raise
+
+    def __len__(self) -> int:
+        return len(self.processes)
+
+    def pids(self) -> tuple[int, ...]:
+        return tuple(int(p.pid) for p in self.processes)
+
+    def describe(self, w: int) -> str:
+        return f"ring worker {w} (pid {self.processes[w].pid})"
+
+    def send(self, w: int, message: Any) -> None:
+        try:
+            self.conns[w].send(message)
+        except OSError as err:
+            raise self.death_error(w) from err
+
+    def receive(self, timeout: float) -> tuple[list[tuple[int, Any]], list[int]]:
+        """Messages that arrive within ``timeout`` s, as ``(worker, message)``, and dead workers.
+
+        Pending messages of a dead worker come first, so an error it reported before exiting
+        is seen before its death.
+        """
+        sentinels = {p.sentinel: w for w, p in enumerate(self.processes)}
+        ready = set(wait([*self.conns, *sentinels], timeout))
+        messages: list[tuple[int, Any]] = []
+        dead = [w for s, w in sentinels.items() if s in ready]
+        for w, conn in enumerate(self.conns):
+            if conn not in ready and w not in dead:
+                continue
+            try:
+                while conn.poll():
+                    messages.append((w, conn.recv()))
+            except (EOFError, OSError):
+                if w not in dead:
+                    dead.append(w)
+        return messages, dead
+
+    def mark_ready(self, w: int) -> None:
+        self.ready[w] = True
+        self.ready_at[w] = time.monotonic()
+
+    def death_error(self, w: int) -> LoaderError:
+        proc = self.processes[w]
+        proc.join(timeout=1.0)  # the sentinel fired; this only collects the exit status
+        return LoaderError(
+            f"{self.describe(w)} exited unexpectedly with {describe_exit(proc.exitcode)}; "
+            "the loader stopped its other workers (iterate again to start new ones)"
+        )
+
+    def shutdown(self, *, grace: float) -> None:
+        """Ask every worker to stop, wait up to ``grace`` s, then terminate and kill; idempotent."""
+        for conn in self.conns:
+            with contextlib.suppress(OSError, ValueError):
+                conn.send(None)
+        deadline = time.monotonic() + grace
+        for proc in self.processes:
+            proc.join(timeout=max(0.0, deadline - time.monotonic()))
+        for proc in self.processes:
+            if proc.is_alive():
+                proc.terminate()
+        for proc in self.processes:
+            proc.join(timeout=1.0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+            proc.close()
+        for conn in self.conns:
+            conn.close()
+        self.processes, self.conns = [], []
