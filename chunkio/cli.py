@@ -1,0 +1,277 @@
+"""The ``chunkio`` command: convert, inspect, verify and diagnose datasets.
+
+::
+
+    chunkio convert images SRC DST [--size H [W]] [--resize shorter-crop|pad|stretch]
+                                   [--mode RGB|L|keep] [--on-error raise|skip]
+                                   [--format zarr|hdf5] [--workers N] [--no-progress]
+                                   [--overwrite]
+    chunkio convert volumes SRC DST [--format zarr|hdf5] [--chunks N ...] [--labels PATH]
+                                    [--workers N] [--no-progress] [--overwrite]
+    chunkio info DST [--json]
+    chunkio verify DST            exit status 1 when anything is wrong
+    chunkio doctor DST [--step-time S]
+
+Expected failures (bad input, missing files, an existing destination) print one line on
+stderr and exit with status 2; usage errors too (argparse).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from .errors import ChunkioError
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_PROBLEMS, EXIT_ERROR = 0, 1, 2
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer; got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer; got {text!r}")
+    return value
+
+
+def _common_convert_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("src", help="source folder (or file)")
+    p.add_argument("dst", help="destination: a .zarr directory or a .h5 file")
+    p.add_argument("--format", choices=["zarr", "hdf5"], help="default: from the DST suffix")
+    p.add_argument("--workers", type=_positive_int, help="processes (default: all cores)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing DST")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="chunkio", description="Chunked Zarr v3 / HDF5 datasets for PyTorch."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    convert = commands.add_parser("convert", help="convert images or volumes into a dataset")
+    kinds = convert.add_subparsers(dest="kind", required=True)
+    images = kinds.add_parser("images", help="an ImageFolder or flat folder of images")
+    _common_convert_options(images)
+    images.add_argument(
+        "--size",
+        type=_positive_int,
+        nargs="+",
+        metavar="N",
+        help="target size: H W, or one number for a square (default: keep sizes)",
+    )
+    images.add_argument(
+        "--resize",
+        choices=["shorter-crop", "pad", "stretch"],
+        default="shorter-crop",
+        help="how images reach --size",
+    )
+    images.add_argument(
+        "--mode",
+        choices=["RGB", "L", "keep"],
+        default="RGB",
+        help="stored colour mode (default RGB)",
+    )
+    images.add_argument(
+        "--on-error",
+        choices=["raise", "skip"],
+        default="raise",
+        help="bad files: fail (default) or skip and list them",
+    )
+    images.add_argument("--samples-per-chunk", type=_positive_int, help="default: about 1 MiB")
+
+    volumes = kinds.add_parser("volumes", help="a folder of 3-D volumes (NIfTI, TIFF, NumPy)")
+    _common_convert_options(volumes)
+    volumes.add_argument(
+        "--chunks",
+        type=_positive_int,
+        nargs="+",
+        metavar="N",
+        help="chunk shape (default: chosen for the data)",
+    )
+    volumes.add_argument("--labels", help="labels source (see chunkio.convert.volumes)")
+
+    info = commands.add_parser("info", help="describe a dataset")
+    info.add_argument("path")
+    info.add_argument("--json", action="store_true", help="machine-readable output")
+
+    verify = commands.add_parser("verify", help="read every chunk; exit 1 on any problem")
+    verify.add_argument("path")
+    verify.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    doctor = commands.add_parser("doctor", help="diagnose loading speed for a dataset")
+    doctor.add_argument("path")
+    doctor.add_argument(
+        "--step-time",
+        type=float,
+        metavar="S",
+        help="your training step time in seconds, to compare against",
+    )
+    return parser
+
+
+def _size(values: list[int] | None) -> tuple[int, int] | None:
+    if values is None:
+        return None
+    if len(values) > 2:
+        raise ValueError(f"--size takes H W or one number; got {len(values)} numbers")
+    return (values[0], values[-1])
+
+
+def _convert_images(args: argparse.Namespace) -> int:
+    from .convert.images import convert_images
+
+    result = convert_images(
+        args.src,
+        args.dst,
+        size=_size(args.size),
+        resize=args.resize,
+        mode=args.mode,
+        on_error=args.on_error,
+        format=args.format,
+        samples_per_chunk=args.samples_per_chunk,
+        workers=args.workers,
+        progress=not args.no_progress,
+        overwrite=args.overwrite,
+    )
+    skipped = getattr(result, "skipped", ())
+    print(f"wrote {result.num_samples} images to {result.path} ({result.seconds:.1f} s)")
+    for item in skipped:
+        print(f"skipped {item.path}: {item.reason}")
+    return EXIT_OK
+
+
+def _convert_volumes(args: argparse.Namespace) -> int:
+    from .convert.volumes import convert_volumes
+
+    result = convert_volumes(
+        args.src,
+        args.dst,
+        format=args.format,
+        chunks=None if args.chunks is None else tuple(args.chunks),
+        workers=args.workers,
+        progress=not args.no_progress,
+        overwrite=args.overwrite,
+        labels=args.labels,
+    )
+    print(f"wrote {result.num_samples} volumes to {result.path} ({result.seconds:.1f} s)")
+    return EXIT_OK
+
+
+def _human_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"  # pragma: no cover - the loop always returns
+
+
+def format_info(d: dict[str, Any]) -> str:
+    """The human-readable table ``chunkio info`` prints."""
+    classes = d["class_names"]
+    if classes is not None and len(classes) > 10:
+        classes = [*classes[:10], f"... ({len(classes)} in all)"]
+    ratio = d["compression_ratio"]
+    lines = [
+        f"path:              {d['path']}",
+        f"format:            {d['format']}",
+        f"complete:          {'yes' if d['complete'] else 'NO (conversion unfinished)'}",
+        f"samples:           {d['num_samples']}",
+        f"samples per chunk: {d['samples_per_chunk']} ({d['num_chunks']} chunks)",
+        f"class names:       {'-' if classes is None else ', '.join(map(str, classes))}",
+        f"size on disk:      {_human_bytes(d['size_on_disk'])}",
+        f"decoded size:      {_human_bytes(d['nbytes'])}"
+        + ("" if ratio is None else f" (compression ratio {ratio:.2f})"),
+    ]
+    skipped = d["extra"].get("skipped")
+    if skipped:
+        lines.append(f"skipped sources:   {len(skipped)}")
+    header = ("array", "shape", "dtype", "chunks", "codecs", "stored")
+    rows = [header] + [
+        (
+            name,
+            "x".join(map(str, a["shape"])),
+            a["dtype"],
+            "x".join(map(str, a["chunks"])),
+            ",".join(a["codecs"]) or "-",
+            _human_bytes(a["stored_nbytes"]),
+        )
+        for name, a in d["arrays"].items()
+    ]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines.append("")
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def _info(args: argparse.Namespace) -> int:
+    from .inspect import info
+
+    d = info(args.path)
+    print(json.dumps(d, indent=2) if args.json else format_info(d))
+    return EXIT_OK
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from .inspect import verify
+
+    tick = None
+    if not args.no_progress and sys.stderr.isatty():
+        from tqdm.auto import tqdm
+
+        bar = tqdm(unit="chunk", desc="verify", leave=False)
+
+        def tick() -> None:
+            bar.update()
+
+    try:
+        report = verify(args.path, on_chunk=tick)
+    finally:
+        if tick is not None:
+            bar.close()
+    print(report)
+    return EXIT_OK if report.ok else EXIT_PROBLEMS
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from .doctor import main_doctor
+
+    print(main_doctor(args.path, step_time=args.step_time))
+    return EXIT_OK
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split()) or type(err).__name__
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``chunkio`` command with ``argv`` (default: ``sys.argv[1:]``); return the status."""
+    args = _parser().parse_args(argv)
+    handlers = {"info": _info, "verify": _verify, "doctor": _doctor}
+    if args.command == "convert":
+        handler = _convert_images if args.kind == "images" else _convert_volumes
+    else:
+        handler = handlers[args.command]
+    try:
+        return handler(args)
+    except (ChunkioError, OSError, ValueError) as err:
+        # Expected failures (bad input, missing paths): one line, no traceback.
+        print(f"chunkio: error: {_one_line(err)}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("chunkio: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,287 @@
+"""How an image file becomes a ``(C, H, W)`` array: the declared Pillow decode policy.
+
+Every image goes through the same steps, in this order:
+
+1. **Open with limits.** :data:`PIL.Image.MAX_IMAGE_PIXELS` is enforced from the header, before
+   any pixel is decoded (so memory stays bounded); Pillow's ``DecompressionBombWarning`` is
+   turned into an error for that image, not just its ``DecompressionBombError``.
+   ``ImageFile.LOAD_TRUNCATED_IMAGES`` is never set: a truncated file is an error, not an image
+   padded with grey.
+2. **First frame only** of multi-frame files (GIF, APNG, multi-page TIFF).
+3. **EXIF orientation** applied with :func:`PIL.ImageOps.exif_transpose`: a 400x300 JPEG with
+   Orientation=6 is stored 300x400.
+4. **Mode policy** (``mode=``):
+
+   ``"RGB"`` (default)
+       3 channels, uint8. L/1 are replicated, CMYK/YCbCr converted by Pillow, palette images
+       expanded. **Alpha is dropped, not composited** (LA, RGBA, P/PA with transparency): the
+       stored colour is what lies under the alpha, as with torchvision's ``pil_loader``. Images
+       with more than 8 bits per sample (``I;16``, ``I``) are refused rather than clipped.
+   ``"L"``
+       1 channel. 8-bit images become luma (ITU-R 601-2, Pillow's ``convert("L")``, alpha
+       dropped); 16-bit images (``I;16``, and ``I`` whose values fit) stay uint16, unscaled.
+   ``"keep"``
+       The native mode, with palettes expanded (P -> RGB, or RGBA with transparency), 1 -> L,
+       16-bit -> uint16. All images must agree (checked before writing).
+
+   Float images (``F``) and modes Pillow cannot convert are refused. Pillow itself reads
+   48/64-bit RGB(A) PNGs as 8-bit RGB(A); that reduction happens before chunkio sees them.
+5. **Resize** (``size=(H, W)``) with Pillow's antialiased bilinear filter: ``"shorter-crop"``
+   scales so the image covers the target then crops the centre; ``"pad"`` scales so it fits
+   then pads with zeros, centred; ``"stretch"`` ignores the aspect ratio.
+
+PNG chunk CRCs are checked here (Pillow does not check them for image data).
+"""
+
+from __future__ import annotations
+
+import struct
+import warnings
+import zlib
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+from PIL import Image, ImageOps
+
+from ..errors import SourceError
+
+__all__ = [
+    "DecodePolicy",
+    "ImageMode",
+    "Probe",
+    "ResizeMode",
+    "load_image",
+    "probe_image",
+    "target_format",
+]
+
+ImageMode = Literal["RGB", "L", "keep"]
+ResizeMode = Literal["shorter-crop", "pad", "stretch"]
+
+_EIGHT_BIT = frozenset(
+    {"1", "L", "P", "PA", "LA", "La", "RGB", "RGBA", "RGBa", "RGBX", "CMYK", "YCbCr"}
+)
+_SIXTEEN_BIT = frozenset({"I;16", "I;16L", "I;16B", "I;16N", "I"})
+#: native mode -> the mode ``mode="keep"`` stores
+_KEEP = {
+    "1": "L",
+    "P": "RGB",
+    "PA": "RGBA",
+    "La": "LA",
+    "RGBa": "RGBA",
+    "RGBX": "RGB",
+    "I;16L": "I;16",
+    "I;16B": "I;16",
+    "I;16N": "I;16",
+    "I": "I;16",
+}
+_SWAPS_AXES = frozenset({5, 6, 7, 8})  # EXIF orientations that transpose the image
+_ORIENTATION = 0x0112
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@dataclass(frozen=True)
+class DecodePolicy:
+    """Mode and size policy of a conversion (see the module docstring)."""
+
+    mode: ImageMode = "RGB"
+    size: tuple[int, int] | None = None
+    resize: ResizeMode = "shorter-crop"
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("RGB", "L", "keep"):
+            raise ValueError(f"mode must be 'RGB', 'L' or 'keep'; got {self.mode!r}")
+        if self.resize not in ("shorter-crop", "pad", "stretch"):
+            raise ValueError(
+                f"resize must be 'shorter-crop', 'pad' or 'stretch'; got {self.resize!r}"
+            )
+        if self.size is not None and (
+            len(self.size) != 2 or not all(isinstance(s, int) and s >= 1 for s in self.size)
+        ):
+            raise ValueError(f"size must be None, an int or (H, W) ints >= 1; got {self.size!r}")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What the checking pass learned about one file (``error`` set when it is unusable)."""
+
+    height: int = 0
+    width: int = 0
+    #: the Pillow mode the image is stored in after the policy (e.g. "RGB", "L", "I;16")
+    stored_mode: str = ""
+    frames: int = 1
+    error: str | None = None
+
+    @property
+    def channels(self) -> int:
+        return Image.getmodebands(self.stored_mode)
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return np.dtype(np.uint16 if self.stored_mode == "I;16" else np.uint8)
+
+
+def target_format(native: str, mode: ImageMode) -> str:
+    """The mode an image of Pillow mode ``native`` is stored in; ``ValueError`` if refused.
+
+    >>> target_format("P", "RGB"), target_format("I;16B", "L"), target_format("CMYK", "keep")
+    ('RGB', 'I;16', 'CMYK')
+    """
+    if native in _SIXTEEN_BIT:
+        if mode == "RGB":
+            raise ValueError(
+                f"{native} images hold more than 8 bits per sample; storing them as 8-bit RGB "
+                "would clip. Use mode='L' or mode='keep' to store them as uint16"
+            )
+        return "I;16"
+    if native not in _EIGHT_BIT:
+        raise ValueError(f"Pillow mode {native!r} is not supported (float or unusual colour space)")
+    if mode == "keep":
+        return _KEEP.get(native, native)
+    return mode
+
+
+def _open(path: str) -> Image.Image:
+    """Open with the decompression-bomb limit enforced as an error."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        try:
+            return Image.open(path)
+        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
+            raise _Bad(f"decompression bomb refused before decoding: {err}") from err
+
+
+class _Bad(Exception):
+    """A file-level problem; carries the reason only (the path is added by the caller)."""
+
+
+def _load_first_frame(im: Image.Image, *, draft: bool) -> None:
+    if draft and im.format == "JPEG":
+        # Decoding at 1/8 scale still reads every byte of the entropy-coded data, so it finds
+        # truncation at a fraction of the cost of a full decode.
+        im.draft(im.mode, (max(1, im.width // 8), max(1, im.height // 8)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        im.load()
+
+
+def _check_png_crcs(path: str) -> None:
+    """Verify every PNG chunk's CRC (Pillow skips the check for image data)."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    pos = len(_PNG_SIGNATURE)
+    while pos + 12 <= len(data):
+        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        end = pos + 8 + length
+        if end + 4 > len(data):
+            raise _Bad(f"PNG chunk {kind!r} at byte {pos} runs past the end of the file")
+        stored = int.from_bytes(data[end : end + 4], "big")
+        if zlib.crc32(data[pos + 4 : end]) != stored:
+            raise _Bad(f"PNG chunk {kind!r} at byte {pos} fails its CRC check (corrupt file)")
+        if kind == b"IEND":
+            return
+        pos = end + 4
+    raise _Bad("PNG file ends before its IEND chunk (truncated)")
+
+
+def probe_image(path: str, policy: DecodePolicy) -> Probe:
+    """Check that ``path`` decodes, and report its oriented size and stored mode.
+
+    Never raises for a bad file: the problem is returned in :attr:`Probe.error`.
+    """
+    try:
+        with _open(path) as im:
+            frames = int(getattr(im, "n_frames", 1))
+            stored = target_format(im.mode, policy.mode)
+            width, height = im.size  # before draft() shrinks it
+            if im.format == "PNG":
+                _check_png_crcs(path)
+            _load_first_frame(im, draft=True)
+            orientation = im.getexif().get(_ORIENTATION, 1)
+    except _Bad as err:
+        return Probe(error=str(err))
+    except Exception as err:  # Pillow plugins raise many types for malformed files
+        return Probe(error=_reason(err))
+    if orientation in _SWAPS_AXES:
+        width, height = height, width
+    return Probe(height, width, stored, frames)
+
+
+def _reason(err: BaseException) -> str:
+    text = str(err) or type(err).__name__
+    return f"cannot decode ({type(err).__name__}: {text})"
+
+
+def _convert(im: Image.Image, stored: str) -> Image.Image:
+    if stored == "I;16":
+        if im.mode == "I":
+            arr = np.asarray(im)
+            if arr.size and (arr.min() < 0 or arr.max() > 0xFFFF):
+                raise _Bad(
+                    f"32-bit integer image has values in [{arr.min()}, {arr.max()}], outside "
+                    "the uint16 range it would be stored in (chunkio never clips)"
+                )
+            return Image.fromarray(arr.astype(np.uint16))
+        return im if im.mode == "I;16" else Image.fromarray(np.asarray(im).astype(np.uint16))
+    if im.mode == stored:
+        return im
+    if im.mode in ("P", "PA") and stored != "RGBA":
+        im = im.convert("RGBA")  # Pillow's P->RGB path warns about byte transparency
+    return im.convert(stored)
+
+
+def _resize(
+    im: Image.Image, size: tuple[int, int], how: ResizeMode
+) -> tuple[Image.Image, tuple[int, int] | None]:
+    """Resize to ``size`` by policy; return the image and, for ``"pad"``, its top-left corner."""
+    th, tw = size
+    w, h = im.size
+    if (h, w) == (th, tw):
+        return im, None
+    bilinear = Image.Resampling.BILINEAR
+    if how == "stretch":
+        return im.resize((tw, th), bilinear), None
+    if how == "shorter-crop":
+        scale = max(th / h, tw / w)
+        rw, rh = max(tw, round(w * scale)), max(th, round(h * scale))
+        left, top = (rw - tw) // 2, (rh - th) // 2
+        return im.resize((rw, rh), bilinear).crop((left, top, left + tw, top + th)), None
+    scale = min(th / h, tw / w)
+    rw, rh = max(1, min(tw, round(w * scale))), max(1, min(th, round(h * scale)))
+    return im.resize((rw, rh), bilinear), ((th - rh) // 2, (tw - rw) // 2)
+
+
+def load_image(path: str, policy: DecodePolicy, *, stored: str) -> npt.NDArray[Any]:
+    """Decode ``path`` by ``policy`` into a ``(C, H, W)`` uint8/uint16 array.
+
+    ``stored`` is the mode from the checking pass (:attr:`Probe.stored_mode`).
+
+    Raises
+    ------
+    SourceError
+        The file cannot be decoded; the message names it and says why.
+    """
+    try:
+        with _open(path) as im:
+            _load_first_frame(im, draft=False)
+            ImageOps.exif_transpose(im, in_place=True)
+            out = _convert(im, stored)
+            pad = None
+            if policy.size is not None:
+                out, pad = _resize(out, policy.size, policy.resize)
+            arr = np.asarray(out)
+    except _Bad as err:
+        raise SourceError(f"{path}: {err}") from err
+    except Exception as err:
+        raise SourceError(f"{path}: {_reason(err)}") from err
+    arr = arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1)
+    if arr.dtype.byteorder == ">":
+        arr = arr.astype(arr.dtype.newbyteorder("<"))
+    if pad is None or policy.size is None:
+        return arr
+    canvas = np.zeros((arr.shape[0], *policy.size), dtype=arr.dtype)
+    top, left = pad
+    canvas[:, top : top + arr.shape[1], left : left + arr.shape[2]] = arr
+    return canvas

@@ -1,0 +1,319 @@
+"""Look inside a chunkio dataset: :func:`info` describes it, :func:`verify` reads all of it.
+
+``verify`` is the check to run after copying a dataset or when a training job reports a bad
+chunk: it decodes every chunk of every array through the same backend reader training uses
+(so checksums are checked: crc32c in Zarr, fletcher32 in HDF5), one chunk at a time (memory is
+one chunk), and lists every problem instead of stopping at the first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .backends import ArrayInfo, Reader, detect_format, open_reader
+from .errors import ChunkReadError, FormatError
+from .grid import SampleGrid
+from .layout import COMPLETE_KEY, DatasetLayout, FieldInfo, check_arrays
+
+__all__ = ["Problem", "VerifyReport", "info", "verify"]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a dataset: where (array, chunk) and what."""
+
+    message: str
+    array: str | None = None
+    chunk: int | None = None
+
+    def __str__(self) -> str:
+        where = "" if self.array is None else f"array {self.array!r}"
+        if self.chunk is not None:
+            where += f", chunk {self.chunk}"
+        return f"{where}: {self.message}" if where else self.message
+
+
+@dataclass
+class VerifyReport:
+    """The outcome of :func:`verify`: ``ok`` when no problem was found."""
+
+    path: str
+    arrays: int = 0
+    chunks: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def __str__(self) -> str:
+        head = f"{self.path}: {self.arrays} arrays, {self.chunks} chunks read"
+        if self.ok:
+            return f"{head}: OK"
+        lines = [f"{head}: {len(self.problems)} problem(s)"]
+        lines += [f"  - {p}" for p in self.problems]
+        return "\n".join(lines)
+
+
+def _open(path: Any) -> tuple[Reader, dict[str, Any]]:
+    reader = open_reader(path)
+    try:
+        return reader, reader.attrs()
+    except Exception:
+        reader.close()
+        raise
+
+
+def _codec_names(info: ArrayInfo) -> list[str]:
+    """Readable codec names: Zarr codecs are stored as JSON, HDF5 filters as names."""
+    names = []
+    for codec in info.codecs:
+        try:
+            spec = json.loads(codec)
+        except ValueError:
+            names.append(codec)
+            continue
+        conf = spec.get("configuration") or {}
+        level = conf.get("level", conf.get("clevel"))
+        names.append(spec["name"] + ("" if level is None else f"({level})"))
+    return names
+
+
+def _size_on_disk(path: Any) -> int | None:
+    if not isinstance(path, (str, os.PathLike)) or "://" in os.fspath(path):
+        return None
+    text = os.fspath(path)
+    if os.path.isfile(text):
+        return os.path.getsize(text)
+    total = 0
+    for folder, _, files in os.walk(text):
+        total += sum(os.lstat(os.path.join(folder, f)).st_size for f in files)
+    return total
+
+
+def info(path: Any) -> dict[str, Any]:
+    """Describe the dataset at ``path`` as a JSON-ready dict.
+
+    Keys: ``path``, ``format``, ``complete``, ``num_samples``, ``samples_per_chunk``,
+    ``num_chunks``, ``class_names``, ``fields`` (name -> dtype, sample shape, kind),
+    ``arrays`` (name -> shape, dtype, chunks, codecs, checksum, bytes, stored bytes),
+    ``nbytes`` (decoded), ``stored_nbytes`` (chunk bytes), ``compression_ratio``,
+    ``size_on_disk`` (every file, metadata included; ``None`` when not local) and ``extra``.
+    An incomplete dataset is described too (``complete`` is false).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from chunkio import write_arrays
+    >>> _ = write_arrays("memory://info-doc", {"x": np.zeros((8, 4), "u1")}, samples_per_chunk=4)
+    >>> d = info("memory://info-doc")
+    >>> d["num_samples"], d["num_chunks"], d["arrays"]["x"]["chunks"], d["complete"]
+    (8, 2, [4, 4], True)
+    """
+    reader, attrs = _open(path)
+    try:
+        layout = DatasetLayout.from_attrs(attrs, where=reader.location, require_complete=False)
+        arrays: dict[str, Any] = {}
+        for name in reader.array_names():
+            a = reader.array_info(name)
+            codecs = _codec_names(a)
+            arrays[name] = {
+                "shape": list(a.shape),
+                "dtype": str(a.dtype),
+                "chunks": list(a.chunks),
+                "codecs": codecs,
+                "checksum": any(c.startswith(("crc32c", "fletcher32")) for c in codecs),
+                "nbytes": a.nbytes,
+                "stored_nbytes": a.stored_nbytes,
+            }
+        nbytes = sum(a["nbytes"] for a in arrays.values())
+        stored = sum(a["stored_nbytes"] or 0 for a in arrays.values())
+        return {
+            "path": reader.location,
+            "format": detect_format(path),
+            "complete": attrs.get(COMPLETE_KEY) is True,
+            "num_samples": layout.num_samples,
+            "samples_per_chunk": layout.samples_per_chunk,
+            "num_chunks": SampleGrid(layout.num_samples, layout.samples_per_chunk).num_chunks,
+            "class_names": None if layout.class_names is None else list(layout.class_names),
+            "fields": {f.name: f.to_json() for f in layout.fields},
+            "arrays": arrays,
+            "nbytes": nbytes,
+            "stored_nbytes": stored,
+            "compression_ratio": round(nbytes / stored, 3) if stored else None,
+            "size_on_disk": _size_on_disk(path),
+            "extra": dict(layout.extra),
+        }
+    finally:
+        reader.close()
+
+
+def verify(path: Any, *, on_chunk: Callable[[], None] | None = None) -> VerifyReport:
+    """Read every chunk of every array of the dataset at ``path`` and report all problems.
+
+    Checks, in order: the format attributes parse; the completion marker is set; every
+    declared array exists with the declared shape, dtype and chunking; every chunk is present
+    (a missing chunk would otherwise read back as zeros) and decodes (checksums included);
+    ragged offsets and shapes agree with each other and with the values; labels lie within
+    the class names.
+
+    Parameters
+    ----------
+    path
+        The dataset (a ``.zarr`` directory, an ``.h5`` file, ...).
+    on_chunk
+        Called after each chunk is read (for a progress bar).
+
+    Returns
+    -------
+    VerifyReport
+        ``report.ok`` is true when nothing is wrong; ``report.problems`` lists the rest.
+
+    Raises
+    ------
+    DatasetNotFoundError
+        Nothing exists at ``path``.
+    """
+    reader, attrs = _open(path)
+    report = VerifyReport(reader.location)
+    try:
+        try:
+            layout = DatasetLayout.from_attrs(attrs, where=reader.location, require_complete=False)
+        except FormatError as err:
+            report.problems.append(Problem(str(err)))
+            return report
+        if attrs.get(COMPLETE_KEY) is not True:
+            report.problems.append(
+                Problem(f"no {COMPLETE_KEY!r} marker: the conversion did not finish")
+            )
+        present = set(reader.array_names())
+        for f in layout.fields:
+            _verify_field(reader, layout, f, present, report, on_chunk)
+    finally:
+        reader.close()
+    return report
+
+
+def _verify_field(
+    reader: Reader,
+    layout: DatasetLayout,
+    f: FieldInfo,
+    present: set[str],
+    report: VerifyReport,
+    on_chunk: Callable[[], None] | None,
+) -> None:
+    missing = [name for name in f.array_names() if name not in present]
+    for name in missing:
+        report.problems.append(Problem(f"declared by field {f.name!r} but absent", name))
+    if missing:
+        return
+    try:
+        arrays = {n: _shape_dtype_chunks(reader.array_info(n)) for n in f.array_names()}
+        single = DatasetLayout(layout.num_samples, layout.samples_per_chunk, (f,))
+        check_arrays(single, arrays, where=reader.location)
+    except Exception as err:  # a malformed array: report it, check the other fields
+        report.problems.append(Problem(str(err), f.name))
+        return
+    whole = {name: _read_chunks(reader, name, report, on_chunk) for name in f.array_names()}
+
+    if f.kind == "ragged":
+        _check_ragged(f, whole, int(reader.array_info(f.array_names()[0]).shape[0]), report)
+    elif f.name == "label" and layout.class_names is not None and whole["label"] is not None:
+        _check_labels(whole["label"], len(layout.class_names), report)
+
+
+def _shape_dtype_chunks(a: ArrayInfo) -> tuple[tuple[int, ...], np.dtype[Any], tuple[int, ...]]:
+    return a.shape, a.dtype, a.chunks
+
+
+#: arrays at most this large are kept whole during verify for cross-checks (offsets, labels)
+_KEEP_BYTES = 64 << 20
+
+
+def _read_chunks(
+    reader: Reader,
+    name: str,
+    report: VerifyReport,
+    on_chunk: Callable[[], None] | None,
+) -> np.ndarray[Any, Any] | None:
+    """Read ``name`` chunk by chunk; return it whole when small and sound, else None."""
+    a = reader.array_info(name)
+    report.arrays += 1
+    grid = SampleGrid(int(a.shape[0]), int(a.chunks[0]) if a.chunks else 1)
+    keep = a.nbytes <= _KEEP_BYTES
+    whole = np.empty(a.shape, a.dtype) if keep else None
+    buf = np.empty((grid.samples_per_chunk, *a.shape[1:]), a.dtype)
+    sound = True
+    for chunk in range(grid.num_chunks):
+        start, stop = grid.bounds(chunk)
+        report.chunks += 1
+        try:
+            if not reader.chunk_exists(name, chunk):
+                raise ChunkReadError("missing from the store (would read back as zeros)")
+            reader.read_into(name, [(start, stop)], buf[: stop - start])
+        except ChunkReadError as err:
+            report.problems.append(Problem(str(err), name, chunk))
+            sound = False
+        except Exception as err:  # verify reports whatever a read raises, then goes on
+            report.problems.append(Problem(f"{type(err).__name__}: {err}", name, chunk))
+            sound = False
+        else:
+            if whole is not None:
+                whole[start:stop] = buf[: stop - start]
+        if on_chunk is not None:
+            on_chunk()
+    return whole if sound else None
+
+
+def _check_ragged(
+    f: FieldInfo,
+    whole: dict[str, np.ndarray[Any, Any] | None],
+    values_len: int,
+    report: VerifyReport,
+) -> None:
+    _, offsets_name, shapes_name = f.array_names()
+    offsets, shapes = whole[offsets_name], whole[shapes_name]
+    if offsets is None or shapes is None:
+        return  # unreadable or too large to cross-check; read errors are already listed
+    steps = np.diff(offsets)
+    if (offsets.size and offsets[0] < 0) or np.any(steps < 0):
+        report.problems.append(Problem("offsets do not increase from >= 0", offsets_name))
+        return
+    if offsets.size and offsets[-1] > values_len:
+        report.problems.append(
+            Problem(
+                f"offsets end at {int(offsets[-1])}, past the {values_len} values", offsets_name
+            )
+        )
+    sizes = np.prod(shapes, axis=1) if shapes.ndim == 2 else None
+    if sizes is None or len(sizes) != len(steps):
+        report.problems.append(Problem(f"shape {shapes.shape} does not match offsets", shapes_name))
+        return
+    bad = np.flatnonzero(sizes != steps)
+    if bad.size:
+        i = int(bad[0])
+        report.problems.append(
+            Problem(
+                f"{bad.size} sample(s) whose shape disagrees with the offsets; first: sample "
+                f"{i}, shape {shapes[i].tolist()} but {int(steps[i])} values",
+                shapes_name,
+            )
+        )
+
+
+def _check_labels(labels: np.ndarray[Any, Any], num_classes: int, report: VerifyReport) -> None:
+    bad = np.flatnonzero((labels < 0) | (labels >= num_classes))
+    if bad.size:
+        report.problems.append(
+            Problem(
+                f"{bad.size} label(s) outside [0, {num_classes}) for {num_classes} class names; "
+                f"first at sample {int(bad[0])}: {labels[bad[0]]}",
+                "label",
+            )
+        )
