@@ -267,8 +267,10 @@ class ZarrWriter:
                 self._group.store,
                 path=f"{self._group.path}/{name}".strip("/"),
                 mode="r+",
-                config={"write_empty_chunks": True},
             )
+            # open_array ignores `config` for an existing array (zarr 3.1): without this, a
+            # worker's writer would silently skip all-zero chunks, which then read as missing.
+            arr = arr.with_config({"write_empty_chunks": True})
             self._arrays[name] = arr
         return arr
 
