@@ -1,0 +1,272 @@
+"""Shuffled-epoch throughput of every way to load the same images, and the limits around them.
+
+:func:`prepare` makes natural-image JPEGs in class folders and converts them to Zarr and HDF5
+(``chunkio.convert_images`` when available, else decode + ``write_arrays``).
+:func:`loader_rows` measures samples/s of chunkio's loaders and of the per-sample Datasets users
+write today; :func:`limit_rows` the ceilings on the same batches (in-process NumPy gather, the
+in-memory batched reader through a standard DataLoader, single-core decode rate x cores);
+:func:`amplification` read amplification and shuffle quality. ``benchmarks.run`` puts them side
+by side.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+from torch.utils.data import DataLoader
+
+import chunkio
+from benchmarks.baselines import (
+    ImageFolderDataset,
+    InMemoryBatchDataset,
+    NaiveH5Dataset,
+    NaiveZarrDataset,
+)
+from benchmarks.data import make_jpeg_folder
+from chunkio.sampling import describe_sampler
+
+__all__ = ["BenchData", "amplification", "cores", "limit_rows", "loader_rows", "prepare"]
+
+FIELDS = ["image", "label"]
+
+
+def cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class BenchData:
+    """The benchmark dataset in every form: JPEG folder, Zarr, HDF5 and decoded arrays."""
+
+    jpegs: Path
+    zarr: str
+    hdf5: str
+    images: np.ndarray
+    labels: np.ndarray
+    convert_s: dict[str, float]
+    converter: str
+
+
+def _convert_images() -> Callable[..., Any] | None:
+    convert = getattr(chunkio, "convert_images", None)
+    if convert is None:
+        try:
+            from chunkio.convert.images import convert_images as convert
+        except ImportError:
+            return None
+    return convert
+
+
+def _decode_folder(folder: Path) -> tuple[np.ndarray, np.ndarray]:
+    classes = sorted(p.name for p in folder.iterdir() if p.is_dir())
+    files = [(f, k) for k, c in enumerate(classes) for f in sorted((folder / c).glob("*.jpg"))]
+    images = np.stack(
+        [np.asarray(Image.open(f).convert("RGB")).transpose(2, 0, 1) for f, _ in files]
+    )
+    return images, np.array([k for _, k in files], dtype=np.int64)
+
+
+def prepare(root: str | Path, *, n_images: int, workers: int) -> BenchData:
+    """JPEGs under ``root/jpeg`` converted to ``root/images.zarr`` and ``root/images.h5``."""
+    root = Path(root)
+    jpegs = make_jpeg_folder(root / "jpeg", n_images=n_images)
+    convert = _convert_images()
+    paths = {"zarr": str(root / "images.zarr"), "hdf5": str(root / "images.h5")}
+    seconds: dict[str, float] = {}
+    decoded: tuple[np.ndarray, np.ndarray] | None = None
+    for fmt, dst in paths.items():
+        start = time.perf_counter()
+        if convert is not None:
+            convert(jpegs, dst, workers=max(1, workers), progress=False, overwrite=True)
+        else:
+            decoded = decoded or _decode_folder(jpegs)
+            arrays = {"image": decoded[0], "label": decoded[1]}
+            chunkio.write_arrays(dst, arrays, overwrite=True, workers=max(1, workers))
+        seconds[fmt] = time.perf_counter() - start
+    whole = chunkio.ChunkDataset(paths["zarr"], fields=FIELDS).read_batch(np.arange(n_images))
+    return BenchData(
+        jpegs=jpegs,
+        zarr=paths["zarr"],
+        hdf5=paths["hdf5"],
+        images=whole["image"],
+        labels=whole["label"],
+        convert_s=seconds,
+        converter="convert_images" if convert is not None else "decode + write_arrays",
+    )
+
+
+def _batch_len(batch: Any) -> int:
+    first = batch[0] if isinstance(batch, tuple | list) else batch
+    return len(next(iter(first.values())) if isinstance(first, dict) else first)
+
+
+def timed_rate(batches: Iterable[Any], *, budget_s: float, warmup: bool) -> float:
+    """Samples/s over one pass (or its first ``budget_s`` seconds), after an untimed warm-up
+    pass when ``warmup`` (worker start-up, page cache)."""
+    if warmup:
+        for _ in batches:
+            pass
+    n = 0
+    start = time.perf_counter()
+    for batch in batches:
+        n += _batch_len(batch)
+        if time.perf_counter() - start > budget_s:
+            break
+    return n / (time.perf_counter() - start)
+
+
+def _row(name: str, group: str, workers: int, rate: float, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "group": group, "workers": workers, "samples_per_s": rate, **extra}
+
+
+def _make_loader_rows(
+    data: BenchData, workers: int, batch_size: int, budget_s: float
+) -> Iterator[dict[str, Any]]:
+    for fmt, path in (("zarr", data.zarr), ("hdf5", data.hdf5)):
+        for transport in ("ring", "dataloader"):
+            with chunkio.make_loader(
+                path, batch_size, fields=FIELDS, num_workers=workers, transport=transport
+            ) as loader:
+                rate = timed_rate(loader, budget_s=budget_s, warmup=True)
+                route = loader.transport
+            label = "default" if transport == "ring" else "transport='dataloader'"
+            name = f"chunkio make_loader {fmt} ({label})"
+            yield _row(name, "chunkio", workers, rate, format=fmt, route=route)
+
+
+def _dataloader(ds: Any, batch_size: int, workers: int, **kw: Any) -> DataLoader[Any]:
+    return DataLoader(ds, batch_size=batch_size, shuffle=True, num_workers=workers, **kw)
+
+
+def loader_rows(
+    data: BenchData, *, workers: int, batch_size: int, budget_s: float, naive_budget_s: float
+) -> list[dict[str, Any]]:
+    """Samples/s of each loader with ``workers`` processes (0: in the consuming process)."""
+    rows = list(_make_loader_rows(data, workers, batch_size, budget_s))
+    for fmt, path in (("zarr", data.zarr), ("hdf5", data.hdf5)):
+        ds = chunkio.ChunkDataset(path, fields=FIELDS)
+        dl = _dataloader(ds, batch_size, workers, collate_fn=chunkio.collate)
+        rate = timed_rate(dl, budget_s=naive_budget_s, warmup=False)
+        rows.append(_row(f"DataLoader(ChunkDataset {fmt}, shuffle=True)", "chunkio", workers, rate))
+    naive = (
+        ("naive per-sample h5py Dataset", NaiveH5Dataset(data.hdf5)),
+        ("naive per-sample zarr Dataset", NaiveZarrDataset(data.zarr)),
+        ("Pillow ImageFolder Dataset (JPEG)", ImageFolderDataset(str(data.jpegs))),
+    )
+    for name, naive_ds in naive:
+        rate = timed_rate(
+            _dataloader(naive_ds, batch_size, workers), budget_s=naive_budget_s, warmup=False
+        )
+        rows.append(_row(name, "baseline", workers, rate))
+    return rows
+
+
+def _order(data: BenchData, batch_size: int, workers: int) -> list[list[int]]:
+    sizes = chunkio.ChunkDataset(data.zarr).chunk_sizes()
+    return list(chunkio.ChunkBatchSampler(sizes, batch_size, num_streams=max(1, workers)))
+
+
+def _gather(images: np.ndarray, labels: np.ndarray, order: list[list[int]]) -> Iterator[Any]:
+    buf = np.empty((max(map(len, order)), *images.shape[1:]), images.dtype)
+    for idx in order:
+        index = np.asarray(idx)
+        yield np.take(images, index, axis=0, out=buf[: len(index)]), labels[index]
+
+
+class _Replay:
+    """Re-iterable over a generator factory (``timed_rate`` iterates twice)."""
+
+    def __init__(self, make: Callable[[], Iterator[Any]]) -> None:
+        self._make = make
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._make()
+
+
+def decode_rate(path: str) -> float:
+    """Single-core samples/s of decoding every chunk once (whole chunks, in storage order)."""
+    ds = chunkio.ChunkDataset(path, fields=["image"])
+    ds.read_batch([0])
+    start = time.perf_counter()
+    ds.read_batch(np.arange(len(ds)))
+    return len(ds) / (time.perf_counter() - start)
+
+
+def limit_rows(data: BenchData, *, workers: int, batch_size: int) -> list[dict[str, Any]]:
+    """The ceilings, on the chunk-aware batch order the loaders use."""
+    order = _order(data, batch_size, workers)
+    gather = _Replay(lambda: _gather(data.images, data.labels, order))
+    rows = [
+        _row(
+            "limit: in-process NumPy gather",
+            "limit",
+            0,
+            timed_rate(gather, budget_s=60, warmup=True),
+        )
+    ]
+    dl = DataLoader(
+        InMemoryBatchDataset(data.images, data.labels),
+        batch_sampler=order,
+        num_workers=workers,
+        collate_fn=chunkio.collate,
+        persistent_workers=workers > 0,
+    )
+    rate = timed_rate(dl, budget_s=60, warmup=True)
+    rows.append(_row("limit: in-memory batched reader via DataLoader", "limit", workers, rate))
+    for fmt, path in (("zarr", data.zarr), ("hdf5", data.hdf5)):
+        one = decode_rate(path)
+        rows.append(
+            _row(
+                f"limit: {fmt} decode rate x {cores()} cores",
+                "limit",
+                workers,
+                one * cores(),
+                per_core=one,
+            )
+        )
+    return rows
+
+
+def amplification(
+    data: BenchData, *, workers: int, batch_size: int, windows: Iterable[int]
+) -> dict[str, Any]:
+    """Read amplification (decoded / delivered) measured in-process and modelled per stream,
+    and shuffle quality for a few windows."""
+    out: dict[str, Any] = {}
+    for fmt, path in (("zarr", data.zarr), ("hdf5", data.hdf5)):
+        # make_loader's order and chunk cache (window + 1 chunks), read in this process; the
+        # image field only and never preloaded, so decoded rows / delivered rows = bytes / bytes
+        probe = chunkio.ChunkDataset(path, fields=["image"])
+        sampler = chunkio.ChunkBatchSampler(probe.chunk_sizes(), batch_size)
+        cache = (sampler.window + 1) * probe.chunk_nbytes()
+        ds = chunkio.ChunkDataset(path, fields=["image"], cache_bytes=cache, preload_bytes=0)
+        for batch in sampler:
+            ds.read_batch(batch)
+        stats = ds.read_stats()
+        out[f"in_process_{fmt}"] = stats.rows_decoded / max(stats.samples, 1)
+        ds.close()
+    sizes = chunkio.ChunkDataset(data.zarr).chunk_sizes()
+    streams = max(1, workers)
+    sampler = chunkio.ChunkBatchSampler(sizes, batch_size, num_streams=streams)
+    batches = list(sampler)
+    out["streams"] = streams
+    out["default_window"] = sampler.window
+    out["samples_per_chunk"] = int(sizes[0])
+    out["modelled_streams"] = chunkio.read_amplification(
+        batches, sizes, cache_chunks=sampler.window + 1, num_streams=streams
+    )
+    out["windows"] = [
+        {
+            "window": w,
+            **describe_sampler(sizes, batch_size, w, cache_chunks=w + 1, num_streams=streams),
+        }
+        for w in sorted(set(windows) | {sampler.window})
+    ]
+    return out

@@ -1,0 +1,194 @@
+"""Render the suite's results: markdown table, JSON and a log-scale bar chart.
+
+:func:`write_report` writes ``latest.md``, ``latest.json`` and ``latest.png`` into the results
+folder and returns the markdown (``benchmarks.run`` prints it).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["markdown", "plot", "write_report"]
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+    return str(value)
+
+
+def _table(header: Iterable[str], rows: Iterable[Iterable[Any]]) -> list[str]:
+    head = list(header)
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in rows]
+    return [*lines, ""]
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:,.1f} MiB"
+
+
+def _throughput(results: Mapping[str, Any]) -> list[str]:
+    s = results["settings"]
+    workers = sorted({r["workers"] for r in results["rows"]})
+    names = list(dict.fromkeys(r["name"] for r in results["rows"]))
+    rate = {(r["name"], r["workers"]): r["samples_per_s"] for r in results["rows"]}
+    naive = {w: rate.get(("naive per-sample h5py Dataset", w)) for w in workers}
+    n = s["workers"]
+    header = ["loader", *(f"{w} workers" for w in workers), f"x naive h5py ({n} workers)"]
+    rows = []
+    for name in names:
+        cells = [rate.get((name, w), "") for w in workers]
+        here = rate.get((name, n)) or rate.get((name, 0))
+        ratio = f"{here / naive[n]:,.1f}x" if here and naive.get(n) else ""
+        rows.append([name, *cells, ratio])
+    title = (
+        f"## Shuffled epoch, samples/s ({s['n_images']} images {s['sample_shape']}, "
+        f"batch {s['batch_size']}; naive loaders over {s['naive_budget_s']:g} s)"
+    )
+    note = (
+        "Limits: NumPy gather and decode rate are single-process figures; decode x cores is "
+        "the ceiling for any reader that decodes these chunks."
+    )
+    return [title, "", *_table(header, rows), note, ""]
+
+
+def _checks(results: Mapping[str, Any]) -> list[str]:
+    rows = [
+        [c["target"], c["measured"], c["required"], "PASS" if c["passed"] else "FAIL"]
+        for c in results["checks"]
+    ]
+    return ["## Targets (issue 6)", "", *_table(["target", "measured", "required", ""], rows)]
+
+
+def _amplification(amp: Mapping[str, Any]) -> list[str]:
+    lines = [
+        "## Read amplification and shuffle quality",
+        "",
+        f"Bytes decoded per byte delivered, in-process through make_loader's reader: "
+        f"zarr {amp['in_process_zarr']:.3f}, hdf5 {amp['in_process_hdf5']:.3f}. "
+        f"Modelled for {amp['streams']} worker streams (cache = window + 1 chunks): "
+        f"{amp['modelled_streams']:.3f}. {amp['samples_per_chunk']} samples per chunk, "
+        f"default window {amp['default_window']}.",
+        "",
+    ]
+    header = ["window", "chunks/batch", "amplification (cached)", "chunk diversity", "displacement"]
+    rows = [
+        [
+            w["window"],
+            w["chunks_per_batch"],
+            w["read_amplification_cached"],
+            w["chunk_diversity"],
+            w["displacement"],
+        ]
+        for w in amp["windows"]
+    ]
+    return lines + _table(header, rows)
+
+
+def _memory(mem: Mapping[str, Any]) -> list[str]:
+    if "skipped" in mem:
+        return ["## Worker memory", "", f"Skipped: {mem['skipped']}", ""]
+    rows = [
+        [
+            w["pid"],
+            _mib(w["peak_rss"]),
+            _mib(w["peak_uss"]),
+            _mib(w["rss_growth"]),
+            _mib(w["uss_growth"]),
+        ]
+        for w in mem["workers"]
+    ]
+    title = f"## Worker memory over {mem['epochs']} epochs ({mem['transport']}, persistent workers)"
+    header = ["worker pid", "peak RSS", "peak USS", "RSS growth", "USS growth"]
+    return [title, "", *_table(header, rows)]
+
+
+def _flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    if isinstance(value, Mapping):
+        out = []
+        for k, v in value.items():
+            out += _flatten(v, f"{prefix}.{k}" if prefix else str(k))
+        return out
+    if isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
+        return [pair for i, v in enumerate(value) for pair in _flatten(v, f"{prefix}[{i}]")]
+    return [(prefix, value)]
+
+
+def _section(title: str, value: Any) -> list[str]:
+    if isinstance(value, Mapping) and "skipped" in value:
+        return [f"## {title}", "", f"Skipped: {value['skipped']}", ""]
+    return [f"## {title}", "", *_table(["key", "value"], _flatten(value))]
+
+
+def markdown(results: Mapping[str, Any]) -> str:
+    m = results["machine"]
+    lines = [
+        "# chunkio benchmark (`make bench`)",
+        "",
+        f"Machine: {m['platform']}; {m['cpu']}; {m['cores']} cores available; "
+        f"{m['memory_gib']:.1f} GiB RAM; Python {m['python']}, torch {m['torch']}. "
+        "Shared and noisy: read the ratios, not the absolute figures.",
+        f"Run: {'quick' if results['settings']['quick'] else 'full'}, "
+        f"{results['elapsed_s']:.0f} s; conversion by {results['prepare']['converter']}.",
+        "",
+        *_checks(results),
+        *_throughput(results),
+        *_amplification(results["amplification"]),
+        *_memory(results["memory"]),
+    ]
+    for key, title in (
+        ("convert", "Conversion (bench_convert)"),
+        ("transport", "Transport (bench_transport)"),
+        ("patches", "Patches (bench_patches)"),
+        ("codecs", "Codecs and chunk sizes (bench_codecs)"),
+    ):
+        if key in results:
+            lines += _section(title, results[key])
+    return "\n".join(lines)
+
+
+def plot(results: Mapping[str, Any], path: Path) -> None:
+    """Horizontal bars of samples/s per loader and worker count, log axis."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on benchmark machines
+    import matplotlib.pyplot as plt
+
+    rows = results["rows"]
+    names = list(dict.fromkeys(r["name"] for r in rows))
+    workers = sorted({r["workers"] for r in rows})
+    rate = {(r["name"], r["workers"]): r["samples_per_s"] for r in rows}
+    fig, ax = plt.subplots(figsize=(10, 0.45 * len(names) + 1.5))
+    height = 0.8 / len(workers)
+    for j, w in enumerate(workers):
+        ys = [i + j * height for i, n in enumerate(names) if (n, w) in rate]
+        xs = [rate[(n, w)] for n in names if (n, w) in rate]
+        ax.barh(ys, xs, height=height, label=f"{w} workers")
+    ax.set_yticks([i + 0.4 - height / 2 for i in range(len(names))], names, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("samples/s (shuffled epoch, log scale)")
+    ax.set_title(f"chunkio benchmark - {results['machine']['cores']} cores")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_report(results: Mapping[str, Any], out_dir: str | Path = RESULTS) -> str:
+    """Write ``latest.{md,json,png}`` into ``out_dir``; return the markdown."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    text = markdown(results)
+    (out / "latest.md").write_text(text + "\n")
+    (out / "latest.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    plot(results, out / "latest.png")
+    return text

@@ -1,0 +1,230 @@
+"""`make bench`: every loader side by side on one realistic dataset, as ratios, in one run.
+
+Builds natural-image JPEGs (3x96x96, class folders), converts them to Zarr and HDF5, then
+measures shuffled-epoch samples/s of chunkio and of the per-sample Datasets users write today
+(0 and N workers), the limits on the same batches, read amplification and shuffle quality,
+worker memory over many epochs, and - when their modules are present - conversion, transport,
+patch and codec benchmarks. Writes ``benchmarks/results/latest.{md,json,png}`` and prints
+the table, with the issue's targets as checks.
+
+    python -m benchmarks.run [--quick] [--workers N] [--epochs 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import torch
+
+from benchmarks import bench_loaders, bench_memory
+from benchmarks.report import RESULTS, write_report
+
+__all__ = ["checks", "machine", "main", "run"]
+
+WINDOWS = (1, 2, 4, 8, 16)
+
+
+def machine() -> dict[str, Any]:
+    """What the figures were measured on (the machine is shared: name it)."""
+    cpu = platform.processor() or "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {
+        "platform": platform.platform(),
+        "cpu": cpu,
+        "cores": bench_loaders.cores(),
+        "cpu_count": psutil.cpu_count(),
+        "memory_gib": psutil.virtual_memory().total / 2**30,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+    }
+
+
+def _optional(module: str, quick: bool, **kwargs: Any) -> dict[str, Any]:
+    """Run ``benchmarks.<module>.run`` with the keyword arguments it accepts, or say why not."""
+    try:
+        mod = importlib.import_module(f"benchmarks.{module}")
+    except ImportError as err:
+        return {"skipped": f"benchmarks/{module}.py not available ({err})"}
+    params = inspect.signature(mod.run).parameters
+    accepted = {k: v for k, v in {**kwargs, "quick": quick}.items() if k in params}
+    try:
+        result: dict[str, Any] = mod.run(**accepted)
+    except Exception as err:  # another module's failure must not lose the rest of the run
+        return {"skipped": f"benchmarks/{module}.py failed: {type(err).__name__}: {err}"}
+    return result
+
+
+def _rate(rows: list[dict[str, Any]], name: str, workers: int) -> float:
+    return next(r["samples_per_s"] for r in rows if r["name"] == name and r["workers"] == workers)
+
+
+def _check(
+    target: str, measured: float, required: float, *, at_most: bool = False
+) -> dict[str, Any]:
+    passed = measured <= required if at_most else measured >= required
+    return {"target": target, "measured": measured, "required": required, "passed": passed}
+
+
+def checks(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The issue's targets, on the N-worker figures."""
+    rows, n = results["rows"], results["settings"]["workers"]
+    gather = _rate(rows, "limit: in-process NumPy gather", 0)
+    in_memory = _rate(rows, "limit: in-memory batched reader via DataLoader", n)
+    naive = _rate(rows, "naive per-sample h5py Dataset", n)
+    cores = results["machine"]["cores"]
+    out = []
+    for fmt in ("zarr", "hdf5"):
+        ours = _rate(rows, f"chunkio make_loader {fmt} (default)", n)
+        decode = _rate(rows, f"limit: {fmt} decode rate x {cores} cores", n)
+        limit = min(gather, decode)
+        out += [
+            _check(f"{fmt} make_loader / min(gather, decode x cores)", ours / limit, 0.7),
+            _check(f"{fmt} make_loader / in-memory reader via DataLoader", ours / in_memory, 2.0),
+            _check(f"{fmt} make_loader / naive per-sample h5py", ours / naive, 30.0),
+        ]
+    amp = results["amplification"]
+    worst = max(amp["modelled_streams"], amp["in_process_zarr"], amp["in_process_hdf5"])
+    out.append(
+        _check("read amplification (worst of in-process, N streams)", worst, 1.1, at_most=True)
+    )
+    mem = results["memory"]
+    if "skipped" not in mem:
+        growth = max(w["uss_growth"] for w in mem["workers"]) / 2**20
+        tol = mem["tolerance_bytes"] / 2**20
+        label = f"worker USS growth over {mem['epochs']} epochs, MiB (flat)"
+        out.append(_check(label, growth, tol, at_most=True) | {"passed": bool(mem["flat"])})
+    return out
+
+
+def run(
+    *,
+    root: str | Path,
+    quick: bool,
+    n_images: int,
+    workers: int,
+    batch_size: int,
+    budget_s: float,
+    epochs: int,
+    codecs: bool,
+    optional: bool = True,
+) -> dict[str, Any]:
+    """Every measurement of the suite, as one JSON-serialisable dict.
+
+    ``optional=False`` leaves out the other modules' benchmarks (conversion, transport,
+    patches, codecs): the smoke test uses it.
+    """
+    start = time.perf_counter()
+    data = bench_loaders.prepare(root, n_images=n_images, workers=workers)
+    rows: list[dict[str, Any]] = []
+    for w in sorted({0, workers}):
+        rows += bench_loaders.loader_rows(
+            data, workers=w, batch_size=batch_size, budget_s=120, naive_budget_s=budget_s
+        )
+        print(f"  loaders with {w} workers measured", file=sys.stderr)
+    rows += bench_loaders.limit_rows(data, workers=workers, batch_size=batch_size)
+    amp = bench_loaders.amplification(data, workers=workers, batch_size=batch_size, windows=WINDOWS)
+    memory = (
+        bench_memory.run(data.zarr, epochs=epochs, num_workers=workers, batch_size=batch_size)
+        if workers > 0
+        else {"skipped": "needs at least one worker"}
+    )
+    results: dict[str, Any] = {
+        "machine": machine(),
+        "settings": {
+            "quick": quick,
+            "n_images": n_images,
+            "sample_shape": list(data.images.shape[1:]),
+            "batch_size": batch_size,
+            "workers": workers,
+            "naive_budget_s": budget_s,
+            "memory_epochs": epochs,
+        },
+        "prepare": {"converter": data.converter, "convert_s": data.convert_s},
+        "rows": rows,
+        "amplification": amp,
+        "memory": memory,
+    }
+    if optional:
+        _run_optional(
+            results,
+            root=root,
+            quick=quick,
+            n_images=n_images,
+            workers=workers,
+            batch_size=batch_size,
+            codecs=codecs,
+        )
+    results["elapsed_s"] = time.perf_counter() - start
+    results["checks"] = checks(results)
+    return results
+
+
+def _run_optional(
+    results: dict[str, Any],
+    *,
+    root: str | Path,
+    quick: bool,
+    n_images: int,
+    workers: int,
+    batch_size: int,
+    codecs: bool,
+) -> None:
+    print("  core measurements done; other modules' benchmarks next", file=sys.stderr)
+    small = max(256, n_images // 4) if quick else n_images
+    results["convert"] = _optional("bench_convert", quick, n_images=small, workers=workers)
+    results["transport"] = _optional(
+        "bench_transport",
+        quick,
+        root=root,
+        num_samples=small,
+        batch_size=batch_size,
+        num_workers=workers,
+        epochs=1 if quick else 2,
+    )
+    results["patches"] = _optional("bench_patches", quick, root=root)
+    if codecs:
+        results["codecs"] = _optional(
+            "bench_codecs", quick, n_images=min(n_images, 2048), root=str(Path(root) / "codecs")
+        )
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="small dataset, short budgets, 3 epochs")
+    p.add_argument("--root", default="bench-data", help="working folder (default bench-data)")
+    p.add_argument("--out", default=str(RESULTS), help="results folder")
+    p.add_argument("--images", type=int, help="JPEGs to make (default 8192; quick 2048)")
+    p.add_argument("--workers", type=int, default=min(2, bench_loaders.cores()))
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--budget", type=float, help="seconds per naive loader (10; quick 3)")
+    p.add_argument("--epochs", type=int, help="memory soak epochs (20; quick 3)")
+    p.add_argument("--no-codecs", action="store_true", help="skip the codec sweep")
+    args = p.parse_args(argv)
+    quick = bool(args.quick)
+    results = run(
+        root=args.root,
+        quick=quick,
+        n_images=args.images or (2048 if quick else 8192),
+        workers=args.workers,
+        batch_size=args.batch_size,
+        budget_s=args.budget or (3.0 if quick else 10.0),
+        epochs=args.epochs or (3 if quick else 20),
+        codecs=not (quick or args.no_codecs),
+    )
+    print(write_report(results, args.out))
+
+
+if __name__ == "__main__":
+    main()
