@@ -1,0 +1,22 @@
+"""The conversion pipeline: sources -> chunk-aligned blocks -> a chunkio dataset.
+
+:func:`write_arrays` writes in-memory or lazy arrays; :func:`run_conversion` drives any
+:class:`BlockSource`. Local destinations are written atomically (built in a staging sibling,
+renamed into place when complete), resumably (a rerun skips finished blocks) and exclusively
+(a second converter fails fast); see :mod:`chunkio.convert.staging`.
+"""
+
+from __future__ import annotations
+
+from .arrays import write_arrays
+from .chunking import DEFAULT_CHUNK_BYTES, choose_samples_per_chunk
+from .pipeline import BlockSource, ConversionResult, run_conversion
+
+__all__ = [
+    "DEFAULT_CHUNK_BYTES",
+    "BlockSource",
+    "ConversionResult",
+    "choose_samples_per_chunk",
+    "run_conversion",
+    "write_arrays",
+]

@@ -1,0 +1,240 @@
+"""``write_arrays``: NumPy, dask, h5py or zarr arrays -> a chunkio dataset, in one call."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..backends import Compression, Format
+from ..errors import SourceError
+from ..layout import FieldInfo
+from ..names import validate_field_name
+from .chunking import DEFAULT_CHUNK_BYTES, choose_samples_per_chunk
+from .pipeline import ConversionResult, run_conversion
+
+__all__ = ["ArraySource", "write_arrays"]
+
+
+class _H5Array:
+    """An h5py dataset by file name and path: picklable, reopened lazily in each process."""
+
+    def __init__(self, dataset: Any) -> None:
+        self.filename = os.path.abspath(dataset.file.filename)
+        self.name = str(dataset.name)
+        self.shape = tuple(dataset.shape)
+        self.dtype = np.dtype(dataset.dtype)
+        self._dataset: Any = dataset  # the caller's handle, used while it stays open
+
+    def __getstate__(self) -> dict[str, Any]:
+        # h5py handles cannot cross processes; the worker opens the file itself.
+        return {**self.__dict__, "_dataset": None}
+
+    def __getitem__(self, key: slice) -> npt.NDArray[Any]:
+        if self._dataset is None or not self._dataset.id.valid:
+            import h5py
+
+            self._dataset = h5py.File(self.filename, "r")[self.name]
+        return np.asarray(self._dataset[key])
+
+    def fingerprint(self) -> str:
+        st = os.stat(self.filename)
+        return f"h5py:{self.filename}:{self.name}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def _normalise(name: str, value: Any) -> Any:
+    """One of: numpy array, dask array, zarr array, :class:`_H5Array`."""
+    from dask.base import is_dask_collection
+
+    if is_dask_collection(value):
+        return value
+    module = type(value).__module__
+    if module.startswith("h5py"):
+        import h5py
+
+        if isinstance(value, h5py.Dataset):
+            return _H5Array(value)
+    if module.startswith("zarr"):
+        import zarr
+
+        if isinstance(value, zarr.Array):
+            return value
+    try:
+        return np.asarray(value)
+    except Exception as err:
+        raise SourceError(f"field {name!r}: cannot use {type(value).__name__} as an array") from err
+
+
+def _fingerprint(arr: Any) -> str:
+    if isinstance(arr, _H5Array):
+        return arr.fingerprint()
+    if type(arr).__module__.startswith("zarr"):
+        # Content is not hashed (it may be huge and remote): resume assumes it is unchanged.
+        return f"zarr:{arr.store}:{arr.path}:{arr.metadata.to_dict()}"
+    from dask.base import tokenize
+
+    # numpy: a hash of the content; dask: the graph's deterministic name.
+    return f"{type(arr).__name__}:{tokenize(arr)}"
+
+
+class ArraySource:
+    """A :class:`~chunkio.convert.BlockSource` over named arrays sharing axis 0.
+
+    NumPy arrays (and anything :func:`numpy.asarray` accepts), dask arrays (computed one block
+    at a time, never whole), h5py datasets (reopened by file name in worker processes) and
+    zarr arrays. Validates names, dimensions, dtypes and lengths up front.
+    """
+
+    def __init__(self, arrays: Mapping[str, Any]) -> None:
+        if not isinstance(arrays, Mapping):
+            raise TypeError(
+                f"arrays must be a mapping of field name -> array; got {type(arrays).__name__}"
+            )
+        if not arrays:
+            raise SourceError("write_arrays needs at least one field; got an empty mapping")
+        self._arrays: dict[str, Any] = {}
+        fields = []
+        lengths: dict[str, int] = {}
+        for name, value in arrays.items():
+            validate_field_name(name, where="write_arrays")
+            arr = _normalise(name, value)
+            shape = tuple(arr.shape)
+            if not shape:
+                raise SourceError(
+                    f"field {name!r}: a 0-d array has no sample axis; got shape (); "
+                    "give it a leading axis of samples"
+                )
+            if any(not isinstance(s, (int, np.integer)) or s != s for s in shape):
+                raise SourceError(
+                    f"field {name!r}: unknown shape {shape}; for dask arrays call "
+                    "compute_chunk_sizes() first"
+                )
+            dtype = np.dtype(arr.dtype)
+            if dtype.kind not in "biufc":
+                raise SourceError(
+                    f"field {name!r}: dtype {dtype} cannot be stored; chunkio stores bool, "
+                    "integer, float and complex arrays (convert object or string data first)"
+                )
+            lengths[name] = int(shape[0])
+            fields.append(FieldInfo(name, dtype, tuple(int(s) for s in shape[1:])))
+            self._arrays[name] = arr
+        if len(set(lengths.values())) > 1:
+            raise SourceError(
+                f"all fields must hold the same number of samples (axis 0); got {lengths}"
+            )
+        self.num_samples = next(iter(lengths.values()))
+        self.fields: tuple[FieldInfo, ...] = tuple(fields)
+
+    def fingerprint(self) -> str:
+        text = "|".join(f"{n}={_fingerprint(a)}" for n, a in self._arrays.items())
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def read_block(self, start: int, stop: int) -> dict[str, npt.NDArray[Any]]:
+        out = {}
+        for name, arr in self._arrays.items():
+            try:
+                part = arr[start:stop]
+                if hasattr(part, "compute"):
+                    # Explicit scheduler: inside a dask.distributed worker the default would
+                    # submit to the cluster from within a task.
+                    part = part.compute(scheduler="threads")
+                out[name] = np.asarray(part)
+            except Exception as err:
+                raise SourceError(
+                    f"field {name!r}: reading samples {start}..{stop - 1} failed: "
+                    f"{type(err).__name__}: {err}"
+                ) from err
+        return out
+
+    def block_chunks(self, samples_per_chunk: int) -> int:
+        """Chunks per block so that a block spans about one dask chunk (never recomputed)."""
+        largest = 0
+        for arr in self._arrays.values():
+            chunks = getattr(arr, "chunks", None)
+            if chunks and isinstance(chunks[0], tuple) and chunks[0]:  # dask: sizes per axis
+                largest = max(largest, max(int(c) for c in chunks[0]))
+        return max(1, largest // samples_per_chunk)
+
+
+def write_arrays(
+    dst: Any,
+    arrays: Mapping[str, Any],
+    *,
+    format: Format | None = None,
+    samples_per_chunk: int | None = None,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    compression: str | Compression = "zstd",
+    checksum: bool = True,
+    class_names: Sequence[str] | None = None,
+    extra: Mapping[str, Any] | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
+    workers: int = 1,
+    client: Any = None,
+) -> ConversionResult:
+    """Write named arrays (same length along axis 0) as a chunkio dataset.
+
+    Parameters
+    ----------
+    dst
+        A ``.zarr`` directory or ``.h5`` file (written atomically and resumably), a
+        ``memory://NAME``, a URL zarr understands or a zarr Store.
+    arrays
+        Field name -> array: NumPy (or anything :func:`numpy.asarray` takes), dask (computed
+        block by block), h5py dataset or zarr array. Axis 0 indexes samples.
+    format
+        ``"zarr"``, ``"hdf5"`` or ``"memory"``; by default from ``dst``.
+    samples_per_chunk
+        The same for every field; by default ``chunk_bytes`` of the largest field's samples.
+    chunk_bytes
+        Target uncompressed chunk size when ``samples_per_chunk`` is not given.
+    compression
+        A codec name (``"zstd"``, ``"lz4"``, ``"blosc-zstd"``, ``"blosc-lz4"``, ``"gzip"``,
+        ``"none"``) or a :class:`~chunkio.backends.Compression` (then ``checksum`` is unused).
+    checksum
+        Guard every chunk with crc32c (Zarr) or fletcher32 (HDF5).
+    class_names, extra, overwrite, progress, workers, client
+        As for :func:`~chunkio.convert.run_conversion`. With ``workers > 1`` each worker
+        process receives a copy of in-memory NumPy inputs; h5py files are reopened read-only
+        there (so they must not be open for writing).
+
+    Returns
+    -------
+    ConversionResult
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> r = write_arrays("memory://doc", {"x": np.zeros((10, 3), "f4"), "y": np.arange(10)},
+    ...                  samples_per_chunk=4)
+    >>> r.num_samples, r.samples_per_chunk, [f.name for f in r.fields]
+    (10, 4, ['x', 'y'])
+    """
+    source = ArraySource(arrays)
+    if samples_per_chunk is None:
+        largest = max(f.sample_nbytes for f in source.fields)
+        samples_per_chunk = choose_samples_per_chunk(
+            largest, target_bytes=chunk_bytes, num_samples=source.num_samples
+        )
+    if not isinstance(compression, Compression):
+        compression = Compression(codec=compression, checksum=checksum)
+    valid = isinstance(samples_per_chunk, int) and samples_per_chunk >= 1  # else: rejected below
+    block_chunks = source.block_chunks(samples_per_chunk) if valid else 1
+    return run_conversion(
+        source,
+        dst,
+        format=format,
+        samples_per_chunk=samples_per_chunk,
+        compression=compression,
+        class_names=class_names,
+        extra=extra,
+        overwrite=overwrite,
+        workers=workers,
+        client=client,
+        progress=progress,
+        block_chunks=block_chunks,
+    )

@@ -1,0 +1,278 @@
+"""The conversion pipeline: a :class:`BlockSource` -> chunk-aligned blocks -> a dataset.
+
+Blocks are whole chunks (``block_chunks`` chunks each, the last one possibly short), so no two
+writers ever touch one chunk - concurrent writes to one Zarr chunk lose data. Blocks run
+in-process, in a process pool or on a ``dask.distributed`` cluster. Where the backend allows
+several writers (Zarr), each worker writes and syncs its own blocks; otherwise (HDF5, memory,
+zarr Store objects) workers only read and the calling process writes. Either way the calling
+process alone appends to the manifest, writes the attributes and publishes the result (see
+:mod:`chunkio.convert.staging`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+from tqdm.auto import tqdm
+
+from ..backends import Compression, Format, Writer, detect_format, open_writer
+from ..errors import SourceError
+from ..layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, FieldInfo
+from .chunking import choose_samples_per_chunk
+from .executor import execute
+from .plan import ConversionPlan
+from .staging import Destination, open_destination
+from .worker import Block, flush
+
+__all__ = ["BlockSource", "ConversionResult", "run_conversion"]
+
+#: Compression is frozen, so one shared default is safe
+_DEFAULT_COMPRESSION = Compression()
+
+
+@runtime_checkable
+class BlockSource(Protocol):
+    """Samples to convert, read in contiguous blocks; must pickle to run with workers.
+
+    ``read_block(start, stop)`` returns one array per field, each of shape
+    ``(stop - start, *sample_shape)`` and the field's dtype (or one that casts to it safely).
+    Bad input raises :class:`~chunkio.errors.SourceError` naming the item (file, sample).
+    ``fingerprint()`` identifies the source's content: an interrupted conversion resumes only
+    when it is unchanged.
+    """
+
+    @property
+    def num_samples(self) -> int: ...
+
+    @property
+    def fields(self) -> tuple[FieldInfo, ...]: ...
+
+    def fingerprint(self) -> str: ...
+
+    def read_block(self, start: int, stop: int) -> dict[str, npt.NDArray[Any]]: ...
+
+
+@dataclass(frozen=True)
+class ConversionResult:
+    """What :func:`run_conversion` wrote, and how much of it an earlier run had done."""
+
+    path: str
+    format: Format
+    num_samples: int
+    samples_per_chunk: int
+    fields: tuple[FieldInfo, ...]
+    resumed_blocks: int
+    written_blocks: int
+    seconds: float
+
+
+def run_conversion(
+    source: BlockSource,
+    dst: Any,
+    *,
+    format: Format | None = None,
+    samples_per_chunk: int | None = None,
+    compression: Compression = _DEFAULT_COMPRESSION,
+    class_names: Sequence[str] | None = None,
+    extra: Mapping[str, Any] | None = None,
+    overwrite: bool = False,
+    workers: int = 1,
+    client: Any = None,
+    progress: bool = True,
+    block_chunks: int = 1,
+) -> ConversionResult:
+    """Convert ``source`` into a chunkio dataset at ``dst``; resume an interrupted run.
+
+    Parameters
+    ----------
+    source
+        The samples (a :class:`BlockSource`).
+    dst
+        A local path (``.zarr`` directory or ``.h5`` file; built atomically and resumably, see
+        :mod:`chunkio.convert.staging`), a ``memory://NAME``, a URL zarr understands, or a zarr
+        Store (the last three are written in place; the completion marker alone says done).
+    format
+        ``"zarr"``, ``"hdf5"`` or ``"memory"``; by default from ``dst``.
+    samples_per_chunk
+        By default about :data:`~chunkio.convert.chunking.DEFAULT_CHUNK_BYTES` of the largest
+        field's samples per chunk.
+    compression
+        Codec, level and checksum (on by default) of every chunk.
+    class_names, extra
+        Stored in the format attributes (``extra`` must be JSON-serialisable).
+    overwrite
+        Replace an existing dataset (locally: only once the new one is complete).
+    workers
+        ``1`` converts in this process; more uses a process pool (``forkserver``/``spawn``).
+    client
+        A ``dask.distributed.Client`` to run blocks on instead (``workers`` is then unused).
+    progress
+        Show a tqdm bar counting samples.
+    block_chunks
+        Chunks per block: the unit of work, of resume, and of memory per block in flight.
+
+    Returns
+    -------
+    ConversionResult
+
+    Raises
+    ------
+    SourceError
+        The source returned bad data; the message names the block.
+    ConversionError
+        A block failed otherwise (a worker died, the disk is full, ...). Finished blocks are
+        kept: rerunning the same call resumes.
+    DestinationBusyError, DestinationExistsError
+        See :func:`chunkio.convert.staging.open_destination`.
+    """
+    started = time.perf_counter()
+    num_samples, fields = _check_source(source)
+    fmt: Format = format or detect_format(dst)
+    if fmt not in ("zarr", "hdf5", "memory"):
+        raise ValueError(f"format must be 'zarr', 'hdf5' or 'memory'; got {fmt!r}")
+    if not isinstance(compression, Compression):
+        raise TypeError(f"compression must be a Compression; got {compression!r}")
+    for name, value in (("workers", workers), ("block_chunks", block_chunks)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1; got {value!r}")
+    if samples_per_chunk is not None and (
+        isinstance(samples_per_chunk, bool)
+        or not isinstance(samples_per_chunk, int)
+        or samples_per_chunk < 1
+    ):
+        raise ValueError(f"samples_per_chunk must be an int >= 1; got {samples_per_chunk!r}")
+    if samples_per_chunk is None:
+        largest = max(f.sample_nbytes for f in fields)
+        samples_per_chunk = choose_samples_per_chunk(largest, num_samples=num_samples)
+    extra = dict(extra or {})
+    try:
+        json.dumps(extra)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"extra must be JSON-serialisable; got {extra!r}: {err}") from err
+    layout = DatasetLayout(
+        num_samples=num_samples,
+        samples_per_chunk=samples_per_chunk,
+        fields=fields,
+        class_names=None if class_names is None else tuple(str(c) for c in class_names),
+        extra=extra,
+    )
+    plan = ConversionPlan(
+        fmt, fields, num_samples, layout.samples_per_chunk, compression, str(source.fingerprint())
+    )
+    blocks = _blocks(plan, block_chunks)
+    with open_destination(dst, plan, overwrite=overwrite) as dest:
+        writer = _open_writer(dest, layout, compression)
+        try:
+            todo = [
+                b
+                for b in blocks
+                if not dest.done_chunks.issuperset(range(b.first_chunk, b.stop_chunk))
+            ]
+            done_samples = num_samples - sum(b.stop - b.start for b in todo)
+            with tqdm(
+                total=num_samples,
+                initial=done_samples,
+                unit="sample",
+                unit_scale=True,
+                desc=_label(dest.location),
+                disable=not progress,
+                dynamic_ncols=True,
+            ) as bar:
+                execute(source, dest, writer, todo, workers=workers, client=client, bar=bar)
+            # The layout again (class names and extra may differ from the first run's), then
+            # the completion marker, strictly last.
+            writer.set_attrs({ATTR_KEY: layout.to_attrs()})
+            writer.set_attrs({COMPLETE_KEY: True})
+        finally:
+            writer.close()
+        dest.commit()
+    return ConversionResult(
+        path=dest.display,
+        format=fmt,
+        num_samples=num_samples,
+        samples_per_chunk=layout.samples_per_chunk,
+        fields=fields,
+        resumed_blocks=len(blocks) - len(todo),
+        written_blocks=len(todo),
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _label(location: Any) -> str:
+    if isinstance(location, str):
+        return os.path.basename(location.rstrip("/")) or location
+    return type(location).__name__
+
+
+def _check_source(source: BlockSource) -> tuple[int, tuple[FieldInfo, ...]]:
+    n = source.num_samples
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise SourceError(f"source.num_samples must be an int >= 0; got {n!r}")
+    fields = tuple(source.fields)
+    if not fields or not all(isinstance(f, FieldInfo) for f in fields):
+        raise SourceError(f"source.fields must be a non-empty tuple of FieldInfo; got {fields!r}")
+    for f in fields:
+        if f.kind != "dense" or f.sample_shape is None:
+            raise SourceError(
+                f"field {f.name!r}: ragged fields are not supported by "
+                "run_conversion yet; pad or split the samples"
+            )
+        if 0 in f.sample_shape:
+            raise SourceError(
+                f"field {f.name!r}: samples of shape {f.sample_shape} hold no "
+                "elements; every stored sample needs at least one"
+            )
+        if f.dtype.kind not in "biufc":
+            raise SourceError(
+                f"field {f.name!r}: dtype {f.dtype} cannot be stored; chunkio "
+                "stores bool, integer, float and complex arrays"
+            )
+    return int(n), fields
+
+
+def _blocks(plan: ConversionPlan, block_chunks: int) -> list[Block]:
+    grid = plan.grid
+    out = []
+    for first in range(0, grid.num_chunks, block_chunks):
+        stop = min(first + block_chunks, grid.num_chunks)
+        out.append(Block(grid.bounds(first)[0], grid.bounds(stop - 1)[1], first, stop))
+    return out
+
+
+def _open_writer(dest: Destination, layout: DatasetLayout, compression: Compression) -> Writer:
+    fmt = dest.plan.format
+    if dest.resumed:
+        try:
+            return open_writer(dest.data_location, format=fmt)
+        except Exception:
+            if fmt != "hdf5":
+                raise
+            dest.reset()  # readable but no longer writable after a crash: start afresh
+    writer = open_writer(dest.data_location, format=fmt)
+    try:
+        # The layout first, without the marker: a reader of unfinished data is told
+        # "incomplete", never served zeros.
+        writer.set_attrs({ATTR_KEY: layout.to_attrs(), COMPLETE_KEY: False})
+        spc = layout.samples_per_chunk
+        for f in layout.fields:
+            shape = f.sample_shape or ()
+            writer.create_array(
+                f.name,
+                shape=(layout.num_samples, *shape),
+                dtype=f.dtype,
+                chunks=(spc, *shape),
+                compression=compression,
+            )
+        flush(writer)
+    except BaseException:
+        writer.close()
+        raise
+    dest.created()
+    return writer

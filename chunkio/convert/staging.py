@@ -1,0 +1,320 @@
+"""Where a conversion writes: atomic, resumable and exclusive for local destinations.
+
+A local destination ``DIR/NAME`` (a ``.zarr`` directory or a ``.h5`` file) is built next to
+itself and appears only when complete::
+
+    DIR/.NAME.chunkio-lock          flock'ed for the whole conversion; holds the owner's pid
+    DIR/.NAME.chunkio-staging/
+        data                        the Zarr group directory or HDF5 file being written
+        plan.json                   what is being converted (fingerprinted); written once the
+                                    arrays exist
+        manifest.jsonl              one line per finished block, fsync'd after its chunks
+
+*Exclusive*: ``flock`` is released by the kernel when its holder dies, even by SIGKILL, so a
+stale lock file never blocks anyone. *Resumable*: a rerun with the same plan fingerprint
+keeps every chunk range the manifest lists (after checking it: HDF5 blocks are read back, the
+fletcher32 filter turning corruption into an error) and redoes the rest; any other plan, or a
+staging that cannot be reopened, is discarded. *Atomic*: the data is renamed onto ``NAME``
+only after the completion marker is written and everything is fsync'd; with ``overwrite`` the
+old dataset stays intact until then.
+
+Non-local destinations (``memory://``, URLs other than ``file://``, zarr Store objects) are
+written in place: there is no lock, staging or resume, and the completion marker - written
+last - is the only guarantee that the data is whole.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+from ..errors import ConversionError, DestinationExistsError
+from ._fsync import fsync_path, fsync_tree, sync_chunks
+from .locking import DestinationLock
+from .plan import ConversionPlan, verified_chunks
+
+__all__ = ["Destination", "StagedDestination", "is_local", "open_destination"]
+
+_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def is_local(dst: Any) -> str | None:
+    """The absolute local path of ``dst``, or ``None`` for memory, remote URLs and stores.
+
+    >>> is_local("file:///data/x.zarr"), is_local("s3://bucket/x.zarr"), is_local("memory://x")
+    ('/data/x.zarr', None, None)
+    """
+    if not isinstance(dst, (str, os.PathLike)):
+        return None
+    text: str = os.fspath(dst)
+    if text.startswith("file://"):
+        text = text[len("file://") :]
+    elif "://" in text:
+        return None
+    return os.path.abspath(text)
+
+
+class Destination:
+    """Where one conversion writes. Base class: a non-local destination, written in place."""
+
+    #: whether data is built in a staging area and renamed into place at the end
+    staged = False
+
+    def __init__(self, location: Any, plan: ConversionPlan) -> None:
+        self.location = location
+        self.plan = plan
+        #: what a writer in this process opens
+        self.data_location: Any = location
+        #: chunks already durably written by an earlier, interrupted run
+        self.done_chunks: frozenset[int] = frozenset()
+        self.resumed = False
+
+    @property
+    def display(self) -> str:
+        return self.location if isinstance(self.location, str) else repr(self.location)
+
+    @property
+    def worker_location(self) -> str | None:
+        """A picklable location other processes may open to write their own chunks, if any."""
+        if self.plan.format == "zarr" and isinstance(self.data_location, str):
+            return self.data_location
+        return None
+
+    def open(self, *, overwrite: bool) -> None:
+        fmt = self.plan.format
+        if fmt == "hdf5":
+            raise ConversionError(
+                f"{self.display}: HDF5 can only be written to a local path; got a remote location"
+            )
+        if fmt == "memory":
+            from ..backends._memory import delete_memory_store, memory_store
+
+            try:
+                memory_store(self.display)
+                exists = True
+            except FileNotFoundError:
+                exists = False
+            if exists and overwrite:
+                delete_memory_store(self.display)
+        else:
+            exists = _zarr_group_exists(self.location)
+        if exists and not overwrite:
+            raise DestinationExistsError(
+                f"{self.display} already holds data; pass overwrite=True to replace it"
+            )
+
+    def reset(self) -> None:
+        """Forget earlier progress (nothing to forget when writing in place)."""
+        self.done_chunks, self.resumed = frozenset(), False
+
+    def created(self) -> None:
+        """The arrays exist: from now on finished blocks may be recorded."""
+
+    def record(self, first: int, stop: int) -> None:
+        """Chunks ``[first, stop)`` are durably written."""
+
+    def sync(self, arrays: tuple[str, ...], first: int, stop: int) -> None:
+        """Make chunks durable before they are recorded (only staged data is synced)."""
+
+    def commit(self) -> None:
+        """The completion marker is written: publish the dataset."""
+
+    def close(self) -> None:
+        """Release what :meth:`open` took; staged progress is kept for a rerun."""
+
+
+def _zarr_group_exists(location: Any) -> bool:
+    import zarr
+
+    try:
+        zarr.open_group(store=location, mode="r")
+    except Exception:  # "nothing there" takes several exception types across stores
+        return False
+    return True
+
+
+class StagedDestination(Destination):
+    """A local path built in a sibling staging directory under an exclusive lock."""
+
+    staged = True
+
+    def __init__(self, path: str, plan: ConversionPlan) -> None:
+        super().__init__(path, plan)
+        parent, name = os.path.split(path)
+        self.parent = parent
+        self.lock_path = os.path.join(parent, f".{name}.chunkio-lock")
+        self.staging = os.path.join(parent, f".{name}.chunkio-staging")
+        self.data_location = os.path.join(self.staging, "data")
+        self._plan_path = os.path.join(self.staging, "plan.json")
+        self._manifest_path = os.path.join(self.staging, "manifest.jsonl")
+        self._lock = DestinationLock(self.lock_path, path)
+        self._manifest: Any = None
+
+    # -- open / resume -------------------------------------------------------------------
+    def open(self, *, overwrite: bool) -> None:
+        os.makedirs(self.parent, exist_ok=True)
+        self._lock.acquire()
+        try:
+            if os.path.lexists(self.location):
+                self._check_replaceable(overwrite)
+            self._prepare()
+        except BaseException:
+            self.close()
+            raise
+
+    def _check_replaceable(self, overwrite: bool) -> None:
+        if not overwrite:
+            raise DestinationExistsError(
+                f"{self.location} already exists; pass overwrite=True to replace it"
+            )
+        path = self.location
+        if os.path.isdir(path) and not os.path.islink(path):
+            ok = not os.listdir(path) or os.path.isfile(os.path.join(path, "zarr.json"))
+        else:
+            with open(path, "rb") as fh:
+                ok = fh.read(8) == _HDF5_SIGNATURE
+        if not ok:
+            # overwrite=True must not become "rm -rf" of an arbitrary directory or file.
+            raise DestinationExistsError(
+                f"{path} exists and is neither a Zarr group nor an HDF5 file; refusing to "
+                "replace it even with overwrite=True"
+            )
+
+    def _prepare(self) -> None:
+        if os.path.isdir(self.staging):
+            done = self._resumable()
+            if done is not None:
+                self.done_chunks, self.resumed = done, True
+                self._open_manifest()
+                return
+        self.reset()
+
+    def reset(self) -> None:
+        if self._manifest is not None:
+            self._manifest.close()
+            self._manifest = None
+        if os.path.isdir(self.staging) and not os.path.islink(self.staging):
+            shutil.rmtree(self.staging)
+        elif os.path.lexists(self.staging):
+            os.unlink(self.staging)
+        os.mkdir(self.staging)
+        fsync_path(self.parent)
+        self.done_chunks, self.resumed = frozenset(), False
+
+    def _resumable(self) -> frozenset[int] | None:
+        """Chunks of the existing staging that can be kept, or None to start afresh."""
+        try:
+            with open(self._plan_path, encoding="utf-8") as fh:
+                saved = json.load(fh)
+        except (OSError, ValueError):
+            return None  # killed before the arrays were created
+        if not isinstance(saved, dict) or saved.get("fingerprint") != self.plan.fingerprint():
+            return None
+        listed = self._read_manifest()
+        try:
+            return verified_chunks(self.data_location, self.plan, listed)
+        except Exception:  # unopenable or structurally wrong: not worth salvaging
+            return None
+
+    def _read_manifest(self) -> set[int]:
+        done: set[int] = set()
+        try:
+            with open(self._manifest_path, encoding="utf-8") as fh:
+                lines = fh.read().split("\n")
+        except FileNotFoundError:
+            return done
+        for line in lines:
+            try:
+                first, stop = json.loads(line)["chunks"]
+                done.update(range(int(first), int(stop)))
+            except (ValueError, KeyError, TypeError):
+                continue  # a torn last line: that block is simply redone
+        return done
+
+    def _open_manifest(self) -> None:
+        # Cut a torn last line so the next record starts on a line of its own.
+        with contextlib.suppress(FileNotFoundError), open(self._manifest_path, "r+b") as fh:
+            text = fh.read()
+            if text and not text.endswith(b"\n"):
+                fh.truncate(text.rfind(b"\n") + 1)
+        self._manifest = open(self._manifest_path, "a", encoding="utf-8")  # noqa: SIM115
+
+    # -- writing -------------------------------------------------------------------------
+    def created(self) -> None:
+        tmp = self._plan_path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump({"fingerprint": self.plan.fingerprint(), "plan": self.plan.to_json()}, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self._plan_path)
+        fsync_path(self.staging)
+        self._open_manifest()
+
+    def sync(self, arrays: tuple[str, ...], first: int, stop: int) -> None:
+        sync_chunks(self.data_location, self.plan.format, arrays, first, stop)
+
+    def record(self, first: int, stop: int) -> None:
+        if self._manifest is None:
+            raise ConversionError(f"{self.location}: block recorded before the arrays exist")
+        grid = self.plan.grid
+        samples = [
+            first * grid.samples_per_chunk,
+            min(stop * grid.samples_per_chunk, grid.num_samples),
+        ]
+        self._manifest.write(json.dumps({"chunks": [first, stop], "samples": samples}) + "\n")
+        self._manifest.flush()
+        os.fsync(self._manifest.fileno())
+
+    def commit(self) -> None:
+        if self._manifest is not None:
+            self._manifest.close()
+            self._manifest = None
+        data = self.data_location
+        fsync_tree(data, finish_zarr=True)
+        if not os.path.lexists(self.location):
+            os.rename(data, self.location)
+        elif os.path.isfile(data) and os.path.isfile(self.location):
+            os.replace(data, self.location)  # atomic: readers see the old or the new file
+        else:
+            # A directory cannot be replaced atomically: move the old one aside first. A
+            # crash between the two renames leaves the complete new data in the staging,
+            # and a rerun publishes it.
+            os.rename(self.location, os.path.join(self.staging, "replaced"))
+            os.rename(data, self.location)
+        fsync_path(self.parent)
+        shutil.rmtree(self.staging)
+        fsync_path(self.parent)
+
+    def close(self) -> None:
+        if self._manifest is not None:
+            self._manifest.close()
+            self._manifest = None
+        self._lock.release()
+
+
+@contextlib.contextmanager
+def open_destination(dst: Any, plan: ConversionPlan, *, overwrite: bool) -> Iterator[Destination]:
+    """Lock and prepare ``dst`` for ``plan``; release it on exit (progress is kept).
+
+    Raises
+    ------
+    DestinationBusyError
+        Another process is converting into the same local destination.
+    DestinationExistsError
+        ``dst`` holds data and ``overwrite`` is false.
+    """
+    path = is_local(dst)
+    dest: Destination
+    if path is not None and plan.format != "memory":
+        dest = StagedDestination(path, plan)
+    else:
+        dest = Destination(dst if path is None else path, plan)
+    dest.open(overwrite=overwrite)
+    try:
+        yield dest
+    finally:
+        dest.close()

@@ -1,0 +1,481 @@
+"""chunkio.convert: write_arrays / run_conversion, atomic + resumable staging, parallel writers.
+
+Covers RELIABILITY rows 8 (checksums on by default), 10 (SIGKILL then resume), 11 (failure
+mid-conversion stays resumable), 12 (two converters, one output), 13 (parallel writers own
+whole chunks) and 14 (an unfinished dataset reads as incomplete, never as zeros).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from chunkio.backends import open_reader
+from chunkio.convert import (
+    DEFAULT_CHUNK_BYTES,
+    BlockSource,
+    choose_samples_per_chunk,
+    run_conversion,
+    write_arrays,
+)
+from chunkio.convert.arrays import ArraySource
+from chunkio.errors import (
+    ConversionError,
+    DestinationBusyError,
+    DestinationExistsError,
+    IncompleteDatasetError,
+    OptionalDependencyError,
+    SourceError,
+    UnsafeInputError,
+)
+from chunkio.layout import DatasetLayout
+
+SUFFIX = {"zarr": ".zarr", "hdf5": ".h5"}
+FORMATS = ["zarr", "hdf5"]
+
+
+class SlowSource:
+    """Deterministic samples (x encodes the index), optionally slow, failing at one block."""
+
+    def __init__(self, n: int = 200, delay: float = 0.0, fail_at: int | None = None) -> None:
+        import numpy as np
+
+        from chunkio.layout import FieldInfo
+
+        self.num_samples, self.delay, self.fail_at = n, delay, fail_at
+        self.fields = (
+            FieldInfo("x", np.dtype("float32"), (4, 4)),
+            FieldInfo("y", np.dtype("int64"), ()),
+        )
+
+    def fingerprint(self) -> str:
+        return f"slow-{self.num_samples}"  # fail_at and delay do not change the content
+
+    def read_block(self, start: int, stop: int) -> dict[str, Any]:
+        import time
+
+        import numpy as np
+
+        from chunkio.errors import SourceError
+
+        time.sleep(self.delay)
+        if self.fail_at is not None and start <= self.fail_at < stop:
+            raise SourceError(f"sample {self.fail_at}: cannot decode item-{self.fail_at}.bin")
+        idx = np.arange(start, stop)
+        x = idx[:, None, None] * 16.0 + np.arange(16.0).reshape(4, 4)
+        return {"x": x.astype("float32"), "y": idx * 3}
+
+
+SCRIPT = (
+    "from __future__ import annotations\nfrom typing import Any\n\n"
+    + inspect.getsource(SlowSource)
+    + """
+if __name__ == "__main__":
+    import json, sys
+    from chunkio.convert import run_conversion
+
+    dst, delay = sys.argv[1], float(sys.argv[2])
+    r = run_conversion(SlowSource(200, delay), dst, samples_per_chunk=5, progress=False)
+    print(json.dumps({"resumed": r.resumed_blocks, "written": r.written_blocks}))
+"""
+)
+
+
+def read_all(path: str) -> tuple[DatasetLayout, dict[str, np.ndarray]]:
+    """Layout and every dense field of a complete dataset, via the backend reader."""
+    reader = open_reader(path)
+    try:
+        layout = DatasetLayout.from_attrs(reader.attrs(), where=path)
+        out = {}
+        for f in layout.fields:
+            arr = np.empty((layout.num_samples, *(f.sample_shape or ())), f.dtype)
+            reader.read_into(f.name, [(0, layout.num_samples)], arr)
+            out[f.name] = arr
+        return layout, out
+    finally:
+        reader.close()
+
+
+def assert_same_dataset(a: str, b: str) -> None:
+    la, da = read_all(a)
+    lb, db = read_all(b)
+    assert la == lb
+    assert da.keys() == db.keys()
+    for name in da:
+        np.testing.assert_array_equal(da[name], db[name])
+
+
+def arrays(n: int = 100) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {
+        "image": rng.integers(0, 255, size=(n, 3, 5, 5), dtype=np.uint8),
+        "label": (np.arange(n) % 7).astype(np.int64),
+    }
+
+
+def staging_of(dst: Path) -> Path:
+    return dst.parent / f".{dst.name}.chunkio-staging"
+
+
+# -- chunk sizing --------------------------------------------------------------------------
+
+
+def test_choose_samples_per_chunk() -> None:
+    assert choose_samples_per_chunk(DEFAULT_CHUNK_BYTES) == 1
+    assert choose_samples_per_chunk(1, target_bytes=10, num_samples=3) == 3
+    for nbytes in (0, 1, 7, 4096, 10**9):
+        for n in (None, 0, 1, 50):
+            spc = choose_samples_per_chunk(nbytes, num_samples=n)
+            assert spc >= 1 and (n is None or n == 0 or spc <= n)
+    with pytest.raises(ValueError):
+        choose_samples_per_chunk(-1)
+
+
+# -- round trips ---------------------------------------------------------------------------
+
+
+def as_kind(kind: str, data: np.ndarray, tmp_path: Path, name: str) -> Any:
+    if kind == "numpy":
+        return data
+    if kind == "dask":
+        import dask.array as da
+
+        return da.from_array(data, chunks=(30, *data.shape[1:]))
+    if kind == "h5py":
+        import h5py
+
+        path = tmp_path / f"in-{name}.h5"
+        with h5py.File(path, "w") as f:
+            f[name] = data
+        return h5py.File(path, "r")[name]
+    import zarr
+
+    z = zarr.create_array(tmp_path / f"in-{name}.zarr", shape=data.shape, dtype=data.dtype)
+    z[:] = data
+    return z
+
+
+@pytest.mark.parametrize("kind", ["numpy", "dask", "h5py", "zarr"])
+@pytest.mark.parametrize("fmt", ["zarr", "hdf5", "memory"])
+def test_round_trip(fmt: str, kind: str, tmp_path: Path) -> None:
+    data = arrays(100)
+    inputs = {k: as_kind(kind, v, tmp_path, k) for k, v in data.items()}
+    dst = f"memory://rt-{kind}" if fmt == "memory" else str(tmp_path / f"out{SUFFIX[fmt]}")
+    result = write_arrays(
+        dst, inputs, samples_per_chunk=16, class_names=["a", "b"], extra={"source": kind}
+    )
+    assert (result.num_samples, result.samples_per_chunk, result.format) == (100, 16, fmt)
+    assert result.written_blocks == 7 and result.resumed_blocks == 0
+    layout, out = read_all(dst)
+    assert layout.class_names == ("a", "b") and layout.extra == {"source": kind}
+    assert [f.name for f in layout.fields] == ["image", "label"]
+    for name, value in data.items():
+        np.testing.assert_array_equal(out[name], value)
+    if fmt != "memory":
+        assert sorted(os.listdir(tmp_path)) == sorted(
+            [Path(dst).name, *(p for p in os.listdir(tmp_path) if p.startswith("in-"))]
+        ), "staging and lock are removed"
+    if kind == "h5py":
+        for v in inputs.values():
+            v.file.close()
+
+
+def test_default_chunking_and_checksums(tmp_path: Path) -> None:
+    import h5py
+
+    data = {"v": np.zeros((5000, 100), np.float32)}  # 400 B/sample -> 2621 samples/chunk
+    z = write_arrays(tmp_path / "a.zarr", data)
+    h = write_arrays(tmp_path / "a.h5", data)
+    assert z.samples_per_chunk == h.samples_per_chunk == DEFAULT_CHUNK_BYTES // 400
+    meta = json.loads((tmp_path / "a.zarr" / "v" / "zarr.json").read_text())
+    assert "crc32c" in [c["name"] for c in meta["codecs"]]
+    with h5py.File(tmp_path / "a.h5", "r") as f:
+        assert f["v"].fletcher32
+    _, out = read_all(str(tmp_path / "a.zarr"))  # all-zero chunks are stored, not missing
+    assert not out["v"].any()
+
+
+def test_dask_input_is_computed_block_by_block(tmp_path: Path) -> None:
+    import dask.array as da
+
+    seen: list[int] = []
+
+    def record(block: np.ndarray) -> np.ndarray:
+        seen.append(len(block))
+        return block + 1
+
+    base = da.from_array(np.arange(1000, dtype=np.int32).reshape(100, 10), chunks=(10, 10))
+    lazy = base.map_blocks(record, dtype=np.int32, meta=np.empty((0, 0), np.int32))
+    write_arrays(tmp_path / "d.zarr", {"v": lazy}, samples_per_chunk=10)
+    assert seen and max(seen) <= 10, "never materialised whole"
+    assert len(seen) == 10, "each dask chunk computed once"
+    np.testing.assert_array_equal(
+        read_all(str(tmp_path / "d.zarr"))[1]["v"], np.arange(1000).reshape(100, 10) + 1
+    )
+
+
+def test_hdf5_fewer_samples_than_a_chunk_and_empty(tmp_path: Path) -> None:
+    write_arrays(tmp_path / "s.h5", {"v": np.arange(3)}, samples_per_chunk=8)
+    write_arrays(tmp_path / "e.h5", {"v": np.zeros((0, 2))}, samples_per_chunk=8)
+    assert read_all(str(tmp_path / "s.h5"))[1]["v"].tolist() == [0, 1, 2]
+    assert read_all(str(tmp_path / "e.h5"))[0].num_samples == 0
+
+
+# -- failures, resume, atomicity -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_failure_keeps_staging_incomplete_and_resumable(fmt: str, tmp_path: Path) -> None:
+    dst = tmp_path / f"r{SUFFIX[fmt]}"
+    with pytest.raises(SourceError, match=r"samples 100\.\.104 .*item-102\.bin"):
+        run_conversion(SlowSource(fail_at=102), dst, samples_per_chunk=5, progress=False)
+    assert not dst.exists(), "the final path appears only when complete"
+    reader = open_reader(staging_of(dst) / "data")
+    with pytest.raises(IncompleteDatasetError):
+        DatasetLayout.from_attrs(reader.attrs(), where="staging", require_complete=True)
+    reader.close()
+    if fmt == "zarr":  # what a writer killed mid-chunk leaves behind
+        (staging_of(dst) / "data" / "x" / "c" / "0" / "0" / "0.1234.partial").write_bytes(b"?")
+    result = run_conversion(SlowSource(), dst, samples_per_chunk=5, progress=False)
+    assert (result.resumed_blocks, result.written_blocks) == (20, 20)
+    assert not list(dst.rglob("*.partial"))
+    run_conversion(
+        SlowSource(), tmp_path / f"ref{SUFFIX[fmt]}", samples_per_chunk=5, progress=False
+    )
+    assert_same_dataset(str(dst), str(tmp_path / f"ref{SUFFIX[fmt]}"))
+
+
+def test_changed_plan_discards_staging(tmp_path: Path) -> None:
+    dst = tmp_path / "p.zarr"
+    with pytest.raises(SourceError):
+        run_conversion(SlowSource(fail_at=150), dst, samples_per_chunk=5, progress=False)
+    result = run_conversion(SlowSource(), dst, samples_per_chunk=10, progress=False)
+    assert (result.resumed_blocks, result.written_blocks) == (0, 20)
+    assert read_all(str(dst))[1]["y"].tolist() == list(range(0, 600, 3))
+
+
+def test_corrupt_hdf5_block_in_manifest_is_redone(tmp_path: Path) -> None:
+    import h5py
+
+    dst = tmp_path / "c.h5"
+    with pytest.raises(SourceError):
+        run_conversion(SlowSource(fail_at=52), dst, samples_per_chunk=5, progress=False)
+    data = staging_of(dst) / "data"
+    with h5py.File(data, "r") as f:
+        info = f["x"].id.get_chunk_info_by_coord((15, 0, 0))  # chunk 3, in the manifest
+    with open(data, "r+b") as fh:
+        fh.seek(info.byte_offset + 8)
+        byte = fh.read(1)
+        fh.seek(info.byte_offset + 8)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+    result = run_conversion(SlowSource(), dst, samples_per_chunk=5, progress=False)
+    assert (result.resumed_blocks, result.written_blocks) == (9, 31)
+    assert read_all(str(dst))[1]["x"][15:20].ravel().tolist() == list(range(240, 320))
+
+
+def start_converter(tmp_path: Path, dst: Path, delay: float) -> subprocess.Popen[str]:
+    script = tmp_path / "convert_script.py"
+    script.write_text(SCRIPT)
+    return subprocess.Popen(
+        [sys.executable, "-W", "error", str(script), str(dst), str(delay)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for_manifest(dst: Path, lines: int, proc: subprocess.Popen[str]) -> int:
+    manifest = staging_of(dst) / "manifest.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if manifest.exists():
+            count = manifest.read_text().count("\n")
+            if count >= lines:
+                return count
+        if proc.poll() is not None:
+            raise AssertionError(f"converter exited early: {proc.communicate()}")
+        time.sleep(0.02)
+    proc.kill()
+    raise AssertionError("no progress from the converter within 60 s")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_sigkill_then_resume_equals_uninterrupted(fmt: str, tmp_path: Path) -> None:
+    dst = tmp_path / f"k{SUFFIX[fmt]}"
+    proc = start_converter(tmp_path, dst, delay=0.05)
+    done = wait_for_manifest(dst, 5, proc)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate()
+    assert not dst.exists()
+    assert (tmp_path / f".{dst.name}.chunkio-lock").exists(), "stale lock file: harmless"
+    reader = open_reader(staging_of(dst) / "data")
+    with pytest.raises(IncompleteDatasetError):
+        DatasetLayout.from_attrs(reader.attrs(), where="staging", require_complete=True)
+    reader.close()
+    result = run_conversion(SlowSource(), dst, samples_per_chunk=5, progress=False)
+    assert result.resumed_blocks >= done and result.written_blocks > 0
+    assert result.resumed_blocks + result.written_blocks == 40
+    ref = tmp_path / f"ref{SUFFIX[fmt]}"
+    run_conversion(SlowSource(), ref, samples_per_chunk=5, progress=False)
+    assert_same_dataset(str(dst), str(ref))
+    assert not staging_of(dst).exists()
+
+
+@pytest.mark.timeout(120)
+def test_second_converter_fails_fast(tmp_path: Path) -> None:
+    dst = tmp_path / "race.zarr"
+    proc = start_converter(tmp_path, dst, delay=0.02)
+    wait_for_manifest(dst, 1, proc)
+    started = time.monotonic()
+    with pytest.raises(DestinationBusyError, match=f"pid {proc.pid}"):
+        run_conversion(SlowSource(), dst, samples_per_chunk=5, progress=False)
+    assert time.monotonic() - started < 5
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert json.loads(out) == {"resumed": 0, "written": 40}
+    assert read_all(str(dst))[1]["y"].tolist() == list(range(0, 600, 3))
+
+
+def test_existing_destination(tmp_path: Path) -> None:
+    for name in ("e.zarr", "e.h5"):
+        dst = tmp_path / name
+        write_arrays(dst, {"v": np.arange(10)})
+        with pytest.raises(DestinationExistsError, match="overwrite=True"):
+            write_arrays(dst, {"v": np.arange(20)})
+        assert read_all(str(dst))[1]["v"].tolist() == list(range(10)), "old data untouched"
+        # an overwrite that fails midway leaves the old data intact
+        with pytest.raises(SourceError):
+            run_conversion(SlowSource(fail_at=100), dst, overwrite=True, progress=False)
+        assert read_all(str(dst))[1]["v"].tolist() == list(range(10))
+        write_arrays(dst, {"w": np.arange(20)}, overwrite=True)
+        layout, out = read_all(str(dst))
+        assert layout.field_names == ("w",) and out["w"].tolist() == list(range(20))
+    write_arrays("memory://exists", {"v": np.arange(3)})
+    with pytest.raises(DestinationExistsError):
+        write_arrays("memory://exists", {"v": np.arange(3)})
+    write_arrays("memory://exists", {"v": np.arange(5)}, overwrite=True)
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("keep me")
+    with pytest.raises(DestinationExistsError, match="refusing"):
+        write_arrays(tmp_path / "notes", {"v": np.arange(3)}, overwrite=True)
+    assert (tmp_path / "notes" / "todo.txt").read_text() == "keep me"
+
+
+# -- parallel execution ----------------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_process_pool_matches_in_process(fmt: str, tmp_path: Path) -> None:
+    data = arrays(300)
+    one, two = tmp_path / f"w1{SUFFIX[fmt]}", tmp_path / f"w2{SUFFIX[fmt]}"
+    write_arrays(one, data, samples_per_chunk=7)
+    result = write_arrays(two, data, samples_per_chunk=7, workers=2)
+    assert result.written_blocks == 43
+    assert_same_dataset(str(one), str(two))
+
+
+class FailingArraySource(ArraySource):
+    """Picklable (importable from this module) and fails on samples 40..49."""
+
+    def read_block(self, start: int, stop: int) -> dict[str, np.ndarray]:
+        if start <= 45 < stop:
+            raise SourceError("sample 45: bad item")
+        return super().read_block(start, stop)
+
+
+@pytest.mark.timeout(120)
+def test_worker_error_is_typed_and_resumable(tmp_path: Path) -> None:
+    data = arrays(100)
+    dst = tmp_path / "f.zarr"
+    with pytest.raises(SourceError, match=r"samples 40\.\.49 \(chunks 4\.\.4\): sample 45"):
+        run_conversion(
+            FailingArraySource(data), dst, samples_per_chunk=10, workers=2, progress=False
+        )
+    assert not dst.exists()
+    result = run_conversion(ArraySource(data), dst, samples_per_chunk=10, progress=False)
+    assert result.resumed_blocks >= 4  # blocks 0..3 were submitted before the failing one
+    np.testing.assert_array_equal(read_all(str(dst))[1]["image"], data["image"])
+
+
+@pytest.mark.timeout(120)
+def test_dask_distributed_matches_in_process(tmp_path: Path) -> None:
+    distributed = pytest.importorskip("distributed")
+    data = arrays(200)
+    write_arrays(tmp_path / "ref.zarr", data, samples_per_chunk=9)
+    with (
+        distributed.LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            host="127.0.0.1",
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        for name in ("dd.zarr", "dd.h5"):
+            write_arrays(tmp_path / name, data, samples_per_chunk=9, client=client)
+            assert_same_dataset(str(tmp_path / "ref.zarr"), str(tmp_path / name))
+
+
+def test_missing_distributed_is_an_optional_dependency_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "distributed", None)
+    with pytest.raises(OptionalDependencyError, match="pip install"):
+        write_arrays(tmp_path / "x.zarr", {"v": np.arange(4)}, client=object())
+
+
+# -- bad input -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "match"),
+    [
+        ({"../x": np.arange(3)}, UnsafeInputError, "field name"),
+        ({"a": np.arange(3), "b": np.arange(4)}, SourceError, r"'a': 3, 'b': 4"),
+        ({"s": np.array(5)}, SourceError, "'s': a 0-d array"),
+        ({"o": np.array([object()] * 3)}, SourceError, "'o': dtype object"),
+        ({"u": np.array(["a", "b"])}, SourceError, "'u': dtype <U1"),
+        ({}, SourceError, "at least one field"),
+    ],
+)
+def test_bad_arrays(
+    value: dict[str, Any], error: type[Exception], match: str, tmp_path: Path
+) -> None:
+    with pytest.raises(error, match=match):
+        write_arrays(tmp_path / "bad.zarr", value)
+    assert not list(tmp_path.iterdir()), "nothing written"
+
+
+class BadShapeSource(SlowSource):
+    def read_block(self, start: int, stop: int) -> dict[str, Any]:
+        out = super().read_block(start, stop)
+        if start >= 50:
+            out["x"] = out["x"][:, :2]
+        return out
+
+
+def test_bad_source_data_and_options(tmp_path: Path) -> None:
+    assert isinstance(SlowSource(), BlockSource)
+    with pytest.raises(SourceError, match=r"samples 50\.\.59 .*'x': expected shape"):
+        run_conversion(BadShapeSource(), tmp_path / "b.zarr", samples_per_chunk=10, progress=False)
+    with pytest.raises(ValueError, match="samples_per_chunk"):
+        write_arrays(tmp_path / "c.zarr", {"v": np.arange(3)}, samples_per_chunk=0)
+    with pytest.raises(ValueError, match="workers"):
+        write_arrays(tmp_path / "c.zarr", {"v": np.arange(3)}, workers=0)
+    with pytest.raises(ValueError, match="codec"):
+        write_arrays(tmp_path / "c.zarr", {"v": np.arange(3)}, compression="brotli")
+    with pytest.raises(ConversionError, match="local path"):
+        write_arrays("s3://bucket/x.h5", {"v": np.arange(3)}, format="hdf5")
