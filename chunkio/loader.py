@@ -81,10 +81,13 @@ def _host_batches(leases: Iterator[Lease], *, copy: bool) -> Iterator[Any]:
     """Host delivery: the previous batch's memory is recycled when the next one is asked for."""
     held: Lease | None = None
     try:
-        for lease in leases:
-            if held is not None:
+        while True:
+            if held is not None:  # before fetching: the freed slot can take the next batch
                 held.release()
                 held = None
+            lease = next(leases, None)
+            if lease is None:
+                return
             if copy:
                 batch = map_tensors(torch.clone, lease.batch)
                 lease.release()

@@ -118,8 +118,8 @@ class _Session:
     # -- one pass ---------------------------------------------------------------------------
 
     def stream(self, batches: Iterable[Sequence[int]], arrange: Arrange) -> Iterator[Lease]:
-        for seq in sorted(self.stale):
-            self._wait(seq)
+        while self.stale:  # an abandoned pass's batches still in flight: let them land
+            self._wait(min(self.stale))
         order: deque[int] = deque()  # dispatched seqs, in sampler order
         source = iter(batches)
         pending: Sequence[int] | None = None

@@ -1,0 +1,366 @@
+"""The shared-memory ring transport behind ``make_loader`` (RELIABILITY rows 2, 5, 6 and 27).
+
+Batches must equal ``ChunkDataset.read_batch`` of the sampler's batches in every start method;
+failures (worker exception, SIGKILL, timeout, Ctrl-C, an abandoned iterator) must surface
+promptly as ``LoaderError`` and leave no shared-memory segment and no worker process behind.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import psutil
+import pytest
+import torch
+from resume_harness import assert_resume_equals_uninterrupted
+
+from chunkio import ChunkBatchSampler, ChunkDataset, make_loader
+from chunkio.backends import Compression, open_writer
+from chunkio.errors import LoaderError
+from chunkio.layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, FieldInfo
+from chunkio.transport import SHM_PREFIX, RingLayout, SlotRing
+
+BATCH = 24
+
+
+def _segments() -> set[str]:
+    """Ring segments this test process created that still have a name in /dev/shm."""
+    mine = f"{SHM_PREFIX}{os.getpid()}_"
+    return {name for name in os.listdir("/dev/shm") if name.startswith(mine)}
+
+
+def _workers() -> set[int]:
+    """Live descendants, minus multiprocessing's long-lived helpers (tracker, forkserver)."""
+    out = set()
+    for child in psutil.Process().children(recursive=True):
+        try:
+            cmd = " ".join(child.cmdline())
+            if child.status() == psutil.STATUS_ZOMBIE:
+                continue
+        except psutil.NoSuchProcess:
+            continue
+        if "resource_tracker" not in cmd and "forkserver" not in cmd:
+            out.add(child.pid)
+    return out
+
+
+def _assert_clean(before: set[int], within: float = 5.0) -> None:
+    deadline = time.monotonic() + within
+    while (_workers() - before or _segments()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _segments(), f"shared memory left behind: {_segments()}"
+    assert not _workers() - before, f"processes left behind: {_workers() - before}"
+
+
+def _dataset(path: str, cls: type[ChunkDataset] = ChunkDataset, **kw: Any) -> ChunkDataset:
+    # preload_bytes=0: the tiny test arrays go through the chunk path (plan, cache), not RAM
+    return cls(path, fields=["image", "label"], preload_bytes=0, cache_bytes=1 << 20, **kw)
+
+
+def _expected(path: str, loader: Any, epoch: int) -> list[dict[str, np.ndarray]]:
+    ref = ChunkDataset(path, fields=["image", "label"])
+    s = loader.sampler
+    sampler = ChunkBatchSampler(s.chunk_sizes, s.batch_size, seed=s.seed, num_streams=s.num_streams)
+    sampler.set_epoch(epoch)
+    out = [ref.read_batch(b) for b in sampler]
+    ref.close()
+    return out
+
+
+def _check_epoch(loader: Any, expected: list[dict[str, np.ndarray]]) -> None:
+    n = 0
+    for (x, y), want in zip(loader, expected, strict=True):
+        assert torch.equal(x, torch.from_numpy(want["image"]))
+        assert torch.equal(y, torch.from_numpy(want["label"]))
+        n += 1
+    assert n == len(expected)
+
+
+MATRIX = [
+    ("fork", "zarr", False),
+    ("fork", "zarr", True),
+    ("fork", "hdf5", False),
+    ("fork", "hdf5", True),
+    ("spawn", "zarr", True),
+    ("forkserver", "hdf5", False),
+]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("start", "fmt", "persistent"), MATRIX)
+def test_ring_batches_equal_read_batch(make_dataset, start, fmt, persistent):
+    path, _ = make_dataset(fmt, samples_per_chunk=10)
+    before = _workers()
+    ds = _dataset(path)
+    ds.read_batch([0, 150])  # the parent holds a handle when the workers start
+    loader = make_loader(
+        ds, BATCH, num_workers=2, multiprocessing_context=start, persistent_workers=persistent
+    )
+    assert loader.transport == "ring"
+    pids = []
+    epochs = 2 if start == "fork" or persistent else 1  # each spawned start imports torch
+    for epoch in range(epochs):
+        _check_epoch(loader, _expected(path, loader, epoch))
+        pids.append(loader.worker_pids())
+    if persistent:
+        assert pids[0] == pids[1] and len(pids[0]) == 2  # the same workers served both epochs
+    else:
+        assert pids == [()] * epochs  # stopped at the end of each pass
+    loader.close()
+    _assert_clean(before)
+
+
+@pytest.mark.timeout(60)
+def test_output_structures_and_in_process_route(make_dataset):
+    path, arrays = make_dataset("zarr")
+    by_dict = make_loader(path, 50, shuffle=False, num_workers=1, multiprocessing_context="fork")
+    batch = next(iter(by_dict))
+    assert set(batch) == {"image", "label"}
+    assert torch.equal(batch["label"], torch.from_numpy(arrays["label"][:50]))
+    by_dict.close()
+    single = make_loader(path, 64, fields="image", shuffle=False, num_workers=0)
+    assert single.transport == "local"
+    pointers = set()
+    for i, x in enumerate(single):
+        assert torch.equal(x, torch.from_numpy(arrays["image"][i * 64 : (i + 1) * 64]))
+        pointers.add(x.data_ptr())
+    assert len(pointers) == 1  # one reused buffer
+    kept = list(make_loader(path, 64, fields="image", shuffle=False, num_workers=0, copy=True))
+    assert torch.equal(torch.cat(kept), torch.from_numpy(arrays["image"]))
+
+
+@pytest.mark.timeout(60)
+def test_copy_true_batches_can_be_kept_and_views_outlive_close(make_dataset):
+    path, _ = make_dataset("hdf5", samples_per_chunk=10)
+    before = _workers()
+    loader = make_loader(
+        _dataset(path), BATCH, num_workers=2, multiprocessing_context="fork", copy=True
+    )
+    kept = list(loader)
+    expected = _expected(path, loader, 0)
+    assert len(kept) == len(expected)
+    assert all(
+        torch.equal(x, torch.from_numpy(w["image"]))
+        for (x, _), w in zip(kept, expected, strict=True)
+    )
+    loader.close()
+    views = make_loader(_dataset(path), BATCH, num_workers=1, multiprocessing_context="fork")
+    x, _ = next(iter(views))
+    want = x.clone()
+    views.close()
+    _assert_clean(before)  # the segment's name is gone ...
+    assert torch.equal(x, want)  # ... but the batch still held stays readable
+
+
+@pytest.mark.timeout(60)
+def test_resume_mid_epoch_with_workers_equals_uninterrupted_run(make_dataset):
+    path, _ = make_dataset("zarr", samples_per_chunk=10)
+
+    def make() -> Any:
+        loader = make_loader(
+            _dataset(path),
+            BATCH,
+            num_workers=2,
+            multiprocessing_context="fork",
+            persistent_workers=False,
+        )
+        loader.set_epoch(1)
+        return loader
+
+    assert_resume_equals_uninterrupted(make, stop=3)
+    gc.collect()
+    assert not _segments()
+
+
+class FailingDataset(ChunkDataset):
+    """Raises while reading any batch that contains sample 13."""
+
+    def read_batch(self, indices: Any, out: Any = None) -> dict[str, Any]:
+        if 13 in np.asarray(indices).tolist():
+            raise ValueError("cannot decode sample 13 (injected)")
+        return super().read_batch(indices, out)
+
+
+class SlowDataset(ChunkDataset):
+    """Every read takes ``delay`` seconds (after the first ``fast`` reads of each process)."""
+
+    delay = 0.05
+    fast = 0
+
+    def read_batch(self, indices: Any, out: Any = None) -> dict[str, Any]:
+        self._reads = getattr(self, "_reads", 0) + 1
+        if self._reads > self.fast:
+            time.sleep(self.delay)
+        return super().read_batch(indices, out)
+
+
+class StuckDataset(SlowDataset):
+    delay = 30.0
+    fast = 1
+
+
+@pytest.mark.timeout(60)
+def test_worker_exception_is_raised_with_its_traceback(make_dataset):
+    path, _ = make_dataset("zarr", samples_per_chunk=10)
+    before = _workers()
+    loader = make_loader(
+        _dataset(path, FailingDataset), BATCH, num_workers=2, multiprocessing_context="fork"
+    )
+    with pytest.raises(LoaderError) as info:
+        for _ in loader:
+            pass
+    text = str(info.value)
+    assert "ring worker" in text and "cannot decode sample 13 (injected)" in text
+    assert "Traceback" in text and "in read_batch" in text  # the worker's own traceback
+    assert isinstance(info.value.__cause__, ValueError)
+    _assert_clean(before)  # a failure stops even persistent workers
+
+
+@pytest.mark.timeout(60)
+def test_sigkilled_worker_is_reported_promptly_and_nothing_is_left(make_dataset):
+    path, _ = make_dataset("hdf5", samples_per_chunk=10)
+    before = _workers()
+    loader = make_loader(
+        _dataset(path, SlowDataset), 8, num_workers=2, multiprocessing_context="fork"
+    )
+    it = iter(loader)
+    next(it)
+    victim = loader.worker_pids()[1]
+    os.kill(victim, signal.SIGKILL)
+    start = time.monotonic()
+    with pytest.raises(LoaderError, match=rf"ring worker 1 \(pid {victim}\).*SIGKILL"):
+        for _ in it:
+            pass
+    assert time.monotonic() - start < 5
+    _assert_clean(before)
+    _check_epoch(loader, _expected(path, loader, 0))  # the next pass starts new workers
+    loader.close()
+    _assert_clean(before)
+
+
+@pytest.mark.timeout(60)
+def test_timeout_raises_and_stops_the_stuck_worker(make_dataset):
+    path, _ = make_dataset("zarr", samples_per_chunk=10)
+    before = _workers()
+    loader = make_loader(
+        _dataset(path, StuckDataset),
+        BATCH,
+        num_workers=1,
+        timeout=0.5,
+        multiprocessing_context="fork",
+    )
+    start = time.monotonic()
+    with pytest.raises(LoaderError, match=r"no batch within timeout=0.5 s"):
+        for _ in loader:
+            pass
+    assert time.monotonic() - start < 10
+    _assert_clean(before)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("persistent", [False, True])
+def test_dropped_iterator_and_consumer_interrupt_leave_nothing(make_dataset, persistent):
+    path, _ = make_dataset("zarr", samples_per_chunk=10)
+    before = _workers()
+    loader = make_loader(
+        _dataset(path, SlowDataset),
+        8,
+        num_workers=2,
+        multiprocessing_context="fork",
+        persistent_workers=persistent,
+    )
+    it = iter(loader)
+    next(it), next(it)
+    del it  # abandoned midway, batches still in flight
+    gc.collect()
+    if persistent:  # workers are kept; the next pass must still be exact from batch 0
+        assert len(loader.worker_pids()) == 2 and _segments()
+        _check_epoch(loader, _expected(path, loader, 0))
+        with pytest.raises(KeyboardInterrupt):
+            for i, _ in enumerate(loader):
+                if i == 2:
+                    raise KeyboardInterrupt
+        del loader  # persistent workers stop when the loader is collected
+        gc.collect()
+    else:
+        _assert_clean(before)
+        with pytest.raises(KeyboardInterrupt):
+            for i, _ in enumerate(loader):
+                if i == 2:
+                    raise KeyboardInterrupt
+    _assert_clean(before)
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_while_waiting_stops_even_persistent_workers(make_dataset):
+    path, _ = make_dataset("zarr", samples_per_chunk=10)
+    before = _workers()
+    loader = make_loader(
+        _dataset(path, StuckDataset), BATCH, num_workers=1, multiprocessing_context="fork"
+    )
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        for _ in loader:
+            pass
+    timer.join()
+    _assert_clean(before)
+
+
+def test_transforms_and_ragged_fields_fall_back_to_the_dataloader(make_dataset, tmp_path):
+    path, arrays = make_dataset("zarr")
+    flip = ChunkDataset(path, fields=["image", "label"], transform=lambda s: (s[0].flip(-1), s[1]))
+    loader = make_loader(flip, 50, shuffle=False, num_workers=0)
+    assert loader.transport == "dataloader"
+    x, _ = next(iter(loader))
+    assert torch.equal(x, torch.from_numpy(arrays["image"][:50]).flip(-1))
+    batched = ChunkDataset(path, fields="label", batch_transform=lambda b: b * 2)
+    assert make_loader(batched, 8, num_workers=0).transport == "dataloader"
+    ragged = _write_ragged(str(tmp_path / "ragged.zarr"))
+    assert make_loader(ragged, 4, num_workers=0).transport == "dataloader"
+    assert make_loader(path, 8, num_workers=0, transport="dataloader").transport == "dataloader"
+
+
+def _write_ragged(path: str) -> str:
+    """Five samples of a ragged ``tokens`` field (lengths 0..4), one chunk."""
+    lengths = np.arange(5)
+    writer = open_writer(path)
+    values = np.arange(int(lengths.sum()), dtype=np.int32)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    for name, data in (
+        ("tokens__values", values),
+        ("tokens__offsets", offsets),
+        ("tokens__shapes", lengths[:, None].astype(np.int64)),
+    ):
+        writer.create_array(
+            name, shape=data.shape, dtype=data.dtype, chunks=data.shape, compression=Compression()
+        )
+        writer.write_block(name, 0, data)
+    field = FieldInfo("tokens", np.dtype(np.int32), None, "ragged")
+    writer.set_attrs({ATTR_KEY: DatasetLayout(5, 5, (field,)).to_attrs()})
+    writer.set_attrs({COMPLETE_KEY: True})
+    writer.close()
+    return path
+
+
+def test_ring_layout_and_clear_error_when_shared_memory_is_short(monkeypatch):
+    layout = RingLayout.of({"x": (np.dtype("<f4"), (3, 5))}, batch_size=7, num_slots=3)
+    ring = SlotRing.create(layout)
+    views = [ring.fields(s)["x"] for s in range(3)]
+    for s, v in enumerate(views):
+        v[...] = s
+    assert [float(v.mean()) for v in views] == [0.0, 1.0, 2.0]  # slots do not overlap
+    assert all(v.ctypes.data % 64 == 0 for v in views)
+    ring.close()
+    assert not _segments()
+    monkeypatch.setattr(
+        "chunkio.transport.ring.shutil.disk_usage", lambda p: type("U", (), {"free": 1024})()
+    )
+    with pytest.raises(LoaderError, match=r"/dev/shm has 0\.0 MiB free"):
+        SlotRing.create(layout)
