@@ -35,6 +35,12 @@ def _mib(n: float) -> str:
     return f"{n / 2**20:,.1f} MiB"
 
 
+def _conversion(results: Mapping[str, Any]) -> str:
+    prep, n = results["prepare"], results["settings"]["n_images"]
+    rates = ", ".join(f"{fmt} {n / s:,.0f} images/s" for fmt, s in prep["convert_s"].items())
+    return f"Dataset built by {prep['converter']}: {rates}."
+
+
 def _throughput(results: Mapping[str, Any]) -> list[str]:
     s = results["settings"]
     workers = sorted({r["workers"] for r in results["rows"]})
@@ -137,7 +143,7 @@ def markdown(results: Mapping[str, Any]) -> str:
         f"{m['memory_gib']:.1f} GiB RAM; Python {m['python']}, torch {m['torch']}. "
         "Shared and noisy: read the ratios, not the absolute figures.",
         f"Run: {'quick' if results['settings']['quick'] else 'full'}, "
-        f"{results['elapsed_s']:.0f} s; conversion by {results['prepare']['converter']}.",
+        f"{results['elapsed_s']:.0f} s. {_conversion(results)}",
         "",
         *_checks(results),
         *_throughput(results),

@@ -28,6 +28,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         epochs=2,
         codecs=False,
         optional=False,
+        min_s=0.0,
     )
 
 
