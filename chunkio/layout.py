@@ -23,7 +23,13 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .errors import FormatError, IncompleteDatasetError, MissingFieldError, UnsupportedVersionError
+from .errors import (
+    FormatError,
+    IncompleteDatasetError,
+    MissingFieldError,
+    UnsafeInputError,
+    UnsupportedVersionError,
+)
 from .names import validate_field_name
 
 __all__ = [
@@ -159,6 +165,8 @@ class DatasetLayout:
                 extra=dict(meta.get("extra") or {}),
             )
         except (KeyError, TypeError, ValueError) as err:
+            if isinstance(err, UnsafeInputError):  # a field name that could escape the root
+                raise UnsafeInputError(f"{where}: {err}") from err
             if isinstance(err, FormatError):
                 raise FormatError(f"{where}: {err}") from err
             raise FormatError(f"{where}: malformed {ATTR_KEY!r} attribute: {err!r}") from err

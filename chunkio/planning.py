@@ -32,6 +32,8 @@ def normalize_indices(indices: Sequence[int] | npt.ArrayLike, num_samples: int) 
     IndexError: sample index 5 out of range for a dataset of 5 samples
     """
     idx = np.asarray(indices)
+    if idx.ndim > 1:  # flattening would silently return more samples than were asked for
+        raise ValueError(f"sample indices must be one-dimensional; got shape {idx.shape}")
     if idx.size == 0:
         return np.zeros(0, dtype=np.int64)
     if idx.dtype == np.bool_ or not np.issubdtype(idx.dtype, np.integer):

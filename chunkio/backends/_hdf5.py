@@ -143,7 +143,9 @@ class HDF5Reader:
     def array_names(self) -> list[str]:
         with self._lock:
             f = self._open()
-            return sorted(k for k in f if isinstance(f.get(k, getlink=True), h5py.HardLink))
+            # Links are listed too (without resolving them), so that opening one is refused
+            # by _check_safe as unsafe rather than reported as a missing array.
+            return sorted(f.keys())
 
     def _dataset(self, name: str) -> h5py.Dataset:
         f = self._open()
@@ -218,8 +220,10 @@ class HDF5Reader:
             except OSError as err:
                 step = (d.chunks or d.shape)[0]
                 bad = _first_bad_chunk(d, start, stop, step)
-                where = f"chunk {bad}" if bad is not None else (
-                    f"chunks {start // step}..{(stop - 1) // step}"
+                where = (
+                    f"chunk {bad}"
+                    if bad is not None
+                    else (f"chunks {start // step}..{(stop - 1) // step}")
                 )
                 raise CorruptChunkError(
                     f"{self.location}: array {name!r}, {where} (in samples {start}..{stop - 1}) "

@@ -101,18 +101,46 @@ class ZarrReader:
         return dict(self._group.attrs)
 
     def array_names(self) -> list[str]:
-        return sorted(self._group.array_keys())
+        # From the raw zarr.json documents: zarr's own listing parses every member's codecs,
+        # and an unknown or unsafe codec must be refused by _array, not crash a listing.
+        from zarr.core.sync import sync
+
+        async def children() -> list[str]:
+            return [k async for k in self._group.store.list_dir(self._group.path)]
+
+        names = sync(children())
+        return sorted(n for n in names if (self._raw_meta(n) or {}).get("node_type") == "array")
+
+    def _raw_meta(self, name: str) -> dict[str, Any] | None:
+        """The member's zarr.json as plain JSON (None if absent), read without zarr parsing it."""
+        from zarr.core.buffer import default_buffer_prototype
+        from zarr.core.sync import sync
+
+        key = "/".join(p for p in (self._group.path, name, "zarr.json") if p)
+        buf = sync(self._group.store.get(key, prototype=default_buffer_prototype()))
+        if buf is None:
+            return None
+        try:
+            meta = json.loads(buf.to_bytes())
+        except ValueError as err:
+            raise FormatError(f"{self.location}: {key} is not valid JSON: {err}") from err
+        return meta if isinstance(meta, dict) else None
 
     def _array(self, name: str) -> Any:
         arr = self._arrays.get(name)
         if arr is None:
+            raw = self._raw_meta(name)
+            if raw is None:
+                raise FormatError(f"{self.location}: array {name!r} is missing")
+            if not self._trust:  # before zarr builds (or a reader decodes) anything
+                _check_codecs(raw, name, self.location)
             try:
                 arr = self._group[name]
-            except KeyError as err:
-                raise FormatError(f"{self.location}: array {name!r} is missing") from err
+            except Exception as err:  # e.g. zarr's UnknownCodecError under trust_codecs
+                raise FormatError(
+                    f"{self.location}: array {name!r} cannot be opened by zarr: {err}"
+                ) from err
             meta = arr.metadata.to_dict()
-            if not self._trust:
-                _check_codecs(meta, name, self.location)
             self._arrays[name] = arr
             self._fast[name] = self._local_decoder(name, meta)
         return arr
