@@ -1,0 +1,393 @@
+"""Convert 3-D volumes - TIFF stacks, NIfTI (``.nii``/``.nii.gz``), ``.npy``/``.npz`` - into a
+chunkio *volume dataset*, chunked along every spatial axis for patch reads.
+
+Layout (details in :mod:`chunkio.patches.layout`): when every volume has the same shape they
+are *stacked* - field ``image`` of shape ``(N, [C,] D, H, W)`` chunked ``(1, [C,] 64, 64,
+64)`` and field ``label`` ``(N, D, H, W)``, one volume per sample - otherwise each volume is
+its own field (``image_000``, ``label_000``, ...) of shape ``(1, [C,] D_k, H_k, W_k)``.
+``extra["volumes"]`` records shapes, chunking, each volume's source files, voxel spacing,
+affine and orientation (NIfTI ``affine``, ``aff2axcodes``; TIFF resolution and ImageJ
+spacing), per-volume value ``scaling`` and the label index. With labels, a coarse per-chunk
+label index (:mod:`chunkio.patches.label_index`) is computed while converting and stored as
+arrays ``label_index``/``label_points`` for label-balanced patch sampling.
+
+Values: see :mod:`chunkio.convert.volume_values` - narrowing never wraps (``on_overflow``
+``"error"``, ``"clip"`` or ``"scale"``) and NaN/Inf are handled by an explicit
+``nan_policy``; labels must be integers and match their image's shape.
+
+Execution: one task per volume (:mod:`chunkio.convert.volume_tasks`), which owns every chunk
+of that volume, so parallel writers never share a chunk. A task holds its volume (and label)
+in memory - NIfTI ``.gz`` must be decompressed whole anyway - so peak memory is about two
+volumes per worker; a single volume larger than memory is not supported (split it first).
+Local destinations are atomic, exclusive and resumable through the staging of
+:mod:`chunkio.convert.staging`: the manifest lists finished volumes, and each finished
+volume's scaling and label index are kept next to it, so a rerun converts only the rest and
+produces the same dataset.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from tqdm.auto import tqdm
+
+from ..backends import Compression, Format, detect_format, open_writer
+from ..errors import SourceError
+from ..layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, FieldInfo
+from ..patches.label_index import LabelIndex, write_label_index
+from ..patches.layout import VOLUMES_KEY, VolumeSet
+from .pipeline import ConversionResult
+from .plan import ConversionPlan
+from .staging import Destination, open_destination
+from .volume_results import load_results, save_result
+from .volume_sources import VolumeFile, match_labels, probe_volume, volume_files
+from .volume_tasks import (
+    VolumeResult,
+    VolumeTask,
+    WriteSpec,
+    flush_writer,
+    run_tasks,
+    write_result,
+)
+from .volume_values import NanPolicy, OnOverflow, choose_dtype
+
+__all__ = ["DEFAULT_VOLUME_CHUNKS", "convert_volumes"]
+
+#: spatial chunk shape: 64^3 voxels (256 KiB of uint8, 1 MiB of float32) per chunk
+DEFAULT_VOLUME_CHUNKS = (64, 64, 64)
+_DEFAULT_COMPRESSION = Compression()
+Paths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+
+
+def convert_volumes(
+    src: Paths,
+    dst: Any,
+    *,
+    labels: Paths | None = None,
+    format: Format | None = None,
+    chunks: int | Sequence[int] | None = None,
+    dtype: npt.DTypeLike | None = None,
+    label_dtype: npt.DTypeLike | None = None,
+    on_overflow: OnOverflow = "error",
+    nan_policy: NanPolicy = "error",
+    class_names: Sequence[str] | None = None,
+    compression: Compression = _DEFAULT_COMPRESSION,
+    workers: int | None = None,
+    client: Any = None,
+    progress: bool = True,
+    overwrite: bool = False,
+) -> ConversionResult:
+    """Convert volume files into a chunkio volume dataset; resume an interrupted run.
+
+    Parameters
+    ----------
+    src
+        A folder (its volume files, sorted by name; hidden files ignored) or a list of files.
+    dst
+        A ``.zarr`` directory or ``.h5`` file (atomic and resumable), ``memory://NAME``, a
+        URL zarr understands or a zarr store.
+    labels
+        Label volumes: a list aligned with the images, or a folder matched by file name.
+    format
+        ``"zarr"``, ``"hdf5"`` or ``"memory"``; default from ``dst``.
+    chunks
+        Spatial chunk shape (an int or three); default 64^3, clipped to the largest volume.
+    dtype, label_dtype
+        Stored dtypes; default: one that holds every source (float labels: int16).
+    on_overflow, nan_policy
+        Value policies, see :mod:`chunkio.convert.volume_values`.
+    class_names
+        Names of the label values 0, 1, ... (stored in the layout).
+    compression
+        Codec, level and checksum of every chunk.
+    workers
+        Processes converting volumes in parallel (default: up to 4, never more than volumes
+        left); ``client``: a ``dask.distributed.Client`` to use instead.
+    progress, overwrite
+        Show a progress bar (volumes); replace an existing dataset.
+
+    Returns
+    -------
+    ConversionResult
+        ``resumed_blocks``/``written_blocks`` count volumes.
+
+    Raises
+    ------
+    SourceError
+        A file is unreadable, an image and its label differ in shape (both files are named),
+        or values break the dtype or NaN policy.
+    """
+    started = time.perf_counter()
+    job = _plan(src, labels, chunks, dtype, label_dtype, on_overflow, nan_policy)
+    if class_names is not None:
+        job = replace(job, class_names=tuple(str(c) for c in class_names))
+    fmt: Format = format or detect_format(dst)
+    if fmt not in ("zarr", "hdf5", "memory"):
+        raise ValueError(f"format must be 'zarr', 'hdf5' or 'memory'; got {fmt!r}")
+    plan = ConversionPlan(fmt, (), job.volumes.count, 1, compression, job.fingerprint())
+    with open_destination(dst, plan, overwrite=overwrite) as dest:
+        done = load_results(dest, job.tasks) if dest.resumed else {}
+        writer = _open_writer(dest, job, compression, done)
+        try:
+            todo = [t for t in job.tasks if t.volume not in done]
+            _execute(dest, writer, todo, done, workers=workers, client=client, progress=progress)
+            ordered = [done[v] for v in range(job.volumes.count)]
+            index = None
+            if job.volumes.label is not None:
+                parts = [(r.rows, r.points) for r in ordered]
+                index = write_label_index(
+                    writer, LabelIndex.concat(parts, job.volumes.ndim), compression
+                )
+            writer.set_attrs({ATTR_KEY: job.layout(ordered, index).to_attrs()})
+            flush_writer(writer)
+            writer.set_attrs({COMPLETE_KEY: True})  # strictly last
+        finally:
+            writer.close()
+        dest.commit()
+    layout = job.layout(ordered, index)
+    return ConversionResult(
+        path=dest.display,
+        format=fmt,
+        num_samples=layout.num_samples,
+        samples_per_chunk=1,
+        fields=layout.fields,
+        resumed_blocks=job.volumes.count - len(todo),
+        written_blocks=len(todo),
+        seconds=time.perf_counter() - started,
+    )
+
+
+@dataclass(frozen=True)
+class _Job:
+    volumes: VolumeSet
+    tasks: tuple[VolumeTask, ...]
+    image_dtype: np.dtype[Any]
+    label_dtype: np.dtype[Any] | None
+    policy: dict[str, str]
+    class_names: tuple[str, ...] | None = None
+
+    def fields(self) -> tuple[FieldInfo, ...]:
+        vs, out = self.volumes, []
+        for kind, dtype in (("image", self.image_dtype), ("label", self.label_dtype)):
+            if dtype is None:
+                continue
+            for v, name in enumerate(vs.field_names(kind)):
+                shape = vs.item_shape(kind, vs.shapes[v])
+                out.append(FieldInfo(name, np.dtype(dtype), shape))
+        return tuple(out)
+
+    def array_chunks(self, kind: str) -> tuple[int, ...]:
+        return (1, *self.volumes.item_shape(kind, self.volumes.chunks))
+
+    def layout(
+        self, results: Sequence[VolumeResult], index: dict[str, Any] | None
+    ) -> DatasetLayout:
+        sources = []
+        for t in self.tasks:
+            entry = {"image": t.image.path, **_json_meta(t.image.meta)}
+            if t.label is not None:
+                entry["label"] = t.label.path
+            sources.append(entry)
+        meta = {
+            **self.volumes.to_json(),
+            "label_index": index,
+            "sources": sources,
+            "scaling": [{"slope": r.slope, "inter": r.inter} for r in results],
+            "policy": self.policy,
+        }
+        n = self.volumes.count if self.volumes.stacked else 1
+        return DatasetLayout(
+            n, 1, self.fields(), class_names=self.class_names, extra={VOLUMES_KEY: meta}
+        )
+
+    def fingerprint(self) -> str:
+        """What the arrays look like; each volume's files are checked on resume on their own
+        (see :mod:`chunkio.convert.volume_results`), so fixing one bad file keeps the rest."""
+        files = [[f.path for f in (t.image, t.label) if f is not None] for t in self.tasks]
+        state = {
+            "files": files,
+            "volumes": self.volumes.to_json(),
+            "policy": self.policy,
+            "dtypes": [str(self.image_dtype), str(self.label_dtype)],
+        }
+        return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
+
+
+def _json_meta(meta: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in meta.items() if k in ("affine", "spacing", "axcodes", "unit", "axes")}
+
+
+def _plan(
+    src: Paths,
+    labels: Paths | None,
+    chunks: int | Sequence[int] | None,
+    dtype: npt.DTypeLike | None,
+    label_dtype: npt.DTypeLike | None,
+    on_overflow: OnOverflow,
+    nan_policy: NanPolicy,
+) -> _Job:
+    if on_overflow not in ("error", "clip", "scale"):
+        raise ValueError(f"on_overflow must be 'error', 'clip' or 'scale'; got {on_overflow!r}")
+    if nan_policy not in ("error", "zero", "keep"):
+        raise ValueError(f"nan_policy must be 'error', 'zero' or 'keep'; got {nan_policy!r}")
+    images = [probe_volume(p) for p in volume_files(src)]
+    label_files = (
+        None
+        if labels is None
+        else [probe_volume(p) for p in match_labels([i.path for i in images], labels)]
+    )
+    if label_files is not None:
+        label_files = [_check_label(i, lab) for i, lab in zip(images, label_files, strict=True)]
+    channels = {i.channels for i in images}
+    if len(channels) > 1:
+        raise SourceError(
+            f"volumes differ in channels {sorted(map(str, channels))}: e.g. "
+            f"{images[0].path} has {images[0].channels}"
+        )
+    shapes = tuple(i.spatial for i in images)
+    volumes = VolumeSet(
+        shapes=shapes,
+        chunks=_chunk_shape(chunks, shapes),
+        stacked=len(set(shapes)) == 1,
+        channels=images[0].channels,
+        label=None if label_files is None else "label",
+    )
+    image_dtype = choose_dtype([i.dtype for i in images], dtype, label=False)
+    lab_dtype = (
+        None
+        if label_files is None
+        else choose_dtype([lab.dtype for lab in label_files], label_dtype, label=True)
+    )
+    tasks = tuple(
+        VolumeTask(
+            volume=v,
+            image=img,
+            label=None if label_files is None else label_files[v],
+            image_dtype=image_dtype,
+            label_dtype=np.dtype(np.uint8) if lab_dtype is None else lab_dtype,
+            chunks=volumes.chunks,
+            on_overflow=on_overflow,
+            nan_policy=nan_policy,
+            image_array=volumes.array("image", v),
+            label_array=None if label_files is None else volumes.array("label", v),
+        )
+        for v, img in enumerate(images)
+    )
+    policy: dict[str, str] = {"on_overflow": on_overflow, "nan_policy": nan_policy}
+    return _Job(volumes, tasks, image_dtype, lab_dtype, policy)
+
+
+def _check_label(image: VolumeFile, label: VolumeFile) -> VolumeFile:
+    if label.channels == 1:  # a singleton channel axis carries no information
+        label = VolumeFile(label.path, label.kind, label.spatial, None, label.dtype, label.meta)
+    if label.channels is not None or label.spatial != image.spatial:
+        raise SourceError(
+            f"label {label.path} has shape {label.shape} but image {image.path} has spatial "
+            f"shape {image.spatial}; a label volume must match its image voxel for voxel"
+        )
+    return label
+
+
+def _chunk_shape(
+    chunks: int | Sequence[int] | None, shapes: Sequence[tuple[int, ...]]
+) -> tuple[int, ...]:
+    wanted = DEFAULT_VOLUME_CHUNKS if chunks is None else chunks
+    values = [wanted] * 3 if isinstance(wanted, int | np.integer) else list(wanted)
+    if len(values) != 3 or any(isinstance(c, bool) or int(c) < 1 for c in values):
+        raise ValueError(f"chunks must be a positive int or three; got {chunks!r}")
+    largest = np.max(np.asarray(shapes), axis=0)
+    return tuple(int(min(c, n)) for c, n in zip(values, largest.tolist(), strict=True))
+
+
+def _open_writer(
+    dest: Destination, job: _Job, compression: Compression, done: dict[int, VolumeResult]
+) -> Any:
+    fmt = dest.plan.format
+    if dest.resumed and done:
+        try:
+            return open_writer(dest.data_location, format=fmt)
+        except Exception:
+            if fmt != "hdf5":
+                raise
+            # readable but no longer writable after a crash: start afresh
+    if dest.resumed:
+        done.clear()
+        dest.reset()
+    writer = open_writer(dest.data_location, format=fmt)
+    try:
+        writer.set_attrs({ATTR_KEY: job.layout(_blank(job), None).to_attrs(), COMPLETE_KEY: False})
+        for f in job.fields():
+            kind = "label" if f.name.startswith("label") else "image"
+            writer.create_array(
+                f.name,
+                shape=(
+                    1 if not job.volumes.stacked else job.volumes.count,
+                    *(f.sample_shape or ()),
+                ),
+                dtype=f.dtype,
+                chunks=job.array_chunks(kind),
+                compression=compression,
+            )
+        flush_writer(writer)
+    except BaseException:
+        writer.close()
+        raise
+    dest.created()
+    return writer
+
+
+def _blank(job: _Job) -> list[VolumeResult]:
+    empty = np.zeros((0, 0), np.int64)
+    return [VolumeResult(t.volume, 1.0, 0.0, empty, empty) for t in job.tasks]
+
+
+def _execute(
+    dest: Destination,
+    writer: Any,
+    todo: list[VolumeTask],
+    done: dict[int, VolumeResult],
+    *,
+    workers: int | None,
+    client: Any,
+    progress: bool,
+) -> None:
+    n = len(todo) + len(done)
+    if workers is None:
+        workers = max(1, min(4, os.cpu_count() or 1, len(todo)))
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an int >= 1; got {workers!r}")
+    parallel = client is not None or workers > 1
+    location = dest.worker_location if parallel and writer.supports_concurrent_writers else None
+    spec = WriteSpec(dest.plan.format, location, dest.staged, os.urandom(8).hex())
+    bar = tqdm(
+        total=n,
+        initial=len(done),
+        unit="volume",
+        disable=not progress,
+        desc=os.path.basename(dest.display.rstrip("/")),
+        dynamic_ncols=True,
+    )
+
+    def finish(task: VolumeTask, result: VolumeResult) -> None:
+        arrays = tuple(a[0] for a in (task.image_array, task.label_array) if a is not None)
+        row = task.image_array[1]
+        if result.image is not None:  # not written by a worker: write it here
+            write_result(writer, task, result)
+            flush_writer(writer)
+            dest.sync(arrays, row, row + 1)
+        result.image = result.label = None
+        save_result(dest, task, result)  # scaling and index survive an interruption
+        dest.record(task.volume, task.volume + 1)
+        done[task.volume] = result
+        bar.update(1)
+
+    with bar:
+        run_tasks(todo, spec, workers=workers, client=client, finish=finish)

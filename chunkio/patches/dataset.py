@@ -1,0 +1,200 @@
+"""PatchDataset: fixed-size patches of the volumes of a chunkio volume dataset.
+
+Handles follow :class:`~chunkio.ChunkDataset`'s rules: ``__init__`` reads the metadata (and
+the label index) and closes what it opened; each process opens its own handle on first read
+(keyed by pid) and pickling drops it, so the dataset works in DataLoader workers under fork,
+spawn and forkserver.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from torch.utils.data import Dataset, default_collate
+
+from ..backends import detect_format, open_reader
+from ..batch import SampleBatch, to_tensor
+from ..layout import DatasetLayout, check_arrays
+from .label_index import LabelIndex, read_label_index
+from .layout import VOLUMES_KEY, VolumeSet
+from .planning import plan_patch_reads
+from .reading import PadMode, PatchReader, PatchReadStats
+from .samplers import GridSampler, PatchSampler
+
+__all__ = ["PatchDataset"]
+
+KINDS = ("image", "label")
+
+
+class PatchDataset(Dataset[Any]):
+    """Patches of the volumes of a chunkio volume dataset (see :mod:`chunkio.patches.layout`).
+
+    Items are addressed by *patch keys* ``(volume, *origin)``, which the bound ``sampler``
+    yields; an item is ``{"image", "label" (when the dataset has labels), "volume",
+    "origin"}`` of tensors. Use ``DataLoader(ds, sampler=ds.sampler, batch_size=...)``;
+    ``__getitems__`` decodes each chunk a batch touches once, even when patches overlap.
+
+    Parameters
+    ----------
+    path
+        A volume dataset (``.zarr`` directory, ``.h5`` file, URL or store).
+    patch_size
+        Spatial size of a patch, one int per spatial axis.
+    sampler
+        A :class:`~chunkio.patches.PatchSampler` (grid, random, label-balanced), bound here
+        to the volumes; default: a non-overlapping :class:`~chunkio.patches.GridSampler`.
+    fields
+        ``"image"`` and/or ``"label"``; default: both when the dataset has labels.
+    transform
+        Applied to each item (the batch is then stacked by torch's collate).
+    pad_mode, pad_value, label_pad_value
+        How the part of a patch outside its volume is filled: ``"constant"`` (with
+        ``pad_value`` for images, ``label_pad_value`` for labels) or ``"edge"`` (nearest
+        voxel).
+    cache_bytes
+        Per-process LRU cache of decoded chunks (helps overlapping grids); 0 disables it.
+    """
+
+    def __init__(
+        self,
+        path: Any,
+        patch_size: Sequence[int],
+        *,
+        sampler: PatchSampler | None = None,
+        fields: Sequence[str] | None = None,
+        transform: Callable[[Any], Any] | None = None,
+        pad_mode: PadMode = "constant",
+        pad_value: float = 0,
+        label_pad_value: int = 0,
+        cache_bytes: int = 0,
+        storage_options: Mapping[str, Any] | None = None,
+        trust_codecs: bool = False,
+    ) -> None:
+        self.location = os.fspath(path) if isinstance(path, os.PathLike) else path
+        self.format = detect_format(self.location)
+        if pad_mode not in ("constant", "edge"):
+            raise ValueError(f"pad_mode must be 'constant' or 'edge'; got {pad_mode!r}")
+        if cache_bytes < 0:
+            raise ValueError(f"cache_bytes must be >= 0; got {cache_bytes}")
+        self.transform, self.pad_mode = transform, pad_mode
+        self._options = {
+            "cache_bytes": int(cache_bytes),
+            "storage_options": dict(storage_options) if storage_options else None,
+            "trust_codecs": bool(trust_codecs),
+        }
+        self.layout, self.volumes, self.label_index = self._read_metadata()
+        self.patch_size = tuple(int(p) for p in patch_size)
+        self.fields = self._select(fields)
+        self.dtypes = {k: self._dtype(k) for k in self.fields}
+        self.pad_values = {"image": pad_value, "label": label_pad_value}
+        self.sampler = (sampler if sampler is not None else GridSampler()).bind(
+            self.volumes, self.patch_size, self.label_index
+        )
+        self._local: PatchReader | None = None
+
+    def _read_metadata(self) -> tuple[DatasetLayout, VolumeSet, LabelIndex | None]:
+        opts = self._options
+        reader = open_reader(
+            self.location,
+            storage_options=opts["storage_options"],  # type: ignore[arg-type]
+            trust_codecs=bool(opts["trust_codecs"]),
+        )
+        try:
+            where = reader.location
+            layout = DatasetLayout.from_attrs(reader.attrs(), where=where)
+            present = set(reader.array_names())
+            arrays = {
+                name: (i.shape, i.dtype, i.chunks)
+                for f in layout.fields
+                for name in f.array_names()
+                if name in present
+                for i in [reader.array_info(name)]
+            }
+            check_arrays(layout, arrays, where=where)
+            volumes = VolumeSet.from_extra(layout.extra, where=where)
+            index = read_label_index(reader, layout.extra[VOLUMES_KEY].get("label_index"))
+            return layout, volumes, index
+        finally:
+            reader.close()
+
+    def _select(self, fields: Sequence[str] | None) -> tuple[str, ...]:
+        available = KINDS if self.volumes.label is not None else KINDS[:1]
+        if fields is None:
+            return available
+        if isinstance(fields, str):
+            raise TypeError(f"fields must be a sequence of names, not a string; got {fields!r}")
+        for name in fields:
+            if name not in available:
+                raise KeyError(f"{self.location}: no {name!r} patches; available: {available}")
+        return tuple(fields)
+
+    def _dtype(self, kind: str) -> np.dtype[Any]:
+        names = self.volumes.field_names(kind)
+        return np.result_type(*(self.layout.field(n).dtype for n in names))
+
+    # -- metadata ---------------------------------------------------------------------------
+    def __len__(self) -> int:
+        """Patches the bound sampler yields per epoch on this rank."""
+        return len(self.sampler)
+
+    def read_stats(self) -> PatchReadStats:
+        """Read counters of *this* process (workers keep their own)."""
+        return self._reader().stats
+
+    def __repr__(self) -> str:
+        return (
+            f"PatchDataset({self.location!r}, patch_size={self.patch_size}, "
+            f"volumes={self.volumes.count}, fields={list(self.fields)}, "
+            f"sampler={type(self.sampler).__name__})"
+        )
+
+    # -- per-process handles ------------------------------------------------------------------
+    def _reader(self) -> PatchReader:
+        local = self._local
+        if local is None or local.pid != os.getpid():
+            local = PatchReader(self.location, self.volumes, self.dtypes, **self._options)  # type: ignore[arg-type]
+            self._local = local
+        return local
+
+    def close(self) -> None:
+        """Close this process's handle (the next read reopens it)."""
+        if self._local is not None and self._local.pid == os.getpid():
+            self._local.close()
+        self._local = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_local"] = None  # handles never travel between processes
+        return state
+
+    # -- reading ------------------------------------------------------------------------------
+    def read_patches(self, keys: Sequence[Any] | npt.ArrayLike) -> dict[str, npt.NDArray[Any]]:
+        """Patches ``keys`` as NumPy arrays by field, plus ``volume`` and ``origin``."""
+        plan = plan_patch_reads(keys, self.patch_size, self.volumes)
+        out = self._reader().read(
+            self.fields, plan, self.patch_size, pad_mode=self.pad_mode, pad_values=self.pad_values
+        )
+        out["volume"] = plan.keys[:, 0].copy()
+        out["origin"] = plan.keys[:, 1:].copy()
+        return out
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, int | np.integer):
+            raise TypeError(
+                "PatchDataset items are addressed by patch keys (volume, *origin), not by "
+                f"position; got {key!r}: use DataLoader(ds, sampler=ds.sampler, ...)"
+            )
+        batch = self.__getitems__([key])
+        return batch[0]
+
+    def __getitems__(self, keys: Sequence[Any]) -> SampleBatch:
+        columns = {k: to_tensor(v) for k, v in self.read_patches(list(keys)).items()}
+        n = len(keys)
+        if self.transform is None:
+            return SampleBatch(columns, n)
+        items = [self.transform({k: v[j] for k, v in columns.items()}) for j in range(n)]
+        return SampleBatch(default_collate(items) if n else columns, n)

@@ -1,0 +1,169 @@
+"""The coarse per-chunk label index, computed once at conversion time.
+
+For every spatial chunk of every label volume it records which label values the chunk holds,
+how many voxels of each, and a few voxel positions of each value drawn at random
+(deterministically: seeded by volume and chunk). Label-balanced patch sampling centres
+patches on those positions, so training never scans a label volume.
+
+Stored next to the data as two arrays, outside the layout's fields:
+
+``label_index`` (R x (ndim + 3), int64)
+    one row per (volume, chunk, value): ``volume, chunk_0 .. chunk_{ndim-1}, value, voxels``,
+    sorted by volume, chunk and value.
+``label_points`` (R x K x ndim, int64)
+    ``K`` voxel positions (absolute, within the volume) holding the row's value, drawn with
+    replacement.
+
+``extra["volumes"]["label_index"]`` names them and summarises ``values`` and ``voxels`` (total
+voxels per value over the dataset).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..backends import Compression, Reader, Writer
+from ..errors import FormatError
+
+__all__ = [
+    "POINTS_PER_ENTRY",
+    "LabelIndex",
+    "index_label_volume",
+    "read_label_index",
+    "write_label_index",
+]
+
+IntArray = npt.NDArray[np.int64]
+
+#: voxel positions kept per (volume, chunk, value)
+POINTS_PER_ENTRY = 4
+ROWS_ARRAY = "label_index"
+POINTS_ARRAY = "label_points"
+_SEED = 0x1ABE1
+
+
+@dataclass(frozen=True)
+class LabelIndex:
+    """Rows ``(volume, *chunk, value, voxels)`` and their sample points, see module docs."""
+
+    rows: IntArray
+    points: IntArray
+
+    def __post_init__(self) -> None:
+        r, width = self.rows.shape
+        if width < 4 or self.points.shape[:1] != (r,) or self.points.shape[2] != width - 3:
+            raise FormatError(
+                f"label index rows {self.rows.shape} and points {self.points.shape} disagree"
+            )
+
+    @property
+    def ndim(self) -> int:
+        return int(self.rows.shape[1]) - 3
+
+    @property
+    def volume(self) -> IntArray:
+        return self.rows[:, 0]
+
+    @property
+    def value(self) -> IntArray:
+        return self.rows[:, -2]
+
+    @property
+    def voxels(self) -> IntArray:
+        return self.rows[:, -1]
+
+    def summary(self) -> dict[str, list[int]]:
+        """Label values present and their total voxel counts (JSON-ready)."""
+        values, inverse = np.unique(self.value, return_inverse=True)
+        totals = np.bincount(inverse.reshape(-1), weights=self.voxels, minlength=len(values))
+        return {"values": values.tolist(), "voxels": totals.astype(np.int64).tolist()}
+
+    @classmethod
+    def concat(cls, parts: Sequence[tuple[IntArray, IntArray]], ndim: int) -> LabelIndex:
+        """Join per-volume parts (in volume order)."""
+        if not parts:
+            return cls(np.zeros((0, ndim + 3), np.int64), np.zeros((0, 0, ndim), np.int64))
+        rows = np.concatenate([p[0] for p in parts]).astype(np.int64, copy=False)
+        points = np.concatenate([p[1] for p in parts]).astype(np.int64, copy=False)
+        return cls(rows, points)
+
+
+def index_label_volume(
+    label: npt.NDArray[Any],
+    volume: int,
+    chunks: Sequence[int],
+    *,
+    points: int = POINTS_PER_ENTRY,
+) -> tuple[IntArray, IntArray]:
+    """Index one label volume: ``(rows, points)`` as described in the module docs.
+
+    >>> lab = np.zeros((4, 4), np.uint8); lab[3, 3] = 2
+    >>> rows, pts = index_label_volume(lab, 5, (2, 2), points=1)
+    >>> rows.tolist()
+    [[5, 0, 0, 0, 4], [5, 0, 1, 0, 4], [5, 1, 0, 0, 4], [5, 1, 1, 0, 3], [5, 1, 1, 2, 1]]
+    >>> pts[-1].tolist()
+    [[3, 3]]
+    """
+    shape = label.shape
+    grid = [range(-(-s // c)) for s, c in zip(shape, chunks, strict=True)]
+    all_rows: list[IntArray] = []
+    all_points: list[IntArray] = []
+    for coords in itertools.product(*grid):
+        lo = np.array([i * c for i, c in zip(coords, chunks, strict=True)], np.int64)
+        box = label[tuple(slice(a, a + c) for a, c in zip(lo.tolist(), chunks, strict=True))]
+        flat = box.reshape(-1)
+        values, counts = np.unique(flat, return_counts=True)
+        rng = np.random.default_rng([_SEED, volume, *coords])
+        picks = np.empty((len(values), points), np.int64)
+        for i, value in enumerate(values):
+            where = np.flatnonzero(flat == value)
+            picks[i] = where[rng.integers(0, len(where), size=points)]
+        local = np.stack(np.unravel_index(picks, box.shape), axis=-1)
+        head = np.tile(np.array([volume, *coords], np.int64), (len(values), 1))
+        all_rows.append(np.column_stack([head, values.astype(np.int64), counts]))
+        all_points.append(local + lo)
+    return np.concatenate(all_rows), np.concatenate(all_points).astype(np.int64)
+
+
+def write_label_index(
+    writer: Writer, index: LabelIndex, compression: Compression
+) -> dict[str, Any]:
+    """Store ``index`` through ``writer``; return its ``extra`` description."""
+    r = len(index.rows)
+    step = max(1, min(r, 1 << 16))
+    for name, data in ((ROWS_ARRAY, index.rows), (POINTS_ARRAY, index.points)):
+        writer.create_array(
+            name,
+            shape=data.shape,
+            dtype=data.dtype,
+            chunks=(step, *data.shape[1:]),
+            compression=compression,
+        )
+        for start in range(0, r, step):
+            writer.write_block(name, start, data[start : start + step])
+    return {"rows": ROWS_ARRAY, "points": POINTS_ARRAY, **index.summary()}
+
+
+def read_label_index(reader: Reader, meta: Mapping[str, Any] | None) -> LabelIndex | None:
+    """Read the index described by ``extra["volumes"]["label_index"]`` (None if absent)."""
+    if not meta:
+        return None
+    arrays = []
+    for key in ("rows", "points"):
+        name = str(meta.get(key))
+        if name not in reader.array_names():
+            raise FormatError(f"{reader.location}: label index array {name!r} is missing")
+        info = reader.array_info(name)
+        out = np.empty(info.shape, info.dtype)
+        step = int(info.chunks[0])
+        ranges = [(a, min(a + step, info.shape[0])) for a in range(0, info.shape[0], step)]
+        if ranges:
+            reader.read_into(name, ranges, out)
+        arrays.append(out.astype(np.int64, copy=False))
+    return LabelIndex(arrays[0], arrays[1])

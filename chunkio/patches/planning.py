@@ -1,0 +1,136 @@
+"""Plan a batch of patch reads: which chunks to decode, and which piece of each goes where.
+
+Pure NumPy, no I/O. A patch is addressed by a *key* ``(volume, *origin)``; it covers the box
+``[origin, origin + patch_size)`` of its volume and may stick out of it (the part outside is
+padded by the reader). A batch reads the union of the chunks its patches touch, each once,
+even when patches overlap; every (patch, chunk) intersection becomes one *piece* copied from
+the decoded chunk into the patch.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .layout import VolumeSet
+
+__all__ = ["PatchReadPlan", "normalize_keys", "piece_slices", "plan_patch_reads"]
+
+IntArray = npt.NDArray[np.int64]
+
+
+def normalize_keys(keys: Sequence[Any] | npt.ArrayLike, volumes: VolumeSet) -> IntArray:
+    """Validate patch keys ``(volume, *origin)``; return them as a ``(B, 1 + ndim)`` array.
+
+    >>> vs = VolumeSet(shapes=((8, 8),), chunks=(4, 4), stacked=True)
+    >>> normalize_keys([(0, 1, 2)], vs).tolist()
+    [[0, 1, 2]]
+    """
+    arr = np.asarray(keys)
+    width = 1 + volumes.ndim
+    if arr.size == 0:
+        return np.zeros((0, width), np.int64)
+    if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
+        raise TypeError(f"patch keys must be integers (volume, *origin); got dtype {arr.dtype}")
+    if arr.ndim != 2 or arr.shape[1] != width:
+        raise ValueError(
+            f"patch keys must be (volume, *origin) with {width} integers each; got an array "
+            f"of shape {arr.shape}"
+        )
+    arr = arr.astype(np.int64, copy=False)
+    bad = (arr[:, 0] < 0) | (arr[:, 0] >= volumes.count)
+    if bad.any():
+        raise IndexError(
+            f"patch key {arr[np.argmax(bad)].tolist()}: volume out of range for "
+            f"{volumes.count} volumes"
+        )
+    return arr
+
+
+@dataclass(frozen=True)
+class PatchReadPlan:
+    """The chunks a batch needs and the pieces to cut from them.
+
+    ``chunks[k]`` = ``(volume, *chunk_coords)``, unique, in storage order; ``pieces[m]`` =
+    ``(patch, chunk_row, *src_lo, *dst_lo, *size)`` with ``src_lo`` relative to the chunk and
+    ``dst_lo`` to the patch; ``inner[b]`` = the in-volume part ``[lo, hi)`` of patch ``b`` in
+    patch coordinates (the rest is padding).
+    """
+
+    keys: IntArray
+    chunks: IntArray
+    pieces: IntArray
+    inner: IntArray
+
+    def chunk_box(self, row: int, volumes: VolumeSet) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Spatial box ``[lo, hi)`` of chunk ``chunks[row]`` within its volume."""
+        v, *coords = self.chunks[row].tolist()
+        shape = volumes.shapes[v]
+        lo = tuple(c * s for c, s in zip(coords, volumes.chunks, strict=True))
+        hi = tuple(min(a + s, n) for a, s, n in zip(lo, volumes.chunks, shape, strict=True))
+        return lo, hi
+
+
+def plan_patch_reads(
+    keys: Sequence[Any] | npt.ArrayLike, patch_size: Sequence[int], volumes: VolumeSet
+) -> PatchReadPlan:
+    """Plan reading the patches ``keys`` of size ``patch_size``.
+
+    >>> vs = VolumeSet(shapes=((8, 8),), chunks=(4, 4), stacked=True)
+    >>> p = plan_patch_reads([(0, 2, 2), (0, 3, 3)], (4, 4), vs)
+    >>> p.chunks.tolist()  # both patches touch the same four chunks: each is read once
+    [[0, 0, 0], [0, 0, 1], [0, 1, 0], [0, 1, 1]]
+    >>> p.pieces[0].tolist()  # patch 0, chunk 0: chunk[2:4, 2:4] -> patch[0:2, 0:2]
+    [0, 0, 2, 2, 0, 0, 2, 2]
+    """
+    key_arr = normalize_keys(keys, volumes)
+    size = np.asarray(patch_size, np.int64)
+    ndim, chunk = volumes.ndim, np.asarray(volumes.chunks, np.int64)
+    if size.shape != (ndim,) or (size < 1).any():
+        raise ValueError(f"patch_size must be {ndim} positive ints; got {tuple(patch_size)}")
+    index: dict[tuple[int, ...], int] = {}
+    pieces: list[list[int]] = []
+    inner = np.zeros((len(key_arr), 2, ndim), np.int64)
+    for b, key in enumerate(key_arr):
+        v, origin = int(key[0]), key[1:]
+        shape = np.asarray(volumes.shapes[v], np.int64)
+        lo, hi = np.maximum(origin, 0), np.minimum(origin + size, shape)
+        if (hi <= lo).any():
+            raise ValueError(
+                f"patch {key.tolist()} of size {size.tolist()} lies outside volume {v} of "
+                f"shape {shape.tolist()}"
+            )
+        inner[b] = (lo - origin, hi - origin)
+        spans = [range(a // c, (z - 1) // c + 1) for a, z, c in zip(lo, hi, chunk, strict=True)]
+        for coords in itertools.product(*spans):
+            c_lo = np.asarray(coords, np.int64) * chunk
+            a, z = np.maximum(lo, c_lo), np.minimum(hi, c_lo + chunk)
+            row = index.setdefault((v, *coords), len(index))
+            pieces.append([b, row, *(a - c_lo), *(a - origin), *(z - a)])
+    # storage order for the reads; renumber the pieces' chunk rows to match
+    found = np.array(list(index), np.int64).reshape(-1, 1 + ndim)
+    order = np.lexsort(found.T[::-1]) if len(found) else np.zeros(0, np.int64)
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order))
+    piece_arr = np.array(pieces, np.int64).reshape(-1, 2 + 3 * ndim)
+    piece_arr[:, 1] = rank[piece_arr[:, 1]]
+    return PatchReadPlan(key_arr, found[order], piece_arr, inner)
+
+
+def piece_slices(
+    piece: Sequence[int], ndim: int
+) -> tuple[int, int, tuple[slice, ...], tuple[slice, ...]]:
+    """``(patch, chunk_row, slices in the chunk, slices in the patch)`` of one plan piece.
+
+    >>> piece_slices([0, 0, 2, 2, 0, 0, 2, 2], 2)
+    (0, 0, (slice(2, 4, None), slice(2, 4, None)), (slice(0, 2, None), slice(0, 2, None)))
+    """
+    size = piece[2 + 2 * ndim : 2 + 3 * ndim]
+    src = tuple(slice(a, a + n) for a, n in zip(piece[2 : 2 + ndim], size, strict=True))
+    dst = tuple(slice(a, a + n) for a, n in zip(piece[2 + ndim : 2 + 2 * ndim], size, strict=True))
+    return int(piece[0]), int(piece[1]), src, dst

@@ -1,0 +1,344 @@
+"""Stitch per-patch predictions back into full volumes, averaging where patches overlap.
+
+Streaming: the output is accumulated per output chunk - a sum and a count per voxel - and
+each chunk is written (sum / count) and dropped from memory as soon as the last patch
+touching it has arrived, so volumes larger than memory work. With a grid in storage order
+only about one slab of patches' chunks is in memory at a time. Every write covers whole
+output chunks, so a chunk is written exactly once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..backends import Compression, detect_format, open_writer
+from ..errors import DestinationExistsError
+from ..layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, FieldInfo
+from .layout import VOLUMES_KEY, VolumeSet
+from .planning import piece_slices, plan_patch_reads
+from .samplers import PatchSampler
+
+__all__ = ["stitch"]
+
+Key = tuple[int, ...]
+_DEFAULT_COMPRESSION = Compression()
+
+
+def stitch(
+    predictions: Iterable[Any],
+    dst: Any,
+    sampler: PatchSampler,
+    *,
+    dtype: npt.DTypeLike = np.float32,
+    field: str = "prediction",
+    like: Any = None,
+    compression: Compression = _DEFAULT_COMPRESSION,
+    overwrite: bool = False,
+) -> Any:
+    """Write per-patch predictions into full-size volumes, averaging overlaps.
+
+    Parameters
+    ----------
+    predictions
+        Batches ``(volume, origin, prediction)``: ``volume`` ``(B,)``, ``origin`` ``(B,
+        ndim)`` (as a :class:`~chunkio.patches.PatchDataset` batch gives them) and
+        ``prediction`` ``(B, [C,] *patch_size)``; NumPy arrays or tensors. Every patch of
+        ``sampler`` must come exactly once, in any order.
+    dst
+        A path (a new ``.zarr``/``.h5`` volume dataset with field ``field``, chunked like the
+        source), an array ``(N, [C,] *spatial)`` (NumPy, zarr, h5py) or a sequence of one
+        array ``([C,] *spatial)`` per volume.
+    sampler
+        The bound sampler that produced the patches (usually a
+        :class:`~chunkio.patches.GridSampler`, ``world_size=1``).
+    dtype, compression, overwrite
+        Of the new dataset when ``dst`` is a path.
+    like
+        A :class:`~chunkio.patches.PatchDataset` whose volume metadata (affines, spacing,
+        source files) the new dataset copies.
+
+    Returns
+    -------
+    The path or array(s) written. Voxels no patch covers are 0.
+    """
+    if sampler.world_size != 1:
+        raise ValueError(
+            f"stitch needs every patch: use a sampler with world_size=1 (got "
+            f"{sampler.world_size}); ranks would otherwise write the same chunks"
+        )
+    volumes, size = sampler.volumes, sampler.patch_size
+    keys = sampler.keys()
+    first = None
+    stream = iter(predictions)
+    for batch in stream:
+        first = _batch(batch, volumes.ndim)
+        break
+    if first is None:
+        raise ValueError("stitch got no predictions")
+    pred = first[1]
+    channels = pred.shape[1] if pred.ndim == volumes.ndim + 2 else None
+    target = _Target.open(dst, volumes, channels, dtype, field, like, compression, overwrite)
+    acc = _Accumulator(volumes, size, keys, target, pred.shape[1 : pred.ndim - volumes.ndim])
+    acc.add(*first)
+    for batch in stream:
+        acc.add(*_batch(batch, volumes.ndim))
+    acc.finish()
+    return target.close()
+
+
+def _numpy(x: Any) -> npt.NDArray[Any]:
+    if hasattr(x, "detach"):
+        x = x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def _batch(batch: Any, ndim: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
+    if isinstance(batch, Mapping):
+        batch = (batch["volume"], batch["origin"], batch["prediction"])
+    volume, origin, pred = (_numpy(x) for x in batch)
+    keys = np.column_stack([volume.reshape(-1), origin.reshape(-1, ndim)]).astype(np.int64)
+    if pred.ndim in (ndim, ndim + 1) and len(keys) == 1 and pred.shape[0] != 1:
+        pred = pred[None]  # one unbatched patch
+    if len(pred) != len(keys):
+        raise ValueError(f"got {len(keys)} patch keys but {len(pred)} predictions in a batch")
+    return keys, pred
+
+
+class _Accumulator:
+    """Sum and count per output chunk; writes a chunk once all its patches have arrived."""
+
+    def __init__(
+        self,
+        volumes: VolumeSet,
+        size: tuple[int, ...],
+        keys: npt.NDArray[np.int64],
+        target: Any,
+        lead: tuple[int, ...],
+    ) -> None:
+        self.out = VolumeSet(volumes.shapes, target.chunks, volumes.stacked)
+        self.lead = lead  # channel dims of a prediction
+        self.size, self.target = size, target
+        plan = plan_patch_reads(keys, size, self.out)
+        self.expected = {
+            tuple(c): int(n)
+            for c, n in zip(
+                plan.chunks.tolist(), np.bincount(plan.pieces[:, 1]).tolist(), strict=False
+            )
+        }
+        self.known = {tuple(k) for k in keys.tolist()}
+        self.seen: set[Key] = set()
+        self.sums: dict[Key, npt.NDArray[Any]] = {}
+        self.counts: dict[Key, npt.NDArray[np.int32]] = {}
+        self.received: dict[Key, int] = {}
+
+    def add(self, keys: npt.NDArray[np.int64], pred: npt.NDArray[Any]) -> None:
+        for key in map(tuple, keys.tolist()):
+            if key not in self.known or key in self.seen:
+                why = "is not one of the sampler's patches" if key not in self.known else "twice"
+                raise ValueError(f"prediction for patch {key} {why}")
+            self.seen.add(key)
+        plan = plan_patch_reads(keys, self.size, self.out)
+        for piece in plan.pieces.tolist():
+            b, row, src, dst = piece_slices(piece, self.out.ndim)
+            chunk = tuple(plan.chunks[row].tolist())
+            total, count = self._buffers(chunk, pred)
+            into: tuple[Any, ...] = (Ellipsis, *src)
+            take: tuple[Any, ...] = (b, Ellipsis, *dst)
+            total[into] += pred[take]
+            count[src] += 1
+            self.received[chunk] = self.received.get(chunk, 0) + 1
+            if self.received[chunk] == self.expected[chunk]:
+                self._flush(chunk)
+
+    def _buffers(
+        self, chunk: Key, pred: npt.NDArray[Any]
+    ) -> tuple[npt.NDArray[Any], npt.NDArray[np.int32]]:
+        if chunk not in self.sums:
+            lo, hi = self._box(chunk)
+            box = tuple(b - a for a, b in zip(lo, hi, strict=True))
+            acc = np.float64 if pred.dtype == np.float64 else np.float32
+            self.sums[chunk] = np.zeros((*self.lead, *box), acc)
+            self.counts[chunk] = np.zeros(box, np.int32)
+        return self.sums[chunk], self.counts[chunk]
+
+    def _box(self, chunk: Key) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        v, coords = chunk[0], chunk[1:]
+        lo = tuple(c * s for c, s in zip(coords, self.out.chunks, strict=True))
+        shape = self.out.shapes[v]
+        return lo, tuple(min(a + s, n) for a, s, n in zip(lo, self.out.chunks, shape, strict=True))
+
+    def _flush(self, chunk: Key) -> None:
+        total, count = self.sums.pop(chunk), self.counts.pop(chunk)
+        mean = total / np.maximum(count, 1)  # uncovered voxels stay 0
+        lo, hi = self._box(chunk)
+        self.target.write(chunk[0], lo, hi, mean)
+
+    def finish(self) -> None:
+        """Check every patch came; write zeros into output chunks no patch touches."""
+        missing = self.known - self.seen
+        if missing:
+            raise ValueError(
+                f"stitch got {len(self.seen)} of {len(self.known)} patches (e.g. "
+                f"{min(missing)} is missing); the output is incomplete"
+            )
+        for v in range(self.out.count):
+            for coords in itertools.product(*(range(g) for g in self.out.chunk_grid(v))):
+                if (v, *coords) not in self.expected:
+                    lo, hi = self._box((v, *coords))
+                    box = tuple(b - a for a, b in zip(lo, hi, strict=True))
+                    self.target.write(v, lo, hi, np.zeros((*self.lead, *box), np.float32))
+
+
+class _Target:
+    """Where stitched chunks go: one array per volume (views of a stacked array, or not)."""
+
+    def __init__(self, arrays: list[Any], stacked: Any, chunks: tuple[int, ...]) -> None:
+        self.arrays, self.stacked, self.chunks = arrays, stacked, chunks
+
+    @staticmethod
+    def open(
+        dst: Any,
+        volumes: VolumeSet,
+        channels: int | None,
+        dtype: npt.DTypeLike,
+        field: str,
+        like: Any,
+        compression: Compression,
+        overwrite: bool,
+    ) -> _Target:
+        if isinstance(dst, str | os.PathLike):
+            return _DatasetTarget(
+                os.fspath(dst),
+                volumes,
+                channels,
+                np.dtype(dtype),
+                field,
+                like,
+                compression,
+                overwrite,
+            )
+        if isinstance(dst, Sequence) and not hasattr(dst, "shape"):
+            arrays = list(dst)
+            if len(arrays) != volumes.count:
+                raise ValueError(
+                    f"need one output array per volume ({volumes.count}); got {len(arrays)}"
+                )
+            return _Target(arrays, None, _array_chunks(arrays[0], volumes))
+        if len(dst.shape) != volumes.ndim + 1 + (channels is not None):
+            raise ValueError(
+                f"output array of shape {dst.shape} does not hold "
+                f"{volumes.count} volumes of {volumes.ndim} dims, channels {channels}"
+            )
+        return _Target([], dst, _array_chunks(dst, volumes))
+
+    def write(
+        self, volume: int, lo: tuple[int, ...], hi: tuple[int, ...], block: npt.NDArray[Any]
+    ) -> None:
+        box = tuple(slice(a, b) for a, b in zip(lo, hi, strict=True))
+        if self.stacked is not None:
+            self.stacked[(volume, ..., *box)] = block
+        else:
+            self.arrays[volume][(..., *box)] = block
+
+    def close(self) -> Any:
+        return self.stacked if self.stacked is not None else self.arrays
+
+
+def _array_chunks(arr: Any, volumes: VolumeSet) -> tuple[int, ...]:
+    chunks = getattr(arr, "chunks", None)
+    if isinstance(chunks, tuple) and len(chunks) >= volumes.ndim:
+        return tuple(int(c) for c in chunks[-volumes.ndim :])
+    return volumes.chunks
+
+
+class _DatasetTarget(_Target):
+    """A new chunkio volume dataset, arrays created through the backend writer (codecs,
+    checksums) and filled region by region through the native zarr / h5py array."""
+
+    def __init__(
+        self,
+        path: str,
+        volumes: VolumeSet,
+        channels: int | None,
+        dtype: np.dtype[Any],
+        field: str,
+        like: Any,
+        compression: Compression,
+        overwrite: bool,
+    ) -> None:
+        if os.path.lexists(path) and not overwrite:
+            raise DestinationExistsError(f"{path} already exists; pass overwrite=True")
+        self.path, self.format = path, detect_format(path)
+        if self.format == "memory":
+            raise ValueError(f"stitch writes zarr or HDF5 datasets; got {path!r}")
+        self.volumes = VolumeSet(
+            volumes.shapes, volumes.chunks, volumes.stacked, channels, image=field
+        )
+        sources = (like.layout.extra.get(VOLUMES_KEY) or {}).get("sources") if like else None
+        self.layout = DatasetLayout(
+            volumes.count if volumes.stacked else 1,
+            1,
+            self._fields(dtype),
+            extra={VOLUMES_KEY: {**self.volumes.to_json(), "sources": sources}},
+        )
+        self._create(compression, overwrite)
+        self._file: Any = None
+        names = self.volumes.field_names("image")
+        native = [self._native(n) for n in names]
+        if volumes.stacked:
+            super().__init__([], native[0], volumes.chunks)
+        else:
+            super().__init__([a[0] for a in native], None, volumes.chunks)
+
+    def _fields(self, dtype: np.dtype[Any]) -> tuple[FieldInfo, ...]:
+        vs = self.volumes
+        return tuple(
+            FieldInfo(name, dtype, vs.item_shape("image", vs.shapes[v]))
+            for v, name in enumerate(vs.field_names("image"))
+        )
+
+    def _create(self, compression: Compression, overwrite: bool) -> None:
+        if os.path.lexists(self.path) and overwrite:
+            import shutil
+
+            shutil.rmtree(self.path) if os.path.isdir(self.path) else os.unlink(self.path)
+        writer = open_writer(self.path, format=self.format)
+        try:
+            writer.set_attrs({ATTR_KEY: self.layout.to_attrs(), COMPLETE_KEY: False})
+            chunks = (1, *self.volumes.item_shape("image", self.volumes.chunks))
+            for f in self.layout.fields:
+                shape = (self.layout.num_samples, *(f.sample_shape or ()))
+                writer.create_array(
+                    f.name, shape=shape, dtype=f.dtype, chunks=chunks, compression=compression
+                )
+        finally:
+            writer.close()
+
+    def _native(self, name: str) -> Any:
+        if self.format == "hdf5":
+            import h5py
+
+            if self._file is None:
+                self._file = h5py.File(self.path, "a")
+            return self._file[name]
+        import zarr
+
+        arr = zarr.open_array(self.path, path=name, mode="r+")
+        return arr.with_config({"write_empty_chunks": True})  # zeros are data, not "missing"
+
+    def close(self) -> Any:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        writer = open_writer(self.path, format=self.format)
+        try:
+            writer.set_attrs({COMPLETE_KEY: True})  # strictly last
+        finally:
+            writer.close()
+        return self.path
