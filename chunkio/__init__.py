@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .backends import Compression
 from .batch import SampleBatch, collate
-from .convert import ConversionResult, write_arrays
+from .convert import ConversionResult, append_arrays, write_arrays
 from .dataset import ChunkDataset
 from .errors import ChunkioError
 from .loader import ChunkLoader, make_loader
@@ -23,6 +23,7 @@ __all__ = [
     "Compression",
     "ConversionResult",
     "SampleBatch",
+    "append_arrays",
     "collate",
     "make_loader",
     "read_amplification",

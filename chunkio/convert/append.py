@@ -1,0 +1,359 @@
+"""``append_arrays``: add samples to the end of a complete local chunkio dataset, atomically.
+
+Strategy: *stage a copy, then swap*. Readers of the dataset - and a process killed at any
+point - see either the old dataset or the new one, never a mix:
+
+1. take the destination's lock (the one conversions take: appends and conversions exclude
+   each other);
+2. build the new version in the sibling ``.NAME.chunkio-append/data``:
+
+   * Zarr: every file of the old group is *hard-linked* into the copy (``zarr.json`` files
+     are copied). zarr's LocalStore replaces a file by writing a temporary one and renaming
+     it, so writing the copy never changes a byte the old version's links point to. The
+     arrays are resized, and only the old last (partial) chunk plus the new chunks are
+     written: the cost is the appended data, not the dataset.
+   * HDF5: a new file whose arrays have the old creation properties (compression, checksum,
+     chunking); the old full chunks are copied as raw, still-compressed bytes
+     (``read_direct_chunk``/``write_direct_chunk``: nothing is decoded), then the old partial
+     chunk and the new samples are written. HDF5 cannot grow a fixed-size dataset in place.
+
+3. write the layout with the new ``num_samples`` and then the completion marker, fsync;
+4. publish: an HDF5 file with ``os.replace``; a Zarr directory by exchanging the two
+   directories with ``renameat2(RENAME_EXCHANGE)`` (Linux), else with two renames. Should a
+   process die between those two renames, the next ``append_arrays`` on the same path puts
+   the old version back first (``.NAME.chunkio-append/replaced``), so rerunning the append
+   applies it exactly once.
+
+A copy left by a killed append was never published and is discarded by the next one.
+Appends are not resumable: rerun them whole.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import shutil
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..backends import Format, detect_format, open_reader, open_writer
+from ..errors import ConversionError, DatasetNotFoundError, SourceError
+from ..grid import SampleGrid
+from ..layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout
+from ._fsync import fsync_path, fsync_tree
+from .arrays import ArraySource
+from .locking import DestinationLock
+from .pipeline import ConversionResult
+from .staging import is_local
+
+__all__ = ["append_arrays"]
+
+#: samples per block written from the new arrays, in chunks (memory: a few chunks at a time)
+_BLOCK_CHUNKS = 4
+
+
+def append_arrays(dst: Any, arrays: Mapping[str, Any]) -> ConversionResult:
+    """Append samples to the complete dataset at ``dst``; readers see all of it or none.
+
+    Parameters
+    ----------
+    dst
+        A local ``.zarr`` directory or ``.h5`` file written by chunkio.
+    arrays
+        Field name -> array of new samples (axis 0), for exactly the dataset's fields, with
+        their sample shapes and dtypes that cast to the stored ones without loss. NumPy,
+        dask, h5py or zarr arrays, as for :func:`~chunkio.convert.write_arrays`.
+
+    Returns
+    -------
+    ConversionResult
+        ``num_samples`` is the new total; ``written_blocks`` the blocks written.
+
+    Raises
+    ------
+    SourceError
+        The new samples do not match the dataset's fields.
+    DestinationBusyError
+        A conversion or another append holds the destination.
+    ConversionError
+        The destination is not a local path, or writing failed (the old dataset is intact).
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, os
+    >>> from chunkio import ChunkDataset, write_arrays
+    >>> path = os.path.join(tempfile.mkdtemp(), "a.zarr")
+    >>> _ = write_arrays(path, {"x": np.arange(5)}, samples_per_chunk=2)
+    >>> append_arrays(path, {"x": np.arange(5, 8)}).num_samples
+    8
+    >>> ChunkDataset(path, fields="x").read_batch(range(8))["x"].tolist()
+    [0, 1, 2, 3, 4, 5, 6, 7]
+    """
+    started = time.perf_counter()
+    path = is_local(dst)
+    if path is None:
+        raise ConversionError(f"append_arrays needs a local .zarr or .h5 path; got {dst!r}")
+    source = ArraySource(arrays)
+    parent, name = os.path.split(path)
+    staging = os.path.join(parent, f".{name}.chunkio-append")
+    lock = DestinationLock(os.path.join(parent, f".{name}.chunkio-lock"), path)
+    lock.acquire()
+    try:
+        _restore_interrupted_swap(path, staging)
+        fmt, layout = _read_layout(path)
+        _check_source(source, layout, path)
+        new = DatasetLayout(
+            num_samples=layout.num_samples + source.num_samples,
+            samples_per_chunk=layout.samples_per_chunk,
+            fields=layout.fields,
+            class_names=layout.class_names,
+            extra=layout.extra,
+        )
+        _reset(staging)
+        data = os.path.join(staging, "data")
+        try:
+            blocks = _build(fmt, path, data, layout, new, source)
+            fsync_tree(data)
+            _publish(fmt, data, path, staging)
+        except BaseException as err:
+            if isinstance(err, OSError):  # ENOSPC and friends: say what is left where
+                raise ConversionError(
+                    f"{path}: appending {source.num_samples} samples failed "
+                    f"({type(err).__name__}: {err}); the dataset is unchanged"
+                ) from err
+            raise
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                shutil.rmtree(staging)
+    finally:
+        lock.release()
+    return ConversionResult(
+        path=path,
+        format=fmt,
+        num_samples=new.num_samples,
+        samples_per_chunk=new.samples_per_chunk,
+        fields=new.fields,
+        resumed_blocks=0,
+        written_blocks=blocks,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _read_layout(path: str) -> tuple[Format, DatasetLayout]:
+    if not os.path.lexists(path):
+        raise DatasetNotFoundError(f"no dataset at {path} to append to")
+    fmt = detect_format(path)
+    reader = open_reader(path)
+    try:
+        layout = DatasetLayout.from_attrs(reader.attrs(), where=path)
+        for f in layout.fields:  # also checks each array's codecs/filters are safe
+            reader.array_info(f.name if f.kind == "dense" else f.array_names()[0])
+    finally:
+        reader.close()
+    if fmt not in ("zarr", "hdf5"):
+        raise ConversionError(f"{path}: append_arrays supports Zarr and HDF5; got {fmt}")
+    return fmt, layout
+
+
+def _check_source(source: ArraySource, layout: DatasetLayout, path: str) -> None:
+    ragged = [f.name for f in layout.fields if f.kind != "dense"]
+    if ragged:
+        raise ConversionError(f"{path}: cannot append to ragged field(s) {ragged}")
+    given = {f.name: f for f in source.fields}
+    if set(given) != set(layout.field_names):
+        raise SourceError(
+            f"{path}: append needs exactly the fields {sorted(layout.field_names)}; "
+            f"got {sorted(given)}"
+        )
+    for f in layout.fields:
+        g = given[f.name]
+        if g.sample_shape != f.sample_shape:
+            raise SourceError(
+                f"{path}: field {f.name!r} holds samples of shape {f.sample_shape}; "
+                f"got {g.sample_shape}"
+            )
+        if not np.can_cast(g.dtype, f.dtype, "safe"):
+            raise SourceError(
+                f"{path}: field {f.name!r} is stored as {f.dtype}; got {g.dtype}, which "
+                "does not cast to it without loss"
+            )
+
+
+def _restore_interrupted_swap(path: str, staging: str) -> None:
+    """A process died between the two renames of a publish: put the old version back."""
+    replaced = os.path.join(staging, "replaced")
+    if not os.path.lexists(path) and os.path.isdir(replaced):
+        os.rename(replaced, path)
+        fsync_path(os.path.dirname(path))
+
+
+def _reset(staging: str) -> None:
+    if os.path.isdir(staging) and not os.path.islink(staging):
+        shutil.rmtree(staging)  # a killed append's copy: never published
+    elif os.path.lexists(staging):
+        os.unlink(staging)
+    os.mkdir(staging)
+
+
+# -- building the new version ---------------------------------------------------------------
+
+
+def _tail_blocks(
+    source: ArraySource, old: DatasetLayout, tail: dict[str, npt.NDArray[Any]]
+) -> Iterator[tuple[int, dict[str, npt.NDArray[Any]]]]:
+    """Chunk-aligned blocks ``(start, {field: rows})``: the old partial chunk, then new rows.
+
+    The first block fills the old partial chunk up (its old rows first); the others are
+    ``_BLOCK_CHUNKS`` whole chunks, the last one ending at the new end of the arrays.
+    """
+    spc = old.samples_per_chunk
+    kept = old.num_samples % spc  # rows of the old partial chunk, rewritten in block one
+    start = old.num_samples - kept
+    pos = 0
+    while pos < source.num_samples:
+        size = spc - kept if pos == 0 and kept else spc * _BLOCK_CHUNKS
+        stop = min(source.num_samples, pos + size)
+        rows = source.read_block(pos, stop)
+        block = {f.name: rows[f.name].astype(f.dtype, copy=False) for f in old.fields}
+        if pos == 0 and kept:
+            block = {name: np.concatenate([tail[name], b]) for name, b in block.items()}
+        yield start, block
+        start += len(block[old.fields[0].name])
+        pos = stop
+
+
+def _old_tail(path: str, layout: DatasetLayout) -> dict[str, npt.NDArray[Any]]:
+    """The rows of the old last chunk if it is partial (they are rewritten with new rows)."""
+    spc, n = layout.samples_per_chunk, layout.num_samples
+    if n % spc == 0:
+        return {}
+    reader = open_reader(path)
+    try:
+        out = {}
+        for f in layout.fields:
+            rows = np.empty((n % spc, *(f.sample_shape or ())), f.dtype)
+            reader.read_into(f.name, [(n - n % spc, n)], rows)
+            out[f.name] = rows
+        return out
+    finally:
+        reader.close()
+
+
+def _build(
+    fmt: Format,
+    path: str,
+    data: str,
+    old: DatasetLayout,
+    new: DatasetLayout,
+    source: ArraySource,
+) -> int:
+    tail = _old_tail(path, old)
+    if fmt == "zarr":
+        _link_tree(path, data)
+        _resize_zarr(data, new)
+    else:
+        _copy_hdf5(path, data, old, new)
+    writer = open_writer(data, format=fmt)
+    blocks = 0
+    try:
+        # Not complete while it is written, so a reader of the copy would be told so.
+        writer.set_attrs({COMPLETE_KEY: False})
+        if source.num_samples:
+            for start, block in _tail_blocks(source, old, tail):
+                for name, rows in block.items():
+                    writer.write_block(name, start, rows)
+                blocks += 1
+        writer.set_attrs({ATTR_KEY: new.to_attrs()})
+        writer.set_attrs({COMPLETE_KEY: True})
+    finally:
+        writer.close()
+    return blocks
+
+
+def _link_tree(src: str, dst: str) -> None:
+    for root, _dirs, files in os.walk(src):
+        target = os.path.join(dst, os.path.relpath(root, src))
+        os.makedirs(target, exist_ok=True)
+        for name in files:
+            if name.endswith(".partial"):
+                continue  # a killed writer's temporary file
+            a, b = os.path.join(root, name), os.path.join(target, name)
+            if name == "zarr.json":
+                shutil.copyfile(a, b)
+            else:
+                os.link(a, b)
+
+
+def _resize_zarr(data: str, new: DatasetLayout) -> None:
+    import zarr
+
+    for f in new.fields:
+        arr = zarr.open_array(store=data, path=f.name, mode="r+")
+        arr.resize((new.num_samples, *(f.sample_shape or ())))
+
+
+def _copy_hdf5(src: str, dst: str, old: DatasetLayout, new: DatasetLayout) -> None:
+    import h5py
+
+    spc = old.samples_per_chunk
+    full = SampleGrid(old.num_samples, spc).num_chunks - (1 if old.num_samples % spc else 0)
+    with h5py.File(src, "r") as fin, h5py.File(dst, "w") as fout:
+        for key, value in fin.attrs.items():
+            fout.attrs[key] = value
+        for f in old.fields:
+            d = fin[f.name]
+            shape = (new.num_samples, *d.shape[1:])
+            chunks = d.chunks
+            # as HDF5Writer: room for a chunk larger than the array
+            maxshape = tuple(max(s, c) for s, c in zip(shape, chunks, strict=True))
+            space = h5py.h5s.create_simple(shape, maxshape)
+            dcpl = d.id.get_create_plist()
+            h5py.h5d.create(fout.id, f.name.encode(), d.id.get_type(), space, dcpl=dcpl)
+            out = fout[f.name]
+            zeros = (0,) * (d.ndim - 1)
+            for chunk in range(full):  # compressed bytes as they are: nothing decoded
+                mask, raw = d.id.read_direct_chunk((chunk * spc, *zeros))
+                out.id.write_direct_chunk((chunk * spc, *zeros), raw, mask)
+
+
+# -- publishing -----------------------------------------------------------------------------
+
+
+def _publish(fmt: Format, data: str, path: str, staging: str) -> None:
+    parent = os.path.dirname(path)
+    if fmt == "hdf5":
+        os.replace(data, path)
+    elif not _exchange(data, path):
+        replaced = os.path.join(staging, "replaced")
+        os.rename(path, replaced)
+        os.rename(data, path)
+    fsync_path(parent)
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Swap two paths atomically (Linux ``renameat2``); False where that is unsupported."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_uint,
+    ]
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EXDEV):
+        return False
+    raise OSError(code, os.strerror(code), b)
