@@ -364,3 +364,17 @@ def test_ring_layout_and_clear_error_when_shared_memory_is_short(monkeypatch):
     )
     with pytest.raises(LoaderError, match=r"/dev/shm has 0\.0 MiB free"):
         SlotRing.create(layout)
+
+
+@pytest.mark.timeout(60)
+def test_a_new_pass_supersedes_an_open_iterator_on_persistent_workers(make_dataset):
+    path, _ = make_dataset("zarr", samples_per_chunk=10)
+    loader = make_loader(_dataset(path), BATCH, num_workers=2, multiprocessing_context="fork")
+    loader.set_epoch(0)
+    old = iter(loader)
+    next(old), next(old)  # more batches of this pass are in flight
+    _check_epoch(loader, _expected(path, loader, 0))  # exact, despite the stale batches
+    with pytest.raises(LoaderError, match="superseded"):
+        next(old)
+    _check_epoch(loader, _expected(path, loader, 0))  # and the workers still serve
+    loader.close()

@@ -75,6 +75,10 @@ def _teardown(pool: WorkerPool, ring: SlotRing, grace: float) -> None:
         ring.close()
 
 
+class _Superseded(LoaderError):
+    """The pass was replaced by a newer one; the session itself is fine."""
+
+
 class _Session:
     """One set of workers and their ring: for one pass or, if persistent, for many."""
 
@@ -108,6 +112,7 @@ class _Session:
         self.results: dict[int, int] = {}  # seq -> slot, read and not yet handed out
         self.stale: set[int] = set()  # in flight for a pass the consumer abandoned
         self.next_seq = 0
+        self.pass_id = 0
 
     def close(self, *, failed: bool) -> None:
         if not self.closed:
@@ -118,8 +123,8 @@ class _Session:
     # -- one pass ---------------------------------------------------------------------------
 
     def stream(self, batches: Iterable[Sequence[int]], arrange: Arrange) -> Iterator[Lease]:
-        while self.stale:  # an abandoned pass's batches still in flight: let them land
-            self._wait(min(self.stale))
+        """Leases for ``batches``, in order; one pass at a time (a new pass supersedes)."""
+        me = self._start_pass()
         order: deque[int] = deque()  # dispatched seqs, in sampler order
         source = iter(batches)
         pending: Sequence[int] | None = None
@@ -144,15 +149,33 @@ class _Session:
                         "them (or pass copy=True)"
                     )
                 seq = order.popleft()
-                w, _, n = self.inflight[seq]
-                slot = self._wait(seq)
+                w, slot, n = self._wait(seq)
                 view = {k: v[:n] for k, v in self.tensors[slot].items()}
                 yield Lease(arrange(view), partial(self._release, w, slot))
+                if self.pass_id != me:
+                    raise _Superseded(
+                        "this iterator was superseded by a newer iter() of the same loader: "
+                        "persistent workers serve one pass at a time"
+                    )
         finally:
-            for seq in order:  # dispatched, never handed out: the pass was abandoned
+            self._abandon(order)
+
+    def _start_pass(self) -> int:
+        self.pass_id += 1
+        self._abandon(list(self.inflight))  # a pass still open on this session is superseded
+        while self.stale:  # batches of an abandoned pass still in flight: let them land
+            self._wait(min(self.stale))
+        return self.pass_id
+
+    def _abandon(self, seqs: Iterable[int]) -> None:
+        """Dispatched batches nobody will take: free their slots as soon as they land."""
+        for seq in seqs:
+            if seq not in self.inflight:
+                continue  # already handled (a newer pass superseded this one)
+            if seq in self.results:
+                self._discard(seq, self.results.pop(seq))
+            else:
                 self.stale.add(seq)
-                if seq in self.results:
-                    self._discard(seq, self.results.pop(seq))
 
     def _dispatch(self, w: int, indices: Sequence[int]) -> int:
         n = len(indices)
@@ -179,12 +202,12 @@ class _Session:
 
     # -- waiting ----------------------------------------------------------------------------
 
-    def _wait(self, seq: int) -> int:
-        """Block until ``seq`` is read; returns its slot (stale seqs: until they are discarded)."""
-        w = self.inflight[seq][0]
+    def _wait(self, seq: int) -> tuple[int, int, int]:
+        """Block until ``seq`` is read: its ``(worker, slot, n)`` (stale: until discarded)."""
+        task = self.inflight[seq]
         since = time.monotonic()
         while seq not in self.results and seq in self.inflight:
-            deadline = self._deadline(w, since)
+            deadline = self._deadline(task[0], since)
             left = _WAKE_S if deadline is None else deadline - time.monotonic()
             if left <= 0:
                 raise self._timeout_error(seq)
@@ -193,7 +216,9 @@ class _Session:
                 self._handle(worker, message)
             if dead:
                 raise self.pool.death_error(dead[0])
-        return self.results.pop(seq, -1)
+        if seq in self.results:
+            del self.results[seq], self.inflight[seq]
+        return task
 
     def _deadline(self, w: int, since: float) -> float | None:
         if not self.pool.ready[w]:
@@ -276,6 +301,8 @@ class RingTransport:
             self._session = session
         try:
             yield from session.stream(batches, self.dataset._arrange)
+        except _Superseded:
+            raise  # the newer pass owns the session now
         except GeneratorExit:
             self._finish(session, failed=False)
             raise
