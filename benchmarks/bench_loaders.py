@@ -110,21 +110,32 @@ def _batch_len(batch: Any) -> int:
 
 
 def timed_rate(
-    batches: Iterable[Any], *, budget_s: float, warmup: bool, min_s: float = 0.0
+    batches: Iterable[Any], *, budget_s: float, warmup: bool | int, min_s: float = 0.0
 ) -> float:
-    """Samples/s over whole passes until ``min_s`` seconds have passed (at least one pass),
-    or over the first ``budget_s`` seconds if slower; after an untimed warm-up pass when
-    ``warmup`` (worker start-up, page cache). ``min_s`` keeps fast loaders of small datasets
-    from being timed over a few milliseconds."""
-    if warmup:
+    """Samples/s after a warm-up, over whole passes until ``min_s`` seconds have passed (at
+    least one pass), or over ``budget_s`` seconds if slower (at least two timed batches).
+
+    ``warmup``: ``True`` runs one untimed pass (worker start-up, page cache); an int leaves
+    that many first batches untimed, which slow per-sample loaders need: their first batch
+    waits for a worker to assemble a whole batch alone. (Batches then arrive in bursts, one
+    per worker, so a short budget slightly favours them.) ``min_s`` keeps fast loaders of
+    small datasets from being timed over a few milliseconds.
+    """
+    skip = 0 if isinstance(warmup, bool) else warmup
+    if warmup is True:
         for _ in batches:
             pass
-    n = 0
+    n = timed = 0
     start = time.perf_counter()
     while True:
         for batch in batches:
+            if skip:
+                skip -= 1
+                start = time.perf_counter()
+                continue
             n += _batch_len(batch)
-            if time.perf_counter() - start > budget_s:
+            timed += 1
+            if time.perf_counter() - start > budget_s and timed >= 2:
                 return n / (time.perf_counter() - start)
         if time.perf_counter() - start >= min_s:
             return n / (time.perf_counter() - start)
@@ -171,7 +182,7 @@ def loader_rows(
     for fmt, path in (("zarr", data.zarr), ("hdf5", data.hdf5)):
         ds = chunkio.ChunkDataset(path, fields=FIELDS)
         dl = _dataloader(ds, batch_size, workers, collate_fn=chunkio.collate)
-        rate = timed_rate(dl, budget_s=naive_budget_s, warmup=False)
+        rate = timed_rate(dl, budget_s=naive_budget_s, warmup=1)
         rows.append(_row(f"DataLoader(ChunkDataset {fmt}, shuffle=True)", "chunkio", workers, rate))
     naive = (
         ("naive per-sample h5py Dataset", NaiveH5Dataset(data.hdf5)),
@@ -180,7 +191,7 @@ def loader_rows(
     )
     for name, naive_ds in naive:
         rate = timed_rate(
-            _dataloader(naive_ds, batch_size, workers), budget_s=naive_budget_s, warmup=False
+            _dataloader(naive_ds, batch_size, workers), budget_s=naive_budget_s, warmup=1
         )
         rows.append(_row(name, "baseline", workers, rate))
     return rows

@@ -123,15 +123,26 @@ def _flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
         for k, v in value.items():
             out += _flatten(v, f"{prefix}.{k}" if prefix else str(k))
         return out
-    if isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
-        return [pair for i, v in enumerate(value) for pair in _flatten(v, f"{prefix}[{i}]")]
     return [(prefix, value)]
 
 
+def _records(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, Mapping) for v in value)
+
+
 def _section(title: str, value: Any) -> list[str]:
+    """Another module's results: scalars as key/value rows, lists of records as tables."""
     if isinstance(value, Mapping) and "skipped" in value:
         return [f"## {title}", "", f"Skipped: {value['skipped']}", ""]
-    return [f"## {title}", "", *_table(["key", "value"], _flatten(value))]
+    items = value.items() if isinstance(value, Mapping) else [("value", value)]
+    scalars = [(k, v) for k, v in items if not _records(v)]
+    lines = [f"## {title}", "", *_table(["key", "value"], _flatten(dict(scalars)))]
+    for key, records in items:
+        if _records(records):
+            columns = list(dict.fromkeys(c for r in records for c in r))
+            rows = [[r.get(c, "") for c in columns] for r in records]
+            lines += [f"{key}:", "", *_table(columns, rows)]
+    return lines
 
 
 def markdown(results: Mapping[str, Any]) -> str:
