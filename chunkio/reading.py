@@ -175,7 +175,10 @@ class ProcessReader:
         values_info = self.reader.array_info(values_name)
         step = int(values_info.chunks[0])
         grid = SampleGrid(int(values_info.shape[0]), step)
-        starts, stops = offsets[idx], offsets[idx + 1]
+        # A sample is prod(shape) values from its offset; offsets[i + 1] may lie further on
+        # (writers pad each chunk's values to a values-chunk boundary, see convert.ragged).
+        starts = offsets[idx]
+        stops = starts + np.prod(shapes[idx], axis=1, dtype=np.int64)
         needed = sorted(
             {
                 c

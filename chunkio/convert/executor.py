@@ -18,8 +18,18 @@ import numpy.typing as npt
 
 from ..backends import Writer
 from ..errors import ConversionError, OptionalDependencyError, SourceError
+from .ragged import RaggedPlan
 from .staging import Destination
-from .worker import Block, WorkerSpec, do_block, flush, init_worker, pool_task
+from .worker import (
+    Block,
+    WorkerSpec,
+    block_syncs,
+    block_writes,
+    do_block,
+    flush,
+    init_worker,
+    pool_task,
+)
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -78,10 +88,11 @@ class _Dask:
     def __init__(self, client: Any, source: BlockSource, spec: WorkerSpec) -> None:
         import distributed
 
-        self.client, self.spec = client, spec
+        self.client = client
         self._distributed: Any = distributed  # untyped package
-        # Sent once to every worker, not once per block.
+        # Sent once to every worker, not once per block (a spec with ragged plans is large).
         self.source = client.scatter(source, broadcast=True, hash=False)
+        self.spec = client.scatter(spec, broadcast=True, hash=False)
         self.max_in_flight = 2 * max(1, sum(client.nthreads().values()))
 
     def submit(self, block: Block) -> Any:
@@ -104,6 +115,7 @@ def execute(
     workers: int,
     client: Any,
     bar: tqdm[Any],
+    ragged: tuple[RaggedPlan, ...] = (),
 ) -> None:
     """Convert the blocks of ``todo`` into ``dest`` and record each in its manifest.
 
@@ -115,15 +127,15 @@ def execute(
     plan = dest.plan
     parallel = client is not None or workers > 1
     location = dest.worker_location if parallel and writer.supports_concurrent_writers else None
-    spec = WorkerSpec(plan.fields, plan.format, location, dest.staged, os.urandom(8).hex())
-    names = tuple(f.name for f in plan.fields)
+    spec = WorkerSpec(plan.fields, plan.format, location, dest.staged, os.urandom(8).hex(), ragged)
 
-    def finish(block: Block, data: dict[str, npt.NDArray[Any]] | None) -> None:
+    def finish(block: Block, data: dict[str, Any] | None) -> None:
         if data is not None:  # not written by a worker: write it here
-            for name in names:
-                writer.write_block(name, block.start, data[name])
+            for name, start, values in block_writes(spec, block, data):
+                writer.write_block(name, start, values)
             flush(writer)
-            dest.sync(names, block.first_chunk, block.stop_chunk)
+            for names, first, stop in block_syncs(spec, block):
+                dest.sync(names, first, stop)
         # Only now, with the block's chunks durable, may the manifest claim it.
         dest.record(block.first_chunk, block.stop_chunk)
         bar.update(block.stop - block.start)

@@ -11,6 +11,7 @@ process alone appends to the manifest, writes the attributes and publishes the r
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -24,10 +25,12 @@ from tqdm.auto import tqdm
 
 from ..backends import Compression, Format, Writer, detect_format, open_writer
 from ..errors import SourceError
+from ..grid import SampleGrid
 from ..layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, FieldInfo
 from .chunking import choose_samples_per_chunk
 from .executor import execute
 from .plan import ConversionPlan
+from .ragged import RaggedPlan
 from .staging import Destination, open_destination
 from .worker import Block, flush
 
@@ -163,12 +166,17 @@ def run_conversion(
         class_names=None if class_names is None else tuple(str(c) for c in class_names),
         extra=extra,
     )
+    ragged = _ragged_plans(source, layout)
+    fingerprint = str(source.fingerprint())
+    if ragged:  # the placement of ragged values is part of what resuming must agree on
+        digest = hashlib.sha256(b"".join(p.offsets.tobytes() for p in ragged)).hexdigest()
+        fingerprint += f":ragged={digest}"
     plan = ConversionPlan(
-        fmt, fields, num_samples, layout.samples_per_chunk, compression, str(source.fingerprint())
+        fmt, fields, num_samples, layout.samples_per_chunk, compression, fingerprint
     )
     blocks = _blocks(plan, block_chunks)
     with open_destination(dst, plan, overwrite=overwrite) as dest:
-        writer = _open_writer(dest, layout, compression)
+        writer = _open_writer(dest, layout, compression, ragged)
         try:
             todo = [
                 b
@@ -185,7 +193,16 @@ def run_conversion(
                 disable=not progress,
                 dynamic_ncols=True,
             ) as bar:
-                execute(source, dest, writer, todo, workers=workers, client=client, bar=bar)
+                execute(
+                    source,
+                    dest,
+                    writer,
+                    todo,
+                    workers=workers,
+                    client=client,
+                    bar=bar,
+                    ragged=ragged,
+                )
             # The layout again (class names and extra may differ from the first run's), then
             # the completion marker, strictly last.
             writer.set_attrs({ATTR_KEY: layout.to_attrs()})
@@ -219,11 +236,15 @@ def _check_source(source: BlockSource) -> tuple[int, tuple[FieldInfo, ...]]:
     if not fields or not all(isinstance(f, FieldInfo) for f in fields):
         raise SourceError(f"source.fields must be a non-empty tuple of FieldInfo; got {fields!r}")
     for f in fields:
-        if f.kind != "dense" or f.sample_shape is None:
-            raise SourceError(
-                f"field {f.name!r}: ragged fields are not supported by "
-                "run_conversion yet; pad or split the samples"
-            )
+        if f.kind == "ragged":
+            if not callable(getattr(source, "ragged_shapes", None)):
+                raise SourceError(
+                    f"field {f.name!r} is ragged: the source must provide "
+                    "ragged_shapes(name) -> (N, ndim) ints"
+                )
+            continue
+        if f.sample_shape is None:
+            raise SourceError(f"field {f.name!r}: a dense field needs a sample_shape")
         if 0 in f.sample_shape:
             raise SourceError(
                 f"field {f.name!r}: samples of shape {f.sample_shape} hold no "
@@ -246,7 +267,47 @@ def _blocks(plan: ConversionPlan, block_chunks: int) -> list[Block]:
     return out
 
 
-def _open_writer(dest: Destination, layout: DatasetLayout, compression: Compression) -> Writer:
+def _ragged_plans(source: BlockSource, layout: DatasetLayout) -> tuple[RaggedPlan, ...]:
+    grid = SampleGrid(layout.num_samples, layout.samples_per_chunk)
+    return tuple(
+        RaggedPlan.build(f, source.ragged_shapes(f.name), grid)  # type: ignore[attr-defined]
+        for f in layout.fields
+        if f.kind == "ragged"
+    )
+
+
+def _create_ragged(
+    writer: Writer, dest: Destination, plan: RaggedPlan, compression: Compression
+) -> None:
+    """Create a ragged field's three arrays; offsets and shapes are written whole, now."""
+    values, offsets, shapes = plan.names
+    spc = plan.grid.samples_per_chunk
+    writer.create_array(
+        values,
+        shape=(plan.num_values,),
+        dtype=plan.field.dtype,
+        chunks=(plan.chunk_len,),
+        compression=compression,
+    )
+    for name, arr in ((offsets, plan.offsets), (shapes, plan.shapes)):
+        writer.create_array(
+            name,
+            shape=arr.shape,
+            dtype=arr.dtype,
+            chunks=(spc, *arr.shape[1:]),
+            compression=compression,
+        )
+        writer.write_block(name, 0, arr)
+    flush(writer)
+    dest.sync((offsets, shapes), 0, plan.grid.num_chunks + 1)
+
+
+def _open_writer(
+    dest: Destination,
+    layout: DatasetLayout,
+    compression: Compression,
+    ragged: tuple[RaggedPlan, ...] = (),
+) -> Writer:
     fmt = dest.plan.format
     if dest.resumed:
         try:
@@ -261,7 +322,11 @@ def _open_writer(dest: Destination, layout: DatasetLayout, compression: Compress
         # "incomplete", never served zeros.
         writer.set_attrs({ATTR_KEY: layout.to_attrs(), COMPLETE_KEY: False})
         spc = layout.samples_per_chunk
+        for plan in ragged:
+            _create_ragged(writer, dest, plan, compression)
         for f in layout.fields:
+            if f.kind == "ragged":
+                continue
             shape = f.sample_shape or ()
             writer.create_array(
                 f.name,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +14,7 @@ from ..backends import Compression, Format, open_reader
 from ..errors import ConversionError
 from ..grid import SampleGrid
 from ..layout import FieldInfo
+from .ragged import values_chunk_span
 
 __all__ = ["ConversionPlan", "verified_chunks"]
 
@@ -69,28 +71,58 @@ def verified_chunks(data: str, plan: ConversionPlan, listed: set[int]) -> frozen
     try:
         n, spc = plan.num_samples, plan.samples_per_chunk
         for f in plan.fields:
+            if f.kind == "ragged":
+                continue  # checked chunk by chunk below, through its offsets
             info = reader.array_info(f.name)
             expected = (n, *(f.sample_shape or ()))
             if info.shape != expected or info.dtype != f.dtype or info.chunks[0] != spc:
                 raise ConversionError(f"{data}: array {f.name!r} does not match the plan")
+        spans = {f.name: _ragged_span(reader, f, plan) for f in plan.fields if f.kind == "ragged"}
         good: set[int] = set()
         for chunk in sorted(c for c in listed if c < plan.grid.num_chunks):
-            if all(_chunk_ok(reader, f, plan, chunk) for f in plan.fields):
+            if all(_chunk_ok(reader, f, plan, chunk, spans.get(f.name)) for f in plan.fields):
                 good.add(chunk)
         return frozenset(good)
     finally:
         reader.close()
 
 
-def _chunk_ok(reader: Any, f: FieldInfo, plan: ConversionPlan, chunk: int) -> bool:
-    if not reader.chunk_exists(f.name, chunk):
+def _ragged_span(reader: Any, f: FieldInfo, plan: ConversionPlan) -> Callable[[int], range]:
+    """Values chunks of each sample chunk, from the staged offsets (written before any block)."""
+    values, offsets_name, _ = f.array_names()
+    info = reader.array_info(offsets_name)
+    if info.shape != (plan.num_samples + 1,):
+        raise ConversionError(f"{reader.location}: array {offsets_name!r} does not match the plan")
+    offsets = np.empty(info.shape, info.dtype)
+    reader.read_into(offsets_name, [(0, info.shape[0])], offsets)
+    chunk_len = int(reader.array_info(values).chunks[0])
+    return lambda c: range(*values_chunk_span(offsets, plan.grid, chunk_len, c, c + 1))
+
+
+def _chunk_ok(
+    reader: Any,
+    f: FieldInfo,
+    plan: ConversionPlan,
+    chunk: int,
+    span: Callable[[int], range] | None,
+) -> bool:
+    if span is not None:
+        name = f.array_names()[0]
+        return all(_stored_ok(reader, name, c, plan.format) for c in span(chunk))
+    return _stored_ok(reader, f.name, chunk, plan.format)
+
+
+def _stored_ok(reader: Any, name: str, chunk: int, fmt: str) -> bool:
+    if not reader.chunk_exists(name, chunk):
         return False
-    if plan.format != "hdf5":
+    if fmt != "hdf5":
         return True
-    a, b = plan.grid.bounds(chunk)
-    out = np.empty((b - a, *(f.sample_shape or ())), dtype=f.dtype)
+    info = reader.array_info(name)
+    step = int(info.chunks[0])
+    a, b = chunk * step, min((chunk + 1) * step, int(info.shape[0]))
+    out = np.empty((b - a, *info.shape[1:]), dtype=info.dtype)
     try:
-        reader.read_into(f.name, [(a, b)], out)
+        reader.read_into(name, [(a, b)], out)
     except Exception:
         return False
     return True

@@ -20,11 +20,21 @@ from ..backends import Format, Writer, open_writer
 from ..errors import SourceError
 from ..layout import FieldInfo
 from ._fsync import sync_chunks
+from .ragged import RaggedPlan
 
 if TYPE_CHECKING:
     from .pipeline import BlockSource
 
-__all__ = ["Block", "WorkerSpec", "do_block", "flush", "init_worker", "pool_task"]
+__all__ = [
+    "Block",
+    "WorkerSpec",
+    "block_syncs",
+    "block_writes",
+    "do_block",
+    "flush",
+    "init_worker",
+    "pool_task",
+]
 
 
 @dataclass(frozen=True)
@@ -54,6 +64,11 @@ class WorkerSpec:
     #: whether written chunks must be fsync'd (staged local data)
     durable: bool
     run_id: str
+    #: where the values of each ragged field go (see :mod:`chunkio.convert.ragged`)
+    ragged: tuple[RaggedPlan, ...] = ()
+
+    def ragged_plan(self, name: str) -> RaggedPlan:
+        return next(p for p in self.ragged if p.field.name == name)
 
 
 def flush(writer: Writer) -> None:
@@ -72,7 +87,7 @@ def init_worker(source: BlockSource, spec: WorkerSpec) -> None:
     _worker_state["source"], _worker_state["spec"] = source, spec
 
 
-def pool_task(block: Block) -> dict[str, npt.NDArray[Any]] | None:
+def pool_task(block: Block) -> dict[str, Any] | None:
     """Process-pool task: :func:`do_block` with the state :func:`init_worker` received."""
     return do_block(_worker_state["source"], _worker_state["spec"], block)
 
@@ -87,35 +102,61 @@ def _worker_writer(spec: WorkerSpec) -> Writer:
     return writer
 
 
-def do_block(
-    source: BlockSource, spec: WorkerSpec, block: Block
-) -> dict[str, npt.NDArray[Any]] | None:
+def do_block(source: BlockSource, spec: WorkerSpec, block: Block) -> dict[str, Any] | None:
     """Read (and check) one block; write it too when this worker may write."""
     data = _read_checked(source, spec.fields, block)
     if spec.location is None:
         return data
     writer = _worker_writer(spec)
-    for f in spec.fields:
-        writer.write_block(f.name, block.start, data[f.name])
+    for name, start, arr in block_writes(spec, block, data):
+        writer.write_block(name, start, arr)
     if spec.durable:
-        names = tuple(f.name for f in spec.fields)
-        sync_chunks(spec.location, spec.format, names, block.first_chunk, block.stop_chunk)
+        for names, first, stop in block_syncs(spec, block):
+            sync_chunks(spec.location, spec.format, names, first, stop)
     return None
+
+
+def block_writes(
+    spec: WorkerSpec, block: Block, data: Mapping[str, Any]
+) -> list[tuple[str, int, npt.NDArray[Any]]]:
+    """``(array, start, values)`` writes of one checked block; ragged fields are packed."""
+    writes = []
+    for f in spec.fields:
+        if f.kind == "ragged":
+            plan = spec.ragged_plan(f.name)
+            start, flat = plan.pack(block.first_chunk, block.stop_chunk, data[f.name])
+            writes.append((plan.names[0], start, flat))
+        else:
+            writes.append((f.name, block.start, data[f.name]))
+    return writes
+
+
+def block_syncs(spec: WorkerSpec, block: Block) -> list[tuple[tuple[str, ...], int, int]]:
+    """``(arrays, first chunk, stop chunk)`` that a written block must make durable."""
+    dense = tuple(f.name for f in spec.fields if f.kind == "dense")
+    syncs = [(dense, block.first_chunk, block.stop_chunk)]
+    for plan in spec.ragged:
+        a, b = plan.values_chunks(block.first_chunk, block.stop_chunk)
+        syncs.append(((plan.names[0],), a, b))
+    return syncs
 
 
 def _read_checked(
     source: BlockSource, fields: tuple[FieldInfo, ...], block: Block
-) -> dict[str, npt.NDArray[Any]]:
+) -> dict[str, Any]:
     data = source.read_block(block.start, block.stop)
     if not isinstance(data, Mapping):
         raise SourceError(f"read_block must return a dict of arrays; got {type(data).__name__}")
     unexpected = sorted(set(data) - {f.name for f in fields})
     if unexpected:
         raise SourceError(f"read_block returned undeclared field(s) {unexpected}")
-    out: dict[str, npt.NDArray[Any]] = {}
+    out: dict[str, Any] = {}
     for f in fields:
         if f.name not in data:
             raise SourceError(f"read_block returned no array for field {f.name!r}")
+        if f.kind == "ragged":  # a list of arrays; checked sample by sample when packed
+            out[f.name] = list(data[f.name])
+            continue
         arr = np.asarray(data[f.name])
         expected = (block.stop - block.start, *(f.sample_shape or ()))
         if arr.shape != expected:

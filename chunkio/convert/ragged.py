@@ -1,0 +1,133 @@
+"""Where the values of a ragged field go, so that parallel writers never share a chunk.
+
+A ragged field ``name`` is stored as ``name__values`` (flat), ``name__offsets`` (N + 1) and
+``name__shapes`` (N x ndim); sample ``i`` is the ``prod(shapes[i])`` values starting at
+``offsets[i]``. Writers own whole *sample* chunks, so the values of each sample chunk start on
+a boundary of the values array's own chunks: the values of sample chunk ``k`` occupy values
+chunks ``[chunk_starts[k], chunk_starts[k + 1])`` and the end of the last one is zero padding.
+Hence ``offsets[i + 1] - offsets[i]`` may exceed the sample's size (never be less), and
+readers take the size from ``shapes``.
+
+The values chunk length is the largest sample-chunk total, capped at twice the median total:
+usually each sample chunk fills one values chunk (padding is what the fullest chunk has more
+than the others, and compresses to almost nothing), while one outsized image spreads over a
+few values chunks instead of inflating every chunk. Everything here is a pure function of the
+shapes and the sample grid, so a resumed conversion computes the same placement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import SourceError
+from ..grid import SampleGrid
+from ..layout import FieldInfo, ragged_array_names
+
+__all__ = ["RaggedPlan", "values_chunk_span"]
+
+IntArray = npt.NDArray[np.int64]
+
+
+def values_chunk_span(
+    offsets: IntArray, grid: SampleGrid, chunk_len: int, first: int, stop: int
+) -> tuple[int, int]:
+    """Values chunks ``[a, b)`` that hold sample chunks ``[first, stop)``.
+
+    >>> values_chunk_span(np.array([0, 3, 8, 10, 11]), SampleGrid(4, 2), 8, 0, 1)
+    (0, 1)
+    >>> values_chunk_span(np.array([0, 3, 8, 10, 11]), SampleGrid(4, 2), 8, 1, 2)
+    (1, 2)
+    """
+    begin = int(offsets[grid.bounds(first)[0]])
+    end = int(offsets[grid.bounds(stop - 1)[1]])
+    return begin // chunk_len, -(-end // chunk_len)
+
+
+@dataclass(frozen=True, eq=False)
+class RaggedPlan:
+    """Placement of one ragged field's values (see the module docstring)."""
+
+    field: FieldInfo
+    grid: SampleGrid
+    shapes: IntArray
+    offsets: IntArray
+    chunk_len: int
+
+    @classmethod
+    def build(cls, field: FieldInfo, shapes: Any, grid: SampleGrid) -> RaggedPlan:
+        """Place samples of ``shapes`` (N x ndim) chunk-aligned on ``grid``."""
+        shapes = np.asarray(shapes, dtype=np.int64)
+        if shapes.ndim != 2 or len(shapes) != grid.num_samples or (shapes < 0).any():
+            raise SourceError(
+                f"field {field.name!r}: ragged shapes must be ({grid.num_samples}, ndim) "
+                f"non-negative ints; got an array of shape {shapes.shape}"
+            )
+        sizes = np.prod(shapes, axis=1, dtype=np.int64)
+        starts = np.arange(grid.num_chunks, dtype=np.int64) * grid.samples_per_chunk
+        totals = np.add.reduceat(sizes, starts) if len(sizes) else np.zeros(0, np.int64)
+        chunk_len = 1
+        if totals.size:
+            chunk_len = int(max(1, min(totals.max(), 2 * int(np.median(totals)))))
+        per_chunk = -(-totals // chunk_len)
+        chunk_first = np.concatenate([[0], np.cumsum(per_chunk)]) * chunk_len
+        # position of each sample inside its chunk's values: sizes before it, minus the chunk's
+        within = np.cumsum(sizes) - sizes
+        within -= np.repeat(np.cumsum(totals) - totals, grid.chunk_sizes())
+        offsets = np.empty(len(sizes) + 1, np.int64)
+        offsets[:-1] = np.repeat(chunk_first[:-1], grid.chunk_sizes()) + within
+        offsets[-1] = chunk_first[-2] + totals[-1] if totals.size else 0
+        return cls(field, grid, shapes, offsets, chunk_len)
+
+    @property
+    def names(self) -> tuple[str, str, str]:
+        """Array names: values, offsets, shapes."""
+        return ragged_array_names(self.field.name)
+
+    @property
+    def num_values(self) -> int:
+        return int(self.offsets[-1])
+
+    def values_chunks(self, first: int, stop: int) -> tuple[int, int]:
+        """Values chunks written by the block of sample chunks ``[first, stop)``."""
+        return values_chunk_span(self.offsets, self.grid, self.chunk_len, first, stop)
+
+    def pack(self, first: int, stop: int, samples: Sequence[Any]) -> tuple[int, npt.NDArray[Any]]:
+        """Flatten the samples of sample chunks ``[first, stop)`` into their values region.
+
+        Returns the start position in the values array and the buffer, which covers whole
+        values chunks (the last may end at the array's end), zero padded between chunks.
+        """
+        a, b = self.grid.bounds(first)[0], self.grid.bounds(stop - 1)[1]
+        if len(samples) != b - a:
+            raise SourceError(
+                f"field {self.field.name!r}: expected {b - a} samples for samples {a}..{b - 1}; "
+                f"got {len(samples)}"
+            )
+        ca, cb = self.values_chunks(first, stop)
+        begin, end = ca * self.chunk_len, min(cb * self.chunk_len, self.num_values)
+        buf = np.zeros(end - begin, self.field.dtype)
+        for i, sample in zip(range(a, b), samples, strict=True):
+            arr = self._checked(i, sample)
+            at = int(self.offsets[i]) - begin
+            buf[at : at + arr.size] = arr.reshape(-1)
+        return begin, buf
+
+    def _checked(self, i: int, sample: Any) -> npt.NDArray[Any]:
+        arr = np.asarray(sample)
+        expected = tuple(int(s) for s in self.shapes[i])
+        if arr.shape != expected:
+            raise SourceError(
+                f"field {self.field.name!r}, sample {i}: expected shape {expected} (declared by "
+                f"ragged_shapes); got {arr.shape}"
+            )
+        if arr.dtype != self.field.dtype and not np.can_cast(arr.dtype, self.field.dtype, "safe"):
+            raise SourceError(
+                f"field {self.field.name!r}, sample {i}: expected dtype {self.field.dtype}; got "
+                f"{arr.dtype}, which does not cast to it without loss"
+            )
+        return arr
