@@ -196,6 +196,39 @@ class ChunkLoader:
         self.close()
 
 
+def _make_route(
+    dataset: ChunkDataset,
+    sampler: ChunkBatchSampler,
+    transport: str,
+    *,
+    num_workers: int,
+    options: RingOptions,
+    pin: bool,
+) -> tuple[str, _Route]:
+    """The route a loader takes (see the module docstring), and its name."""
+    batch_size = sampler.batch_size
+    if transport == "ring" and _ring_compatible(dataset):
+        if num_workers == 0:
+            allocate = {"allocate": pinned_empty} if pin else {}
+            return "local", LocalTransport(dataset, batch_size=batch_size, **allocate)
+        on_ring = pin_ring if pin else (lambda ring: None)
+        return "ring", RingTransport(
+            dataset, batch_size=batch_size, options=options, on_ring=on_ring
+        )
+    loader: DataLoader[Any] = DataLoader(
+        dataset,
+        batch_sampler=sampler,
+        num_workers=num_workers,
+        collate_fn=collate,
+        pin_memory=pin,
+        persistent_workers=options.persistent and num_workers > 0,
+        prefetch_factor=options.prefetch if num_workers > 0 else None,
+        multiprocessing_context=options.context if num_workers > 0 else None,
+        timeout=options.timeout,
+    )
+    return "dataloader", _DataLoaderRoute(loader)
+
+
 def _ring_compatible(dataset: ChunkDataset) -> bool:
     """Batches whose shape the ring can preallocate: dense fields and no transforms."""
     if dataset.transform is not None or dataset.batch_transform is not None:
@@ -225,6 +258,9 @@ def make_loader(
     copy: bool = False,
 ) -> ChunkLoader:
     """A loader over a chunkio dataset with chunk-aware shuffling and sensible defaults.
+
+    By default batches come through a shared-memory ring and are views of reused memory: a
+    batch is valid until you ask for the next one (``copy=True`` or ``.clone()`` to keep one).
 
     Parameters
     ----------
@@ -293,41 +329,18 @@ def make_loader(
         world_size=world_size,
         num_streams=max(1, num_workers),
     )
-    cuda = torch.cuda.is_available()
-    pin = (target is not None and target.type == "cuda") or (
-        cuda if pin_memory is None else pin_memory and cuda
+    to_cuda = target is not None and target.type == "cuda"
+    options = RingOptions(
+        num_workers=max(1, num_workers),
+        prefetch=prefetch,
+        persistent=persistent_workers,
+        context=multiprocessing_context,
+        timeout=float(timeout),
     )
-    route: _Route
-    if transport == "ring" and _ring_compatible(dataset) and num_workers > 0:
-        name = "ring"
-        options = RingOptions(
-            num_workers=num_workers,
-            prefetch=prefetch,
-            persistent=persistent_workers,
-            context=multiprocessing_context,
-            timeout=float(timeout),
-        )
-        on_ring = pin_ring if pin else (lambda ring: None)
-        route = RingTransport(dataset, batch_size=batch_size, options=options, on_ring=on_ring)
-    elif transport == "ring" and _ring_compatible(dataset):
-        name = "local"
-        route = LocalTransport(
-            dataset, batch_size=batch_size, **({"allocate": pinned_empty} if pin else {})
-        )
-    else:
-        name = "dataloader"
-        loader: DataLoader[Any] = DataLoader(
-            dataset,
-            batch_sampler=sampler,
-            num_workers=num_workers,
-            collate_fn=collate,
-            pin_memory=pin if target is not None else (cuda if pin_memory is None else pin_memory),
-            persistent_workers=persistent_workers and num_workers > 0,
-            prefetch_factor=prefetch if num_workers > 0 else None,
-            multiprocessing_context=multiprocessing_context if num_workers > 0 else None,
-            timeout=timeout,
-        )
-        route = _DataLoaderRoute(loader)
+    pin = torch.cuda.is_available() and (pin_memory is not False or to_cuda)
+    name, route = _make_route(
+        dataset, sampler, transport, num_workers=num_workers, options=options, pin=pin
+    )
     return ChunkLoader(
         dataset, sampler, route, transport=name, num_workers=num_workers, device=target, copy=copy
     )

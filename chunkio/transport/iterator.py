@@ -91,12 +91,16 @@ class _Session:
         )
         self.ring = SlotRing.create(layout)
         try:
-            on_ring(self.ring)
             self.pool = WorkerPool(
                 dataset, self.ring.spec, num_workers=opts.num_workers, context=opts.context
             )
         except BaseException:
             self.ring.close()
+            raise
+        try:
+            on_ring(self.ring)  # after the workers started: no CUDA registration crosses a fork
+        except BaseException:
+            _teardown(self.pool, self.ring, _GRACE_FAILED_S)
             raise
         self._close = weakref.finalize(self, _teardown, self.pool, self.ring, _GRACE_CLEAN_S)
         self.opts = opts
