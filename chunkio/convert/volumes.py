@@ -64,6 +64,8 @@ __all__ = ["DEFAULT_VOLUME_CHUNKS", "convert_volumes"]
 #: spatial chunk shape: 64^3 voxels (256 KiB of uint8, 1 MiB of float32) per chunk
 DEFAULT_VOLUME_CHUNKS = (64, 64, 64)
 _DEFAULT_COMPRESSION = Compression()
+#: below this many image bytes, ``workers=None`` converts in this process
+_POOL_MIN_BYTES = 256 << 20
 Paths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
 
@@ -110,7 +112,8 @@ def convert_volumes(
         Codec, level and checksum of every chunk.
     workers
         Processes converting volumes in parallel (default: up to 4, never more than volumes
-        left); ``client``: a ``dask.distributed.Client`` to use instead.
+        left, and none for less than 256 MiB of images); ``client``: a
+        ``dask.distributed.Client`` to use instead.
     progress, overwrite
         Show a progress bar (volumes); replace an existing dataset.
 
@@ -361,7 +364,10 @@ def _execute(
 ) -> None:
     n = len(todo) + len(done)
     if workers is None:
-        workers = max(1, min(4, os.cpu_count() or 1, len(todo)))
+        # a process pool costs seconds to start (imports): worth it for real data only
+        nbytes = sum(int(np.prod(t.image.shape)) * t.image_dtype.itemsize for t in todo)
+        big = nbytes >= _POOL_MIN_BYTES
+        workers = max(1, min(4, os.cpu_count() or 1, len(todo))) if big else 1
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an int >= 1; got {workers!r}")
     parallel = client is not None or workers > 1

@@ -52,7 +52,8 @@ def _int(name: str, value: object, minimum: int) -> int:
 
 
 def grid_origins(length: int, patch: int, stride: int, edge: EdgeMode) -> IntArray:
-    """Patch origins along one axis of ``length`` voxels: every voxel is covered.
+    """Patch origins along one axis of ``length`` voxels: with ``stride <= patch`` every voxel
+    is covered.
 
     ``edge="shift"`` moves the last patch back inside the volume; ``"pad"`` keeps the stride
     and lets the last patch stick out (the reader pads it). An axis shorter than the patch
@@ -294,7 +295,12 @@ class GridSampler(PatchSampler):
         return tuple(p - o for p, o in zip(size, overlap, strict=True))
 
     def _check_bound(self) -> None:
-        self.stride  # noqa: B018 - validates stride/overlap against the patch size
+        stride = self.stride
+        if any(s > p for s, p in zip(stride, self.patch_size, strict=True)):
+            raise ValueError(
+                f"stride {stride} must not exceed the patch size {self.patch_size}: a grid "
+                "with gaps cannot cover the volumes"
+            )
 
     def volume_keys(self, volume: int) -> IntArray:
         """The grid of one volume, in C order of the origins."""

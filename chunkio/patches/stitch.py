@@ -196,10 +196,13 @@ class _Accumulator:
 
 
 class _Target:
-    """Where stitched chunks go: one array per volume (views of a stacked array, or not)."""
+    """Where stitched chunks go: per volume, an array and the index prefix selecting the
+    volume in it (``(v,)`` in a stacked array, ``(0,)`` in a one-sample field, ``()``)."""
 
-    def __init__(self, arrays: list[Any], stacked: Any, chunks: tuple[int, ...]) -> None:
-        self.arrays, self.stacked, self.chunks = arrays, stacked, chunks
+    def __init__(
+        self, slots: Sequence[tuple[Any, tuple[int, ...]]], result: Any, chunks: tuple[int, ...]
+    ) -> None:
+        self.slots, self.result, self.chunks = slots, result, chunks
 
     @staticmethod
     def open(
@@ -229,25 +232,23 @@ class _Target:
                 raise ValueError(
                     f"need one output array per volume ({volumes.count}); got {len(arrays)}"
                 )
-            return _Target(arrays, None, _array_chunks(arrays[0], volumes))
+            return _Target([(a, ()) for a in arrays], arrays, _array_chunks(arrays[0], volumes))
         if len(dst.shape) != volumes.ndim + 1 + (channels is not None):
             raise ValueError(
                 f"output array of shape {dst.shape} does not hold "
                 f"{volumes.count} volumes of {volumes.ndim} dims, channels {channels}"
             )
-        return _Target([], dst, _array_chunks(dst, volumes))
+        slots = [(dst, (v,)) for v in range(volumes.count)]
+        return _Target(slots, dst, _array_chunks(dst, volumes))
 
     def write(
         self, volume: int, lo: tuple[int, ...], hi: tuple[int, ...], block: npt.NDArray[Any]
     ) -> None:
-        box = tuple(slice(a, b) for a, b in zip(lo, hi, strict=True))
-        if self.stacked is not None:
-            self.stacked[(volume, ..., *box)] = block
-        else:
-            self.arrays[volume][(..., *box)] = block
+        array, prefix = self.slots[volume]
+        array[(*prefix, Ellipsis, *(slice(a, b) for a, b in zip(lo, hi, strict=True)))] = block
 
     def close(self) -> Any:
-        return self.stacked if self.stacked is not None else self.arrays
+        return self.result
 
 
 def _array_chunks(arr: Any, volumes: VolumeSet) -> tuple[int, ...]:
@@ -292,9 +293,10 @@ class _DatasetTarget(_Target):
         names = self.volumes.field_names("image")
         native = [self._native(n) for n in names]
         if volumes.stacked:
-            super().__init__([], native[0], volumes.chunks)
+            slots = [(native[0], (v,)) for v in range(volumes.count)]
         else:
-            super().__init__([a[0] for a in native], None, volumes.chunks)
+            slots = [(a, (0,)) for a in native]
+        super().__init__(slots, path, volumes.chunks)
 
     def _fields(self, dtype: np.dtype[Any]) -> tuple[FieldInfo, ...]:
         vs = self.volumes
