@@ -378,3 +378,27 @@ def test_a_new_pass_supersedes_an_open_iterator_on_persistent_workers(make_datas
         next(old)
     _check_epoch(loader, _expected(path, loader, 0))  # and the workers still serve
     loader.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("persistent", [False, True])
+def test_twenty_epochs_keep_fds_processes_and_shared_memory_bounded(make_dataset, persistent):
+    path, _ = make_dataset("hdf5", samples_per_chunk=10)
+    before = _workers()
+    loader = make_loader(
+        _dataset(path),
+        BATCH,
+        num_workers=2,
+        multiprocessing_context="fork",
+        persistent_workers=persistent,
+    )
+    me = psutil.Process()
+    fds = []
+    for _ in range(20):
+        assert sum(len(y) for _, y in loader) == 200
+        assert len(_segments()) == int(persistent) and len(_workers() - before) <= 2
+        fds.append(me.num_fds())
+    assert max(fds[5:]) == min(fds[5:]), f"file descriptors grow: {fds}"
+    loader.close()
+    _assert_clean(before)

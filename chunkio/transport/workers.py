@@ -83,8 +83,8 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
         sys.exit(1)
     try:
         _serve(spec.dataset, ring, conn, parent)
-    except (EOFError, BrokenPipeError):
-        pass  # the main process went away
+    except (EOFError, ConnectionError):
+        pass  # the main process went away (EOF, or a reset socket under spawn)
     finally:
         ring.close()
         with contextlib.suppress(Exception):
