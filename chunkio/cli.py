@@ -6,7 +6,9 @@
                                    [--mode RGB|L|keep] [--on-error raise|skip]
                                    [--format zarr|hdf5] [--workers N] [--no-progress]
                                    [--overwrite]
-    chunkio convert volumes SRC DST [--format zarr|hdf5] [--chunks N ...] [--labels PATH]
+    chunkio convert volumes SRC DST [--format zarr|hdf5] [--chunks N [N N]] [--labels DIR]
+                                    [--on-overflow error|clip|scale]
+                                    [--nan-policy error|zero|keep]
                                     [--workers N] [--no-progress] [--overwrite]
     chunkio info DST [--json]
     chunkio verify DST            exit status 1 when anything is wrong
@@ -94,9 +96,17 @@ def _parser() -> argparse.ArgumentParser:
         type=_positive_int,
         nargs="+",
         metavar="N",
-        help="chunk shape (default: chosen for the data)",
+        help="spatial chunk shape: one number or three (default: chosen for the data)",
     )
-    volumes.add_argument("--labels", help="labels source (see chunkio.convert.volumes)")
+    volumes.add_argument("--labels", help="label volumes: a folder matched by file name")
+    volumes.add_argument(
+        "--on-overflow",
+        choices=["error", "clip", "scale"],
+        help="values outside the stored dtype (default: error)",
+    )
+    volumes.add_argument(
+        "--nan-policy", choices=["error", "zero", "keep"], help="NaN/Inf values (default: error)"
+    )
 
     info = commands.add_parser("info", help="describe a dataset")
     info.add_argument("path")
@@ -151,15 +161,20 @@ def _convert_images(args: argparse.Namespace) -> int:
 def _convert_volumes(args: argparse.Namespace) -> int:
     from .convert.volumes import convert_volumes
 
+    options: dict[str, Any] = {}
+    if args.chunks is not None:
+        options["chunks"] = args.chunks[0] if len(args.chunks) == 1 else tuple(args.chunks)
+    for name in ("labels", "on_overflow", "nan_policy"):
+        if getattr(args, name) is not None:
+            options[name] = getattr(args, name)
     result = convert_volumes(
         args.src,
         args.dst,
         format=args.format,
-        chunks=None if args.chunks is None else tuple(args.chunks),
         workers=args.workers,
         progress=not args.no_progress,
         overwrite=args.overwrite,
-        labels=args.labels,
+        **options,
     )
     print(f"wrote {result.num_samples} volumes to {result.path} ({result.seconds:.1f} s)")
     return EXIT_OK

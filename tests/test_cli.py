@@ -1,0 +1,189 @@
+"""The ``chunkio`` command: run as ``python -m chunkio`` in subprocesses, plus in-process wiring.
+
+Exit codes: 0 success, 1 ``verify`` found problems, 2 an error (one line on stderr, no
+traceback) or a usage error.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from chunkio import cli
+
+
+def chunkio(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "chunkio", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(0)
+    for cls in ("a", "b"):
+        for i in range(3):
+            path = tmp_path / "src" / cls / f"{i}.png"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(rng.integers(0, 256, (12, 10, 3), dtype=np.uint8)).save(path)
+    return tmp_path / "src"
+
+
+@pytest.mark.timeout(300)
+def test_convert_info_verify_and_a_flipped_byte(folder: Path, tmp_path: Path) -> None:
+    dst = tmp_path / "out.zarr"
+    done = chunkio(
+        "convert",
+        "images",
+        folder,
+        dst,
+        "--size",
+        "8",
+        "--no-progress",
+        "--workers",
+        "1",
+        "--samples-per-chunk",
+        "4",
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"wrote 6 images to {dst}" in done.stdout
+
+    shown = chunkio("info", dst)
+    assert shown.returncode == 0, shown.stderr
+    assert "samples:           6" in shown.stdout and "class names:       a, b" in shown.stdout
+    assert "image      6x3x8x8" in shown.stdout and "crc32c" in shown.stdout
+    as_json = json.loads(chunkio("info", dst, "--json").stdout)
+    assert as_json["num_chunks"] == 2 and as_json["arrays"]["image"]["checksum"] is True
+
+    assert chunkio("verify", dst).returncode == 0
+    chunk = dst / "image" / "c" / "1" / "0" / "0" / "0"
+    data = bytearray(chunk.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    chunk.write_bytes(bytes(data))
+    checked = chunkio("verify", dst)
+    assert checked.returncode == 1, checked.stdout
+    assert "1 problem(s)" in checked.stdout
+    assert "array 'image', chunk 1" in checked.stdout and "crc32c" in checked.stdout
+
+    again = chunkio("convert", "images", folder, dst, "--no-progress", "--workers", "1")
+    assert again.returncode == 2
+    assert again.stderr.startswith("chunkio: error: ") and "overwrite" in again.stderr
+    assert "Traceback" not in again.stderr and len(again.stderr.strip().splitlines()) == 1
+
+
+def test_errors_are_one_line_with_status_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["info", str(tmp_path / "missing.zarr")]) == 2
+    assert (
+        cli.main(
+            ["convert", "images", str(tmp_path / "none"), str(tmp_path / "o.zarr"), "--no-progress"]
+        )
+        == 2
+    )
+    assert (
+        cli.main(
+            ["convert", "images", str(tmp_path), str(tmp_path / "o.zarr"), "--size", "1", "2", "3"]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(line.startswith("chunkio: error: ") for line in err)
+    assert "no dataset" in err[0] and "expected a directory" in err[1] and "--size" in err[2]
+    with pytest.raises(SystemExit) as usage:
+        cli.main(["convert", "images", "src"])  # argparse: missing DST
+    assert usage.value.code == 2
+
+
+def test_verify_reports_an_incomplete_dataset(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import zarr
+
+    dst = tmp_path / "o.zarr"
+    assert (
+        cli.main(
+            [
+                "convert",
+                "images",
+                str(folder),
+                str(dst),
+                "--no-progress",
+                "--workers",
+                "1",
+                "--mode",
+                "L",
+            ]
+        )
+        == 0
+    )
+    zarr.open_group(str(dst), mode="a").attrs["chunkio_complete"] = False
+    assert cli.main(["verify", str(dst), "--no-progress"]) == 1
+    assert "did not finish" in capsys.readouterr().out
+    assert cli.main(["info", str(dst)]) == 0
+    assert "NO (conversion unfinished)" in capsys.readouterr().out
+
+
+def test_volumes_and_doctor_pass_their_options_through(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls: dict[str, Any] = {}
+
+    def convert_volumes(src: str, dst: str, **kw: Any) -> Any:
+        calls["volumes"] = (src, dst, kw)
+        return types.SimpleNamespace(num_samples=3, path=dst, seconds=0.5)
+
+    def main_doctor(path: str, *, step_time: float | None = None) -> str:
+        calls["doctor"] = (path, step_time)
+        return "doctor report"
+
+    monkeypatch.setattr("chunkio.convert.volumes.convert_volumes", convert_volumes)
+    monkeypatch.setattr("chunkio.doctor.main_doctor", main_doctor)
+    argv = [
+        "convert",
+        "volumes",
+        "vols",
+        "v.h5",
+        "--chunks",
+        "32",
+        "--labels",
+        "segs",
+        "--nan-policy",
+        "zero",
+        "--workers",
+        "3",
+        "--no-progress",
+        "--overwrite",
+    ]
+    assert cli.main(argv) == 0
+    assert calls["volumes"] == (
+        "vols",
+        "v.h5",
+        {
+            "format": None,
+            "workers": 3,
+            "progress": False,
+            "overwrite": True,
+            "chunks": 32,
+            "labels": "segs",
+            "nan_policy": "zero",
+        },
+    )
+    assert cli.main(["convert", "volumes", "vols", "v.zarr", "--chunks", "8", "16", "16"]) == 0
+    assert calls["volumes"][2]["chunks"] == (8, 16, 16)
+    assert cli.main(["doctor", "d.zarr", "--step-time", "0.25"]) == 0
+    assert calls["doctor"] == ("d.zarr", 0.25)
+    out = capsys.readouterr().out
+    assert "wrote 3 volumes to v.h5" in out and "doctor report" in out
