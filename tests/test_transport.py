@@ -63,12 +63,17 @@ def _dataset(path: str, cls: type[ChunkDataset] = ChunkDataset, **kw: Any) -> Ch
     return cls(path, fields=["image", "label"], preload_bytes=0, cache_bytes=1 << 20, **kw)
 
 
-def _expected(path: str, loader: Any, epoch: int) -> list[dict[str, np.ndarray]]:
-    ref = ChunkDataset(path, fields=["image", "label"])
+def _batches(loader: Any, epoch: int = 0) -> list[list[int]]:
+    """The sample ids of each batch the loader's sampler gives in ``epoch``."""
     s = loader.sampler
     sampler = ChunkBatchSampler(s.chunk_sizes, s.batch_size, seed=s.seed, num_streams=s.num_streams)
     sampler.set_epoch(epoch)
-    out = [ref.read_batch(b) for b in sampler]
+    return list(sampler)
+
+
+def _expected(path: str, loader: Any, epoch: int) -> list[dict[str, np.ndarray]]:
+    ref = ChunkDataset(path, fields=["image", "label"])
+    out = [ref.read_batch(b) for b in _batches(loader, epoch)]
     ref.close()
     return out
 
@@ -179,11 +184,15 @@ def test_resume_mid_epoch_with_workers_equals_uninterrupted_run(make_dataset):
 
 
 class FailingDataset(ChunkDataset):
-    """Raises while reading any batch that contains sample 13."""
+    """Raises at once on any batch that contains sample ``bad``; other reads take ``delay`` s."""
+
+    bad = 13
+    delay = 0.0
 
     def read_batch(self, indices: Any, out: Any = None) -> dict[str, Any]:
-        if 13 in np.asarray(indices).tolist():
-            raise ValueError("cannot decode sample 13 (injected)")
+        if self.bad in np.asarray(indices).tolist():
+            raise ValueError(f"cannot decode sample {self.bad} (injected)")
+        time.sleep(self.delay)
         return super().read_batch(indices, out)
 
 
@@ -206,17 +215,21 @@ class StuckDataset(SlowDataset):
 
 
 @pytest.mark.timeout(60)
-def test_worker_exception_is_raised_with_its_traceback(make_dataset):
+def test_worker_exception_is_raised_in_batch_order_with_its_traceback(make_dataset):
     path, _ = make_dataset("zarr", samples_per_chunk=10)
     before = _workers()
-    loader = make_loader(
-        _dataset(path, FailingDataset), BATCH, num_workers=2, multiprocessing_context="fork"
-    )
+    ds = _dataset(path, FailingDataset)
+    loader = make_loader(ds, BATCH, num_workers=2, multiprocessing_context="fork")
+    # batch 5 (worker 1's third) fails long before worker 0 has read batches 2 and 4
+    ds.bad, ds.delay = _batches(loader)[5][0], 0.3
+    delivered = 0
     with pytest.raises(LoaderError) as info:
         for _ in loader:
-            pass
+            delivered += 1
+    assert delivered == 5  # the batches before the failing one all arrive first
+    assert loader.state_dict()["sampler"]["batches_done"] == 5
     text = str(info.value)
-    assert "ring worker" in text and "cannot decode sample 13 (injected)" in text
+    assert "ring worker" in text and f"cannot decode sample {ds.bad} (injected)" in text
     assert "Traceback" in text and "in read_batch" in text  # the worker's own traceback
     assert isinstance(info.value.__cause__, ValueError)
     _assert_clean(before)  # a failure stops even persistent workers

@@ -114,6 +114,7 @@ class _Session:
         ]
         self.inflight: dict[int, tuple[int, int, int]] = {}  # seq -> (worker, slot, n)
         self.results: dict[int, int] = {}  # seq -> slot, read and not yet handed out
+        self.failures: dict[int, LoaderError] = {}  # seq -> its error, raised in batch order
         self.stale: set[int] = set()  # in flight for a pass the consumer abandoned
         self.next_seq = 0
         self.pass_id = 0
@@ -122,6 +123,7 @@ class _Session:
         if not self.closed:
             self.closed = True
             self._close.detach()
+            self.tensors = []  # the mapping goes as soon as no batch still views it
             _teardown(self.pool, self.ring, _GRACE_FAILED_S if failed else _GRACE_CLEAN_S)
 
     # -- one pass ---------------------------------------------------------------------------
@@ -176,8 +178,9 @@ class _Session:
         for seq in seqs:
             if seq not in self.inflight:
                 continue  # already handled (a newer pass superseded this one)
-            if seq in self.results:
-                self._discard(seq, self.results.pop(seq))
+            if seq in self.results or seq in self.failures:
+                self.failures.pop(seq, None)
+                self._discard(seq, self.results.pop(seq, self.inflight[seq][1]))
             else:
                 self.stale.add(seq)
 
@@ -210,7 +213,7 @@ class _Session:
         """Block until ``seq`` is read: its ``(worker, slot, n)`` (stale: until discarded)."""
         task = self.inflight[seq]
         since = time.monotonic()
-        while seq not in self.results and seq in self.inflight:
+        while seq in self.inflight and seq not in self.results and seq not in self.failures:
             deadline = self._deadline(task[0], since)
             left = _WAKE_S if deadline is None else deadline - time.monotonic()
             if left <= 0:
@@ -220,6 +223,8 @@ class _Session:
                 self._handle(worker, message)
             if dead:
                 raise self.pool.death_error(dead[0])
+        if seq in self.failures:
+            raise self.failures.pop(seq)
         if seq in self.results:
             del self.results[seq], self.inflight[seq]
         return task
@@ -243,10 +248,12 @@ class _Session:
                 self.results[seq] = slot
         elif kind == "error":
             _, seq, slot, text, blob = message
+            if seq is None:
+                raise self._worker_error(w, seq, text, blob)
             if seq in self.stale:
                 self._discard(seq, slot)
-                return
-            raise self._worker_error(w, seq, text, blob)
+            else:  # raised when its batch is due, after the batches before it
+                self.failures[seq] = self._worker_error(w, seq, text, blob)
 
     def _samples(self, seq: int) -> str:
         _, slot, n = self.inflight[seq]
@@ -318,6 +325,8 @@ class RingTransport:
     def _finish(self, session: _Session, *, failed: bool) -> None:
         if failed or not self.options.persistent:
             session.close(failed=failed)
+            if self._session is session:
+                self._session = None
 
     def worker_pids(self) -> tuple[int, ...]:
         session = self._session
