@@ -415,3 +415,23 @@ def test_twenty_epochs_keep_fds_processes_and_shared_memory_bounded(make_dataset
     assert max(fds[5:]) == min(fds[5:]), f"file descriptors grow: {fds}"
     loader.close()
     _assert_clean(before)
+
+
+@pytest.mark.timeout(60)
+def test_workers_failing_to_start_are_reported(make_dataset, monkeypatch):
+    path, _ = make_dataset("zarr")
+    before = _workers()
+
+    def no_segment(spec: Any) -> Any:
+        raise FileNotFoundError(f"segment {spec.name} is gone (injected)")
+
+    # fork: the children inherit these patches
+    monkeypatch.setattr("chunkio.transport.workers.SlotRing.attach", no_segment)
+    loader = make_loader(path, 50, num_workers=1, multiprocessing_context="fork")
+    with pytest.raises(LoaderError, match=r"raised while starting(.|\n)*is gone \(injected\)"):
+        next(iter(loader))
+    _assert_clean(before)
+    monkeypatch.setattr("chunkio.transport.workers._limit_threads", lambda: os._exit(3))
+    with pytest.raises(LoaderError, match=r"exit code 3 while starting"):
+        next(iter(loader))
+    _assert_clean(before)

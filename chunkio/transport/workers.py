@@ -214,9 +214,17 @@ class WorkerPool:
     def death_error(self, w: int) -> LoaderError:
         proc = self.processes[w]
         proc.join(timeout=1.0)  # the sentinel fired; this only collects the exit status
+        when = (
+            ""
+            if self.ready[w]
+            else (
+                " while starting (its traceback, if any, is on stderr; under spawn and forkserver "
+                "the dataset, its class and any transform must be picklable and importable)"
+            )
+        )
         return LoaderError(
-            f"{self.describe(w)} exited unexpectedly with {describe_exit(proc.exitcode)}; "
-            "the loader stopped its other workers (iterate again to start new ones)"
+            f"{self.describe(w)} exited unexpectedly with {describe_exit(proc.exitcode)}"
+            f"{when}; the loader stopped its other workers (iterate again to start new ones)"
         )
 
     def shutdown(self, *, grace: float) -> None:
