@@ -14,11 +14,17 @@ Two parallel passes over the files:
 Why check first instead of writing and compacting afterwards: a file that fails only when
 its pixels are decoded (a truncated JPEG has a perfect header) would otherwise leave a hole in
 a chunk another process already wrote; compaction would rewrite every later chunk. The check
-costs a fraction of one decode per file (see the conversion benchmark in
-``benchmarks/bench_convert.py``) and also lets ``on_error="raise"`` fail before anything is
-written. A file that passes the check but fails in the write pass (it changed in between)
-stops the conversion with a :class:`~chunkio.errors.SourceError` naming it, whatever
-``on_error`` says; rerunning resumes.
+also lets ``on_error="raise"`` fail before anything is written. Its cost, measured in one
+process (``benchmarks/bench_convert.py``): about 0.4-0.6 of a full decode for 500x375 JPEGs,
+but 0.8-0.9 for 64-128 px ones, where opening and parsing the file costs as much as decoding
+it. A file that passes the check but fails in the write pass (it changed in between) stops
+the conversion with a :class:`~chunkio.errors.SourceError` naming it, whatever ``on_error``
+says; rerunning resumes.
+
+Both passes run in this process when the work is estimated at less than
+:data:`~chunkio.convert.image_check.POOL_MIN_SECONDS`: a worker process must import NumPy,
+Pillow, zarr and torch before its first image, which costs seconds. ``workers`` is therefore
+an upper bound; a ``client`` is always used.
 
 Stored fields:
 
@@ -68,8 +74,8 @@ __all__ = [
     "source_paths",
 ]
 
-#: A full decode + resize + compress + write of an image, relative to its check (measured on
-#: JPEGs, where the check decodes at 1/8 scale: about 3-4x).
+#: The write pass per image (decode, resize, compress, write), relative to the check pass:
+#: measured 2x for 64-128 px JPEGs, more for larger ones (the check decodes at 1/8 scale).
 _WRITE_PER_CHECK = 4.0
 #: Decoded bytes per block (the unit of work, resume and fsync) to aim for.
 _BLOCK_BYTES = 8 << 20
@@ -294,7 +300,8 @@ def convert_images(
     compression, checksum
         Codec name or :class:`~chunkio.backends.Compression`; checksums are on by default.
     workers
-        Processes for both passes; ``None``: one per core.
+        At most this many processes in each pass (``None``: one per core); small jobs run
+        in this process (see the module docstring).
 
     Returns
     -------

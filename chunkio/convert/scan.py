@@ -23,6 +23,7 @@ no subdirectories is *flat*: its images carry no label. An empty root or an empt
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -286,9 +287,12 @@ def scan_paths(
 
 
 def _check_label(label: object, i: int) -> int:
-    if isinstance(label, bool) or not hasattr(label, "__index__"):
+    if isinstance(label, bool):
         raise TypeError(f"labels must be integers; label {i} is {label!r}")
-    return int(label)  # type: ignore[call-overload,unused-ignore]
+    try:
+        return operator.index(label)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"labels must be integers; label {i} is {label!r}") from None
 
 
 def _check_on_error(on_error: object) -> None:
