@@ -180,8 +180,10 @@ class SlotRing:
         self._owner = owner
         self._unlinked = False
         self._shm: SharedMemory | None = shm
-        self._mapping = _Mapping(shm)
-        whole = np.asarray(self._mapping)
+        mapping = _Mapping(shm)
+        self._mapping: _Mapping | None = mapping
+        self.address = mapping.address  # start of the mapping here (for ``cudaHostRegister``)
+        whole = np.asarray(mapping)
         self._indices: list[npt.NDArray[np.int64]] = []
         self._fields: list[dict[str, npt.NDArray[Any]]] = []
         b = layout.batch_size
@@ -218,11 +220,6 @@ class SlotRing:
         return self.layout.num_slots
 
     @property
-    def address(self) -> int:
-        """Start of the mapping in this process (for ``cudaHostRegister``)."""
-        return self._mapping.address
-
-    @property
     def nbytes(self) -> int:
         return self.layout.nbytes
 
@@ -236,6 +233,8 @@ class SlotRing:
 
     def add_release_hook(self, hook: Callable[[], None]) -> None:
         """Run ``hook`` right before the mapping is unmapped (after the last view is gone)."""
+        if self._mapping is None:
+            raise LoaderError(f"shared-memory ring {self.name} is closed")
         self._mapping.release_hooks.append(hook)
 
     def close(self) -> None:
@@ -250,4 +249,4 @@ class SlotRing:
                 self._shm.unlink()
         self._shm = None
         self._indices, self._fields = [], []
-        self._mapping = None  # type: ignore[assignment]
+        self._mapping = None
