@@ -88,6 +88,7 @@ def run(
     Returns ``{"settings": {...}, "samples_per_s": {route: float}}``.
     """
     workdir = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="bench-transport-"))
+    workdir.mkdir(parents=True, exist_ok=True)
     images = make_images(num_samples)
     labels = (np.arange(num_samples) % 10).astype(np.int64)
     path = workdir / f"transport-{num_samples}{'.zarr' if fmt == 'zarr' else '.h5'}"
