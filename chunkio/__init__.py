@@ -10,6 +10,7 @@ from __future__ import annotations
 from .backends import Compression
 from .batch import SampleBatch, collate
 from .convert import ConversionResult, append_arrays, write_arrays
+from .convert.images import convert_images
 from .dataset import ChunkDataset
 from .errors import ChunkioError
 from .loader import ChunkLoader, make_loader
@@ -25,6 +26,7 @@ __all__ = [
     "SampleBatch",
     "append_arrays",
     "collate",
+    "convert_images",
     "make_loader",
     "read_amplification",
     "shuffle_quality",
