@@ -1,5 +1,8 @@
 """chunkio: chunked Zarr v3 / HDF5 datasets that keep GPUs fed.
 
+Names are imported on first use (PEP 562), so processes that only convert or inspect data
+(conversion workers, ``python -m chunkio info``) never pay for importing torch.
+
 >>> import chunkio
 >>> sorted(chunkio.__all__)[:3]
 ['ChunkBatchSampler', 'ChunkDataset', 'ChunkLoader']
@@ -7,14 +10,39 @@
 
 from __future__ import annotations
 
-from .backends import Compression
-from .batch import SampleBatch, collate
-from .convert import ConversionResult, append_arrays, write_arrays
-from .convert.images import convert_images
-from .dataset import ChunkDataset
-from .errors import ChunkioError
-from .loader import ChunkLoader, make_loader
-from .sampling import ChunkBatchSampler, read_amplification, shuffle_quality
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .backends import Compression
+    from .batch import SampleBatch, collate
+    from .convert import ConversionResult, append_arrays, write_arrays
+    from .convert.images import convert_images
+    from .convert.volumes import convert_volumes
+    from .dataset import ChunkDataset
+    from .errors import ChunkioError
+    from .loader import ChunkLoader, make_loader
+    from .patches import PatchDataset
+    from .sampling import ChunkBatchSampler, read_amplification, shuffle_quality
+
+_LAZY = {
+    "ChunkBatchSampler": ".sampling",
+    "ChunkDataset": ".dataset",
+    "ChunkLoader": ".loader",
+    "ChunkioError": ".errors",
+    "Compression": ".backends",
+    "ConversionResult": ".convert",
+    "PatchDataset": ".patches",
+    "SampleBatch": ".batch",
+    "append_arrays": ".convert",
+    "collate": ".batch",
+    "convert_images": ".convert.images",
+    "convert_volumes": ".convert.volumes",
+    "make_loader": ".loader",
+    "read_amplification": ".sampling",
+    "shuffle_quality": ".sampling",
+    "write_arrays": ".convert",
+}
 
 __all__ = [
     "ChunkBatchSampler",
@@ -23,10 +51,12 @@ __all__ = [
     "ChunkioError",
     "Compression",
     "ConversionResult",
+    "PatchDataset",
     "SampleBatch",
     "append_arrays",
     "collate",
     "convert_images",
+    "convert_volumes",
     "make_loader",
     "read_amplification",
     "shuffle_quality",
@@ -34,3 +64,16 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'chunkio' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
