@@ -53,16 +53,27 @@ def make_images(n: int, *, size: int = 96, seed: int = 0) -> np.ndarray:
     return out
 
 
-def _timed(batches: Iterable[Any], epochs: int) -> float:
-    """Samples/s over ``epochs`` passes after one untimed warm-up pass (workers start)."""
-    for _ in batches:
-        pass
+def _epoch_rate(batches: Iterable[Any]) -> float:
     n = 0
     start = time.perf_counter()
-    for _ in range(epochs):
-        for batch in batches:
-            n += len(batch[0])
+    for batch in batches:
+        n += len(batch[0])
     return n / (time.perf_counter() - start)
+
+
+def _interleaved(sources: dict[str, Iterable[Any]], epochs: int) -> dict[str, float]:
+    """Median samples/s of each source over ``epochs`` rounds, one epoch each, interleaved.
+
+    One untimed warm-up epoch each first (workers start, caches fill). Interleaving spreads
+    changes in the machine's load (it is shared) over every source instead of one.
+    """
+    for batches in sources.values():
+        _epoch_rate(batches)
+    rounds: dict[str, list[float]] = {name: [] for name in sources}
+    for _ in range(epochs):
+        for name, batches in sources.items():
+            rounds[name].append(_epoch_rate(batches))
+    return {name: float(np.median(r)) for name, r in rounds.items()}
 
 
 def _numpy_in_process(images: np.ndarray, labels: np.ndarray, order: list[list[int]]) -> Any:
@@ -85,6 +96,9 @@ def run(
 ) -> dict[str, Any]:
     """Samples/s of each route (see the module docstring) for one dataset, back to back.
 
+    Every route reads the same shuffled order; ``epochs`` timed rounds, one epoch per route
+    each, interleaved; the median per route is reported.
+
     Returns ``{"settings": {...}, "samples_per_s": {route: float}}``.
     """
     workdir = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="bench-transport-"))
@@ -95,30 +109,25 @@ def run(
     result = chunkio.write_arrays(
         path, {"image": images, "label": labels}, compression="zstd", overwrite=True
     )
-    rates: dict[str, float] = {}
-    for source in ("zstd", "preloaded"):
-        for transport in ("ring", "dataloader"):
-            # preloaded: each worker holds the decoded arrays and only gathers (no decode),
-            # so the rate is the transport's own limit
-            preload = 2**62 if source == "preloaded" else 0
-            ds = chunkio.ChunkDataset(
-                path, ["image", "label"], preload_bytes=preload, cache_bytes=64 << 20
-            )
-            with chunkio.make_loader(
-                ds,
+    loaders = {}
+    for transport in ("ring", "dataloader"):
+        # zstd: make_loader's own dataset (decode in the workers); preloaded: each worker
+        # holds the decoded arrays and only gathers, so the rate is the transport's limit
+        preloaded = chunkio.ChunkDataset(path, ["image", "label"], preload_bytes=2**62)
+        for name, source in (("zstd", str(path)), ("preloaded", preloaded)):
+            loaders[f"{transport}_{name}"] = chunkio.make_loader(
+                source,
                 batch_size,
+                fields=["image", "label"],
                 transport=transport,
                 num_workers=num_workers,
                 seed=0,
                 multiprocessing_context=context,
-            ) as loader:
-                rates[f"{transport}_{source}"] = _timed(loader, epochs)
-                sampler = loader.sampler
-    order = [list(b) for b in sampler]
-    rates["numpy_in_process"] = _timed(
-        _Replay(lambda: _numpy_in_process(images, labels, order)), epochs
-    )
-    dl = DataLoader(
+            )
+    order = [list(b) for b in loaders["ring_zstd"].sampler]
+    sources: dict[str, Iterable[Any]] = dict(loaders)
+    sources["numpy_in_process"] = _Replay(lambda: _numpy_in_process(images, labels, order))
+    sources["in_memory_dataloader"] = DataLoader(
         InMemoryBatchDataset(images, labels),
         batch_sampler=order,
         num_workers=num_workers,
@@ -126,7 +135,11 @@ def run(
         persistent_workers=True,
         multiprocessing_context=context,
     )
-    rates["in_memory_dataloader"] = _timed(dl, epochs)
+    try:
+        rates = _interleaved(sources, epochs)
+    finally:
+        for loader in loaders.values():
+            loader.close()
     settings = {
         "num_samples": num_samples,
         "sample_shape": list(images.shape[1:]),
@@ -134,7 +147,7 @@ def run(
         "num_workers": num_workers,
         "samples_per_chunk": result.samples_per_chunk,
         "format": fmt,
-        "epochs_timed": epochs,
+        "rounds": epochs,
     }
     return {"settings": settings, "samples_per_s": rates}
 
