@@ -72,6 +72,7 @@ def ring_like_source(n: int, log: list[str]) -> Iterator[Lease]:
         yield Lease({"x": buf}, lambda i=i: release(i))
 
 
+@pytest.mark.timeout(60)
 def test_copies_run_one_batch_ahead_and_memory_is_released_after_its_copy():
     log: list[str] = []
     got = []
@@ -87,6 +88,7 @@ def test_copies_run_one_batch_ahead_and_memory_is_released_after_its_copy():
     ]  # fmt: skip
 
 
+@pytest.mark.timeout(60)
 def test_source_error_comes_after_the_batches_before_it_and_close_releases():
     log: list[str] = []
 
@@ -109,6 +111,7 @@ def test_source_error_comes_after_the_batches_before_it_and_close_releases():
     assert source.gi_frame is None  # the source was closed too
 
 
+@pytest.mark.timeout(60)
 def test_cuda_without_cuda_is_a_clear_error_and_cpu_is_host_delivery(make_dataset):
     path, _ = make_dataset("zarr")
     if not torch.cuda.is_available():

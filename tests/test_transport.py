@@ -326,6 +326,7 @@ def test_ctrl_c_while_waiting_stops_even_persistent_workers(make_dataset):
     _assert_clean(before)
 
 
+@pytest.mark.timeout(60)
 def test_transforms_and_ragged_fields_fall_back_to_the_dataloader(make_dataset, tmp_path):
     path, arrays = make_dataset("zarr")
     flip = ChunkDataset(path, fields=["image", "label"], transform=lambda s: (s[0].flip(-1), s[1]))
@@ -362,6 +363,7 @@ def _write_ragged(path: str) -> str:
     return path
 
 
+@pytest.mark.timeout(60)
 def test_ring_layout_and_clear_error_when_shared_memory_is_short(monkeypatch):
     layout = RingLayout.of({"x": (np.dtype("<f4"), (3, 5))}, batch_size=7, num_slots=3)
     ring = SlotRing.create(layout)
