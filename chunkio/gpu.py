@@ -233,7 +233,8 @@ def pin_ring(ring: SlotRing) -> bool:
         return False
     cudart = torch.cuda.cudart()  # type: ignore[no-untyped-call]
     address = ring.address
-    if int(cudart.cudaHostRegister(address, ring.nbytes, 0)) != 0:
+    portable = 1  # cudaHostRegisterPortable: pinned for every CUDA context, as torch does
+    if int(cudart.cudaHostRegister(address, ring.nbytes, portable)) != 0:
         return False
     ring.add_release_hook(lambda: cudart.cudaHostUnregister(address))
     return True
