@@ -23,6 +23,7 @@ from ..errors import (
     UnsafeInputError,
 )
 from ._zarr_local import LocalChunkDecoder
+from ._zarr_region import RegionDecoder
 from .base import ArrayInfo, Compression, coalesce, region_shape
 
 __all__ = ["ZarrReader", "ZarrWriter", "zarr_compressors"]
@@ -95,6 +96,7 @@ class ZarrReader:
             raise FormatError(f"{self.location}: cannot open as a Zarr v3 group: {err}") from err
         self._arrays: dict[str, Any] = {}
         self._fast: dict[str, LocalChunkDecoder | None] = {}
+        self._regions: dict[str, RegionDecoder | None] = {}
         self._infos: dict[str, ArrayInfo] = {}
 
     def attrs(self) -> dict[str, Any]:
@@ -151,6 +153,13 @@ class ZarrReader:
             return None
         array_dir = os.path.join(str(store.root), self._group.path, name)
         return LocalChunkDecoder.build(array_dir, name, meta)
+
+    def _region_decoder(self, name: str, meta: dict[str, Any]) -> RegionDecoder | None:
+        store = self._group.store
+        if not isinstance(store, LocalStore):
+            return None
+        array_dir = os.path.join(str(store.root), self._group.path, name)
+        return RegionDecoder.build(array_dir, name, meta)
 
     def array_info(self, name: str) -> ArrayInfo:
         info = self._infos.get(name)
@@ -217,6 +226,15 @@ class ZarrReader:
             raise ValueError(f"{where}: output buffer must have shape {shape}; got {out.shape}")
         if 0 in shape:
             return
+        if name not in self._regions:
+            self._regions[name] = self._region_decoder(name, arr.metadata.to_dict())
+        fast = self._regions[name]
+        if fast is not None:
+            try:
+                fast.read_region(region, out)
+            except ChunkReadError as err:
+                raise type(err)(f"{self.location}: {err}") from err
+            return
         spans = [
             range(s.start // c, -(-s.stop // c)) for s, c in zip(region, arr.chunks, strict=True)
         ]
@@ -253,6 +271,7 @@ class ZarrReader:
     def close(self) -> None:
         self._arrays.clear()
         self._fast.clear()
+        self._regions.clear()
 
 
 class ZarrWriter:
