@@ -29,6 +29,7 @@ from chunkio.patches import (
     LabelBalancedSampler,
     PatchDataset,
     RandomPatchSampler,
+    chunk_boxes,
     grid_origins,
     plan_patch_reads,
 )
@@ -128,6 +129,14 @@ def test_grid_patches_equal_numpy_slices(axes, two_shapes, edge, pad_mode, seed)
         assert ds.read_stats().chunks_read == 2 * len(plan.chunks)  # each chunk once per field
     finally:
         delete_memory_store(path)
+
+
+@given(st.sets(st.tuples(st.integers(0, 5), st.integers(0, 5), st.integers(0, 5)), min_size=1))
+def test_chunk_boxes_cover_the_chunks_exactly(chunks):
+    boxes = chunk_boxes(sorted(chunks))
+    covered = [c for lo, hi in boxes for c in itertools.product(*map(range, lo, hi))]
+    assert sorted(covered) == sorted(chunks)  # every chunk once, nothing extra
+    assert len(boxes) <= len(chunks)
 
 
 def test_overlapping_patches_decode_each_chunk_once(tmp_path):
@@ -370,6 +379,32 @@ def test_corrupt_and_missing_chunks_are_errors_not_values(tmp_path):
     (Path(path) / "image" / "c" / "0" / "0" / "1" / "1").unlink()
     with pytest.raises(MissingChunkError, match=r"chunk \(0, 0, 1, 1\)"):
         ds.read_patches([(0, 0, 4, 4)])
+
+
+def test_zarr_direct_region_reads_agree_with_zarr_python(tmp_path):
+    path, images, _ = make_volumes(
+        tmp_path, [(9, 10, 7)] * 2, chunks=(4, 3, 5), dst=str(tmp_path / "v.zarr")
+    )
+    stacked = np.stack(images)
+    fast, slow = open_reader(path), open_reader(path)
+    slow._regions["image"] = None  # type: ignore[attr-defined]  # force zarr-python's reads
+    rng = np.random.default_rng(0)
+    for _ in range(25):
+        lo = rng.integers(0, stacked.shape)
+        hi = lo + 1 + rng.integers(0, np.asarray(stacked.shape) - lo)
+        region = tuple(slice(int(a), int(b)) for a, b in zip(lo, hi, strict=True))
+        a, b = np.empty(hi - lo, np.int16), np.full(hi - lo, -1, np.int16)
+        fast.read_region("image", region, a)
+        slow.read_region("image", region, b)
+        np.testing.assert_array_equal(a, stacked[region])
+        np.testing.assert_array_equal(b, stacked[region])
+    chunk = Path(path) / "image" / "c" / "1" / "0" / "0" / "0"
+    chunk.write_bytes(chunk.read_bytes()[:-1])  # truncated
+    box = (slice(1, 2), slice(0, 2), slice(0, 2), slice(0, 2))
+    for reader in (fast, slow):
+        with pytest.raises(CorruptChunkError, match="'image'"):
+            reader.read_region("image", box, np.empty((1, 2, 2, 2), np.int16))
+        reader.close()
 
 
 def test_bad_keys_and_datasets_are_refused(tmp_path):

@@ -12,7 +12,7 @@ from .balanced import LabelBalancedSampler
 from .dataset import PatchDataset
 from .label_index import LabelIndex, index_label_volume
 from .layout import VolumeSet
-from .planning import PatchReadPlan, plan_patch_reads
+from .planning import PatchReadPlan, chunk_boxes, plan_patch_reads
 from .reading import PatchReadStats
 from .samplers import GridSampler, PatchSampler, RandomPatchSampler, grid_origins
 
@@ -26,6 +26,7 @@ __all__ = [
     "PatchSampler",
     "RandomPatchSampler",
     "VolumeSet",
+    "chunk_boxes",
     "grid_origins",
     "index_label_volume",
     "plan_patch_reads",

@@ -174,7 +174,7 @@ class PatchDataset(Dataset[Any]):
     # -- reading ------------------------------------------------------------------------------
     def read_patches(self, keys: Sequence[Any] | npt.ArrayLike) -> dict[str, npt.NDArray[Any]]:
         """Patches ``keys`` as NumPy arrays by field, plus ``volume`` and ``origin``."""
-        plan = plan_patch_reads(keys, self.patch_size, self.volumes)
+        plan = plan_patch_reads(keys, self.patch_size, self.volumes, pieces=False)
         out = self._reader().read(
             self.fields, plan, self.patch_size, pad_mode=self.pad_mode, pad_values=self.pad_values
         )

@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from .layout import VolumeSet
 
-__all__ = ["PatchReadPlan", "normalize_keys", "piece_slices", "plan_patch_reads"]
+__all__ = ["PatchReadPlan", "chunk_boxes", "normalize_keys", "piece_slices", "plan_patch_reads"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -77,9 +77,16 @@ class PatchReadPlan:
 
 
 def plan_patch_reads(
-    keys: Sequence[Any] | npt.ArrayLike, patch_size: Sequence[int], volumes: VolumeSet
+    keys: Sequence[Any] | npt.ArrayLike,
+    patch_size: Sequence[int],
+    volumes: VolumeSet,
+    *,
+    pieces: bool = True,
 ) -> PatchReadPlan:
     """Plan reading the patches ``keys`` of size ``patch_size``.
+
+    ``pieces=False`` skips the per-(patch, chunk) pieces (``plan.pieces`` is then empty), for
+    readers that cut patches out of larger boxes themselves.
 
     >>> vs = VolumeSet(shapes=((8, 8),), chunks=(4, 4), stacked=True)
     >>> p = plan_patch_reads([(0, 2, 2), (0, 3, 3)], (4, 4), vs)
@@ -93,33 +100,48 @@ def plan_patch_reads(
     ndim, chunk = volumes.ndim, np.asarray(volumes.chunks, np.int64)
     if size.shape != (ndim,) or (size < 1).any():
         raise ValueError(f"patch_size must be {ndim} positive ints; got {tuple(patch_size)}")
+    origin = key_arr[:, 1:]
+    shapes = np.asarray(volumes.shapes, np.int64)[key_arr[:, 0]].reshape(-1, ndim)
+    lo, hi = np.maximum(origin, 0), np.minimum(origin + size, shapes)
+    outside = (hi <= lo).any(axis=1)
+    if outside.any():
+        b = int(np.argmax(outside))
+        raise ValueError(
+            f"patch {key_arr[b].tolist()} of size {size.tolist()} lies outside volume "
+            f"{key_arr[b, 0]} of shape {shapes[b].tolist()}"
+        )
+    inner = np.stack([lo - origin, hi - origin], axis=1)
+    c_lo, c_hi = lo // chunk, (hi - 1) // chunk + 1
     index: dict[tuple[int, ...], int] = {}
-    pieces: list[list[int]] = []
-    inner = np.zeros((len(key_arr), 2, ndim), np.int64)
-    for b, key in enumerate(key_arr):
-        v, origin = int(key[0]), key[1:]
-        shape = np.asarray(volumes.shapes[v], np.int64)
-        lo, hi = np.maximum(origin, 0), np.minimum(origin + size, shape)
-        if (hi <= lo).any():
-            raise ValueError(
-                f"patch {key.tolist()} of size {size.tolist()} lies outside volume {v} of "
-                f"shape {shape.tolist()}"
-            )
-        inner[b] = (lo - origin, hi - origin)
-        spans = [range(a // c, (z - 1) // c + 1) for a, z, c in zip(lo, hi, chunk, strict=True)]
-        for coords in itertools.product(*spans):
-            c_lo = np.asarray(coords, np.int64) * chunk
-            a, z = np.maximum(lo, c_lo), np.minimum(hi, c_lo + chunk)
+    found_pieces: list[list[int]] = []
+    for b, (v, first, stop) in enumerate(
+        zip(key_arr[:, 0].tolist(), c_lo.tolist(), c_hi.tolist(), strict=True)
+    ):
+        for coords in itertools.product(*map(range, first, stop)):
             row = index.setdefault((v, *coords), len(index))
-            pieces.append([b, row, *(a - c_lo), *(a - origin), *(z - a)])
+            if pieces:
+                found_pieces.append([b, row, *_piece(coords, chunk, lo[b], hi[b], origin[b])])
     # storage order for the reads; renumber the pieces' chunk rows to match
     found = np.array(list(index), np.int64).reshape(-1, 1 + ndim)
     order = np.lexsort(found.T[::-1]) if len(found) else np.zeros(0, np.int64)
     rank = np.empty(len(order), np.int64)
     rank[order] = np.arange(len(order))
-    piece_arr = np.array(pieces, np.int64).reshape(-1, 2 + 3 * ndim)
+    piece_arr = np.array(found_pieces, np.int64).reshape(-1, 2 + 3 * ndim)
     piece_arr[:, 1] = rank[piece_arr[:, 1]]
     return PatchReadPlan(key_arr, found[order], piece_arr, inner)
+
+
+def _piece(
+    coords: tuple[int, ...],
+    chunk: npt.NDArray[np.int64],
+    lo: npt.NDArray[np.int64],
+    hi: npt.NDArray[np.int64],
+    origin: npt.NDArray[np.int64],
+) -> list[int]:
+    """``src_lo, dst_lo, size`` of a patch's piece in one chunk."""
+    c_lo = np.asarray(coords, np.int64) * chunk
+    a, z = np.maximum(lo, c_lo), np.minimum(hi, c_lo + chunk)
+    return [*(a - c_lo).tolist(), *(a - origin).tolist(), *(z - a).tolist()]
 
 
 def piece_slices(
@@ -134,3 +156,33 @@ def piece_slices(
     src = tuple(slice(a, a + n) for a, n in zip(piece[2 : 2 + ndim], size, strict=True))
     dst = tuple(slice(a, a + n) for a, n in zip(piece[2 + ndim : 2 + 2 * ndim], size, strict=True))
     return int(piece[0]), int(piece[1]), src, dst
+
+
+def chunk_boxes(coords: npt.ArrayLike) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """Cover a set of chunk coordinates exactly by few boxes ``[lo, hi)``.
+
+    One read of a box costs one call instead of one per chunk (zarr decodes a box's chunks
+    concurrently, h5py in one selection) and decodes nothing extra: boxes hold only needed
+    chunks. A set that does not fill its bounding box is cut in two across its longest axis,
+    recursively.
+
+    >>> chunk_boxes([(0, 0), (0, 1), (1, 0), (1, 1), (3, 1)])
+    [((3, 1), (4, 2)), ((0, 0), (2, 2))]
+    """
+    arr = np.asarray(coords, np.int64)
+    unique = sorted(set(map(tuple, arr.reshape(len(arr), -1).tolist())))  # small: beats np.unique
+    todo = [np.array(unique, np.int64).reshape(len(unique), -1)]
+    out: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+    while todo:
+        c = todo.pop()
+        if len(c) == 0:
+            continue
+        lo, hi = c.min(axis=0), c.max(axis=0) + 1
+        extent = hi - lo
+        if len(c) == int(np.prod(extent)):
+            out.append((tuple(lo.tolist()), tuple(hi.tolist())))
+            continue
+        axis = int(np.argmax(extent))  # not full, so some extent is > 1
+        mid = int(lo[axis] + extent[axis] // 2)
+        todo += [c[c[:, axis] < mid], c[c[:, axis] >= mid]]
+    return out
