@@ -4,17 +4,42 @@
 :func:`chunkio.convert.volumes.convert_volumes`), :class:`GridSampler`,
 :class:`RandomPatchSampler` and :class:`LabelBalancedSampler` choose them, and :func:`stitch`
 writes per-patch predictions back into full volumes.
+
+Names are imported on first use (PEP 562): conversion workers import the label index and the
+volume layout from here without paying for torch.
 """
 
 from __future__ import annotations
 
-from .balanced import LabelBalancedSampler
-from .dataset import PatchDataset
-from .label_index import LabelIndex, index_label_volume
-from .layout import VolumeSet
-from .planning import PatchReadPlan, chunk_boxes, plan_patch_reads
-from .reading import PatchReadStats
-from .samplers import GridSampler, PatchSampler, RandomPatchSampler, grid_origins
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .balanced import LabelBalancedSampler
+    from .dataset import PatchDataset
+    from .label_index import LabelIndex, index_label_volume
+    from .layout import VolumeSet
+    from .planning import PatchReadPlan, chunk_boxes, plan_patch_reads
+    from .reading import PatchReadStats
+    from .samplers import GridSampler, PatchSampler, RandomPatchSampler, grid_origins
+    from .stitch import stitch
+
+_LAZY = {
+    "GridSampler": ".samplers",
+    "LabelBalancedSampler": ".balanced",
+    "LabelIndex": ".label_index",
+    "PatchDataset": ".dataset",
+    "PatchReadPlan": ".planning",
+    "PatchReadStats": ".reading",
+    "PatchSampler": ".samplers",
+    "RandomPatchSampler": ".samplers",
+    "VolumeSet": ".layout",
+    "chunk_boxes": ".planning",
+    "grid_origins": ".samplers",
+    "index_label_volume": ".label_index",
+    "plan_patch_reads": ".planning",
+    "stitch": ".stitch",
+}
 
 __all__ = [
     "GridSampler",
@@ -30,4 +55,18 @@ __all__ = [
     "grid_origins",
     "index_label_volume",
     "plan_patch_reads",
+    "stitch",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'chunkio.patches' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
