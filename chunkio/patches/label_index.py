@@ -118,17 +118,42 @@ def index_label_volume(
         lo = np.array([i * c for i, c in zip(coords, chunks, strict=True)], np.int64)
         box = label[tuple(slice(a, a + c) for a, c in zip(lo.tolist(), chunks, strict=True))]
         flat = box.reshape(-1)
-        values, counts = np.unique(flat, return_counts=True)
+        values, counts = _value_counts(flat)
         rng = np.random.default_rng([_SEED, volume, *coords])
-        picks = np.empty((len(values), points), np.int64)
-        for i, value in enumerate(values):
-            where = np.flatnonzero(flat == value)
-            picks[i] = where[rng.integers(0, len(where), size=points)]
+        picks = np.stack(
+            [_positions(flat, v, n, points, rng) for v, n in zip(values, counts, strict=True)]
+        )
         local = np.stack(np.unravel_index(picks, box.shape), axis=-1)
         head = np.tile(np.array([volume, *coords], np.int64), (len(values), 1))
         all_rows.append(np.column_stack([head, values.astype(np.int64), counts]))
         all_points.append(local + lo)
     return np.concatenate(all_rows), np.concatenate(all_points).astype(np.int64)
+
+
+def _value_counts(flat: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], IntArray]:
+    """Values present and their counts; bincount (no sort) for small non-negative labels."""
+    if flat.dtype.kind in "biu" and flat.size and flat.min() >= 0 and flat.max() < 1 << 16:
+        counts = np.bincount(flat.astype(np.intp, copy=False))
+        values = np.flatnonzero(counts)
+        return values, counts[values].astype(np.int64)
+    values, counts = np.unique(flat, return_counts=True)
+    return values, counts.astype(np.int64)
+
+
+def _positions(
+    flat: npt.NDArray[Any], value: Any, count: int, k: int, rng: np.random.Generator
+) -> IntArray:
+    """``k`` random flat positions holding ``value`` (which occurs ``count`` times)."""
+    if 2 * count >= flat.size:
+        # common value: rejection sampling, ~2 draws per hit, no pass over the chunk
+        found: list[int] = []
+        while len(found) < k:
+            tries = rng.integers(0, flat.size, size=4 * k)
+            found.extend(tries[flat[tries] == value].tolist())
+        return np.asarray(found[:k], np.int64)
+    where = np.flatnonzero(flat == value)
+    out: IntArray = where[rng.integers(0, len(where), size=k)]
+    return out
 
 
 def write_label_index(
