@@ -294,18 +294,19 @@ def _same_dataset(a: str, b: str) -> None:
         assert ma[key] == mb[key]
 
 
-def test_a_failed_conversion_resumes_and_equals_an_uninterrupted_one(tmp_path):
+@pytest.mark.parametrize("suffix", [".zarr", ".h5"])
+def test_a_failed_conversion_resumes_and_equals_an_uninterrupted_one(tmp_path, suffix):
     img, lab = _case_files(tmp_path, 4)
     good = np.load(img[2])
     np.save(img[2], np.full((6, 7, 5), np.nan, np.float32))  # volume 2 fails
-    dst = str(tmp_path / "out.zarr")
+    dst = str(tmp_path / f"out{suffix}")
     with pytest.raises(SourceError, match=r"volume 2 .*v2\.npy"):
         convert_volumes(img, dst, labels=lab, chunks=4, dtype="int16", workers=1, progress=False)
     assert not os.path.exists(dst)  # nothing published
     np.save(img[2], good)
     result = convert_volumes(img, dst, labels=lab, chunks=4, workers=1, progress=False)
     assert (result.resumed_blocks, result.written_blocks) == (2, 2)
-    ref = str(tmp_path / "ref.zarr")
+    ref = str(tmp_path / f"ref{suffix}")
     convert_volumes(img, ref, labels=lab, chunks=4, workers=1, progress=False)
     _same_dataset(dst, ref)
 
