@@ -115,22 +115,9 @@ def append_arrays(dst: Any, arrays: Mapping[str, Any]) -> ConversionResult:
             class_names=layout.class_names,
             extra=layout.extra,
         )
-        _reset(staging)
-        data = os.path.join(staging, "data")
-        try:
-            blocks = _build(fmt, path, data, layout, new, source)
-            fsync_tree(data)
-            _publish(fmt, data, path, staging)
-        except BaseException as err:
-            if isinstance(err, OSError):  # ENOSPC and friends: say what is left where
-                raise ConversionError(
-                    f"{path}: appending {source.num_samples} samples failed "
-                    f"({type(err).__name__}: {err}); the dataset is unchanged"
-                ) from err
-            raise
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                shutil.rmtree(staging)
+        blocks = 0
+        if source.num_samples:  # nothing to append: the dataset stays as it is
+            blocks = _append(fmt, path, staging, layout, new, source)
     finally:
         lock.release()
     return ConversionResult(
@@ -143,6 +130,32 @@ def append_arrays(dst: Any, arrays: Mapping[str, Any]) -> ConversionResult:
         written_blocks=blocks,
         seconds=time.perf_counter() - started,
     )
+
+
+def _append(
+    fmt: Format,
+    path: str,
+    staging: str,
+    layout: DatasetLayout,
+    new: DatasetLayout,
+    source: ArraySource,
+) -> int:
+    """Build the new version in ``staging`` and swap it in; returns the blocks written."""
+    _reset(staging)
+    data = os.path.join(staging, "data")
+    try:
+        blocks = _build(fmt, path, data, layout, new, source)
+        fsync_tree(data)
+        _publish(fmt, data, path, staging)
+    except OSError as err:  # ENOSPC and friends: the old version is still in place
+        raise ConversionError(
+            f"{path}: appending {source.num_samples} samples failed "
+            f"({type(err).__name__}: {err}); the dataset is unchanged"
+        ) from err
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(staging)
+    return blocks
 
 
 def _read_layout(path: str) -> tuple[Format, DatasetLayout]:
@@ -264,11 +277,10 @@ def _build(
     try:
         # Not complete while it is written, so a reader of the copy would be told so.
         writer.set_attrs({COMPLETE_KEY: False})
-        if source.num_samples:
-            for start, block in _tail_blocks(source, old, tail):
-                for name, rows in block.items():
-                    writer.write_block(name, start, rows)
-                blocks += 1
+        for start, block in _tail_blocks(source, old, tail):
+            for name, rows in block.items():
+                writer.write_block(name, start, rows)
+            blocks += 1
         writer.set_attrs({ATTR_KEY: new.to_attrs()})
         writer.set_attrs({COMPLETE_KEY: True})
     finally:
@@ -332,7 +344,11 @@ def _publish(fmt: Format, data: str, path: str, staging: str) -> None:
     elif not _exchange(data, path):
         replaced = os.path.join(staging, "replaced")
         os.rename(path, replaced)
-        os.rename(data, path)
+        try:
+            os.rename(data, path)
+        except BaseException:
+            os.rename(replaced, path)  # staging is deleted next: the old version must not be
+            raise
     fsync_path(parent)
 
 

@@ -1,0 +1,257 @@
+"""A state machine over convert / append / interrupted convert + resume / read (RELIABILITY 24).
+
+Hypothesis drives random sequences of operations on one on-disk dataset per backend and
+checks, after every step, that what a fresh ``ChunkDataset`` reads equals a NumPy model; plus
+direct tests of ``append_arrays``' atomicity (failure midway, leftovers of a killed append).
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import hypothesis.strategies as st
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from chunkio import ChunkDataset, append_arrays, write_arrays
+from chunkio.backends._hdf5 import HDF5Writer
+from chunkio.backends._zarr import ZarrWriter
+from chunkio.convert import run_conversion
+from chunkio.convert.arrays import ArraySource
+from chunkio.errors import ConversionError, SourceError
+
+SAMPLE = (2, 3)
+
+
+def make_arrays(seed: int, n: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        "x": rng.integers(0, 255, size=(n, *SAMPLE), dtype=np.uint8),
+        "y": rng.integers(-1000, 1000, size=n).astype(np.int32),
+    }
+
+
+class FailingSource(ArraySource):
+    """The same samples (and fingerprint) as ArraySource, but failing from sample ``fail_at``."""
+
+    def __init__(self, arrays: dict[str, np.ndarray], fail_at: int) -> None:
+        super().__init__(arrays)
+        self.fail_at = fail_at
+
+    def read_block(self, start: int, stop: int) -> dict[str, np.ndarray]:
+        if stop > self.fail_at:
+            raise SourceError(f"sample {self.fail_at}: injected failure")
+        return super().read_block(start, stop)
+
+
+class DatasetMachine(RuleBasedStateMachine):
+    fmt = "zarr"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.root = tempfile.mkdtemp(prefix="chunkio-sm-")
+        self.path = os.path.join(self.root, "d.zarr" if self.fmt == "zarr" else "d.h5")
+        self.model: dict[str, np.ndarray] = {}
+        self.spc = 1
+
+    def teardown(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def _convert(self, seed: int, n: int, spc: int) -> None:
+        data = make_arrays(seed, n)
+        write_arrays(self.path, data, samples_per_chunk=spc, overwrite=True)
+        self.model, self.spc = data, spc
+
+    @initialize(seed=st.integers(0, 2**16), n=st.integers(0, 25), spc=st.integers(1, 7))
+    def convert_first(self, seed: int, n: int, spc: int) -> None:
+        self._convert(seed, n, spc)
+
+    @rule(seed=st.integers(0, 2**16), n=st.integers(0, 25), spc=st.integers(1, 7))
+    def convert_over(self, seed: int, n: int, spc: int) -> None:
+        self._convert(seed, n, spc)
+
+    @rule(seed=st.integers(0, 2**16), k=st.integers(0, 12))
+    def append(self, seed: int, k: int) -> None:
+        new = make_arrays(seed, k)
+        result = append_arrays(self.path, new)
+        self.model = {f: np.concatenate([self.model[f], new[f]]) for f in new}
+        assert result.num_samples == len(self.model["y"])
+
+    @rule(
+        seed=st.integers(0, 2**16),
+        n=st.integers(2, 25),
+        spc=st.integers(1, 7),
+        cut=st.floats(0.0, 0.99),
+    )
+    def interrupted_convert_then_resume(self, seed: int, n: int, spc: int, cut: float) -> None:
+        data = make_arrays(seed, n)
+        fail_at = int(cut * n)
+        with pytest.raises(SourceError, match="injected failure"):
+            run_conversion(
+                FailingSource(data, fail_at),
+                self.path,
+                samples_per_chunk=spc,
+                overwrite=True,
+                progress=False,
+            )
+        self._check_model(staging_allowed=True)  # the old dataset is untouched
+        result = run_conversion(
+            ArraySource(data), self.path, samples_per_chunk=spc, overwrite=True, progress=False
+        )
+        assert result.resumed_blocks == fail_at // spc  # whole chunks before the failure
+        self.model, self.spc = data, spc
+
+    @rule(data=st.data())
+    def read(self, data: st.DataObject) -> None:
+        n = len(self.model["y"])
+        if n == 0:
+            return
+        indices = data.draw(st.lists(st.integers(-n, n - 1), max_size=12), label="indices")
+        got = ChunkDataset(self.path, preload_bytes=0).read_batch(indices)
+        for name, values in self.model.items():
+            np.testing.assert_array_equal(got[name], values[indices])
+
+    @invariant()
+    def check_store_equals_model(self) -> None:
+        self._check_model(staging_allowed=False)
+
+    def _check_model(self, *, staging_allowed: bool) -> None:
+        if not self.model:
+            return
+        ds = ChunkDataset(self.path, preload_bytes=0)
+        assert len(ds) == len(self.model["y"]) and ds.samples_per_chunk == self.spc
+        got = ds.read_batch(np.arange(len(ds)))
+        for name, values in self.model.items():
+            assert got[name].dtype == values.dtype
+            np.testing.assert_array_equal(got[name], values)
+        leftovers = [p for p in os.listdir(self.root) if p.startswith(".")]
+        assert staging_allowed or not leftovers, f"staging or lock files left behind: {leftovers}"
+
+
+SETTINGS = settings(
+    max_examples=12,
+    stateful_step_count=8,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+class ZarrMachine(DatasetMachine):
+    fmt = "zarr"
+
+
+class HDF5Machine(DatasetMachine):
+    fmt = "hdf5"
+
+
+TestZarrStateMachine = ZarrMachine.TestCase
+TestZarrStateMachine.settings = SETTINGS
+TestHDF5StateMachine = HDF5Machine.TestCase
+TestHDF5StateMachine.settings = SETTINGS
+
+
+# -- append_arrays: atomicity and input checks -------------------------------------------------
+
+
+def digest(path: Path) -> str:
+    """sha256 over every file (name and bytes) under ``path``, or of the file itself."""
+    h = hashlib.sha256()
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    for p in files:
+        h.update(str(p.relative_to(path.parent)).encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+@pytest.mark.parametrize("fmt", ["zarr", "hdf5"])
+def test_failed_append_leaves_the_dataset_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str
+) -> None:
+    path = tmp_path / ("d.zarr" if fmt == "zarr" else "d.h5")
+    old = make_arrays(0, 23)
+    write_arrays(path, old, samples_per_chunk=5)
+    before = digest(path)
+    reader = ChunkDataset(path, preload_bytes=0)  # a reader already open keeps working
+    reader.read_batch([0])
+    calls = {"n": 0}
+    cls: Any = ZarrWriter if fmt == "zarr" else HDF5Writer
+    original = cls.write_block
+
+    def write_block(self: Any, name: str, start: int, data: np.ndarray) -> None:
+        calls["n"] += 1
+        if calls["n"] == 3:  # after the rewritten partial chunk, mid-way through new chunks
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        original(self, name, start, data)
+
+    monkeypatch.setattr(cls, "write_block", write_block)
+    with pytest.raises(ConversionError, match=r"d\.(zarr|h5).*No space left.*unchanged"):
+        append_arrays(path, make_arrays(1, 40))
+    assert digest(path) == before
+    assert sorted(os.listdir(tmp_path)) == [path.name], "no staging or lock left"
+    np.testing.assert_array_equal(reader.read_batch(range(23))["x"], old["x"])
+    monkeypatch.setattr(cls, "write_block", original)
+    append_arrays(path, make_arrays(1, 40))
+    got = ChunkDataset(path, preload_bytes=0).read_batch(range(63))
+    np.testing.assert_array_equal(got["y"], np.concatenate([old["y"], make_arrays(1, 40)["y"]]))
+
+
+def test_leftovers_of_a_killed_append_are_discarded_or_restored(tmp_path: Path) -> None:
+    path = tmp_path / "d.zarr"
+    old = make_arrays(0, 12)
+    write_arrays(path, old, samples_per_chunk=5)
+    staging = tmp_path / ".d.zarr.chunkio-append"
+    # Killed while building the copy: a half-built copy that was never published.
+    (staging / "data" / "x").mkdir(parents=True)
+    (staging / "data" / "x" / "junk").write_bytes(b"\0")
+    append_arrays(path, make_arrays(1, 3))
+    assert not staging.exists()
+    assert len(ChunkDataset(path)) == 15
+    # Killed between the two renames of a publish without renameat2: the old version is
+    # put back first, so rerunning that append applies it once.
+    staging.mkdir()
+    path.rename(staging / "replaced")
+    append_arrays(path, make_arrays(2, 4))
+    assert len(ChunkDataset(path)) == 19
+
+
+def test_append_rejects_mismatched_samples(tmp_path: Path) -> None:
+    path = tmp_path / "d.h5"
+    write_arrays(path, make_arrays(0, 6), samples_per_chunk=4)
+    before = digest(path)
+    good = make_arrays(1, 2)
+    bad_inputs = [
+        ({"x": good["x"]}, "exactly the fields"),
+        ({**good, "z": good["y"]}, "exactly the fields"),
+        ({**good, "x": np.zeros((2, 3, 2), np.uint8)}, r"shape \(2, 3\)"),
+        ({**good, "y": good["y"].astype(np.float64)}, "without loss"),
+        ({**good, "y": good["y"][:1]}, "same number of samples"),
+    ]
+    for arrays, match in bad_inputs:
+        with pytest.raises(SourceError, match=match):
+            append_arrays(path, arrays)
+    assert digest(path) == before
+    with pytest.raises(ConversionError, match="local"):
+        append_arrays("memory://nowhere", good)
+
+
+def test_append_without_renameat2_swaps_with_two_renames(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chunkio.convert import append as append_module
+
+    monkeypatch.setattr(append_module, "_exchange", lambda a, b: False)
+    path = tmp_path / "d.zarr"
+    old = make_arrays(0, 7)
+    write_arrays(path, old, samples_per_chunk=3)
+    append_arrays(path, make_arrays(1, 5))
+    got = ChunkDataset(path, preload_bytes=0).read_batch(range(12))
+    np.testing.assert_array_equal(got["x"], np.concatenate([old["x"], make_arrays(1, 5)["x"]]))
+    assert sorted(os.listdir(tmp_path)) == ["d.zarr"]
