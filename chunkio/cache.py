@@ -13,6 +13,7 @@ __all__ = ["ChunkCache"]
 class ChunkCache:
     """Decoded chunks keyed by ``(array, chunk)``; least recently used evicted first.
 
+    >>> import numpy as np
     >>> c = ChunkCache(max_bytes=32)
     >>> c.put(("x", 0), np.zeros(2, np.int64)); c.put(("x", 1), np.ones(2, np.int64))
     >>> c.get(("x", 0)) is not None, c.nbytes
