@@ -162,3 +162,27 @@ def test_all_zero_samples_read_as_zeros(
     got = ds.read_batch(list(range(48)))["image"]
     np.testing.assert_array_equal(got, arrays["image"])
     assert not got[SPC : 2 * SPC].any() and not got[40].any()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("transport", ["ring", "dataloader"])
+def test_loader_workers_surface_the_corrupt_chunk(
+    make_dataset: Callable[..., tuple[str, dict[str, np.ndarray]]], transport: str
+) -> None:
+    from chunkio.errors import LoaderError
+
+    path, _ = make_dataset("zarr", sample_arrays(64), samples_per_chunk=SPC)
+    damage_zarr(path, "image", 2, 4, "flip")
+    ds = ChunkDataset(path, fields=["image", "label"], preload_bytes=0)
+    loader = make_loader(ds, 8, shuffle=False, num_workers=1, transport=transport)  # type: ignore[arg-type]
+    try:
+        with pytest.raises((CorruptChunkError, LoaderError)) as info:
+            for _ in loader:
+                pass
+    finally:
+        loader.close()
+    err = info.value
+    # the ring reports the worker and chains the worker's own error
+    corrupt = err if isinstance(err, CorruptChunkError) else err.__cause__
+    assert isinstance(corrupt, CorruptChunkError), repr(err)
+    assert "'image'" in str(corrupt) and "chunk 2" in str(corrupt), str(corrupt)
