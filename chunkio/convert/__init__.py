@@ -8,6 +8,7 @@ renamed into place when complete), resumably (a rerun skips finished blocks) and
 
 from __future__ import annotations
 
+from .append import append_arrays
 from .arrays import write_arrays
 from .chunking import DEFAULT_CHUNK_BYTES, choose_samples_per_chunk
 from .pipeline import BlockSource, ConversionResult, run_conversion
@@ -16,6 +17,7 @@ __all__ = [
     "DEFAULT_CHUNK_BYTES",
     "BlockSource",
     "ConversionResult",
+    "append_arrays",
     "choose_samples_per_chunk",
     "run_conversion",
     "write_arrays",

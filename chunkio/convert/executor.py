@@ -144,10 +144,10 @@ def execute(
         return
     if client is not None:
         _require_distributed()
-        _drive(_Dask(client, source, spec), todo, finish)
+        _drive(_Dask(client, source, spec), todo, finish, dest.display)
         return
     if workers == 1:
-        _drive(_InProcess(source, spec), todo, finish)
+        _drive(_InProcess(source, spec), todo, finish, dest.display)
         return
     methods = multiprocessing.get_all_start_methods()
     # Never fork: zarr's event-loop thread (and h5py state) must not cross a fork.
@@ -156,7 +156,7 @@ def execute(
         workers, mp_context=ctx, initializer=init_worker, initargs=(source, spec)
     )
     try:
-        _drive(_Pool(pool, workers), todo, finish)
+        _drive(_Pool(pool, workers), todo, finish, dest.display)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
@@ -174,6 +174,7 @@ def _drive(
     runner: _Runner,
     todo: list[Block],
     finish: Callable[[Block, dict[str, npt.NDArray[Any]] | None], None],
+    destination: str,
 ) -> None:
     """Keep at most ``runner.max_in_flight`` blocks running; record each as it finishes.
 
@@ -191,7 +192,7 @@ def _drive(
             try:
                 pending[runner.submit(block)] = block
             except Exception as err:
-                error = _wrap(err, block)
+                error = _wrap(err, block, destination)
         if not pending:
             break
         for fut in runner.wait(pending):
@@ -199,14 +200,14 @@ def _drive(
             try:
                 data = fut.result()
             except Exception as err:
-                error = error or _wrap(err, block)
+                error = error or _wrap(err, block, destination)
                 continue
             # After a failure, still record blocks that workers wrote, but write no more here.
             if error is None or data is None:
                 try:
                     finish(block, data)
                 except Exception as err:  # e.g. ENOSPC while writing here
-                    error = error or _wrap(err, block)
+                    error = error or _wrap(err, block, destination)
         if error is not None:
             for fut in [f for f in pending if runner.cancel(f)]:
                 del pending[fut]
@@ -214,8 +215,8 @@ def _drive(
         raise error
 
 
-def _wrap(err: BaseException, block: Block) -> ConversionError:
-    where = block.describe()
+def _wrap(err: BaseException, block: Block, destination: str) -> ConversionError:
+    where = f"{destination}: {block.describe()}"  # a full disk or dead worker: say where
     if isinstance(err, SourceError):
         try:
             wrapped: ConversionError = type(err)(f"{where}: {err}")
