@@ -11,6 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..backends import Compression, Format
+from ..backends.base import DEFAULT_CODEC
 from ..errors import SourceError
 from ..layout import FieldInfo
 from ..names import validate_field_name
@@ -167,7 +168,7 @@ def write_arrays(
     format: Format | None = None,
     samples_per_chunk: int | None = None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-    compression: str | Compression = "zstd",
+    compression: str | Compression = DEFAULT_CODEC,
     checksum: bool = True,
     class_names: Sequence[str] | None = None,
     extra: Mapping[str, Any] | None = None,

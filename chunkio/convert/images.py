@@ -58,6 +58,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..backends import Compression, Format
+from ..backends.base import DEFAULT_CODEC
 from ..errors import SourceError
 from ..layout import FieldInfo
 from . import image_check
@@ -263,7 +264,7 @@ def convert_images(
     on_error: OnError = "raise",
     format: Format | None = None,
     samples_per_chunk: int | None = None,
-    compression: str | Compression = "zstd",
+    compression: str | Compression = DEFAULT_CODEC,
     checksum: bool = True,
     workers: int | None = None,
     client: Any = None,
