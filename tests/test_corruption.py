@@ -148,6 +148,37 @@ def test_missing_chunk_is_an_error_not_zeros(
     assert {(p.array, p.chunk) for p in inspect.verify(path).problems} == {("image", 4)}
 
 
+def drop_hdf5_chunk(path: str, field: str, chunk: int) -> None:
+    """Rewrite the file with one chunk of ``field`` never stored (raw chunks copied as-is)."""
+    tmp = path + ".tmp"
+    with h5py.File(path, "r") as fin, h5py.File(tmp, "w") as fout:
+        for key, value in fin.attrs.items():
+            fout.attrs[key] = value
+        for name, src in fin.items():
+            space = h5py.h5s.create_simple(src.shape, src.maxshape)
+            dcpl = src.id.get_create_plist()
+            h5py.h5d.create(fout.id, name.encode(), src.id.get_type(), space, dcpl=dcpl)
+            rest = (0,) * (src.ndim - 1)
+            for c in range(-(-src.shape[0] // SPC)):
+                if not (name == field and c == chunk):
+                    mask, raw = src.id.read_direct_chunk((c * SPC, *rest))
+                    fout[name].id.write_direct_chunk((c * SPC, *rest), raw, mask)
+    os.replace(tmp, path)
+
+
+def test_missing_hdf5_chunk_is_an_error_not_zeros(
+    make_dataset: Callable[..., tuple[str, dict[str, np.ndarray]]],
+) -> None:
+    path, arrays = make_dataset("hdf5", sample_arrays(100), samples_per_chunk=SPC)
+    drop_hdf5_chunk(path, "image", 3)
+    ds = ChunkDataset(path, fields=["image"], preload_bytes=0)
+    with pytest.raises(MissingChunkError, match=r"'image': chunk 3 is missing"):
+        ds.read_batch([50])
+    np.testing.assert_array_equal(ds.read_batch([3, 80])["image"], arrays["image"][[3, 80]])
+    inspect = pytest.importorskip("chunkio.inspect", reason="chunkio.inspect not written yet")
+    assert {(p.array, p.chunk) for p in inspect.verify(path).problems} == {("image", 3)}
+
+
 @pytest.mark.parametrize("fmt", ["zarr", "hdf5"])
 def test_all_zero_samples_read_as_zeros(
     make_dataset: Callable[..., tuple[str, dict[str, np.ndarray]]], fmt: str

@@ -7,6 +7,7 @@ reopens lazily on its next read. Readers never pickle; datasets carry the path i
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import threading
@@ -23,6 +24,7 @@ from ..errors import (
     CorruptChunkError,
     DatasetNotFoundError,
     FormatError,
+    MissingChunkError,
     UnsafeInputError,
 )
 from .base import ArrayInfo, Compression, coalesce, region_shape
@@ -115,6 +117,8 @@ class HDF5Reader:
         self._trust = trust_codecs
         self._file: h5py.File | None = None
         self._checked: set[str] = set()
+        #: per array, chunk grid coordinates with no stored chunk (HDF5 reads them as zeros)
+        self._missing: dict[str, frozenset[tuple[int, ...]]] = {}
         self._datasets: dict[str, h5py.Dataset] = {}
         self._lock = threading.Lock()
         if not os.path.exists(self.location):
@@ -160,6 +164,7 @@ class HDF5Reader:
             raise FormatError(f"{self.location}: array {name!r} is missing")
         if name not in self._checked:
             self._check_safe(f, name, link)
+            self._missing[name] = _missing_chunks(f[name])
             self._checked.add(name)
         dset = f[name]
         self._datasets[name] = dset
@@ -223,6 +228,7 @@ class HDF5Reader:
         for start, stop, offset in coalesce(ranges):
             if stop <= start:
                 continue
+            self._require_chunks(name, (slice(start, stop),), d.chunks or d.shape)
             try:
                 d.read_direct(out, np.s_[start:stop], np.s_[offset : offset + stop - start])
             except OSError as err:
@@ -247,6 +253,7 @@ class HDF5Reader:
                 raise ValueError(f"{where}: output buffer must have shape {shape}; got {out.shape}")
             if 0 in shape:
                 return
+            self._require_chunks(name, region, d.chunks or d.shape)
             try:
                 # h5py's fast reader (d[...]) beats read_direct's Python-level selection
                 # handling several-fold on the small boxes patch reads ask for
@@ -254,6 +261,21 @@ class HDF5Reader:
             except OSError as err:
                 box = [(s.start, s.stop) for s in region]
                 raise CorruptChunkError(f"{where}: box {box} cannot be read: {err}") from err
+
+    def _require_chunks(self, name: str, box: tuple[slice, ...], chunks: tuple[int, ...]) -> None:
+        """Raise if a chunk the box touches was never stored: it would read back as zeros."""
+        missing = self._missing.get(name)
+        if not missing:
+            return
+        # a box with fewer slices than axes (whole rows) leaves the other axes unconstrained
+        spans = [(s.start // c, -(-s.stop // c)) for s, c in zip(box, chunks, strict=False)]
+        for coords in sorted(missing):
+            if all(a <= x < b for x, (a, b) in zip(coords, spans, strict=False)):
+                chunk = coords[0] if not any(coords[1:]) else coords
+                raise MissingChunkError(
+                    f"{self.location}: array {name!r}: chunk {chunk} is missing from the file "
+                    "(HDF5 would read it back as zeros)"
+                )
 
     def chunk_exists(self, name: str, chunk: int) -> bool:
         with self._lock:
@@ -284,6 +306,21 @@ def _first_bad_chunk(d: h5py.Dataset, start: int, stop: int, step: int) -> int |
         except OSError:
             return chunk
     return None
+
+
+def _missing_chunks(d: Any) -> frozenset[tuple[int, ...]]:
+    """Chunk grid coordinates of ``d`` that hold no stored chunk (one cheap call if none)."""
+    if not isinstance(d, h5py.Dataset) or d.chunks is None or d.is_virtual:
+        return frozenset()
+    grid = [-(-s // c) for s, c in zip(d.shape, d.chunks, strict=True)]
+    stored = d.id.get_num_chunks()
+    if stored >= int(np.prod(grid, dtype=np.int64)):
+        return frozenset()
+    have = {
+        tuple(o // c for o, c in zip(d.id.get_chunk_info(i).chunk_offset, d.chunks, strict=True))
+        for i in range(stored)
+    }
+    return frozenset(itertools.product(*map(range, grid))) - have
 
 
 class HDF5Writer:
