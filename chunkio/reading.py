@@ -72,7 +72,10 @@ class ProcessReader:
         out: Mapping[str, npt.NDArray[Any]] | None = None,
     ) -> dict[str, Any]:
         """Read ``indices`` of each field; dense fields as one array, ragged as a list."""
-        idx = normalize_indices(indices, self.layout.num_samples)
+        try:
+            idx = normalize_indices(indices, self.layout.num_samples)
+        except IndexError as err:  # name the dataset, as every other read error does
+            raise IndexError(f"{self.reader.location}: {err}") from err
         result: dict[str, Any] = {}
         for name in fields:
             info = self.layout.field(name, where=self.reader.location)

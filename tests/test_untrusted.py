@@ -261,7 +261,8 @@ def test_bad_indices_are_refused(dataset: ChunkDataset, indices: Any, error: typ
     with pytest.raises(error) as info:
         dataset.__getitems__(indices)
     if error is IndexError:
-        assert "out of range" in str(info.value) and str(N) in str(info.value)
+        text = str(info.value)
+        assert "out of range" in text and str(N) in text and dataset.location in text, text
 
 
 def test_scalar_index_type_checks(dataset: ChunkDataset) -> None:
