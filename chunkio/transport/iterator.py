@@ -9,6 +9,7 @@ slot returns to its worker when the consumer releases the lease.
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import time
 import weakref
@@ -22,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from ..errors import LoaderError
+from ..errors import ChunkioError, LoaderError
 from .lease import Lease
 from .ring import RingLayout, SlotRing
 from .workers import WorkerPool
@@ -114,7 +115,7 @@ class _Session:
         ]
         self.inflight: dict[int, tuple[int, int, int]] = {}  # seq -> (worker, slot, n)
         self.results: dict[int, int] = {}  # seq -> slot, read and not yet handed out
-        self.failures: dict[int, LoaderError] = {}  # seq -> its error, raised in batch order
+        self.failures: dict[int, Exception] = {}  # seq -> its error, raised in batch order
         self.stale: set[int] = set()  # in flight for a pass the consumer abandoned
         self.next_seq = 0
         self.pass_id = 0
@@ -260,13 +261,17 @@ class _Session:
         head = self.ring.indices(slot)[: min(n, 8)].tolist()
         return f"samples {head}{' ...' if n > 8 else ''}"
 
-    def _worker_error(self, w: int, seq: int | None, text: str, blob: bytes | None) -> LoaderError:
+    def _worker_error(self, w: int, seq: int | None, text: str, blob: bytes | None) -> Exception:
         where = "while starting" if seq is None else f"reading a batch ({self._samples(seq)})"
-        err = LoaderError(
-            f"{self.pool.describe(w)} raised {where}; the worker's traceback:\n{text}"
-        )
-        if blob is not None:
-            err.__cause__ = pickle.loads(blob)  # our own worker's bytes, never user input
+        message = f"{self.pool.describe(w)} raised {where}; the worker's traceback:\n{text}"
+        cause = None if blob is None else pickle.loads(blob)  # our own worker's bytes
+        err: Exception = LoaderError(message)
+        if isinstance(cause, ChunkioError):
+            # Data errors keep their type (as on the DataLoader route), so
+            # ``except CorruptChunkError`` works whichever transport read the batch.
+            with contextlib.suppress(Exception):
+                err = type(cause)(message)
+        err.__cause__ = cause
         return err
 
     def _timeout_error(self, seq: int) -> LoaderError:
