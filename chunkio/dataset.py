@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -46,6 +46,10 @@ class ChunkDataset(Dataset[Any]):
     cache_bytes
         Per-process LRU cache of decoded chunks, for random access or chunk-aware sampling
         whose windows straddle batches. 0 disables it.
+    cache_mode
+        ``"all"`` caches every chunk read. ``"partial"`` caches only chunks a batch did not
+        consume whole: in an epoch that visits each sample once (chunk-aware sampling) those
+        are the only chunks a later batch can still need, and skipping the rest saves a copy.
     preload_bytes
         Fields whose whole array is at most this many bytes are read once per process.
     trust_codecs
@@ -70,6 +74,7 @@ class ChunkDataset(Dataset[Any]):
         *,
         batch_transform: Callable[[Any], Any] | None = None,
         cache_bytes: int = 0,
+        cache_mode: Literal["all", "partial"] = "all",
         preload_bytes: int = DEFAULT_PRELOAD_BYTES,
         storage_options: Mapping[str, Any] | None = None,
         trust_codecs: bool = False,
@@ -80,10 +85,13 @@ class ChunkDataset(Dataset[Any]):
         self.batch_transform = batch_transform
         self._options = {
             "cache_bytes": int(cache_bytes),
+            "cache_mode": cache_mode,
             "preload_bytes": int(preload_bytes),
             "storage_options": dict(storage_options) if storage_options else None,
             "trust_codecs": bool(trust_codecs),
         }
+        if cache_mode not in ("all", "partial"):
+            raise ValueError(f"cache_mode must be 'all' or 'partial'; got {cache_mode!r}")
         if cache_bytes < 0 or preload_bytes < 0:
             raise ValueError(
                 f"cache_bytes and preload_bytes must be >= 0; got {cache_bytes}, {preload_bytes}"

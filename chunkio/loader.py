@@ -317,7 +317,12 @@ def make_loader(
     else:
         probe = ChunkDataset(path_or_dataset, fields)
         w = window or default_window(probe.chunk_sizes(), batch_size)
-        dataset = ChunkDataset(path_or_dataset, fields, cache_bytes=(w + 1) * probe.chunk_nbytes())
+        dataset = ChunkDataset(
+            path_or_dataset,
+            fields,
+            cache_bytes=(w + 1) * probe.chunk_nbytes(),
+            cache_mode="partial",  # each sample once per epoch: only split chunks recur
+        )
     sampler = ChunkBatchSampler(
         dataset.chunk_sizes(),
         batch_size,

@@ -45,6 +45,7 @@ class ProcessReader:
         layout: DatasetLayout,
         *,
         cache_bytes: int,
+        cache_mode: str,
         preload_bytes: int,
         storage_options: Mapping[str, Any] | None,
         trust_codecs: bool,
@@ -56,6 +57,7 @@ class ProcessReader:
             location, storage_options=storage_options, trust_codecs=trust_codecs
         )
         self.cache = ChunkCache(cache_bytes) if cache_bytes > 0 else None
+        self.cache_partial_only = cache_mode == "partial"
         self.preload_bytes = preload_bytes
         self.stats = ReadStats()
         self._staging: dict[str, npt.NDArray[Any]] = {}
@@ -139,6 +141,12 @@ class ProcessReader:
         # they must be the most recently used.
         starts = np.concatenate([[0], np.cumsum([b - a for a, b in plan.read_ranges])])
         slot = {c: i for i, c in enumerate(plan.read_chunks.tolist())}
+        if self.cache_partial_only:  # chunks this batch consumed whole are not needed again
+            used = np.bincount(np.unique(plan.indices) // self.grid.samples_per_chunk)
+            for chunk in plan.read_chunks.tolist():
+                a, b = self.grid.bounds(chunk)
+                if used[chunk] == b - a:
+                    del slot[chunk]
         chunks, first = np.unique(plan.indices // self.grid.samples_per_chunk, return_index=True)
         for chunk in chunks[np.argsort(first)].tolist():
             if chunk in slot:

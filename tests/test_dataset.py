@@ -185,3 +185,18 @@ def test_validation_names_the_path(make_dataset):
     _edit_zarr_attrs(not_ours, lambda a: a.clear())
     with pytest.raises(FormatError, match="not a chunkio dataset"):
         ChunkDataset(not_ours)
+
+
+def test_partial_cache_mode_keeps_only_chunks_a_batch_left_unfinished(make_dataset):
+    path, _ = make_dataset("zarr")
+    ds = ChunkDataset(
+        path, fields=["image"], cache_bytes=10**6, cache_mode="partial", preload_bytes=0
+    )
+    ds.read_batch(list(range(16)) + [16, 17])  # chunk 0 consumed whole, chunk 1 split
+    ds.read_batch(list(range(18, 32)))  # the rest of chunk 1 comes from the cache
+    stats = ds.read_stats()
+    assert (stats.chunks_read, stats.cache_hits) == (2, 1)
+    ds.read_batch([0])  # chunk 0 was not kept
+    assert ds.read_stats().chunks_read == 3
+    with pytest.raises(ValueError, match="cache_mode"):
+        ChunkDataset(path, cache_mode="some")  # type: ignore[arg-type]
