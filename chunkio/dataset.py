@@ -19,6 +19,7 @@ from torch.utils.data import Dataset, default_collate
 from .backends import detect_format, open_reader
 from .batch import SampleBatch, to_tensor
 from .grid import SampleGrid
+from .handles import PerProcessReader
 from .layout import DatasetLayout, check_arrays, validate_sequence_of_names
 from .reading import ProcessReader, ReadStats
 
@@ -28,7 +29,7 @@ __all__ = ["DEFAULT_PRELOAD_BYTES", "ChunkDataset"]
 DEFAULT_PRELOAD_BYTES = 16 * 2**20
 
 
-class ChunkDataset(Dataset[Any]):
+class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
     """Samples of a chunkio dataset, read chunk by chunk.
 
     Parameters
@@ -157,23 +158,8 @@ class ChunkDataset(Dataset[Any]):
 
     # -- per-process handles ------------------------------------------------------------------
 
-    def _reader(self) -> ProcessReader:
-        local = self._local
-        if local is None or local.pid != os.getpid():
-            local = ProcessReader(self.location, self.layout, **self._options)  # type: ignore[arg-type]
-            self._local = local
-        return local
-
-    def close(self) -> None:
-        """Close this process's handle (the next read reopens it)."""
-        if self._local is not None and self._local.pid == os.getpid():
-            self._local.close()
-        self._local = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_local"] = None  # handles never travel between processes
-        return state
+    def _open_reader(self) -> ProcessReader:
+        return ProcessReader(self.location, self.layout, **self._options)  # type: ignore[arg-type]
 
     # -- reading ------------------------------------------------------------------------------
 

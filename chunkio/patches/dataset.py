@@ -18,6 +18,7 @@ from torch.utils.data import Dataset, default_collate
 
 from ..backends import detect_format, open_reader
 from ..batch import SampleBatch, to_tensor
+from ..handles import PerProcessReader
 from ..layout import DatasetLayout, check_arrays
 from .label_index import LabelIndex, read_label_index
 from .layout import VOLUMES_KEY, VolumeSet
@@ -30,7 +31,7 @@ __all__ = ["PatchDataset"]
 KINDS = ("image", "label")
 
 
-class PatchDataset(Dataset[Any]):
+class PatchDataset(PerProcessReader[PatchReader], Dataset[Any]):
     """Patches of the volumes of a chunkio volume dataset (see :mod:`chunkio.patches.layout`).
 
     Items are addressed by *patch keys* ``(volume, *origin)``, which the bound ``sampler``
@@ -153,23 +154,8 @@ class PatchDataset(Dataset[Any]):
         )
 
     # -- per-process handles ------------------------------------------------------------------
-    def _reader(self) -> PatchReader:
-        local = self._local
-        if local is None or local.pid != os.getpid():
-            local = PatchReader(self.location, self.volumes, self.dtypes, **self._options)  # type: ignore[arg-type]
-            self._local = local
-        return local
-
-    def close(self) -> None:
-        """Close this process's handle (the next read reopens it)."""
-        if self._local is not None and self._local.pid == os.getpid():
-            self._local.close()
-        self._local = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_local"] = None  # handles never travel between processes
-        return state
+    def _open_reader(self) -> PatchReader:
+        return PatchReader(self.location, self.volumes, self.dtypes, **self._options)  # type: ignore[arg-type]
 
     # -- reading ------------------------------------------------------------------------------
     def read_patches(self, keys: Sequence[Any] | npt.ArrayLike) -> dict[str, npt.NDArray[Any]]:
