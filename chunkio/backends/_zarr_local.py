@@ -1,11 +1,13 @@
 """Direct chunk decoding for Zarr v3 arrays on a local filesystem.
 
 zarr-python's synchronous API runs every read through an event-loop thread and a generic codec
-pipeline; for the chunk layouts chunkio writes (``bytes`` -> one compressor -> ``crc32c``)
-reading the chunk file and decoding it in the calling thread is several times faster and lets
-a chunk decode straight into the caller's buffer. Arrays with any other codec chain use the
-zarr API instead (see :mod:`chunkio.backends._zarr`); both paths are checked against each
-other by the backend contract tests.
+pipeline; for the chunk layouts chunkio writes (``bytes`` -> one compressor -> ``crc32c``,
+regular grid, default chunk keys, no sharding) reading the chunk file and decoding it in the
+calling thread is several times faster and lets a chunk decode straight into the caller's
+buffer. :class:`ChunkFiles` knows where an array's chunks are and how to check and decode one;
+:class:`LocalChunkDecoder` reads whole sample-axis chunks, and
+:mod:`chunkio.backends._zarr_region` reads N-D boxes. Arrays with any other encoding use the
+zarr API (:mod:`chunkio.backends._zarr`); the backend contract tests check both paths agree.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import numpy.typing as npt
 
 from ..errors import CorruptChunkError, MissingChunkError
 
-__all__ = ["LocalChunkDecoder"]
+__all__ = ["ChunkFiles", "LocalChunkDecoder"]
 
 Decompress = Callable[[Any, Any], Any]
 
@@ -40,117 +42,127 @@ def _compressor(codec: dict[str, Any]) -> Decompress | None:
 
 
 @dataclass(frozen=True)
-class LocalChunkDecoder:
-    """Reads and decodes whole chunks of one array along axis 0 from a local directory."""
+class ChunkFiles:
+    """Where one local Zarr v3 array keeps its chunks, and how to check and decode one."""
 
     array_dir: str
     array_name: str
-    chunk_rows: int
-    num_rows: int
-    row_shape: tuple[int, ...]
+    shape: tuple[int, ...]
+    chunks: tuple[int, ...]
     dtype: np.dtype[Any]
     decompress: Decompress | None
     checksum: bool
     separator: str
 
     @classmethod
-    def build(cls, array_dir: str, name: str, meta: dict[str, Any]) -> LocalChunkDecoder | None:
-        """Return a decoder when the array's encoding is one this fast path handles, else None."""
+    def build(cls, array_dir: str, name: str, meta: dict[str, Any]) -> ChunkFiles | None:
+        """Return the layout when the array's encoding is one this fast path handles."""
         codecs = list(meta.get("codecs") or [])
-        grid = meta.get("chunk_grid", {}).get("configuration", {}).get("chunk_shape")
-        shape = meta.get("shape")
+        grid = meta.get("chunk_grid", {})
         key_enc = meta.get("chunk_key_encoding", {})
-        if not codecs or codecs[0].get("name") != "bytes" or grid is None or shape is None:
-            return None
-        if key_enc.get("name") != "default":
-            return None
-        dtype = (
-            np.dtype(meta.get("data_type", "V")) if isinstance(meta.get("data_type"), str) else None
-        )
+        dtype_name = meta.get("data_type")
         if (
-            dtype is None
-            or dtype.byteorder == ">"
-            or (dtype.itemsize > 1 and sys.byteorder != "little")
+            not codecs
+            or codecs[0].get("name") != "bytes"
+            or grid.get("name") != "regular"
+            or key_enc.get("name") != "default"
+            or not isinstance(dtype_name, str)
+            or meta.get("shape") is None
         ):
             return None
+        dtype = np.dtype(dtype_name)
         endian = (codecs[0].get("configuration") or {}).get("endian", "little")
-        if dtype.itemsize > 1 and endian != "little":
+        if dtype.itemsize > 1 and (endian != "little" or sys.byteorder != "little"):
             return None
         rest = codecs[1:]
         checksum = bool(rest) and rest[-1].get("name") == "crc32c"
-        if checksum:
-            rest = rest[:-1]
-        decompress = None
-        if rest:
-            if len(rest) > 1:
-                return None
-            decompress = _compressor(rest[0])
-            if decompress is None:
-                return None
-        if list(grid[1:]) != list(shape[1:]):
-            return None  # chunked along more than the sample axis
-        sep = (key_enc.get("configuration") or {}).get("separator", "/")
+        rest = rest[:-1] if checksum else rest
+        decompress = _compressor(rest[0]) if len(rest) == 1 else None
+        if len(rest) > 1 or (rest and decompress is None):
+            return None
         return cls(
             array_dir,
             name,
-            int(grid[0]),
-            int(shape[0]),
-            tuple(shape[1:]),
+            tuple(int(s) for s in meta["shape"]),
+            tuple(int(c) for c in grid.get("configuration", {}).get("chunk_shape", ())),
             dtype,
             decompress,
             checksum,
-            sep,
+            (key_enc.get("configuration") or {}).get("separator", "/"),
         )
 
-    def chunk_path(self, chunk: int) -> str:
-        key = self.separator.join(["c", str(chunk), *("0" for _ in self.row_shape)])
+    def path(self, coords: tuple[int, ...]) -> str:
+        key = self.separator.join(["c", *map(str, coords)])
         return os.path.join(self.array_dir, *key.split("/"))
 
-    def read_chunk_into(self, chunk: int, out: npt.NDArray[Any]) -> None:
-        """Decode chunk ``chunk`` into ``out`` (its valid rows only)."""
-        path = self.chunk_path(chunk)
+    def decode(self, coords: tuple[int, ...], target: npt.NDArray[Any], *, what: str) -> None:
+        """Read, verify and decode chunk ``coords`` into C-contiguous ``target`` (full chunk)."""
+        path = self.path(coords)
+        where = f"array {self.array_name!r}: chunk {what} in {path}"
         try:
             with open(path, "rb") as fh:
                 data = fh.read()
         except FileNotFoundError as err:
             raise MissingChunkError(
-                f"array {self.array_name!r}: chunk {chunk} (samples "
-                f"{chunk * self.chunk_rows}..) is missing: {path} does not exist"
+                f"array {self.array_name!r}: chunk {what} is missing: {path} does not exist"
             ) from err
-        payload = self._verified(data, chunk, path)
-        rows = min(self.chunk_rows, self.num_rows - chunk * self.chunk_rows)
-        full = rows == self.chunk_rows and out.flags.c_contiguous
-        target = out if full else np.empty((self.chunk_rows, *self.row_shape), self.dtype)
+        payload = self._verified(data, where)
+        flat = target.reshape(-1).view(np.uint8)
         try:
             if self.decompress is None:
-                target.reshape(-1).view(np.uint8)[...] = payload
+                flat[...] = payload
             else:
-                self.decompress(payload, target.reshape(-1).view(np.uint8))
+                self.decompress(payload, flat)
         except Exception as err:
             raise CorruptChunkError(
-                f"array {self.array_name!r}: chunk {chunk} in {path} cannot be decoded "
-                f"({type(err).__name__}: {err})"
+                f"{where} cannot be decoded ({type(err).__name__}: {err})"
             ) from err
-        if not full:
-            out[...] = target[:rows]
 
-    def _verified(self, data: bytes, chunk: int, path: str) -> npt.NDArray[np.uint8]:
+    def _verified(self, data: bytes, where: str) -> npt.NDArray[np.uint8]:
         if not self.checksum:
             if not data:
-                raise CorruptChunkError(
-                    f"array {self.array_name!r}: chunk {chunk} in {path} is empty"
-                )
+                raise CorruptChunkError(f"{where} is empty")
             return np.frombuffer(data, dtype=np.uint8)
         if len(data) < 4:
             raise CorruptChunkError(
-                f"array {self.array_name!r}: chunk {chunk} in {path} is truncated "
-                f"({len(data)} bytes, a checksum alone takes 4)"
+                f"{where} is truncated ({len(data)} bytes, a checksum alone takes 4)"
             )
         body = np.frombuffer(data, dtype=np.uint8)[:-4]
-        stored = int.from_bytes(data[-4:], "little")
-        if google_crc32c.value(body) != stored:
+        if google_crc32c.value(body) != int.from_bytes(data[-4:], "little"):
             raise CorruptChunkError(
-                f"array {self.array_name!r}: chunk {chunk} in {path} fails its crc32c checksum "
-                "(the file is corrupt or truncated)"
+                f"{where} fails its crc32c checksum (the file is corrupt or truncated)"
             )
         return body
+
+
+@dataclass(frozen=True)
+class LocalChunkDecoder:
+    """Reads and decodes whole chunks of an array chunked along axis 0 only."""
+
+    files: ChunkFiles
+
+    @classmethod
+    def build(cls, array_dir: str, name: str, meta: dict[str, Any]) -> LocalChunkDecoder | None:
+        files = ChunkFiles.build(array_dir, name, meta)
+        if files is None or files.chunks[1:] != files.shape[1:]:
+            return None  # chunked along more than the sample axis: see _zarr_region
+        return cls(files)
+
+    @property
+    def chunk_rows(self) -> int:
+        return self.files.chunks[0]
+
+    def chunk_path(self, chunk: int) -> str:
+        return self.files.path((chunk, *(0 for _ in self.files.shape[1:])))
+
+    def read_chunk_into(self, chunk: int, out: npt.NDArray[Any]) -> None:
+        """Decode chunk ``chunk`` into ``out`` (its valid rows only)."""
+        files = self.files
+        rows = min(self.chunk_rows, files.shape[0] - chunk * self.chunk_rows)
+        full = rows == self.chunk_rows and out.flags.c_contiguous
+        # Zarr stores edge chunks padded to the full chunk shape: decode those aside.
+        target = out if full else np.empty(files.chunks, files.dtype)
+        coords = (chunk, *(0 for _ in files.shape[1:]))
+        files.decode(coords, target, what=f"{chunk} (samples {chunk * self.chunk_rows}..)")
+        if not full:
+            out[...] = target[:rows]
