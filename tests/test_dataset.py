@@ -192,7 +192,7 @@ def test_partial_cache_mode_keeps_only_chunks_a_batch_left_unfinished(make_datas
     ds = ChunkDataset(
         path, fields=["image"], cache_bytes=10**6, cache_mode="partial", preload_bytes=0
     )
-    ds.read_batch(list(range(16)) + [16, 17])  # chunk 0 consumed whole, chunk 1 split
+    ds.read_batch([*range(16), 16, 17])  # chunk 0 consumed whole, chunk 1 split
     ds.read_batch(list(range(18, 32)))  # the rest of chunk 1 comes from the cache
     stats = ds.read_stats()
     assert (stats.chunks_read, stats.cache_hits) == (2, 1)
