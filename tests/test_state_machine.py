@@ -255,3 +255,17 @@ def test_append_without_renameat2_swaps_with_two_renames(
     got = ChunkDataset(path, preload_bytes=0).read_batch(range(12))
     np.testing.assert_array_equal(got["x"], np.concatenate([old["x"], make_arrays(1, 5)["x"]]))
     assert sorted(os.listdir(tmp_path)) == ["d.zarr"]
+
+
+def test_append_never_shares_the_chunk_it_rewrites(tmp_path):
+    """The staging copy hard-links published chunks except the partial last one it rewrites."""
+    import os
+
+    from chunkio.convert.append import _link_tree, _partial_chunk_dirs
+
+    src = str(tmp_path / "d.zarr")
+    write_arrays(src, {"x": np.arange(10, dtype=np.int64)}, samples_per_chunk=4, progress=False)
+    dst = str(tmp_path / "copy")
+    _link_tree(src, dst, rewritten=_partial_chunk_dirs(ChunkDataset(src).layout))
+    links = {c: os.stat(os.path.join(dst, "x", "c", str(c))).st_nlink for c in range(3)}
+    assert links == {0: 2, 1: 2, 2: 1}  # chunk 2 (samples 8..9) is partial: copied

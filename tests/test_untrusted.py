@@ -70,7 +70,7 @@ def _pickle_inside_shard(meta: dict[str, Any]) -> None:
     ]
 
 
-@pytest.mark.parametrize("edit", [_pickle_codecs, _unknown_codec, _pickle_inside_shard])
+@pytest.mark.parametrize("edit", [_pickle_codecs, _unknown_codec])
 def test_zarr_unsafe_codec_is_refused_before_decoding(
     tmp_path: Path, edit: Callable[[dict[str, Any]], None]
 ) -> None:
@@ -95,6 +95,18 @@ def test_zarr_unsafe_codec_is_refused_before_decoding(
     assert not marker.exists(), "a chunk was unpickled"
 
 
+def test_sharded_zarr_is_refused_before_anything_inside_is_decoded(tmp_path: Path) -> None:
+    path = tmp_path / "d.zarr"
+    write_arrays(path, arrays(), samples_per_chunk=SPC)
+    meta_path = path / "image" / "zarr.json"
+    meta = json.loads(meta_path.read_text())
+    _pickle_inside_shard(meta)
+    meta_path.write_text(json.dumps(meta))
+    for trust in (False, True):
+        with pytest.raises(FormatError, match=r"'image' is sharded"):
+            ChunkDataset(path, trust_codecs=trust)
+
+
 def _soft_link(f: h5py.File, other: Path) -> None:
     f.move("image", "hidden")
     f["image"] = h5py.SoftLink("/hidden")
@@ -114,6 +126,15 @@ def _virtual_dataset(f: h5py.File, other: Path) -> None:
     layout[:] = h5py.VirtualSource(str(other), "image", shape=(N, 4))
     del f["image"]
     f.create_virtual_dataset("image", layout, fillvalue=0)
+
+
+def _external_storage(f: h5py.File, other: Path) -> None:
+    data = f["image"][...]
+    other.write_bytes(data.tobytes())
+    del f["image"]
+    f.create_dataset(
+        "image", shape=data.shape, dtype=data.dtype, external=[(str(other), 0, data.nbytes)]
+    )
 
 
 def _plugin_filter(f: h5py.File, other: Path) -> None:
@@ -138,6 +159,7 @@ HDF5_CASES = {
     "soft link": (_soft_link, "SoftLink"),
     "external link": (_external_link, "ExternalLink"),
     "virtual dataset": (_virtual_dataset, "virtual dataset"),
+    "external storage": (_external_storage, "external raw files"),
     "bzip2 filter": (_plugin_filter, "filter id 307"),
     "unknown filter": (_unknown_filter, "filter id 40000"),
 }
@@ -156,7 +178,7 @@ def test_hdf5_links_and_filters_are_refused(tmp_path: Path, case: str) -> None:
     text = str(info.value)
     assert "'image'" in text and what in text and "trust_codecs=True" in text, text
     assert str(path) in text
-    if case not in ("virtual dataset",):  # a virtual dataset has no chunks to check against
+    if case not in ("virtual dataset", "external storage"):  # unchunked: nothing to read back
         trusted = ChunkDataset(path, trust_codecs=True)
         np.testing.assert_array_equal(
             trusted.read_batch([1, 30])["image"], arrays()["image"][[1, 30]]

@@ -181,6 +181,12 @@ class HDF5Reader:
         dset = f[name]
         if not isinstance(dset, h5py.Dataset):
             raise FormatError(f"{self.location}: {name!r} is a group, expected an array")
+        if dset.id.get_create_plist().get_external_count() > 0:
+            raise UnsafeInputError(
+                f"{self.location}: array {name!r} keeps its data in external raw files named "
+                "inside the HDF5 file (H5Pset_external), which may lie anywhere on disk; "
+                "refused unless trust_codecs=True"
+            )
         if dset.is_virtual:
             raise UnsafeInputError(
                 f"{self.location}: array {name!r} is a virtual dataset whose sources may lie "

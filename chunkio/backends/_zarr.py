@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -29,9 +30,7 @@ from .base import ArrayInfo, Compression, coalesce, region_shape
 __all__ = ["ZarrReader", "ZarrWriter", "zarr_compressors"]
 
 #: codecs whose decoding cannot run code; anything else (e.g. numcodecs.pickle) is refused
-SAFE_CODECS = frozenset(
-    {"bytes", "zstd", "blosc", "gzip", "crc32c", "transpose", "sharding_indexed"}
-)
+SAFE_CODECS = frozenset({"bytes", "zstd", "blosc", "gzip", "crc32c", "transpose"})
 
 
 def zarr_compressors(c: Compression) -> list[Any]:
@@ -61,10 +60,13 @@ def _describe(location: Any) -> str:
 
 def _check_codecs(meta: Mapping[str, Any], name: str, where: str) -> tuple[str, ...]:
     names = tuple(str(c.get("name")) for c in meta.get("codecs") or [])
-    for inner in meta.get("codecs") or []:
-        if inner.get("name") == "sharding_indexed":
-            conf = inner.get("configuration") or {}
-            names += tuple(str(c.get("name")) for c in conf.get("codecs") or [])
+    if "sharding_indexed" in names:
+        # chunkio never writes shards, and its chunk index (sample-axis chunks, missing-chunk
+        # checks) does not map onto them: refuse before anything inside is decoded.
+        raise FormatError(
+            f"{where}: array {name!r} is sharded (codec 'sharding_indexed'); chunkio reads "
+            "unsharded arrays only: rewrite it with chunkio.write_arrays"
+        )
     unsafe = [n for n in names if n not in SAFE_CODECS]
     if unsafe:
         raise UnsafeInputError(
@@ -134,7 +136,10 @@ class ZarrReader:
             raw = self._raw_meta(name)
             if raw is None:
                 raise FormatError(f"{self.location}: array {name!r} is missing")
-            if not self._trust:  # before zarr builds (or a reader decodes) anything
+            if self._trust:  # before zarr builds (or a reader decodes) anything
+                with contextlib.suppress(UnsafeInputError):
+                    _check_codecs(raw, name, self.location)  # still refuse sharding
+            else:
                 _check_codecs(raw, name, self.location)
             try:
                 arr = self._group[name]

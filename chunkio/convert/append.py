@@ -268,7 +268,7 @@ def _build(
 ) -> int:
     tail = _old_tail(path, old)
     if fmt == "zarr":
-        _link_tree(path, data)
+        _link_tree(path, data, rewritten=_partial_chunk_dirs(old))
         _resize_zarr(data, new)
     else:
         _copy_hdf5(path, data, old, new)
@@ -288,15 +288,33 @@ def _build(
     return blocks
 
 
-def _link_tree(src: str, dst: str) -> None:
+def _partial_chunk_dirs(old: DatasetLayout) -> tuple[str, ...]:
+    """Chunk-key prefixes of the old last chunk of each field, if it is partial."""
+    if old.num_samples % old.samples_per_chunk == 0:
+        return ()
+    last = str(old.num_samples // old.samples_per_chunk)
+    return tuple(os.path.join(f.name, "c", last) for f in old.fields)
+
+
+def _link_tree(src: str, dst: str, *, rewritten: tuple[str, ...]) -> None:
+    """Hard-link the published chunks into the staging copy; copy what will be rewritten.
+
+    Files the append rewrites (metadata and each field's partial last chunk) are copied, so a
+    write into the copy can never change the published dataset, even with a zarr whose
+    LocalStore rewrites files in place instead of renaming a temporary file.
+    """
     for root, _dirs, files in os.walk(src):
-        target = os.path.join(dst, os.path.relpath(root, src))
+        rel = os.path.relpath(root, src)
+        target = os.path.join(dst, rel)
         os.makedirs(target, exist_ok=True)
         for name in files:
             if name.endswith(".partial"):
                 continue  # a killed writer's temporary file
             a, b = os.path.join(root, name), os.path.join(target, name)
-            if name == "zarr.json":
+            key = os.path.normpath(os.path.join(rel, name))
+            if name == "zarr.json" or any(
+                key == p or key.startswith(p + os.sep) for p in rewritten
+            ):
                 shutil.copyfile(a, b)
             else:
                 os.link(a, b)

@@ -21,7 +21,7 @@ Every image goes through the same steps, in this order:
        1 channel. 8-bit images become luma (ITU-R 601-2, Pillow's ``convert("L")``, alpha
        dropped); 16-bit images (``I;16``, and ``I`` whose values fit) stay uint16, unscaled.
    ``"keep"``
-       The native mode, with palettes expanded (P -> RGB, or RGBA with transparency), 1 -> L,
+       The native mode, with palettes expanded (P -> RGB: palette transparency is dropped, PA -> RGBA), 1 -> L,
        16-bit -> uint16. All images must agree (checked before writing).
 
    Float images (``F``) and modes Pillow cannot convert are refused. Pillow itself reads
