@@ -21,8 +21,8 @@ Every image goes through the same steps, in this order:
        1 channel. 8-bit images become luma (ITU-R 601-2, Pillow's ``convert("L")``, alpha
        dropped); 16-bit images (``I;16``, and ``I`` whose values fit) stay uint16, unscaled.
    ``"keep"``
-       The native mode, with palettes expanded (P -> RGB: palette transparency is dropped, PA -> RGBA), 1 -> L,
-       16-bit -> uint16. All images must agree (checked before writing).
+       The native mode, with palettes expanded (P -> RGB: palette transparency is dropped;
+       PA -> RGBA), 1 -> L, 16-bit -> uint16. All images must agree (checked before writing).
 
    Float images (``F``) and modes Pillow cannot convert are refused. Pillow itself reads
    48/64-bit RGB(A) PNGs as 8-bit RGB(A); that reduction happens before chunkio sees them.
