@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 import zarr
+from conftest import sample_arrays
 from torch.utils.data import DataLoader
 
 from chunkio import ChunkDataset, collate
 from chunkio.errors import MissingChunkError
-from tests.conftest import sample_arrays
 
 
 def _expected(arrays: dict[str, np.ndarray], idx: list[int]) -> dict[str, np.ndarray]:
