@@ -27,7 +27,7 @@ from ..errors import (
     MissingChunkError,
     UnsafeInputError,
 )
-from .base import ArrayInfo, Compression, coalesce, region_shape
+from .base import ArrayInfo, Compression, check_region, coalesce
 
 __all__ = ["HDF5Reader", "HDF5Writer", "open_hdf5_readers"]
 
@@ -254,10 +254,7 @@ class HDF5Reader:
         with self._lock:
             d = self._dataset(name)
             where = f"{self.location}: array {name!r}"
-            shape = region_shape(region, tuple(d.shape), where)
-            if out.shape != shape:
-                raise ValueError(f"{where}: output buffer must have shape {shape}; got {out.shape}")
-            if 0 in shape:
+            if not check_region(region, tuple(d.shape), out, where):
                 return
             self._require_chunks(name, region, d.chunks or d.shape)
             try:

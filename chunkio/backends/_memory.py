@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import DatasetNotFoundError, FormatError, MissingChunkError
-from .base import ArrayInfo, Compression, region_shape
+from .base import ArrayInfo, Compression, check_region
 
 __all__ = ["MemoryReader", "MemoryStore", "MemoryWriter", "delete_memory_store", "memory_store"]
 
@@ -94,10 +94,7 @@ class MemoryReader:
     def read_region(self, name: str, region: tuple[slice, ...], out: npt.NDArray[Any]) -> None:
         a = self._get(name)
         where = f"{self.location}: array {name!r}"
-        shape = region_shape(region, a.data.shape, where)
-        if out.shape != shape:
-            raise ValueError(f"{where}: output buffer must have shape {shape}; got {out.shape}")
-        if 0 in shape:
+        if not check_region(region, a.data.shape, out, where):
             return
         step = a.chunks[0]
         for chunk in range(region[0].start // step, -(-region[0].stop // step)):

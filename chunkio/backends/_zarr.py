@@ -25,7 +25,7 @@ from ..errors import (
 )
 from ._zarr_local import LocalChunkDecoder
 from ._zarr_region import RegionDecoder
-from .base import ArrayInfo, Compression, coalesce, region_shape
+from .base import ArrayInfo, Compression, check_region, coalesce
 
 __all__ = ["ZarrReader", "ZarrWriter", "zarr_compressors"]
 
@@ -226,10 +226,7 @@ class ZarrReader:
     def read_region(self, name: str, region: tuple[slice, ...], out: npt.NDArray[Any]) -> None:
         arr = self._array(name)
         where = f"{self.location}: array {name!r}"
-        shape = region_shape(region, tuple(arr.shape), where)
-        if out.shape != shape:
-            raise ValueError(f"{where}: output buffer must have shape {shape}; got {out.shape}")
-        if 0 in shape:
+        if not check_region(region, tuple(arr.shape), out, where):
             return
         if name not in self._regions:
             self._regions[name] = self._region_decoder(name, arr.metadata.to_dict())

@@ -15,7 +15,15 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["ArrayInfo", "Compression", "Reader", "Writer", "coalesce", "region_shape"]
+__all__ = [
+    "ArrayInfo",
+    "Compression",
+    "Reader",
+    "Writer",
+    "check_region",
+    "coalesce",
+    "region_shape",
+]
 
 CODECS = ("zstd", "lz4", "blosc-zstd", "blosc-lz4", "gzip", "none")
 
@@ -120,6 +128,20 @@ def region_shape(region: tuple[slice, ...], shape: tuple[int, ...], where: str) 
             raise IndexError(f"{where}: region axis {axis} {start}:{stop} outside 0:{n}")
         dims.append(stop - start)
     return tuple(dims)
+
+
+def check_region(
+    region: tuple[slice, ...], shape: tuple[int, ...], out: npt.NDArray[Any], where: str
+) -> bool:
+    """Validate a box and its output buffer; ``False`` when the box is empty (nothing to read).
+
+    >>> check_region((slice(1, 3), slice(0, 0)), (5, 4), np.empty((2, 0)), "x")
+    False
+    """
+    box = region_shape(region, shape, where)
+    if out.shape != box:
+        raise ValueError(f"{where}: output buffer must have shape {box}; got {out.shape}")
+    return 0 not in box
 
 
 @runtime_checkable
