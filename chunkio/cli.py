@@ -5,7 +5,7 @@
     chunkio convert images SRC DST [--size H [W]] [--resize shorter-crop|pad|stretch]
                                    [--mode RGB|L|keep] [--on-error raise|skip]
                                    [--format zarr|hdf5] [--workers N] [--no-progress]
-                                   [--overwrite]
+                                   [--overwrite] [--no-shuffle] [--seed S]
     chunkio convert volumes SRC DST [--format zarr|hdf5] [--chunks N [N N]] [--labels DIR]
                                     [--on-overflow error|clip|scale]
                                     [--nan-policy error|zero|keep]
@@ -40,6 +40,16 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer; got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer; got {text!r}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0; got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0; got {text!r}")
     return value
 
 
@@ -88,6 +98,15 @@ def _parser() -> argparse.ArgumentParser:
         help="bad files: fail (default) or skip and list them",
     )
     images.add_argument("--samples-per-chunk", type=_positive_int, help="default: about 1 MiB")
+    images.add_argument(
+        "--no-shuffle",
+        action="store_true",
+        help="store images in listing order (default: a seeded random order, so every chunk "
+        "mixes classes; the field source_index maps rows back)",
+    )
+    images.add_argument(
+        "--seed", type=_non_negative_int, default=0, help="seed of the stored order (default 0)"
+    )
 
     volumes = kinds.add_parser("volumes", help="a folder of 3-D volumes (NIfTI, TIFF, NumPy)")
     _common_convert_options(volumes)
@@ -150,6 +169,8 @@ def _convert_images(args: argparse.Namespace) -> int:
         workers=args.workers,
         progress=not args.no_progress,
         overwrite=args.overwrite,
+        shuffle=not args.no_shuffle,
+        seed=args.seed,
     )
     skipped = getattr(result, "skipped", ())
     print(f"wrote {result.num_samples} images to {result.path} ({result.seconds:.1f} s)")

@@ -105,6 +105,8 @@ def convert(
     dst: Any,
     *,
     split: Literal["train", "test"] = "train",
+    shuffle: bool = True,
+    seed: int = 0,
     **kw: Any,
 ) -> ConversionResult:
     """Convert one split of the CIFAR-10 python batches in ``src`` into ``dst``.
@@ -117,6 +119,10 @@ def convert(
         The destination (``.zarr`` or ``.h5``).
     split
         ``"train"`` (``data_batch_1..5``, 50000 images) or ``"test"`` (``test_batch``).
+    shuffle, seed
+        Store the images in the seeded random order of :func:`chunkio.write_arrays` (the
+        published files keep a fixed order; ``source_index`` maps back to it), or in file
+        order with ``shuffle=False``.
     **kw
         Passed to :func:`chunkio.write_arrays` (``overwrite``, ``samples_per_chunk``, ...).
     """
@@ -142,5 +148,7 @@ def convert(
         {"image": images, "label": labels},
         class_names=[str(n) for n in names],
         extra=extra,
+        shuffle=shuffle,
+        seed=seed,
         **kw,
     )

@@ -18,8 +18,19 @@ from chunkio.errors import SourceError
 __all__ = ["convert"]
 
 
-def convert(src: str | os.PathLike[str], dst: Any, **kw: Any) -> ConversionResult:
+def convert(
+    src: str | os.PathLike[str],
+    dst: Any,
+    *,
+    shuffle: bool = True,
+    seed: int = 0,
+    **kw: Any,
+) -> ConversionResult:
     """Convert the ImageFolder at ``src`` into ``dst``; ``kw`` go to ``convert_images``.
+
+    Images are stored in a seeded random order (``shuffle``, ``seed``), so every chunk mixes
+    classes; ``source_index`` and ``path`` map rows back to files (``shuffle=False``: class by
+    class, in listing order).
 
     Examples
     --------
@@ -34,4 +45,4 @@ def convert(src: str | os.PathLike[str], dst: Any, **kw: Any) -> ConversionResul
             f"{root}: no class subfolders (expected ROOT/<class>/<image>); use "
             "chunkio.convert.images.convert_images for a flat folder of unlabelled images"
         )
-    return convert_images(root, dst, **kw)
+    return convert_images(root, dst, shuffle=shuffle, seed=seed, **kw)

@@ -66,6 +66,8 @@ def convert(
     dst: Any,
     *,
     split: Literal["train", "test"] = "train",
+    shuffle: bool = True,
+    seed: int = 0,
     **kw: Any,
 ) -> ConversionResult:
     """Convert one split of the MNIST idx files in ``src`` into ``dst``.
@@ -78,6 +80,10 @@ def convert(
         The destination (``.zarr`` or ``.h5``).
     split
         ``"train"`` (``train-*``) or ``"test"`` (``t10k-*``).
+    shuffle, seed
+        Store the images in the seeded random order of :func:`chunkio.write_arrays` (the
+        published files keep a fixed order; ``source_index`` maps back to it), or in file
+        order with ``shuffle=False``.
     **kw
         Passed to :func:`chunkio.write_arrays` (``overwrite``, ``samples_per_chunk``, ...).
     """
@@ -107,5 +113,7 @@ def convert(
         {"image": images[:, None], "label": labels},
         class_names=[str(i) for i in range(10)],
         extra=extra,
+        shuffle=shuffle,
+        seed=seed,
         **kw,
     )

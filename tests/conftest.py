@@ -29,7 +29,12 @@ def fmt(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def make_dataset(tmp_path: Path) -> Callable[..., tuple[str, dict[str, np.ndarray]]]:
-    """Write arrays with ``write_arrays``; returns (path, arrays)."""
+    """Write arrays with ``write_arrays``; returns (path, arrays).
+
+    Stored in the given order (``shuffle=False``) unless a test asks otherwise: the tests using
+    this fixture compare stored row ``i`` with ``arrays[...][i]`` and are about reading, not
+    about the write-time shuffle (``tests/test_write_shuffle.py`` covers that).
+    """
     from chunkio import write_arrays
 
     counter = iter(range(10**6))
@@ -43,6 +48,7 @@ def make_dataset(tmp_path: Path) -> Callable[..., tuple[str, dict[str, np.ndarra
     ) -> tuple[str, dict[str, np.ndarray]]:
         arrays = sample_arrays() if arrays is None else arrays
         path = str(tmp_path / f"ds{next(counter)}{SUFFIX[fmt]}")
+        kw.setdefault("shuffle", False)
         write_arrays(path, arrays, samples_per_chunk=samples_per_chunk, progress=False, **kw)
         return path, arrays
 

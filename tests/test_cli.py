@@ -7,6 +7,7 @@ traceback) or a usage error.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import types
@@ -63,7 +64,8 @@ def test_convert_info_verify_and_a_flipped_byte(folder: Path, tmp_path: Path) ->
     shown = chunkio("info", dst)
     assert shown.returncode == 0, shown.stderr
     assert "samples:           6" in shown.stdout and "class names:       a, b" in shown.stdout
-    assert "image      6x3x8x8" in shown.stdout and "crc32c" in shown.stdout
+    assert re.search(r"\nimage +6x3x8x8 ", shown.stdout) and "crc32c" in shown.stdout
+    assert re.search(r"\nsource_index +6 +int64 ", shown.stdout), "shuffled by default"
     as_json = json.loads(chunkio("info", dst, "--json").stdout)
     assert as_json["num_chunks"] == 2 and as_json["arrays"]["image"]["checksum"] is True
 
@@ -134,6 +136,33 @@ def test_verify_reports_an_incomplete_dataset(
     assert "did not finish" in capsys.readouterr().out
     assert cli.main(["info", str(dst)]) == 0
     assert "NO (conversion unfinished)" in capsys.readouterr().out
+
+
+def test_convert_images_shuffle_options(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from chunkio import ChunkDataset, read_source_paths
+
+    base = ["convert", "images", str(folder), "--no-progress", "--workers", "1"]
+    listing = [f"{c}/{i}.png" for c in "ab" for i in range(3)]
+    assert cli.main([*base[:3], str(tmp_path / "s0.zarr"), *base[3:]]) == 0
+    assert cli.main([*base[:3], str(tmp_path / "s7.zarr"), *base[3:], "--seed", "7"]) == 0
+    assert cli.main([*base[:3], str(tmp_path / "n.zarr"), *base[3:], "--no-shuffle"]) == 0
+    for name, seed in (("s0", 0), ("s7", 7)):
+        ds = ChunkDataset(tmp_path / f"{name}.zarr")
+        order = np.random.default_rng(seed).permutation(6).tolist()
+        assert ds.read_batch(range(6))["source_index"].tolist() == order
+        assert ds.layout.extra["order"] == {"shuffled": True, "seed": seed}
+        assert read_source_paths(tmp_path / f"{name}.zarr") == [listing[k] for k in order]
+    plain = ChunkDataset(tmp_path / "n.zarr")
+    assert "source_index" not in plain.layout.field_names
+    assert plain.layout.extra["order"] == {"shuffled": False, "seed": None}
+    assert read_source_paths(tmp_path / "n.zarr") == listing
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as usage:
+        cli.main([*base[:3], str(tmp_path / "x.zarr"), "--seed", "-1"])
+    assert usage.value.code == 2
+    assert "expected an integer >= 0; got '-1'" in capsys.readouterr().err
 
 
 def test_volumes_and_doctor_pass_their_options_through(

@@ -65,10 +65,13 @@ def test_imagefolder_reads_back_the_pillow_pixels(folder: Path, tmp_path: Path, 
     assert ds.class_names == ("cat", "dog") and len(ds) == 6
     batch = ds.read_batch(list(range(6)))
     paths = source_paths(batch["path"])
-    assert paths == [f"{c}/{i}.jpg" for c in ("cat", "dog") for i in range(3)]
+    listing = [f"{c}/{i}.jpg" for c in ("cat", "dog") for i in range(3)]
+    order = batch["source_index"].tolist()  # stored in a seeded random order by default
+    assert sorted(order) == list(range(6)) and order != list(range(6))
+    assert paths == [listing[k] for k in order]
     for j, rel in enumerate(paths):
         np.testing.assert_array_equal(batch["image"][j], pillow_reference(folder / rel))
-    assert batch["label"].tolist() == [0, 0, 0, 1, 1, 1]
+    assert batch["label"].tolist() == [k // 3 for k in order]
     assert batch["label"].dtype == np.int64
     assert batch["orig_size"].tolist() == [[24, 32]] * 6
     assert verify(dst).ok
@@ -89,7 +92,7 @@ def test_rejects_an_existing_destination(folder: Path, tmp_path: Path) -> None:
 def test_flat_folder_has_no_labels(tmp_path: Path) -> None:
     for i in range(3):
         write_image(tmp_path / "flat" / f"im {i}.png", (8, 8), seed=i)
-    convert_images(tmp_path / "flat", tmp_path / "o.zarr", workers=1, progress=False)
+    convert_images(tmp_path / "flat", tmp_path / "o.zarr", workers=1, progress=False, shuffle=False)
     ds = ChunkDataset(tmp_path / "o.zarr")
     assert "label" not in ds.layout.field_names and ds.class_names is None
     assert source_paths(ds.read_batch([0, 1, 2])["path"]) == ["im 0.png", "im 1.png", "im 2.png"]
@@ -98,7 +101,12 @@ def test_flat_folder_has_no_labels(tmp_path: Path) -> None:
 def test_a_list_of_paths_with_labels(tmp_path: Path) -> None:
     paths = [write_image(tmp_path / "a" / f"{i}.png", (8, 8), seed=i) for i in range(3)]
     convert_images(
-        [paths[2], paths[0]], tmp_path / "o.h5", labels=[7, 3], workers=1, progress=False
+        [paths[2], paths[0]],
+        tmp_path / "o.h5",
+        labels=[7, 3],
+        workers=1,
+        progress=False,
+        shuffle=False,
     )
     batch = ChunkDataset(tmp_path / "o.h5").read_batch([0, 1])
     assert batch["label"].tolist() == [7, 3]
@@ -115,12 +123,14 @@ def test_mixed_sizes_become_a_ragged_field(tmp_path: Path, fmt: str) -> None:
     dst = tmp_path / FORMATS[fmt]
     result = convert_images(tmp_path / "src", dst, workers=1, progress=False, samples_per_chunk=2)
     assert result.fields[0].kind == "ragged"
-    ds = ChunkDataset(dst, fields=["image", "orig_size"])
-    images, orig = ds.read_batch([4, 0, 3, 1, 2]).values()
-    for got, i in zip(images, [4, 0, 3, 1, 2], strict=True):
+    ds = ChunkDataset(dst, fields=["image", "orig_size", "source_index"])
+    images, orig, where = ds.read_batch([4, 0, 3, 1, 2]).values()
+    files = where.tolist()  # shuffled: ragged shapes follow their images
+    assert sorted(files) == list(range(5))
+    for got, i in zip(images, files, strict=True):
         np.testing.assert_array_equal(got, pillow_reference(tmp_path / "src" / f"{i}.png"))
-    assert orig.tolist() == [list(sizes[i]) for i in [4, 0, 3, 1, 2]]
-    sample = ds[1]
+    assert orig.tolist() == [list(sizes[i]) for i in files]
+    sample = ds[[4, 0, 3, 1, 2][files.index(1)]]  # the stored row of file 1
     assert tuple(sample[0].shape) == (3, 16, 8)
     assert verify(dst).ok
 
@@ -146,7 +156,9 @@ def test_mixed_sizes_with_a_target_size_are_dense(tmp_path: Path, how: Any) -> N
     for i, hw in enumerate([(10, 12), (16, 8), (5, 30)]):
         write_image(tmp_path / "src" / f"{i}.png", hw, seed=i)
     dst = tmp_path / "o.zarr"
-    convert_images(tmp_path / "src", dst, size=(8, 6), resize=how, workers=1, progress=False)
+    convert_images(
+        tmp_path / "src", dst, size=(8, 6), resize=how, workers=1, progress=False, shuffle=False
+    )
     ds = ChunkDataset(dst, fields=["image", "orig_size"])
     images, orig = ds.read_batch([0, 1, 2]).values()
     assert images.shape == (3, 3, 8, 6)
@@ -185,8 +197,10 @@ def test_process_pools_write_ragged_chunks_without_sharing_them(
     serial = convert_images(tmp_path / "src", tmp_path / "s.zarr", workers=1, **kw)
     assert serial.skipped == pooled.skipped
     for dst in ("p.zarr", "s.zarr"):
-        ds = ChunkDataset(tmp_path / dst, fields="image")
-        for i, got in enumerate(ds.read_batch(range(11))["image"]):
+        ds = ChunkDataset(tmp_path / dst, fields=("image", "source_index"))
+        batch = ds.read_batch(range(11))
+        assert sorted(batch["source_index"].tolist()) == list(range(11))
+        for i, got in zip(batch["source_index"], batch["image"], strict=True):
             np.testing.assert_array_equal(got, pillow_reference(tmp_path / "src" / f"{i:02d}.png"))
         assert verify(tmp_path / dst).ok
 
@@ -239,9 +253,16 @@ def test_an_interrupted_ragged_conversion_resumes(
     monkeypatch.setattr(images_mod, "load_image", real)
     result = convert_images(tmp_path / "src", dst, **kw)
     assert result.resumed_blocks >= 1 and result.fields[0].kind == "ragged"
-    images = ChunkDataset(dst, fields="image").read_batch(range(6))["image"]
-    for i, got in enumerate(images):
+    batch = ChunkDataset(dst, fields=("image", "source_index")).read_batch(range(6))
+    assert sorted(batch["source_index"].tolist()) == list(range(6))  # shuffled (the default)
+    for i, got in zip(batch["source_index"], batch["image"], strict=True):
         np.testing.assert_array_equal(got, pillow_reference(tmp_path / "src" / f"{i}.png"))
+    fresh = tmp_path / f"fresh{FORMATS[fmt]}"
+    convert_images(tmp_path / "src", fresh, **kw)
+    again = ChunkDataset(fresh, fields=("image", "source_index")).read_batch(range(6))
+    assert again["source_index"].tolist() == batch["source_index"].tolist()
+    for a, b in zip(again["image"], batch["image"], strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.timeout(120)
@@ -251,8 +272,14 @@ def test_dask_client_runs_both_passes(folder: Path, tmp_path: Path) -> None:
         processes=False, n_workers=1, threads_per_worker=2, dashboard_address=None
     ) as client:
         convert_images(folder, tmp_path / "d.zarr", client=client, progress=False)
-    batch = ChunkDataset(tmp_path / "d.zarr").read_batch([5])
-    np.testing.assert_array_equal(batch["image"][0], pillow_reference(folder / "dog" / "2.jpg"))
+    convert_images(folder, tmp_path / "local.zarr", workers=1, progress=False)
+    batch = ChunkDataset(tmp_path / "d.zarr").read_batch(range(6))
+    row = batch["source_index"].tolist().index(5)  # dog/2.jpg, the last file listed
+    assert source_paths(batch["path"][row : row + 1]) == ["dog/2.jpg"]
+    np.testing.assert_array_equal(batch["image"][row], pillow_reference(folder / "dog" / "2.jpg"))
+    local = ChunkDataset(tmp_path / "local.zarr").read_batch(range(6))
+    for name, values in local.items():
+        np.testing.assert_array_equal(batch[name], values, err_msg=name)
 
 
 def test_bad_options_are_refused(folder: Path, tmp_path: Path) -> None:

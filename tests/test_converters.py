@@ -30,8 +30,18 @@ def test_imagefolder(tmp_path: Path) -> None:
             pixels[(cls, i)] = arr
     result = imagefolder.convert(tmp_path / "train", tmp_path / "t.h5", workers=1, progress=False)
     assert result.class_names == ("church", "tench")
-    batch = ChunkDataset(tmp_path / "t.h5").read_batch([0, 3])
-    assert batch["label"].tolist() == [0, 1]
+    batch = ChunkDataset(tmp_path / "t.h5").read_batch(range(4))
+    listing = [("church", 0), ("church", 1), ("tench", 0), ("tench", 1)]
+    order = batch["source_index"].tolist()  # shuffled by default
+    assert sorted(order) == [0, 1, 2, 3]
+    assert batch["label"].tolist() == [k // 2 for k in order]
+    for j, k in enumerate(order):
+        np.testing.assert_array_equal(batch["image"][j], pixels[listing[k]].transpose(2, 0, 1))
+    imagefolder.convert(
+        tmp_path / "train", tmp_path / "u.zarr", workers=1, progress=False, shuffle=False
+    )
+    batch = ChunkDataset(tmp_path / "u.zarr").read_batch([0, 3])
+    assert batch["label"].tolist() == [0, 1] and "source_index" not in batch
     np.testing.assert_array_equal(batch["image"][1], pixels[("tench", 1)].transpose(2, 0, 1))
     flat = tmp_path / "flat"
     flat.mkdir()
@@ -81,13 +91,17 @@ def test_cifar10_train_and_test(cifar: tuple[Path, dict[str, np.ndarray]], tmp_p
     assert ds.class_names == tuple(NAMES)
     batch = ds.read_batch(range(15))
     assert batch["image"].shape == (15, 3, 32, 32) and batch["image"].dtype == np.uint8
+    order = batch["source_index"]  # shuffled by default: stored row j is sample order[j]
+    assert sorted(order.tolist()) == list(range(15))
     # Sample 4 is the second image of data_batch_2: 1024 red, then green, then blue values.
-    row = raw["data_batch_2"][1]
-    np.testing.assert_array_equal(batch["image"][4, 0], row[:1024].reshape(32, 32))
-    np.testing.assert_array_equal(batch["image"][4, 2, 5], row[2048 + 5 * 32 : 2048 + 6 * 32])
+    row, j = raw["data_batch_2"][1], order.tolist().index(4)
+    np.testing.assert_array_equal(batch["image"][j, 0], row[:1024].reshape(32, 32))
+    np.testing.assert_array_equal(batch["image"][j, 2, 5], row[2048 + 5 * 32 : 2048 + 6 * 32])
+    images = np.concatenate([raw[f"data_batch_{i}"] for i in range(1, 6)])
+    np.testing.assert_array_equal(batch["image"].reshape(15, -1), images[order])
     expected = np.concatenate([raw[f"data_batch_{i}_labels"] for i in range(1, 6)])
-    assert batch["label"].tolist() == expected.tolist()
-    cifar10.convert(root, tmp_path / "test.h5", split="test")
+    assert batch["label"].tolist() == expected[order].tolist()
+    cifar10.convert(root, tmp_path / "test.h5", split="test", shuffle=False)
     test = ChunkDataset(tmp_path / "test.h5").read_batch([0, 1, 2])
     assert test["label"].tolist() == raw["test_batch_labels"].tolist()
 
@@ -143,13 +157,18 @@ def test_mnist_gzipped_and_raw(
     mnist_dir: tuple[Path, dict[str, np.ndarray]], tmp_path: Path
 ) -> None:
     root, arrays = mnist_dir
-    for split in ("train", "test"):
-        mnist.convert(root, tmp_path / f"{split}.zarr", split=split)  # type: ignore[arg-type]
-        ds = ChunkDataset(tmp_path / f"{split}.zarr")
+    for split, shuffle in (("train", True), ("test", False)):
+        dst = tmp_path / f"{split}.zarr"
+        mnist.convert(root, dst, split=split, shuffle=shuffle)  # type: ignore[arg-type]
+        ds = ChunkDataset(dst)
         batch = ds.read_batch(range(len(ds)))
-        np.testing.assert_array_equal(batch["image"][:, 0], arrays[f"{split}_x"])
+        n = len(arrays[f"{split}_y"])
+        order = batch["source_index"] if shuffle else np.arange(n)
+        assert sorted(order.tolist()) == list(range(n))
+        assert ("source_index" in batch) == shuffle
+        np.testing.assert_array_equal(batch["image"][:, 0], arrays[f"{split}_x"][order])
         assert batch["image"].shape[1:] == (1, 28, 28)
-        assert batch["label"].tolist() == arrays[f"{split}_y"].tolist()
+        assert batch["label"].tolist() == arrays[f"{split}_y"][order].tolist()
         assert ds.class_names == tuple(str(i) for i in range(10))
 
 

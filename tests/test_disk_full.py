@@ -93,15 +93,17 @@ def test_enospc_is_a_clear_error_and_resume_matches_an_uninterrupted_run(
 
     disk.full = False  # space is back
     result = write_arrays(dst, data, samples_per_chunk=SPC)
-    finished_before = (fail_at - 1) // len(data)  # blocks with all (2) fields written
+    # blocks with all 3 fields written: the 2 given and source_index (shuffled by default)
+    finished_before = (fail_at - 1) // (len(data) + 1)
     assert result.resumed_blocks == finished_before, result
     assert result.resumed_blocks + result.written_blocks == -(-len(data["label"]) // SPC)
 
     got, want = read_everything(dst), read_everything(reference)
     assert got["layout"] == want["layout"]
+    np.testing.assert_array_equal(got["source_index"], want["source_index"])
     for name in data:
         np.testing.assert_array_equal(got[name], want[name])
-        np.testing.assert_array_equal(got[name], data[name])
+        np.testing.assert_array_equal(got[name], data[name][got["source_index"]])
     if fmt == "zarr":
         assert chunk_digests(dst) == chunk_digests(reference)
     leftovers = sorted(p.name for p in tmp_path.iterdir())
@@ -135,4 +137,4 @@ def test_enospc_while_recording_progress_is_resumable(
     assert result.resumed_blocks == 2
     got = read_everything(dst)
     for name in data:
-        np.testing.assert_array_equal(got[name], data[name])
+        np.testing.assert_array_equal(got[name], data[name][got["source_index"]])

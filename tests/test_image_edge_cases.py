@@ -34,6 +34,8 @@ def save(path: Path, im: Image.Image, **kw: Any) -> Path:
 
 
 def convert(src: Path, tmp_path: Path, name: str = "o.zarr", **kw: Any) -> Any:
+    # Listing order (no write-time shuffle): these tests check decoding, file by file.
+    kw.setdefault("shuffle", False)
     return convert_images(src, tmp_path / name, workers=1, progress=False, **kw)
 
 

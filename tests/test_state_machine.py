@@ -3,6 +3,8 @@
 Hypothesis drives random sequences of operations on one on-disk dataset per backend and
 checks, after every step, that what a fresh ``ChunkDataset`` reads equals a NumPy model; plus
 direct tests of ``append_arrays``' atomicity (failure midway, leftovers of a killed append).
+The model follows the write-time shuffle: a shuffled conversion stores ``data[perm]`` and
+``source_index = perm``; an append into it stores ``new[perm_k]`` and ``n + perm_k``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,11 @@ from chunkio.convert.arrays import ArraySource
 from chunkio.errors import ConversionError, SourceError
 
 SAMPLE = (2, 3)
+
+
+def perm(n: int, seed: int = 0) -> np.ndarray:
+    """The documented stored order of a shuffled write."""
+    return np.random.default_rng(seed).permutation(n)
 
 
 def make_arrays(seed: int, n: int) -> dict[str, np.ndarray]:
@@ -65,23 +72,45 @@ class DatasetMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def _convert(self, seed: int, n: int, spc: int) -> None:
+    def _convert(self, seed: int, n: int, spc: int, shuffle: bool) -> None:
         data = make_arrays(seed, n)
-        write_arrays(self.path, data, samples_per_chunk=spc, overwrite=True)
+        write_arrays(self.path, data, samples_per_chunk=spc, overwrite=True, shuffle=shuffle)
+        if shuffle:
+            order = perm(n)
+            data = {**{f: v[order] for f, v in data.items()}, "source_index": order}
         self.model, self.spc = data, spc
 
-    @initialize(seed=st.integers(0, 2**16), n=st.integers(0, 25), spc=st.integers(1, 7))
-    def convert_first(self, seed: int, n: int, spc: int) -> None:
-        self._convert(seed, n, spc)
+    @initialize(
+        seed=st.integers(0, 2**16),
+        n=st.integers(0, 25),
+        spc=st.integers(1, 7),
+        shuffle=st.booleans(),
+    )
+    def convert_first(self, seed: int, n: int, spc: int, shuffle: bool) -> None:
+        self._convert(seed, n, spc, shuffle)
 
-    @rule(seed=st.integers(0, 2**16), n=st.integers(0, 25), spc=st.integers(1, 7))
-    def convert_over(self, seed: int, n: int, spc: int) -> None:
-        self._convert(seed, n, spc)
+    @rule(
+        seed=st.integers(0, 2**16),
+        n=st.integers(0, 25),
+        spc=st.integers(1, 7),
+        shuffle=st.booleans(),
+    )
+    def convert_over(self, seed: int, n: int, spc: int, shuffle: bool) -> None:
+        self._convert(seed, n, spc, shuffle)
 
-    @rule(seed=st.integers(0, 2**16), k=st.integers(0, 12))
-    def append(self, seed: int, k: int) -> None:
+    @rule(
+        seed=st.integers(0, 2**16),
+        k=st.integers(0, 12),
+        shuffle=st.sampled_from([None, False]),
+        order_seed=st.integers(0, 3),
+    )
+    def append(self, seed: int, k: int, shuffle: bool | None, order_seed: int) -> None:
         new = make_arrays(seed, k)
-        result = append_arrays(self.path, new)
+        result = append_arrays(self.path, new, shuffle=shuffle, seed=order_seed)
+        n = len(self.model["y"])
+        if "source_index" in self.model:  # shuffled by default, source_index continues
+            order = perm(k, order_seed) if shuffle is None else np.arange(k)
+            new = {**{f: v[order] for f, v in new.items()}, "source_index": n + order}
         self.model = {f: np.concatenate([self.model[f], new[f]]) for f in new}
         assert result.num_samples == len(self.model["y"])
 
@@ -177,7 +206,7 @@ def test_failed_append_leaves_the_dataset_unchanged(
 ) -> None:
     path = tmp_path / ("d.zarr" if fmt == "zarr" else "d.h5")
     old = make_arrays(0, 23)
-    write_arrays(path, old, samples_per_chunk=5)
+    write_arrays(path, old, samples_per_chunk=5)  # shuffled: x, y and source_index
     before = digest(path)
     reader = ChunkDataset(path, preload_bytes=0)  # a reader already open keeps working
     reader.read_batch([0])
@@ -187,7 +216,7 @@ def test_failed_append_leaves_the_dataset_unchanged(
 
     def write_block(self: Any, name: str, start: int, data: np.ndarray) -> None:
         calls["n"] += 1
-        if calls["n"] == 3:  # after the rewritten partial chunk, mid-way through new chunks
+        if calls["n"] == 4:  # after the rewritten partial chunk, mid-way through new chunks
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         original(self, name, start, data)
 
@@ -196,11 +225,13 @@ def test_failed_append_leaves_the_dataset_unchanged(
         append_arrays(path, make_arrays(1, 40))
     assert digest(path) == before
     assert sorted(os.listdir(tmp_path)) == [path.name], "no staging or lock left"
-    np.testing.assert_array_equal(reader.read_batch(range(23))["x"], old["x"])
+    np.testing.assert_array_equal(reader.read_batch(range(23))["x"], old["x"][perm(23)])
     monkeypatch.setattr(cls, "write_block", original)
     append_arrays(path, make_arrays(1, 40))
     got = ChunkDataset(path, preload_bytes=0).read_batch(range(63))
-    np.testing.assert_array_equal(got["y"], np.concatenate([old["y"], make_arrays(1, 40)["y"]]))
+    both = np.concatenate([old["y"], make_arrays(1, 40)["y"]])
+    np.testing.assert_array_equal(got["source_index"], np.r_[perm(23), 23 + perm(40)])
+    np.testing.assert_array_equal(got["y"], both[got["source_index"]])
 
 
 def test_leftovers_of_a_killed_append_are_discarded_or_restored(tmp_path: Path) -> None:
@@ -250,7 +281,7 @@ def test_append_without_renameat2_swaps_with_two_renames(
     monkeypatch.setattr(append_module, "_exchange", lambda a, b: False)
     path = tmp_path / "d.zarr"
     old = make_arrays(0, 7)
-    write_arrays(path, old, samples_per_chunk=3)
+    write_arrays(path, old, samples_per_chunk=3, shuffle=False)  # about the swap, not order
     append_arrays(path, make_arrays(1, 5))
     got = ChunkDataset(path, preload_bytes=0).read_batch(range(12))
     np.testing.assert_array_equal(got["x"], np.concatenate([old["x"], make_arrays(1, 5)["x"]]))

@@ -3,7 +3,9 @@
 :func:`write_arrays` writes in-memory or lazy arrays; :func:`run_conversion` drives any
 :class:`BlockSource`. Local destinations are written atomically (built in a staging sibling,
 renamed into place when complete), resumably (a rerun skips finished blocks) and exclusively
-(a second converter fails fast); see :mod:`chunkio.convert.staging`.
+(a second converter fails fast); see :mod:`chunkio.convert.staging`. ``write_arrays``,
+``convert_images`` and ``append_arrays`` store samples in a seeded random order by default,
+with a ``source_index`` field mapping rows back; see :mod:`chunkio.convert.shuffling`.
 """
 
 from __future__ import annotations

@@ -49,7 +49,8 @@ from ..layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout
 from ._fsync import fsync_path, fsync_tree
 from .arrays import ArraySource
 from .locking import DestinationLock
-from .pipeline import ConversionResult
+from .pipeline import BlockSource, ConversionResult
+from .shuffling import ORDER_KEY, SOURCE_INDEX, ShuffledSource, check_order_options
 from .staging import is_local
 
 __all__ = ["append_arrays"]
@@ -58,7 +59,13 @@ __all__ = ["append_arrays"]
 _BLOCK_CHUNKS = 4
 
 
-def append_arrays(dst: Any, arrays: Mapping[str, Any]) -> ConversionResult:
+def append_arrays(
+    dst: Any,
+    arrays: Mapping[str, Any],
+    *,
+    shuffle: bool | None = None,
+    seed: int = 0,
+) -> ConversionResult:
     """Append samples to the complete dataset at ``dst``; readers see all of it or none.
 
     Parameters
@@ -68,7 +75,17 @@ def append_arrays(dst: Any, arrays: Mapping[str, Any]) -> ConversionResult:
     arrays
         Field name -> array of new samples (axis 0), for exactly the dataset's fields, with
         their sample shapes and dtypes that cast to the stored ones without loss. NumPy,
-        dask, h5py or zarr arrays, as for :func:`~chunkio.convert.write_arrays`.
+        dask, h5py or zarr arrays, as for :func:`~chunkio.convert.write_arrays`. Not
+        ``source_index``: chunkio fills it in.
+    shuffle, seed
+        Store the K new samples in the order ``perm = np.random.default_rng(seed).permutation(K)``
+        (shuffled among themselves only: the old rows stay where they are). By default
+        (``None``) they are shuffled if the dataset has a ``source_index`` field, i.e. was
+        written shuffled. Where it has one, the new rows get ``source_index = n + perm`` (or
+        ``n + arange(K)`` with ``shuffle=False``), ``n`` the old number of samples: positions in
+        the concatenation of everything written so far. ``shuffle=True`` into a dataset without
+        ``source_index`` is refused (the order could not be mapped back). Each append is
+        recorded in ``extra["order"]["appends"]``.
 
     Returns
     -------
@@ -79,6 +96,8 @@ def append_arrays(dst: Any, arrays: Mapping[str, Any]) -> ConversionResult:
     ------
     SourceError
         The new samples do not match the dataset's fields.
+    TypeError, ValueError
+        A bad ``shuffle`` or ``seed``; ``shuffle=True`` for a dataset without ``source_index``.
     DestinationBusyError
         A conversion or another append holds the destination.
     ConversionError
@@ -89,17 +108,27 @@ def append_arrays(dst: Any, arrays: Mapping[str, Any]) -> ConversionResult:
     >>> import numpy as np, tempfile, os
     >>> from chunkio import ChunkDataset, write_arrays
     >>> path = os.path.join(tempfile.mkdtemp(), "a.zarr")
-    >>> _ = write_arrays(path, {"x": np.arange(5)}, samples_per_chunk=2)
+    >>> _ = write_arrays(path, {"x": np.arange(5)}, samples_per_chunk=2, shuffle=False)
     >>> append_arrays(path, {"x": np.arange(5, 8)}).num_samples
     8
     >>> ChunkDataset(path, fields="x").read_batch(range(8))["x"].tolist()
     [0, 1, 2, 3, 4, 5, 6, 7]
+
+    Shuffled (``write_arrays``' default), ``source_index`` continues across appends:
+
+    >>> path = os.path.join(tempfile.mkdtemp(), "b.zarr")
+    >>> _ = write_arrays(path, {"x": np.arange(5) * 10}, samples_per_chunk=2)
+    >>> _ = append_arrays(path, {"x": np.arange(5, 8) * 10})
+    >>> b = ChunkDataset(path, fields=("x", "source_index")).read_batch(range(8))
+    >>> b["source_index"].tolist(), b["x"].tolist()
+    ([2, 4, 3, 0, 1, 7, 5, 6], [20, 40, 30, 0, 10, 70, 50, 60])
     """
     started = time.perf_counter()
     path = is_local(dst)
     if path is None:
         raise ConversionError(f"append_arrays needs a local .zarr or .h5 path; got {dst!r}")
-    source = ArraySource(arrays)
+    check_order_options(True if shuffle is None else shuffle, seed)
+    given = ArraySource(arrays)
     parent, name = os.path.split(path)
     staging = os.path.join(parent, f".{name}.chunkio-append")
     lock = DestinationLock(os.path.join(parent, f".{name}.chunkio-lock"), path)
@@ -107,13 +136,14 @@ def append_arrays(dst: Any, arrays: Mapping[str, Any]) -> ConversionResult:
     try:
         _restore_interrupted_swap(path, staging)
         fmt, layout = _read_layout(path)
+        source = _ordered(given, layout, path, shuffle=shuffle, seed=seed)
         _check_source(source, layout, path)
         new = DatasetLayout(
             num_samples=layout.num_samples + source.num_samples,
             samples_per_chunk=layout.samples_per_chunk,
             fields=layout.fields,
             class_names=layout.class_names,
-            extra=layout.extra,
+            extra=_appended_extra(layout, source),
         )
         blocks = 0
         if source.num_samples:  # nothing to append: the dataset stays as it is
@@ -132,13 +162,57 @@ def append_arrays(dst: Any, arrays: Mapping[str, Any]) -> ConversionResult:
     )
 
 
+def _ordered(
+    given: ArraySource, layout: DatasetLayout, path: str, *, shuffle: bool | None, seed: int
+) -> BlockSource:
+    """The new samples in the order they are stored, with ``source_index`` where kept."""
+    indexed = SOURCE_INDEX in layout.field_names
+    if SOURCE_INDEX in {f.name for f in given.fields} and indexed:
+        raise SourceError(
+            f"{path}: do not pass {SOURCE_INDEX!r}: append_arrays fills it in (old number of "
+            "samples + each new sample's position)"
+        )
+    if shuffle is None:
+        shuffle = indexed
+    if not indexed:
+        if shuffle:
+            raise ValueError(
+                f"{path}: shuffle=True needs a {SOURCE_INDEX!r} field to record the order, and "
+                f"this dataset (written in source order) has none; got shuffle={shuffle!r}: "
+                "pass shuffle=False, or shuffle the new samples yourself"
+            )
+        return given
+    return ShuffledSource(given, seed if shuffle else None, offset=layout.num_samples)
+
+
+def _appended_extra(layout: DatasetLayout, source: BlockSource) -> dict[str, Any]:
+    """``extra`` plus this append in ``extra["order"]["appends"]``."""
+    extra = dict(layout.extra)
+    seed = source.seed if isinstance(source, ShuffledSource) else None
+    order = extra.get(ORDER_KEY)
+    order = dict(order) if isinstance(order, Mapping) else {"shuffled": False, "seed": None}
+    start = layout.num_samples
+    appends = [*order.get("appends", [])]
+    appends.append(
+        {
+            "start": start,
+            "stop": start + source.num_samples,
+            "shuffled": seed is not None,
+            "seed": seed,
+        }
+    )
+    order["appends"] = appends
+    extra[ORDER_KEY] = order
+    return extra
+
+
 def _append(
     fmt: Format,
     path: str,
     staging: str,
     layout: DatasetLayout,
     new: DatasetLayout,
-    source: ArraySource,
+    source: BlockSource,
 ) -> int:
     """Build the new version in ``staging`` and swap it in; returns the blocks written."""
     _reset(staging)
@@ -174,7 +248,7 @@ def _read_layout(path: str) -> tuple[Format, DatasetLayout]:
     return fmt, layout
 
 
-def _check_source(source: ArraySource, layout: DatasetLayout, path: str) -> None:
+def _check_source(source: BlockSource, layout: DatasetLayout, path: str) -> None:
     ragged = [f.name for f in layout.fields if f.kind != "dense"]
     if ragged:
         raise ConversionError(f"{path}: cannot append to ragged field(s) {ragged}")
@@ -218,7 +292,7 @@ def _reset(staging: str) -> None:
 
 
 def _tail_blocks(
-    source: ArraySource, old: DatasetLayout, tail: dict[str, npt.NDArray[Any]]
+    source: BlockSource, old: DatasetLayout, tail: dict[str, npt.NDArray[Any]]
 ) -> Iterator[tuple[int, dict[str, npt.NDArray[Any]]]]:
     """Chunk-aligned blocks ``(start, {field: rows})``: the old partial chunk, then new rows.
 
@@ -264,7 +338,7 @@ def _build(
     data: str,
     old: DatasetLayout,
     new: DatasetLayout,
-    source: ArraySource,
+    source: BlockSource,
 ) -> int:
     tail = _old_tail(path, old)
     if fmt == "zarr":

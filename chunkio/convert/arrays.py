@@ -17,8 +17,13 @@ from ..layout import FieldInfo
 from ..names import validate_field_name
 from .chunking import DEFAULT_CHUNK_BYTES, choose_samples_per_chunk
 from .pipeline import ConversionResult, run_conversion
+from .shuffling import check_order_options, gather_rows, order_extra, shuffled
 
-__all__ = ["ArraySource", "write_arrays"]
+__all__ = ["SHUFFLED_BLOCK_BYTES", "ArraySource", "write_arrays"]
+
+#: Least bytes per block of a shuffled write from dask, h5py or zarr arrays (see
+#: :meth:`ArraySource.block_chunks`); blocks in flight hold this much each.
+SHUFFLED_BLOCK_BYTES = 64 << 20
 
 
 class _H5Array:
@@ -35,12 +40,16 @@ class _H5Array:
         # h5py handles cannot cross processes; the worker opens the file itself.
         return {**self.__dict__, "_dataset": None}
 
-    def __getitem__(self, key: slice) -> npt.NDArray[Any]:
+    def __getitem__(self, key: slice | npt.NDArray[np.int64]) -> npt.NDArray[Any]:
         if self._dataset is None or not self._dataset.id.valid:
             import h5py
 
             self._dataset = h5py.File(self.filename, "r")[self.name]
         return np.asarray(self._dataset[key])
+
+    def take(self, indices: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
+        """Rows ``indices`` (any order): h5py reads increasing indices only."""
+        return gather_rows(self.__getitem__, indices)
 
     def fingerprint(self) -> str:
         st = os.stat(self.filename)
@@ -68,6 +77,27 @@ def _normalise(name: str, value: Any) -> Any:
         return np.asarray(value)
     except Exception as err:
         raise SourceError(f"field {name!r}: cannot use {type(value).__name__} as an array") from err
+
+
+def _computed(part: Any) -> npt.NDArray[Any]:
+    if hasattr(part, "compute"):
+        # Explicit scheduler: inside a dask.distributed worker the default would submit to
+        # the cluster from within a task.
+        part = part.compute(scheduler="threads")
+    return np.asarray(part)
+
+
+def _take(arr: Any, idx: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
+    """Rows ``idx`` of one normalised array, in that order."""
+    if isinstance(arr, np.ndarray):
+        return np.take(arr, idx, axis=0)
+    if isinstance(arr, _H5Array):
+        return arr.take(idx)
+    if type(arr).__module__.startswith("zarr"):
+        # One decode per touched chunk (orthogonal selection), increasing order.
+        return gather_rows(lambda rows: arr.oindex[rows], idx)
+    # dask: sorted rows keep one output chunk per input chunk (no rechunk of the graph)
+    return gather_rows(lambda rows: _computed(arr[rows]), idx)
 
 
 def _fingerprint(arr: Any) -> str:
@@ -138,12 +168,7 @@ class ArraySource:
         out = {}
         for name, arr in self._arrays.items():
             try:
-                part = arr[start:stop]
-                if hasattr(part, "compute"):
-                    # Explicit scheduler: inside a dask.distributed worker the default would
-                    # submit to the cluster from within a task.
-                    part = part.compute(scheduler="threads")
-                out[name] = np.asarray(part)
+                out[name] = _computed(arr[start:stop])
             except Exception as err:
                 raise SourceError(
                     f"field {name!r}: reading samples {start}..{stop - 1} failed: "
@@ -151,14 +176,38 @@ class ArraySource:
                 ) from err
         return out
 
-    def block_chunks(self, samples_per_chunk: int) -> int:
-        """Chunks per block so that a block spans about one dask chunk (never recomputed)."""
+    def read_rows(self, indices: npt.NDArray[np.int64]) -> dict[str, npt.NDArray[Any]]:
+        """Samples ``indices`` (any order), in that order: the reads of a shuffled write."""
+        idx = np.asarray(indices, dtype=np.int64)
+        out = {}
+        for name, arr in self._arrays.items():
+            try:
+                out[name] = _take(arr, idx)
+            except Exception as err:
+                where = f"{idx.size} samples" + (f" (first {idx[0]})" if idx.size else "")
+                raise SourceError(
+                    f"field {name!r}: reading {where} failed: {type(err).__name__}: {err}"
+                ) from err
+        return out
+
+    def block_chunks(self, samples_per_chunk: int, *, shuffled: bool = False) -> int:
+        """Chunks per block: the unit of work, of resume and of memory in flight.
+
+        In source order a block spans about one dask chunk (never recomputed). Shuffled, a
+        block's rows come from all over the source, so each block computes every dask chunk
+        and decodes most h5py/zarr chunks once: blocks of such sources then hold at least
+        :data:`SHUFFLED_BLOCK_BYTES`, to bound the number of passes over the source.
+        """
         largest = 0
         for arr in self._arrays.values():
             chunks = getattr(arr, "chunks", None)
             if chunks and isinstance(chunks[0], tuple) and chunks[0]:  # dask: sizes per axis
                 largest = max(largest, max(int(c) for c in chunks[0]))
-        return max(1, largest // samples_per_chunk)
+        in_order = max(1, largest // samples_per_chunk)
+        if not shuffled or all(isinstance(a, np.ndarray) for a in self._arrays.values()):
+            return in_order
+        chunk_bytes = max(1, samples_per_chunk * sum(f.sample_nbytes for f in self.fields))
+        return max(in_order, -(-SHUFFLED_BLOCK_BYTES // chunk_bytes))
 
 
 def write_arrays(
@@ -176,6 +225,8 @@ def write_arrays(
     progress: bool = False,
     workers: int = 1,
     client: Any = None,
+    shuffle: bool = True,
+    seed: int = 0,
 ) -> ConversionResult:
     """Write named arrays (same length along axis 0) as a chunkio dataset.
 
@@ -202,6 +253,13 @@ def write_arrays(
         As for :func:`~chunkio.convert.run_conversion`. With ``workers > 1`` each worker
         process receives a copy of in-memory NumPy inputs; h5py files are reopened read-only
         there (so they must not be open for writing).
+    shuffle, seed
+        Store the samples in the order ``perm = np.random.default_rng(seed).permutation(N)``
+        (stored row ``i`` holds sample ``perm[i]``), so that every chunk is a random subset,
+        and add the field ``source_index`` (= ``perm``). ``shuffle=False`` keeps the order
+        (time series, volumes) and adds no field. See :mod:`chunkio.convert.shuffling`. Shuffled
+        reads of dask, h5py and zarr arrays are random-access: each block of at least
+        :data:`SHUFFLED_BLOCK_BYTES` reads rows from all over the source.
 
     Returns
     -------
@@ -213,8 +271,12 @@ def write_arrays(
     >>> r = write_arrays("memory://doc", {"x": np.zeros((10, 3), "f4"), "y": np.arange(10)},
     ...                  samples_per_chunk=4)
     >>> r.num_samples, r.samples_per_chunk, [f.name for f in r.fields]
-    (10, 4, ['x', 'y'])
+    (10, 4, ['x', 'y', 'source_index'])
+    >>> r = write_arrays("memory://doc2", {"y": np.arange(10)}, shuffle=False)
+    >>> [f.name for f in r.fields]
+    ['y']
     """
+    check_order_options(shuffle, seed)
     source = ArraySource(arrays)
     if samples_per_chunk is None:
         largest = max(f.sample_nbytes for f in source.fields)
@@ -224,15 +286,15 @@ def write_arrays(
     if not isinstance(compression, Compression):
         compression = Compression(codec=compression, checksum=checksum)
     valid = isinstance(samples_per_chunk, int) and samples_per_chunk >= 1  # else: rejected below
-    block_chunks = source.block_chunks(samples_per_chunk) if valid else 1
+    block_chunks = source.block_chunks(samples_per_chunk, shuffled=shuffle) if valid else 1
     return run_conversion(
-        source,
+        shuffled(source, shuffle=shuffle, seed=seed),
         dst,
         format=format,
         samples_per_chunk=samples_per_chunk,
         compression=compression,
         class_names=class_names,
-        extra=extra,
+        extra=order_extra(extra, shuffle=shuffle, seed=seed),
         overwrite=overwrite,
         workers=workers,
         client=client,

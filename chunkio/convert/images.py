@@ -38,8 +38,15 @@ Stored fields:
     ``(N, 2)`` int32: each image's ``(H, W)`` after EXIF orientation, before resizing.
 ``path``
     ``(N, L)`` uint8: each source path relative to ``src``, file-system encoded, zero-padded
-    (:func:`source_paths` decodes it). A field, not a format attribute: attributes are parsed
-    by every process that opens the dataset and would grow with N.
+    (:func:`source_paths` decodes it; :func:`chunkio.read_source_paths` reads and decodes it
+    from a dataset). A field, not a format attribute: attributes are parsed by every process
+    that opens the dataset and would grow with N.
+``source_index``
+    ``(N,)`` int64, when shuffled (the default): each stored image's position in the sorted
+    file listing (:mod:`chunkio.convert.shuffling`).
+
+Images are stored in a seeded random order by default (``shuffle=True``), so every chunk
+holds a random mix of classes rather than one class folder after another.
 
 Skipped files are listed, with reasons, in ``extra["skipped"]`` and in the returned
 :class:`ImageConversionResult`.
@@ -61,12 +68,14 @@ from ..backends import Compression, Format
 from ..backends.base import DEFAULT_CODEC
 from ..errors import SourceError
 from ..layout import FieldInfo
+from ..provenance import decode_paths
 from . import image_check
 from .chunking import choose_samples_per_chunk
 from .decode import DecodePolicy, ImageMode, Probe, ResizeMode, load_image
 from .image_check import Checked, check_all
 from .pipeline import ConversionResult, run_conversion
 from .scan import ImageEntry, OnError, ScanResult, Skipped, scan_folder, scan_paths
+from .shuffling import SOURCE_INDEX, check_order_options, order_extra, shuffled
 
 __all__ = [
     "ImageConversionResult",
@@ -159,14 +168,19 @@ class ImageSource:
         return h.hexdigest()
 
     def read_block(self, start: int, stop: int) -> dict[str, Any]:
-        images = [self._load(i) for i in range(start, stop)]
+        return self.read_rows(np.arange(start, stop, dtype=np.int64))
+
+    def read_rows(self, indices: npt.NDArray[np.int64]) -> dict[str, Any]:
+        """Images ``indices`` (any order), in that order: one file each."""
+        idx = np.asarray(indices, dtype=np.int64)
+        images = [self._load(int(i)) for i in idx]
         out: dict[str, Any] = {
             "image": images if self.ragged else np.stack(images),
-            "orig_size": self.orig_size[start:stop],
-            "path": self.path_bytes[start:stop],
+            "orig_size": self.orig_size[idx],
+            "path": self.path_bytes[idx],
         }
         if self.labels is not None:
-            out["label"] = self.labels[start:stop]
+            out["label"] = self.labels[idx]
         return out
 
     def _load(self, i: int) -> npt.NDArray[Any]:
@@ -270,6 +284,8 @@ def convert_images(
     client: Any = None,
     progress: bool = True,
     overwrite: bool = False,
+    shuffle: bool = True,
+    seed: int = 0,
 ) -> ImageConversionResult:
     """Convert a folder (or list) of images into a chunkio dataset at ``dst``.
 
@@ -303,6 +319,12 @@ def convert_images(
     workers
         At most this many processes in each pass (``None``: one per core); small jobs run
         in this process (see the module docstring).
+    shuffle, seed
+        Store the images in the order ``perm = np.random.default_rng(seed).permutation(N)``
+        of the N good files in listing order (stored row ``i`` is file ``perm[i]``), with a
+        ``source_index`` field (= ``perm``); ``path`` and ``label`` follow their images.
+        ``shuffle=False`` keeps the listing order (class by class) and adds no field. See
+        :mod:`chunkio.convert.shuffling`.
 
     Returns
     -------
@@ -314,6 +336,7 @@ def convert_images(
         No usable images, a bad file under ``on_error="raise"`` (the message names it), or
         images whose modes or bit depths cannot share one array.
     """
+    check_order_options(shuffle, seed)
     policy = DecodePolicy(mode, _normalise_size(size), resize)
     workers = _default_workers() if workers is None else workers
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
@@ -332,14 +355,17 @@ def convert_images(
         workers = 1
     if not isinstance(compression, Compression):
         compression = Compression(codec=compression, checksum=checksum)
+    extra = _extra(scan, layout_kind, source, good, skipped)
+    if shuffle:
+        extra["source"]["fields"][SOURCE_INDEX] = "position in the sorted file listing"
     result = run_conversion(
-        source,
+        shuffled(source, shuffle=shuffle, seed=seed),
         dst,
         format=format,
         samples_per_chunk=spc,
         compression=compression,
         class_names=scan.class_names,
-        extra=_extra(scan, layout_kind, source, good, skipped),
+        extra=order_extra(extra, shuffle=shuffle, seed=seed),
         overwrite=overwrite,
         workers=workers,
         client=client,
@@ -405,5 +431,4 @@ def source_paths(path_field: npt.NDArray[np.uint8]) -> list[str]:
     >>> source_paths(np.array([[97, 47, 120, 0], [98, 47, 121, 122]], np.uint8))
     ['a/x', 'b/yz']
     """
-    arr = np.asarray(path_field, dtype=np.uint8)
-    return [os.fsdecode(bytes(row).rstrip(b"\0")) for row in arr.reshape(len(arr), -1)]
+    return decode_paths(path_field)
