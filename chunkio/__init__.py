@@ -21,8 +21,11 @@ if TYPE_CHECKING:
     from .convert.volumes import convert_volumes
     from .dataset import ChunkDataset
     from .errors import ChunkioError
+    from .label_check import LabelMixingWarning
     from .loader import ChunkLoader, make_loader
+    from .mixing import label_mixing, stored_label_order
     from .patches import PatchDataset
+    from .provenance import read_source_paths
     from .sampling import ChunkBatchSampler, read_amplification, shuffle_quality
 
 _LAZY = {
@@ -32,15 +35,19 @@ _LAZY = {
     "ChunkioError": ".errors",
     "Compression": ".backends",
     "ConversionResult": ".convert",
+    "LabelMixingWarning": ".label_check",
     "PatchDataset": ".patches",
     "SampleBatch": ".batch",
     "append_arrays": ".convert",
     "collate": ".batch",
     "convert_images": ".convert.images",
     "convert_volumes": ".convert.volumes",
+    "label_mixing": ".mixing",
     "make_loader": ".loader",
     "read_amplification": ".sampling",
+    "read_source_paths": ".provenance",
     "shuffle_quality": ".sampling",
+    "stored_label_order": ".mixing",
     "write_arrays": ".convert",
 }
 
@@ -51,15 +58,19 @@ __all__ = [
     "ChunkioError",
     "Compression",
     "ConversionResult",
+    "LabelMixingWarning",
     "PatchDataset",
     "SampleBatch",
     "append_arrays",
     "collate",
     "convert_images",
     "convert_volumes",
+    "label_mixing",
     "make_loader",
     "read_amplification",
+    "read_source_paths",
     "shuffle_quality",
+    "stored_label_order",
     "write_arrays",
 ]
 

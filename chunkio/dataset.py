@@ -8,9 +8,10 @@ spawn or forkserver (HDF5 readers additionally close themselves right before any
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -45,12 +46,10 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
     batch_transform
         Applied to each stacked batch inside the worker (fast path).
     cache_bytes
-        Per-process LRU cache of decoded chunks, for random access or chunk-aware sampling
-        whose windows straddle batches. 0 disables it.
-    cache_mode
-        ``"all"`` caches every chunk read. ``"partial"`` caches only chunks a batch did not
-        consume whole: in an epoch that visits each sample once (chunk-aware sampling) those
-        are the only chunks a later batch can still need, and skipping the rest saves a copy.
+        Decoded chunks each process keeps (a :class:`~chunkio.pool.ChunkPool` per field,
+        least recently used evicted first), so a chunk that later batches need again is not
+        decoded again: the mixing pool of :func:`~chunkio.make_loader` sets it. Whatever its
+        size, a process holds at least the chunks of the batch it is reading.
     preload_bytes
         Fields whose whole array is at most this many bytes are read once per process.
     trust_codecs
@@ -61,7 +60,8 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
     >>> import numpy as np, tempfile, os
     >>> from chunkio import write_arrays
     >>> path = os.path.join(tempfile.mkdtemp(), "toy.zarr")
-    >>> _ = write_arrays(path, {"x": np.arange(12).reshape(6, 2), "y": np.arange(6)})
+    >>> _ = write_arrays(path, {"x": np.arange(12).reshape(6, 2), "y": np.arange(6)},
+    ...                  shuffle=False)  # keep source order, so row 5 is sample 5
     >>> ds = ChunkDataset(path, fields=["x", "y"])
     >>> len(ds), ds[5][0].tolist(), int(ds[5][1])
     (6, [10, 11], 5)
@@ -75,7 +75,6 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
         *,
         batch_transform: Callable[[Any], Any] | None = None,
         cache_bytes: int = 0,
-        cache_mode: Literal["all", "partial"] = "all",
         preload_bytes: int = DEFAULT_PRELOAD_BYTES,
         storage_options: Mapping[str, Any] | None = None,
         trust_codecs: bool = False,
@@ -84,19 +83,16 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
         self.format = detect_format(self.location)
         self.transform = transform
         self.batch_transform = batch_transform
-        self._options = {
-            "cache_bytes": int(cache_bytes),
-            "cache_mode": cache_mode,
-            "preload_bytes": int(preload_bytes),
-            "storage_options": dict(storage_options) if storage_options else None,
-            "trust_codecs": bool(trust_codecs),
-        }
-        if cache_mode not in ("all", "partial"):
-            raise ValueError(f"cache_mode must be 'all' or 'partial'; got {cache_mode!r}")
         if cache_bytes < 0 or preload_bytes < 0:
             raise ValueError(
                 f"cache_bytes and preload_bytes must be >= 0; got {cache_bytes}, {preload_bytes}"
             )
+        self.cache_bytes = int(cache_bytes)
+        self._options: dict[str, Any] = {
+            "preload_bytes": int(preload_bytes),
+            "storage_options": dict(storage_options) if storage_options else None,
+            "trust_codecs": bool(trust_codecs),
+        }
         self.layout = self._read_layout()
         self.grid = SampleGrid(self.layout.num_samples, self.layout.samples_per_chunk)
         self._single = isinstance(fields, str)
@@ -108,7 +104,7 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
     def _read_layout(self) -> DatasetLayout:
         reader = open_reader(
             self.location,
-            storage_options=self._options["storage_options"],  # type: ignore[arg-type]
+            storage_options=self._options["storage_options"],
             trust_codecs=bool(self._options["trust_codecs"]),
         )
         try:
@@ -146,6 +142,14 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
         """Decoded bytes of one full chunk, summed over the selected dense fields."""
         return sum(self.layout.field(f).sample_nbytes for f in self.fields) * self.samples_per_chunk
 
+    def with_cache(self, cache_bytes: int) -> ChunkDataset:
+        """A copy (same files and options, no open handle) keeping ``cache_bytes`` of chunks."""
+        if cache_bytes < 0:
+            raise ValueError(f"cache_bytes must be >= 0; got {cache_bytes}")
+        clone = copy.copy(self)  # pickles through __getstate__: the handle stays behind
+        clone.cache_bytes = int(cache_bytes)
+        return clone
+
     def read_stats(self) -> ReadStats:
         """Read counters of *this* process (workers keep their own)."""
         return self._reader().stats
@@ -159,7 +163,8 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
     # -- per-process handles ------------------------------------------------------------------
 
     def _open_reader(self) -> ProcessReader:
-        return ProcessReader(self.location, self.layout, **self._options)  # type: ignore[arg-type]
+        pool_chunks = self.cache_bytes // max(1, self.chunk_nbytes())
+        return ProcessReader(self.location, self.layout, pool_chunks=pool_chunks, **self._options)
 
     # -- reading ------------------------------------------------------------------------------
 

@@ -3,8 +3,10 @@
 :func:`run_doctor` reads a fixed number of batches through :func:`chunkio.make_loader` for
 each worker count (0, 1, ..., cores) and batch size, so its runtime is bounded whatever the
 dataset's size. Given the model's step time it says whether training would wait for data and
-recommends ``num_workers``, ``batch_size`` and a shuffle ``window`` (read amplification and
-shuffle quality from :func:`chunkio.sampling.describe_sampler`). :func:`main_doctor` renders
+recommends ``num_workers``, ``batch_size`` and a mixing pool (``pool_bytes``), showing for each
+pool what it costs and what training sees: read amplification, chunk mixing and, with an integer
+``label`` field, distinct labels per batch against a uniform shuffle
+(:func:`chunkio.sampling.describe_sampler`). :func:`main_doctor` renders
 the report as text (the ``chunkio doctor`` command prints it).
 
 The step time is taken to scale with the batch size (a constant number of samples per second
@@ -20,10 +22,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from .dataset import ChunkDataset
-from .loader import default_num_workers, make_loader
-from .sampling import default_window, describe_sampler
+from .label_check import labels_of
+from .loader import DEFAULT_POOL_BYTES, default_num_workers, make_loader, pool_samples
+from .sampling import describe_sampler
 
-__all__ = ["DoctorReport", "Measurement", "WindowOption", "main_doctor", "run_doctor"]
+__all__ = ["DoctorReport", "Measurement", "PoolOption", "main_doctor", "run_doctor"]
 
 DEFAULT_BATCH_SIZES = (64, 256)
 #: a setting must deliver this much more than the model consumes to count as "not data-bound":
@@ -31,10 +34,12 @@ DEFAULT_BATCH_SIZES = (64, 256)
 HEADROOM = 1.2
 #: with 0 workers reading adds to every step: it must be this much faster than the model
 SERIAL_FACTOR = 20.0
-#: a window is acceptable if its cached read amplification stays at or below this
+#: a pool is acceptable if its read amplification stays at or below this
 MAX_AMPLIFICATION = 1.1
-#: per-worker decoded-chunk cache a recommended window may use
-MAX_CACHE_BYTES = 512 * 2**20
+#: decoded chunks a recommended pool may keep, over all readers
+MAX_POOL_BYTES = 512 * 2**20
+#: pools compared, as multiples of the default
+POOL_FACTORS = (0.25, 1, 4)
 
 
 @dataclass(frozen=True)
@@ -50,14 +55,14 @@ class Measurement:
 
 
 @dataclass(frozen=True)
-class WindowOption:
-    """Read amplification and shuffle quality of one shuffle window (chunks)."""
+class PoolOption:
+    """Read amplification and mixing of one mixing pool; ``label_ratio`` is distinct labels
+    per batch against a uniform shuffle (``None`` without an integer ``label`` field)."""
 
-    window: int
-    cache_bytes: int
+    pool_bytes: int
     read_amplification: float
     chunk_diversity: float
-    displacement: float
+    label_ratio: float | None
 
 
 @dataclass(frozen=True)
@@ -71,14 +76,14 @@ class DoctorReport:
     sample_nbytes: int
     cores: int
     measurements: tuple[Measurement, ...]
-    windows: tuple[WindowOption, ...]
+    pools: tuple[PoolOption, ...]
     step_time: float | None
     step_batch_size: int
     required_samples_per_s: float | None
     data_bound: bool | None
     recommended_workers: int
     recommended_batch_size: int
-    recommended_window: int
+    recommended_pool_bytes: int
     notes: tuple[str, ...]
 
     def best(self, batch_size: int | None = None) -> Measurement:
@@ -102,11 +107,15 @@ class DoctorReport:
                 f"  {m.num_workers:7d} {m.batch_size:6d} {m.samples_per_s:11,.0f} "
                 f"{m.mb_per_s:9,.1f}  ({m.batches})"
             )
-        lines += ["", "  window  cache/worker  read amplification  chunk diversity  displacement"]
-        for w in self.windows:
+        lines += [
+            "",
+            "  pool (MiB)  read amplification  chunk mixing  labels per batch vs uniform",
+        ]
+        for p in self.pools:
+            labels = "-" if p.label_ratio is None else f"{p.label_ratio:.0%}"
             lines.append(
-                f"  {w.window:6d} {w.cache_bytes / 2**20:9.0f} MiB {w.read_amplification:19.3f} "
-                f"{w.chunk_diversity:16.2f} {w.displacement:13.2f}"
+                f"  {p.pool_bytes / 2**20:10.0f} {p.read_amplification:19.3f} "
+                f"{p.chunk_diversity:13.2f}  {labels:>27}"
             )
         lines += ["", *_verdict(self), *(f"  note: {n}" for n in self.notes)]
         return "\n".join(lines)
@@ -132,7 +141,8 @@ def _verdict(report: DoctorReport) -> list[str]:
         )
     lines.append(
         f"  recommended: make_loader(..., batch_size={report.recommended_batch_size}, "
-        f"num_workers={report.recommended_workers}, window={report.recommended_window})"
+        f"num_workers={report.recommended_workers}, "
+        f"pool_bytes={report.recommended_pool_bytes})"
     )
     return lines
 
@@ -179,36 +189,49 @@ def _endless(loader: Any) -> Any:
         yield from loader
 
 
-def _windows(ds: ChunkDataset, batch_size: int, workers: int) -> tuple[WindowOption, ...]:
+def _pools(ds: ChunkDataset, batch_size: int, workers: int) -> tuple[PoolOption, ...]:
     sizes = ds.chunk_sizes()
-    base = default_window(sizes, batch_size)
-    candidates = sorted({min(w, len(sizes)) for w in (base, 2 * base, 4 * base, 8 * base, 16)})
+    labels = labels_of(ds)
+    chunk = sum(f.sample_nbytes for f in ds.layout.fields) * ds.samples_per_chunk
+    candidates = sorted({max(chunk, int(DEFAULT_POOL_BYTES * f)) for f in POOL_FACTORS})
     out = []
-    for w in candidates:
-        # make_loader gives each worker a cache of window + 1 chunks
-        d = describe_sampler(sizes, batch_size, w, cache_chunks=w + 1, num_streams=max(1, workers))
+    for pool_bytes in candidates:
+        d = describe_sampler(
+            sizes,
+            batch_size,
+            readers=max(1, workers),
+            pool=pool_samples(ds, pool_bytes, batch_size),
+            labels=labels,
+        )
         out.append(
-            WindowOption(
-                window=w,
-                cache_bytes=(w + 1) * ds.chunk_nbytes(),
-                read_amplification=d["read_amplification_cached"],
+            PoolOption(
+                pool_bytes=pool_bytes,
+                read_amplification=d["read_amplification"],
                 chunk_diversity=d["chunk_diversity"],
-                displacement=d["displacement"],
+                label_ratio=None if labels is None else d["distinct_labels_ratio"],
             )
         )
     return tuple(out)
 
 
-def _pick_window(windows: Sequence[WindowOption], *, data_bound: bool | None) -> int:
-    """Largest window that keeps amplification and cache small; the smallest if data-bound."""
+def _pick_pool(pools: Sequence[PoolOption], *, data_bound: bool | None) -> int:
+    """The pool that mixes best within the amplification and memory limits; when data-bound,
+    the one that reads least."""
     if data_bound:
-        return min(windows, key=lambda w: (w.read_amplification, w.window)).window
+        return min(pools, key=lambda p: (p.read_amplification, p.pool_bytes)).pool_bytes
     ok = [
-        w
-        for w in windows
-        if w.read_amplification <= MAX_AMPLIFICATION and w.cache_bytes <= MAX_CACHE_BYTES
+        p
+        for p in pools
+        if p.read_amplification <= MAX_AMPLIFICATION and p.pool_bytes <= MAX_POOL_BYTES
     ]
-    return max(ok, key=lambda w: w.window).window if ok else windows[0].window
+    if not ok:
+        return pools[0].pool_bytes
+
+    def mixing(p: PoolOption) -> tuple[float, int]:
+        score = p.chunk_diversity if p.label_ratio is None else p.label_ratio
+        return (round(score, 2), -p.pool_bytes)  # ties: the smaller pool
+
+    return max(ok, key=mixing).pool_bytes
 
 
 def _keeps_up(m: Measurement, required: float) -> bool:
@@ -319,7 +342,7 @@ def run_doctor(
     data_bound, rec_workers, rec_batch, notes = _recommend(measurements, required, ref)
     if any(ds.layout.field(f).kind == "ragged" for f in ds.fields):
         notes.append("ragged fields are not counted in MB/s and cache sizes")
-    windows = _windows(ds, rec_batch, rec_workers)
+    pools = _pools(ds, rec_batch, rec_workers)
     return DoctorReport(
         path=location,
         format=ds.format,
@@ -328,14 +351,14 @@ def run_doctor(
         sample_nbytes=nbytes,
         cores=cores,
         measurements=measurements,
-        windows=windows,
+        pools=pools,
         step_time=step_time,
         step_batch_size=ref,
         required_samples_per_s=required,
         data_bound=data_bound,
         recommended_workers=rec_workers,
         recommended_batch_size=rec_batch,
-        recommended_window=_pick_window(windows, data_bound=data_bound),
+        recommended_pool_bytes=_pick_pool(pools, data_bound=data_bound),
         notes=tuple(notes),
     )
 

@@ -22,6 +22,7 @@ The tree::
     │   └── DestinationBusyError    (FileExistsError)    another writer holds the destination
     ├── DestinationExistsError      (FileExistsError)    refusing to overwrite existing data
     ├── LoaderError                 (RuntimeError)       a loader worker died, failed or timed out
+    ├── IncompatibleStateError      (ValueError)         a resume state from another order
     └── OptionalDependencyError     (ImportError)        an optional package is not installed
 """
 
@@ -36,6 +37,7 @@ __all__ = [
     "DestinationBusyError",
     "DestinationExistsError",
     "FormatError",
+    "IncompatibleStateError",
     "IncompleteDatasetError",
     "LoaderError",
     "MissingChunkError",
@@ -108,6 +110,10 @@ class DestinationExistsError(ChunkioError, FileExistsError):
 
 class LoaderError(ChunkioError, RuntimeError):
     """A loader worker died, raised, or did not answer in time."""
+
+
+class IncompatibleStateError(ChunkioError, ValueError):
+    """A sampler or loader state dict that does not belong to this order (data, batch, pool)."""
 
 
 class OptionalDependencyError(ChunkioError, ImportError):

@@ -18,11 +18,12 @@ Routes (``ChunkLoader.transport`` tells which one a loader took):
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator
 from typing import Any, Literal, Protocol
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Sampler
 
 from .batch import collate
 from .dataset import ChunkDataset
@@ -34,10 +35,19 @@ from .gpu import (
     pinned_empty,
     resolve_device,
 )
-from .sampling import ChunkBatchSampler, default_window
+from .label_check import warn_if_label_sorted
+from .order import DEFAULT_LANES
+from .sampling import DEFAULT_POOL_BATCHES, ChunkBatchSampler
 from .transport import Lease, LocalTransport, RingOptions, RingTransport
+from .transport.iterator import Indices, Parts
 
-__all__ = ["ChunkLoader", "default_num_workers", "make_loader"]
+__all__ = [
+    "DEFAULT_POOL_BYTES",
+    "ChunkLoader",
+    "default_num_workers",
+    "make_loader",
+    "pool_samples",
+]
 
 Transport = Literal["ring", "dataloader"]
 
@@ -52,22 +62,80 @@ def default_num_workers() -> int:
 
 
 class _Route(Protocol):
-    def run(self, batches: Iterable[Sequence[int]]) -> Iterator[Lease]: ...
+    def run(self, batches: Iterable[Indices], parts: Parts) -> Iterator[Lease]: ...
 
     def worker_pids(self) -> tuple[int, ...]: ...
 
     def close(self) -> None: ...
 
 
+class _PartSampler(Sampler[list[int]]):
+    """Each batch of ``sampler`` as ``workers`` consecutive DataLoader batches: its rows split
+    along the order's lanes (:meth:`ChunkBatchSampler.reader_rows`).
+
+    A DataLoader hands its batch ``k`` to worker ``k % num_workers`` (restarting at worker 0
+    every epoch), so worker ``w`` always gets part ``w``: the rows of the same lanes, whose
+    chunks only it decodes. ``sizes`` records each part's length, in order, for reassembly.
+    """
+
+    def __init__(self, sampler: ChunkBatchSampler, workers: int) -> None:
+        self.sampler = sampler
+        self.workers = workers
+        self.sizes: deque[int] = deque()
+
+    def __len__(self) -> int:
+        return len(self.sampler) * self.workers
+
+    def __iter__(self) -> Iterator[list[int]]:
+        self.sizes.clear()
+        for batch in self.sampler:
+            for a, b in self.sampler.reader_rows(len(batch), self.workers):
+                self.sizes.append(b - a)
+                yield batch[a:b]
+
+
+def _concat(parts: list[Any]) -> Any:
+    """Collated parts of one batch (same structure) -> one batch."""
+    first = parts[0]
+    if len(parts) == 1:
+        return first
+    if isinstance(first, torch.Tensor):
+        return torch.cat(parts)
+    if isinstance(first, dict):
+        return {k: _concat([p[k] for p in parts]) for k in first}
+    if isinstance(first, tuple):
+        return tuple(_concat(list(x)) for x in zip(*parts, strict=True))
+    if isinstance(first, list):  # ragged fields: one tensor per sample
+        return [x for p in parts for x in p]
+    raise TypeError(f"cannot join batch parts of type {type(first).__name__}")
+
+
 class _DataLoaderRoute:
-    """A torch DataLoader whose batch sampler is the loader's sampler."""
+    """A torch DataLoader over the loader's sampler.
 
-    def __init__(self, loader: DataLoader[Any]) -> None:
+    With workers (and no ``batch_transform``, which must see whole batches) every batch is
+    read as one part per worker (:class:`_PartSampler`) and joined here, so each worker
+    decodes only its own lanes' chunks; otherwise each DataLoader batch is a whole batch.
+    """
+
+    def __init__(self, loader: DataLoader[Any], parts: _PartSampler | None, pin: bool) -> None:
         self.loader = loader
+        self.parts = parts
+        self.pin = pin
 
-    def run(self, batches: Iterable[Sequence[int]]) -> Iterator[Lease]:
+    def run(self, batches: Iterable[Indices], parts: Parts) -> Iterator[Lease]:
         # the DataLoader iterates the same sampler itself; each of its batches is fresh memory
-        return (Lease(batch) for batch in self.loader)
+        if self.parts is None:
+            yield from (Lease(batch) for batch in self.loader)
+            return
+        sizes, pieces = self.parts.sizes, []
+        for count, piece in enumerate(self.loader, 1):
+            if sizes.popleft():  # the sampler runs ahead, but its sizes stay in order
+                pieces.append(piece)
+            if count % self.parts.workers == 0:
+                batch = _concat(pieces)
+                pieces = []
+                yield Lease(map_tensors(torch.Tensor.pin_memory, batch) if self.pin else batch)
 
     def worker_pids(self) -> tuple[int, ...]:
         return ()
@@ -154,7 +222,7 @@ class ChunkLoader:
         self._auto_epoch = False
 
     def _batches(self) -> Iterator[Any]:
-        leases = self._route.run(self.sampler)
+        leases = self._route.run(self.sampler.iter_arrays(), self.sampler.reader_rows)
         if self.device is None:
             return _host_batches(leases, copy=self.copy)
         return DevicePrefetcher(leases, stream=copy_stream_for(self.device))
@@ -196,37 +264,43 @@ class ChunkLoader:
         self.close()
 
 
+def _route_name(dataset: ChunkDataset, transport: str, num_workers: int) -> str:
+    """The route a loader takes (see the module docstring)."""
+    if transport == "ring" and _ring_compatible(dataset):
+        return "local" if num_workers == 0 else "ring"
+    return "dataloader"
+
+
 def _make_route(
+    name: str,
     dataset: ChunkDataset,
     sampler: ChunkBatchSampler,
-    transport: str,
     *,
     num_workers: int,
     options: RingOptions,
     pin: bool,
-) -> tuple[str, _Route]:
-    """The route a loader takes (see the module docstring), and its name."""
+) -> _Route:
     batch_size = sampler.batch_size
-    if transport == "ring" and _ring_compatible(dataset):
-        if num_workers == 0:
-            allocate = {"allocate": pinned_empty} if pin else {}
-            return "local", LocalTransport(dataset, batch_size=batch_size, **allocate)
+    if name == "local":
+        allocate = {"allocate": pinned_empty} if pin else {}
+        return LocalTransport(dataset, batch_size=batch_size, **allocate)
+    if name == "ring":
         on_ring = pin_ring if pin else (lambda ring: None)
-        return "ring", RingTransport(
-            dataset, batch_size=batch_size, options=options, on_ring=on_ring
-        )
+        return RingTransport(dataset, batch_size=batch_size, options=options, on_ring=on_ring)
+    split = num_workers > 1 and dataset.batch_transform is None
+    parts = _PartSampler(sampler, num_workers) if split else None
     loader: DataLoader[Any] = DataLoader(
         dataset,
-        batch_sampler=sampler,
+        batch_sampler=parts if parts is not None else sampler,
         num_workers=num_workers,
         collate_fn=collate,
-        pin_memory=pin,
+        pin_memory=pin and parts is None,  # parts are joined, then pinned
         persistent_workers=options.persistent and num_workers > 0,
         prefetch_factor=options.prefetch if num_workers > 0 else None,
         multiprocessing_context=options.context if num_workers > 0 else None,
         timeout=options.timeout,
     )
-    return "dataloader", _DataLoaderRoute(loader)
+    return _DataLoaderRoute(loader, parts, pin and parts is not None)
 
 
 def _ring_compatible(dataset: ChunkDataset) -> bool:
@@ -236,6 +310,32 @@ def _ring_compatible(dataset: ChunkDataset) -> bool:
     return all(dataset.layout.field(f).kind == "dense" for f in dataset.fields)
 
 
+#: Default mixing pool: decoded bytes summed over the loader's readers (see make_loader).
+DEFAULT_POOL_BYTES = 64 << 20
+
+
+def pool_samples(dataset: ChunkDataset, pool_bytes: int, global_batch: int) -> int:
+    """The mixing pool in samples: ``pool_bytes`` of the dataset's (all fields') samples.
+
+    Counted over every field, not the selected ones, so the order does not change with
+    ``fields``. Raises ``ValueError`` if the pool cannot hold one decoded chunk.
+    """
+    if isinstance(pool_bytes, bool) or not isinstance(pool_bytes, int):
+        raise TypeError(f"pool_bytes must be an int, got {pool_bytes!r}")
+    layout = dataset.layout
+    sample = sum(f.sample_nbytes for f in layout.fields)
+    chunk = sample * layout.samples_per_chunk
+    if pool_bytes < chunk:
+        raise ValueError(
+            f"pool_bytes must hold at least one decoded chunk of {dataset.location!r} "
+            f"({chunk} bytes: {layout.samples_per_chunk} samples of {sample} bytes), "
+            f"got {pool_bytes}"
+        )
+    if sample == 0:  # ragged fields only: no fixed sample size to count bytes by
+        return DEFAULT_POOL_BATCHES * global_batch
+    return pool_bytes // sample
+
+
 def make_loader(
     path_or_dataset: Any,
     batch_size: int,
@@ -243,7 +343,8 @@ def make_loader(
     shuffle: bool = True,
     seed: int = 0,
     num_workers: int | None = None,
-    window: int | None = None,
+    pool_bytes: int = DEFAULT_POOL_BYTES,
+    lanes: int = DEFAULT_LANES,
     fields: Any = None,
     drop_last: bool = False,
     prefetch: int = 2,
@@ -262,16 +363,35 @@ def make_loader(
     By default batches come through a shared-memory ring and are views of reused memory: a
     batch is valid until you ask for the next one (``copy=True`` or ``.clone()`` to keep one).
 
+    **Order.** The sequence of global batches is fixed by ``(seed, epoch, data, batch_size x
+    world_size, pool, lanes, shuffle, drop_last)`` (:mod:`chunkio.order`): the same for every
+    ``num_workers`` and world size, which only split the reading. Each batch draws from about
+    ``pool_bytes / chunk bytes`` chunks through a sliding mixing pool, while each chunk is
+    decoded about once per epoch.
+
+    **Memory.** Readers hold the decoded chunks of the pool: about ``pool_bytes`` in all (the
+    ring's workers each hold their lanes' share), plus two chunks per lane for the pool's
+    edges. A ``transport="dataloader"`` worker reads whole batches, so each holds all of it.
+
     Parameters
     ----------
     path_or_dataset
-        A dataset path (opened as ``ChunkDataset(path, fields)`` with a chunk cache sized to
-        the shuffle window) or a :class:`ChunkDataset`.
-    batch_size, shuffle, seed, window, drop_last, rank, world_size
+        A dataset path (opened as ``ChunkDataset(path, fields)``) or a :class:`ChunkDataset`.
+    batch_size
+        Samples per batch *on this rank* (the global batch is ``batch_size * world_size``).
+    shuffle, seed, drop_last, rank, world_size
         Passed to :class:`ChunkBatchSampler`.
+    pool_bytes
+        Decoded bytes of the mixing pool (default 64 MiB; at least one chunk). The pool in
+        samples, ``pool_bytes // bytes per sample`` over all of the dataset's fields, is part
+        of the order.
+    lanes
+        Independent chunk streams each batch draws from; ranks and ring workers own whole
+        lanes, so a multiple of ``world_size * num_workers`` reads every chunk once (24 by
+        default: divisible by 1, 2, 3, 4, 6, 8, 12 and 24). Part of the order.
     num_workers
-        Reader processes; default one per core (max 8). Each serves a contiguous stream of
-        batches, so chunks split between two of its batches come from its cache.
+        Reader processes; default one per core (max 8). On the ring every worker reads its
+        lanes' rows of every batch.
     prefetch
         Batches in flight per worker.
     persistent_workers
@@ -307,33 +427,39 @@ def make_loader(
     """
     if num_workers is None:
         num_workers = default_num_workers()
-    if num_workers < 0:
-        raise ValueError(f"num_workers must be >= 0; got {num_workers}")
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+        raise ValueError(f"num_workers must be an int >= 0; got {num_workers!r}")
     if transport not in ("ring", "dataloader"):
         raise ValueError(f"transport must be 'ring' or 'dataloader'; got {transport!r}")
     target = resolve_device(device)
     if isinstance(path_or_dataset, ChunkDataset):
         dataset = path_or_dataset
     else:
-        probe = ChunkDataset(path_or_dataset, fields)
-        w = window or default_window(probe.chunk_sizes(), batch_size)
-        dataset = ChunkDataset(
-            path_or_dataset,
-            fields,
-            cache_bytes=(w + 1) * probe.chunk_nbytes(),
-            cache_mode="partial",  # each sample once per epoch: only split chunks recur
-        )
+        dataset = ChunkDataset(path_or_dataset, fields)
+    order = ChunkBatchSampler(  # validates batch_size, seed, rank, world_size, lanes
+        dataset.chunk_sizes(), batch_size, pool=0, lanes=lanes, rank=rank, world_size=world_size
+    )
     sampler = ChunkBatchSampler(
         dataset.chunk_sizes(),
         batch_size,
-        window=window,
+        pool=pool_samples(dataset, pool_bytes, batch_size * order.world_size),
+        lanes=lanes,
         seed=seed,
         shuffle=shuffle,
         drop_last=drop_last,
-        rank=rank,
-        world_size=world_size,
-        num_streams=max(1, num_workers),
+        rank=order.rank,
+        world_size=order.world_size,
     )
+    name = _route_name(dataset, transport, num_workers)
+    # ring and DataLoader workers read their lanes' rows of each batch (but a batch_transform
+    # needs whole batches on the DataLoader route)
+    split = name == "ring" or (name == "dataloader" and dataset.batch_transform is None)
+    readers = max(1, num_workers) if split else 1
+    needed = sampler.capacity_chunks(dataset.samples_per_chunk, readers) * dataset.chunk_nbytes()
+    # the readers must hold the pool, or they decode chunks again: raise the dataset's cache
+    # (a dataset you passed is used as it is, with its cache_bytes raised if too small)
+    dataset.cache_bytes = max(dataset.cache_bytes, needed)
+    warn_if_label_sorted(dataset, sampler)
     to_cuda = target is not None and target.type == "cuda"
     options = RingOptions(
         num_workers=max(1, num_workers),
@@ -343,9 +469,7 @@ def make_loader(
         timeout=float(timeout),
     )
     pin = torch.cuda.is_available() and (pin_memory is not False or to_cuda)
-    name, route = _make_route(
-        dataset, sampler, transport, num_workers=num_workers, options=options, pin=pin
-    )
+    route = _make_route(name, dataset, sampler, num_workers=num_workers, options=options, pin=pin)
     return ChunkLoader(
         dataset, sampler, route, transport=name, num_workers=num_workers, device=target, copy=copy
     )

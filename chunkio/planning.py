@@ -1,14 +1,13 @@
 """Turn a batch of sample indices into per-chunk reads. Pure NumPy: no I/O, no torch.
 
-A batch is read in three steps: *plan* (this module) -> *read* each needed chunk once, in
-storage order, into a staging buffer -> *scatter* with one ``np.take`` into the batch. The
-plan puts chunks that must be read first (sorted, so reads stay sequential) and chunks served
-from a cache after them; ``gather[i]`` is the staging row holding the i-th requested sample.
+A batch is read in three steps: *plan* (this module: the sorted chunks it touches, and each
+sample's chunk and row) -> *read* the chunks the process's pool lacks, in storage order,
+straight into pool slots -> *gather* the batch with one ``np.take`` (:mod:`chunkio.reading`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,57 +49,31 @@ def normalize_indices(indices: Sequence[int] | npt.ArrayLike, num_samples: int) 
 
 @dataclass(frozen=True)
 class BatchPlan:
-    """How to serve one batch: which chunks to read, which come from cache, where each sample is.
+    """Which chunks a batch touches and where in them each requested sample lies.
 
-    Staging rows hold ``read_chunks`` (concatenated, in order) followed by ``cached_chunks``.
+    Sample ``i`` is row ``offsets[i]`` of chunk ``chunks[chunk_pos[i]]``.
     """
 
     indices: IntArray
-    read_chunks: IntArray
-    cached_chunks: IntArray
-    read_ranges: tuple[tuple[int, int], ...]
-    staging_rows: int
-    gather: IntArray
-
-    @property
-    def chunks_needed(self) -> int:
-        return len(self.read_chunks) + len(self.cached_chunks)
+    chunks: IntArray  # sorted, unique
+    chunk_pos: IntArray
+    offsets: IntArray
 
 
-def plan_batch(
-    indices: Sequence[int] | npt.ArrayLike,
-    grid: SampleGrid,
-    *,
-    cached: Collection[int] = (),
-) -> BatchPlan:
+def plan_batch(indices: Sequence[int] | npt.ArrayLike, grid: SampleGrid) -> BatchPlan:
     """Plan a batched read of ``indices`` (any order, duplicates allowed).
 
     >>> p = plan_batch([9, 1, 2, 9], SampleGrid(10, 4))
-    >>> p.read_chunks.tolist(), p.read_ranges, p.gather.tolist()
-    ([0, 2], ((0, 4), (8, 10)), [5, 1, 2, 5])
-    >>> p = plan_batch([9, 1], SampleGrid(10, 4), cached={2})
-    >>> p.read_chunks.tolist(), p.cached_chunks.tolist(), p.gather.tolist()
-    ([0], [2], [5, 1])
+    >>> p.chunks.tolist(), p.chunk_pos.tolist(), p.offsets.tolist()
+    ([0, 2], [1, 0, 0, 1], [1, 1, 2, 1])
     """
     idx = normalize_indices(indices, grid.num_samples)
     spc = grid.samples_per_chunk
     chunk_of = idx // spc
-    needed = np.unique(chunk_of)
-    is_cached = np.isin(needed, np.fromiter(cached, dtype=np.int64, count=len(cached)))
-    order = np.concatenate([needed[~is_cached], needed[is_cached]])
-    sizes = np.minimum(spc, grid.num_samples - order * spc)
-    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    # position of each sample's chunk within `order`
-    slot = np.empty(int(needed.max()) + 1 if len(needed) else 0, dtype=np.int64)
-    slot[order] = np.arange(len(order))
-    gather = starts[slot[chunk_of]] + (idx - chunk_of * spc)
-    read = needed[~is_cached]
-    ranges = tuple((int(c) * spc, min(int(c + 1) * spc, grid.num_samples)) for c in read)
+    chunks, chunk_pos = np.unique(chunk_of, return_inverse=True)
     return BatchPlan(
         indices=idx,
-        read_chunks=read,
-        cached_chunks=needed[is_cached],
-        read_ranges=ranges,
-        staging_rows=int(starts[-1]),
-        gather=gather.astype(np.int64, copy=False),
+        chunks=chunks.astype(np.int64, copy=False),
+        chunk_pos=chunk_pos.astype(np.int64, copy=False).reshape(-1),
+        offsets=idx - chunk_of * spc,
     )

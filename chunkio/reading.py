@@ -1,8 +1,8 @@
-"""The per-process read path: plan -> read (backend) -> scatter.
+"""The per-process read path: plan -> read (backend) -> gather.
 
-A :class:`ProcessReader` belongs to exactly one process. It owns the backend handle, the chunk
-cache, the staging buffers and the preloaded small fields; :class:`chunkio.ChunkDataset` makes
-one lazily in each process and never pickles it.
+A :class:`ProcessReader` belongs to exactly one process. It owns the backend handle, one
+:class:`~chunkio.pool.ChunkPool` of decoded chunks per dense field and the preloaded small
+fields; :class:`chunkio.ChunkDataset` makes one lazily in each process and never pickles it.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import numpy as np
 import numpy.typing as npt
 
 from .backends import Reader, open_reader
-from .cache import ChunkCache
 from .grid import SampleGrid
 from .layout import DatasetLayout, FieldInfo
-from .planning import BatchPlan, IntArray, normalize_indices, plan_batch
+from .planning import IntArray, normalize_indices, plan_batch
+from .pool import ChunkPool
 
 __all__ = ["ProcessReader", "ReadStats"]
 
@@ -44,8 +44,7 @@ class ProcessReader:
         location: Any,
         layout: DatasetLayout,
         *,
-        cache_bytes: int,
-        cache_mode: str,
+        pool_chunks: int,
         preload_bytes: int,
         storage_options: Mapping[str, Any] | None,
         trust_codecs: bool,
@@ -56,11 +55,10 @@ class ProcessReader:
         self.reader: Reader = open_reader(
             location, storage_options=storage_options, trust_codecs=trust_codecs
         )
-        self.cache = ChunkCache(cache_bytes) if cache_bytes > 0 else None
-        self.cache_partial_only = cache_mode == "partial"
+        self.pool_chunks = pool_chunks
         self.preload_bytes = preload_bytes
         self.stats = ReadStats()
-        self._staging: dict[str, npt.NDArray[Any]] = {}
+        self._pools: dict[str, ChunkPool] = {}
         self._preloaded: dict[str, npt.NDArray[Any]] = {}
         self._ragged: dict[str, tuple[IntArray, IntArray]] = {}
 
@@ -107,59 +105,39 @@ class ProcessReader:
             # numpy gather into a temporary and copy it over (about 3x slower)
             np.take(whole, idx, axis=0, out=out, mode="clip")
             return out
-        cached = self.cache.keys_for(info.name) if self.cache is not None else ()
-        plan = plan_batch(idx, self.grid, cached=cached)
-        staging = self._staging_buffer(info, plan.staging_rows)
-        rows_read = sum(b - a for a, b in plan.read_ranges)
-        if plan.read_ranges:
-            self.reader.read_into(info.name, plan.read_ranges, staging[:rows_read])
-        self._use_cache(info.name, plan, staging, rows_read)
-        self.stats.chunks_read += len(plan.read_chunks)
-        self.stats.cache_hits += len(plan.cached_chunks)
-        self.stats.rows_decoded += rows_read
-        self.stats.per_field[info.name] = self.stats.per_field.get(info.name, 0) + len(
-            plan.read_chunks
-        )
-        # gather positions come from the plan, always in range; see _read_dense's preload note
-        np.take(staging[: plan.staging_rows], plan.gather, axis=0, out=out, mode="clip")
+        # plan (pure) -> read the chunks the pool lacks, straight into their slots -> gather
+        plan = plan_batch(idx, self.grid)
+        pool = self._pool(info)
+        slots, runs = pool.admit(plan.chunks)
+        spc = self.grid.samples_per_chunk
+        try:
+            for chunks, first_slot in runs:
+                ranges = [self.grid.bounds(c) for c in chunks]
+                rows = sum(b - a for a, b in ranges)
+                self.reader.read_into(info.name, ranges, pool.rows(first_slot, rows))
+                self.stats.rows_decoded += rows
+        except BaseException:
+            pool.forget([c for chunks, _ in runs for c in chunks])  # never serve a bad slot
+            raise
+        read = sum(len(chunks) for chunks, _ in runs)
+        self.stats.chunks_read += read
+        self.stats.cache_hits += len(plan.chunks) - read
+        self.stats.per_field[info.name] = self.stats.per_field.get(info.name, 0) + read
+        where = slots[plan.chunk_pos] * spc + plan.offsets
+        np.take(pool.buffer, where, axis=0, out=out, mode="clip")  # always in range
         return out
 
-    def _use_cache(
-        self, name: str, plan: BatchPlan, staging: npt.NDArray[Any], rows_read: int
-    ) -> None:
-        if self.cache is None:
-            return
-        row = rows_read
-        for chunk in plan.cached_chunks.tolist():
-            hit = self.cache.get((name, chunk))
-            if hit is None:  # evicted between planning and now cannot happen; be explicit
-                raise RuntimeError(f"chunk cache lost chunk {chunk} of {name!r} mid-batch")
-            staging[row : row + len(hit)] = hit
-            row += len(hit)
-        # Insert in order of first appearance in the batch: with chunk-aware sampling the chunks
-        # a batch touches last are the ones its successor (same worker) continues with, so
-        # they must be the most recently used.
-        starts = np.concatenate([[0], np.cumsum([b - a for a, b in plan.read_ranges])])
-        slot = {c: i for i, c in enumerate(plan.read_chunks.tolist())}
-        if self.cache_partial_only:  # chunks this batch consumed whole are not needed again
-            used = np.bincount(np.unique(plan.indices) // self.grid.samples_per_chunk)
-            for chunk in plan.read_chunks.tolist():
-                a, b = self.grid.bounds(chunk)
-                if used[chunk] == b - a:
-                    del slot[chunk]
-        chunks, first = np.unique(plan.indices // self.grid.samples_per_chunk, return_index=True)
-        for chunk in chunks[np.argsort(first)].tolist():
-            if chunk in slot:
-                i = slot[chunk]
-                rows = staging[int(starts[i]) : int(starts[i + 1])]
-                self.cache.put((name, chunk), rows.copy())
-
-    def _staging_buffer(self, info: FieldInfo, rows: int) -> npt.NDArray[Any]:
-        buf = self._staging.get(info.name)
-        if buf is None or len(buf) < rows:
-            buf = np.empty((max(rows, 1), *(info.sample_shape or ())), dtype=info.dtype)
-            self._staging[info.name] = buf
-        return buf
+    def _pool(self, info: FieldInfo) -> ChunkPool:
+        pool = self._pools.get(info.name)
+        if pool is None:
+            pool = ChunkPool(
+                rows_per_chunk=self.grid.samples_per_chunk,
+                sample_shape=tuple(info.sample_shape or ()),
+                dtype=info.dtype,
+                capacity=self.pool_chunks,
+            )
+            self._pools[info.name] = pool
+        return pool
 
     def _preload(self, info: FieldInfo) -> npt.NDArray[Any] | None:
         """Fields small enough (labels, metadata) are read whole once per process."""

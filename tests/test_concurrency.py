@@ -37,7 +37,7 @@ def _open_hdf5_objects() -> int:
 def test_batches_equal_reference(make_dataset, start, fmt, persistent, parent_reads):
     path, _ = make_dataset(fmt, samples_per_chunk=10)
     ds = ChunkDataset(path, fields=["image", "label"])
-    sampler = ChunkBatchSampler(ds.chunk_sizes(), 24, seed=3, num_streams=2)
+    sampler = ChunkBatchSampler(ds.chunk_sizes(), 24, seed=3)
     if parent_reads:
         ds.__getitems__([0, 5, 150])  # the parent holds an open handle when workers start
     ref_ds = ChunkDataset(path)

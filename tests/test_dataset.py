@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader
 
 from chunkio import ChunkDataset, collate
 from chunkio.errors import (
+    CorruptChunkError,
     DatasetNotFoundError,
     FormatError,
     IncompleteDatasetError,
@@ -187,16 +188,35 @@ def test_validation_names_the_path(make_dataset):
         ChunkDataset(not_ours)
 
 
-def test_partial_cache_mode_keeps_only_chunks_a_batch_left_unfinished(make_dataset):
-    path, _ = make_dataset("zarr")
-    ds = ChunkDataset(
-        path, fields=["image"], cache_bytes=10**6, cache_mode="partial", preload_bytes=0
-    )
-    ds.read_batch([*range(16), 16, 17])  # chunk 0 consumed whole, chunk 1 split
-    ds.read_batch(list(range(18, 32)))  # the rest of chunk 1 comes from the cache
+def test_chunk_pool_decodes_each_chunk_once_while_it_fits(make_dataset):
+    path, arrays = make_dataset("zarr")
+    ds = ChunkDataset(path, fields=["image"], preload_bytes=0)
+    ds = ds.with_cache(2 * ds.chunk_nbytes())  # a pool of two chunks
+    got = ds.read_batch([*range(16), 16, 17])["image"]  # chunks 0 and 1
+    np.testing.assert_array_equal(got, arrays["image"][[*range(16), 16, 17]])
+    rest = ds.read_batch([18, 31, 5])["image"]  # both still held: nothing decoded
+    np.testing.assert_array_equal(rest, arrays["image"][[18, 31, 5]])
     stats = ds.read_stats()
-    assert (stats.chunks_read, stats.cache_hits) == (2, 1)
-    ds.read_batch([0])  # chunk 0 was not kept
-    assert ds.read_stats().chunks_read == 3
-    with pytest.raises(ValueError, match="cache_mode"):
-        ChunkDataset(path, cache_mode="some")  # type: ignore[arg-type]
+    assert (stats.chunks_read, stats.cache_hits) == (2, 2)
+    ds.read_batch([40])  # chunk 2 evicts the least recently used one, chunk 0
+    ds.read_batch([0, 20, 40])  # the evicted one is decoded again
+    assert ds.read_stats().chunks_read == 4
+    # a batch needing more chunks than the pool holds grows it instead of failing
+    everything = ds.read_batch(list(range(len(ds)))[::-1])["image"]
+    np.testing.assert_array_equal(everything, arrays["image"][::-1])
+    with pytest.raises(ValueError, match="cache_bytes"):
+        ds.with_cache(-1)
+
+
+def test_a_corrupt_chunk_leaves_no_bad_slot_in_the_pool(make_dataset, tmp_path):
+    from test_corruption import damage
+
+    path, arrays = make_dataset("zarr")
+    ds = ChunkDataset(path, fields=["image"], preload_bytes=0, cache_bytes=10**7)
+    np.testing.assert_array_equal(ds.read_batch([0])["image"], arrays["image"][[0]])
+    damage("zarr", path, "image", 1, "flip", ndim=4)
+    with pytest.raises(CorruptChunkError, match="image"):
+        ds.read_batch([1, 17, 33])  # chunks 0 (held), 1 (corrupt), 2
+    with pytest.raises(CorruptChunkError):
+        ds.read_batch([17])  # still an error, never the slot's leftover bytes
+    np.testing.assert_array_equal(ds.read_batch([33, 2])["image"], arrays["image"][[33, 2]])

@@ -14,8 +14,8 @@ from chunkio.doctor import (
     SERIAL_FACTOR,
     DoctorReport,
     Measurement,
-    WindowOption,
-    _pick_window,
+    PoolOption,
+    _pick_pool,
     _recommend,
     main_doctor,
     run_doctor,
@@ -36,7 +36,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> DoctorReport:
     from chunkio import write_arrays
 
     path = tmp_path_factory.mktemp("doctor") / "tiny.zarr"
-    write_arrays(path, sample_arrays(300), samples_per_chunk=25)
+    write_arrays(path, sample_arrays(300), samples_per_chunk=25, shuffle=False)  # image, label
     return run_doctor(path, step_time=1e6, worker_counts=[0, 1], batch_sizes=[16, 32], **TINY)
 
 
@@ -48,10 +48,13 @@ def test_report_structure(report: DoctorReport) -> None:
     assert sorted(settings) == [(0, 16), (0, 32), (1, 16), (1, 32)]
     assert all(m.samples_per_s > 0 and 1 <= m.batches <= 3 for m in report.measurements)
     assert report.sample_nbytes == 3 * 8 * 8 + 8  # image + int64 label
-    assert [w.window for w in report.windows] == sorted({w.window for w in report.windows})
-    assert report.recommended_window in [w.window for w in report.windows]
+    pools = [p.pool_bytes for p in report.pools]
+    assert pools == sorted(set(pools)) and report.recommended_pool_bytes in pools
+    assert all(p.label_ratio is not None and 0 < p.label_ratio <= 1.2 for p in report.pools)
+    assert all(p.read_amplification >= 1.0 for p in report.pools)
     text = report.render()
     assert "tiny.zarr" in text and "not data-bound" in text and "num_workers=" in text
+    assert "pool_bytes=" in text and "labels per batch vs uniform" in text
 
 
 @pytest.mark.timeout(120)
@@ -92,16 +95,21 @@ def test_recommend_prefers_fewest_workers_that_keep_up() -> None:
     assert _recommend(ms, None, 256) == (None, 2, 256, [])
 
 
-def test_pick_window() -> None:
+def test_pick_pool() -> None:
     opts = [
-        WindowOption(1, 2**20, 1.00, 0.1, 0.9),
-        WindowOption(4, 2**22, 1.05, 0.4, 0.9),
-        WindowOption(16, 2**24, 1.30, 0.8, 0.9),
-        WindowOption(32, 2**31, 1.02, 0.9, 0.9),  # cache too large
+        PoolOption(2**20, 1.00, 0.1, 0.60),
+        PoolOption(2**22, 1.05, 0.4, 0.97),
+        PoolOption(2**24, 1.30, 0.8, 0.99),  # reads too much
+        PoolOption(2**31, 1.02, 0.9, 1.00),  # too much memory
     ]
-    assert _pick_window(opts, data_bound=False) == 4
-    assert _pick_window(opts, data_bound=None) == 4
-    assert _pick_window(opts, data_bound=True) == 1
+    assert _pick_pool(opts, data_bound=False) == 2**22
+    assert _pick_pool(opts, data_bound=None) == 2**22
+    assert _pick_pool(opts, data_bound=True) == 2**20
+    # equal mixing: the smaller pool; no labels: chunk mixing decides
+    same = [PoolOption(2**20, 1.0, 0.5, 1.0), PoolOption(2**22, 1.0, 0.9, 1.0)]
+    assert _pick_pool(same, data_bound=False) == 2**20
+    unlabelled = [PoolOption(2**20, 1.0, 0.5, None), PoolOption(2**22, 1.0, 0.9, None)]
+    assert _pick_pool(unlabelled, data_bound=False) == 2**22
 
 
 @pytest.mark.parametrize(

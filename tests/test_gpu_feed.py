@@ -16,7 +16,7 @@ import pytest
 import torch
 from resume_harness import assert_resume_equals_uninterrupted
 
-from chunkio import ChunkBatchSampler, ChunkDataset, make_loader
+from chunkio import ChunkDataset, make_loader
 from chunkio.gpu import DevicePrefetcher, map_tensors, pin_ring, resolve_device
 from chunkio.transport import Lease, RingLayout, SlotRing
 
@@ -153,8 +153,7 @@ def test_device_route_through_ring_workers_equals_reference_and_resumes(make_dat
     loader = make()
     assert loader.device is not None
     ref = ChunkDataset(path, fields=["image", "label"])
-    sampler = ChunkBatchSampler(ref.chunk_sizes(), 16, num_streams=2)
-    for (x, y), idx in zip(loader, sampler, strict=True):
+    for (x, y), idx in zip(loader, loader.sampler.batches(0), strict=True):
         want = ref.read_batch(idx)
         assert torch.equal(x, torch.from_numpy(want["image"]))
         assert torch.equal(y, torch.from_numpy(want["label"]))
@@ -172,8 +171,7 @@ def test_cuda_feed_equals_reference_from_registered_ring(make_dataset):
     path, _ = make_dataset("hdf5", samples_per_chunk=10)
     loader = make_loader(path, 16, num_workers=2, device="cuda", fields=["image", "label"])
     ref = ChunkDataset(path, fields=["image", "label"])
-    sampler = ChunkBatchSampler(ref.chunk_sizes(), 16, num_streams=2)
-    for (x, _), idx in zip(loader, sampler, strict=True):
+    for (x, _), idx in zip(loader, loader.sampler.batches(0), strict=True):
         assert x.is_cuda
         assert torch.equal(x.cpu(), torch.from_numpy(ref.read_batch(idx)["image"]))
     loader.close()

@@ -1,11 +1,10 @@
-"""Tests for chunkio.sampling: chunk-aware batch orders, the stateful sampler and the metrics."""
+"""Tests for chunkio.order and chunkio.sampling: the canonical order, the sampler, the metrics."""
 
 from __future__ import annotations
 
 import json
 import sys
 from collections import Counter
-from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -16,159 +15,161 @@ from hypothesis import strategies as st
 from resume_harness import assert_resume_equals_uninterrupted
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
-from chunkio import sampling
+from chunkio import order, sampling
+from chunkio.errors import IncompatibleStateError
+from chunkio.order import OrderSpec, canonical_batches, lane_quotas, lane_sizes, split_rows
 from chunkio.sampling import (
     ChunkBatchSampler,
-    chunk_aware_batches,
-    chunk_aware_permutation,
-    default_window,
     describe_sampler,
+    rank_batches,
     read_amplification,
     shuffle_quality,
-    stream_interleave_order,
 )
 
 SETTINGS = settings(max_examples=60, deadline=None)
 sizes_st = st.lists(st.integers(1, 12), min_size=1, max_size=16)
 
 
-def chunk_of(sizes: list[int]) -> np.ndarray:
-    """Chunk id of every sample id."""
-    return np.repeat(np.arange(len(sizes)), sizes)
-
-
-def all_ranks(sizes: list[int], world: int, **kw: Any) -> list[list[np.ndarray]]:
-    return [chunk_aware_batches(sizes, rank=r, world_size=world, **kw) for r in range(world)]
-
-
 @st.composite
-def configs(draw: st.DrawFn) -> dict[str, Any]:
+def specs(draw: st.DrawFn) -> dict[str, Any]:
     return {
-        "batch_size": draw(st.integers(1, 20)),
-        "window": draw(st.integers(1, 5)),
+        "pool": draw(st.integers(0, 60)),
+        "lanes": draw(st.integers(1, 30)),
         "seed": draw(st.integers(0, 2**32)),
-        "epoch": draw(st.integers(0, 5)),
         "drop_last": draw(st.booleans()),
-        "num_streams": draw(st.integers(1, 4)),
         "shuffle": draw(st.booleans()),
     }
 
 
+def global_sequence(sizes: list[int], batch: int, world: int, epoch: int, **kw: Any) -> list:
+    """The global batches as the ranks of a ``world``-rank job see them, concatenated by step."""
+    per_rank = [
+        ChunkBatchSampler(sizes, batch // world, rank=r, world_size=world, **kw)
+        for r in range(world)
+    ]
+    for s in per_rank:
+        s.set_epoch(epoch)
+    steps = zip(*(s.batches() for s in per_rank), strict=True)
+    return [np.concatenate(step).tolist() for step in steps]
+
+
 @SETTINGS
-@given(sizes=sizes_st, cfg=configs(), world=st.integers(1, 4))
-def test_ranks_equal_length_disjoint_and_exhaustive(
-    sizes: list[int], cfg: dict[str, Any], world: int
+@given(sizes=sizes_st, cfg=specs(), batch=st.integers(1, 24), epoch=st.integers(0, 3))
+def test_every_sample_once_per_epoch_in_batches_of_the_global_size(
+    sizes: list[int], cfg: dict[str, Any], batch: int, epoch: int
 ) -> None:
-    n, b = sum(sizes), cfg["batch_size"]
-    ranks = all_ranks(sizes, world, **cfg)
-    assert len({len(batches) for batches in ranks}) == 1
-    per_rank = [np.concatenate(bs) if bs else np.zeros(0, np.int64) for bs in ranks]
-    assert len({p.size for p in per_rank}) == 1
-    for batches, piece in zip(ranks, per_rank, strict=True):
-        assert all(1 <= x.size <= b and x.dtype == np.int64 for x in batches)
-        assert np.unique(piece).size == piece.size  # a rank never sees a sample twice
-        if cfg["drop_last"]:
-            assert all(x.size == b for x in batches)
-    everything = np.concatenate(per_rank)
+    seed = cfg.pop("seed")
+    batches = canonical_batches(sizes, OrderSpec(batch, **cfg), seed=seed, epoch=epoch)
+    n = sum(sizes)
+    flat = [i for b in batches for i in b.tolist()]
     if cfg["drop_last"]:
-        per = n // world
-        assert everything.size == world * (per - per % b)
-        assert np.unique(everything).size == everything.size
+        assert len(flat) == n - n % batch and len(set(flat)) == len(flat)
+        assert all(len(b) == batch for b in batches)
     else:
-        per = -(-n // world)
-        assert everything.size == world * per
-        assert set(everything.tolist()) == set(range(n))
-        if n % world == 0:
-            assert sorted(everything.tolist()) == list(range(n))
+        assert sorted(flat) == list(range(n))
+        assert all(len(b) == batch for b in batches[:-1])
+    if not cfg["shuffle"]:
+        assert flat == list(range(len(flat)))
 
 
 @SETTINGS
-@given(sizes=sizes_st, cfg=configs(), world=st.integers(1, 4))
-def test_ranks_are_contiguous_pieces_of_the_global_stream(
-    sizes: list[int], cfg: dict[str, Any], world: int
+@given(sizes=sizes_st, cfg=specs(), per_rank=st.integers(1, 6), epoch=st.integers(0, 2))
+def test_global_batches_are_the_same_for_world_sizes_1_2_3_4(
+    sizes: list[int], cfg: dict[str, Any], per_rank: int, epoch: int
 ) -> None:
-    kw = {k: cfg[k] for k in ("window", "seed", "epoch", "shuffle")}
-    stream = chunk_aware_permutation(sizes, **kw)
-    n = stream.size
-    per = n // world if cfg["drop_last"] else -(-n // world)
-    padded = np.resize(stream, per * world)  # DistributedSampler-style padding from the start
-    cfg1 = {**cfg, "num_streams": 1}
-    for r, batches in enumerate(all_ranks(sizes, world, **cfg1)):
-        got = np.concatenate(batches) if batches else np.zeros(0, np.int64)
-        assert np.array_equal(got, padded[r * per : r * per + got.size])
+    batch = 12 * per_rank  # divisible by 1, 2, 3 and 4
+    reference = global_sequence(sizes, batch, 1, epoch, **cfg)
+    for world in (2, 3, 4):
+        got = global_sequence(sizes, batch, world, epoch, **cfg)
+        assert len(got) == len(reference)
+        # identical, except that a last partial batch is padded to a multiple of the world
+        # size with the epoch's first samples (as torch's DistributedSampler pads)
+        assert got[:-1] == reference[:-1]
+        if got:
+            last, ref_last = got[-1], reference[-1]
+            assert last[: len(ref_last)] == ref_last
+            assert last[len(ref_last) :] == (reference[0] * world)[: len(last) - len(ref_last)]
 
 
-@SETTINGS
-@given(sizes=sizes_st, window=st.integers(1, 6), seed=st.integers(0, 1000))
-def test_windows_are_contiguous_groups_of_chunks(sizes: list[int], window: int, seed: int) -> None:
-    stream = chunk_aware_permutation(sizes, window=window, seed=seed, epoch=0)
-    assert sorted(stream.tolist()) == list(range(sum(sizes)))
-    chunks = chunk_of(sizes)[stream]
-    first = {int(c): i for i, c in reversed(list(enumerate(chunks)))}
-    order = sorted(first, key=first.__getitem__)  # chunks by first appearance
-    start = 0
-    for g in range(0, len(order), window):
-        group = order[g : g + window]
-        stop = start + sum(sizes[c] for c in group)
-        assert set(chunks[start:stop].tolist()) == set(group)
-        start = stop
+def test_ranks_get_disjoint_equal_length_pieces() -> None:
+    sizes = [10] * 37
+    for world in (1, 2, 3, 4):
+        ranks = [
+            rank_batches(sizes, OrderSpec(12, 40), seed=1, epoch=0, rank=r, world_size=world)
+            for r in range(world)
+        ]
+        assert len({len(r) for r in ranks}) == 1
+        for step in zip(*ranks, strict=True):
+            assert len({len(piece) for piece in step}) == 1
+        everything = Counter(i for r in ranks for b in r for i in b.tolist())
+        assert set(everything) == set(range(370))
 
 
-@SETTINGS
-@given(sizes=sizes_st, b=st.integers(1, 30), seed=st.integers(0, 1000))
-def test_window_one_keeps_batches_within_few_chunks(sizes: list[int], b: int, seed: int) -> None:
-    m, chunks = min(sizes), chunk_of(sizes)
-    for batch in chunk_aware_batches(sizes, batch_size=b, window=1, seed=seed, epoch=0):
-        touched = np.unique(chunks[batch]).size
-        assert touched <= max(1, (batch.size - 2) // m + 2)
+def test_epochs_and_seeds_differ_and_repeat() -> None:
+    spec = OrderSpec(32, 200)
+    a = canonical_batches([9] * 40, spec, seed=3, epoch=0)
+    assert [b.tolist() for b in a] == [
+        b.tolist() for b in canonical_batches([9] * 40, spec, seed=3, epoch=0)
+    ]
+    assert a[0].tolist() != canonical_batches([9] * 40, spec, seed=3, epoch=1)[0].tolist()
+    assert a[0].tolist() != canonical_batches([9] * 40, spec, seed=4, epoch=0)[0].tolist()
 
 
-def test_deterministic_and_epochs_differ() -> None:
-    sizes = [10] * 20
-    kw: dict[str, Any] = {"batch_size": 16, "window": 2, "seed": 7}
-    a = chunk_aware_batches(sizes, epoch=3, **kw)
-    b = chunk_aware_batches(sizes, epoch=3, **kw)
-    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
-    other_epoch = chunk_aware_batches(sizes, epoch=4, **kw)
-    other_seed = chunk_aware_batches(sizes, epoch=3, **{**kw, "seed": 8})
-    flat = np.concatenate(a)
-    assert not np.array_equal(flat, np.concatenate(other_epoch))
-    assert not np.array_equal(flat, np.concatenate(other_seed))
-    seq = chunk_aware_batches(sizes, epoch=3, shuffle=False, **kw)
-    assert np.concatenate(seq).tolist() == list(range(200))
+def test_lanes_and_quotas() -> None:
+    assert lane_quotas(64, 24).sum() == 64 and lane_quotas(5, 24).tolist() == [1] * 5
+    quotas = lane_quotas(100, 24)
+    sizes = lane_sizes(10_007, quotas)
+    assert sizes.sum() == 10_007
+    # every lane runs out within a batch of the others
+    assert np.ptp(sizes / quotas) <= 1.0
+    assert split_rows(10, np.array([5, 5]), 3) == [(0, 3), (3, 7), (7, 10)]  # too few lanes
+    assert split_rows(0, np.array([3, 3]), 2) == [(0, 0), (0, 0)]
 
 
-@pytest.mark.parametrize(("n", "streams"), [(0, 3), (1, 3), (7, 3), (8, 2), (9, 1), (10, 4)])
-def test_stream_interleave_order(n: int, streams: int) -> None:
-    order = stream_interleave_order(n, streams).tolist()
-    assert sorted(order) == list(range(n))
-    segments = [order[j::streams] for j in range(streams)]
-    lengths = [len(s) for s in segments]
-    assert lengths == sorted(lengths, reverse=True) and max(lengths) - min(lengths) <= 1
-    assert list(chain.from_iterable(segments)) == list(
-        range(n)
-    )  # worker j gets contiguous segment j in order
+def test_a_batch_draws_from_its_lanes_only() -> None:
+    """Rows [off_i, off_i + q_i) of every full batch come from lane i's piece of the stream."""
+    sizes = [8] * 60
+    spec = OrderSpec(24, 96, lanes=4)
+    batches = canonical_batches(sizes, spec, seed=0, epoch=0)
+    chunk = np.repeat(np.arange(60), 8)
+    owners: list[set[int]] = [set(), set(), set(), set()]
+    for b in batches:
+        for lane in range(4):
+            owners[lane] |= set(chunk[b[lane * 6 : (lane + 1) * 6]].tolist())
+    # lanes share at most the chunks cut by a lane boundary
+    for i in range(4):
+        for j in range(i + 1, 4):
+            assert len(owners[i] & owners[j]) <= 1
 
 
-@SETTINGS
-@given(sizes=sizes_st, cfg=configs(), world=st.integers(1, 3))
-def test_num_streams_interleaves_contiguous_segments(
-    sizes: list[int], cfg: dict[str, Any], world: int
-) -> None:
-    s = cfg["num_streams"]
-    for r in range(world):
-        plain = chunk_aware_batches(sizes, **{**cfg, "num_streams": 1}, rank=r, world_size=world)
-        mixed = chunk_aware_batches(sizes, **cfg, rank=r, world_size=world)
-        workers = [[x.tolist() for x in mixed[j::s]] for j in range(s)]
-        assert list(chain.from_iterable(workers)) == [x.tolist() for x in plain]
-        assert [len(w) for w in workers] == sorted((len(w) for w in workers), reverse=True)
+@pytest.mark.parametrize("readers", [1, 2, 3, 4, 8])
+@pytest.mark.parametrize("pool", [0, 400, 3000])
+def test_loader_readers_decode_each_chunk_about_once(readers: int, pool: int) -> None:
+    sizes = [37] * 221 + [15]
+    d = describe_sampler(sizes, 256, readers=readers, pool=pool)
+    assert d["read_amplification"] <= 1.1
+    # a reader holds its lanes' share of the pool, not all of it
+    whole = describe_sampler(sizes, 256, readers=1, pool=pool)["cache_chunks"]
+    assert d["cache_chunks"] <= whole / readers + 3 * 24 / readers + 6
+
+
+def test_pool_mixes_labels_of_a_class_sorted_dataset() -> None:
+    sizes = [37] * 221 + [15]
+    labels = np.repeat(np.arange(20), 410)[: sum(sizes)]
+    no_pool = describe_sampler(sizes, 256, pool=0, lanes=1, labels=labels)
+    pooled = describe_sampler(sizes, 256, pool=2400, labels=labels)
+    assert no_pool["distinct_labels_ratio"] < 0.5
+    assert pooled["distinct_labels_ratio"] >= 0.95
+    assert pooled["read_amplification"] <= 1.1
+    assert pooled["chunk_diversity"] > 2 * no_pool["chunk_diversity"]
 
 
 def test_sampler_basics_and_json_state() -> None:
-    s = ChunkBatchSampler([37] * 50, 256, seed=5, num_streams=2, rank=1, world_size=2)
-    assert s.window == 3 == default_window([37] * 50, 256)
+    s = ChunkBatchSampler([37] * 50, 128, seed=5, rank=1, world_size=2, pool=512)
+    assert s.spec.batch_size == 256 and s.pool == 512
     batches = list(s)
-    assert len(batches) == len(s) == 4
+    assert len(batches) == len(s) == 8
+    assert all(len(b) == 128 for b in batches[:-1])
     assert all(isinstance(i, int) for b in batches for i in b)
     state = s.state_dict()
     assert json.loads(json.dumps(state)) == state
@@ -191,15 +192,16 @@ def test_sampler_defaults_from_torch_distributed(monkeypatch: pytest.MonkeyPatch
 
 
 @SETTINGS
-@given(sizes=sizes_st, cfg=configs(), world=st.integers(1, 3), data=st.data())
+@given(sizes=sizes_st, cfg=specs(), world=st.integers(1, 3), data=st.data())
 def test_resume_equals_uninterrupted(
     sizes: list[int], cfg: dict[str, Any], world: int, data: st.DataObject
 ) -> None:
     rank = data.draw(st.integers(0, world - 1))
-    epoch = cfg.pop("epoch")
+    epoch = data.draw(st.integers(0, 3))
+    batch = data.draw(st.integers(1, 8))
 
     def make() -> ChunkBatchSampler:
-        s = ChunkBatchSampler(sizes, rank=rank, world_size=world, **cfg)
+        s = ChunkBatchSampler(sizes, batch, rank=rank, world_size=world, **cfg)
         s.set_epoch(epoch)
         return s
 
@@ -208,19 +210,42 @@ def test_resume_equals_uninterrupted(
     assert state["epoch"] == epoch and state["batches_done"] == min(stop, len(full))
 
 
+@pytest.mark.parametrize(("before", "after"), [(1, 2), (2, 4), (4, 1), (2, 3)])
+def test_resume_onto_another_world_size_continues_the_global_sequence(
+    before: int, after: int
+) -> None:
+    sizes, batch, stop = [11] * 30, 48, 3
+    reference = global_sequence(sizes, batch, 1, 2, seed=9, pool=100)
+    old = ChunkBatchSampler(sizes, batch // before, rank=0, world_size=before, seed=9, pool=100)
+    old.set_epoch(2)
+    state = json.loads(json.dumps(old.state_dict(batches_done=stop)))
+    ranks = [
+        ChunkBatchSampler(sizes, batch // after, rank=r, world_size=after, pool=100)
+        for r in range(after)
+    ]
+    for s in ranks:
+        s.load_state_dict(state)
+        s.set_epoch(2)  # loops call this after restoring: keeps the resume point
+    steps = [np.concatenate(step).tolist() for step in zip(*ranks, strict=True)]
+    assert steps[:-1] == reference[stop:-1]
+    seen = [i for step in steps for i in step] + [i for b in reference[:stop] for i in b]
+    assert set(seen) == set(range(sum(sizes)))  # 0 drops
+    assert len(seen) - len(set(seen)) <= after  # duplicates only from the last batch's padding
+
+
 def test_resume_with_delivered_count_override_and_same_epoch_set_epoch() -> None:
     sizes = [7] * 30
-    s = ChunkBatchSampler(sizes, 16, seed=3, num_streams=2)
+    s = ChunkBatchSampler(sizes, 16, seed=3)
     s.set_epoch(2)
     full = list(s)
     it = iter(s)
     for _ in range(6):  # a prefetching loader ran ahead; only 4 reached the user
         next(it)
     state = s.state_dict(batches_done=4)
-    fresh = ChunkBatchSampler(sizes, 16, seed=0, num_streams=2)
+    fresh = ChunkBatchSampler(sizes, 16, seed=0)
     fresh.load_state_dict(state)
     assert fresh.seed == 3 and fresh.epoch == 2
-    fresh.set_epoch(2)  # training loops call this after restoring: keeps the resume point
+    fresh.set_epoch(2)
     assert fresh.state_dict()["batches_done"] == 4
     assert list(fresh) == full[4:]
     assert list(fresh) == full  # resume is one-shot
@@ -234,131 +259,83 @@ def test_resume_with_delivered_count_override_and_same_epoch_set_epoch() -> None
     [
         ("chunk_sizes_sha256", "0" * 64),
         ("num_samples", 1),
-        ("batch_size", 8),
-        ("world_size", 2),
-        ("window", 7),
-        ("num_streams", 3),
+        ("global_batch_size", 8),
+        ("pool", 7),
+        ("lanes", 3),
         ("shuffle", False),
-        ("version", 99),
+        ("version", 1),
         ("batches_done", 10**6),
         ("batches_done", -1),
         ("epoch", "1"),
+        ("seed", 1.5),
     ],
 )
 def test_load_incompatible_or_malformed_state_raises(key: str, value: object) -> None:
-    s = ChunkBatchSampler([4] * 10, 4, window=2)
+    s = ChunkBatchSampler([4] * 10, 4, pool=16)
     state = {**s.state_dict(), key: value}
-    with pytest.raises(ValueError, match="got"):
-        ChunkBatchSampler([4] * 10, 4, window=2).load_state_dict(state)
+    with pytest.raises(IncompatibleStateError, match="got"):
+        ChunkBatchSampler([4] * 10, 4, pool=16).load_state_dict(state)
+    with pytest.raises(IncompatibleStateError, match="version"):
+        s.load_state_dict("not a dict")  # type: ignore[arg-type]
 
 
-def test_state_from_another_rank_is_accepted() -> None:
-    a = ChunkBatchSampler([4] * 10, 4, rank=0, world_size=2)
-    b = ChunkBatchSampler([4] * 10, 4, rank=1, world_size=2)
-    b.load_state_dict(a.state_dict(batches_done=2))
-    assert len(list(b)) == len(b) - 2
+def test_state_from_another_batch_size_names_the_global_batch() -> None:
+    state = ChunkBatchSampler([4] * 10, 4, world_size=2, rank=0).state_dict()
+    with pytest.raises(IncompatibleStateError, match=r"global_batch_size is 4 here.*got 8"):
+        ChunkBatchSampler([4] * 10, 4, world_size=1).load_state_dict(state)
 
 
-def test_read_amplification_sequential_is_one() -> None:
-    sizes = [10] * 12
-    for b in (10, 20, 40):
-        batches = chunk_aware_batches(sizes, batch_size=b, window=1, seed=0, epoch=0, shuffle=False)
-        assert read_amplification(batches, sizes) == 1.0
-    uneven = chunk_aware_batches(sizes, batch_size=15, window=1, seed=0, epoch=0, shuffle=False)
-    assert read_amplification(uneven, sizes) > 1.0
-    assert read_amplification(uneven, sizes, cache_chunks=1) == 1.0
-    assert read_amplification([], sizes) == 1.0
-
-
-@pytest.mark.parametrize("seed", range(5))
-def test_default_window_with_window_cache_has_low_amplification(seed: int) -> None:
-    sizes = [37] * 50
-    w = default_window(sizes, 256)
-    batches = chunk_aware_batches(
-        sizes, batch_size=256, window=w, seed=seed, epoch=0, num_streams=2
-    )
-    assert read_amplification(batches, sizes, cache_chunks=w, num_streams=2) <= 1.1
-    assert read_amplification(batches, sizes) > 1.1  # the cache is what makes it cheap
-    d = describe_sampler(sizes, 256, seed=seed, num_streams=2)
-    assert d["window"] == w and d["read_amplification_cached"] <= 1.1
-
-
-def test_read_order_sorted_models_readers_that_insert_by_chunk_id() -> None:
-    # batch 0 ends with chunk 0, which batch 1 needs; sorted insertion evicts it first
-    batches = [[9, 0], [1]]
-    assert read_amplification(batches, [3, 3, 3, 3], cache_chunks=1) == 1.0
-    assert read_amplification(batches, [3, 3, 3, 3], cache_chunks=1, read_order="sorted") == 1.5
-    d = describe_sampler([37] * 50, 256, num_streams=2, read_order="sorted")
-    assert (
-        d["read_amplification_cached"]
-        >= describe_sampler([37] * 50, 256, num_streams=2)["read_amplification_cached"]
-    )
-    assert set(d) == {
-        "window",
-        "cache_chunks",
-        "num_batches",
-        "chunks_per_batch",
-        "read_amplification",
-        "read_amplification_cached",
-        "chunk_diversity",
-        "displacement",
-    }
-
-
-def test_read_amplification_counts_lru_per_stream() -> None:
-    # worker 0 serves batches 0 and 2, worker 1 serves batch 1
-    batches = [[0], [3], [1]]
-    assert read_amplification(batches, [3, 3], cache_chunks=1, num_streams=2) == 1.0
-    assert read_amplification(batches, [3, 3], cache_chunks=1, num_streams=1) == 1.5
+def test_read_amplification_models_the_pool() -> None:
+    sizes = [10] * 20
+    sequential = [list(range(i, min(i + 7, 200))) for i in range(0, 200, 7)]
+    assert read_amplification(sequential, sizes) == 1.0
+    alternating = [[0], [15], [1], [16]]
+    assert read_amplification(alternating, [10, 10]) == 2.0
+    assert read_amplification(alternating, [10, 10], cache_chunks=2) == 1.0
+    # two readers each reading half of every batch
+    assert read_amplification([[0, 15], [1, 16]], [10, 10], readers=2) == 1.0
 
 
 def test_shuffle_quality_random_is_one_and_sequential_is_zero() -> None:
-    sizes, b = [50] * 40, 64
-    n = sum(sizes)
+    sizes = [40] * 50
     rng = np.random.default_rng(0)
-    scores = []
-    for _ in range(5):
-        perm = rng.permutation(n)
-        scores.append(shuffle_quality([perm[i : i + b] for i in range(0, n, b)], sizes))
-    for key in ("chunk_diversity", "displacement"):
-        assert np.mean([q[key] for q in scores]) == pytest.approx(1.0, abs=0.05)
-    seq = shuffle_quality([np.arange(i, min(i + b, n)) for i in range(0, n, b)], sizes)
-    assert seq["displacement"] == 0.0
-    assert seq["chunk_diversity"] < 0.05
-    wide = describe_sampler(sizes, b, window=len(sizes))  # one window = uniform shuffle
-    narrow = describe_sampler(sizes, b, window=1)
-    assert wide["chunk_diversity"] > 0.9 > narrow["chunk_diversity"]
-    assert narrow["displacement"] > 0.8  # chunk order is still globally shuffled
+    perm = rng.permutation(2000)
+    random = shuffle_quality([perm[i : i + 64] for i in range(0, 2000, 64)], sizes)
+    sequential = shuffle_quality([np.arange(i, i + 80) for i in range(0, 2000, 80)], sizes)
+    assert 0.9 < random["chunk_diversity"] < 1.1 and 0.9 < random["displacement"] < 1.1
+    assert sequential["chunk_diversity"] == 0.0 and sequential["displacement"] == 0.0
+    labels = np.repeat(np.arange(10), 200)
+    mixed = shuffle_quality([perm[i : i + 64] for i in range(0, 2000, 64)], sizes, labels)
+    assert 0.95 < mixed["distinct_labels_ratio"] <= 1.05
 
 
-BAD_CALLS: list[tuple[dict[str, Any], str]] = [
-    ({"chunk_sizes": []}, "chunk_sizes"),
-    ({"chunk_sizes": [3, 0]}, "chunk_sizes"),
-    ({"chunk_sizes": [3.0, 2.0]}, "chunk_sizes"),
-    ({"chunk_sizes": [[3]]}, "chunk_sizes"),
-    ({"batch_size": 0}, "batch_size"),
-    ({"batch_size": 2.5}, "batch_size"),
-    ({"window": 0}, "window"),
-    ({"window": True}, "window"),
-    ({"seed": -1}, "seed"),
-    ({"epoch": -2}, "epoch"),
-    ({"rank": 2, "world_size": 2}, "rank"),
-    ({"rank": -1}, "rank"),
-    ({"world_size": 0}, "world_size"),
-    ({"num_streams": 0}, "num_streams"),
+BAD_CALLS: list[tuple[dict[str, Any], type[Exception], str]] = [
+    ({"chunk_sizes": []}, ValueError, "chunk_sizes"),
+    ({"chunk_sizes": [3, 0]}, ValueError, "chunk_sizes"),
+    ({"chunk_sizes": [3.0, 2.0]}, ValueError, "chunk_sizes"),
+    ({"chunk_sizes": [[3]]}, ValueError, "chunk_sizes"),
+    ({"batch_size": 0}, ValueError, "batch_size"),
+    ({"batch_size": 2.5}, TypeError, "batch_size"),
+    ({"pool": -1}, ValueError, "pool"),
+    ({"pool": 1.5}, TypeError, "pool"),
+    ({"lanes": 0}, ValueError, "lanes"),
+    ({"lanes": True}, TypeError, "lanes"),
+    ({"seed": -1}, ValueError, "seed"),
+    ({"seed": "3"}, TypeError, "seed"),
+    ({"rank": 2, "world_size": 2}, ValueError, "rank"),
+    ({"rank": -1}, ValueError, "rank"),
+    ({"world_size": 0}, ValueError, "world_size"),
+    ({"shuffle": "yes"}, TypeError, "shuffle"),
 ]
 
 
-@pytest.mark.parametrize(("override", "name"), BAD_CALLS)
-def test_invalid_arguments_raise_value_error(override: dict[str, Any], name: str) -> None:
-    kw: dict[str, Any] = {"chunk_sizes": [3, 4], "batch_size": 2, "window": 1, "seed": 0}
-    kw |= {"epoch": 0, **override}
-    with pytest.raises(ValueError, match=rf"{name}.*got"):
-        chunk_aware_batches(**kw)
-    if name != "epoch":  # the sampler takes its epoch from set_epoch
-        skw = {k: v for k, v in kw.items() if k != "epoch"}
-        with pytest.raises(ValueError, match=rf"{name}.*got"):
-            ChunkBatchSampler(**skw)
+@pytest.mark.parametrize(("override", "error", "name"), BAD_CALLS)
+def test_invalid_arguments_raise_clear_errors(
+    override: dict[str, Any], error: type[Exception], name: str
+) -> None:
+    kw: dict[str, Any] = {"chunk_sizes": [3, 4], "batch_size": 2, "pool": 4, "seed": 0, **override}
+    with pytest.raises(error, match=rf"{name}.*got"):
+        ChunkBatchSampler(**kw)
 
 
 def test_metric_inputs_are_validated() -> None:
@@ -366,12 +343,10 @@ def test_metric_inputs_are_validated() -> None:
         read_amplification([[0, 6]], [3, 3])
     with pytest.raises(ValueError, match="cache_chunks"):
         read_amplification([[0]], [3, 3], cache_chunks=-1)
-    with pytest.raises(ValueError, match="read_order"):
-        read_amplification([], [3, 3], read_order="random")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="n_batches"):
-        stream_interleave_order(-1, 2)
-    with pytest.raises(ValueError, match="batches_done"):
+    with pytest.raises(IncompatibleStateError, match="batches_done"):
         ChunkBatchSampler([3, 3], 2).state_dict(batches_done=5)
+    with pytest.raises(ValueError, match="divisible by world_size 3"):
+        rank_batches([4, 4], OrderSpec(4, 0), seed=0, epoch=0, world_size=3)
 
 
 class IndexDataset(Dataset[tuple[int, int]]):
@@ -391,7 +366,7 @@ class IndexDataset(Dataset[tuple[int, int]]):
 @pytest.mark.timeout(60)
 def test_dataloader_with_two_workers_yields_sampler_batches() -> None:
     sizes = [9] * 20
-    sampler = ChunkBatchSampler(sizes, 16, seed=1, num_streams=2)
+    sampler = ChunkBatchSampler(sizes, 16, seed=1)
     sampler.set_epoch(1)
     expected = list(sampler)
     ctx = "spawn" if sys.version_info >= (3, 12) else None  # fork warns in threaded processes
@@ -408,3 +383,4 @@ def test_dataloader_with_two_workers_yields_sampler_batches() -> None:
 
 def test_module_exports() -> None:
     assert set(sampling.__all__) <= set(dir(sampling))
+    assert set(order.__all__) <= set(dir(order))

@@ -20,7 +20,7 @@ import pytest
 import torch
 from resume_harness import assert_resume_equals_uninterrupted
 
-from chunkio import ChunkBatchSampler, ChunkDataset, make_loader
+from chunkio import ChunkDataset, make_loader
 from chunkio.backends import Compression, open_writer
 from chunkio.errors import LoaderError
 from chunkio.layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, FieldInfo
@@ -65,10 +65,7 @@ def _dataset(path: str, cls: type[ChunkDataset] = ChunkDataset, **kw: Any) -> Ch
 
 def _batches(loader: Any, epoch: int = 0) -> list[list[int]]:
     """The sample ids of each batch the loader's sampler gives in ``epoch``."""
-    s = loader.sampler
-    sampler = ChunkBatchSampler(s.chunk_sizes, s.batch_size, seed=s.seed, num_streams=s.num_streams)
-    sampler.set_epoch(epoch)
-    return list(sampler)
+    return [b.tolist() for b in loader.sampler.batches(epoch)]
 
 
 def _expected(path: str, loader: Any, epoch: int) -> list[dict[str, np.ndarray]]:

@@ -1,10 +1,11 @@
 """Batches in sampler order from ring workers (or in-process), handed out as leases.
 
-Scheduling: batch ``t`` of a pass goes to worker ``t % num_workers`` (as a DataLoader does, so
-a sampler built with ``num_streams=num_workers`` gives each worker a contiguous stream of
-batches and its chunk cache absorbs chunks split across them). Worker ``w`` owns slots
-``[w * k, (w + 1) * k)``; a batch is dispatched as soon as its worker has a free slot, and a
-slot returns to its worker when the consumer releases the lease.
+Scheduling: every batch is read by all workers together, each filling a contiguous range of
+its rows (``parts``: :meth:`chunkio.ChunkBatchSampler.reader_rows` splits along the order's
+lanes, so each worker reads only its own lanes' chunks and decodes each chunk once). A batch
+takes one slot of the shared ring as soon as one is free, and is handed out, in order, when
+every part has landed; the slot returns when the consumer releases the lease. The order the
+consumer sees is the sampler's, whatever the number of workers.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ _WAKE_S = 0.5
 _GRACE_CLEAN_S, _GRACE_FAILED_S = 5.0, 0.5
 
 Arrange = Callable[[dict[str, torch.Tensor]], Any]
+#: a batch's sample ids: a list of ints or an int64 array
+Indices = Sequence[int] | npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True)
@@ -80,16 +83,47 @@ class _Superseded(LoaderError):
     """The pass was replaced by a newer one; the session itself is fine."""
 
 
+Parts = Callable[[int, int], Sequence[tuple[int, int]]]
+
+
+def even_parts(n: int, workers: int) -> list[tuple[int, int]]:
+    """Rows ``[0, n)`` in ``workers`` contiguous, nearly equal ranges.
+
+    >>> even_parts(5, 2)
+    [(0, 3), (3, 5)]
+    """
+    edges = [-(-n * w // workers) for w in range(workers + 1)]
+    return [(edges[w], edges[w + 1]) for w in range(workers)]
+
+
+def _check_parts(ranges: Sequence[tuple[int, int]], n: int, workers: int) -> list[tuple[int, int]]:
+    """``ranges`` if they are one per worker and their non-empty ones tile ``[0, n)``."""
+    out = [(int(a), int(b)) for a, b in ranges]
+    edges = [edge for a, b in sorted(r for r in out if r[1] > r[0]) for edge in (a, b)]
+    tiled = edges[:1] == [0] and edges[-1:] == [n] and edges[1:-1:2] == edges[2:-1:2]
+    if len(out) != workers or not tiled:
+        raise LoaderError(f"batch parts {out} do not split rows [0, {n}) among {workers} workers")
+    return out
+
+
+@dataclass
+class _Batch:
+    """A dispatched batch: its slot, size, and the workers still reading parts of it."""
+
+    slot: int
+    n: int
+    pending: set[int]
+    error: Exception | None = None
+
+
 class _Session:
     """One set of workers and their ring: for one pass or, if persistent, for many."""
 
     def __init__(
         self, dataset: Any, batch_size: int, opts: RingOptions, on_ring: Callable[[SlotRing], Any]
     ) -> None:
-        per_worker = opts.prefetch + opts.held
-        layout = RingLayout.of(
-            _fields_of(dataset), batch_size=batch_size, num_slots=opts.num_workers * per_worker
-        )
+        num_slots = opts.num_workers * opts.prefetch + opts.held
+        layout = RingLayout.of(_fields_of(dataset), batch_size=batch_size, num_slots=num_slots)
         self.ring = SlotRing.create(layout)
         try:
             self.pool = WorkerPool(
@@ -106,16 +140,12 @@ class _Session:
         self._close = weakref.finalize(self, _teardown, self.pool, self.ring, _GRACE_CLEAN_S)
         self.opts = opts
         self.closed = False
-        self.free = [
-            deque(range(w * per_worker, (w + 1) * per_worker)) for w in range(len(self.pool))
-        ]
+        self.free: deque[int] = deque(range(layout.num_slots))
         self.tensors = [
             {k: torch.from_numpy(v) for k, v in self.ring.fields(s).items()}
             for s in range(layout.num_slots)
         ]
-        self.inflight: dict[int, tuple[int, int, int]] = {}  # seq -> (worker, slot, n)
-        self.results: dict[int, int] = {}  # seq -> slot, read and not yet handed out
-        self.failures: dict[int, Exception] = {}  # seq -> its error, raised in batch order
+        self.inflight: dict[int, _Batch] = {}  # seq -> batch, until every part has landed
         self.stale: set[int] = set()  # in flight for a pass the consumer abandoned
         self.next_seq = 0
         self.pass_id = 0
@@ -129,13 +159,17 @@ class _Session:
 
     # -- one pass ---------------------------------------------------------------------------
 
-    def stream(self, batches: Iterable[Sequence[int]], arrange: Arrange) -> Iterator[Lease]:
-        """Leases for ``batches``, in order; one pass at a time (a new pass supersedes)."""
+    def stream(self, batches: Iterable[Indices], arrange: Arrange, parts: Parts) -> Iterator[Lease]:
+        """Leases for ``batches``, in order; one pass at a time (a new pass supersedes).
+
+        Every batch is read by all workers at once, worker ``w`` filling the rows
+        ``parts(n, num_workers)[w]``: with lane-aligned parts each worker reads only the
+        chunks of its own lanes, so it decodes each chunk once.
+        """
         me = self._start_pass()
         order: deque[int] = deque()  # dispatched seqs, in sampler order
         source = iter(batches)
-        pending: Sequence[int] | None = None
-        t = 0
+        pending: Indices | None = None
         try:
             while True:
                 while True:  # dispatch as far ahead as free slots allow
@@ -143,22 +177,21 @@ class _Session:
                         pending = next(source, None)
                         if pending is None:
                             break
-                    if not self.free[t % len(self.pool)]:
+                    if not self.free:
                         break
-                    order.append(self._dispatch(t % len(self.pool), pending))
-                    pending, t = None, t + 1
+                    order.append(self._dispatch(pending, parts))
+                    pending = None
                 if not order:
                     if pending is None:
                         return
                     raise LoaderError(
-                        f"{self.pool.describe(t % len(self.pool))} has no free slot: the "
-                        f"consumer holds more than {self.opts.held} of its batches; release "
-                        "them (or pass copy=True)"
+                        f"the ring has no free slot: the consumer holds more than "
+                        f"{self.opts.held} batches; release them (or pass copy=True)"
                     )
                 seq = order.popleft()
-                w, slot, n = self._wait(seq)
+                slot, n = self._wait(seq)
                 view = {k: v[:n] for k, v in self.tensors[slot].items()}
-                yield Lease(arrange(view), partial(self._release, w, slot))
+                yield Lease(arrange(view), partial(self._release, slot))
                 if self.pass_id != me:
                     raise _Superseded(
                         "this iterator was superseded by a newer iter() of the same loader: "
@@ -177,45 +210,48 @@ class _Session:
     def _abandon(self, seqs: Iterable[int]) -> None:
         """Dispatched batches nobody will take: free their slots as soon as they land."""
         for seq in seqs:
-            if seq not in self.inflight:
+            batch = self.inflight.get(seq)
+            if batch is None:
                 continue  # already handled (a newer pass superseded this one)
-            if seq in self.results or seq in self.failures:
-                self.failures.pop(seq, None)
-                self._discard(seq, self.results.pop(seq, self.inflight[seq][1]))
-            else:
+            if batch.pending:
                 self.stale.add(seq)
+            else:
+                self._discard(seq)
 
-    def _dispatch(self, w: int, indices: Sequence[int]) -> int:
+    def _dispatch(self, indices: Indices, parts: Parts) -> int:
         n = len(indices)
         if not 0 < n <= self.ring.layout.batch_size:
             raise LoaderError(
                 f"the sampler produced a batch of {n} samples; the ring holds 1 to "
                 f"{self.ring.layout.batch_size}"
             )
-        slot = self.free[w].popleft()
+        ranges = _check_parts(parts(n, len(self.pool)), n, len(self.pool))
+        slot = self.free.popleft()
         self.ring.indices(slot)[:n] = indices
         seq, self.next_seq = self.next_seq, self.next_seq + 1
-        self.inflight[seq] = (w, slot, n)
-        self.pool.send(w, (seq, slot, n))
+        busy = {w for w, (a, b) in enumerate(ranges) if b > a}
+        self.inflight[seq] = _Batch(slot, n, busy)
+        for w in sorted(busy):
+            a, b = ranges[w]
+            self.pool.send(w, (seq, slot, a, b))
         return seq
 
-    def _release(self, w: int, slot: int) -> None:
+    def _release(self, slot: int) -> None:
         if not self.closed:
-            self.free[w].append(slot)
+            self.free.append(slot)
 
-    def _discard(self, seq: int, slot: int) -> None:
+    def _discard(self, seq: int) -> None:
         self.stale.discard(seq)
-        w, _, _ = self.inflight.pop(seq)
-        self.free[w].append(slot)
+        self.free.append(self.inflight.pop(seq).slot)
 
     # -- waiting ----------------------------------------------------------------------------
 
-    def _wait(self, seq: int) -> tuple[int, int, int]:
-        """Block until ``seq`` is read: its ``(worker, slot, n)`` (stale: until discarded)."""
-        task = self.inflight[seq]
+    def _wait(self, seq: int) -> tuple[int, int]:
+        """Block until every part of ``seq`` is read: its ``(slot, n)``."""
+        batch = self.inflight[seq]
         since = time.monotonic()
-        while seq in self.inflight and seq not in self.results and seq not in self.failures:
-            deadline = self._deadline(task[0], since)
+        while seq in self.inflight and batch.pending:
+            deadline = self._deadline(batch, since)
             left = _WAKE_S if deadline is None else deadline - time.monotonic()
             if left <= 0:
                 raise self._timeout_error(seq)
@@ -224,42 +260,41 @@ class _Session:
                 self._handle(worker, message)
             if dead:
                 raise self.pool.death_error(dead[0])
-        if seq in self.failures:
-            raise self.failures.pop(seq)
-        if seq in self.results:
-            del self.results[seq], self.inflight[seq]
-        return task
+        if seq in self.inflight:  # not stale: hand it out (or raise its error)
+            del self.inflight[seq]
+            if batch.error is not None:
+                self.free.append(batch.slot)
+                raise batch.error
+        return batch.slot, batch.n
 
-    def _deadline(self, w: int, since: float) -> float | None:
-        if not self.pool.ready[w]:
+    def _deadline(self, batch: _Batch, since: float) -> float | None:
+        if not all(self.pool.ready[w] for w in batch.pending):
             return self.pool.started + max(STARTUP_TIMEOUT_S, self.opts.timeout)
         if self.opts.timeout <= 0:
             return None
-        return max(since, self.pool.ready_at[w]) + self.opts.timeout
+        return max(since, *(self.pool.ready_at[w] for w in batch.pending)) + self.opts.timeout
 
     def _handle(self, w: int, message: tuple[Any, ...]) -> None:
         kind = message[0]
         if kind == "ready":
             self.pool.mark_ready(w)
-        elif kind == "done":
-            _, seq, slot = message
-            if seq in self.stale:
-                self._discard(seq, slot)
-            else:
-                self.results[seq] = slot
-        elif kind == "error":
-            _, seq, slot, text, blob = message
-            if seq is None:
-                raise self._worker_error(w, seq, text, blob)
-            if seq in self.stale:
-                self._discard(seq, slot)
-            else:  # raised when its batch is due, after the batches before it
-                self.failures[seq] = self._worker_error(w, seq, text, blob)
+            return
+        if kind == "error" and message[1] is None:
+            raise self._worker_error(w, None, message[3], message[4])
+        seq = message[1]
+        batch = self.inflight.get(seq)
+        if batch is None:
+            return
+        batch.pending.discard(w)
+        if kind == "error" and batch.error is None:  # raised when its batch is due
+            batch.error = self._worker_error(w, seq, message[3], message[4])
+        if not batch.pending and seq in self.stale:
+            self._discard(seq)
 
     def _samples(self, seq: int) -> str:
-        _, slot, n = self.inflight[seq]
-        head = self.ring.indices(slot)[: min(n, 8)].tolist()
-        return f"samples {head}{' ...' if n > 8 else ''}"
+        batch = self.inflight[seq]
+        head = self.ring.indices(batch.slot)[: min(batch.n, 8)].tolist()
+        return f"samples {head}{' ...' if batch.n > 8 else ''}"
 
     def _worker_error(self, w: int, seq: int | None, text: str, blob: bytes | None) -> Exception:
         where = "while starting" if seq is None else f"reading a batch ({self._samples(seq)})"
@@ -275,7 +310,7 @@ class _Session:
         return err
 
     def _timeout_error(self, seq: int) -> LoaderError:
-        w = self.inflight[seq][0]
+        w = min(self.inflight[seq].pending)
         if not self.pool.ready[w]:
             return LoaderError(
                 f"{self.pool.describe(w)} did not start within {STARTUP_TIMEOUT_S:.0f} s"
@@ -310,13 +345,15 @@ class RingTransport:
         self._on_ring = on_ring
         self._session: _Session | None = None
 
-    def run(self, batches: Iterable[Sequence[int]]) -> Iterator[Lease]:
+    def run(self, batches: Iterable[Indices], parts: Parts = even_parts) -> Iterator[Lease]:
+        """Leases in the order of ``batches``; ``parts(n, num_workers)`` splits each batch's
+        rows among the workers (default: evenly)."""
         session = self._session
         if session is None or session.closed:
             session = _Session(self.dataset, self.batch_size, self.options, self._on_ring)
             self._session = session
         try:
-            yield from session.stream(batches, self.dataset._arrange)
+            yield from session.stream(batches, self.dataset._arrange, parts)
         except _Superseded:
             raise  # the newer pass owns the session now
         except GeneratorExit:
@@ -364,7 +401,7 @@ class LocalTransport:
             for name, (dtype, shape) in _fields_of(self.dataset).items()
         }
 
-    def run(self, batches: Iterable[Sequence[int]]) -> Iterator[Lease]:
+    def run(self, batches: Iterable[Indices], parts: Parts = even_parts) -> Iterator[Lease]:
         for indices in batches:
             buf = self._buffer()
             n = len(indices)

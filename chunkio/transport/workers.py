@@ -7,10 +7,10 @@ the slot itself), so a pipe never fills and no ``send`` can block.
 =========  =======================================  =========================================
 from       message                                  meaning
 =========  =======================================  =========================================
-main       ``(seq, slot, n)``                       read ``ring.indices(slot)[:n]`` into slot
+main       ``(seq, slot, a, b)``                    read rows ``[a, b)`` of the slot's batch
 main       ``None``                                 stop
 worker     ``("ready", pid)``                       attached to the ring, serving
-worker     ``("done", seq, slot)``                  the slot holds batch ``seq``
+worker     ``("done", seq, slot)``                  rows ``[a, b)`` of batch ``seq`` are in
 worker     ``("error", seq, slot, text, pickled)``  reading failed (``seq`` None: at startup)
 =========  =======================================  =========================================
 """
@@ -102,10 +102,10 @@ def _serve(dataset: Any, ring: SlotRing, conn: Connection, parent: int) -> None:
         task = conn.recv()
         if task is None:
             return
-        seq, slot, n = task
+        seq, slot, a, b = task
         try:
-            out = {name: view[:n] for name, view in ring.fields(slot).items()}
-            dataset.read_batch(ring.indices(slot)[:n], out=out)
+            out = {name: view[a:b] for name, view in ring.fields(slot).items()}
+            dataset.read_batch(ring.indices(slot)[a:b], out=out)
             reply: tuple[Any, ...] = ("done", seq, slot)
         except Exception as err:
             reply = ("error", seq, slot, traceback.format_exc(), _pickled(err))

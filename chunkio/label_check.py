@@ -1,0 +1,121 @@
+"""A one-time warning when a loader's batches will mix labels much worse than a uniform shuffle.
+
+A dataset converted in class-folder order (before conversions shuffled by default, or with
+``shuffle=False``) stores each chunk with one or two classes. The loader's mixing pool and
+lanes recover most of the mixing, but not always: :func:`warn_if_label_sorted` compares the
+labels of the loader's first batches with a uniform shuffle and says what to do.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+
+from .backends import open_reader
+from .grid import SampleGrid
+
+__all__ = [
+    "LabelMixingWarning",
+    "check_label_mixing",
+    "labels_of",
+    "warn_if_label_sorted",
+]
+
+#: the loader's mean distinct labels per batch, as a fraction of a uniform shuffle's, below
+#: which it warns
+MIXING_THRESHOLD = 0.9
+#: stored order counted as label-sorted below this fraction of a random order's mixing
+SORTED_THRESHOLD = 0.5
+#: label fields larger than this are not read just to warn
+_MAX_LABEL_BYTES = 64 << 20
+_BATCHES_CHECKED = 64
+_warned: set[tuple[str, int, int]] = set()
+
+
+class LabelMixingWarning(UserWarning):
+    """The loader's batches mix labels much worse than a uniform shuffle would."""
+
+
+def labels_of(dataset: Any) -> np.ndarray[Any, np.dtype[np.int64]] | None:
+    """The integer ``label`` field of ``dataset``, read once; ``None`` if it has none."""
+    try:
+        info = dataset.layout.field("label")
+    except KeyError:
+        return None
+    scalar_int = info.kind == "dense" and not info.sample_shape and info.dtype.kind in "iu"
+    if not scalar_int or info.sample_nbytes * len(dataset) > _MAX_LABEL_BYTES:
+        return None
+    options = dataset._options  # the user's storage options and trust, unchanged
+    reader = open_reader(
+        dataset.location,
+        storage_options=options["storage_options"],
+        trust_codecs=options["trust_codecs"],
+    )
+    try:  # straight from the backend; the main process keeps no handle (workers fork later)
+        grid = SampleGrid(len(dataset), dataset.samples_per_chunk)
+        labels = np.empty(len(dataset), dtype=info.dtype)
+        reader.read_into("label", [grid.bounds(c) for c in range(grid.num_chunks)], labels)
+    finally:
+        reader.close()
+    return np.asarray(labels, dtype=np.int64)
+
+
+def _distinct_ratio(groups: list[Any], labels: Any, counts: Any) -> tuple[float, float, float]:
+    """Mean distinct labels per group, a uniform shuffle's for the same sizes, and the ratio."""
+    from .mixing import uniform_distinct_labels
+
+    sizes = [len(g) for g in groups if len(g)]
+    if not sizes:
+        return 0.0, 0.0, 1.0
+    seen = float(np.mean([np.unique(labels[g]).size for g in groups if len(g)]))
+    expect = float(np.mean([uniform_distinct_labels(counts, b) for b in sizes]))
+    return seen, expect, seen / expect if expect else 1.0
+
+
+def check_label_mixing(dataset: Any, sampler: Any) -> dict[str, float] | None:
+    """Stored and loader label mixing (``None`` without an integer ``label`` field).
+
+    Keys: ``stored_ratio`` (distinct labels per chunk vs a random order), ``loader_ratio``
+    (distinct labels per batch of the sampler's first batches vs a uniform shuffle), and the
+    loader's and a uniform shuffle's mean distinct labels per batch.
+    """
+    labels = labels_of(dataset)
+    if labels is None or labels.size == 0:
+        return None
+    _, codes = np.unique(labels, return_inverse=True)
+    counts = np.bincount(codes)
+    ends = np.cumsum(dataset.chunk_sizes())
+    chunks = [np.arange(a, b) for a, b in zip(ends - dataset.chunk_sizes(), ends, strict=True)]
+    stored = _distinct_ratio(chunks, codes, counts)[2]
+    batches = sampler.batches(sampler.epoch)[:_BATCHES_CHECKED]
+    seen, uniform, ratio = _distinct_ratio(batches, codes, counts)
+    return {
+        "stored_ratio": stored,
+        "loader_ratio": ratio,
+        "loader_distinct": seen,
+        "uniform_distinct": uniform,
+    }
+
+
+def warn_if_label_sorted(dataset: Any, sampler: Any) -> None:
+    """Warn once per dataset and setting if its stored order is label-sorted and batches suffer."""
+    key = (str(dataset.location), sampler.batch_size, sampler.pool)
+    if key in _warned or not sampler.shuffle:
+        return
+    found = check_label_mixing(dataset, sampler)
+    if found is None:
+        return
+    if found["stored_ratio"] < SORTED_THRESHOLD and found["loader_ratio"] < MIXING_THRESHOLD:
+        _warned.add(key)
+        warnings.warn(
+            f"{dataset.location!r} stores its samples sorted by label (each chunk holds "
+            f"{found['stored_ratio']:.0%} of the distinct labels a random order would), and "
+            f"this loader's batches hold {found['loader_distinct']:.1f} distinct labels against "
+            f"{found['uniform_distinct']:.1f} for a uniform shuffle "
+            f"({found['loader_ratio']:.0%}): training may suffer. Reconvert with shuffle=True "
+            "(the converters' default), or pass a larger pool_bytes to make_loader.",
+            LabelMixingWarning,
+            stacklevel=3,
+        )

@@ -1,0 +1,67 @@
+"""One rank of a real ``torch.distributed`` job (gloo on 127.0.0.1), run by tests/test_ddp_order.py.
+
+    python tests/ddp_rank.py RANK WORLD PORT DATASET GLOBAL_BATCH NUM_WORKERS OUT [RESUME_FROM]
+
+Reads one epoch with ``chunkio.make_loader`` (rank and world size taken from the initialised
+process group), all-gathers every step's sample ids, and rank 0 writes them to OUT as JSON,
+together with the loader state after ``STOP_AT`` steps. With RESUME_FROM (a JSON file holding
+such a state), the loader is restored first and reads the rest of the epoch.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import timedelta
+
+import torch.distributed as dist
+
+import chunkio
+
+STOP_AT = 3
+EPOCH = 1
+
+
+def main(argv: list[str]) -> int:
+    rank, world, port = int(argv[0]), int(argv[1]), int(argv[2])
+    path, global_batch, workers, out = argv[3], int(argv[4]), int(argv[5]), argv[6]
+    resume = argv[7] if len(argv) > 7 else None
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=60),
+    )
+    try:
+        loader = chunkio.make_loader(
+            path,
+            global_batch // world,
+            fields="sample_id",
+            num_workers=workers,
+            seed=7,
+            pool_bytes=1 << 20,
+        )
+        assert (loader.sampler.rank, loader.sampler.world_size) == (rank, world)
+        loader.set_epoch(EPOCH)
+        if resume is not None:
+            with open(resume) as f:
+                loader.load_state_dict(json.load(f))
+        steps, state = [], None
+        for i, batch in enumerate(loader):
+            pieces: list[list[int]] = [[] for _ in range(world)]
+            dist.all_gather_object(pieces, batch.tolist())
+            steps.append([s for piece in pieces for s in piece])
+            if i + 1 == STOP_AT:
+                state = loader.state_dict()
+        loader.close()
+        if rank == 0:
+            with open(out, "w") as f:
+                json.dump({"steps": steps, "state": state}, f)
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
