@@ -22,6 +22,7 @@ from PIL import Image
 
 import chunkio
 from benchmarks.data import make_jpeg_folder
+from chunkio.loader import DEFAULT_POOL_BYTES, pool_samples
 from chunkio.sampling import describe_sampler
 
 #: (codec, level); None = chunkio's default level for that codec
@@ -99,13 +100,18 @@ def run(n_images: int = 4096, root: str | None = None) -> dict[str, Any]:
             path, {"image": images, "label": labels}, chunk_bytes=nbytes, overwrite=True
         )
         chunk_sizes = chunkio.ChunkDataset(path).chunk_sizes()
-        model = describe_sampler(chunk_sizes, 256, num_streams=WORKERS)
+        model = describe_sampler(
+            chunk_sizes,
+            256,
+            readers=WORKERS,
+            pool=pool_samples(chunkio.ChunkDataset(path), DEFAULT_POOL_BYTES, 256),
+        )
         sizes.append(
             {
                 "chunk_bytes": nbytes,
                 "samples_per_chunk": int(chunk_sizes[0]),
                 f"loader_{WORKERS}w_samples_per_s": _loader_rate(path),
-                "read_amplification_cached": model["read_amplification_cached"],
+                "read_amplification": model["read_amplification"],
                 "chunk_diversity": model["chunk_diversity"],
             }
         )

@@ -30,6 +30,8 @@ from benchmarks.baselines import (
     NaiveZarrDataset,
 )
 from benchmarks.data import make_jpeg_folder
+from chunkio.label_check import labels_of
+from chunkio.loader import DEFAULT_POOL_BYTES, pool_samples
 from chunkio.sampling import describe_sampler
 
 __all__ = ["BenchData", "amplification", "cores", "limit_rows", "loader_rows", "prepare"]
@@ -198,8 +200,9 @@ def loader_rows(
 
 
 def _order(data: BenchData, batch_size: int, workers: int) -> list[list[int]]:
-    sizes = chunkio.ChunkDataset(data.zarr).chunk_sizes()
-    return list(chunkio.ChunkBatchSampler(sizes, batch_size, num_streams=max(1, workers)))
+    """make_loader's batches for epoch 0 (the same for every worker count)."""
+    with chunkio.make_loader(data.zarr, batch_size, num_workers=0) as loader:
+        return [b.tolist() for b in loader.sampler.batches(0)]
 
 
 def _gather(images: np.ndarray, labels: np.ndarray, order: list[list[int]]) -> Iterator[Any]:
@@ -275,38 +278,43 @@ def limit_rows(
 
 
 def amplification(
-    data: BenchData, *, workers: int, batch_size: int, windows: Iterable[int]
+    data: BenchData, *, workers: int, batch_size: int, pool_factors: Iterable[float]
 ) -> dict[str, Any]:
-    """Read amplification (decoded / delivered) measured in-process and modelled per stream,
-    and shuffle quality for a few windows."""
+    """Read amplification (decoded / delivered), measured in-process through make_loader's own
+    reader and modelled for ``workers`` ring workers, and what training sees (chunk and label
+    mixing) for mixing pools of ``pool_factors`` x the default."""
     out: dict[str, Any] = {}
     for fmt, path in (("zarr", data.zarr), ("hdf5", data.hdf5)):
-        # make_loader's order and chunk cache (window + 1 chunks), read in this process; the
-        # image field only and never preloaded, so decoded rows / delivered rows = bytes / bytes
-        probe = chunkio.ChunkDataset(path, fields=["image"])
-        sampler = chunkio.ChunkBatchSampler(probe.chunk_sizes(), batch_size)
-        cache = (sampler.window + 1) * probe.chunk_nbytes()
-        ds = chunkio.ChunkDataset(path, fields=["image"], cache_bytes=cache, preload_bytes=0)
-        for batch in sampler:
-            ds.read_batch(batch)
-        stats = ds.read_stats()
+        # make_loader's order and pool, read in this process; the image field only, so
+        # decoded rows / delivered rows = bytes / bytes
+        # preload_bytes=0: on small sets the image field would otherwise be read whole once
+        image = chunkio.ChunkDataset(path, fields=["image"], preload_bytes=0)
+        with chunkio.make_loader(image, batch_size, num_workers=0) as loader:
+            for _ in loader:
+                pass
+            stats = loader.dataset.read_stats()
         out[f"in_process_{fmt}"] = stats.rows_decoded / max(stats.samples, 1)
-        ds.close()
-    sizes = chunkio.ChunkDataset(data.zarr).chunk_sizes()
-    streams = max(1, workers)
-    sampler = chunkio.ChunkBatchSampler(sizes, batch_size, num_streams=streams)
-    batches = list(sampler)
-    out["streams"] = streams
-    out["default_window"] = sampler.window
+    ds = chunkio.ChunkDataset(data.zarr)
+    sizes = ds.chunk_sizes()
+    readers = max(1, workers)
+    default = DEFAULT_POOL_BYTES
+    out["readers"] = readers
     out["samples_per_chunk"] = int(sizes[0])
-    out["modelled_streams"] = chunkio.read_amplification(
-        batches, sizes, cache_chunks=sampler.window + 1, num_streams=streams
-    )
-    out["windows"] = [
-        {
-            "window": w,
-            **describe_sampler(sizes, batch_size, w, cache_chunks=w + 1, num_streams=streams),
-        }
-        for w in sorted(set(windows) | {sampler.window})
+    out["default_pool_mib"] = default / 2**20
+    labels = labels_of(ds)  # in storage order
+    pools = []
+    for factor in sorted(set(pool_factors) | {1.0}):
+        pool_bytes = max(int(default * factor), ds.chunk_nbytes())
+        d = describe_sampler(
+            sizes,
+            batch_size,
+            readers=readers,
+            pool=pool_samples(ds, pool_bytes, batch_size),
+            labels=labels,
+        )
+        pools.append({"pool_mib": pool_bytes / 2**20, **d})
+    out["pools"] = pools
+    out["modelled_readers"] = next(p for p in pools if p["pool_mib"] == default / 2**20)[
+        "read_amplification"
     ]
     return out

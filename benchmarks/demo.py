@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader
 import chunkio
 from benchmarks.baselines import NaiveH5Dataset, NaiveZarrDataset
 from benchmarks.data import make_jpeg_folder
+from chunkio.label_check import labels_of
 
 
 def rate(loader: Iterable[Any], budget_s: float, epochs: int = 1) -> float:
@@ -69,20 +70,28 @@ def main(argv: list[str] | None = None) -> None:
     for name, r in rows:
         print(f"  {name:32s} {r:12,.0f} samples/s   {r / naive:7.1f}x naive h5py")
 
-    ds = chunkio.ChunkDataset(outputs["zarr"], fields=["image", "label"])
-    sampler = chunkio.ChunkBatchSampler(ds.chunk_sizes(), args.batch_size, num_streams=args.workers)
-    batches = [list(b) for b in sampler]
+    with chunkio.make_loader(outputs["zarr"], args.batch_size, num_workers=0) as probe:
+        sampler, ds = probe.sampler, probe.dataset
+    batches = sampler.batches(0)
+    sizes = ds.chunk_sizes()
     amp = chunkio.read_amplification(
-        batches, ds.chunk_sizes(), cache_chunks=sampler.window + 1, num_streams=args.workers
+        batches,
+        sizes,
+        cache_chunks=sampler.capacity_chunks(ds.samples_per_chunk, args.workers),
+        readers=args.workers,
+        rows=sampler.reader_rows,
     )
-    quality = chunkio.shuffle_quality(batches, ds.chunk_sizes())
+    quality = chunkio.shuffle_quality(batches, sizes, labels_of(ds))
     print(
-        f"\nread amplification (chunk decodes per chunk needed), default sampler: {amp:.3f}"
-        f"  (window={sampler.window} chunks of {ds.samples_per_chunk} samples)"
+        f"\nread amplification (chunk decodes per chunk needed), default loader: {amp:.3f}"
+        f"  (mixing pool of {sampler.pool} samples, {sampler.lanes} lanes, "
+        f"{ds.samples_per_chunk} samples per chunk)"
     )
     print(
-        "shuffle quality (1.0 = uniform shuffle): "
-        + ", ".join(f"{k}={v:.2f}" for k, v in quality.items())
+        "what training sees (1.0 = uniform shuffle): "
+        f"chunk diversity {quality['chunk_diversity']:.2f}, "
+        f"distinct labels per batch {quality['distinct_labels']:.1f} vs "
+        f"{quality['uniform_distinct_labels']:.1f} ({quality['distinct_labels_ratio']:.0%})"
     )
 
 

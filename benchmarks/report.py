@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["markdown", "plot", "write_report"]
+__all__ = ["markdown", "mixing_markdown", "plot", "training_markdown", "write_report"]
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -80,21 +80,34 @@ def _amplification(amp: Mapping[str, Any]) -> list[str]:
         "",
         f"Bytes decoded per byte delivered, in-process through make_loader's reader: "
         f"zarr {amp['in_process_zarr']:.3f}, hdf5 {amp['in_process_hdf5']:.3f}. "
-        f"Modelled for {amp['streams']} worker streams (cache = window + 1 chunks): "
-        f"{amp['modelled_streams']:.3f}. {amp['samples_per_chunk']} samples per chunk, "
-        f"default window {amp['default_window']}.",
+        f"Modelled for {amp['readers']} reader(s) with the default mixing pool "
+        f"({amp['default_pool_mib']:g} MiB): {amp['modelled_readers']:.3f}. "
+        f"{amp['samples_per_chunk']} samples per chunk. Label mixing: ratio to a uniform "
+        "shuffle (1.0 = as mixed, lower is worse).",
         "",
     ]
-    header = ["window", "chunks/batch", "amplification (cached)", "chunk diversity", "displacement"]
+    header = [
+        "pool MiB",
+        "pool samples",
+        "chunks/batch",
+        "amplification",
+        "chunk diversity",
+        "displacement",
+        "distinct labels ratio",
+        "largest label share ratio",
+    ]
     rows = [
         [
-            w["window"],
-            w["chunks_per_batch"],
-            w["read_amplification_cached"],
-            w["chunk_diversity"],
-            w["displacement"],
+            p["pool_mib"],
+            p["pool"],
+            p["chunks_per_batch"],
+            p["read_amplification"],
+            p["chunk_diversity"],
+            p["displacement"],
+            p.get("distinct_labels_ratio", ""),
+            p.get("largest_label_share_ratio", ""),
         ]
-        for w in amp["windows"]
+        for p in amp["pools"]
     ]
     return lines + _table(header, rows)
 
@@ -145,6 +158,138 @@ def _section(title: str, value: Any) -> list[str]:
     return lines
 
 
+def _versus(seen: float, uniform: float, digits: int = 2) -> str:
+    return f"{seen:.{digits}f} ({uniform:.{digits}f})"
+
+
+def _mixing_cells(r: Mapping[str, Any]) -> list[str]:
+    """Label mixing as 'observed (uniform)' and the ratios (1.0 = as mixed as uniform)."""
+    return [
+        _versus(r["distinct_labels"], r["uniform_distinct_labels"], 1),
+        f"{r['distinct_labels_ratio']:.2f}",
+        _versus(r["largest_label_share"], r["uniform_largest_label_share"]),
+        f"{r['largest_label_share_ratio']:.2f}",
+    ]
+
+
+_MIXING_HEADER = [
+    "distinct labels/batch (uniform)",
+    "ratio",
+    "largest label share (uniform)",
+    "ratio",
+]
+
+
+def training_markdown(results: Mapping[str, Any]) -> list[str]:
+    """bench_training: accuracy, loader rate and label mixing per loader, and the check."""
+    if "skipped" in results:
+        return ["## Training parity (bench_training)", "", f"Skipped: {results['skipped']}", ""]
+    s = results["settings"]
+    lines = [
+        f"## Training parity (bench_training): digits {s['image_shape']}, {s['train_samples']} "
+        f"train / {s['test_samples']} test, {s['epochs']} epochs, batch {s['batch_size']}, "
+        f"{s['optimizer']}, {s['seeds']} loader seed(s), make_loader num_workers="
+        f"{s['workers']}, torch threads {s['torch_threads']}",
+        "",
+        "Test accuracy: mean over the loader seeds (each seed's in brackets; the curve is the "
+        "mean after each epoch). Start: make_loader (worker start) or reading every sample into "
+        "memory; samples/s: the loader alone over one warm epoch; train s: per seed, all "
+        "epochs. Label mixing: epoch 0's batches, observed (uniform-shuffle expectation); "
+        "ratios 1.0 = as mixed as a uniform shuffle, lower is worse.",
+        "",
+    ]
+    header = [
+        "loader",
+        "test acc",
+        "acc by epoch",
+        "start s",
+        "1st epoch s",
+        "samples/s",
+        "train s",
+    ]
+    rows = []
+    for r in results["rows"]:
+        if "skipped" in r:
+            rows.append([r["loader"], f"skipped: {r['skipped']}", *[""] * 9])
+            continue
+        seeds = ", ".join(f"{a:.3f}" for a in r["accuracy_by_seed"])
+        warned = ", LabelMixingWarning" if r.get("label_warning") else ""
+        rows.append(
+            [
+                f"{r['loader']} [{r['transport']}{warned}]",
+                f"{r['accuracy']:.4f} ({seeds})",
+                " ".join(f"{a:.3f}" for a in r["accuracy_by_epoch"]),
+                f"{r['start_s']:.2f}",
+                f"{r['first_epoch_s']:.2f}",
+                f"{r['loader_samples_per_s']:,.0f}",
+                f"{r['train_s']:.1f}",
+                *_mixing_cells(r),
+            ]
+        )
+    lines += _table([*header, *_MIXING_HEADER], rows)
+    stored = [
+        [name, f"{c['convert_s']:.1f}", int(c["stored_chunks"]), *_mixing_cells(_unprefixed(c))]
+        for name, c in results["conversions"].items()
+        if "skipped" not in c
+    ]
+    lines += [
+        "Stored order (each stored chunk taken as a batch):",
+        "",
+        *_table(["conversion", "convert s", "chunks", *_MIXING_HEADER], stored),
+    ]
+    for c in results["checks"]:
+        verdict = "PASS" if c["passed"] else "FAIL"
+        lines.append(f"Check: {c['target']}: {c['measured']:.2f} (<= {c['required']:g}) {verdict}")
+    return [*lines, ""]
+
+
+def _unprefixed(conversion: Mapping[str, Any]) -> dict[str, Any]:
+    """A conversion's ``stored_*`` figures without the prefix."""
+    return {k.removeprefix("stored_"): v for k, v in conversion.items()}
+
+
+def mixing_markdown(results: Mapping[str, Any]) -> list[str]:
+    """bench_mixing: label mixing per conversion, worker count, batch size and pool."""
+    if "skipped" in results:
+        return ["## Label mixing (bench_mixing)", "", f"Skipped: {results['skipped']}", ""]
+    s = results["settings"]
+    lines = [
+        f"## Label mixing (bench_mixing): {s['classes']} classes x {s['per_class']} images "
+        f"{s['image_shape']} ({s['dataset_mib']:.0f} MiB decoded), class-sorted folder, "
+        "make_loader defaults, epoch 0",
+        "",
+        "Observed (uniform-shuffle expectation); ratios: 1.0 = as mixed as a uniform shuffle, "
+        f"lower is worse. Pool: make_loader's default ({s['default_pool_mib']:g} MiB, the "
+        "share of this dataset it holds in brackets) or pool_bytes set to a fraction of the "
+        "data, as a dataset that many times the pool's size sees it. Warned: make_loader "
+        "raised LabelMixingWarning.",
+        "",
+    ]
+    rows = []
+    for r in results["rows"]:
+        head = [r["conversion"], r["workers"], r["batch_size"]]
+        if "skipped" in r:
+            rows.append([*head, "", f"skipped: {r['skipped']}", *[""] * 5])
+            continue
+        share = f"{r['pool_fraction']:.0%}"
+        pool = f"default ({share})" if r["pool"] == "default" else f"{share} of data"
+        warned = "yes" if r["label_warning"] else ""
+        rows.append([*head, pool, int(r["batches"]), *_mixing_cells(r), warned])
+    header = ["conversion", "workers", "batch", "pool", "batches", *_MIXING_HEADER, "warned"]
+    lines += _table(header, rows)
+    stored = [
+        [name, int(c["stored_chunks"]), *_mixing_cells(_unprefixed(c))]
+        for name, c in results["conversions"].items()
+        if "skipped" not in c
+    ]
+    lines += [
+        "Stored order (each stored chunk as a batch):",
+        "",
+        *_table(["conversion", "chunks", *_MIXING_HEADER], stored),
+    ]
+    return lines
+
+
 def markdown(results: Mapping[str, Any]) -> str:
     m = results["machine"]
     lines = [
@@ -169,6 +314,10 @@ def markdown(results: Mapping[str, Any]) -> str:
     ):
         if key in results:
             lines += _section(title, results[key])
+    if "training" in results:
+        lines += training_markdown(results["training"])
+    if "mixing" in results:
+        lines += mixing_markdown(results["mixing"])
     return "\n".join(lines)
 
 
