@@ -77,9 +77,10 @@ def _distinct_ratio(groups: list[Any], labels: Any, counts: Any) -> tuple[float,
 def check_label_mixing(dataset: Any, sampler: Any) -> dict[str, float] | None:
     """Stored and loader label mixing (``None`` without an integer ``label`` field).
 
-    Keys: ``stored_ratio`` (distinct labels per chunk vs a random order), ``loader_ratio``
-    (distinct labels per batch of the sampler's first batches vs a uniform shuffle), and the
-    loader's and a uniform shuffle's mean distinct labels per batch.
+    Keys: ``stored_ratio`` (distinct labels per chunk vs a random order) and, when the stored
+    order is label-sorted, ``loader_ratio`` (distinct labels per batch of the sampler's first
+    batches vs a uniform shuffle) and the loader's and a uniform shuffle's mean distinct labels
+    per batch (``loader_ratio`` is 1.0 otherwise).
     """
     labels = labels_of(dataset)
     if labels is None or labels.size == 0:
@@ -89,6 +90,8 @@ def check_label_mixing(dataset: Any, sampler: Any) -> dict[str, float] | None:
     ends = np.cumsum(dataset.chunk_sizes())
     chunks = [np.arange(a, b) for a, b in zip(ends - dataset.chunk_sizes(), ends, strict=True)]
     stored = _distinct_ratio(chunks, codes, counts)[2]
+    if stored >= SORTED_THRESHOLD:  # mixed chunks mix batches: skip computing the epoch
+        return {"stored_ratio": stored, "loader_ratio": 1.0}
     batches = sampler.batches(sampler.epoch)[:_BATCHES_CHECKED]
     seen, uniform, ratio = _distinct_ratio(batches, codes, counts)
     return {
