@@ -6,10 +6,9 @@ each finished block in the manifest, in whatever order blocks finish.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future
 from concurrent.futures import wait as futures_wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import TYPE_CHECKING, Any, Protocol
@@ -18,6 +17,8 @@ import numpy.typing as npt
 
 from ..backends import Writer
 from ..errors import ConversionError, OptionalDependencyError, SourceError
+from .procpool import MAIN_GUARD_HINT, ConversionPool, process_pool
+from .progress import advance
 from .ragged import RaggedPlan
 from .staging import Destination
 from .worker import (
@@ -71,7 +72,7 @@ class _InProcess:
 
 
 class _Pool:
-    def __init__(self, pool: ProcessPoolExecutor, workers: int) -> None:
+    def __init__(self, pool: ConversionPool, workers: int) -> None:
         self.pool, self.max_in_flight = pool, 2 * workers
 
     def submit(self, block: Block) -> Future[Any]:
@@ -119,9 +120,10 @@ def execute(
 ) -> None:
     """Convert the blocks of ``todo`` into ``dest`` and record each in its manifest.
 
-    ``workers > 1`` runs a process pool (forkserver, else spawn), ``client`` a dask cluster
-    whose workers share this machine's filesystem (they open local staging paths); Zarr
-    workers write their own blocks, others return them for ``writer`` to write here.
+    ``workers > 1`` runs a process pool (see :mod:`~chunkio.convert.procpool`), ``client`` a
+    dask cluster whose workers share this machine's filesystem (they open local staging
+    paths); Zarr workers write their own blocks, others return them for ``writer`` to write
+    here.
     Failures are raised as :class:`ConversionError` (or :class:`SourceError`) naming the block.
     """
     plan = dest.plan
@@ -138,7 +140,7 @@ def execute(
                 dest.sync(names, first, stop)
         # Only now, with the block's chunks durable, may the manifest claim it.
         dest.record(block.first_chunk, block.stop_chunk)
-        bar.update(block.stop - block.start)
+        advance(bar, block.stop - block.start)
 
     if not todo:
         return
@@ -149,14 +151,14 @@ def execute(
     if workers == 1:
         _drive(_InProcess(source, spec), todo, finish, dest.display)
         return
-    methods = multiprocessing.get_all_start_methods()
-    # Never fork: zarr's event-loop thread (and h5py state) must not cross a fork.
-    ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-    pool = ProcessPoolExecutor(
-        workers, mp_context=ctx, initializer=init_worker, initargs=(source, spec)
-    )
+    # Workers never run the caller's __main__ and exit when this process dies: see procpool.
+    pool = process_pool(workers, initializer=init_worker, initargs=(source, spec))
     try:
         _drive(_Pool(pool, workers), todo, finish, dest.display)
+    except ConversionError as err:
+        if pool.imports_main and isinstance(err.__cause__, BrokenProcessPool):
+            raise ConversionError(f"{err}; {MAIN_GUARD_HINT}") from err.__cause__
+        raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 

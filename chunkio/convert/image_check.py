@@ -9,11 +9,10 @@ small folders never pay for it. With a ``dask.distributed`` client the cluster r
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
@@ -22,11 +21,14 @@ from tqdm.auto import tqdm
 
 from ..errors import ConversionError
 from .decode import DecodePolicy, Probe, probe_image
+from .procpool import process_pool
+from .progress import advance
 
-__all__ = ["POOL_MIN_SECONDS", "Checked", "Timing", "check_all", "mp_context"]
+__all__ = ["POOL_MIN_SECONDS", "Checked", "Timing", "check_all"]
 
 #: Work estimated to take less than this in one process stays in this process: starting
-#: worker processes (each imports NumPy, Pillow, zarr, h5py and torch) costs seconds.
+#: worker processes (each imports NumPy, Pillow, zarr, h5py and torch) costs seconds. Set it
+#: to ``0.0`` before converting to use the pools (check and write) whenever ``workers > 1``.
 POOL_MIN_SECONDS = 5.0
 
 
@@ -56,12 +58,6 @@ def _batches(paths: Sequence[str], workers: int) -> list[Sequence[str]]:
     return [paths[i : i + step] for i in range(0, len(paths), step)]
 
 
-def mp_context() -> Any:
-    # As the conversion pipeline: never fork (threads of zarr or of the caller may be running).
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-
-
 @dataclass
 class Timing:
     """Seconds per file of the check pass, measured on the part run in this process."""
@@ -87,7 +83,7 @@ def check_all(
     with bar:
         for i, checked in _run_batches(batches, policy, workers, client, timing):
             results[i] = checked
-            bar.update(len(checked))
+            advance(bar, len(checked))
     return [c for part in results for c in part], timing
 
 
@@ -114,7 +110,7 @@ def _run_batches(
 def _pool_batches(
     todo: list[tuple[int, Sequence[str]]], policy: DecodePolicy, workers: int
 ) -> Iterator[tuple[int, list[Checked]]]:
-    with ProcessPoolExecutor(min(workers, len(todo)), mp_context=mp_context()) as pool:
+    with process_pool(min(workers, len(todo))) as pool:
         pending = {pool.submit(_check_batch, b, policy): i for i, b in todo}
         try:
             for fut in as_completed(pending):

@@ -3,17 +3,16 @@
 A task owns every chunk of its volume (the volume's rows of the image and label arrays), so
 parallel writers never share a chunk. Zarr workers write and fsync their own volume; for
 HDF5, memory and zarr Store objects the worker returns the arrays and the calling process
-writes them. Tasks run in this process, a process pool (forkserver, else spawn: zarr's
-event-loop thread and HDF5 state must not cross a fork) or on a ``dask.distributed`` client.
+writes them. Tasks run in this process, a process pool (:mod:`~chunkio.convert.procpool`:
+never fork, never the caller's ``__main__``) or on a ``dask.distributed`` client.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future
 from concurrent.futures import wait as futures_wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from ..backends import Format, Writer, open_writer
 from ..errors import ConversionError, OptionalDependencyError, SourceError
 from ..patches.label_index import index_label_volume
 from ._fsync import sync_chunks
+from .procpool import process_pool
 from .volume_sources import VolumeFile, load_volume
 from .volume_values import NanPolicy, OnOverflow, prepare_image, prepare_label
 
@@ -166,9 +166,7 @@ def run_tasks(
     elif workers <= 1:
         _drive(tasks, lambda t: _now(t, spec), lambda fs: set(fs), 1, finish)
     else:
-        methods = multiprocessing.get_all_start_methods()
-        ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-        with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        with process_pool(workers) as pool:
             try:
                 _drive(
                     tasks,

@@ -1,0 +1,361 @@
+"""Conversions started from plain scripts: no main guard, worker pools, SIGKILL, progress.
+
+Under spawn and forkserver CPython re-runs the caller's script in every child; conversion
+workers must not (see :mod:`chunkio.convert.procpool`), or a script without
+``if __name__ == "__main__":`` converts again in each worker and the pool breaks. Workers
+must also exit with the converting process (RELIABILITY row 10: no orphans), and each
+progress bar must print its final line once.
+
+The pools are forced on small inputs the documented way: ``workers=2`` and, for images,
+``image_check.POOL_MIN_SECONDS = 0.0`` set by the script before converting. Spawn is chosen
+by the script with ``multiprocessing.set_start_method("spawn", force=True)``, which chunkio
+honours (it never forks).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+from PIL import Image
+from test_convert_core import (
+    SlowSource,
+    assert_same_dataset,
+    read_all,
+    staging_of,
+    wait_for_manifest,
+)
+from test_convert_volumes import _case_files, _same_dataset
+from tqdm.auto import tqdm
+
+from chunkio.convert import run_conversion, write_arrays
+from chunkio.convert.images import convert_images
+from chunkio.convert.volumes import convert_volumes
+
+TESTS = str(Path(__file__).resolve().parent)
+#: every process a script starts inherits this variable: how leftovers are found
+MARKER = "CHUNKIO_PLAIN_SCRIPT_RUN"
+
+PRELUDE = f"""\
+import json
+import multiprocessing
+import sys
+
+sys.path.insert(0, {TESTS!r})
+from chunkio.convert import image_check, procpool
+
+if sys.argv[1] != "default":
+    multiprocessing.set_start_method(sys.argv[1], force=True)
+image_check.POOL_MIN_SECONDS = 0.0  # pools even for small folders
+
+POOLS = []  # the start method of every pool the conversion opens
+_init = procpool.ConversionPool.__init__
+
+
+def _counting_init(self, *args, **kwargs):
+    _init(self, *args, **kwargs)
+    POOLS.append(self.start_method)
+
+
+procpool.ConversionPool.__init__ = _counting_init
+print("start", flush=True)
+"""
+
+EPILOGUE = """
+print("pools", json.dumps(POOLS))
+print("done")
+"""
+
+IMAGES = """
+import chunkio
+
+chunkio.convert_images(sys.argv[2], sys.argv[3], size=16, workers=2)
+"""
+
+ARRAYS = """
+import numpy as np
+from chunkio import write_arrays
+
+rng = np.random.default_rng(0)
+data = {"x": rng.integers(0, 255, (300, 3, 4), dtype=np.uint8), "y": np.arange(300)}
+write_arrays(sys.argv[3], data, samples_per_chunk=10, workers=2)
+"""
+
+VOLUMES = """
+from chunkio.convert.volumes import convert_volumes
+
+n = len(sys.argv[2:]) // 2
+img, lab = sys.argv[2 : 2 + n], sys.argv[2 + n : -1]
+convert_volumes(img, sys.argv[-1], labels=lab, chunks=4, workers=2, progress=False)
+"""
+
+SLOW = """
+from test_convert_core import SlowSource
+from chunkio.convert import run_conversion
+
+r = run_conversion(
+    SlowSource(200, float(sys.argv[3])), sys.argv[2], samples_per_chunk=5, workers=2,
+    progress=False,
+)
+print("blocks", json.dumps([r.resumed_blocks, r.written_blocks]))
+"""
+
+
+def start_script(
+    tmp_path: Path, body: str, *args: str, method: str = "default"
+) -> tuple[subprocess.Popen[str], str]:
+    """Run ``PRELUDE + body + EPILOGUE`` as ``python -W error script.py method *args``."""
+    script = tmp_path / f"plain_{uuid.uuid4().hex[:8]}.py"
+    script.write_text(PRELUDE + body + EPILOGUE)
+    marker = uuid.uuid4().hex
+    proc = subprocess.Popen(
+        [sys.executable, "-W", "error", str(script), method, *args],
+        cwd=tmp_path,
+        env={**os.environ, MARKER: marker},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    return proc, marker
+
+
+def run_script(
+    tmp_path: Path, body: str, *args: str, method: str = "default"
+) -> tuple[list[str], str]:
+    """Run a plain script to the end; its stdout lines and stderr. Asserts it succeeded."""
+    proc, marker = start_script(tmp_path, body, *args, method=method)
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert_no_processes_left(marker, set())
+    return out.splitlines(), err
+
+
+def pools_and_body_ran_once(lines: list[str], method: str) -> list[str]:
+    assert lines.count("start") == 1, f"the script body ran more than once: {lines}"
+    assert lines.count("done") == 1, lines
+    pools = json.loads(next(x for x in lines if x.startswith("pools "))[len("pools ") :])
+    expected = "spawn" if method == "spawn" else "forkserver"
+    assert pools and set(pools) == {expected}, pools
+    return list(pools)
+
+
+def alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def marked(marker: str) -> list[psutil.Process]:
+    """Live processes started (directly or not) by the script run tagged ``marker``."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if alive(p) and p.environ().get(MARKER) == marker:
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def describe(procs: list[psutil.Process]) -> list[str]:
+    out = []
+    for p in procs:
+        try:
+            out.append(f"{p.pid} {' '.join(p.cmdline())[:120]}")
+        except psutil.Error:
+            out.append(f"{p.pid} (gone)")
+    return out
+
+
+def assert_no_processes_left(marker: str, recorded: set[psutil.Process], within: float = 5.0):
+    """Within ``within`` s, neither a recorded nor a ``marker``-tagged process is alive."""
+    deadline = time.monotonic() + within
+    while True:
+        left = [p for p in recorded if alive(p)] + marked(marker)
+        if not left:
+            return
+        if time.monotonic() > deadline:
+            message = f"processes left after {within} s: {describe(left)}"
+            for p in left:  # started by this test: do not leave them to the next ones
+                with contextlib.suppress(psutil.Error):
+                    p.kill()
+            raise AssertionError(message)
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """300 small JPEGs in three classes."""
+    root = tmp_path_factory.mktemp("photos")
+    rng = np.random.default_rng(0)
+    for i in range(300):
+        folder = root / f"class{i % 3}"
+        folder.mkdir(exist_ok=True)
+        pixels = rng.integers(0, 256, (20, 24, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(folder / f"{i:04d}.jpg", quality=90)
+    return root
+
+
+# -- plain scripts ---------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("method", ["default", "spawn"])
+def test_images_from_a_plain_script(method: str, photos: Path, tmp_path: Path) -> None:
+    dst = tmp_path / "photos.zarr"
+    lines, _ = run_script(tmp_path, IMAGES, str(photos), str(dst), method=method)
+    assert len(pools_and_body_ran_once(lines, method)) == 2, "check and write passes: pools"
+    ref = tmp_path / "ref.zarr"
+    convert_images(photos, ref, size=16, workers=1, progress=False)
+    assert_same_dataset(str(dst), str(ref))
+    assert read_all(str(dst))[0].num_samples == 300
+    assert not staging_of(dst).exists()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("method", ["default", "spawn"])
+def test_write_arrays_from_a_plain_script(method: str, tmp_path: Path) -> None:
+    dst = tmp_path / "arrays.h5"
+    lines, _ = run_script(tmp_path, ARRAYS, "-", str(dst), method=method)
+    assert len(pools_and_body_ran_once(lines, method)) == 1
+    rng = np.random.default_rng(0)
+    data = {"x": rng.integers(0, 255, (300, 3, 4), dtype=np.uint8), "y": np.arange(300)}
+    ref = tmp_path / "ref.h5"
+    write_arrays(ref, data, samples_per_chunk=10, progress=False)
+    assert_same_dataset(str(dst), str(ref))
+
+
+@pytest.mark.timeout(120)
+def test_volumes_from_a_plain_script(tmp_path: Path) -> None:
+    img, lab = _case_files(tmp_path, 4)
+    dst = tmp_path / "volumes.zarr"
+    lines, _ = run_script(tmp_path, VOLUMES, *img, *lab, str(dst))
+    assert len(pools_and_body_ran_once(lines, "default")) == 1
+    ref = tmp_path / "ref.zarr"
+    convert_volumes(img, ref, labels=lab, chunks=4, workers=1, progress=False)
+    _same_dataset(str(dst), str(ref))
+
+
+OWN_SOURCE = (
+    "\nfrom typing import Any\n\n"
+    + inspect.getsource(SlowSource)
+    + """
+def main():
+    from chunkio.convert import run_conversion
+
+    r = run_conversion(SlowSource(60), sys.argv[2], samples_per_chunk=5, workers=2)
+    print("blocks", json.dumps([r.resumed_blocks, r.written_blocks]))
+
+
+if sys.argv[3] == "guarded":
+    if __name__ == "__main__":
+        main()
+else:
+    main()
+"""
+)
+
+
+@pytest.mark.timeout(120)
+def test_a_source_defined_in_the_script_needs_and_works_with_a_main_guard(
+    tmp_path: Path,
+) -> None:
+    """Workers must import such a script: standard multiprocessing rules, and a clear hint."""
+    dst = tmp_path / "own.zarr"
+    lines, _ = run_script(tmp_path, OWN_SOURCE, str(dst), "guarded")
+    # each worker imports the script (its unguarded lines print "start" and "done" there)
+    assert [x for x in lines if x.startswith("blocks")] == ["blocks [0, 12]"], lines
+    assert 'pools ["forkserver"]' in lines, lines
+    run_conversion(SlowSource(60), tmp_path / "ref.zarr", samples_per_chunk=5, progress=False)
+    assert_same_dataset(str(dst), str(tmp_path / "ref.zarr"))
+    proc, marker = start_script(tmp_path, OWN_SOURCE, str(tmp_path / "bad.zarr"), "unguarded")
+    out, err = proc.communicate(timeout=100)
+    assert proc.returncode != 0 and "done" not in out.splitlines()
+    assert 'must start the conversion under `if __name__ == "__main__":`' in err, err
+    assert_no_processes_left(marker, set())
+
+
+# -- SIGKILL: no orphans, then resume -----------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("method", ["default", "spawn"])
+def test_sigkill_leaves_no_workers_forkserver_or_tracker(method: str, tmp_path: Path) -> None:
+    dst = tmp_path / "killed.zarr"
+    proc, marker = start_script(tmp_path, SLOW, str(dst), "0.1", method=method)
+    try:
+        wait_for_manifest(dst, 6, proc)  # both workers have finished blocks
+        converter = psutil.Process(proc.pid)
+        recorded = set(converter.children(recursive=True))
+        commands = [" ".join(p.cmdline()) for p in recorded]
+        assert sum("resource_tracker" in c for c in commands) == 1, commands
+        workers = [c for c in commands if "resource_tracker" not in c]
+        if method == "spawn":
+            assert len(workers) == 2 and all("spawn_main" in c for c in workers), commands
+        else:  # the forkserver, and the two workers it forked (same command line)
+            assert len(workers) == 3 and all("forkserver" in c for c in workers), commands
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        # before reading its pipes: leftover workers would hold them open
+        assert_no_processes_left(marker, recorded, within=5.0)
+        proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert not dst.exists()
+    done = staging_of(dst).joinpath("manifest.jsonl").read_text().count("\n")
+    lines, _ = run_script(tmp_path, SLOW, str(dst), "0", method=method)
+    pools_and_body_ran_once(lines, method)
+    resumed, written = json.loads(next(x for x in lines if x.startswith("blocks "))[7:])
+    assert resumed >= done and written > 0 and resumed + written == 40
+    ref = tmp_path / "ref.zarr"
+    run_conversion(SlowSource(200), ref, samples_per_chunk=5, progress=False)
+    assert_same_dataset(str(dst), str(ref))
+
+
+# -- progress --------------------------------------------------------------------------------
+
+
+def final_lines(err: str) -> list[str]:
+    """The lines of a captured stderr that draw a bar at 100%."""
+    return [s for s in err.replace("\r", "\n").splitlines() if "100%|" in s]
+
+
+def test_each_progress_bar_prints_its_final_line_once(
+    photos: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    from chunkio.convert import image_check, pipeline, volumes
+
+    # Draw on every update (as a slow conversion does): the last update then reaches 100%.
+    eager = functools.partial(tqdm, mininterval=0, miniters=1)
+    for module in (image_check, pipeline, volumes):
+        monkeypatch.setattr(module, "tqdm", eager)
+    convert_images(photos, tmp_path / "p.zarr", size=16, workers=1)
+    lines = final_lines(capsys.readouterr().err)
+    assert [x.split(":")[0] for x in lines] == ["check", "p.zarr"], lines
+    run_conversion(SlowSource(40), tmp_path / "s.zarr", samples_per_chunk=5)
+    lines = final_lines(capsys.readouterr().err)
+    assert [x.split(":")[0] for x in lines] == ["s.zarr"], lines
+    img, lab = _case_files(tmp_path, 3)
+    convert_volumes(img, tmp_path / "v.zarr", labels=lab, chunks=4, workers=1)
+    lines = final_lines(capsys.readouterr().err)
+    assert [x.split(":")[0] for x in lines] == ["v.zarr"], lines
