@@ -173,7 +173,7 @@ def _convert_images(args: argparse.Namespace) -> int:
         seed=args.seed,
     )
     skipped = getattr(result, "skipped", ())
-    print(f"wrote {result.num_samples} images to {result.path} ({result.seconds:.1f} s)")
+    print(_done(result, "images"))
     for item in skipped:
         print(f"skipped {item.path}: {item.reason}")
     return EXIT_OK
@@ -197,8 +197,14 @@ def _convert_volumes(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         **options,
     )
-    print(f"wrote {result.num_samples} volumes to {result.path} ({result.seconds:.1f} s)")
+    print(_done(result, "volumes"))
     return EXIT_OK
+
+
+def _done(result: Any, what: str) -> str:
+    if getattr(result, "unchanged", False):  # a rerun of a finished conversion: no I/O
+        return f"{result.path} is up to date: {result.num_samples} {what}, nothing to do"
+    return f"wrote {result.num_samples} {what} to {result.path} ({result.seconds:.1f} s)"
 
 
 def _human_bytes(n: int | None) -> str:
@@ -225,6 +231,7 @@ def format_info(d: dict[str, Any]) -> str:
         f"samples:           {d['num_samples']}",
         f"samples per chunk: {d['samples_per_chunk']} ({d['num_chunks']} chunks)",
         f"class names:       {'-' if classes is None else ', '.join(map(str, classes))}",
+        f"compression:       {', '.join(d.get('compression') or []) or '-'}",
         f"size on disk:      {_human_bytes(d['size_on_disk'])}",
         f"decoded size:      {_human_bytes(d['nbytes'])}"
         + ("" if ratio is None else f" (compression ratio {ratio:.2f})"),
@@ -232,14 +239,14 @@ def format_info(d: dict[str, Any]) -> str:
     skipped = d["extra"].get("skipped")
     if skipped:
         lines.append(f"skipped sources:   {len(skipped)}")
-    header = ("array", "shape", "dtype", "chunks", "codecs", "stored")
+    header = ("array", "shape", "dtype", "chunks", "compression", "stored")
     rows = [header] + [
         (
             name,
             "x".join(map(str, a["shape"])),
             a["dtype"],
             "x".join(map(str, a["chunks"])),
-            ",".join(a["codecs"]) or "-",
+            a["compression"]["name"] if a.get("compression") else ",".join(a["codecs"]) or "-",
             _human_bytes(a["stored_nbytes"]),
         )
         for name, a in d["arrays"].items()

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from torch.utils.data import Dataset, default_collate
+from torch.utils.data import Dataset
 
 from .backends import detect_format, open_reader
 from .batch import SampleBatch, to_tensor
@@ -80,7 +80,6 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
         trust_codecs: bool = False,
     ) -> None:
         self.location = os.fspath(path) if isinstance(path, os.PathLike) else path
-        self.format = detect_format(self.location)
         self.transform = transform
         self.batch_transform = batch_transform
         if cache_bytes < 0 or preload_bytes < 0:
@@ -93,7 +92,8 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
             "storage_options": dict(storage_options) if storage_options else None,
             "trust_codecs": bool(trust_codecs),
         }
-        self.layout = self._read_layout()
+        self.layout = self._read_layout()  # first: a missing path is DatasetNotFoundError
+        self.format = detect_format(self.location)
         self.grid = SampleGrid(self.layout.num_samples, self.layout.samples_per_chunk)
         self._single = isinstance(fields, str)
         names = [fields] if isinstance(fields, str) else fields
@@ -188,14 +188,23 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
         return self.transform(sample) if self.transform is not None else sample
 
     def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
+        """Samples ``indices`` as one :class:`~chunkio.batch.SampleBatch`.
+
+        Both :func:`chunkio.collate` (no copy) and torch's ``default_collate`` (which sees
+        the list of samples) turn it into the batch; with a ``transform`` it holds the
+        transformed samples, with a ``batch_transform`` it splits the transformed batch.
+        """
         columns = {k: to_tensor(v) for k, v in self.read_batch(indices).items()}
         n = len(indices)
-        if self.transform is not None:
+        if self.transform is not None and n:
             samples = [
                 self.transform(self._arrange({k: v[j] for k, v in columns.items()}))
                 for j in range(n)
             ]
-            collated = default_collate(samples) if n else self._arrange(columns)
+            batch = SampleBatch.from_samples(samples)
+            if self.batch_transform is None:
+                return batch
+            collated = batch.collated
         else:
             collated = self._arrange(columns)
         if self.batch_transform is not None:

@@ -70,8 +70,17 @@ def _open(path: Any) -> tuple[Reader, dict[str, Any]]:
         raise
 
 
+def _compression(info: ArrayInfo) -> dict[str, Any] | None:
+    """The array's codec, level and checksum as chunkio names them (``"lz4"``, ``"zstd"``,
+    ``"blosc-lz4"``, ``"gzip"``, ``"none"``; ``"crc32c"``, ``"fletcher32"``)."""
+    c = info.compression
+    if c is None:
+        return None
+    return {"codec": c.codec, "level": c.level, "checksum": c.checksum, "name": str(c)}
+
+
 def _codec_names(info: ArrayInfo) -> list[str]:
-    """Readable codec names: Zarr codecs are stored as JSON, HDF5 filters as names."""
+    """The stored codecs, as the backend names them: Zarr codecs (JSON), HDF5 filters."""
     names = []
     for codec in info.codecs:
         try:
@@ -102,10 +111,17 @@ def info(path: Any) -> dict[str, Any]:
 
     Keys: ``path``, ``format``, ``complete``, ``num_samples``, ``samples_per_chunk``,
     ``num_chunks``, ``class_names``, ``fields`` (name -> dtype, sample shape, kind),
-    ``arrays`` (name -> shape, dtype, chunks, codecs, checksum, bytes, stored bytes),
+    ``arrays`` (name -> shape, dtype, chunks, ``compression``, codecs, checksum, bytes,
+    stored bytes), ``compression`` (the distinct ``arrays[...]["compression"]["name"]``),
     ``nbytes`` (decoded), ``stored_nbytes`` (chunk bytes), ``compression_ratio``,
     ``size_on_disk`` (every file, metadata included; ``None`` when not local) and ``extra``.
     An incomplete dataset is described too (``complete`` is false).
+
+    ``compression`` names codecs as :class:`~chunkio.backends.Compression` does: ``codec``
+    (``"lz4"``, ``"zstd"``, ``"blosc-lz4"``, ``"blosc-zstd"``, ``"gzip"``, ``"none"``),
+    ``level`` (``None`` where the format keeps none), ``checksum`` (``"crc32c"``,
+    ``"fletcher32"`` or ``None``) and ``name``, e.g. ``"lz4(5)+crc32c"``; ``codecs`` keeps the
+    backend's own description (Zarr codec JSON, HDF5 filter names).
 
     Examples
     --------
@@ -115,6 +131,8 @@ def info(path: Any) -> dict[str, Any]:
     >>> d = info("memory://info-doc")
     >>> d["num_samples"], d["num_chunks"], d["arrays"]["x"]["chunks"], d["complete"]
     (8, 2, [4, 4], True)
+    >>> d["arrays"]["x"]["compression"]["codec"]
+    'lz4'
     """
     reader, attrs = _open(path)
     try:
@@ -123,12 +141,15 @@ def info(path: Any) -> dict[str, Any]:
         for name in reader.array_names():
             a = reader.array_info(name)
             codecs = _codec_names(a)
+            compression = _compression(a)
             arrays[name] = {
                 "shape": list(a.shape),
                 "dtype": str(a.dtype),
                 "chunks": list(a.chunks),
+                "compression": compression,
                 "codecs": codecs,
-                "checksum": any(c.startswith(("crc32c", "fletcher32")) for c in codecs),
+                "checksum": any(c.startswith(("crc32c", "fletcher32")) for c in codecs)
+                or bool(compression and compression["checksum"]),
                 "nbytes": a.nbytes,
                 "stored_nbytes": a.stored_nbytes,
             }
@@ -144,6 +165,9 @@ def info(path: Any) -> dict[str, Any]:
             "class_names": None if layout.class_names is None else list(layout.class_names),
             "fields": {f.name: f.to_json() for f in layout.fields},
             "arrays": arrays,
+            "compression": sorted(
+                {a["compression"]["name"] for a in arrays.values() if a["compression"]}
+            ),
             "nbytes": nbytes,
             "stored_nbytes": stored,
             "compression_ratio": round(nbytes / stored, 3) if stored else None,

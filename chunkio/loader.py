@@ -18,6 +18,7 @@ Routes (``ChunkLoader.transport`` tells which one a loader took):
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any, Literal, Protocol
 
@@ -345,7 +346,8 @@ def make_loader(
         Keep workers (and the ring) across epochs; stopped by :meth:`ChunkLoader.close` or
         when the loader is garbage collected.
     pin_memory
-        Page-lock host batches (default: ``torch.cuda.is_available()``).
+        Page-lock host batches (default: ``torch.cuda.is_available()``). Pinning needs CUDA:
+        ``True`` without it warns once (``UserWarning``) and is skipped.
     multiprocessing_context
         ``"fork"``, ``"spawn"``, ``"forkserver"``, a context, or ``None`` for the default.
     timeout
@@ -413,6 +415,13 @@ def make_loader(
         context=multiprocessing_context,
         timeout=float(timeout),
     )
+    if pin_memory and not torch.cuda.is_available():
+        warnings.warn(
+            "make_loader(pin_memory=True): pinning page-locks memory for CUDA copies, and "
+            "CUDA is not available here; batches are not pinned",
+            UserWarning,
+            stacklevel=2,
+        )
     pin = torch.cuda.is_available() and (pin_memory is not False or to_cuda)
     route = _make_route(name, dataset, sampler, num_workers=num_workers, options=options, pin=pin)
     return ChunkLoader(

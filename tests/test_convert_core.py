@@ -366,14 +366,14 @@ def test_existing_destination(tmp_path: Path) -> None:
         layout, out = read_all(str(dst))
         assert layout.field_names == ("w",) and out["w"].tolist() == list(range(20))
     write_arrays("memory://exists", {"v": np.arange(3)})
-    with pytest.raises(DestinationExistsError):
-        write_arrays("memory://exists", {"v": np.arange(3)})
+    with pytest.raises(DestinationExistsError):  # other data (the same: see test_rerun_...)
+        write_arrays("memory://exists", {"v": np.arange(4)})
     write_arrays("memory://exists", {"v": np.arange(5)}, overwrite=True)
-    (tmp_path / "notes").mkdir()
-    (tmp_path / "notes" / "todo.txt").write_text("keep me")
+    (tmp_path / "notes.zarr").mkdir()
+    (tmp_path / "notes.zarr" / "todo.txt").write_text("keep me")
     with pytest.raises(DestinationExistsError, match="refusing"):
-        write_arrays(tmp_path / "notes", {"v": np.arange(3)}, overwrite=True)
-    assert (tmp_path / "notes" / "todo.txt").read_text() == "keep me"
+        write_arrays(tmp_path / "notes.zarr", {"v": np.arange(3)}, overwrite=True)
+    assert (tmp_path / "notes.zarr" / "todo.txt").read_text() == "keep me"
 
 
 # -- parallel execution ----------------------------------------------------------------------

@@ -83,8 +83,9 @@ def test_imagefolder_reads_back_the_pillow_pixels(folder: Path, tmp_path: Path, 
 def test_rejects_an_existing_destination(folder: Path, tmp_path: Path) -> None:
     dst = tmp_path / "out.zarr"
     convert_images(folder, dst, workers=1, progress=False)
-    with pytest.raises(DestinationExistsError):
-        convert_images(folder, dst, workers=1, progress=False)
+    assert convert_images(folder, dst, workers=1, progress=False).unchanged  # the same rerun
+    with pytest.raises(DestinationExistsError, match='option mode was "RGB", now "L"'):
+        convert_images(folder, dst, workers=1, progress=False, mode="L")
     convert_images(folder, dst, workers=1, progress=False, overwrite=True, mode="L")
     assert ChunkDataset(dst).layout.field("image").sample_shape == (1, 24, 32)
 

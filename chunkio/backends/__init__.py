@@ -1,9 +1,11 @@
 """Storage backends behind one small protocol (:mod:`chunkio.backends.base`).
 
-``open_reader`` / ``open_writer`` pick the backend from the location: ``memory://NAME`` is the
-in-memory reference; paths ending in ``.h5``/``.hdf5``/``.hdf`` (or files starting with the
-HDF5 signature) are HDF5; everything else - a local path, a URL, or a zarr store object - is
-Zarr v3.
+``open_reader`` / ``open_writer`` pick the backend from the location (:func:`detect_format`):
+``memory://NAME`` is the in-memory reference; ``.h5``/``.hdf5``/``.hdf``/``.he5`` paths (or
+existing files starting with the HDF5 signature) are HDF5; ``.zarr`` paths, existing Zarr v3
+group directories, URLs other than ``memory://`` and zarr store objects are Zarr v3. Any
+other path is refused with :class:`UnknownFormatError` rather than guessed: ``out.npz``
+silently becoming a Zarr directory is never what was meant.
 """
 
 from __future__ import annotations
@@ -12,14 +14,17 @@ import os
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from ..errors import DatasetNotFoundError
-from .base import ArrayInfo, Compression, Reader, Writer
+from ..errors import DatasetNotFoundError, FormatError
+from .base import ArrayInfo, CodecInfo, Compression, Reader, Writer
 
 __all__ = [
+    "ACCEPTED_LOCATIONS",
     "ArrayInfo",
+    "CodecInfo",
     "Compression",
     "Format",
     "Reader",
+    "UnknownFormatError",
     "Writer",
     "detect_format",
     "open_reader",
@@ -29,27 +34,80 @@ __all__ = [
 Format = Literal["zarr", "hdf5", "memory"]
 
 _HDF5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5")
+_ZARR_SUFFIXES = (".zarr",)
 _HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+#: what :func:`detect_format` accepts, for error messages
+ACCEPTED_LOCATIONS = (
+    "a '.zarr' directory, an HDF5 file ('.h5', '.hdf5', '.hdf', '.he5'), 'memory://NAME', "
+    "a URL zarr understands (s3://, gs://, ...) or a zarr store object"
+)
+
+
+class UnknownFormatError(FormatError):
+    """A location that names no storage format chunkio knows (e.g. ``out.npz``, ``out``).
+
+    A :class:`~chunkio.errors.FormatError`, hence also a ``ValueError``.
+    """
 
 
 def detect_format(location: Any) -> Format:
-    """Which backend serves ``location``.
+    """Which backend serves ``location``; :class:`UnknownFormatError` if none does.
+
+    A path without a known suffix is accepted only where it already holds an HDF5 file or a
+    Zarr v3 group; anything else (``out.npz``, ``out.tiff``, a new ``out``) is refused, with
+    the accepted suffixes named.
 
     >>> detect_format("data/train.h5"), detect_format("data/train.zarr")
     ('hdf5', 'zarr')
+    >>> detect_format("memory://x"), detect_format("s3://bucket/train")
+    ('memory', 'zarr')
     """
     if not isinstance(location, (str, os.PathLike)):
         return "zarr"  # a zarr Store object
     text = os.fspath(location)
     if text.startswith("memory://"):
         return "memory"
-    if text.lower().endswith(_HDF5_SUFFIXES):
+    name = text.rstrip("/").lower()  # "x.zarr/" names the directory x.zarr
+    if name.endswith(_HDF5_SUFFIXES):
         return "hdf5"
-    if os.path.isfile(text):
-        with open(text, "rb") as fh:
+    if name.endswith(_ZARR_SUFFIXES):
+        return "zarr"
+    if "://" in text and not text.startswith("file://"):
+        return "zarr"  # a remote URL: zarr (fsspec) resolves it
+    return _detect_local(text, text.removeprefix("file://"))
+
+
+def _detect_local(text: str, path: str) -> Format:
+    """An existing HDF5 file or Zarr v3 group without a telling suffix, or refuse ``text``."""
+    found = "nothing exists there to look at"
+    if os.path.isfile(path):
+        with open(path, "rb") as fh:
             if fh.read(8) == _HDF5_SIGNATURE:
                 return "hdf5"
-    return "zarr"
+        found = "it is a file, but not an HDF5 file"
+    elif os.path.isdir(path):
+        if os.path.isfile(os.path.join(path, "zarr.json")):
+            return "zarr"
+        found = "it is a directory, but not a Zarr v3 group (no zarr.json)"
+    suffix = os.path.splitext(path.rstrip("/"))[1]
+    what = f"the suffix {suffix!r}" if suffix else "a name without a suffix"
+    raise UnknownFormatError(
+        f"{text}: cannot tell the storage format from {what} ({found}); chunkio accepts "
+        f"{ACCEPTED_LOCATIONS} (a conversion also takes format='zarr' or 'hdf5')"
+    )
+
+
+def _missing_local(location: Any) -> str | None:
+    """The path of a local ``location`` that does not exist, else None."""
+    if not isinstance(location, (str, os.PathLike)):
+        return None
+    text = os.fspath(location)
+    if text.startswith("file://"):
+        text = text.removeprefix("file://")
+    elif "://" in text:
+        return None
+    return None if os.path.exists(text) else text
 
 
 def open_reader(
@@ -59,6 +117,9 @@ def open_reader(
     trust_codecs: bool = False,
 ) -> Reader:
     """Open ``location`` read-only with the backend :func:`detect_format` picks."""
+    missing = _missing_local(location)
+    if missing is not None:
+        raise DatasetNotFoundError(f"no dataset at {missing}")
     fmt = detect_format(location)
     if fmt == "memory":
         from ._memory import MemoryReader
@@ -70,9 +131,7 @@ def open_reader(
         return HDF5Reader(os.fspath(location), trust_codecs=trust_codecs)
     from ._zarr import ZarrReader
 
-    if isinstance(location, (str, os.PathLike)) and "://" not in os.fspath(location):
-        if not os.path.exists(location):
-            raise DatasetNotFoundError(f"no dataset at {os.fspath(location)}")
+    if isinstance(location, os.PathLike):
         location = os.fspath(location)
     return ZarrReader(location, storage_options=storage_options, trust_codecs=trust_codecs)
 

@@ -27,9 +27,9 @@ from ..errors import (
     MissingChunkError,
     UnsafeInputError,
 )
-from .base import ArrayInfo, Compression, check_region, coalesce
+from .base import ArrayInfo, CodecInfo, Compression, check_region, coalesce
 
-__all__ = ["HDF5Reader", "HDF5Writer", "open_hdf5_readers"]
+__all__ = ["HDF5Reader", "HDF5Writer", "open_hdf5_readers", "write_canonical"]
 
 #: HDF5 filter ids chunkio decodes: deflate, shuffle, fletcher32, lz4, blosc, zstd
 SAFE_FILTERS = {
@@ -95,18 +95,49 @@ def _hdf5_filters(c: Compression) -> dict[str, Any]:
     return kw
 
 
+#: Blosc's compressor codes, as the HDF5 Blosc filter stores them (its 7th cd_value)
+_BLOSC_NAMES = {0: "blosclz", 1: "lz4", 2: "lz4hc", 3: "snappy", 4: "zlib", 5: "zstd"}
+
+
+def _codec_info(plist: Any) -> CodecInfo:
+    """A dataset's filter pipeline in chunkio's names (the inverse of :func:`_hdf5_filters`)."""
+    codec, level, checksum = "none", None, None
+    for i in range(plist.get_nfilters()):
+        fid, _flags, values, _name = plist.get_filter(i)
+        if fid == 3:
+            checksum = "fletcher32"
+        elif fid == 2:
+            continue  # byte shuffle: chunkio never adds it, it compresses nothing by itself
+        elif fid == 32004:
+            codec, level = "lz4", None  # the HDF5 LZ4 filter has no level
+        elif fid in (1, 32015):
+            codec, level = ("gzip" if fid == 1 else "zstd"), (int(values[0]) if values else None)
+        elif fid == 32001 and len(values) >= 7:
+            codec, level = f"blosc-{_BLOSC_NAMES.get(values[6], values[6])}", int(values[4])
+        else:
+            codec, level = SAFE_FILTERS.get(fid, f"filter-{fid}"), None
+    return CodecInfo(codec, level, checksum)
+
+
 def _decode_attrs(attrs: Any) -> dict[str, Any]:
-    """HDF5 attributes -> plain Python (the ``chunkio`` attribute is stored as JSON text)."""
+    """HDF5 attributes -> plain Python (``chunkio*`` objects are stored as JSON text)."""
     out: dict[str, Any] = {}
     for key, value in attrs.items():
         if isinstance(value, bytes):
             value = value.decode()
-        if isinstance(value, str) and key == "chunkio":
-            value = json.loads(value)
+        if isinstance(value, str) and key.startswith("chunkio"):
+            value = json.loads(value) if key == "chunkio" else _json_or_text(value)
         elif isinstance(value, np.generic):
             value = value.item()
         out[key] = value
     return out
+
+
+def _json_or_text(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 class HDF5Reader:
@@ -219,6 +250,7 @@ class HDF5Reader:
             chunks=tuple(d.chunks or d.shape),
             codecs=filters,
             stored_nbytes=int(d.id.get_storage_size()),
+            compression=_codec_info(plist),
         )
 
     def read_into(
@@ -377,3 +409,53 @@ class HDF5Writer:
     def close(self) -> None:
         if self._file.id.valid:
             self._file.close()
+
+
+def write_canonical(src: str, dst: str) -> None:
+    """Copy the chunkio HDF5 file ``src`` to a new file ``dst`` whose bytes depend only on
+    its content: attributes, arrays and chunks in sorted order, chunks copied as stored.
+
+    Where a chunk lands in an HDF5 file depends on the order chunks were written and on the
+    space a killed writer leaked, so a resumed or parallel conversion would otherwise differ
+    byte for byte from an uninterrupted one. Nothing is decoded or re-encoded: each chunk's
+    stored bytes move as they are (:meth:`h5py.h5d.DatasetID.read_direct_chunk`). With the
+    same HDF5 library, equal content gives equal files.
+    """
+    with h5py.File(src, "r") as fin, h5py.File(dst, "w") as fout:
+        _copy_attrs(fin.attrs, fout.attrs)
+        for name in sorted(fin):
+            link = fin.get(name, getlink=True)
+            obj = fin[name]
+            if not isinstance(link, h5py.HardLink) or not isinstance(obj, h5py.Dataset):
+                raise FormatError(f"{src}: {name!r} is not an array; chunkio files hold arrays")
+            _copy_dataset(obj, fout, name)
+
+
+def _copy_attrs(src: Any, dst: Any) -> None:
+    for key in sorted(src):
+        dst.create(key, src[key], dtype=src.get_id(key).dtype)
+
+
+def _copy_dataset(d: h5py.Dataset, fout: h5py.File, name: str) -> None:
+    dcpl = d.id.get_create_plist()
+    dcpl.set_obj_track_times(False)  # no creation or modification times in the file
+    out = h5py.Dataset(
+        h5py.h5d.create(fout.id, name.encode(), d.id.get_type(), d.id.get_space(), dcpl=dcpl)
+    )
+    _copy_attrs(d.attrs, out.attrs)
+    if d.chunks is None:
+        out[...] = d[...]
+        return
+    for offset in _stored_chunk_offsets(d):
+        mask, data = d.id.read_direct_chunk(offset)
+        out.id.write_direct_chunk(offset, data, mask)
+
+
+def _stored_chunk_offsets(d: h5py.Dataset) -> list[tuple[int, ...]]:
+    """Offsets of every stored chunk of ``d``, sorted."""
+    found: list[tuple[int, ...]] = []
+    if hasattr(d.id, "chunk_iter"):  # one pass (HDF5 >= 1.14); get_chunk_info(i) searches
+        d.id.chunk_iter(lambda info: found.append(tuple(info.chunk_offset)))
+    else:  # pragma: no cover - older HDF5
+        found = [tuple(d.id.get_chunk_info(i).chunk_offset) for i in range(d.id.get_num_chunks())]
+    return sorted(found)

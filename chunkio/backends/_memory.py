@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import DatasetNotFoundError, FormatError, MissingChunkError
-from .base import ArrayInfo, Compression, check_region
+from .base import ArrayInfo, CodecInfo, Compression, check_region
 
 __all__ = ["MemoryReader", "MemoryStore", "MemoryWriter", "delete_memory_store", "memory_store"]
 
@@ -73,7 +73,15 @@ class MemoryReader:
 
     def array_info(self, name: str) -> ArrayInfo:
         a = self._get(name)
-        return ArrayInfo(name, a.data.shape, a.data.dtype, a.chunks, (a.compression.codec,))
+        c = a.compression
+        return ArrayInfo(
+            name,
+            a.data.shape,
+            a.data.dtype,
+            a.chunks,
+            (c.codec,),
+            compression=CodecInfo(c.codec, None if c.codec == "none" else c.level, None),
+        )
 
     def read_into(
         self, name: str, ranges: Sequence[tuple[int, int]], out: npt.NDArray[Any]

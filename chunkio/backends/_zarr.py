@@ -25,9 +25,9 @@ from ..errors import (
 )
 from ._zarr_local import LocalChunkDecoder
 from ._zarr_region import RegionDecoder
-from .base import ArrayInfo, Compression, check_region, coalesce
+from .base import ArrayInfo, CodecInfo, Compression, check_region, coalesce
 
-__all__ = ["ZarrReader", "ZarrWriter", "zarr_compressors"]
+__all__ = ["ZarrReader", "ZarrWriter", "codec_info", "zarr_compressors"]
 
 #: codecs whose decoding cannot run code; anything else (e.g. numcodecs.pickle) is refused
 SAFE_CODECS = frozenset({"bytes", "zstd", "blosc", "gzip", "crc32c", "transpose"})
@@ -48,6 +48,31 @@ def zarr_compressors(c: Compression) -> list[Any]:
     if c.checksum:
         chain.append(Crc32cCodec())
     return chain
+
+
+def codec_info(codecs: Sequence[Mapping[str, Any]]) -> CodecInfo:
+    """The inverse of :func:`zarr_compressors`: a codec chain in chunkio's names.
+
+    >>> str(codec_info([{"name": "bytes"}, {"name": "blosc", "configuration": {
+    ...     "cname": "lz4", "clevel": 5, "shuffle": "noshuffle"}}, {"name": "crc32c"}]))
+    'lz4(5)+crc32c'
+    """
+    names = [str(c.get("name")) for c in codecs]
+    checksum = "crc32c" if "crc32c" in names else None
+    compressors = [c for c in codecs if c.get("name") in ("zstd", "blosc", "gzip")]
+    if not compressors:
+        return CodecInfo("none", None, checksum)
+    if len(compressors) > 1:
+        return CodecInfo("+".join(str(c["name"]) for c in compressors), None, checksum)
+    name = str(compressors[0]["name"])
+    conf = compressors[0].get("configuration") or {}
+    level = conf.get("level", conf.get("clevel"))
+    if name == "blosc":
+        cname = str(conf.get("cname"))
+        # chunkio's "lz4" is Blosc-LZ4 without shuffle; "blosc-lz4" adds bitshuffle
+        plain = cname == "lz4" and conf.get("shuffle") == "noshuffle"
+        name = "lz4" if plain else f"blosc-{cname}"
+    return CodecInfo(name, None if level is None else int(level), checksum)
 
 
 def _opts(storage_options: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -178,6 +203,7 @@ class ZarrReader:
                 chunks=tuple(arr.chunks),
                 codecs=tuple(json.dumps(c, sort_keys=True) for c in meta.get("codecs") or []),
                 stored_nbytes=int(arr.nbytes_stored()),
+                compression=codec_info(meta.get("codecs") or []),
             )
             self._infos[name] = info
         return info

@@ -17,6 +17,7 @@ import numpy.typing as npt
 
 __all__ = [
     "ArrayInfo",
+    "CodecInfo",
     "Compression",
     "Reader",
     "Writer",
@@ -59,8 +60,34 @@ class Compression:
 
 
 @dataclass(frozen=True)
+class CodecInfo:
+    """How an array's chunks are encoded, named as :class:`Compression` names it.
+
+    ``codec`` is one of :data:`CODECS` when the stored codecs are ones chunkio writes (other
+    compressors keep their stored name, e.g. ``"blosc-zlib"``); ``level`` is ``None`` where
+    the format records none (HDF5's LZ4 filter); ``checksum`` is ``"crc32c"`` (Zarr),
+    ``"fletcher32"`` (HDF5) or ``None``.
+
+    >>> str(CodecInfo("lz4", 5, "crc32c")), str(CodecInfo("none", None, None))
+    ('lz4(5)+crc32c', 'none')
+    """
+
+    codec: str
+    level: int | None = None
+    checksum: str | None = None
+
+    def __str__(self) -> str:
+        level = "" if self.level is None else f"({self.level})"
+        return self.codec + level + ("" if self.checksum is None else f"+{self.checksum}")
+
+
+@dataclass(frozen=True)
 class ArrayInfo:
-    """Shape, dtype, chunking and encoding of one stored array."""
+    """Shape, dtype, chunking and encoding of one stored array.
+
+    ``codecs`` are the backend's own descriptions (Zarr codec JSON, HDF5 filter names);
+    ``compression`` says the same in chunkio's terms.
+    """
 
     name: str
     shape: tuple[int, ...]
@@ -68,6 +95,7 @@ class ArrayInfo:
     chunks: tuple[int, ...]
     codecs: tuple[str, ...]
     stored_nbytes: int | None = None
+    compression: CodecInfo | None = None
 
     @property
     def nbytes(self) -> int:

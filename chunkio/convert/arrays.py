@@ -10,13 +10,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..backends import Compression, Format
+from ..backends import Compression, Format, detect_format
 from ..backends.base import DEFAULT_CODEC
 from ..errors import SourceError
 from ..layout import FieldInfo
 from ..names import validate_field_name
 from .chunking import DEFAULT_CHUNK_BYTES, choose_samples_per_chunk
 from .pipeline import ConversionResult, run_conversion
+from .rerun import Request, compression_option
 from .shuffling import check_order_options, gather_rows, order_extra, shuffled
 
 __all__ = ["SHUFFLED_BLOCK_BYTES", "ArraySource", "write_arrays"]
@@ -159,10 +160,14 @@ class ArraySource:
             )
         self.num_samples = next(iter(lengths.values()))
         self.fields: tuple[FieldInfo, ...] = tuple(fields)
+        self._fingerprint: str | None = None
 
     def fingerprint(self) -> str:
-        text = "|".join(f"{n}={_fingerprint(a)}" for n, a in self._arrays.items())
-        return hashlib.sha256(text.encode()).hexdigest()
+        # Computed once: hashing NumPy content is the cost of a rerun's check and of a resume.
+        if self._fingerprint is None:
+            text = "|".join(f"{n}={_fingerprint(a)}" for n, a in self._arrays.items())
+            self._fingerprint = hashlib.sha256(text.encode()).hexdigest()
+        return self._fingerprint
 
     def read_block(self, start: int, stop: int) -> dict[str, npt.NDArray[Any]]:
         out = {}
@@ -264,6 +269,10 @@ def write_arrays(
     Returns
     -------
     ConversionResult
+        ``unchanged`` when ``dst`` already holds this very dataset: the same arrays (NumPy
+        content; h5py files by size and modification time; zarr and dask arrays by their
+        metadata and graph) written with the same options. Anything else at ``dst`` raises
+        :class:`~chunkio.errors.DestinationExistsError` unless ``overwrite``.
 
     Examples
     --------
@@ -287,6 +296,19 @@ def write_arrays(
         compression = Compression(codec=compression, checksum=checksum)
     valid = isinstance(samples_per_chunk, int) and samples_per_chunk >= 1  # else: rejected below
     block_chunks = source.block_chunks(samples_per_chunk, shuffled=shuffle) if valid else 1
+    options = {
+        "format": format or detect_format(dst),
+        "samples_per_chunk": samples_per_chunk if valid else None,
+        "compression": compression_option(compression),
+        "shuffle": bool(shuffle),
+        "seed": int(seed) if shuffle else None,
+        "class_names": None if class_names is None else [str(c) for c in class_names],
+        "extra": dict(extra or {}),
+    }
+    try:
+        request = Request("arrays", source.fingerprint(), options)
+    except TypeError as err:  # extra that JSON cannot hold
+        raise TypeError(f"extra must be JSON-serialisable; got {extra!r}: {err}") from err
     return run_conversion(
         shuffled(source, shuffle=shuffle, seed=seed),
         dst,
@@ -300,4 +322,5 @@ def write_arrays(
         client=client,
         progress=progress,
         block_chunks=block_chunks,
+        request=request,
     )

@@ -50,12 +50,18 @@ holds a random mix of classes rather than one class folder after another.
 
 Skipped files are listed, with reasons, in ``extra["skipped"]`` and in the returned
 :class:`ImageConversionResult`.
+
+Rerunning a finished conversion is cheap: before the check pass, the listing (every file's
+path, size and modification time, one ``stat`` each, nothing decoded) and the options are
+compared with the record the complete destination keeps (:mod:`chunkio.convert.rerun`).
+Equal: the result is returned as it is (``unchanged``); different: refused, naming what changed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -64,16 +70,18 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..backends import Compression, Format
+from ..backends import Compression, Format, detect_format
 from ..backends.base import DEFAULT_CODEC
 from ..errors import SourceError
-from ..layout import FieldInfo
+from ..grid import SampleGrid
+from ..layout import DatasetLayout, FieldInfo
 from ..provenance import decode_paths
 from . import image_check
 from .chunking import choose_samples_per_chunk
 from .decode import DecodePolicy, ImageMode, Probe, ResizeMode, load_image
 from .image_check import Checked, check_all
 from .pipeline import ConversionResult, run_conversion
+from .rerun import Request, compression_option, display, file_listing, reuse_complete
 from .scan import ImageEntry, OnError, ScanResult, Skipped, scan_folder, scan_paths
 from .shuffling import SOURCE_INDEX, check_order_options, order_extra, shuffled
 
@@ -329,19 +337,44 @@ def convert_images(
     Returns
     -------
     ImageConversionResult
+        ``unchanged`` when ``dst`` already holds this very conversion: the same files (paths,
+        sizes, modification times) converted with the same options. It is then returned
+        without checking or reading any image.
 
     Raises
     ------
     SourceError
         No usable images, a bad file under ``on_error="raise"`` (the message names it), or
         images whose modes or bit depths cannot share one array.
+    DestinationExistsError
+        ``dst`` holds anything but this conversion's complete result (the message names what
+        differs), and ``overwrite`` is false.
     """
+    started = time.perf_counter()
     check_order_options(shuffle, seed)
     policy = DecodePolicy(mode, _normalise_size(size), resize)
     workers = _default_workers() if workers is None else workers
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be None or an int >= 1; got {workers!r}")
+    if not isinstance(compression, Compression):
+        compression = Compression(codec=compression, checksum=checksum)
     scan, layout_kind = _scan(src, labels, on_error)
+    fmt: Format = format or detect_format(dst)
+    options = {
+        "format": fmt,
+        "size": policy.size,
+        "resize": policy.resize,
+        "mode": policy.mode,
+        "on_error": on_error,
+        "samples_per_chunk": samples_per_chunk,
+        "compression": compression_option(compression),
+        "shuffle": bool(shuffle),
+        "seed": int(seed) if shuffle else None,
+    }
+    request = Request("images", _listing(scan, layout_kind), options)
+    done = reuse_complete(dst, fmt, request, overwrite=overwrite)
+    if done is not None:  # this very conversion, complete: nothing to check or write
+        return _unchanged(display(dst), fmt, done, time.perf_counter() - started)
     paths = [e.path for e in scan.entries]
     checked, timing = check_all(paths, policy, workers=workers, client=client, progress=progress)
     entries, good, bad = _partition(scan.entries, checked, on_error)
@@ -353,8 +386,6 @@ def convert_images(
     estimate = timing.per_file * _WRITE_PER_CHECK * source.num_samples
     if client is None and estimate < image_check.POOL_MIN_SECONDS:
         workers = 1
-    if not isinstance(compression, Compression):
-        compression = Compression(codec=compression, checksum=checksum)
     extra = _extra(scan, layout_kind, source, good, skipped)
     if shuffle:
         extra["source"]["fields"][SOURCE_INDEX] = "position in the sorted file listing"
@@ -371,10 +402,39 @@ def convert_images(
         client=client,
         progress=progress,
         block_chunks=_block_chunks(source, spc, workers),
+        request=request,
     )
     base = {f.name: getattr(result, f.name) for f in fields(result)}
     return ImageConversionResult(
         **base, skipped=skipped, ignored=scan.ignored, class_names=scan.class_names
+    )
+
+
+def _listing(scan: ScanResult, layout_kind: str) -> str:
+    """The scanned listing, each file with its size and mtime: one stat per file."""
+    root = None if scan.root is None else os.path.abspath(scan.root)
+    head = (layout_kind, root, scan.class_names, scan.ignored, [s.to_json() for s in scan.skipped])
+    return file_listing(head, [(e.path, (e.rel, e.label)) for e in scan.entries])
+
+
+def _unchanged(
+    path: str, fmt: Format, layout: DatasetLayout, seconds: float
+) -> ImageConversionResult:
+    """The result of a conversion found complete at its destination."""
+    extra = layout.extra
+    return ImageConversionResult(
+        path=path,
+        format=fmt,
+        num_samples=layout.num_samples,
+        samples_per_chunk=layout.samples_per_chunk,
+        fields=layout.fields,
+        resumed_blocks=SampleGrid(layout.num_samples, layout.samples_per_chunk).num_chunks,
+        written_blocks=0,
+        seconds=seconds,
+        unchanged=True,
+        skipped=tuple(Skipped(str(s["path"]), str(s["reason"])) for s in extra.get("skipped", [])),
+        ignored=int(extra.get("ignored", 0)),
+        class_names=layout.class_names,
     )
 
 

@@ -31,6 +31,7 @@ from .chunking import choose_samples_per_chunk
 from .executor import execute
 from .plan import ConversionPlan
 from .ragged import RaggedPlan
+from .rerun import REQUEST_KEY, Request, compression_option, display, reuse_complete
 from .staging import Destination, open_destination
 from .worker import Block, flush
 
@@ -64,7 +65,13 @@ class BlockSource(Protocol):
 
 @dataclass(frozen=True)
 class ConversionResult:
-    """What :func:`run_conversion` wrote, and how much of it an earlier run had done."""
+    """What :func:`run_conversion` wrote, and how much of it an earlier run had done.
+
+    ``unchanged`` is true when the destination already held this very conversion, complete
+    (same sources, same options): nothing was read or written, ``written_blocks`` is 0 and
+    ``resumed_blocks`` counts every block (:func:`~chunkio.convert.images.convert_images`,
+    which decides its blocks only after checking every file: every chunk).
+    """
 
     path: str
     format: Format
@@ -74,6 +81,7 @@ class ConversionResult:
     resumed_blocks: int
     written_blocks: int
     seconds: float
+    unchanged: bool = False
 
 
 def run_conversion(
@@ -90,8 +98,12 @@ def run_conversion(
     client: Any = None,
     progress: bool = True,
     block_chunks: int = 1,
+    request: Request | None = None,
 ) -> ConversionResult:
     """Convert ``source`` into a chunkio dataset at ``dst``; resume an interrupted run.
+
+    Rerunning a finished conversion returns at once (``result.unchanged``) when ``dst`` holds
+    the dataset this same call made; see :mod:`chunkio.convert.rerun`.
 
     Parameters
     ----------
@@ -120,6 +132,10 @@ def run_conversion(
         Show a tqdm bar counting samples.
     block_chunks
         Chunks per block: the unit of work, of resume, and of memory per block in flight.
+    request
+        What a rerun compares with the record of a complete ``dst``; by default
+        ``source.fingerprint()`` and the options above that shape the result. Converters
+        built on this function pass their own (a cheap listing, their own options).
 
     Returns
     -------
@@ -133,7 +149,8 @@ def run_conversion(
         A block failed otherwise (a worker died, the disk is full, ...). Finished blocks are
         kept: rerunning the same call resumes.
     DestinationBusyError, DestinationExistsError
-        See :func:`chunkio.convert.staging.open_destination`.
+        See :func:`chunkio.convert.staging.open_destination` and
+        :func:`~chunkio.convert.rerun.reuse_complete`.
     """
     started = time.perf_counter()
     num_samples, fields = _check_source(source)
@@ -175,6 +192,20 @@ def run_conversion(
         fmt, fields, num_samples, layout.samples_per_chunk, compression, fingerprint
     )
     blocks = _blocks(plan, block_chunks)
+    if request is None:
+        request = Request("blocks", fingerprint, _options(plan, layout))
+    if reuse_complete(dst, fmt, request, overwrite=overwrite) is not None:
+        return ConversionResult(
+            path=display(dst),
+            format=fmt,
+            num_samples=num_samples,
+            samples_per_chunk=layout.samples_per_chunk,
+            fields=fields,
+            resumed_blocks=len(blocks),
+            written_blocks=0,
+            seconds=time.perf_counter() - started,
+            unchanged=True,
+        )
     with open_destination(dst, plan, overwrite=overwrite) as dest:
         writer = _open_writer(dest, layout, compression, ragged)
         try:
@@ -203,9 +234,9 @@ def run_conversion(
                     bar=bar,
                     ragged=ragged,
                 )
-            # The layout again (class names and extra may differ from the first run's), then
-            # the completion marker, strictly last.
-            writer.set_attrs({ATTR_KEY: layout.to_attrs()})
+            # The layout again (class names and extra may differ from the first run's) with
+            # the request that made it, then the completion marker, strictly last.
+            writer.set_attrs({ATTR_KEY: layout.to_attrs(), REQUEST_KEY: request.record(layout)})
             writer.set_attrs({COMPLETE_KEY: True})
         finally:
             writer.close()
@@ -220,6 +251,17 @@ def run_conversion(
         written_blocks=len(todo),
         seconds=time.perf_counter() - started,
     )
+
+
+def _options(plan: ConversionPlan, layout: DatasetLayout) -> dict[str, Any]:
+    """What a plain :func:`run_conversion` compares on a rerun, besides the source."""
+    return {
+        "format": plan.format,
+        "samples_per_chunk": plan.samples_per_chunk,
+        "compression": compression_option(plan.compression),
+        "class_names": None if layout.class_names is None else list(layout.class_names),
+        "extra": dict(layout.extra),
+    }
 
 
 def _label(location: Any) -> str:

@@ -21,6 +21,11 @@ old dataset stays intact until then.
 Non-local destinations (``memory://``, URLs other than ``file://``, zarr Store objects) are
 written in place: there is no lock, staging or resume, and the completion marker - written
 last - is the only guarantee that the data is whole.
+
+*Canonical HDF5*: an HDF5 file is rewritten once at the end with its chunks in sorted order
+(:func:`chunkio.backends._hdf5.write_canonical`), so equal content gives equal bytes, whether
+the conversion ran in one go, in parallel or was killed and resumed. A complete destination
+is never written again by the same conversion: see :mod:`chunkio.convert.rerun`.
 """
 
 from __future__ import annotations
@@ -37,7 +42,13 @@ from ._fsync import fsync_path, fsync_tree, sync_chunks
 from .locking import DestinationLock
 from .plan import ConversionPlan, verified_chunks
 
-__all__ = ["Destination", "StagedDestination", "is_local", "open_destination"]
+__all__ = [
+    "Destination",
+    "StagedDestination",
+    "is_local",
+    "open_destination",
+    "zarr_group_exists",
+]
 
 _HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
@@ -101,7 +112,7 @@ class Destination:
             if exists and overwrite:
                 delete_memory_store(self.display)
         else:
-            exists = _zarr_group_exists(self.location)
+            exists = zarr_group_exists(self.location)
         if exists and not overwrite:
             raise DestinationExistsError(
                 f"{self.display} already holds data; pass overwrite=True to replace it"
@@ -127,7 +138,7 @@ class Destination:
         """Release what :meth:`open` took; staged progress is kept for a rerun."""
 
 
-def _zarr_group_exists(location: Any) -> bool:
+def zarr_group_exists(location: Any) -> bool:
     import zarr
 
     try:
@@ -274,6 +285,12 @@ class StagedDestination(Destination):
             self._manifest.close()
             self._manifest = None
         data = self.data_location
+        if self.plan.format == "hdf5":
+            from ..backends._hdf5 import write_canonical
+
+            canonical = os.path.join(self.staging, "canonical")
+            write_canonical(data, canonical)
+            os.replace(canonical, data)
         fsync_tree(data, finish_zarr=True)
         if not os.path.lexists(self.location):
             os.rename(data, self.location)

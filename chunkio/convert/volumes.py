@@ -46,6 +46,8 @@ from ..patches.label_index import LabelIndex, write_label_index
 from ..patches.layout import VOLUMES_KEY, VolumeSet
 from .pipeline import ConversionResult
 from .plan import ConversionPlan
+from .progress import advance
+from .rerun import REQUEST_KEY, Request, compression_option, display, reuse_complete
 from .staging import Destination, open_destination
 from .volume_results import load_results, save_result
 from .volume_sources import VolumeFile, match_labels, probe_volume, volume_files
@@ -120,7 +122,9 @@ def convert_volumes(
     Returns
     -------
     ConversionResult
-        ``resumed_blocks``/``written_blocks`` count volumes.
+        ``resumed_blocks``/``written_blocks`` count volumes. ``unchanged`` when ``dst``
+        already holds this very conversion (the same files by path, size and modification
+        time, the same options): returned without reading a voxel.
 
     Raises
     ------
@@ -136,6 +140,20 @@ def convert_volumes(
     if fmt not in ("zarr", "hdf5", "memory"):
         raise ValueError(f"format must be 'zarr', 'hdf5' or 'memory'; got {fmt!r}")
     plan = ConversionPlan(fmt, (), job.volumes.count, 1, compression, job.fingerprint())
+    request = job.request(fmt, compression)
+    done_before = reuse_complete(dst, fmt, request, overwrite=overwrite)
+    if done_before is not None:
+        return ConversionResult(
+            path=display(dst),
+            format=fmt,
+            num_samples=done_before.num_samples,
+            samples_per_chunk=1,
+            fields=done_before.fields,
+            resumed_blocks=job.volumes.count,
+            written_blocks=0,
+            seconds=time.perf_counter() - started,
+            unchanged=True,
+        )
     with open_destination(dst, plan, overwrite=overwrite) as dest:
         done = load_results(dest, job.tasks) if dest.resumed else {}
         writer = _open_writer(dest, job, compression, done)
@@ -149,13 +167,13 @@ def convert_volumes(
                 index = write_label_index(
                     writer, LabelIndex.concat(parts, job.volumes.ndim), compression
                 )
-            writer.set_attrs({ATTR_KEY: job.layout(ordered, index).to_attrs()})
+            layout = job.layout(ordered, index)
+            writer.set_attrs({ATTR_KEY: layout.to_attrs(), REQUEST_KEY: request.record(layout)})
             flush_writer(writer)
             writer.set_attrs({COMPLETE_KEY: True})  # strictly last
         finally:
             writer.close()
         dest.commit()
-    layout = job.layout(ordered, index)
     return ConversionResult(
         path=dest.display,
         format=fmt,
@@ -210,6 +228,20 @@ class _Job:
         return DatasetLayout(
             n, 1, self.fields(), class_names=self.class_names, extra={VOLUMES_KEY: meta}
         )
+
+    def request(self, fmt: Format, compression: Compression) -> Request:
+        """What a rerun compares: each volume's files (path, size, mtime) and the options."""
+        listing = "\n".join(t.source_fingerprint() for t in self.tasks)
+        options = {
+            "format": fmt,
+            "chunks": list(self.volumes.chunks),
+            "dtype": str(self.image_dtype),
+            "label_dtype": None if self.label_dtype is None else str(self.label_dtype),
+            **self.policy,
+            "class_names": None if self.class_names is None else list(self.class_names),
+            "compression": compression_option(compression),
+        }
+        return Request("volumes", hashlib.sha256(listing.encode()).hexdigest(), options)
 
     def fingerprint(self) -> str:
         """What the arrays look like; each volume's files are checked on resume on their own
@@ -393,7 +425,7 @@ def _execute(
         save_result(dest, task, result)  # scaling and index survive an interruption
         dest.record(task.volume, task.volume + 1)
         done[task.volume] = result
-        bar.update(1)
+        advance(bar, 1)
 
     with bar:
         run_tasks(todo, spec, workers=workers, client=client, finish=finish)
