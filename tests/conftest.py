@@ -53,3 +53,43 @@ def make_dataset(tmp_path: Path) -> Callable[..., tuple[str, dict[str, np.ndarra
         return path, arrays
 
     return make
+
+
+def source_array(
+    kind: str,
+    data: np.ndarray,
+    tmp_path: Path,
+    name: str,
+    *,
+    dask_rows: int,
+    stored_rows: int | None = None,
+) -> Any:
+    """``data`` as a numpy, dask, h5py or zarr array, the inputs ``write_arrays`` takes.
+
+    ``dask_rows`` rows per dask chunk; ``stored_rows`` rows per h5py/zarr chunk (``None``:
+    the library's default layout).
+    """
+    if kind == "numpy":
+        return data
+    if kind == "dask":
+        import dask.array as da
+
+        return da.from_array(data, chunks=(dask_rows, *data.shape[1:]))
+    chunks = None if stored_rows is None else (stored_rows, *data.shape[1:])
+    if kind == "h5py":
+        import h5py
+
+        path = tmp_path / f"in-{name}.h5"
+        with h5py.File(path, "w") as f:
+            f.create_dataset(name, data=data, chunks=chunks)
+        return h5py.File(path, "r")[name]
+    import zarr
+
+    z = zarr.create_array(
+        tmp_path / f"in-{name}.zarr",
+        shape=data.shape,
+        dtype=data.dtype,
+        **({} if chunks is None else {"chunks": chunks}),
+    )
+    z[:] = data
+    return z

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import source_array
 
 from chunkio.backends import open_reader
 from chunkio.convert import (
@@ -145,24 +146,7 @@ def test_choose_samples_per_chunk() -> None:
 
 
 def as_kind(kind: str, data: np.ndarray, tmp_path: Path, name: str) -> Any:
-    if kind == "numpy":
-        return data
-    if kind == "dask":
-        import dask.array as da
-
-        return da.from_array(data, chunks=(30, *data.shape[1:]))
-    if kind == "h5py":
-        import h5py
-
-        path = tmp_path / f"in-{name}.h5"
-        with h5py.File(path, "w") as f:
-            f[name] = data
-        return h5py.File(path, "r")[name]
-    import zarr
-
-    z = zarr.create_array(tmp_path / f"in-{name}.zarr", shape=data.shape, dtype=data.dtype)
-    z[:] = data
-    return z
+    return source_array(kind, data, tmp_path, name, dask_rows=30)
 
 
 @pytest.mark.parametrize("kind", ["numpy", "dask", "h5py", "zarr"])

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import source_array
 from PIL import Image
 
 import chunkio
@@ -48,29 +49,7 @@ def source_arrays(n: int = 150) -> dict[str, np.ndarray]:
 
 
 def as_kind(kind: str, data: np.ndarray, tmp_path: Path, name: str) -> Any:
-    if kind == "numpy":
-        return data
-    if kind == "dask":
-        import dask.array as da
-
-        return da.from_array(data, chunks=(40, *data.shape[1:]))
-    if kind == "h5py":
-        import h5py
-
-        path = tmp_path / f"in-{name}.h5"
-        with h5py.File(path, "w") as f:
-            f.create_dataset(name, data=data, chunks=(16, *data.shape[1:]))
-        return h5py.File(path, "r")[name]
-    import zarr
-
-    z = zarr.create_array(
-        tmp_path / f"in-{name}.zarr",
-        shape=data.shape,
-        dtype=data.dtype,
-        chunks=(16, *data.shape[1:]),
-    )
-    z[:] = data
-    return z
+    return source_array(kind, data, tmp_path, name, dask_rows=40, stored_rows=16)
 
 
 def read_all(path: Any) -> dict[str, np.ndarray]:
