@@ -12,6 +12,7 @@ The tree::
     ├── FormatError                 (ValueError)         the on-disk layout is not valid
     │   ├── IncompleteDatasetError                       completion marker missing
     │   ├── UnsupportedVersionError                      format version not understood
+    │   ├── UnknownFormatError                           a location names no known format
     │   └── MissingFieldError       (KeyError)           a declared/requested field is absent
     ├── UnsafeInputError            (ValueError)         untrusted codec, link, filter or name
     ├── ChunkReadError              (OSError)            a chunk could not be read or decoded
@@ -44,6 +45,7 @@ __all__ = [
     "MissingFieldError",
     "OptionalDependencyError",
     "SourceError",
+    "UnknownFormatError",
     "UnsafeInputError",
     "UnsupportedVersionError",
 ]
@@ -67,6 +69,10 @@ class IncompleteDatasetError(FormatError):
 
 class UnsupportedVersionError(FormatError):
     """The dataset declares a format version this chunkio does not understand."""
+
+
+class UnknownFormatError(FormatError):
+    """A location that names no storage format chunkio knows (e.g. ``out.npz``, ``out``)."""
 
 
 class MissingFieldError(FormatError, KeyError):

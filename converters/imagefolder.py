@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from chunkio.convert import ConversionResult
 from chunkio.convert.images import convert_images
-from chunkio.convert.pipeline import ConversionResult
 from chunkio.errors import SourceError
 
 __all__ = ["convert"]

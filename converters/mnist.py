@@ -18,8 +18,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from chunkio.convert import write_arrays
-from chunkio.convert.pipeline import ConversionResult
+from chunkio.convert import ConversionResult, write_arrays
 from chunkio.errors import SourceError
 
 __all__ = ["IMAGES_MAGIC", "LABELS_MAGIC", "convert", "read_idx"]

@@ -17,7 +17,7 @@ import json
 import os
 from typing import Any
 
-from chunkio.convert.pipeline import ConversionResult
+from chunkio.convert import ConversionResult
 from chunkio.convert.volumes import convert_volumes
 from chunkio.errors import SourceError
 

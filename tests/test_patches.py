@@ -23,7 +23,7 @@ from chunkio.backends import open_reader
 from chunkio.backends._memory import delete_memory_store
 from chunkio.batch import collate
 from chunkio.convert.volumes import convert_volumes
-from chunkio.errors import CorruptChunkError, FormatError, IncompleteDatasetError, MissingChunkError
+from chunkio.errors import CorruptChunkError, FormatError, MissingChunkError
 from chunkio.patches import (
     GridSampler,
     LabelBalancedSampler,
@@ -322,8 +322,20 @@ def test_stitching_streams_and_refuses_missing_patches(tmp_path):
     assert any(seen_before_end)  # volume 0 was written while later batches were still coming
     with pytest.raises(ValueError, match=r"stitch got \d+ of \d+ patches"):
         stitch(_predict(ds, skip=3), tmp_path / "p.zarr", ds.sampler)
-    with pytest.raises(IncompleteDatasetError):
-        PatchDataset(tmp_path / "p.zarr", (4, 4, 4))
+    # staged and published whole: a failed stitch leaves nothing, not a partial dataset
+    assert not [p for p in os.listdir(tmp_path) if p.startswith((".p.zarr", "p.zarr"))]
+    stitch(_predict(ds), tmp_path / "p.zarr", ds.sampler)
+    before = sorted(os.listdir(tmp_path / "p.zarr"))
+    with pytest.raises(ValueError, match=r"stitch got \d+ of \d+ patches"):
+        stitch(_predict(ds, skip=3), tmp_path / "p.zarr", ds.sampler, overwrite=True)
+    # overwrite=True keeps the old dataset until a new one is complete
+    assert sorted(os.listdir(tmp_path / "p.zarr")) == before
+    name, _ = PatchDataset(tmp_path / "p.zarr", (4, 4, 4)).volumes.array("image", 0)
+    reader = open_reader(tmp_path / "p.zarr")
+    got = np.empty((3, 8, 8, 8), np.float32)
+    reader.read_region(name, (slice(0, 3), *(slice(0, 8),) * 3), got)
+    reader.close()
+    np.testing.assert_array_equal(got, np.stack(images))
 
 
 # -- workers, pickling, errors ----------------------------------------------------------------

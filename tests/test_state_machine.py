@@ -276,9 +276,9 @@ def test_append_rejects_mismatched_samples(tmp_path: Path) -> None:
 def test_append_without_renameat2_swaps_with_two_renames(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from chunkio.convert import append as append_module
+    from chunkio.convert import staging as publish_module
 
-    monkeypatch.setattr(append_module, "_exchange", lambda a, b: False)
+    monkeypatch.setattr(publish_module, "_exchange", lambda a, b: False)
     path = tmp_path / "d.zarr"
     old = make_arrays(0, 7)
     write_arrays(path, old, samples_per_chunk=3, shuffle=False)  # about the swap, not order
@@ -292,11 +292,26 @@ def test_append_never_shares_the_chunk_it_rewrites(tmp_path):
     """The staging copy hard-links published chunks except the partial last one it rewrites."""
     import os
 
-    from chunkio.convert.append import _link_tree, _partial_chunk_dirs
+    from chunkio.backends import storage_for
 
     src = str(tmp_path / "d.zarr")
     write_arrays(src, {"x": np.arange(10, dtype=np.int64)}, samples_per_chunk=4, progress=False)
     dst = str(tmp_path / "copy")
-    _link_tree(src, dst, rewritten=_partial_chunk_dirs(ChunkDataset(src).layout))
+    storage_for("zarr").copy_for_growth(src, dst, ["x"], 10, 13)
     links = {c: os.stat(os.path.join(dst, "x", "c", str(c))).st_nlink for c in range(3)}
     assert links == {0: 2, 1: 2, 2: 1}  # chunk 2 (samples 8..9) is partial: copied
+
+
+@pytest.mark.parametrize("suffix", [".h5", ".zarr"])
+def test_identical_appends_give_identical_bytes(tmp_path: Path, suffix: str) -> None:
+    """An append is sealed like a conversion (HDF5: chunks rewritten in sorted order), so two
+    identical histories give the same bytes."""
+    digests = []
+    for run in ("a", "b"):
+        path = tmp_path / run / f"d{suffix}"
+        write_arrays(path, make_arrays(0, 7), samples_per_chunk=3, progress=False)
+        append_arrays(path, make_arrays(1, 5))
+        append_arrays(path, make_arrays(2, 4))
+        digests.append(digest(path))  # names relative to the run folder
+        assert sorted(os.listdir(path.parent)) == [path.name]  # no staging left behind
+    assert digests[0] == digests[1]

@@ -14,8 +14,8 @@ import os
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from ..errors import DatasetNotFoundError, FormatError
-from .base import ArrayInfo, CodecInfo, Compression, Reader, Writer
+from ..errors import DatasetNotFoundError, UnknownFormatError
+from .base import ArrayInfo, CodecInfo, Compression, Reader, Storage, Writer
 
 __all__ = [
     "ACCEPTED_LOCATIONS",
@@ -24,11 +24,13 @@ __all__ = [
     "Compression",
     "Format",
     "Reader",
+    "Storage",
     "UnknownFormatError",
     "Writer",
     "detect_format",
     "open_reader",
     "open_writer",
+    "storage_for",
 ]
 
 Format = Literal["zarr", "hdf5", "memory"]
@@ -42,13 +44,6 @@ ACCEPTED_LOCATIONS = (
     "a '.zarr' directory, an HDF5 file ('.h5', '.hdf5', '.hdf', '.he5'), 'memory://NAME', "
     "a URL zarr understands (s3://, gs://, ...) or a zarr store object"
 )
-
-
-class UnknownFormatError(FormatError):
-    """A location that names no storage format chunkio knows (e.g. ``out.npz``, ``out``).
-
-    A :class:`~chunkio.errors.FormatError`, hence also a ``ValueError``.
-    """
 
 
 def detect_format(location: Any) -> Format:
@@ -154,3 +149,18 @@ def open_writer(
     if isinstance(location, os.PathLike):
         location = os.fspath(location)
     return ZarrWriter(location, storage_options=storage_options)
+
+
+def storage_for(format: Format) -> Storage:
+    """The capabilities and file steps of ``format`` (see :class:`~.base.Storage`)."""
+    from ._storage import HDF5Storage, MemoryStorage, ZarrStorage
+
+    storages: dict[str, Storage] = {
+        "zarr": ZarrStorage(),
+        "hdf5": HDF5Storage(),
+        "memory": MemoryStorage(),
+    }
+    try:
+        return storages[format]
+    except KeyError:
+        raise ValueError(f"format must be 'zarr', 'hdf5' or 'memory'; got {format!r}") from None

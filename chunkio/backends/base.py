@@ -20,6 +20,7 @@ __all__ = [
     "CodecInfo",
     "Compression",
     "Reader",
+    "StageClock",
     "Writer",
     "check_region",
     "coalesce",
@@ -102,11 +103,37 @@ class ArrayInfo:
         return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
 
 
+@dataclass
+class StageClock:
+    """Seconds a reader has spent on each stage of its chunk reads, in this process.
+
+    ``read``: getting the stored bytes (file reads); ``checksum``: verifying them; ``decode``:
+    decompressing into the destination. Backends that cannot tell the stages apart (a library
+    doing all three) count everything as ``decode``.
+    """
+
+    read: float = 0.0
+    checksum: float = 0.0
+    decode: float = 0.0
+
+    def total(self) -> float:
+        return self.read + self.checksum + self.decode
+
+
 @runtime_checkable
 class Reader(Protocol):
-    """Read-only access to one dataset, opened in the current process."""
+    """Read-only access to one dataset, opened in the current process.
+
+    Capabilities, not class names, tell callers (and the contract tests) how a backend
+    behaves: ``reports_missing_chunks`` is true when reading a chunk that was never written
+    raises :class:`~chunkio.errors.MissingChunkError` rather than returning the fill value.
+    """
 
     location: str
+    #: reading a never-written chunk raises MissingChunkError (else: check chunk_exists)
+    reports_missing_chunks: bool
+    #: seconds spent reading, checking and decoding chunks in this process
+    clock: StageClock
 
     def attrs(self) -> dict[str, Any]: ...
 
@@ -192,11 +219,47 @@ class Writer(Protocol):
 
     def write_block(self, name: str, start: int, data: npt.NDArray[Any]) -> None: ...
 
+    def write_region(self, name: str, region: tuple[Any, ...], data: npt.NDArray[Any]) -> None:
+        """Write ``data`` into ``array[region]`` (ints and slices); callers own whole chunks."""
+
+    def flush(self) -> None:
+        """Push written chunks to the OS, so they survive this process dying."""
+
     def set_attrs(self, attrs: Mapping[str, Any]) -> None: ...
 
     def attrs(self) -> dict[str, Any]: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class Storage(Protocol):
+    """What a conversion asks of a format besides arrays (:mod:`chunkio.backends._storage`).
+
+    Capabilities, not format names: code outside ``backends/`` never compares formats.
+    """
+
+    format: str
+    #: several processes may write disjoint chunks of one array at once
+    concurrent_writers: bool
+    #: a chunk left by a killed writer is whole or absent (else it is read back on resume)
+    atomic_chunks: bool
+    #: can only be written at a local path
+    local_only: bool
+    #: lives in this process's memory: nothing to stage, sync or publish
+    in_memory: bool
+
+    def holds_data(self, location: Any) -> bool: ...
+
+    def clear(self, location: Any) -> None: ...
+
+    def sync_chunks(self, path: str, arrays: Sequence[str], first: int, stop: int) -> None: ...
+
+    def seal(self, path: str, scratch: str) -> None: ...
+
+    def copy_for_growth(
+        self, src: str, dst: str, names: Sequence[str], old_samples: int, new_samples: int
+    ) -> None: ...
 
 
 def coalesce(ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int, int]]:

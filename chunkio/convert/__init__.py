@@ -13,7 +13,8 @@ from __future__ import annotations
 from .append import append_arrays
 from .arrays import write_arrays
 from .chunking import DEFAULT_CHUNK_BYTES, choose_samples_per_chunk
-from .pipeline import BlockSource, ConversionResult, run_conversion
+from .pipeline import run_conversion
+from .source import BlockSource, ConversionResult
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",

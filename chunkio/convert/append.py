@@ -7,6 +7,8 @@ point - see either the old dataset or the new one, never a mix:
    each other);
 2. build the new version in the sibling ``.NAME.chunkio-append/data``:
 
+   The copy is the backend's :meth:`~chunkio.backends.Storage.copy_for_growth`:
+
    * Zarr: every file of the old group is *hard-linked* into the copy (``zarr.json`` files
      are copied). zarr's LocalStore replaces a file by writing a temporary one and renaming
      it, so writing the copy never changes a byte the old version's links point to. The
@@ -18,11 +20,13 @@ point - see either the old dataset or the new one, never a mix:
      chunk and the new samples are written. HDF5 cannot grow a fixed-size dataset in place.
 
 3. write the layout with the new ``num_samples`` and then the completion marker, fsync;
-4. publish: an HDF5 file with ``os.replace``; a Zarr directory by exchanging the two
-   directories with ``renameat2(RENAME_EXCHANGE)`` (Linux), else with two renames. Should a
-   process die between those two renames, the next ``append_arrays`` on the same path puts
-   the old version back first (``.NAME.chunkio-append/replaced``), so rerunning the append
-   applies it exactly once.
+4. seal (HDF5: the canonical rewrite every conversion gets, so equal content gives equal
+   bytes) and publish with the step conversions use (:func:`.staging.publish`): an HDF5 file
+   with ``os.replace``; a Zarr directory by exchanging the two directories with
+   ``renameat2(RENAME_EXCHANGE)`` (Linux), else with two renames. Should a process die
+   between those two renames, the next ``append_arrays`` on the same path puts the old
+   version back first (``.NAME.chunkio-append/replaced``), so rerunning the append applies
+   it exactly once.
 
 A copy left by a killed append was never published and is discarded by the next one.
 Appends are not resumable: rerun them whole.
@@ -31,8 +35,6 @@ Appends are not resumable: rerun them whole.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import errno
 import os
 import shutil
 import time
@@ -42,16 +44,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..backends import Format, detect_format, open_reader, open_writer
+from .._fsync import fsync_path
+from ..backends import Format, detect_format, open_reader, open_writer, storage_for
 from ..errors import ConversionError, DatasetNotFoundError, SourceError
-from ..grid import SampleGrid
 from ..layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout
-from ._fsync import fsync_path, fsync_tree
 from .arrays import ArraySource
 from .locking import DestinationLock
-from .pipeline import BlockSource, ConversionResult
 from .shuffling import ORDER_KEY, SOURCE_INDEX, ShuffledSource, check_order_options
-from .staging import is_local
+from .source import BlockSource, ConversionResult
+from .staging import REPLACED, is_local, publish
 
 __all__ = ["append_arrays"]
 
@@ -219,8 +220,8 @@ def _append(
     data = os.path.join(staging, "data")
     try:
         blocks = _build(fmt, path, data, layout, new, source)
-        fsync_tree(data)
-        _publish(fmt, data, path, staging)
+        storage_for(fmt).seal(data, os.path.join(staging, "canonical"))
+        publish(data, path, staging)
     except OSError as err:  # ENOSPC and friends: the old version is still in place
         raise ConversionError(
             f"{path}: appending {source.num_samples} samples failed "
@@ -243,8 +244,8 @@ def _read_layout(path: str) -> tuple[Format, DatasetLayout]:
             reader.array_info(f.name if f.kind == "dense" else f.array_names()[0])
     finally:
         reader.close()
-    if fmt not in ("zarr", "hdf5"):
-        raise ConversionError(f"{path}: append_arrays supports Zarr and HDF5; got {fmt}")
+    if storage_for(fmt).in_memory:
+        raise ConversionError(f"{path}: append_arrays needs a dataset on disk; got {fmt}")
     return fmt, layout
 
 
@@ -274,7 +275,7 @@ def _check_source(source: BlockSource, layout: DatasetLayout, path: str) -> None
 
 def _restore_interrupted_swap(path: str, staging: str) -> None:
     """A process died between the two renames of a publish: put the old version back."""
-    replaced = os.path.join(staging, "replaced")
+    replaced = os.path.join(staging, REPLACED)
     if not os.path.lexists(path) and os.path.isdir(replaced):
         os.rename(replaced, path)
         fsync_path(os.path.dirname(path))
@@ -341,11 +342,9 @@ def _build(
     source: BlockSource,
 ) -> int:
     tail = _old_tail(path, old)
-    if fmt == "zarr":
-        _link_tree(path, data, rewritten=_partial_chunk_dirs(old))
-        _resize_zarr(data, new)
-    else:
-        _copy_hdf5(path, data, old, new)
+    names = [f.name for f in old.fields]
+    storage = storage_for(fmt)
+    storage.copy_for_growth(path, data, names, old.num_samples, new.num_samples)
     writer = open_writer(data, format=fmt)
     blocks = 0
     try:
@@ -355,113 +354,11 @@ def _build(
             for name, rows in block.items():
                 writer.write_block(name, start, rows)
             blocks += 1
+        writer.flush()
+        spc = old.samples_per_chunk  # the chunks written here; the linked ones are durable
+        storage.sync_chunks(data, names, old.num_samples // spc, -(-new.num_samples // spc))
         writer.set_attrs({ATTR_KEY: new.to_attrs()})
         writer.set_attrs({COMPLETE_KEY: True})
     finally:
         writer.close()
     return blocks
-
-
-def _partial_chunk_dirs(old: DatasetLayout) -> tuple[str, ...]:
-    """Chunk-key prefixes of the old last chunk of each field, if it is partial."""
-    if old.num_samples % old.samples_per_chunk == 0:
-        return ()
-    last = str(old.num_samples // old.samples_per_chunk)
-    return tuple(os.path.join(f.name, "c", last) for f in old.fields)
-
-
-def _link_tree(src: str, dst: str, *, rewritten: tuple[str, ...]) -> None:
-    """Hard-link the published chunks into the staging copy; copy what will be rewritten.
-
-    Files the append rewrites (metadata and each field's partial last chunk) are copied, so a
-    write into the copy can never change the published dataset, even with a zarr whose
-    LocalStore rewrites files in place instead of renaming a temporary file.
-    """
-    for root, _dirs, files in os.walk(src):
-        rel = os.path.relpath(root, src)
-        target = os.path.join(dst, rel)
-        os.makedirs(target, exist_ok=True)
-        for name in files:
-            if name.endswith(".partial"):
-                continue  # a killed writer's temporary file
-            a, b = os.path.join(root, name), os.path.join(target, name)
-            key = os.path.normpath(os.path.join(rel, name))
-            if name == "zarr.json" or any(
-                key == p or key.startswith(p + os.sep) for p in rewritten
-            ):
-                shutil.copyfile(a, b)
-            else:
-                os.link(a, b)
-
-
-def _resize_zarr(data: str, new: DatasetLayout) -> None:
-    import zarr
-
-    for f in new.fields:
-        arr = zarr.open_array(store=data, path=f.name, mode="r+")
-        arr.resize((new.num_samples, *(f.sample_shape or ())))
-
-
-def _copy_hdf5(src: str, dst: str, old: DatasetLayout, new: DatasetLayout) -> None:
-    import h5py
-
-    spc = old.samples_per_chunk
-    full = SampleGrid(old.num_samples, spc).num_chunks - (1 if old.num_samples % spc else 0)
-    with h5py.File(src, "r") as fin, h5py.File(dst, "w") as fout:
-        for key, value in fin.attrs.items():
-            fout.attrs[key] = value
-        for f in old.fields:
-            d = fin[f.name]
-            shape = (new.num_samples, *d.shape[1:])
-            chunks = d.chunks
-            # as HDF5Writer: room for a chunk larger than the array
-            maxshape = tuple(max(s, c) for s, c in zip(shape, chunks, strict=True))
-            space = h5py.h5s.create_simple(shape, maxshape)
-            dcpl = d.id.get_create_plist()
-            h5py.h5d.create(fout.id, f.name.encode(), d.id.get_type(), space, dcpl=dcpl)
-            out = fout[f.name]
-            zeros = (0,) * (d.ndim - 1)
-            for chunk in range(full):  # compressed bytes as they are: nothing decoded
-                mask, raw = d.id.read_direct_chunk((chunk * spc, *zeros))
-                out.id.write_direct_chunk((chunk * spc, *zeros), raw, mask)
-
-
-# -- publishing -----------------------------------------------------------------------------
-
-
-def _publish(fmt: Format, data: str, path: str, staging: str) -> None:
-    parent = os.path.dirname(path)
-    if fmt == "hdf5":
-        os.replace(data, path)
-    elif not _exchange(data, path):
-        replaced = os.path.join(staging, "replaced")
-        os.rename(path, replaced)
-        try:
-            os.rename(data, path)
-        except BaseException:
-            os.rename(replaced, path)  # staging is deleted next: the old version must not be
-            raise
-    fsync_path(parent)
-
-
-def _exchange(a: str, b: str) -> bool:
-    """Swap two paths atomically (Linux ``renameat2``); False where that is unsupported."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        renameat2 = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    renameat2.argtypes = [
-        ctypes.c_int,
-        ctypes.c_char_p,
-        ctypes.c_int,
-        ctypes.c_char_p,
-        ctypes.c_uint,
-    ]
-    at_fdcwd, rename_exchange = -100, 2
-    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
-        return True
-    code = ctypes.get_errno()
-    if code in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EXDEV):
-        return False
-    raise OSError(code, os.strerror(code), b)

@@ -1,12 +1,9 @@
 """The conversion pipeline: a :class:`BlockSource` -> chunk-aligned blocks -> a dataset.
 
-Blocks are whole chunks (``block_chunks`` chunks each, the last one possibly short), so no two
-writers ever touch one chunk - concurrent writes to one Zarr chunk lose data. Blocks run
-in-process, in a process pool or on a ``dask.distributed`` cluster. Where the backend allows
-several writers (Zarr), each worker writes and syncs its own blocks; otherwise (HDF5, memory,
-zarr Store objects) workers only read and the calling process writes. Either way the calling
-process alone appends to the manifest, writes the attributes and publishes the result (see
-:mod:`chunkio.convert.staging`).
+Blocks are whole chunks (``block_chunks`` chunks each, the last one possibly short): the tasks
+of the one conversion engine (:mod:`~chunkio.convert.engine`), written through its one writer
+protocol (:mod:`~chunkio.convert.writing`) into a destination staged, resumed and published
+by :mod:`~chunkio.convert.staging`.
 """
 
 from __future__ import annotations
@@ -16,72 +13,30 @@ import json
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 from tqdm.auto import tqdm
 
-from ..backends import Compression, Format, Writer, detect_format, open_writer
+from ..backends import Compression, Format, Writer, detect_format, storage_for
 from ..errors import SourceError
 from ..grid import SampleGrid
 from ..layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, FieldInfo
+from .blocks import Block, BlockJob, block_syncs, block_writes
 from .chunking import choose_samples_per_chunk
-from .executor import execute
+from .engine import run_tasks
 from .plan import ConversionPlan
+from .progress import advance
 from .ragged import RaggedPlan
 from .rerun import REQUEST_KEY, Request, compression_option, display, reuse_complete
+from .source import BlockSource, ConversionResult
 from .staging import Destination, open_destination
-from .worker import Block, flush
+from .writing import start_writer, write_here, write_target
 
 __all__ = ["BlockSource", "ConversionResult", "run_conversion"]
 
 #: Compression is frozen, so one shared default is safe
 _DEFAULT_COMPRESSION = Compression()
-
-
-@runtime_checkable
-class BlockSource(Protocol):
-    """Samples to convert, read in contiguous blocks; must pickle to run with workers.
-
-    ``read_block(start, stop)`` returns one array per field, each of shape
-    ``(stop - start, *sample_shape)`` and the field's dtype (or one that casts to it safely).
-    Bad input raises :class:`~chunkio.errors.SourceError` naming the item (file, sample).
-    ``fingerprint()`` identifies the source's content: an interrupted conversion resumes only
-    when it is unchanged.
-    """
-
-    @property
-    def num_samples(self) -> int: ...
-
-    @property
-    def fields(self) -> tuple[FieldInfo, ...]: ...
-
-    def fingerprint(self) -> str: ...
-
-    def read_block(self, start: int, stop: int) -> dict[str, npt.NDArray[Any]]: ...
-
-
-@dataclass(frozen=True)
-class ConversionResult:
-    """What :func:`run_conversion` wrote, and how much of it an earlier run had done.
-
-    ``unchanged`` is true when the destination already held this very conversion, complete
-    (same sources, same options): nothing was read or written, ``written_blocks`` is 0 and
-    ``resumed_blocks`` counts every block (:func:`~chunkio.convert.images.convert_images`,
-    which decides its blocks only after checking every file: every chunk).
-    """
-
-    path: str
-    format: Format
-    num_samples: int
-    samples_per_chunk: int
-    fields: tuple[FieldInfo, ...]
-    resumed_blocks: int
-    written_blocks: int
-    seconds: float
-    unchanged: bool = False
 
 
 def run_conversion(
@@ -155,8 +110,7 @@ def run_conversion(
     started = time.perf_counter()
     num_samples, fields = _check_source(source)
     fmt: Format = format or detect_format(dst)
-    if fmt not in ("zarr", "hdf5", "memory"):
-        raise ValueError(f"format must be 'zarr', 'hdf5' or 'memory'; got {fmt!r}")
+    storage_for(fmt)  # a ValueError naming the formats for any other
     if not isinstance(compression, Compression):
         raise TypeError(f"compression must be a Compression; got {compression!r}")
     for name, value in (("workers", workers), ("block_chunks", block_chunks)):
@@ -207,7 +161,9 @@ def run_conversion(
             unchanged=True,
         )
     with open_destination(dst, plan, overwrite=overwrite) as dest:
-        writer = _open_writer(dest, layout, compression, ragged)
+        writer = start_writer(
+            dest, layout.to_attrs(), lambda w: _create_arrays(w, dest, layout, compression, ragged)
+        )
         try:
             todo = [
                 b
@@ -224,15 +180,26 @@ def run_conversion(
                 disable=not progress,
                 dynamic_ncols=True,
             ) as bar:
-                execute(
-                    source,
-                    dest,
-                    writer,
+                parallel = client is not None or workers > 1
+                job = BlockJob(source, fields, write_target(dest, parallel=parallel), ragged)
+
+                def finish(block: Block, data: dict[str, Any] | None) -> None:
+                    if data is not None:  # not written by a worker: write it here
+                        write_here(
+                            dest, writer, block_writes(job, block, data), block_syncs(job, block)
+                        )
+                    # Only now, with the block's chunks durable, may the manifest claim it.
+                    dest.record(block.first_chunk, block.stop_chunk)
+                    advance(bar, block.stop - block.start)
+
+                run_tasks(
+                    job,
                     todo,
                     workers=workers,
                     client=client,
-                    bar=bar,
-                    ragged=ragged,
+                    finish=finish,
+                    destination=dest.display,
+                    unit="block",
                 )
             # The layout again (class names and extra may differ from the first run's) with
             # the request that made it, then the completion marker, strictly last.
@@ -340,46 +307,28 @@ def _create_ragged(
             compression=compression,
         )
         writer.write_block(name, 0, arr)
-    flush(writer)
+    writer.flush()
     dest.sync((offsets, shapes), 0, plan.grid.num_chunks + 1)
 
 
-def _open_writer(
+def _create_arrays(
+    writer: Writer,
     dest: Destination,
     layout: DatasetLayout,
     compression: Compression,
-    ragged: tuple[RaggedPlan, ...] = (),
-) -> Writer:
-    fmt = dest.plan.format
-    if dest.resumed:
-        try:
-            return open_writer(dest.data_location, format=fmt)
-        except Exception:
-            if fmt != "hdf5":
-                raise
-            dest.reset()  # readable but no longer writable after a crash: start afresh
-    writer = open_writer(dest.data_location, format=fmt)
-    try:
-        # The layout first, without the marker: a reader of unfinished data is told
-        # "incomplete", never served zeros.
-        writer.set_attrs({ATTR_KEY: layout.to_attrs(), COMPLETE_KEY: False})
-        spc = layout.samples_per_chunk
-        for plan in ragged:
-            _create_ragged(writer, dest, plan, compression)
-        for f in layout.fields:
-            if f.kind == "ragged":
-                continue
-            shape = f.sample_shape or ()
-            writer.create_array(
-                f.name,
-                shape=(layout.num_samples, *shape),
-                dtype=f.dtype,
-                chunks=(spc, *shape),
-                compression=compression,
-            )
-        flush(writer)
-    except BaseException:
-        writer.close()
-        raise
-    dest.created()
-    return writer
+    ragged: tuple[RaggedPlan, ...],
+) -> None:
+    spc = layout.samples_per_chunk
+    for plan in ragged:
+        _create_ragged(writer, dest, plan, compression)
+    for f in layout.fields:
+        if f.kind == "ragged":
+            continue
+        shape = f.sample_shape or ()
+        writer.create_array(
+            f.name,
+            shape=(layout.num_samples, *shape),
+            dtype=f.dtype,
+            chunks=(spc, *shape),
+            compression=compression,
+        )

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backends import Compression, Format, open_reader
+from ..backends import Compression, Format, open_reader, storage_for
 from ..errors import ConversionError
 from ..grid import SampleGrid
 from ..layout import FieldInfo
@@ -62,10 +62,10 @@ class ConversionPlan:
 def verified_chunks(data: str, plan: ConversionPlan, listed: set[int]) -> frozenset[int]:
     """The chunks of ``listed`` that staged ``data`` really holds; raises if it mismatches ``plan``.
 
-    Every listed chunk must exist in every array; HDF5 chunks must also read back without
-    error, since an HDF5 file killed mid-write can hold half-updated chunks and the
-    fletcher32 filter turns those into read errors. Zarr writes each chunk file atomically,
-    so there a present chunk is a whole one.
+    Every listed chunk must exist in every array. Where a killed writer can leave
+    half-updated chunks (HDF5: not :attr:`~chunkio.backends.Storage.atomic_chunks`) each must
+    also read back without error - the checksum filter turns corruption into read errors;
+    Zarr writes each chunk file atomically, so there a present chunk is a whole one.
     """
     reader = open_reader(data)
     try:
@@ -112,10 +112,10 @@ def _chunk_ok(
     return _stored_ok(reader, f.name, chunk, plan.format)
 
 
-def _stored_ok(reader: Any, name: str, chunk: int, fmt: str) -> bool:
+def _stored_ok(reader: Any, name: str, chunk: int, fmt: Format) -> bool:
     if not reader.chunk_exists(name, chunk):
         return False
-    if fmt != "hdf5":
+    if storage_for(fmt).atomic_chunks:
         return True
     info = reader.array_info(name)
     step = int(info.chunks[0])

@@ -27,10 +27,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..backends import Compression, Format, open_reader
+from ..backends import Compression, Format, open_reader, storage_for
 from ..errors import DestinationExistsError
 from ..layout import ATTR_KEY, DatasetLayout
-from .staging import is_local, zarr_group_exists
+from .staging import is_local
 
 __all__ = [
     "REQUEST_KEY",
@@ -160,7 +160,7 @@ def reuse_complete(
         message names each difference), one changed since (appended to), an incomplete one,
         one without a record (written before chunkio recorded requests), or no dataset.
     """
-    location = is_local(dst) if fmt != "memory" else None
+    location = None if storage_for(fmt).in_memory else is_local(dst)
     where = display(dst)
     if overwrite or not _holds_something(location or dst, fmt):
         return None
@@ -203,12 +203,4 @@ def display(dst: Any) -> str:
 def _holds_something(location: Any, fmt: Format) -> bool:
     if isinstance(location, str) and "://" not in location:
         return os.path.lexists(location)
-    if fmt == "memory":
-        from ..backends._memory import memory_store
-
-        try:
-            memory_store(os.fspath(location))
-        except FileNotFoundError:
-            return False
-        return True
-    return zarr_group_exists(location)
+    return storage_for(fmt).holds_data(location)

@@ -22,6 +22,11 @@ Non-local destinations (``memory://``, URLs other than ``file://``, zarr Store o
 written in place: there is no lock, staging or resume, and the completion marker - written
 last - is the only guarantee that the data is whole.
 
+*Publish* (:func:`publish`, shared with appends and stitching): a new path is a rename, a
+file replaces a file with ``os.replace``, a directory is exchanged with
+``renameat2(RENAME_EXCHANGE)`` (Linux), else the old one is first moved aside into
+``<staging>/replaced`` (put back if the second rename fails).
+
 *Canonical HDF5*: an HDF5 file is rewritten once at the end with its chunks in sorted order
 (:func:`chunkio.backends._hdf5.write_canonical`), so equal content gives equal bytes, whether
 the conversion ran in one go, in parallel or was killed and resumed. A complete destination
@@ -31,23 +36,27 @@ is never written again by the same conversion: see :mod:`chunkio.convert.rerun`.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import json
 import os
 import shutil
 from collections.abc import Iterator
 from typing import Any
 
+from .._fsync import fsync_path
+from ..backends import Storage, storage_for
 from ..errors import ConversionError, DestinationExistsError
-from ._fsync import fsync_path, fsync_tree, sync_chunks
 from .locking import DestinationLock
 from .plan import ConversionPlan, verified_chunks
 
 __all__ = [
+    "REPLACED",
     "Destination",
     "StagedDestination",
     "is_local",
     "open_destination",
-    "zarr_group_exists",
+    "publish",
 ]
 
 _HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
@@ -78,6 +87,7 @@ class Destination:
     def __init__(self, location: Any, plan: ConversionPlan) -> None:
         self.location = location
         self.plan = plan
+        self.storage: Storage = storage_for(plan.format)
         #: what a writer in this process opens
         self.data_location: Any = location
         #: chunks already durably written by an earlier, interrupted run
@@ -91,28 +101,19 @@ class Destination:
     @property
     def worker_location(self) -> str | None:
         """A picklable location other processes may open to write their own chunks, if any."""
-        if self.plan.format == "zarr" and isinstance(self.data_location, str):
+        if self.storage.concurrent_writers and isinstance(self.data_location, str):
             return self.data_location
         return None
 
     def open(self, *, overwrite: bool) -> None:
-        fmt = self.plan.format
-        if fmt == "hdf5":
+        if self.storage.local_only:
             raise ConversionError(
-                f"{self.display}: HDF5 can only be written to a local path; got a remote location"
+                f"{self.display}: {self.plan.format} can only be written to a local path; "
+                "got a remote location"
             )
-        if fmt == "memory":
-            from ..backends._memory import delete_memory_store, memory_store
-
-            try:
-                memory_store(self.display)
-                exists = True
-            except FileNotFoundError:
-                exists = False
-            if exists and overwrite:
-                delete_memory_store(self.display)
-        else:
-            exists = zarr_group_exists(self.location)
+        exists = self.storage.holds_data(self.location)
+        if exists and overwrite:
+            self.storage.clear(self.location)
         if exists and not overwrite:
             raise DestinationExistsError(
                 f"{self.display} already holds data; pass overwrite=True to replace it"
@@ -136,16 +137,6 @@ class Destination:
 
     def close(self) -> None:
         """Release what :meth:`open` took; staged progress is kept for a rerun."""
-
-
-def zarr_group_exists(location: Any) -> bool:
-    import zarr
-
-    try:
-        zarr.open_group(store=location, mode="r")
-    except Exception:  # "nothing there" takes several exception types across stores
-        return False
-    return True
 
 
 class StagedDestination(Destination):
@@ -266,7 +257,7 @@ class StagedDestination(Destination):
         self._open_manifest()
 
     def sync(self, arrays: tuple[str, ...], first: int, stop: int) -> None:
-        sync_chunks(self.data_location, self.plan.format, arrays, first, stop)
+        self.storage.sync_chunks(self.data_location, arrays, first, stop)
 
     def record(self, first: int, stop: int) -> None:
         if self._manifest is None:
@@ -284,25 +275,9 @@ class StagedDestination(Destination):
         if self._manifest is not None:
             self._manifest.close()
             self._manifest = None
-        data = self.data_location
-        if self.plan.format == "hdf5":
-            from ..backends._hdf5 import write_canonical
-
-            canonical = os.path.join(self.staging, "canonical")
-            write_canonical(data, canonical)
-            os.replace(canonical, data)
-        fsync_tree(data, finish_zarr=True)
-        if not os.path.lexists(self.location):
-            os.rename(data, self.location)
-        elif os.path.isfile(data) and os.path.isfile(self.location):
-            os.replace(data, self.location)  # atomic: readers see the old or the new file
-        else:
-            # A directory cannot be replaced atomically: move the old one aside first. A
-            # crash between the two renames leaves the complete new data in the staging,
-            # and a rerun publishes it.
-            os.rename(self.location, os.path.join(self.staging, "replaced"))
-            os.rename(data, self.location)
-        fsync_path(self.parent)
+        # Canonical bytes (HDF5: chunks in sorted order), everything synced, then the swap.
+        self.storage.seal(self.data_location, os.path.join(self.staging, "canonical"))
+        publish(self.data_location, self.location, self.staging)
         shutil.rmtree(self.staging)
         fsync_path(self.parent)
 
@@ -326,7 +301,7 @@ def open_destination(dst: Any, plan: ConversionPlan, *, overwrite: bool) -> Iter
     """
     path = is_local(dst)
     dest: Destination
-    if path is not None and plan.format != "memory":
+    if path is not None and not storage_for(plan.format).in_memory:
         dest = StagedDestination(path, plan)
     else:
         dest = Destination(dst if path is None else path, plan)
@@ -335,3 +310,49 @@ def open_destination(dst: Any, plan: ConversionPlan, *, overwrite: bool) -> Iter
         yield dest
     finally:
         dest.close()
+
+
+# -- publishing: the one step conversions, appends and stitching share ------------------------
+
+#: where, inside a staging directory, an old directory waits between the two renames
+REPLACED = "replaced"
+
+
+def publish(data: str, path: str, staging: str) -> None:
+    """Move the complete, synced ``data`` onto ``path``; the old version ends in ``staging``."""
+    if not os.path.lexists(path):
+        os.rename(data, path)
+    elif os.path.isfile(data) and os.path.isfile(path):
+        os.replace(data, path)
+    elif not _exchange(data, path):
+        replaced = os.path.join(staging, REPLACED)
+        os.rename(path, replaced)
+        try:
+            os.rename(data, path)
+        except BaseException:
+            os.rename(replaced, path)  # the staging is deleted next: the old version must not be
+            raise
+    fsync_path(os.path.dirname(path))
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Swap two paths atomically (Linux ``renameat2``); False where that is unsupported."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_uint,
+    ]
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EXDEV):
+        return False
+    raise OSError(code, os.strerror(code), b)

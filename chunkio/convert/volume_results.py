@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from .._fsync import fsync_path
 from ..backends import open_reader
-from ._fsync import fsync_path
 from .staging import Destination
 from .volume_tasks import VolumeResult, VolumeTask
 

@@ -1,24 +1,25 @@
 """Convert 3-D volumes - TIFF stacks, NIfTI (``.nii``/``.nii.gz``), ``.npy``/``.npz`` - into a
 chunkio *volume dataset*, chunked along every spatial axis for patch reads.
 
-Layout (details in :mod:`chunkio.patches.layout`): when every volume has the same shape they
+Layout (details in :mod:`chunkio.volume_layout`): when every volume has the same shape they
 are *stacked* - field ``image`` of shape ``(N, [C,] D, H, W)`` chunked ``(1, [C,] 64, 64,
 64)`` and field ``label`` ``(N, D, H, W)``, one volume per sample - otherwise each volume is
 its own field (``image_000``, ``label_000``, ...) of shape ``(1, [C,] D_k, H_k, W_k)``.
 ``extra["volumes"]`` records shapes, chunking, each volume's source files, voxel spacing,
 affine and orientation (NIfTI ``affine``, ``aff2axcodes``; TIFF resolution and ImageJ
 spacing), per-volume value ``scaling`` and the label index. With labels, a coarse per-chunk
-label index (:mod:`chunkio.patches.label_index`) is computed while converting and stored as
+label index (:mod:`chunkio.label_index`) is computed while converting and stored as
 arrays ``label_index``/``label_points`` for label-balanced patch sampling.
 
 Values: see :mod:`chunkio.convert.volume_values` - narrowing never wraps (``on_overflow``
 ``"error"``, ``"clip"`` or ``"scale"``) and NaN/Inf are handled by an explicit
 ``nan_policy``; labels must be integers and match their image's shape.
 
-Execution: one task per volume (:mod:`chunkio.convert.volume_tasks`), which owns every chunk
-of that volume, so parallel writers never share a chunk. A task holds its volume (and label)
-in memory - NIfTI ``.gz`` must be decompressed whole anyway - so peak memory is about two
-volumes per worker; a single volume larger than memory is not supported (split it first).
+Execution: one task per volume (:mod:`chunkio.convert.volume_tasks`) on the conversion
+engine (:mod:`chunkio.convert.engine`); a task owns every chunk of that volume, so parallel
+writers never share a chunk. A task holds its volume (and label) in memory - NIfTI ``.gz``
+must be decompressed whole anyway - so peak memory is about two volumes per worker; a single
+volume larger than memory is not supported (split it first).
 Local destinations are atomic, exclusive and resumable through the staging of
 :mod:`chunkio.convert.staging`: the manifest lists finished volumes, and each finished
 volume's scaling and label index are kept next to it, so a rerun converts only the rest and
@@ -39,27 +40,22 @@ import numpy as np
 import numpy.typing as npt
 from tqdm.auto import tqdm
 
-from ..backends import Compression, Format, detect_format, open_writer
+from ..backends import Compression, Format, Writer, detect_format, storage_for
 from ..errors import SourceError
+from ..label_index import LabelIndex, write_label_index
 from ..layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, FieldInfo
-from ..patches.label_index import LabelIndex, write_label_index
-from ..patches.layout import VOLUMES_KEY, VolumeSet
-from .pipeline import ConversionResult
+from ..volume_layout import VOLUMES_KEY, VolumeSet
+from .engine import run_tasks
 from .plan import ConversionPlan
 from .progress import advance
 from .rerun import REQUEST_KEY, Request, compression_option, display, reuse_complete
+from .source import ConversionResult
 from .staging import Destination, open_destination
 from .volume_results import load_results, save_result
 from .volume_sources import VolumeFile, match_labels, probe_volume, volume_files
-from .volume_tasks import (
-    VolumeResult,
-    VolumeTask,
-    WriteSpec,
-    flush_writer,
-    run_tasks,
-    write_result,
-)
+from .volume_tasks import VolumeJob, VolumeResult, VolumeTask
 from .volume_values import NanPolicy, OnOverflow, choose_dtype
+from .writing import start_writer, write_here, write_target
 
 __all__ = ["DEFAULT_VOLUME_CHUNKS", "convert_volumes"]
 
@@ -137,8 +133,7 @@ def convert_volumes(
     if class_names is not None:
         job = replace(job, class_names=tuple(str(c) for c in class_names))
     fmt: Format = format or detect_format(dst)
-    if fmt not in ("zarr", "hdf5", "memory"):
-        raise ValueError(f"format must be 'zarr', 'hdf5' or 'memory'; got {fmt!r}")
+    storage_for(fmt)  # a ValueError naming the formats for any other
     plan = ConversionPlan(fmt, (), job.volumes.count, 1, compression, job.fingerprint())
     request = job.request(fmt, compression)
     done_before = reuse_complete(dst, fmt, request, overwrite=overwrite)
@@ -156,7 +151,14 @@ def convert_volumes(
         )
     with open_destination(dst, plan, overwrite=overwrite) as dest:
         done = load_results(dest, job.tasks) if dest.resumed else {}
-        writer = _open_writer(dest, job, compression, done)
+        writer = start_writer(
+            dest,
+            job.layout(_blank(job), None).to_attrs(),
+            lambda w: _create_arrays(w, job, compression),
+            reuse=bool(done),
+        )
+        if not dest.resumed:
+            done.clear()
         try:
             todo = [t for t in job.tasks if t.volume not in done]
             _execute(dest, writer, todo, done, workers=workers, client=client, progress=progress)
@@ -169,7 +171,7 @@ def convert_volumes(
                 )
             layout = job.layout(ordered, index)
             writer.set_attrs({ATTR_KEY: layout.to_attrs(), REQUEST_KEY: request.record(layout)})
-            flush_writer(writer)
+            writer.flush()
             writer.set_attrs({COMPLETE_KEY: True})  # strictly last
         finally:
             writer.close()
@@ -342,41 +344,17 @@ def _chunk_shape(
     return tuple(int(min(c, n)) for c, n in zip(values, largest.tolist(), strict=True))
 
 
-def _open_writer(
-    dest: Destination, job: _Job, compression: Compression, done: dict[int, VolumeResult]
-) -> Any:
-    fmt = dest.plan.format
-    if dest.resumed and done:
-        try:
-            return open_writer(dest.data_location, format=fmt)
-        except Exception:
-            if fmt != "hdf5":
-                raise
-            # readable but no longer writable after a crash: start afresh
-    if dest.resumed:
-        done.clear()
-        dest.reset()
-    writer = open_writer(dest.data_location, format=fmt)
-    try:
-        writer.set_attrs({ATTR_KEY: job.layout(_blank(job), None).to_attrs(), COMPLETE_KEY: False})
-        for f in job.fields():
-            kind = "label" if f.name.startswith("label") else "image"
-            writer.create_array(
-                f.name,
-                shape=(
-                    1 if not job.volumes.stacked else job.volumes.count,
-                    *(f.sample_shape or ()),
-                ),
-                dtype=f.dtype,
-                chunks=job.array_chunks(kind),
-                compression=compression,
-            )
-        flush_writer(writer)
-    except BaseException:
-        writer.close()
-        raise
-    dest.created()
-    return writer
+def _create_arrays(writer: Writer, job: _Job, compression: Compression) -> None:
+    for f in job.fields():
+        kind = "label" if f.name.startswith("label") else "image"
+        rows = job.volumes.count if job.volumes.stacked else 1
+        writer.create_array(
+            f.name,
+            shape=(rows, *(f.sample_shape or ())),
+            dtype=f.dtype,
+            chunks=job.array_chunks(kind),
+            compression=compression,
+        )
 
 
 def _blank(job: _Job) -> list[VolumeResult]:
@@ -402,9 +380,7 @@ def _execute(
         workers = max(1, min(4, os.cpu_count() or 1, len(todo))) if big else 1
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an int >= 1; got {workers!r}")
-    parallel = client is not None or workers > 1
-    location = dest.worker_location if parallel and writer.supports_concurrent_writers else None
-    spec = WriteSpec(dest.plan.format, location, dest.staged, os.urandom(8).hex())
+    job = VolumeJob(write_target(dest, parallel=client is not None or workers > 1))
     bar = tqdm(
         total=n,
         initial=len(done),
@@ -415,12 +391,8 @@ def _execute(
     )
 
     def finish(task: VolumeTask, result: VolumeResult) -> None:
-        arrays = tuple(a[0] for a in (task.image_array, task.label_array) if a is not None)
-        row = task.image_array[1]
         if result.image is not None:  # not written by a worker: write it here
-            write_result(writer, task, result)
-            flush_writer(writer)
-            dest.sync(arrays, row, row + 1)
+            write_here(dest, writer, result.writes(task), task.syncs())
         result.image = result.label = None
         save_result(dest, task, result)  # scaling and index survive an interruption
         dest.record(task.volume, task.volume + 1)
@@ -428,4 +400,12 @@ def _execute(
         advance(bar, 1)
 
     with bar:
-        run_tasks(todo, spec, workers=workers, client=client, finish=finish)
+        run_tasks(
+            job,
+            todo,
+            workers=workers,
+            client=client,
+            finish=finish,
+            destination=dest.display,
+            unit="volume",
+        )

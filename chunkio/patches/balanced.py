@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import FormatError
-from .label_index import LabelIndex
+from ..label_index import LabelIndex
 from .samplers import IntArray, PatchSampler, _int, locality_order, uniform_keys
 
 __all__ = ["LabelBalancedSampler"]

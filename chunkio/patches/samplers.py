@@ -28,8 +28,8 @@ import numpy as np
 import numpy.typing as npt
 from torch.utils.data import Sampler
 
-from .label_index import LabelIndex
-from .layout import VolumeSet
+from ..label_index import LabelIndex
+from ..volume_layout import VolumeSet
 
 __all__ = [
     "GridSampler",

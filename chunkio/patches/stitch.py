@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from ..backends import Compression, detect_format, open_writer
+from ..backends import Compression, Writer, detect_format, open_writer, storage_for
+from ..convert.staging import publish
 from ..errors import DestinationExistsError
 from ..layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, FieldInfo
-from .layout import VOLUMES_KEY, VolumeSet
-from .planning import piece_slices, plan_patch_reads
+from ..planning import piece_slices, plan_patch_reads
+from ..volume_layout import VOLUMES_KEY, VolumeSet
 from .samplers import PatchSampler
 
 __all__ = ["stitch"]
@@ -84,11 +86,15 @@ def stitch(
     pred = first[1]
     channels = pred.shape[1] if pred.ndim == volumes.ndim + 2 else None
     target = _Target.open(dst, volumes, channels, dtype, field, like, compression, overwrite)
-    acc = _Accumulator(volumes, size, keys, target, pred.shape[1 : pred.ndim - volumes.ndim])
-    acc.add(*first)
-    for batch in stream:
-        acc.add(*_batch(batch, volumes.ndim))
-    acc.finish()
+    try:
+        acc = _Accumulator(volumes, size, keys, target, pred.shape[1 : pred.ndim - volumes.ndim])
+        acc.add(*first)
+        for batch in stream:
+            acc.add(*_batch(batch, volumes.ndim))
+        acc.finish()
+    except BaseException:
+        target.abort()
+        raise
     return target.close()
 
 
@@ -250,6 +256,9 @@ class _Target:
     def close(self) -> Any:
         return self.result
 
+    def abort(self) -> None:
+        """Stitching failed: drop what is not published (arrays passed in keep their writes)."""
+
 
 def _array_chunks(arr: Any, volumes: VolumeSet) -> tuple[int, ...]:
     chunks = getattr(arr, "chunks", None)
@@ -258,9 +267,20 @@ def _array_chunks(arr: Any, volumes: VolumeSet) -> tuple[int, ...]:
     return volumes.chunks
 
 
+class _Region:
+    """``array[region] = values`` on a writer's array: what :class:`_Target` writes through."""
+
+    def __init__(self, writer: Writer, name: str) -> None:
+        self.writer, self.name = writer, name
+
+    def __setitem__(self, region: tuple[Any, ...], values: npt.NDArray[Any]) -> None:
+        self.writer.write_region(self.name, region, values)
+
+
 class _DatasetTarget(_Target):
-    """A new chunkio volume dataset, arrays created through the backend writer (codecs,
-    checksums) and filled region by region through the native zarr / h5py array."""
+    """A new chunkio volume dataset, written through the backend writer (codecs, checksums)
+    in a sibling staging directory and published whole by :meth:`close`: an existing dataset
+    at ``path`` (with ``overwrite``) stays intact until the new one is complete."""
 
     def __init__(
         self,
@@ -275,9 +295,13 @@ class _DatasetTarget(_Target):
     ) -> None:
         if os.path.lexists(path) and not overwrite:
             raise DestinationExistsError(f"{path} already exists; pass overwrite=True")
-        self.path, self.format = path, detect_format(path)
-        if self.format == "memory":
+        self.path, self.format = os.path.abspath(path), detect_format(path)
+        self.storage = storage_for(self.format)
+        if self.storage.in_memory:
             raise ValueError(f"stitch writes zarr or HDF5 datasets; got {path!r}")
+        parent, name = os.path.split(self.path)
+        self.staging = os.path.join(parent, f".{name}.chunkio-stitch")
+        self.data = os.path.join(self.staging, "data")
         self.volumes = VolumeSet(
             volumes.shapes, volumes.chunks, volumes.stacked, channels, image=field
         )
@@ -288,14 +312,12 @@ class _DatasetTarget(_Target):
             self._fields(dtype),
             extra={VOLUMES_KEY: {**self.volumes.to_json(), "sources": sources}},
         )
-        self._create(compression, overwrite)
-        self._file: Any = None
-        names = self.volumes.field_names("image")
-        native = [self._native(n) for n in names]
+        self.writer = self._create(compression)
+        regions = [_Region(self.writer, n) for n in self.volumes.field_names("image")]
         if volumes.stacked:
-            slots = [(native[0], (v,)) for v in range(volumes.count)]
+            slots = [(regions[0], (v,)) for v in range(volumes.count)]
         else:
-            slots = [(a, (0,)) for a in native]
+            slots = [(r, (0,)) for r in regions]
         super().__init__(slots, path, volumes.chunks)
 
     def _fields(self, dtype: np.dtype[Any]) -> tuple[FieldInfo, ...]:
@@ -305,12 +327,10 @@ class _DatasetTarget(_Target):
             for v, name in enumerate(vs.field_names("image"))
         )
 
-    def _create(self, compression: Compression, overwrite: bool) -> None:
-        if os.path.lexists(self.path) and overwrite:
-            import shutil
-
-            shutil.rmtree(self.path) if os.path.isdir(self.path) else os.unlink(self.path)
-        writer = open_writer(self.path, format=self.format)
+    def _create(self, compression: Compression) -> Writer:
+        shutil.rmtree(self.staging, ignore_errors=True)  # an interrupted stitch: never published
+        os.makedirs(self.staging)
+        writer = open_writer(self.data, format=self.format)
         try:
             writer.set_attrs({ATTR_KEY: self.layout.to_attrs(), COMPLETE_KEY: False})
             chunks = (1, *self.volumes.item_shape("image", self.volumes.chunks))
@@ -319,28 +339,24 @@ class _DatasetTarget(_Target):
                 writer.create_array(
                     f.name, shape=shape, dtype=f.dtype, chunks=chunks, compression=compression
                 )
-        finally:
+        except BaseException:
             writer.close()
-
-    def _native(self, name: str) -> Any:
-        if self.format == "hdf5":
-            import h5py
-
-            if self._file is None:
-                self._file = h5py.File(self.path, "a")
-            return self._file[name]
-        import zarr
-
-        arr = zarr.open_array(self.path, path=name, mode="r+")
-        return arr.with_config({"write_empty_chunks": True})  # zeros are data, not "missing"
+            raise
+        return writer
 
     def close(self) -> Any:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-        writer = open_writer(self.path, format=self.format)
         try:
-            writer.set_attrs({COMPLETE_KEY: True})  # strictly last
+            self.writer.flush()
+            self.writer.set_attrs({COMPLETE_KEY: True})  # strictly last
         finally:
-            writer.close()
-        return self.path
+            self.writer.close()
+        names = self.volumes.field_names("image")
+        self.storage.sync_chunks(self.data, names, 0, self.layout.num_samples)
+        self.storage.seal(self.data, os.path.join(self.staging, "canonical"))
+        publish(self.data, self.path, self.staging)
+        shutil.rmtree(self.staging)
+        return self.result
+
+    def abort(self) -> None:
+        self.writer.close()
+        shutil.rmtree(self.staging, ignore_errors=True)

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import os
 
-from ..backends import Format
-
-__all__ = ["fsync_path", "fsync_tree", "sync_chunks"]
+__all__ = ["fsync_path", "fsync_tree"]
 
 
 def fsync_path(path: str) -> None:
@@ -43,25 +41,3 @@ def fsync_tree(path: str, *, finish_zarr: bool = False) -> None:
             elif name == "zarr.json":
                 fsync_path(full)
         fsync_path(root)
-
-
-def sync_chunks(
-    data_path: str, fmt: Format, arrays: tuple[str, ...], first: int, stop: int
-) -> None:
-    """Make chunks ``[first, stop)`` of ``arrays`` in a local dataset durable.
-
-    Zarr chunk files (default chunk-key encoding ``c/<i>/0/...``) can be synced by any
-    process: workers call this right after writing their block. An HDF5 file must first be
-    flushed by its one writer; then the whole file is synced.
-    """
-    if fmt == "hdf5":
-        fsync_path(data_path)
-        return
-    for name in arrays:
-        chunk_root = os.path.join(data_path, name, "c")
-        for chunk in range(first, stop):
-            path = os.path.join(chunk_root, str(chunk))
-            if os.path.exists(path):
-                fsync_tree(path)
-        if os.path.isdir(chunk_root):
-            fsync_path(chunk_root)  # the new directory entries

@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..backends import Compression, Reader, Writer
-from ..errors import FormatError
+from .backends import Compression, Reader, Writer
+from .errors import FormatError
 
 __all__ = [
     "POINTS_PER_ENTRY",

@@ -14,7 +14,7 @@ A *volume dataset* is an ordinary chunkio dataset (see :mod:`chunkio.layout`) wr
 ``extra["volumes"]`` records ``stacked``, ``count``, ``shapes`` (spatial shape of each volume),
 ``channels`` (``null`` when there is no channel axis), ``chunks`` (spatial chunk shape),
 ``image``/``label`` (field name stems, ``label`` ``null`` without labels), ``label_index``
-(see :mod:`chunkio.patches.label_index`) and per-volume ``sources`` (file names, voxel
+(see :mod:`chunkio.label_index`) and per-volume ``sources`` (file names, voxel
 spacing, affine and orientation) and ``scaling`` (``slope``/``inter``: original value =
 stored * slope + inter).
 """
@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import FormatError
+from .errors import FormatError
 
 __all__ = ["VOLUMES_KEY", "VolumeSet"]
 

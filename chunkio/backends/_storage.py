@@ -1,0 +1,186 @@
+"""What a conversion needs from a storage format besides arrays: capabilities and file steps.
+
+Conversion code (:mod:`chunkio.convert`) asks a :class:`~chunkio.backends.base.Storage` these
+questions instead of comparing format names: may workers write their own chunks, is a chunk a
+killed writer left whole or absent, how are written chunks made durable, what makes the final
+bytes canonical, and how is a copy grown for an append.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Sequence
+from typing import Any
+
+from .._fsync import fsync_path, fsync_tree
+from ..errors import ConversionError
+
+__all__ = ["HDF5Storage", "MemoryStorage", "ZarrStorage"]
+
+
+class ZarrStorage:
+    """Zarr v3: one file per chunk, so writers that own whole chunks never meet."""
+
+    format = "zarr"
+    concurrent_writers = True
+    #: LocalStore writes each chunk to a temporary file and renames it into place
+    atomic_chunks = True
+    local_only = False
+    in_memory = False
+
+    def holds_data(self, location: Any) -> bool:
+        import zarr
+
+        try:
+            zarr.open_group(store=location, mode="r")
+        except Exception:  # "nothing there" takes several exception types across stores
+            return False
+        return True
+
+    def clear(self, location: Any) -> None:
+        """Nothing to do: writing recreates every array it needs (``overwrite=True``)."""
+
+    def sync_chunks(self, path: str, arrays: Sequence[str], first: int, stop: int) -> None:
+        """fsync chunk files ``[first, stop)`` (default key encoding ``c/<i>/0/...``); any
+        process may sync the files another wrote."""
+        for name in arrays:
+            chunk_root = os.path.join(path, name, "c")
+            for chunk in range(first, stop):
+                chunk_path = os.path.join(chunk_root, str(chunk))
+                if os.path.exists(chunk_path):
+                    fsync_tree(chunk_path)
+            if os.path.isdir(chunk_root):
+                fsync_path(chunk_root)  # the new directory entries
+
+    def seal(self, path: str, scratch: str) -> None:
+        """Chunks were synced as written: sync the metadata, drop killed writers' temp files."""
+        fsync_tree(path, finish_zarr=True)
+
+    def copy_for_growth(
+        self, src: str, dst: str, names: Sequence[str], old_samples: int, new_samples: int
+    ) -> None:
+        """Hard-link the published chunks into ``dst``, copy what an append rewrites (metadata
+        and each array's partial last chunk), then resize every array to ``new_samples``.
+
+        LocalStore replaces a file by renaming a temporary one, so writing the copy never
+        changes a byte the published version's links point to; copying the rewritten files
+        keeps that true even for a store that rewrites files in place.
+        """
+        import zarr
+
+        step = {n: int(zarr.open_array(store=src, path=n, mode="r").chunks[0]) for n in names}
+        rewritten = tuple(
+            os.path.join(n, "c", str(old_samples // step[n]))
+            for n in names
+            if old_samples % step[n]
+        )
+        for root, _dirs, files in os.walk(src):
+            rel = os.path.relpath(root, src)
+            target = os.path.join(dst, rel)
+            os.makedirs(target, exist_ok=True)
+            for file in files:
+                if file.endswith(".partial"):
+                    continue  # a killed writer's temporary file
+                a, b = os.path.join(root, file), os.path.join(target, file)
+                key = os.path.normpath(os.path.join(rel, file))
+                if file == "zarr.json" or any(
+                    key == p or key.startswith(p + os.sep) for p in rewritten
+                ):
+                    shutil.copyfile(a, b)
+                else:
+                    os.link(a, b)
+        for n in names:
+            arr = zarr.open_array(store=dst, path=n, mode="r+")
+            arr.resize((new_samples, *arr.shape[1:]))
+
+
+class HDF5Storage:
+    """HDF5: one file with one writer, whose chunk placement depends on the write order."""
+
+    format = "hdf5"
+    concurrent_writers = False
+    #: a writer killed mid-write can leave half-updated chunks: read staged chunks back
+    atomic_chunks = False
+    local_only = True
+    in_memory = False
+
+    def holds_data(self, location: Any) -> bool:
+        return isinstance(location, (str, os.PathLike)) and os.path.exists(location)
+
+    def clear(self, location: Any) -> None:
+        """Never called: HDF5 is written in a staging directory and published whole."""
+
+    def sync_chunks(self, path: str, arrays: Sequence[str], first: int, stop: int) -> None:
+        """The one writer has flushed; sync the whole file."""
+        fsync_path(path)
+
+    def seal(self, path: str, scratch: str) -> None:
+        """Rewrite ``path`` with its chunks in sorted order (equal content, equal bytes)."""
+        from ._hdf5 import write_canonical
+
+        write_canonical(path, scratch)
+        os.replace(scratch, path)
+        fsync_path(path)
+
+    def copy_for_growth(
+        self, src: str, dst: str, names: Sequence[str], old_samples: int, new_samples: int
+    ) -> None:
+        """A new file whose arrays have the old creation properties and ``new_samples`` rows;
+        the old full chunks are copied as stored bytes (nothing decoded). HDF5 cannot grow a
+        fixed-size dataset in place."""
+        import h5py
+
+        with h5py.File(src, "r") as fin, h5py.File(dst, "w") as fout:
+            for key, value in fin.attrs.items():
+                fout.attrs[key] = value
+            for name in names:
+                d = fin[name]
+                spc = int(d.chunks[0])
+                shape = (new_samples, *d.shape[1:])
+                # as HDF5Writer: room for a chunk larger than the array
+                maxshape = tuple(max(s, c) for s, c in zip(shape, d.chunks, strict=True))
+                space = h5py.h5s.create_simple(shape, maxshape)
+                dcpl = d.id.get_create_plist()
+                h5py.h5d.create(fout.id, name.encode(), d.id.get_type(), space, dcpl=dcpl)
+                out = fout[name]
+                zeros = (0,) * (d.ndim - 1)
+                for chunk in range(old_samples // spc):  # full chunks, as stored
+                    mask, raw = d.id.read_direct_chunk((chunk * spc, *zeros))
+                    out.id.write_direct_chunk((chunk * spc, *zeros), raw, mask)
+
+
+class MemoryStorage:
+    """The in-memory reference backend: nothing on disk, nothing to sync."""
+
+    format = "memory"
+    concurrent_writers = False
+    atomic_chunks = True
+    local_only = False
+    in_memory = True
+
+    def holds_data(self, location: Any) -> bool:
+        from ._memory import memory_store
+
+        try:
+            memory_store(os.fspath(location))
+        except FileNotFoundError:
+            return False
+        return True
+
+    def clear(self, location: Any) -> None:
+        from ._memory import delete_memory_store
+
+        if self.holds_data(location):
+            delete_memory_store(os.fspath(location))
+
+    def sync_chunks(self, path: str, arrays: Sequence[str], first: int, stop: int) -> None:
+        pass
+
+    def seal(self, path: str, scratch: str) -> None:
+        pass
+
+    def copy_for_growth(
+        self, src: str, dst: str, names: Sequence[str], old_samples: int, new_samples: int
+    ) -> None:
+        raise ConversionError(f"{src}: in-memory datasets cannot be appended to")

@@ -1,0 +1,236 @@
+"""The one conversion engine: run a job's tasks in-process, on a process pool or on dask.
+
+Every conversion - image folders, arrays, volumes - is a picklable :class:`Job` (what a worker
+needs: the source, where to write) and a list of tasks (blocks of samples, volumes), each
+owning whole chunks so parallel writers never share one. :func:`run_tasks` keeps a bounded
+number of tasks in flight (memory stays bounded) and hands each result to ``finish`` in the
+calling process, in whatever order tasks complete; ``finish`` writes what the worker did not
+write itself and records the task in the manifest.
+
+On the first failure nothing new starts, queued tasks are cancelled, running ones that the
+worker already wrote are still finished (less to redo on resume), and the failure is raised
+as a :class:`~chunkio.errors.ConversionError` (or :class:`~chunkio.errors.SourceError`)
+naming the destination and the task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future
+from concurrent.futures import wait as futures_wait
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, Generic, Protocol, TypeVar
+
+from ..errors import ConversionError, OptionalDependencyError, SourceError
+from .procpool import MAIN_GUARD_HINT, ConversionPool, process_pool
+
+__all__ = ["Job", "Task", "require_distributed", "run_tasks"]
+
+
+class Task(Protocol):
+    """One unit of work: picklable, owning whole chunks."""
+
+    def describe(self) -> str: ...
+
+
+T = TypeVar("T", bound=Task)
+R = TypeVar("R")
+T_contra = TypeVar("T_contra", bound=Task, contravariant=True)
+R_co = TypeVar("R_co", covariant=True)
+
+
+class Job(Protocol[T_contra, R_co]):
+    """What workers run: picklable (sent once per worker), opens its own handles."""
+
+    def run(self, task: T_contra) -> R_co: ...
+
+    def written(self, result: Any) -> bool:
+        """Whether the worker wrote ``result``'s chunks itself (nothing left to write)."""
+        ...
+
+
+class _Runner(Protocol[T_contra]):
+    max_in_flight: int
+
+    def submit(self, task: T_contra) -> Any: ...
+
+    def wait(self, futures: Iterable[Any]) -> set[Any]: ...
+
+    def cancel(self, future: Any) -> bool: ...
+
+
+class _InProcess(Generic[T, R]):
+    max_in_flight = 1
+
+    def __init__(self, job: Job[T, R]) -> None:
+        self.job = job
+
+    def submit(self, task: T) -> Future[R]:
+        fut: Future[R] = Future()
+        try:
+            fut.set_result(self.job.run(task))
+        except Exception as err:
+            fut.set_exception(err)
+        return fut
+
+    def wait(self, futures: Iterable[Any]) -> set[Any]:
+        return set(futures)
+
+    def cancel(self, future: Any) -> bool:
+        return True
+
+
+_worker_job: list[Any] = []
+
+
+def _init_worker(job: Any) -> None:
+    """Process-pool initializer: the job travels once per worker, not once per task."""
+    _worker_job[:] = [job]
+
+
+def _pool_task(task: Any) -> Any:
+    return _worker_job[0].run(task)
+
+
+def _dask_task(job: Any, task: Any) -> Any:
+    return job.run(task)
+
+
+class _Pool(Generic[T]):
+    def __init__(self, pool: ConversionPool, workers: int) -> None:
+        self.pool, self.max_in_flight = pool, 2 * workers
+
+    def submit(self, task: T) -> Future[Any]:
+        return self.pool.submit(_pool_task, task)
+
+    def wait(self, futures: Iterable[Any]) -> set[Any]:
+        return set(futures_wait(list(futures), return_when=FIRST_COMPLETED).done)
+
+    def cancel(self, future: Any) -> bool:
+        return bool(future.cancel())
+
+
+class _Dask(Generic[T]):
+    def __init__(self, client: Any, job: Any) -> None:
+        import distributed
+
+        self.client = client
+        self._distributed: Any = distributed  # untyped package
+        # Sent once to every worker, not once per task (a job with ragged plans is large).
+        self.job = client.scatter(job, broadcast=True, hash=False)
+        self.max_in_flight = 2 * max(1, sum(client.nthreads().values()))
+
+    def submit(self, task: T) -> Any:
+        return self.client.submit(_dask_task, self.job, task, pure=False)
+
+    def wait(self, futures: Iterable[Any]) -> set[Any]:
+        return set(self._distributed.wait(list(futures), return_when="FIRST_COMPLETED").done)
+
+    def cancel(self, future: Any) -> bool:
+        future.cancel()
+        return True
+
+
+def require_distributed() -> None:
+    """Fail early, with the install hint, when ``client=`` is passed without distributed."""
+    try:
+        import distributed  # noqa: F401
+    except ImportError as err:
+        raise OptionalDependencyError(
+            "client= needs the 'distributed' package: pip install 'chunkio[distributed]'"
+        ) from err
+
+
+def run_tasks(
+    job: Job[T, R],
+    tasks: Sequence[T],
+    *,
+    workers: int,
+    client: Any,
+    finish: Callable[[T, R], None],
+    destination: str,
+    unit: str,
+) -> None:
+    """Run ``job`` on every task; call ``finish(task, result)`` here as each completes.
+
+    ``client`` (a ``dask.distributed.Client``) runs tasks on its cluster, whose workers must
+    share this machine's filesystem; else ``workers > 1`` runs a process pool that never runs
+    the caller's ``__main__`` and dies with this process (:mod:`~chunkio.convert.procpool`);
+    else tasks run here. ``unit`` names tasks in messages ("block", "volume").
+    """
+    if not tasks:
+        return
+    if client is not None:
+        require_distributed()
+        _drive(_Dask(client, job), job, tasks, finish, destination, unit)
+        return
+    if workers <= 1:
+        _drive(_InProcess(job), job, tasks, finish, destination, unit)
+        return
+    pool = process_pool(min(workers, len(tasks)), initializer=_init_worker, initargs=(job,))
+    try:
+        _drive(_Pool(pool, workers), job, tasks, finish, destination, unit)
+    except ConversionError as err:
+        if pool.imports_main and isinstance(err.__cause__, BrokenProcessPool):
+            raise ConversionError(f"{err}; {MAIN_GUARD_HINT}") from err.__cause__
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _drive(
+    runner: _Runner[T],
+    job: Job[T, R],
+    tasks: Sequence[T],
+    finish: Callable[[T, R], None],
+    destination: str,
+    unit: str,
+) -> None:
+    pending: dict[Any, T] = {}
+    queue = iter(tasks)
+    error: BaseException | None = None
+    while True:
+        while error is None and len(pending) < runner.max_in_flight:
+            task = next(queue, None)
+            if task is None:
+                break
+            try:
+                pending[runner.submit(task)] = task
+            except Exception as err:
+                error = _wrap(err, task, destination, unit)
+        if not pending:
+            break
+        for fut in runner.wait(pending):
+            task = pending.pop(fut)
+            try:
+                result = fut.result()
+            except Exception as err:
+                error = error or _wrap(err, task, destination, unit)
+                continue
+            # After a failure, still record what workers wrote, but write no more here.
+            if error is None or job.written(result):
+                try:
+                    finish(task, result)
+                except Exception as err:  # e.g. ENOSPC while writing here
+                    error = error or _wrap(err, task, destination, unit)
+        if error is not None:
+            for fut in [f for f in pending if runner.cancel(f)]:
+                del pending[fut]
+    if error is not None:
+        raise error
+
+
+def _wrap(err: BaseException, task: Task, destination: str, unit: str) -> ConversionError:
+    where = f"{destination}: {task.describe()}"  # a full disk or a dead worker: say where
+    kept = f"finished {unit}s are kept: rerun to resume"
+    if isinstance(err, SourceError):
+        try:
+            wrapped: ConversionError = type(err)(f"{where}: {err}")
+        except Exception:
+            wrapped = SourceError(f"{where}: {err}")
+    elif isinstance(err, BrokenProcessPool):
+        wrapped = ConversionError(f"{where}: a worker process died ({err}); {kept}")
+    else:
+        wrapped = ConversionError(f"{where}: {type(err).__name__}: {err}; {kept}")
+    wrapped.__cause__ = err
+    return wrapped
