@@ -49,6 +49,7 @@ from ..errors import SourceError
 
 __all__ = [
     "DecodePolicy",
+    "UndecodableImage",
     "ImageMode",
     "Probe",
     "ResizeMode",
@@ -80,6 +81,8 @@ _KEEP = {
 _SWAPS_AXES = frozenset({5, 6, 7, 8})  # EXIF orientations that transpose the image
 _ORIENTATION = 0x0112
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_JPEG_EOI = b"\xff\xd9"
+_JPEG = frozenset({"JPEG", "MPO"})  # Pillow opens multi-picture JPEGs as MPO
 
 
 @dataclass(frozen=True)
@@ -153,12 +156,26 @@ def _open(path: str) -> Image.Image:
             raise _Bad(f"decompression bomb refused before decoding: {err}") from err
 
 
+class UndecodableImage(SourceError):
+    """A file that cannot be decoded by the policy; ``path`` and ``reason`` say which and why.
+
+    Raised by :func:`load_image`. Both attributes survive pickling (a pool worker's error
+    reaches the converting process whole), and default to ``None`` so that code re-raising
+    the error with more context (``type(err)(message)``) can still build one.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, reason: str | None = None):
+        super().__init__(message)
+        self.path = path
+        self.reason = reason
+
+
 class _Bad(Exception):
     """A file-level problem; carries the reason only (the path is added by the caller)."""
 
 
 def _load_first_frame(im: Image.Image, *, draft: bool) -> None:
-    if draft and im.format == "JPEG":
+    if draft and im.format in _JPEG:
         # Decoding at 1/8 scale still reads every byte of the entropy-coded data, so it finds
         # truncation at a fraction of the cost of a full decode.
         im.draft(im.mode, (max(1, im.width // 8), max(1, im.height // 8)))
@@ -186,8 +203,16 @@ def _check_png_crcs(path: str) -> None:
     raise _Bad("PNG file ends before its IEND chunk (truncated)")
 
 
-def probe_image(path: str, policy: DecodePolicy) -> Probe:
-    """Check that ``path`` decodes, and report its oriented size and stored mode.
+def probe_image(path: str, policy: DecodePolicy, *, thorough: bool = False) -> Probe:
+    """Screen ``path`` and report its oriented size and stored mode (the plan of its decode).
+
+    By default the screen costs a fraction of a decode: the headers are parsed (size, mode,
+    frames, EXIF orientation, the decompression-bomb limit), PNG chunk CRCs are checked, and
+    a JPEG that ends with its EOI marker is taken as whole; one that does not (truncated, or
+    with bytes appended) is decoded at 1/8 scale (Pillow's ``draft``, which still reads every
+    byte of the entropy-coded data) to tell which. Other formats are decoded in full.
+    ``thorough=True`` decodes JPEGs at 1/8 scale whatever their last bytes: a damaged
+    Huffman table, say, passes the cheap screen and fails only when pixels are decoded.
 
     Never raises for a bad file: the problem is returned in :attr:`Probe.error`.
     """
@@ -198,7 +223,8 @@ def probe_image(path: str, policy: DecodePolicy) -> Probe:
             width, height = im.size  # before draft() shrinks it
             if im.format == "PNG":
                 _check_png_crcs(path)
-            _load_first_frame(im, draft=True)
+            elif im.format not in _JPEG or thorough or not _ends_with_eoi(path):
+                _load_first_frame(im, draft=True)
             orientation = im.getexif().get(_ORIENTATION, 1)
     except _Bad as err:
         return Probe(error=str(err))
@@ -207,6 +233,16 @@ def probe_image(path: str, policy: DecodePolicy) -> Probe:
     if orientation in _SWAPS_AXES:
         width, height = height, width
     return Probe(height, width, stored, frames)
+
+
+def _ends_with_eoi(path: str) -> bool:
+    """Whether the file's last two bytes are the JPEG end-of-image marker."""
+    with open(path, "rb") as fh:
+        fh.seek(0, 2)
+        if fh.tell() < 2:
+            return False
+        fh.seek(-2, 2)
+        return fh.read(2) == _JPEG_EOI
 
 
 def _reason(err: BaseException) -> str:
@@ -260,7 +296,7 @@ def load_image(path: str, policy: DecodePolicy, *, stored: str) -> npt.NDArray[A
 
     Raises
     ------
-    SourceError
+    UndecodableImage
         The file cannot be decoded; the message names it and says why.
     """
     try:
@@ -273,9 +309,10 @@ def load_image(path: str, policy: DecodePolicy, *, stored: str) -> npt.NDArray[A
                 out, pad = _resize(out, policy.size, policy.resize)
             arr = np.asarray(out)
     except _Bad as err:
-        raise SourceError(f"{path}: {err}") from err
+        raise UndecodableImage(f"{path}: {err}", path=path, reason=str(err)) from err
     except Exception as err:
-        raise SourceError(f"{path}: {_reason(err)}") from err
+        reason = _reason(err)
+        raise UndecodableImage(f"{path}: {reason}", path=path, reason=reason) from err
     arr = arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1)
     if arr.dtype.byteorder == ">":
         arr = arr.astype(arr.dtype.newbyteorder("<"))

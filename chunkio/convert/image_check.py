@@ -1,35 +1,40 @@
-"""The check pass of :func:`~chunkio.convert.images.convert_images`, run in parallel.
+"""The check pass of :func:`~chunkio.convert.images.convert_images`.
 
-Every file is probed (:func:`chunkio.convert.decode.probe_image`: opened, decoded cheaply,
-oriented) and stat'ed. The pass starts in this process and moves the rest of the files to a
-process pool only once it is clear that the remaining work outweighs starting the pool: each
-worker process imports NumPy, Pillow and chunkio (with torch), which takes seconds, so
-small folders never pay for it. With a ``dask.distributed`` client the cluster runs it all.
+Every file is probed (:func:`chunkio.convert.decode.probe_image`: headers parsed, PNG CRCs
+checked, JPEGs that lack their end marker decoded at 1/8 scale; or, ``thorough``, every JPEG
+decoded at 1/8 scale) and stat'ed. The pass starts in this process and hands the rest of the
+files to the conversion engine's process pool (:func:`chunkio.convert.engine.run_tasks`)
+only once it is clear that the remaining work outweighs starting the pool
+(:data:`POOL_MIN_SECONDS`). The default probe costs 0.1-0.3 of a decode (large to small
+JPEGs), so only folders of tens of thousands of files ever pay for a pool here. With a
+``dask.distributed`` client the cluster runs it all.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator, Sequence
-from concurrent.futures import as_completed
-from concurrent.futures.process import BrokenProcessPool
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tqdm.auto import tqdm
 
-from ..errors import ConversionError
 from .decode import DecodePolicy, Probe, probe_image
-from .procpool import process_pool
+from .engine import run_tasks
 from .progress import advance
 
-__all__ = ["POOL_MIN_SECONDS", "Checked", "Timing", "check_all"]
+__all__ = ["POOL_MIN_SECONDS", "Checked", "check_all"]
 
-#: Work estimated to take less than this in one process stays in this process: starting
-#: worker processes (each imports NumPy, Pillow, zarr, h5py and torch) costs seconds. Set it
-#: to ``0.0`` before converting to use the pools (check and write) whenever ``workers > 1``.
-POOL_MIN_SECONDS = 5.0
+#: Work estimated to take less than this in one process stays in this process. Starting a
+#: pool of worker processes (each imports NumPy, Pillow, zarr and h5py) measured 0.4-0.8 s
+#: on 2 cores, and two workers save at most half the work, so below about 2 s of work a
+#: pool is a loss. Set it to ``0.0`` before converting to use the pools (check and write)
+#: whenever ``workers > 1``.
+POOL_MIN_SECONDS = 2.0
+
+#: Files per batch at most: the unit of work, and how often the in-process part is timed.
+_BATCH = 64
 
 
 @dataclass(frozen=True)
@@ -41,89 +46,96 @@ class Checked:
     mtime_ns: int = 0
 
 
-def _check_batch(paths: Sequence[str], policy: DecodePolicy) -> list[Checked]:
-    out = []
-    for path in paths:
-        try:
-            st = os.stat(path)
-        except OSError as err:
-            out.append(Checked(Probe(error=f"cannot stat: {err}")))
-            continue
-        out.append(Checked(probe_image(path, policy), st.st_size, st.st_mtime_ns))
-    return out
+@dataclass(frozen=True)
+class _Batch:
+    """Files ``paths``, the ``index``-th batch of the listing: a task of the engine."""
+
+    index: int
+    paths: tuple[str, ...]
+
+    def describe(self) -> str:
+        return f"files {self.paths[0]} .. {self.paths[-1]}"
 
 
-def _batches(paths: Sequence[str], workers: int) -> list[Sequence[str]]:
-    step = max(1, min(64, len(paths) // (4 * workers) or 1))
-    return [paths[i : i + step] for i in range(0, len(paths), step)]
+@dataclass(frozen=True)
+class _CheckJob:
+    """Probes the files of a batch; picklable, so it runs in pool workers too."""
+
+    policy: DecodePolicy
+    thorough: bool
+
+    def run(self, batch: _Batch) -> list[Checked]:
+        out = []
+        for path in batch.paths:
+            try:
+                st = os.stat(path)
+            except OSError as err:
+                out.append(Checked(Probe(error=f"cannot stat: {err}")))
+                continue
+            probe = probe_image(path, self.policy, thorough=self.thorough)
+            out.append(Checked(probe, st.st_size, st.st_mtime_ns))
+        return out
+
+    def written(self, result: Any) -> bool:
+        return False  # nothing is written: after a failure, the rest is not needed
 
 
-@dataclass
-class Timing:
-    """Seconds per file of the check pass, measured on the part run in this process."""
-
-    files: int = 0
-    seconds: float = 0.0
-
-    @property
-    def per_file(self) -> float:
-        return self.seconds / self.files if self.files else 0.0
+def _batches(paths: Sequence[str], workers: int) -> list[_Batch]:
+    step = max(1, min(_BATCH, len(paths) // (4 * workers) or 1))
+    return [_Batch(k, tuple(paths[i : i + step])) for k, i in enumerate(range(0, len(paths), step))]
 
 
 def check_all(
-    paths: Sequence[str], policy: DecodePolicy, *, workers: int, client: Any, progress: bool
-) -> tuple[list[Checked], Timing]:
-    """Probe every file of ``paths``; results in input order, and the in-process timing."""
+    paths: Sequence[str],
+    policy: DecodePolicy,
+    *,
+    workers: int,
+    client: Any,
+    progress: bool,
+    thorough: bool = False,
+) -> list[Checked]:
+    """Probe every file of ``paths``; results in input order."""
+    job = _CheckJob(policy, thorough)
     batches = _batches(paths, workers)
     results: list[list[Checked]] = [[] for _ in batches]
-    timing = Timing()
     bar = tqdm(
         total=len(paths), unit="image", desc="check", disable=not progress, dynamic_ncols=True
     )
+
+    def finish(batch: _Batch, checked: list[Checked]) -> None:
+        results[batch.index] = checked
+        advance(bar, len(checked))
+
     with bar:
-        for i, checked in _run_batches(batches, policy, workers, client, timing):
-            results[i] = checked
-            advance(bar, len(checked))
-    return [c for part in results for c in part], timing
+        rest = batches if client is not None else _in_process(job, batches, workers, finish)
+        if rest:
+            run_tasks(
+                job,
+                rest,
+                workers=workers,
+                client=client,
+                finish=finish,
+                destination="check pass",
+                unit="batch",
+            )
+    return [c for part in results for c in part]
 
 
-def _run_batches(
-    batches: list[Sequence[str]], policy: DecodePolicy, workers: int, client: Any, timing: Timing
-) -> Iterator[tuple[int, list[Checked]]]:
-    """Batches in this process until the rest is worth a process pool, then in the pool."""
-    if client is not None:
-        yield from _dask_batches(client, list(enumerate(batches)), policy)
-        return
-    total = sum(len(b) for b in batches)
-    todo = list(enumerate(batches))
-    while todo:
-        i, batch = todo.pop(0)
+def _in_process(
+    job: _CheckJob,
+    batches: list[_Batch],
+    workers: int,
+    finish: Callable[[_Batch, list[Checked]], None],
+) -> list[_Batch]:
+    """Check batches here until the rest is worth a pool; return the rest."""
+    done, seconds = 0, 0.0
+    total = sum(len(b.paths) for b in batches)
+    for k, batch in enumerate(batches):
         started = time.perf_counter()
-        yield i, _check_batch(batch, policy)
-        timing.files += len(batch)
-        timing.seconds += time.perf_counter() - started
-        if workers > 1 and todo and timing.per_file * (total - timing.files) > POOL_MIN_SECONDS:
-            yield from _pool_batches(todo, policy, workers)
-            return
-
-
-def _pool_batches(
-    todo: list[tuple[int, Sequence[str]]], policy: DecodePolicy, workers: int
-) -> Iterator[tuple[int, list[Checked]]]:
-    with process_pool(min(workers, len(todo))) as pool:
-        pending = {pool.submit(_check_batch, b, policy): i for i, b in todo}
-        try:
-            for fut in as_completed(pending):
-                yield pending[fut], fut.result()
-        except BrokenProcessPool as err:
-            raise ConversionError(f"a worker process of the check pass died: {err}") from err
-
-
-def _dask_batches(
-    client: Any, todo: list[tuple[int, Sequence[str]]], policy: DecodePolicy
-) -> Iterator[tuple[int, list[Checked]]]:
-    from distributed import as_completed as dask_completed
-
-    futures = {client.submit(_check_batch, b, policy, pure=False): i for i, b in todo}
-    for fut in dask_completed(futures):  # type: ignore[no-untyped-call,unused-ignore]
-        yield futures[fut], fut.result()
+        finish(batch, job.run(batch))
+        seconds += time.perf_counter() - started
+        done += len(batch.paths)
+        rest = batches[k + 1 :]
+        if workers > 1 and rest and seconds / done * (total - done) > POOL_MIN_SECONDS:
+            return rest
+    return []

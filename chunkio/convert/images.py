@@ -1,30 +1,42 @@
 """Folders of images -> a chunkio dataset: :func:`convert_images`.
 
-Two parallel passes over the files:
+Two passes over the files:
 
-1. **Check** (:func:`chunkio.convert.decode.probe_image`): every file is opened and decoded
-   once - JPEGs at 1/8 scale through Pillow's ``draft``, which still reads all of the
-   entropy-coded data and so finds truncation, at a fraction of a full decode (PNG chunk
-   CRCs are checked too). This yields each image's size after EXIF orientation and its
-   stored mode, so the dataset's shape - dense, or ragged with every offset - is known
-   before anything is written, and every bad file is known too.
+1. **Check** (:func:`chunkio.convert.decode.probe_image`): every file is opened and its
+   headers parsed - size, mode, frames, EXIF orientation, the decompression-bomb limit - PNG
+   chunk CRCs are verified, and a JPEG that does not end with its end-of-image marker
+   (truncated, or with bytes appended) is decoded at 1/8 scale to tell which. This yields
+   each image's size after EXIF orientation and its stored mode, so the dataset's shape -
+   dense, or ragged with every offset - is known before anything is written, and nearly
+   every bad file is known too. It costs 0.1-0.15 of a full decode for 224-256 px JPEGs and
+   about a third for 64-128 px ones, where opening a file costs as much as decoding it; the
+   check that decoded every JPEG at 1/8 scale cost 0.55 and 0.65 (``check_vs_decode`` in
+   ``benchmarks/bench_convert.py``).
 2. **Write** (:func:`chunkio.convert.run_conversion`): only the good files, decoded by the
    declared policy, in chunk-aligned blocks; atomic and resumable.
 
-Why check first instead of writing and compacting afterwards: a file that fails only when
-its pixels are decoded (a truncated JPEG has a perfect header) would otherwise leave a hole in
-a chunk another process already wrote; compaction would rewrite every later chunk. The check
-also lets ``on_error="raise"`` fail before anything is written. Its cost, measured in one
-process (``benchmarks/bench_convert.py``): about 0.4-0.6 of a full decode for 500x375 JPEGs,
-but 0.8-0.9 for 64-128 px ones, where opening and parsing the file costs as much as decoding
-it. A file that passes the check but fails in the write pass (it changed in between) stops
-the conversion with a :class:`~chunkio.errors.SourceError` naming it, whatever ``on_error``
-says; rerunning resumes.
+Why check first instead of writing and compacting afterwards: a file left out moves every
+later image, so a file found bad while writing would leave a hole in a chunk another process
+already wrote; compaction would rewrite every later chunk. A few kinds of damage pass the
+check and fail only when the pixels are decoded (a corrupt Huffman table, a truncated JPEG
+whose last bytes happen to be an end marker, a PNG whose compressed data is damaged under
+correct CRCs). Such a file stops the write pass. Under ``on_error="raise"`` the conversion
+fails naming it (the destination is not created; staged blocks are discarded by the next
+run, whose files or options differ). Under ``"skip"`` it is left out and the conversion is
+planned and written again, from scratch, after a thorough check (every JPEG decoded at 1/8
+scale, as this pass did before it was made cheap), so that a folder with many such files
+restarts once or twice, not once per file. The result is the same dataset a conversion
+that knew of the file from the start would write, whether or not the run was interrupted
+(a run killed after the restart repeats it: the record of the refused file is not kept).
+A file whose decoded shape differs from its probe (it changed during the conversion) stops
+it with a :class:`~chunkio.errors.SourceError` whatever ``on_error`` says; rerunning
+resumes.
 
-Both passes run in this process when the work is estimated at less than
-:data:`~chunkio.convert.image_check.POOL_MIN_SECONDS`: a worker process must import NumPy,
-Pillow, zarr and torch before its first image, which costs seconds. ``workers`` is therefore
-an upper bound; a ``client`` is always used.
+The write pass runs in this process when it is estimated (a few files decoded and timed,
+:func:`_pool_pays`) to take less than
+:data:`~chunkio.convert.image_check.POOL_MIN_SECONDS` here, since starting worker processes
+costs about half a second; so does the check pass, whose work is rarely worth a pool.
+``workers`` is therefore an upper bound; a ``client`` is always used.
 
 Stored fields:
 
@@ -59,11 +71,11 @@ Equal: the result is returned as it is (``unchanged``); different: refused, nami
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import time
-from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -73,16 +85,27 @@ import numpy.typing as npt
 from ..backends import Compression, Format, detect_format
 from ..backends.base import DEFAULT_CODEC
 from ..errors import SourceError
-from ..grid import SampleGrid
-from ..layout import DatasetLayout, FieldInfo
+from ..layout import FieldInfo
 from ..provenance import decode_paths
 from . import image_check
 from .chunking import choose_samples_per_chunk
-from .decode import DecodePolicy, ImageMode, Probe, ResizeMode, load_image
+from .decode import DecodePolicy, ImageMode, ResizeMode, UndecodableImage, load_image
 from .image_check import Checked, check_all
-from .pipeline import ConversionResult, run_conversion
-from .rerun import Request, compression_option, display, file_listing, reuse_complete
-from .scan import ImageEntry, OnError, ScanResult, Skipped, scan_folder, scan_paths
+from .image_plan import (
+    ImageConversionResult,
+    agreed_mode,
+    default_workers,
+    describe,
+    listing,
+    normalise_size,
+    partition,
+    scan_source,
+    stored_shapes,
+    unchanged,
+)
+from .pipeline import run_conversion
+from .rerun import Request, compression_option, display, reuse_complete
+from .scan import ImageEntry, OnError, ScanResult
 from .shuffling import SOURCE_INDEX, check_order_options, order_extra, shuffled
 
 __all__ = [
@@ -92,20 +115,14 @@ __all__ = [
     "source_paths",
 ]
 
-#: The write pass per image (decode, resize, compress, write), relative to the check pass:
-#: measured 2x for 64-128 px JPEGs, more for larger ones (the check decodes at 1/8 scale).
-_WRITE_PER_CHECK = 4.0
+#: The write pass per image in one process (decode, pack, compress, checksum, write, fsync),
+#: relative to its decode alone: measured 2.6 for 64-128 px JPEGs, 4.2 for 224-256 px ones
+#: (2 cores, Zarr, 1 MiB chunks).
+_WRITE_PER_DECODE = 3.0
+#: Files decoded and timed to estimate the write pass (:func:`_pool_pays`).
+_CALIBRATION_FILES = 8
 #: Decoded bytes per block (the unit of work, resume and fsync) to aim for.
 _BLOCK_BYTES = 8 << 20
-
-
-@dataclass(frozen=True)
-class ImageConversionResult(ConversionResult):
-    """A :class:`~chunkio.convert.ConversionResult` plus what the image scan left out."""
-
-    skipped: tuple[Skipped, ...] = ()
-    ignored: int = 0
-    class_names: tuple[str, ...] | None = None
 
 
 class ImageSource:
@@ -125,7 +142,7 @@ class ImageSource:
     ) -> None:
         probes = [c.probe for c in checked]
         self.policy = policy
-        self.stored_mode = _agreed_mode(entries, probes, policy)
+        self.stored_mode = agreed_mode(entries, probes, policy)
         self._paths = [e.path for e in entries]
         self._fingerprint_parts = [
             (e.rel, e.label, c.size, c.mtime_ns) for e, c in zip(entries, checked, strict=True)
@@ -133,7 +150,7 @@ class ImageSource:
         self.num_samples = len(entries)
         channels, dtype = probes[0].channels, probes[0].dtype
         self.orig_size = np.array([(p.height, p.width) for p in probes], np.int32).reshape(-1, 2)
-        self.shapes = _stored_shapes(self.orig_size, channels, policy.size)
+        self.shapes = stored_shapes(self.orig_size, channels, policy.size)
         self.labels = np.array([e.label for e in entries], np.int64) if labelled else None
         encoded = [os.fsencode(e.rel) for e in entries]
         width = max(len(b) for b in encoded)
@@ -181,7 +198,7 @@ class ImageSource:
     def read_rows(self, indices: npt.NDArray[np.int64]) -> dict[str, Any]:
         """Images ``indices`` (any order), in that order: one file each."""
         idx = np.asarray(indices, dtype=np.int64)
-        images = [self._load(int(i)) for i in idx]
+        images = [self.load(int(i)) for i in idx]
         out: dict[str, Any] = {
             "image": images if self.ragged else np.stack(images),
             "orig_size": self.orig_size[idx],
@@ -191,7 +208,8 @@ class ImageSource:
             out["label"] = self.labels[idx]
         return out
 
-    def _load(self, i: int) -> npt.NDArray[Any]:
+    def load(self, i: int) -> npt.NDArray[Any]:
+        """Image ``i``, decoded by the policy and checked against its planned shape."""
         arr = load_image(self._paths[i], self.policy, stored=self.stored_mode)
         expected = tuple(int(s) for s in self.shapes[i])
         if arr.shape != expected:
@@ -200,79 +218,6 @@ class ImageSource:
                 f"{expected}; the file changed during the conversion (rerun to resume)"
             )
         return arr
-
-
-def _stored_shapes(
-    orig: npt.NDArray[np.int32], channels: int, size: tuple[int, int] | None
-) -> npt.NDArray[np.int64]:
-    shapes = np.empty((len(orig), 3), np.int64)
-    shapes[:, 0] = channels
-    shapes[:, 1:] = orig if size is None else size
-    return shapes
-
-
-def _agreed_mode(
-    entries: Sequence[ImageEntry], probes: Sequence[Probe], policy: DecodePolicy
-) -> str:
-    """The one stored mode of all images; otherwise a SourceError listing the disagreement."""
-    counts = Counter(p.stored_mode for p in probes)
-    if len(counts) == 1:
-        return next(iter(counts))
-    examples: dict[str, str] = {}
-    for e, p in zip(entries, probes, strict=True):
-        examples.setdefault(p.stored_mode, e.rel)
-    listing = "; ".join(f"{n} x {m} (e.g. {examples[m]})" for m, n in counts.most_common())
-    hint = (
-        "use mode='RGB' or mode='L' to convert them all"
-        if policy.mode == "keep"
-        else "convert the 16-bit and 8-bit images separately"
-    )
-    raise SourceError(
-        f"images must share one stored mode under mode={policy.mode!r}; found {listing}; {hint}"
-    )
-
-
-def _normalise_size(size: int | Sequence[int] | None) -> tuple[int, int] | None:
-    if size is None:
-        return None
-    if isinstance(size, (int, np.integer)) and not isinstance(size, bool):
-        return (int(size), int(size))
-    if isinstance(size, Sequence) and len(size) == 2:
-        return (int(size[0]), int(size[1]))
-    raise ValueError(f"size must be None, an int or (H, W); got {size!r}")
-
-
-def _scan(src: Any, labels: Sequence[int] | None, on_error: OnError) -> tuple[ScanResult, str]:
-    if isinstance(src, (str, os.PathLike)):
-        if labels is not None:
-            raise TypeError("labels= is for a sequence of paths; a folder's labels are its classes")
-        result = scan_folder(src, on_error=on_error)
-        return result, "imagefolder" if result.class_names is not None else "flat"
-    return scan_paths(src, labels=labels, on_error=on_error), "paths"
-
-
-def _partition(
-    entries: Sequence[ImageEntry], checked: Sequence[Checked], on_error: OnError
-) -> tuple[list[ImageEntry], list[Checked], list[Skipped]]:
-    good_e, good_c, skipped = [], [], []
-    for e, c in zip(entries, checked, strict=True):
-        if c.probe.error is None:
-            good_e.append(e)
-            good_c.append(c)
-        else:
-            skipped.append(Skipped(e.rel, c.probe.error))
-    if skipped and on_error == "raise":
-        first = next(e for e, c in zip(entries, checked, strict=True) if c.probe.error)
-        more = f" (and {len(skipped) - 1} more bad files)" if len(skipped) > 1 else ""
-        raise SourceError(
-            f"{first.path}: {skipped[0].reason}{more}; pass on_error='skip' to leave bad files out"
-        )
-    if not good_e:
-        raise SourceError(
-            f"none of the {len(entries)} image files can be decoded; first: "
-            f"{skipped[0].path}: {skipped[0].reason}"
-        )
-    return good_e, good_c, skipped
 
 
 def convert_images(
@@ -318,8 +263,10 @@ def convert_images(
         ``"RGB"``, ``"L"`` or ``"keep"``: see :mod:`chunkio.convert.decode` for the exact
         conversions (alpha is dropped; 16-bit data is never clipped).
     on_error
-        ``"raise"``: the first bad file stops the conversion before anything is written.
-        ``"skip"``: bad files are left out and listed in the result and ``extra["skipped"]``.
+        ``"raise"``: the first bad file stops the conversion before anything is written (or,
+        for damage only a full decode reveals, when the write pass meets it; nothing is
+        published). ``"skip"``: bad files are left out and listed in the result and
+        ``extra["skipped"]`` (see the module docstring for files the write pass refuses).
     format, samples_per_chunk, overwrite, client, progress
         As for :func:`~chunkio.convert.run_conversion`.
     compression, checksum
@@ -352,13 +299,13 @@ def convert_images(
     """
     started = time.perf_counter()
     check_order_options(shuffle, seed)
-    policy = DecodePolicy(mode, _normalise_size(size), resize)
-    workers = _default_workers() if workers is None else workers
+    policy = DecodePolicy(mode, normalise_size(size), resize)
+    workers = default_workers() if workers is None else workers
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be None or an int >= 1; got {workers!r}")
     if not isinstance(compression, Compression):
         compression = Compression(codec=compression, checksum=checksum)
-    scan, layout_kind = _scan(src, labels, on_error)
+    scan, layout_kind = scan_source(src, labels, on_error)
     fmt: Format = format or detect_format(dst)
     options = {
         "format": fmt,
@@ -371,77 +318,141 @@ def convert_images(
         "shuffle": bool(shuffle),
         "seed": int(seed) if shuffle else None,
     }
-    request = Request("images", _listing(scan, layout_kind), options)
+    request = Request("images", listing(scan, layout_kind), options)
     done = reuse_complete(dst, fmt, request, overwrite=overwrite)
     if done is not None:  # this very conversion, complete: nothing to check or write
-        return _unchanged(display(dst), fmt, done, time.perf_counter() - started)
-    paths = [e.path for e in scan.entries]
-    checked, timing = check_all(paths, policy, workers=workers, client=client, progress=progress)
-    entries, good, bad = _partition(scan.entries, checked, on_error)
-    source = ImageSource(entries, good, policy, labelled=entries[0].label is not None)
-    skipped = (*scan.skipped, *bad)
-    spc = samples_per_chunk or choose_samples_per_chunk(
-        max(1, int(source.mean_sample_nbytes)), num_samples=source.num_samples
-    )
-    estimate = timing.per_file * _WRITE_PER_CHECK * source.num_samples
-    if client is None and estimate < image_check.POOL_MIN_SECONDS:
-        workers = 1
-    extra = _extra(scan, layout_kind, source, good, skipped)
-    if shuffle:
-        extra["source"]["fields"][SOURCE_INDEX] = "position in the sorted file listing"
-    result = run_conversion(
-        shuffled(source, shuffle=shuffle, seed=seed),
-        dst,
+        return unchanged(display(dst), fmt, done, time.perf_counter() - started)
+    job = _Job(scan, layout_kind, policy, on_error, request, dst)
+    write = _WriteOptions(
         format=format,
-        samples_per_chunk=spc,
+        samples_per_chunk=samples_per_chunk,
         compression=compression,
-        class_names=scan.class_names,
-        extra=order_extra(extra, shuffle=shuffle, seed=seed),
         overwrite=overwrite,
         workers=workers,
         client=client,
         progress=progress,
+        shuffle=shuffle,
+        seed=seed,
+    )
+    return _check_and_write(job, write)
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What one image conversion reads and the options that shape its result."""
+
+    scan: ScanResult
+    layout_kind: str
+    policy: DecodePolicy
+    on_error: OnError
+    request: Request
+    dst: Any
+
+
+@dataclass(frozen=True)
+class _WriteOptions:
+    """The options :func:`run_conversion` receives, as :func:`convert_images` got them."""
+
+    format: Format | None
+    samples_per_chunk: int | None
+    compression: Compression
+    overwrite: bool
+    workers: int
+    client: Any
+    progress: bool
+    shuffle: bool
+    seed: int
+
+
+def _check_and_write(job: _Job, options: _WriteOptions) -> ImageConversionResult:
+    """The check pass, then the write pass; again without any file the write pass refused.
+
+    The default check cannot see every kind of damage (see :func:`probe_image`): a file that
+    fails only when its pixels are decoded stops the write pass. Under ``on_error="raise"``
+    that is the error. Under ``"skip"`` the file is left out and the conversion planned and
+    written again - the staged blocks of the first plan are discarded, since leaving a file
+    out moves every later image - after a thorough check of every file, so that a folder
+    with many such files is planned again once or twice, not once per file.
+    """
+    paths = [e.path for e in job.scan.entries]
+    failed: dict[str, str] = {}
+    thorough = False
+    checked: list[Checked] | None = None
+    while True:
+        if checked is None:
+            checked = check_all(
+                paths,
+                job.policy,
+                workers=options.workers,
+                client=options.client,
+                progress=options.progress,
+                thorough=thorough,
+            )
+        try:
+            return _write(job, options, checked, failed)
+        except SourceError as err:
+            bad = _undecodable(err)
+            if bad is None or bad.path is None or bad.path in failed:
+                raise
+            if job.on_error == "raise":
+                raise UndecodableImage(
+                    f"{bad}; pass on_error='skip' to leave bad files out",
+                    path=bad.path,
+                    reason=bad.reason,
+                ) from err
+            failed[bad.path] = str(bad.reason)
+            if not thorough:
+                thorough, checked = True, None
+
+
+def _undecodable(err: BaseException) -> UndecodableImage | None:
+    """The :class:`UndecodableImage` naming a file behind ``err``, if one is."""
+    seen: set[int] = set()
+    cause: BaseException | None = err
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, UndecodableImage) and cause.path is not None:
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+def _write(
+    job: _Job, options: _WriteOptions, checked: Sequence[Checked], failed: Mapping[str, str]
+) -> ImageConversionResult:
+    """The write pass over the files that ``checked`` and ``failed`` leave in."""
+    scan = job.scan
+    entries, good, bad = partition(scan.entries, checked, failed, job.on_error)
+    source = ImageSource(entries, good, job.policy, labelled=entries[0].label is not None)
+    skipped = (*scan.skipped, *bad)
+    spc = options.samples_per_chunk or choose_samples_per_chunk(
+        max(1, int(source.mean_sample_nbytes)), num_samples=source.num_samples
+    )
+    workers = options.workers
+    if options.client is None and workers > 1 and not _pool_pays(source):
+        workers = 1
+    extra = describe(scan, job.layout_kind, job.policy, source.stored_mode, good, skipped)
+    if options.shuffle:
+        extra["source"]["fields"][SOURCE_INDEX] = "position in the sorted file listing"
+    result = run_conversion(
+        shuffled(source, shuffle=options.shuffle, seed=options.seed),
+        job.dst,
+        format=options.format,
+        samples_per_chunk=spc,
+        compression=options.compression,
+        class_names=scan.class_names,
+        extra=order_extra(extra, shuffle=options.shuffle, seed=options.seed),
+        overwrite=options.overwrite,
+        workers=workers,
+        client=options.client,
+        progress=options.progress,
         block_chunks=_block_chunks(source, spc, workers),
-        request=request,
+        request=job.request,
     )
     base = {f.name: getattr(result, f.name) for f in fields(result)}
     return ImageConversionResult(
         **base, skipped=skipped, ignored=scan.ignored, class_names=scan.class_names
     )
-
-
-def _listing(scan: ScanResult, layout_kind: str) -> str:
-    """The scanned listing, each file with its size and mtime: one stat per file."""
-    root = None if scan.root is None else os.path.abspath(scan.root)
-    head = (layout_kind, root, scan.class_names, scan.ignored, [s.to_json() for s in scan.skipped])
-    return file_listing(head, [(e.path, (e.rel, e.label)) for e in scan.entries])
-
-
-def _unchanged(
-    path: str, fmt: Format, layout: DatasetLayout, seconds: float
-) -> ImageConversionResult:
-    """The result of a conversion found complete at its destination."""
-    extra = layout.extra
-    return ImageConversionResult(
-        path=path,
-        format=fmt,
-        num_samples=layout.num_samples,
-        samples_per_chunk=layout.samples_per_chunk,
-        fields=layout.fields,
-        resumed_blocks=SampleGrid(layout.num_samples, layout.samples_per_chunk).num_chunks,
-        written_blocks=0,
-        seconds=seconds,
-        unchanged=True,
-        skipped=tuple(Skipped(str(s["path"]), str(s["reason"])) for s in extra.get("skipped", [])),
-        ignored=int(extra.get("ignored", 0)),
-        class_names=layout.class_names,
-    )
-
-
-def _default_workers() -> int:
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1  # pragma: no cover - platforms without affinity
 
 
 def _block_chunks(source: ImageSource, samples_per_chunk: int, workers: int) -> int:
@@ -457,32 +468,24 @@ def _block_chunks(source: ImageSource, samples_per_chunk: int, workers: int) -> 
     return max(1, min(by_size, by_balance))
 
 
-def _extra(
-    scan: ScanResult,
-    layout_kind: str,
-    source: ImageSource,
-    good: Sequence[Checked],
-    skipped: Sequence[Skipped],
-) -> dict[str, Any]:
-    policy = source.policy
-    return {
-        "source": {
-            "kind": "images",
-            "layout": layout_kind,
-            "root": None if scan.root is None else os.path.abspath(scan.root),
-            "mode": policy.mode,
-            "stored_mode": source.stored_mode,
-            "size": None if policy.size is None else list(policy.size),
-            "resize": policy.resize,
-            "alpha": "dropped",
-            "exif_transpose": True,
-            "frames": "first",
-            "multi_frame_files": sum(c.probe.frames > 1 for c in good),
-            "fields": {"orig_size": "(H, W) after EXIF orientation", "path": "relative, utf-8"},
-        },
-        "skipped": [s.to_json() for s in skipped],
-        "ignored": scan.ignored,
-    }
+def _pool_pays(source: ImageSource) -> bool:
+    """Whether the write pass would take at least :data:`POOL_MIN_SECONDS` in this process.
+
+    Estimated from a few files decoded here and timed, scaled by pixels to all of them and
+    by :data:`_WRITE_PER_DECODE`.
+    """
+    if image_check.POOL_MIN_SECONDS <= 0:
+        return True
+    n = source.num_samples
+    picks = np.unique(np.linspace(0, n - 1, min(n, _CALIBRATION_FILES)).round().astype(np.int64))
+    started = time.perf_counter()
+    for i in picks:
+        with contextlib.suppress(SourceError):  # a bad file: the write pass reports it
+            source.load(int(i))
+    seconds = time.perf_counter() - started
+    pixels = source.orig_size.prod(axis=1, dtype=np.float64)
+    estimate = seconds / max(1.0, float(pixels[picks].sum())) * float(pixels.sum())
+    return estimate * _WRITE_PER_DECODE >= image_check.POOL_MIN_SECONDS
 
 
 def source_paths(path_field: npt.NDArray[np.uint8]) -> list[str]:
