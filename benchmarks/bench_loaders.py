@@ -4,7 +4,9 @@
 (``chunkio.convert_images`` when available, else decode + ``write_arrays``).
 :func:`loader_rows` measures samples/s of chunkio's loaders and of the per-sample Datasets users
 write today; :func:`limit_rows` the ceilings on the same batches (in-process NumPy gather, the
-in-memory batched reader through a standard DataLoader, single-core decode rate x cores);
+in-memory batched reader through a standard DataLoader, and the single-core decode rate x cores,
+measured by decompressing the stored chunk bytes directly with numcodecs: :func:`decode_rate`);
+:func:`add_limit_fractions` puts each loader against min(gather, decode x cores);
 :func:`amplification` read amplification and shuffle quality. ``benchmarks.run`` puts them side
 by side.
 """
@@ -34,7 +36,17 @@ from chunkio.label_check import labels_of
 from chunkio.loader import DEFAULT_POOL_BYTES, pool_samples
 from chunkio.sampling import describe_sampler
 
-__all__ = ["BenchData", "amplification", "cores", "limit_rows", "loader_rows", "prepare"]
+__all__ = [
+    "BenchData",
+    "add_limit_fractions",
+    "amplification",
+    "cores",
+    "decode_rate",
+    "limit_rows",
+    "loader_rows",
+    "prepare",
+    "stored_chunks",
+]
 
 FIELDS = ["image", "label"]
 #: fast routes are timed over whole epochs for at least this long
@@ -222,22 +234,92 @@ class _Replay:
         return self._make()
 
 
-def decode_rate(path: str, *, batch_size: int) -> float:
-    """Single-core samples/s of reading every chunk once in storage order, in chunk-aligned
-    batches of about ``batch_size`` into a reused buffer: decode plus the loader's gather copy,
-    without shuffling. Best of two passes (the machine is shared)."""
-    ds = chunkio.ChunkDataset(path, fields=["image"], preload_bytes=0)
-    step = max(1, batch_size // ds.samples_per_chunk) * ds.samples_per_chunk
-    shape = ds.layout.field("image").sample_shape or ()
-    out = np.empty((step, *shape), dtype=ds.layout.field("image").dtype)
+def stored_chunks(path: str, array: str = "image") -> tuple[list[bytes], Callable[..., Any], int]:
+    """The stored bytes of every chunk of ``array`` (checksums stripped), the numcodecs decoder
+    that turns one into the chunk's bytes, and a full chunk's decoded size: read straight from
+    the files (Zarr chunk files; HDF5 ``read_direct_chunk``), not through zarr-python, h5py's
+    filter pipeline or chunkio's reader."""
+    if path.endswith((".h5", ".hdf5")):
+        import h5py
+
+        from chunkio.backends._hdf5_raw import RawChunks
+
+        with h5py.File(path, "r") as f:
+            d = f[array]
+            raw = RawChunks.build(d, path, array)
+            if raw is None or raw.decode is None:
+                raise ValueError(f"{path}: {array!r} is not chunked with a filter chunkio decodes")
+            step, zeros = d.chunks[0], (0,) * (d.ndim - 1)
+            cut = 4 if raw.checksum else 0
+            blobs = []
+            for c in range(-(-d.shape[0] // step)):
+                data = d.id.read_direct_chunk((c * step, *zeros))[1]
+                blobs.append(data[: len(data) - cut])
+            decode = raw.decode
+
+            def run(blob: bytes, out: np.ndarray) -> None:
+                decode(np.frombuffer(blob, np.uint8).copy(), out)  # the LZ4 frame is patched
+
+            return blobs, run, raw.chunk_nbytes()
+    import json
+
+    from chunkio.backends._zarr_local import ChunkFiles
+
+    meta = json.loads((Path(path) / array / "zarr.json").read_text())
+    files = ChunkFiles.build(str(Path(path) / array), array, meta)
+    if files is None or files.decompress is None:
+        raise ValueError(f"{path}: {array!r} is not encoded as chunkio writes it")
+    cut = 4 if files.checksum else 0
+    n = -(-files.shape[0] // files.chunks[0])
+    zeros = (0,) * (len(files.shape) - 1)
+    blobs = [Path(files.path((c, *zeros))).read_bytes() for c in range(n)]
+    chunk_nbytes = int(np.prod(files.chunks)) * files.dtype.itemsize
+    decompress = files.decompress
+    return [b[: len(b) - cut] for b in blobs], lambda b, out: decompress(b, out), chunk_nbytes
+
+
+def decode_rate(path: str, *, batch_size: int = 0) -> float:
+    """Single-core samples/s of decompressing every stored chunk of the image field with
+    numcodecs, from bytes already in memory into a reused buffer: the decode ceiling (no file
+    read, no checksum, no gather). Best of three passes (the machine is shared).
+    ``batch_size`` is unused (kept for callers of the old signature)."""
+    from numcodecs import blosc
+
+    blosc.set_nthreads(1)  # one core: "x cores" scales it
+    blobs, decode, nbytes = stored_chunks(path)
+    samples = chunkio.ChunkDataset(path, fields=["image"]).layout.num_samples
+    out = np.empty(nbytes, np.uint8)
+    hdf5 = path.endswith((".h5", ".hdf5"))
     best = 0.0
-    for _ in range(2):
+    for _ in range(3):
         start = time.perf_counter()
-        for a in range(0, len(ds), step):
-            b = min(a + step, len(ds))
-            ds.read_batch(np.arange(a, b), out={"image": out[: b - a]})
-        best = max(best, len(ds) / (time.perf_counter() - start))
+        for blob in blobs:
+            decode(blob, out)
+        seconds = time.perf_counter() - start
+        if hdf5:  # its decoder copies each frame first (to patch it): not decode time
+            copy = time.perf_counter()
+            for blob in blobs:
+                np.frombuffer(blob, np.uint8).copy()
+            seconds -= time.perf_counter() - copy
+        best = max(best, samples / seconds)
     return best
+
+
+def add_limit_fractions(rows: list[dict[str, Any]], *, workers: int) -> None:
+    """Give every loader row ``of_limit``: its samples/s over min(in-process gather, its
+    format's decode rate x cores) (chunkio's own rows; baselines over the Zarr limit)."""
+    gather = next(r for r in rows if r["name"] == "limit: in-process NumPy gather")
+    decode = {
+        r["name"].split()[1]: r["samples_per_s"]
+        for r in rows
+        if r["name"].startswith("limit:") and "decode rate" in r["name"]
+    }
+    for r in rows:
+        if r["name"].startswith("limit:"):
+            continue
+        fmt = "hdf5" if "hdf5" in r["name"] or "h5py" in r["name"] else "zarr"
+        limit = min(gather["samples_per_s"], decode.get(fmt, float("inf")))
+        r["of_limit"] = r["samples_per_s"] / limit
 
 
 def limit_rows(
@@ -264,7 +346,7 @@ def limit_rows(
     rate = timed_rate(dl, budget_s=60, warmup=True, min_s=min_s)
     rows.append(_row("limit: in-memory batched reader via DataLoader", "limit", workers, rate))
     for fmt, path in (("zarr", data.zarr), ("hdf5", data.hdf5)):
-        one = decode_rate(path, batch_size=batch_size)
+        one = decode_rate(path)
         rows.append(
             _row(
                 f"limit: {fmt} decode rate x {cores()} cores",

@@ -67,6 +67,10 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
     (6, [10, 11], 5)
     """
 
+    #: Reads follow an epoch order that asks for each sample once (set by make_loader): a
+    #: chunk a batch uses whole, in order, is decoded into the batch and not cached.
+    reads_once: bool = False
+
     def __init__(
         self,
         path: Any,
@@ -172,19 +176,25 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
         self,
         indices: Sequence[int] | npt.ArrayLike,
         out: Mapping[str, npt.NDArray[Any]] | None = None,
+        *,
+        once: bool | None = None,
     ) -> dict[str, Any]:
         """Read samples ``indices`` of the selected fields as NumPy arrays, by field.
 
         Each chunk the batch touches is decoded once, in storage order; ``out`` may supply
-        preallocated arrays (dense fields) to scatter into.
+        preallocated arrays (dense fields) to scatter into. ``once=True`` promises that no
+        later read asks for these samples again (a loader's epoch): chunks the batch uses
+        whole and in order are then decoded straight into ``out`` instead of the cache.
+        Default: :attr:`reads_once`.
         """
-        return self._reader().read(self.fields, indices, out)
+        once = self.reads_once if once is None else once
+        return self._reader().read(self.fields, indices, out, once=once)
 
     def __getitem__(self, index: int) -> Any:
         if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
             raise TypeError(f"sample index must be an int; got {type(index).__name__}")
         columns = {k: to_tensor(v) for k, v in self.read_batch([int(index)]).items()}
-        sample = self._arrange({k: v[0] for k, v in columns.items()})
+        sample = self.arrange({k: v[0] for k, v in columns.items()})
         return self.transform(sample) if self.transform is not None else sample
 
     def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
@@ -198,7 +208,7 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
         n = len(indices)
         if self.transform is not None and n:
             samples = [
-                self.transform(self._arrange({k: v[j] for k, v in columns.items()}))
+                self.transform(self.arrange({k: v[j] for k, v in columns.items()}))
                 for j in range(n)
             ]
             batch = SampleBatch.from_samples(samples)
@@ -206,12 +216,25 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
                 return batch
             collated = batch.collated
         else:
-            collated = self._arrange(columns)
+            collated = self.arrange(columns)
         if self.batch_transform is not None:
             collated = self.batch_transform(collated)
         return SampleBatch(collated, n)
 
-    def _arrange(self, columns: dict[str, Any]) -> Any:
+    def batch_fields(self) -> dict[str, tuple[np.dtype[Any], tuple[int, ...]]]:
+        """The selected fields as a transport preallocates them: ``(dtype, sample_shape)``
+        (see :class:`chunkio.transport.BatchSource`; ragged fields have no fixed shape)."""
+        out = {}
+        for name in self.fields:
+            info = self.layout.field(name)
+            if info.sample_shape is None:
+                raise TypeError(f"{self.location}: field {name!r} is ragged: no batch shape")
+            out[name] = (info.dtype, tuple(info.sample_shape))
+        return out
+
+    def arrange(self, columns: dict[str, Any]) -> Any:
+        """Columns by field -> a sample or batch as ``fields`` asks: a dict, a tuple in
+        ``fields`` order, or the one field's value."""
         if self._single:
             return columns[self.fields[0]]
         if self._as_tuple:

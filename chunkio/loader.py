@@ -406,6 +406,7 @@ def make_loader(
     # the readers must hold the pool, or they decode chunks again: raise the dataset's cache
     # (a dataset you passed is used as it is, with its cache_bytes raised if too small)
     dataset.cache_bytes = max(dataset.cache_bytes, needed)
+    dataset.reads_once = True  # the sampler asks for each sample once per epoch
     warn_if_label_sorted(dataset, sampler)
     to_cuda = target is not None and target.type == "cuda"
     options = RingOptions(

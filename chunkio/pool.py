@@ -10,7 +10,6 @@ chunk is decoded about once per epoch.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -23,6 +22,9 @@ IntArray = npt.NDArray[np.int64]
 
 class ChunkPool:
     """Slots of ``rows_per_chunk`` rows each, holding decoded chunks of one array.
+
+    Bookkeeping is a few NumPy arrays (chunk -> slot, slot -> chunk, slot -> last use), so
+    admitting a batch's chunks costs a handful of vectorised calls, not Python work per chunk.
 
     >>> pool = ChunkPool(rows_per_chunk=2, sample_shape=(), dtype=np.dtype("i8"), capacity=2)
     >>> slots, runs = pool.admit(np.array([3, 5]))
@@ -42,64 +44,87 @@ class ChunkPool:
         self.buffer: npt.NDArray[Any] = np.empty(
             (self.capacity * self.rows_per_chunk, *self._shape), self._dtype
         )
-        self._slot_of: OrderedDict[int, int] = OrderedDict()  # chunk -> slot, LRU first
-        self._free = list(range(self.capacity - 1, -1, -1))  # pop() gives the lowest
+        self._slot_of: IntArray = np.full(0, -1, np.int64)  # chunk -> slot (-1: not held)
+        self._chunk_in: IntArray = np.full(self.capacity, -1, np.int64)  # slot -> chunk
+        self._used: IntArray = np.zeros(self.capacity, np.int64)  # slot -> last admit
+        self._tick = 0
 
     def __contains__(self, chunk: int) -> bool:
-        return chunk in self._slot_of
+        return 0 <= chunk < len(self._slot_of) and bool(self._slot_of[chunk] >= 0)
 
     def __len__(self) -> int:
-        return len(self._slot_of)
+        return int(np.count_nonzero(self._chunk_in >= 0))
 
     def admit(self, needed: IntArray) -> tuple[IntArray, list[tuple[list[int], int]]]:
         """Slots for ``needed`` (sorted unique chunk ids) and the reads that fill the new ones.
 
         Returns ``(slots, runs)``: ``slots[i]`` holds ``needed[i]``; each run is
         ``(chunks, first_slot)``, chunks (ascending) to decode into consecutive slots from
-        ``first_slot``. Until the runs are read, call :meth:`forget` on failure.
+        ``first_slot``. Free slots go first (lowest first), then those of the least recently
+        used chunks the batch does not need. Until the runs are read, call :meth:`forget` on
+        failure.
         """
+        needed = np.asarray(needed, dtype=np.int64)
         if len(needed) > self.capacity:
             self._grow(len(needed))
-        missing = [int(c) for c in needed.tolist() if c not in self._slot_of]
-        keep = set(needed.tolist())
-        for c in needed.tolist():  # hits become most recently used
-            if c in self._slot_of:
-                self._slot_of.move_to_end(c)
-        for c in missing:
-            self._slot_of[c] = self._take_slot(keep)
-        slots = np.fromiter((self._slot_of[int(c)] for c in needed), np.int64, len(needed))
-        runs: list[tuple[list[int], int]] = []
-        for c in missing:  # ascending, like their slots when the pool is filled in order
-            s = self._slot_of[c]
-            if runs and runs[-1][1] + len(runs[-1][0]) == s:
-                runs[-1][0].append(c)
-            else:
-                runs.append(([c], s))
+        if len(needed) and needed[-1] >= len(self._slot_of):
+            grown = np.full(max(int(needed[-1]) + 1, 2 * len(self._slot_of)), -1, np.int64)
+            grown[: len(self._slot_of)] = self._slot_of
+            self._slot_of = grown
+        self._tick += 1
+        slots = self._slot_of[needed]
+        miss = slots < 0
+        self._used[slots[~miss]] = self._tick  # hits become most recently used
+        missing = needed[miss]
+        if not missing.size:
+            return slots, []
+        take = self._free_slots(missing.size)
+        gone = self._chunk_in[take]
+        self._slot_of[gone[gone >= 0]] = -1
+        self._chunk_in[take] = missing
+        self._slot_of[missing] = take
+        self._used[take] = self._tick
+        slots[miss] = take
+        # chunks landing in consecutive slots are read as one run (ascending ids, so only the
+        # dataset's last, shorter chunk can end a run early)
+        breaks = np.flatnonzero(np.diff(take) != 1) + 1
+        runs = [
+            (part.tolist(), int(first))
+            for part, first in zip(
+                np.split(missing, breaks), take[np.concatenate([[0], breaks])], strict=True
+            )
+        ]
         return slots, runs
+
+    def _free_slots(self, count: int) -> IntArray:
+        """``count`` slots, ascending: free ones first, then the least recently used chunks'
+        that the current admit does not need."""
+        free = np.flatnonzero(self._chunk_in < 0)
+        if free.size >= count:
+            return free[:count]
+        held = np.flatnonzero((self._chunk_in >= 0) & (self._used != self._tick))
+        order = np.argsort(self._used[held], kind="stable")[: count - free.size]
+        if free.size + order.size < count:  # pragma: no cover - admit() grows first
+            raise RuntimeError("chunk pool has no slot to evict")
+        return np.sort(np.concatenate([free, held[order]]))
 
     def forget(self, chunks: list[int]) -> None:
         """Drop ``chunks`` (their slots hold nothing valid, e.g. after a failed read)."""
         for c in chunks:
-            slot = self._slot_of.pop(c, None)
-            if slot is not None:
-                self._free.append(slot)
+            if c in self:
+                self._chunk_in[self._slot_of[c]] = -1
+                self._slot_of[c] = -1
 
     def rows(self, slot: int, count: int) -> npt.NDArray[Any]:
         """The first ``count`` rows of ``slot``, to decode into."""
         start = slot * self.rows_per_chunk
         return self.buffer[start : start + count]
 
-    def _take_slot(self, keep: set[int]) -> int:
-        if self._free:
-            return self._free.pop()
-        for chunk in self._slot_of:  # least recently used first
-            if chunk not in keep:
-                return self._slot_of.pop(chunk)
-        raise RuntimeError("chunk pool has no slot to evict")  # admit() grows first
-
     def _grow(self, capacity: int) -> None:
         old = self.buffer
         self.buffer = np.empty((capacity * self.rows_per_chunk, *self._shape), self._dtype)
         self.buffer[: len(old)] = old
-        self._free = list(range(capacity - 1, self.capacity - 1, -1)) + self._free
+        extra = capacity - self.capacity
+        self._chunk_in = np.concatenate([self._chunk_in, np.full(extra, -1, np.int64)])
+        self._used = np.concatenate([self._used, np.zeros(extra, np.int64)])
         self.capacity = capacity

@@ -6,6 +6,7 @@ import contextlib
 import itertools
 import json
 import os
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -25,7 +26,7 @@ from ..errors import (
 )
 from ._zarr_local import LocalChunkDecoder
 from ._zarr_region import RegionDecoder
-from .base import ArrayInfo, CodecInfo, Compression, check_region, coalesce
+from .base import ArrayInfo, CodecInfo, Compression, StageClock, check_region, coalesce
 
 __all__ = ["ZarrReader", "ZarrWriter", "codec_info", "zarr_compressors"]
 
@@ -104,6 +105,9 @@ def _check_codecs(meta: Mapping[str, Any], name: str, where: str) -> tuple[str, 
 class ZarrReader:
     """Read-only access to a chunkio Zarr v3 group."""
 
+    #: a chunk absent from the store is an error, never the fill value
+    reports_missing_chunks = True
+
     def __init__(
         self,
         location: Any,
@@ -125,6 +129,7 @@ class ZarrReader:
         self._fast: dict[str, LocalChunkDecoder | None] = {}
         self._regions: dict[str, RegionDecoder | None] = {}
         self._infos: dict[str, ArrayInfo] = {}
+        self.clock = StageClock()
 
     def attrs(self) -> dict[str, Any]:
         return dict(self._group.attrs)
@@ -217,29 +222,34 @@ class ZarrReader:
             self._read_fast(fast, ranges, out)
             return
         step = int(arr.chunks[0])
-        for start, stop, offset in coalesce(ranges):
-            self._require_chunks(arr, name, start, stop, step)
-            try:
-                out[offset : offset + stop - start] = arr[start:stop]
-            except ValueError as err:
-                raise CorruptChunkError(
-                    f"{self.location}: array {name!r}, samples {start}..{stop - 1} "
-                    f"(chunks {start // step}..{(stop - 1) // step}) cannot be decoded: {err}"
-                ) from err
+        start_time = time.perf_counter()
+        try:
+            for start, stop, offset in coalesce(ranges):
+                self._require_chunks(arr, name, start, stop, step)
+                try:
+                    out[offset : offset + stop - start] = arr[start:stop]
+                except ValueError as err:
+                    raise CorruptChunkError(
+                        f"{self.location}: array {name!r}, samples {start}..{stop - 1} "
+                        f"(chunks {start // step}..{(stop - 1) // step}) cannot be decoded: {err}"
+                    ) from err
+        finally:
+            self.clock.decode += time.perf_counter() - start_time  # zarr does all stages
 
     def _read_fast(
         self, fast: LocalChunkDecoder, ranges: Sequence[tuple[int, int]], out: npt.NDArray[Any]
     ) -> None:
         offset = 0
         step = fast.chunk_rows
-        for start, stop in ranges:
-            for first in range(start, stop, step):
-                rows = min(step, stop - first)
-                try:
-                    fast.read_chunk_into(first // step, out[offset : offset + rows])
-                except ChunkReadError as err:
-                    raise type(err)(f"{self.location}: {err}") from err
-                offset += rows
+        clock = self.clock
+        try:
+            for start, stop in ranges:
+                for first in range(start, stop, step):
+                    rows = min(step, stop - first)
+                    fast.read_chunk_into(first // step, out[offset : offset + rows], clock)
+                    offset += rows
+        except ChunkReadError as err:
+            raise type(err)(f"{self.location}: {err}") from err
 
     def _require_chunks(self, arr: Any, name: str, start: int, stop: int, step: int) -> None:
         # Missing chunks would read back as the fill value; a complete dataset has them all.
@@ -259,7 +269,7 @@ class ZarrReader:
         fast = self._regions[name]
         if fast is not None:
             try:
-                fast.read_region(region, out)
+                fast.read_region(region, out, self.clock)
             except ChunkReadError as err:
                 raise type(err)(f"{self.location}: {err}") from err
             return
@@ -351,6 +361,12 @@ class ZarrWriter:
 
     def write_block(self, name: str, start: int, data: npt.NDArray[Any]) -> None:
         self._array(name)[start : start + len(data)] = data
+
+    def write_region(self, name: str, region: tuple[Any, ...], data: npt.NDArray[Any]) -> None:
+        self._array(name)[region] = data
+
+    def flush(self) -> None:
+        pass  # every write has reached its chunk files
 
     def set_attrs(self, attrs: Mapping[str, Any]) -> None:
         self._group.update_attributes(dict(attrs))

@@ -14,16 +14,18 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import google_crc32c
 import numcodecs
 import numpy as np
 import numpy.typing as npt
 
 from ..errors import CorruptChunkError, MissingChunkError
+from ._checksum import crc32c
+from .base import StageClock
 
 __all__ = ["ChunkFiles", "LocalChunkDecoder"]
 
@@ -95,18 +97,22 @@ class ChunkFiles:
         key = self.separator.join(["c", *map(str, coords)])
         return os.path.join(self.array_dir, *key.split("/"))
 
-    def decode(self, coords: tuple[int, ...], target: npt.NDArray[Any], *, what: str) -> None:
+    def decode(
+        self,
+        coords: tuple[int, ...],
+        target: npt.NDArray[Any],
+        *,
+        what: str,
+        clock: StageClock | None = None,
+        path: str | None = None,
+    ) -> None:
         """Read, verify and decode chunk ``coords`` into C-contiguous ``target`` (full chunk)."""
-        path = self.path(coords)
-        where = f"array {self.array_name!r}: chunk {what} in {path}"
-        try:
-            with open(path, "rb") as fh:
-                data = fh.read()
-        except FileNotFoundError as err:
-            raise MissingChunkError(
-                f"array {self.array_name!r}: chunk {what} is missing: {path} does not exist"
-            ) from err
-        payload = self._verified(data, where)
+        path = path or self.path(coords)
+        t0 = time.perf_counter()
+        data = _read_file(path, self.array_name, what)
+        t1 = time.perf_counter()
+        payload = self._verified(data, f"array {self.array_name!r}: chunk {what} in {path}")
+        t2 = time.perf_counter()
         flat = target.reshape(-1).view(np.uint8)
         try:
             if self.decompress is None:
@@ -115,8 +121,13 @@ class ChunkFiles:
                 self.decompress(payload, flat)
         except Exception as err:
             raise CorruptChunkError(
-                f"{where} cannot be decoded ({type(err).__name__}: {err})"
+                f"array {self.array_name!r}: chunk {what} in {path} cannot be decoded "
+                f"({type(err).__name__}: {err})"
             ) from err
+        if clock is not None:
+            clock.read += t1 - t0
+            clock.checksum += t2 - t1
+            clock.decode += time.perf_counter() - t2
 
     def _verified(self, data: bytes, where: str) -> npt.NDArray[np.uint8]:
         if not self.checksum:
@@ -128,11 +139,33 @@ class ChunkFiles:
                 f"{where} is truncated ({len(data)} bytes, a checksum alone takes 4)"
             )
         body = np.frombuffer(data, dtype=np.uint8)[:-4]
-        if google_crc32c.value(body) != int.from_bytes(data[-4:], "little"):
+        if crc32c(body) != int.from_bytes(data[-4:], "little"):
             raise CorruptChunkError(
                 f"{where} fails its crc32c checksum (the file is corrupt or truncated)"
             )
         return body
+
+
+def _read_file(path: str, array: str, what: str) -> bytes:
+    """The whole file with one ``read`` into a fresh buffer: on Linux measured faster than
+    reading into a reused one (and a chunk's bytes never outlive its decode)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError as err:
+        raise MissingChunkError(
+            f"array {array!r}: chunk {what} is missing: {path} does not exist"
+        ) from err
+    try:
+        size = os.fstat(fd).st_size
+        data = os.read(fd, size)
+        while len(data) < size:  # pragma: no cover - reads of >2 GiB come in pieces
+            more = os.read(fd, size - len(data))
+            if not more:
+                break
+            data += more
+        return data
+    finally:
+        os.close(fd)
 
 
 @dataclass(frozen=True)
@@ -140,29 +173,38 @@ class LocalChunkDecoder:
     """Reads and decodes whole chunks of an array chunked along axis 0 only."""
 
     files: ChunkFiles
+    #: chunk ``c`` lives at ``prefix + str(c) + suffix`` (computed once, not per chunk)
+    prefix: str = ""
+    suffix: str = ""
 
     @classmethod
     def build(cls, array_dir: str, name: str, meta: dict[str, Any]) -> LocalChunkDecoder | None:
         files = ChunkFiles.build(array_dir, name, meta)
         if files is None or files.chunks[1:] != files.shape[1:]:
             return None  # chunked along more than the sample axis: see _zarr_region
-        return cls(files)
+        suffix = "".join(files.separator + "0" for _ in files.shape[1:]).replace("/", os.sep)
+        first = files.path((0, *(0 for _ in files.shape[1:])))
+        return cls(files, first[: len(first) - len(suffix) - 1], suffix)
 
     @property
     def chunk_rows(self) -> int:
         return self.files.chunks[0]
 
     def chunk_path(self, chunk: int) -> str:
-        return self.files.path((chunk, *(0 for _ in self.files.shape[1:])))
+        return self.prefix + str(chunk) + self.suffix
 
-    def read_chunk_into(self, chunk: int, out: npt.NDArray[Any]) -> None:
+    def read_chunk_into(
+        self, chunk: int, out: npt.NDArray[Any], clock: StageClock | None = None
+    ) -> None:
         """Decode chunk ``chunk`` into ``out`` (its valid rows only)."""
         files = self.files
-        rows = min(self.chunk_rows, files.shape[0] - chunk * self.chunk_rows)
-        full = rows == self.chunk_rows and out.flags.c_contiguous
+        step = self.chunk_rows
+        rows = min(step, files.shape[0] - chunk * step)
+        full = rows == step and out.flags.c_contiguous
         # Zarr stores edge chunks padded to the full chunk shape: decode those aside.
         target = out if full else np.empty(files.chunks, files.dtype)
-        coords = (chunk, *(0 for _ in files.shape[1:]))
-        files.decode(coords, target, what=f"{chunk} (samples {chunk * self.chunk_rows}..)")
+        what = f"{chunk} (samples {chunk * step}..{chunk * step + rows - 1})"
+        path = self.chunk_path(chunk)
+        files.decode((chunk,), target, what=what, clock=clock, path=path)
         if not full:
             out[...] = target[:rows]

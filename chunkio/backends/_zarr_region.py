@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._zarr_local import ChunkFiles
+from .base import StageClock
 
 __all__ = ["RegionDecoder"]
 
@@ -37,13 +38,15 @@ class RegionDecoder:
     def chunk_path(self, coords: tuple[int, ...]) -> str:
         return self.files.path(coords)
 
-    def read_region(self, region: tuple[slice, ...], out: npt.NDArray[Any]) -> None:
+    def read_region(
+        self, region: tuple[slice, ...], out: npt.NDArray[Any], clock: StageClock | None = None
+    ) -> None:
         """Decode the chunks of ``region`` and copy their part of it into ``out``."""
         chunks = self.files.chunks
         spans = [range(s.start // c, -(-s.stop // c)) for s, c in zip(region, chunks, strict=True)]
         buf = np.empty(chunks, self.files.dtype)
         for coords in itertools.product(*spans):
-            self.files.decode(coords, buf, what=str(coords))
+            self.files.decode(coords, buf, what=str(coords), clock=clock)
             lo = [c * n for c, n in zip(coords, chunks, strict=True)]
             a = [max(s.start, x) for s, x in zip(region, lo, strict=True)]
             z = [min(s.stop, x + n) for s, x, n in zip(region, lo, chunks, strict=True)]

@@ -5,8 +5,9 @@
 :class:`RandomPatchSampler` and :class:`LabelBalancedSampler` choose them, and :func:`stitch`
 writes per-patch predictions back into full volumes.
 
-Names are imported on first use (PEP 562): conversion workers import the label index and the
-volume layout from here without paying for torch.
+Names are imported on first use (PEP 562), so importing one sampler does not import torch. The
+on-disk volume format (:mod:`chunkio.volume_layout`, :mod:`chunkio.label_index`) lives outside
+this package: converters write it without importing the read side.
 """
 
 from __future__ import annotations
@@ -15,29 +16,29 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ..label_index import LabelIndex, index_label_volume
+    from ..planning import PatchReadPlan, chunk_boxes, plan_patch_reads
+    from ..reading import PatchReadStats
+    from ..volume_layout import VolumeSet
     from .balanced import LabelBalancedSampler
     from .dataset import PatchDataset
-    from .label_index import LabelIndex, index_label_volume
-    from .layout import VolumeSet
-    from .planning import PatchReadPlan, chunk_boxes, plan_patch_reads
-    from .reading import PatchReadStats
     from .samplers import GridSampler, PatchSampler, RandomPatchSampler, grid_origins
     from .stitch import stitch
 
 _LAZY = {
     "GridSampler": ".samplers",
     "LabelBalancedSampler": ".balanced",
-    "LabelIndex": ".label_index",
+    "LabelIndex": "..label_index",
     "PatchDataset": ".dataset",
-    "PatchReadPlan": ".planning",
-    "PatchReadStats": ".reading",
+    "PatchReadPlan": "..planning",
+    "PatchReadStats": "..reading",
     "PatchSampler": ".samplers",
     "RandomPatchSampler": ".samplers",
-    "VolumeSet": ".layout",
-    "chunk_boxes": ".planning",
+    "VolumeSet": "..volume_layout",
+    "chunk_boxes": "..planning",
     "grid_origins": ".samplers",
-    "index_label_volume": ".label_index",
-    "plan_patch_reads": ".planning",
+    "index_label_volume": "..label_index",
+    "plan_patch_reads": "..planning",
     "stitch": ".stitch",
 }
 

@@ -14,16 +14,16 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from torch.utils.data import Dataset, default_collate
+from torch.utils.data import Dataset
 
 from ..backends import detect_format, open_reader
 from ..batch import SampleBatch, to_tensor
 from ..handles import PerProcessReader
+from ..label_index import LabelIndex, read_label_index
 from ..layout import DatasetLayout, check_arrays
-from .label_index import LabelIndex, read_label_index
-from .layout import VOLUMES_KEY, VolumeSet
-from .planning import plan_patch_reads
-from .reading import PadMode, PatchReader, PatchReadStats
+from ..planning import plan_patch_reads
+from ..reading import PadMode, ProcessReader, ReadStats
+from ..volume_layout import VOLUMES_KEY, VolumeSet
 from .samplers import GridSampler, PatchSampler
 
 __all__ = ["PatchDataset"]
@@ -31,8 +31,8 @@ __all__ = ["PatchDataset"]
 KINDS = ("image", "label")
 
 
-class PatchDataset(PerProcessReader[PatchReader], Dataset[Any]):
-    """Patches of the volumes of a chunkio volume dataset (see :mod:`chunkio.patches.layout`).
+class PatchDataset(PerProcessReader[ProcessReader], Dataset[Any]):
+    """Patches of the volumes of a chunkio volume dataset (see :mod:`chunkio.volume_layout`).
 
     Items are addressed by *patch keys* ``(volume, *origin)``, which the bound ``sampler``
     yields; an item is ``{"image", "label" (when the dataset has labels), "volume",
@@ -57,7 +57,9 @@ class PatchDataset(PerProcessReader[PatchReader], Dataset[Any]):
         ``pad_value`` for images, ``label_pad_value`` for labels) or ``"edge"`` (nearest
         voxel).
     cache_bytes
-        Per-process LRU cache of decoded chunks (helps overlapping grids); 0 disables it.
+        Decoded chunks each process keeps besides those of the batch it is reading (the
+        same chunk pool :class:`~chunkio.ChunkDataset` uses; least recently used evicted
+        first; helps overlapping grids). With 0 a process keeps only the last batch's chunks.
     """
 
     def __init__(
@@ -95,7 +97,7 @@ class PatchDataset(PerProcessReader[PatchReader], Dataset[Any]):
         self.sampler = (sampler if sampler is not None else GridSampler()).bind(
             self.volumes, self.patch_size, self.label_index
         )
-        self._local: PatchReader | None = None
+        self._local: ProcessReader | None = None
 
     def _read_metadata(self) -> tuple[DatasetLayout, VolumeSet, LabelIndex | None]:
         opts = self._options
@@ -142,7 +144,7 @@ class PatchDataset(PerProcessReader[PatchReader], Dataset[Any]):
         """Patches the bound sampler yields per epoch on this rank."""
         return len(self.sampler)
 
-    def read_stats(self) -> PatchReadStats:
+    def read_stats(self) -> ReadStats:
         """Read counters of *this* process (workers keep their own)."""
         return self._reader().stats
 
@@ -154,15 +156,22 @@ class PatchDataset(PerProcessReader[PatchReader], Dataset[Any]):
         )
 
     # -- per-process handles ------------------------------------------------------------------
-    def _open_reader(self) -> PatchReader:
-        return PatchReader(self.location, self.volumes, self.dtypes, **self._options)  # type: ignore[arg-type]
+    def _open_reader(self) -> ProcessReader:
+        # the same per-process read core as ChunkDataset's (plan, read, cache, scatter)
+        return ProcessReader(self.location, self.layout, **self._options)  # type: ignore[arg-type]
 
     # -- reading ------------------------------------------------------------------------------
     def read_patches(self, keys: Sequence[Any] | npt.ArrayLike) -> dict[str, npt.NDArray[Any]]:
         """Patches ``keys`` as NumPy arrays by field, plus ``volume`` and ``origin``."""
-        plan = plan_patch_reads(keys, self.patch_size, self.volumes, pieces=False)
-        out = self._reader().read(
-            self.fields, plan, self.patch_size, pad_mode=self.pad_mode, pad_values=self.pad_values
+        plan = plan_patch_reads(keys, self.patch_size, self.volumes)
+        out = self._reader().read_patches(
+            self.volumes,
+            self.fields,
+            plan,
+            self.patch_size,
+            dtypes=self.dtypes,
+            pad_mode=self.pad_mode,
+            pad_values=self.pad_values,
         )
         out["volume"] = plan.keys[:, 0].copy()
         out["origin"] = plan.keys[:, 1:].copy()
@@ -182,5 +191,9 @@ class PatchDataset(PerProcessReader[PatchReader], Dataset[Any]):
         n = len(keys)
         if self.transform is None:
             return SampleBatch(columns, n)
+        if not n:
+            return SampleBatch(columns, 0)
+        # as ChunkDataset does: the batch is the transformed samples, stacked on first use
+        # with tuples kept tuples (default_collate alone would turn them into lists)
         items = [self.transform({k: v[j] for k, v in columns.items()}) for j in range(n)]
-        return SampleBatch(default_collate(items) if n else columns, n)
+        return SampleBatch.from_samples(items)

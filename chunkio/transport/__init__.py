@@ -11,10 +11,13 @@ from __future__ import annotations
 from .iterator import STARTUP_TIMEOUT_S, LocalTransport, RingOptions, RingTransport
 from .lease import Lease, as_lease
 from .ring import SHM_PREFIX, RingLayout, RingSpec, SlotRing
+from .source import BatchSource, FieldShapes
 
 __all__ = [
     "SHM_PREFIX",
     "STARTUP_TIMEOUT_S",
+    "BatchSource",
+    "FieldShapes",
     "Lease",
     "LocalTransport",
     "RingLayout",

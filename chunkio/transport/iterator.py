@@ -27,6 +27,7 @@ import torch
 from ..errors import ChunkioError, LoaderError
 from .lease import Lease
 from .ring import RingLayout, SlotRing
+from .source import BatchSource
 from .workers import WorkerPool
 
 __all__ = ["STARTUP_TIMEOUT_S", "LocalTransport", "RingOptions", "RingTransport"]
@@ -62,14 +63,6 @@ class RingOptions:
             )
         if self.timeout < 0:
             raise ValueError(f"timeout must be >= 0 seconds; got {self.timeout}")
-
-
-def _fields_of(dataset: Any) -> dict[str, tuple[np.dtype[Any], tuple[int, ...]]]:
-    out = {}
-    for name in dataset.fields:
-        info = dataset.layout.field(name)
-        out[name] = (info.dtype, tuple(info.sample_shape or ()))
-    return out
 
 
 def _teardown(pool: WorkerPool, ring: SlotRing, grace: float) -> None:
@@ -120,10 +113,15 @@ class _Session:
     """One set of workers and their ring: for one pass or, if persistent, for many."""
 
     def __init__(
-        self, dataset: Any, batch_size: int, opts: RingOptions, on_ring: Callable[[SlotRing], Any]
+        self,
+        dataset: BatchSource,
+        batch_size: int,
+        opts: RingOptions,
+        on_ring: Callable[[SlotRing], Any],
     ) -> None:
         num_slots = opts.num_workers * opts.prefetch + opts.held
-        layout = RingLayout.of(_fields_of(dataset), batch_size=batch_size, num_slots=num_slots)
+        fields = dataset.batch_fields()
+        layout = RingLayout.of(fields, batch_size=batch_size, num_slots=num_slots)
         self.ring = SlotRing.create(layout)
         try:
             self.pool = WorkerPool(
@@ -145,6 +143,7 @@ class _Session:
             {k: torch.from_numpy(v) for k, v in self.ring.fields(s).items()}
             for s in range(layout.num_slots)
         ]
+        self.parts: dict[int, list[tuple[int, int]]] = {}  # batch size -> checked parts
         self.inflight: dict[int, _Batch] = {}  # seq -> batch, until every part has landed
         self.stale: set[int] = set()  # in flight for a pass the consumer abandoned
         self.next_seq = 0
@@ -190,8 +189,7 @@ class _Session:
                     )
                 seq = order.popleft()
                 slot, n = self._wait(seq)
-                view = {k: v[:n] for k, v in self.tensors[slot].items()}
-                yield Lease(arrange(view), partial(self._release, slot))
+                yield Lease(self._batch(slot, n, arrange), partial(self._release, slot))
                 if self.pass_id != me:
                     raise _Superseded(
                         "this iterator was superseded by a newer iter() of the same loader: "
@@ -199,6 +197,11 @@ class _Session:
                     )
         finally:
             self._abandon(order)
+
+    def _batch(self, slot: int, n: int, arrange: Arrange) -> Any:
+        # Fresh views and a fresh container per batch (O(fields), whatever the batch size):
+        # a consumer that edits its batch (``batch["x"] = x.cuda()``) never edits a later one.
+        return arrange({k: v[:n] for k, v in self.tensors[slot].items()})
 
     def _start_pass(self) -> int:
         self.pass_id += 1
@@ -225,7 +228,9 @@ class _Session:
                 f"the sampler produced a batch of {n} samples; the ring holds 1 to "
                 f"{self.ring.layout.batch_size}"
             )
-        ranges = _check_parts(parts(n, len(self.pool)), n, len(self.pool))
+        ranges = self.parts.get(n)
+        if ranges is None:  # the sampler's parts depend on n only: check them once
+            ranges = self.parts[n] = _check_parts(parts(n, len(self.pool)), n, len(self.pool))
         slot = self.free.popleft()
         self.ring.indices(slot)[:n] = indices
         seq, self.next_seq = self.next_seq, self.next_seq + 1
@@ -333,7 +338,7 @@ class RingTransport:
 
     def __init__(
         self,
-        dataset: Any,
+        dataset: BatchSource,
         *,
         batch_size: int,
         options: RingOptions,
@@ -353,7 +358,7 @@ class RingTransport:
             session = _Session(self.dataset, self.batch_size, self.options, self._on_ring)
             self._session = session
         try:
-            yield from session.stream(batches, self.dataset._arrange, parts)
+            yield from session.stream(batches, self.dataset.arrange, parts)
         except _Superseded:
             raise  # the newer pass owns the session now
         except GeneratorExit:
@@ -387,7 +392,9 @@ Allocate = Callable[[tuple[int, ...], np.dtype[Any]], npt.NDArray[Any]]
 class LocalTransport:
     """``num_workers=0``: read each batch in this process into a reused buffer."""
 
-    def __init__(self, dataset: Any, *, batch_size: int, allocate: Allocate = np.empty) -> None:
+    def __init__(
+        self, dataset: BatchSource, *, batch_size: int, allocate: Allocate = np.empty
+    ) -> None:
         self.dataset = dataset
         self.batch_size = int(batch_size)
         self._allocate = allocate
@@ -398,7 +405,7 @@ class LocalTransport:
             return self._free.pop()
         return {
             name: self._allocate((self.batch_size, *shape), dtype)
-            for name, (dtype, shape) in _fields_of(self.dataset).items()
+            for name, (dtype, shape) in self.dataset.batch_fields().items()
         }
 
     def run(self, batches: Iterable[Indices], parts: Parts = even_parts) -> Iterator[Lease]:
@@ -412,7 +419,7 @@ class LocalTransport:
                 self._free.append(buf)
                 raise
             tensors = {k: torch.from_numpy(v) for k, v in out.items()}
-            yield Lease(self.dataset._arrange(tensors), partial(self._free.append, buf))
+            yield Lease(self.dataset.arrange(tensors), partial(self._free.append, buf))
 
     def worker_pids(self) -> tuple[int, ...]:
         return ()

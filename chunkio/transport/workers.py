@@ -32,6 +32,7 @@ from typing import Any
 
 from ..errors import LoaderError
 from .ring import RingSpec, SlotRing
+from .source import BatchSource
 
 __all__ = ["WorkerPool", "WorkerSpec", "describe_exit", "resolve_context", "worker_main"]
 
@@ -44,7 +45,7 @@ class WorkerSpec:
     """What one worker needs; pickled under spawn and forkserver (datasets drop handles)."""
 
     worker_id: int
-    dataset: Any
+    dataset: BatchSource
     ring: RingSpec
 
 
@@ -91,7 +92,7 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
             spec.dataset.close()
 
 
-def _serve(dataset: Any, ring: SlotRing, conn: Connection, parent: int) -> None:
+def _serve(dataset: BatchSource, ring: SlotRing, conn: Connection, parent: int) -> None:
     while True:
         if not conn.poll(_PARENT_CHECK_S):
             # Under fork this process inherits the main process's end of the pipe, so the

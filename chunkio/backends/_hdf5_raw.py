@@ -1,0 +1,217 @@
+"""Raw chunk reads for HDF5 datasets whose filter pipeline is one chunkio writes.
+
+HDF5's own read path (``read_direct``) runs each chunk through the library's filter pipeline
+under h5py's global lock: it checks Fletcher-32 a word at a time, decompresses into a
+temporary buffer and copies the selection out, which costs about twice what the bytes need. For
+datasets chunked along the sample axis only, with the filters chunkio writes (one of LZ4, Blosc,
+Zstd or deflate, then optionally fletcher32 last), this module reads each stored chunk with one
+``pread`` at the offset HDF5's chunk index gives, checks its checksum
+(:mod:`chunkio.backends._checksum`) and decodes it with numcodecs, the decoders the Zarr path
+uses, straight into the caller's buffer. Anything else keeps using h5py; the backend contract
+tests run both paths.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numcodecs
+import numpy as np
+import numpy.typing as npt
+from numcodecs import lz4 as _lz4
+
+from ..errors import CorruptChunkError, MissingChunkError
+from ._checksum import Fletcher32
+from .base import StageClock
+
+__all__ = ["RawChunks"]
+
+_FLETCHER32, _DEFLATE, _LZ4, _BLOSC, _ZSTD = 3, 1, 32004, 32001, 32015
+
+Decode = Callable[[npt.NDArray[np.uint8], npt.NDArray[np.uint8]], None]
+
+
+def _inflate(src: npt.NDArray[np.uint8], dst: npt.NDArray[np.uint8]) -> None:
+    data = zlib.decompress(src)  # type: ignore[arg-type]  # any buffer works
+    if len(data) != dst.size:
+        raise ValueError(f"deflate gave {len(data)} bytes, expected {dst.size}")
+    dst[...] = np.frombuffer(data, np.uint8)
+
+
+def _blosc(src: npt.NDArray[np.uint8], dst: npt.NDArray[np.uint8]) -> None:
+    numcodecs.blosc.decompress(src, dst)
+
+
+def _zstd(src: npt.NDArray[np.uint8], dst: npt.NDArray[np.uint8]) -> None:
+    numcodecs.zstd.decompress(src, dst)
+
+
+def _hdf5_lz4(src: npt.NDArray[np.uint8], dst: npt.NDArray[np.uint8]) -> None:
+    """The HDF5 LZ4 filter's frame: total size (8 bytes, big-endian), block size (4), then per
+    block its compressed size (4) and the LZ4 block (stored raw when it would not shrink).
+
+    numcodecs' LZ4 wants a block preceded by its decoded size (4 bytes, little-endian): those
+    four bytes are written over the block's size field, so ``src`` must be writable and is
+    changed (it was checked before).
+    """
+    if src.size < 12:
+        raise ValueError(f"LZ4 frame of {src.size} bytes is shorter than its header")
+    total = int.from_bytes(src[:8].tobytes(), "big")
+    block = int.from_bytes(src[8:12].tobytes(), "big") or total
+    if total != dst.size:
+        raise ValueError(f"LZ4 frame holds {total} bytes, expected {dst.size}")
+    pos, out = 12, 0
+    while out < total:
+        want = min(block, total - out)
+        if pos + 4 > src.size:
+            raise ValueError("LZ4 frame ends inside a block header")
+        size = int.from_bytes(src[pos : pos + 4].tobytes(), "big")
+        if size > src.size - pos - 4:
+            raise ValueError(f"LZ4 block of {size} bytes runs past the frame's end")
+        if size == want:  # stored uncompressed
+            dst[out : out + want] = src[pos + 4 : pos + 4 + want]
+        else:
+            src[pos : pos + 4] = np.frombuffer(want.to_bytes(4, "little"), np.uint8)
+            got = _lz4.decompress(src[pos : pos + 4 + size], dst[out : out + want])
+            if len(memoryview(got)) != want:  # pragma: no cover - numcodecs checks sizes
+                raise ValueError(f"LZ4 block gave {len(memoryview(got))} bytes, expected {want}")
+        pos, out = pos + 4 + size, out + want
+
+
+_DECODERS: dict[int, Decode] = {_LZ4: _hdf5_lz4, _BLOSC: _blosc, _ZSTD: _zstd, _DEFLATE: _inflate}
+
+
+@dataclass
+class RawChunks:
+    """Where the stored chunks of one HDF5 dataset lie in its file, and how to decode them."""
+
+    path: str
+    name: str
+    shape: tuple[int, ...]
+    chunks: tuple[int, ...]
+    dtype: np.dtype[Any]
+    decode: Decode | None
+    checksum: bool
+    #: chunk index along axis 0 -> (byte offset, stored size); filter-masked chunks are absent
+    index: dict[int, tuple[int, int]]
+    masked: frozenset[int] = frozenset()
+    _buffer: npt.NDArray[np.uint8] = field(default_factory=lambda: np.empty(0, np.uint8))
+    _fletcher: Fletcher32 = field(default_factory=Fletcher32)
+
+    @classmethod
+    def build(cls, dset: Any, path: str, name: str) -> RawChunks | None:
+        """The raw reader for ``dset`` when its layout and filters allow one, else None."""
+        chunks = dset.chunks
+        dtype = np.dtype(dset.dtype)
+        if (
+            chunks is None
+            or dset.ndim == 0
+            or tuple(chunks[1:]) != tuple(dset.shape[1:])
+            or dset.is_virtual
+            or dtype.hasobject
+            or (dtype.itemsize > 1 and dtype.byteorder not in ("<", "="))
+            or sys.byteorder != "little"
+        ):
+            return None
+        plist = dset.id.get_create_plist()
+        if plist.get_external_count() > 0:
+            return None
+        ids = [plist.get_filter(i)[0] for i in range(plist.get_nfilters())]
+        checksum = bool(ids) and ids[-1] == _FLETCHER32
+        rest = ids[:-1] if checksum else ids
+        if len(rest) > 1 or (rest and rest[0] not in _DECODERS):
+            return None
+        index: dict[int, tuple[int, int]] = {}
+        masked: set[int] = set()
+        step = int(chunks[0])
+
+        def visit(info: Any) -> None:
+            chunk = int(info.chunk_offset[0]) // step
+            if info.filter_mask:
+                masked.add(chunk)  # a filter was skipped: let HDF5 decode this one
+            else:
+                index[chunk] = (int(info.byte_offset), int(info.size))
+
+        if hasattr(dset.id, "chunk_iter"):
+            dset.id.chunk_iter(visit)
+        else:  # pragma: no cover - HDF5 < 1.14
+            for i in range(dset.id.get_num_chunks()):
+                visit(dset.id.get_chunk_info(i))
+        return cls(
+            path=path,
+            name=name,
+            shape=tuple(int(s) for s in dset.shape),
+            chunks=tuple(int(c) for c in chunks),
+            dtype=dtype,
+            decode=_DECODERS[rest[0]] if rest else None,
+            checksum=checksum,
+            index=index,
+            masked=frozenset(masked),
+        )
+
+    @property
+    def chunk_rows(self) -> int:
+        return self.chunks[0]
+
+    def chunk_nbytes(self) -> int:
+        return int(np.prod(self.chunks, dtype=np.int64)) * self.dtype.itemsize
+
+    def read_chunk_into(
+        self, fd: int, chunk: int, out: npt.NDArray[Any], clock: StageClock
+    ) -> None:
+        """Read, check and decode chunk ``chunk`` into ``out`` (its valid rows)."""
+        step = self.chunk_rows
+        rows = min(step, self.shape[0] - chunk * step)
+        name, last = self.name, chunk * step + rows - 1
+        where = f"array {name!r}: chunk {chunk} (samples {chunk * step}..{last})"
+        found = self.index.get(chunk)
+        if found is None:
+            raise MissingChunkError(
+                f"array {name!r}: chunk {chunk} is missing from the file (samples "
+                f"{chunk * step}..{last}; HDF5 would read it back as zeros)"
+            )
+        offset, size = found
+        t0 = time.perf_counter()
+        if self._buffer.size < size:
+            self._buffer = np.empty(max(size, 2 * self._buffer.size), np.uint8)
+        raw = self._buffer[:size]
+        got = os.preadv(fd, [raw], offset)  # type: ignore[list-item]  # a writable buffer
+        t1 = time.perf_counter()
+        clock.read += t1 - t0
+        if got != size:
+            raise CorruptChunkError(f"{where}: the file ends inside the chunk ({got} of {size})")
+        body = raw
+        if self.checksum:
+            if size < 4:
+                raise CorruptChunkError(f"{where} is truncated ({size} bytes)")
+            body = raw[:-4]
+            stored = int.from_bytes(raw[-4:].tobytes(), "little")
+            if self._fletcher(body) != stored:
+                raise CorruptChunkError(
+                    f"{where} fails its fletcher32 checksum (the file is corrupt)"
+                )
+        t2 = time.perf_counter()
+        clock.checksum += t2 - t1
+        full = rows == step and out.flags.c_contiguous
+        target = out if full else np.empty(self.chunks, self.dtype)
+        flat = target.reshape(-1).view(np.uint8)
+        try:
+            if self.decode is None:
+                if body.size != flat.size:
+                    raise ValueError(f"{body.size} stored bytes, expected {flat.size}")
+                flat[...] = body
+            else:
+                self.decode(body, flat)
+        except Exception as err:
+            raise CorruptChunkError(
+                f"{where} cannot be decoded ({type(err).__name__}: {err})"
+            ) from err
+        if not full:
+            out[...] = target[:rows]
+        clock.decode += time.perf_counter() - t2

@@ -1,0 +1,51 @@
+"""What a transport needs from a dataset: the small protocol it depends on.
+
+A transport moves batches from reader processes to the consumer; it does not know how a
+dataset reads them. :class:`BatchSource` is everything it asks: the fields a batch has (to
+preallocate slots), "read this batch into these buffers", and how to arrange a batch's
+tensors for the consumer. :class:`chunkio.ChunkDataset` is one; a test double is another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+__all__ = ["BatchSource", "FieldShapes"]
+
+#: field name -> (element dtype, per-sample shape), in batch order
+FieldShapes = dict[str, tuple[np.dtype[Any], tuple[int, ...]]]
+
+
+@runtime_checkable
+class BatchSource(Protocol):
+    """A dataset whose batches a transport can read into preallocated buffers.
+
+    Implementations must pickle (a transport hands them to worker processes) and open their
+    files lazily in each process.
+    """
+
+    def batch_fields(self) -> FieldShapes:
+        """The fields of a batch, each ``(dtype, sample_shape)``; batches are dense."""
+        ...
+
+    def read_batch(
+        self,
+        indices: Sequence[int] | npt.ArrayLike,
+        out: Mapping[str, npt.NDArray[Any]] | None = None,
+    ) -> dict[str, Any]:
+        """Read samples ``indices`` into ``out`` (one ``(len(indices), *shape)`` array per
+        field, views of a transport's slot)."""
+        ...
+
+    def arrange(self, columns: dict[str, torch.Tensor]) -> Any:
+        """The batch as the consumer receives it (a dict, tuple or single tensor)."""
+        ...
+
+    def close(self) -> None:
+        """Close this process's handles (a worker calls it when it stops)."""
+        ...

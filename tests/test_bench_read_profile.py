@@ -1,0 +1,32 @@
+"""The stage profile benchmark runs and accounts for its stages (no timing assertions)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ is not installed
+
+from benchmarks import bench_read_profile
+
+
+@pytest.mark.timeout(120)
+def test_profile_names_every_stage(make_dataset: Any, fmt: str) -> None:
+    path, _ = make_dataset(fmt)
+    prof = bench_read_profile.profile_format(path, batch_size=32, workers=1)
+    local, ring = prof["in_process"], prof["ring"]
+    for stage in ("read", "checksum", "decode", "gather", "plan and bookkeeping"):
+        assert local[f"{stage}_s"] >= 0
+    assert local["samples"] == 200  # (a set this small stays decoded in the pool: no reads)
+    assert ring["samples"] == 200 and ring["workers_cpu_s"] >= 0
+    rows = bench_read_profile._rows(fmt, prof)
+    stages = [r["stage"] for r in rows]
+    assert stages[:4] == ["file read", "checksum", "decompress", "gather"]
+    assert {"slot hand-off", "consumer", "worker overhead"} <= set(stages)
+    text = bench_read_profile.format_profile(
+        {"workers": 1, "batch_size": 32, "epoch": rows, "rates": {}}
+    )
+    assert "file read" in text and "slot hand-off" in text
