@@ -24,7 +24,7 @@ from ..errors import (
     MissingChunkError,
     UnsafeInputError,
 )
-from ._zarr_local import LocalChunkDecoder
+from ._zarr_local import LocalChunkDecoder, LocalChunkEncoder
 from ._zarr_region import RegionDecoder
 from .base import ArrayInfo, CodecInfo, Compression, StageClock, check_region, coalesce
 
@@ -323,6 +323,7 @@ class ZarrWriter:
             store=location, mode="a", zarr_format=3, storage_options=_opts(storage_options)
         )
         self._arrays: dict[str, Any] = {}
+        self._encoders: dict[str, LocalChunkEncoder | None] = {}
 
     def create_array(
         self,
@@ -333,6 +334,7 @@ class ZarrWriter:
         chunks: tuple[int, ...],
         compression: Compression,
     ) -> None:
+        self._encoders.pop(name, None)
         self._arrays[name] = self._group.create_array(
             name,
             shape=shape,
@@ -360,7 +362,23 @@ class ZarrWriter:
         return arr
 
     def write_block(self, name: str, start: int, data: npt.NDArray[Any]) -> None:
-        self._array(name)[start : start + len(data)] = data
+        encoder = self._encoder(name)
+        if encoder is not None and encoder.covers(start, data):
+            encoder.write_rows(start, data)
+        else:
+            self._array(name)[start : start + len(data)] = data
+
+    def _encoder(self, name: str) -> LocalChunkEncoder | None:
+        """Whole chunks of a local array are encoded and written here, not through zarr."""
+        if name not in self._encoders:
+            arr = self._array(name)
+            store = arr.store
+            encoder = None
+            if isinstance(store, LocalStore):
+                array_dir = os.path.join(str(store.root), *arr.path.split("/"))
+                encoder = LocalChunkEncoder.build(array_dir, name, arr.metadata.to_dict())
+            self._encoders[name] = encoder
+        return self._encoders[name]
 
     def write_region(self, name: str, region: tuple[Any, ...], data: npt.NDArray[Any]) -> None:
         self._array(name)[region] = data
@@ -376,3 +394,4 @@ class ZarrWriter:
 
     def close(self) -> None:
         self._arrays.clear()
+        self._encoders.clear()

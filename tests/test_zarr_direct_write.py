@@ -1,0 +1,111 @@
+"""Whole chunks of local Zarr arrays are encoded and written by chunkio, not zarr-python.
+
+The files must be exactly what zarr-python writes (so any Zarr reader reads them), written
+atomically (no ``.partial`` left behind), and any write that is not whole chunks must still go
+through zarr-python and read back right.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import zarr
+
+from chunkio.backends import Compression, open_reader, open_writer
+from chunkio.backends._zarr import ZarrWriter, zarr_compressors
+from chunkio.backends.base import CODECS
+
+SHAPES: list[tuple[str, tuple[int, ...], Any]] = [
+    ("label", (), np.int64),
+    ("path", (13,), np.uint8),
+    ("image", (3, 5, 4), np.uint8),
+    ("value", (2,), np.float32),
+]
+
+
+def _chunk_files(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != "zarr.json"
+    }
+
+
+@pytest.mark.parametrize("checksum", [True, False])
+@pytest.mark.parametrize("codec", CODECS)
+def test_direct_chunks_are_the_bytes_zarr_writes(
+    tmp_path: Path, codec: str, checksum: bool
+) -> None:
+    compression = Compression(codec=codec, checksum=checksum)
+    rng = np.random.default_rng(0)
+    n, spc = 23, 4  # the last chunk is short: zarr pads it with the fill value
+    ours, theirs = tmp_path / "ours.zarr", tmp_path / "theirs.zarr"
+    writer = open_writer(str(ours), format="zarr")
+    assert isinstance(writer, ZarrWriter)
+    group = zarr.open_group(str(theirs), mode="w", zarr_format=3)
+    for name, sample, dtype in SHAPES:
+        data = (rng.random((n, *sample)) * 200).astype(dtype)
+        writer.create_array(
+            name,
+            shape=data.shape,
+            dtype=np.dtype(dtype),
+            chunks=(spc, *sample),
+            compression=compression,
+        )
+        writer.write_block(name, 0, data[:8])  # two whole chunks
+        writer.write_block(name, 8, data[8:])  # the rest, ending in the short last chunk
+        assert writer._encoder(name) is not None, "this layout should take the direct path"
+        arr = group.create_array(
+            name,
+            shape=data.shape,
+            dtype=dtype,
+            chunks=(spc, *sample),
+            compressors=zarr_compressors(compression),
+            fill_value=0,
+            config={"write_empty_chunks": True},
+        )
+        arr[:] = data
+        reader = open_reader(str(ours))
+        out = np.empty_like(data)
+        reader.read_into(name, [(0, n)], out)
+        reader.close()
+        np.testing.assert_array_equal(out, data)
+        np.testing.assert_array_equal(zarr.open_array(str(ours), path=name)[:], data)
+    writer.close()
+    mine, zarrs = _chunk_files(ours), _chunk_files(theirs)
+    assert sorted(mine) == sorted(zarrs)
+    different = [k for k in mine if mine[k] != zarrs[k]]
+    assert not different, f"chunk files differ from zarr-python's: {different[:5]}"
+    assert not [k for k in mine if k.endswith(".partial")]
+
+
+def test_writes_that_are_not_whole_chunks_go_through_zarr(tmp_path: Path) -> None:
+    path = str(tmp_path / "d.zarr")
+    writer = open_writer(path, format="zarr")
+    data = np.arange(40, dtype=np.int64).reshape(20, 2)
+    writer.create_array(
+        "x", shape=data.shape, dtype=data.dtype, chunks=(6, 2), compression=Compression()
+    )
+    writer.write_block("x", 0, data[:6])  # one whole chunk: direct
+    writer.write_block("x", 6, data[6:9])  # half a chunk: zarr
+    writer.write_block("x", 9, data[9:])  # starts mid-chunk: zarr
+    writer.write_block("x", 6, data[6:9].astype(np.int32))  # another dtype: zarr casts it
+    writer.close()
+    np.testing.assert_array_equal(zarr.open_array(path, path="x")[:], data)
+
+
+def test_an_existing_chunk_is_replaced_whole(tmp_path: Path) -> None:
+    path = str(tmp_path / "d.zarr")
+    writer = open_writer(path, format="zarr")
+    writer.create_array(
+        "x", shape=(8,), dtype=np.dtype(np.uint8), chunks=(4,), compression=Compression()
+    )
+    writer.write_block("x", 0, np.full(8, 1, np.uint8))
+    writer.write_block("x", 4, np.full(4, 7, np.uint8))
+    writer.close()
+    np.testing.assert_array_equal(zarr.open_array(path, path="x")[:], [1] * 4 + [7] * 4)
+    assert sorted(os.listdir(os.path.join(path, "x", "c"))) == ["0", "1"]
