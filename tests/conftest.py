@@ -93,3 +93,17 @@ def source_array(
     )
     z[:] = data
     return z
+
+
+def zarr_chunk_file(path: str | Path, field: str, *coords: int) -> Path:
+    """The file of chunk ``coords`` of Zarr array ``field`` (any default key separator).
+
+    ``coords`` may stop early: missing trailing coordinates are 0 (sample-axis chunks).
+    """
+    import json
+
+    meta = json.loads(Path(path, field, "zarr.json").read_text())
+    ndim = len(meta["shape"])
+    sep = (meta["chunk_key_encoding"].get("configuration") or {}).get("separator", "/")
+    key = sep.join(["c", *map(str, (*coords, *(0 for _ in range(ndim - len(coords)))))])
+    return Path(path, field, *key.split("/"))

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import zarr_chunk_file
 from PIL import Image
 
 from chunkio import cli
@@ -70,7 +71,7 @@ def test_convert_info_verify_and_a_flipped_byte(folder: Path, tmp_path: Path) ->
     assert as_json["num_chunks"] == 2 and as_json["arrays"]["image"]["checksum"] is True
 
     assert chunkio("verify", dst).returncode == 0
-    chunk = dst / "image" / "c" / "1" / "0" / "0" / "0"
+    chunk = zarr_chunk_file(dst, "image", 1)
     data = bytearray(chunk.read_bytes())
     data[len(data) // 2] ^= 0x40
     chunk.write_bytes(bytes(data))

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import source_array
+from conftest import source_array, zarr_chunk_file
 
 from chunkio.backends import open_reader
 from chunkio.convert import (
@@ -233,7 +233,8 @@ def test_failure_keeps_staging_incomplete_and_resumable(fmt: str, tmp_path: Path
         DatasetLayout.from_attrs(reader.attrs(), where="staging", require_complete=True)
     reader.close()
     if fmt == "zarr":  # what a writer killed mid-chunk leaves behind
-        (staging_of(dst) / "data" / "x" / "c" / "0" / "0" / "0.1234.partial").write_bytes(b"?")
+        chunk = zarr_chunk_file(staging_of(dst) / "data", "x", 0)
+        chunk.with_name(chunk.name + ".1234.partial").write_bytes(b"?")
     result = run_conversion(SlowSource(), dst, samples_per_chunk=5, progress=False)
     assert (result.resumed_blocks, result.written_blocks) == (20, 20)
     assert not list(dst.rglob("*.partial"))

@@ -16,6 +16,7 @@ import h5py
 import numpy as np
 import pytest
 from conftest import sample_arrays
+from conftest import zarr_chunk_file as conftest_chunk_file
 
 from chunkio import ChunkDataset, make_loader, write_arrays
 from chunkio.errors import ChunkioError, ChunkReadError, CorruptChunkError, MissingChunkError
@@ -24,8 +25,8 @@ SPC = 16  # samples per chunk; 100 samples -> chunks 0..6, the last holding 4
 
 
 def zarr_chunk_file(path: str, field: str, chunk: int, ndim: int) -> Path:
-    """The file of chunk ``chunk`` along the sample axis (default key encoding, '/')."""
-    return Path(path, field, "c", str(chunk), *("0" for _ in range(ndim - 1)))
+    """The file of chunk ``chunk`` along the sample axis."""
+    return conftest_chunk_file(path, field, chunk)
 
 
 def hdf5_chunk_span(path: str, field: str, chunk: int) -> tuple[int, int]:

@@ -14,6 +14,7 @@ import nibabel as nib
 import numpy as np
 import pytest
 import torch
+from conftest import zarr_chunk_file
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from resume_harness import assert_resume_equals_uninterrupted
@@ -380,7 +381,7 @@ def test_pickled_dataset_holds_no_handle(tmp_path):
 
 def test_corrupt_and_missing_chunks_are_errors_not_values(tmp_path):
     path, _, _ = make_volumes(tmp_path, [(8, 8, 8)], chunks=(4, 4, 4), dst=str(tmp_path / "v.zarr"))
-    chunk = Path(path) / "image" / "c" / "0" / "1" / "0" / "0"
+    chunk = zarr_chunk_file(path, "image", 0, 1, 0, 0)
     data = bytearray(chunk.read_bytes())
     data[len(data) // 2] ^= 0xFF
     chunk.write_bytes(bytes(data))
@@ -388,7 +389,7 @@ def test_corrupt_and_missing_chunks_are_errors_not_values(tmp_path):
     with pytest.raises(CorruptChunkError, match="'image'"):
         ds.read_patches([(0, 4, 0, 0)])
     ds.read_patches([(0, 0, 0, 0)])  # other chunks still read
-    (Path(path) / "image" / "c" / "0" / "0" / "1" / "1").unlink()
+    zarr_chunk_file(path, "image", 0, 0, 1, 1).unlink()
     with pytest.raises(MissingChunkError, match=r"chunk \(0, 0, 1, 1\)"):
         ds.read_patches([(0, 0, 4, 4)])
 
@@ -410,7 +411,7 @@ def test_zarr_direct_region_reads_agree_with_zarr_python(tmp_path):
         slow.read_region("image", region, b)
         np.testing.assert_array_equal(a, stacked[region])
         np.testing.assert_array_equal(b, stacked[region])
-    chunk = Path(path) / "image" / "c" / "1" / "0" / "0" / "0"
+    chunk = zarr_chunk_file(path, "image", 1, 0, 0, 0)
     chunk.write_bytes(chunk.read_bytes()[:-1])  # truncated
     box = (slice(1, 2), slice(0, 2), slice(0, 2), slice(0, 2))
     for reader in (fast, slow):

@@ -20,6 +20,7 @@ from typing import Any
 import hypothesis.strategies as st
 import numpy as np
 import pytest
+from conftest import zarr_chunk_file
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
@@ -298,7 +299,7 @@ def test_append_never_shares_the_chunk_it_rewrites(tmp_path):
     write_arrays(src, {"x": np.arange(10, dtype=np.int64)}, samples_per_chunk=4, progress=False)
     dst = str(tmp_path / "copy")
     storage_for("zarr").copy_for_growth(src, dst, ["x"], 10, 13)
-    links = {c: os.stat(os.path.join(dst, "x", "c", str(c))).st_nlink for c in range(3)}
+    links = {c: os.stat(zarr_chunk_file(dst, "x", c)).st_nlink for c in range(3)}
     assert links == {0: 2, 1: 2, 2: 1}  # chunk 2 (samples 8..9) is partial: copied
 
 

@@ -19,6 +19,7 @@ import hdf5plugin
 import numpy as np
 import pytest
 import torch
+from conftest import zarr_chunk_file
 
 from chunkio import ChunkDataset, write_arrays
 from chunkio.backends import open_reader
@@ -81,7 +82,7 @@ def test_zarr_unsafe_codec_is_refused_before_decoding(
     edit(meta)
     meta_path.write_text(json.dumps(meta))
     marker = tmp_path / "pickle-ran"
-    (path / "image" / "c" / "0" / "0").write_bytes(pickle.dumps(_Touch(str(marker))))
+    zarr_chunk_file(path, "image", 0).write_bytes(pickle.dumps(_Touch(str(marker))))
 
     with pytest.raises(UnsafeInputError, match=r"'image'.*codec.*trust_codecs=True"):
         ChunkDataset(path)

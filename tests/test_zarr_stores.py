@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 import zarr
-from conftest import sample_arrays
+from conftest import sample_arrays, zarr_chunk_file
 from torch.utils.data import DataLoader
 
 from chunkio import ChunkDataset, collate
@@ -44,7 +44,7 @@ def test_store_object_through_dataloader_workers(make_dataset) -> None:
 
 def test_missing_chunk_through_a_url_is_an_error(tmp_path: Path, make_dataset) -> None:
     path, _ = make_dataset("zarr", sample_arrays(40))
-    (Path(path) / "image" / "c" / "1" / "0" / "0" / "0").unlink()
+    zarr_chunk_file(path, "image", 1).unlink()
     ds = ChunkDataset(f"file://{path}", fields=["image"], preload_bytes=0)
     ds.read_batch([0])
     with pytest.raises(MissingChunkError, match="chunk 1"):

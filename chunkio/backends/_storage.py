@@ -8,6 +8,7 @@ bytes canonical, and how is a copy grown for an append.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Sequence
@@ -16,7 +17,36 @@ from typing import Any
 from .._fsync import fsync_path, fsync_tree
 from ..errors import ConversionError
 
-__all__ = ["HDF5Storage", "MemoryStorage", "ZarrStorage"]
+__all__ = ["HDF5Storage", "MemoryStorage", "ZarrStorage", "chunk_files"]
+
+
+def chunk_files(array_dir: str, chunks: range) -> list[str]:
+    """The files (or, with the ``"/"`` key separator, the folders) that hold sample-axis chunks
+    ``chunks`` of a local Zarr v3 array, whichever default key separator it uses (chunkio
+    writes ``"."``; older datasets and other writers ``"/"``) and however it is chunked along
+    the other axes. Only those that exist."""
+    with open(os.path.join(array_dir, "zarr.json"), encoding="utf-8") as f:
+        meta = json.load(f)
+    encoding = meta.get("chunk_key_encoding") or {}
+    sep = (encoding.get("configuration") or {}).get("separator", "/")
+    if sep == "/":
+        paths = (os.path.join(array_dir, "c", str(k)) for k in chunks)
+        return [p for p in paths if os.path.exists(p)]
+    shape = list(meta["shape"])
+    inner = list(meta["chunk_grid"]["configuration"]["chunk_shape"])
+    if inner[1:] == shape[1:]:  # one file per sample-axis chunk: name it, no listing
+        tail = sep.join("0" * (len(shape) - 1))
+        names = (sep.join(["c", str(k), tail]) if tail else f"c{sep}{k}" for k in chunks)
+        paths = (os.path.join(array_dir, n) for n in names)
+        return [p for p in paths if os.path.exists(p)]
+    wanted = {str(k) for k in chunks}
+    return [
+        os.path.join(array_dir, name)
+        for name in os.listdir(array_dir)
+        if name.startswith("c" + sep)
+        and not name.endswith(".partial")
+        and name.split(sep, 2)[1] in wanted
+    ]
 
 
 class ZarrStorage:
@@ -42,16 +72,16 @@ class ZarrStorage:
         """Nothing to do: writing recreates every array it needs (``overwrite=True``)."""
 
     def sync_chunks(self, path: str, arrays: Sequence[str], first: int, stop: int) -> None:
-        """fsync chunk files ``[first, stop)`` (default key encoding ``c/<i>/0/...``); any
-        process may sync the files another wrote."""
+        """fsync chunk files ``[first, stop)`` along the sample axis, and the folders holding
+        their new entries (either default key separator); any process may sync the files
+        another wrote."""
         for name in arrays:
-            chunk_root = os.path.join(path, name, "c")
-            for chunk in range(first, stop):
-                chunk_path = os.path.join(chunk_root, str(chunk))
-                if os.path.exists(chunk_path):
-                    fsync_tree(chunk_path)
-            if os.path.isdir(chunk_root):
-                fsync_path(chunk_root)  # the new directory entries
+            array_dir = os.path.join(path, name)
+            files = chunk_files(array_dir, range(first, stop))
+            for chunk_path in files:
+                fsync_tree(chunk_path)
+            for folder in sorted({os.path.dirname(p) for p in files}):
+                fsync_path(folder)  # the new directory entries
 
     def seal(self, path: str, scratch: str) -> None:
         """Chunks were synced as written: sync the metadata, drop killed writers' temp files."""
@@ -71,9 +101,12 @@ class ZarrStorage:
 
         step = {n: int(zarr.open_array(store=src, path=n, mode="r").chunks[0]) for n in names}
         rewritten = tuple(
-            os.path.join(n, "c", str(old_samples // step[n]))
+            os.path.relpath(p, src)
             for n in names
             if old_samples % step[n]
+            for p in chunk_files(
+                os.path.join(src, n), range(old_samples // step[n], old_samples // step[n] + 1)
+            )
         )
         for root, _dirs, files in os.walk(src):
             rel = os.path.relpath(root, src)

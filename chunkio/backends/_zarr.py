@@ -30,6 +30,12 @@ from .base import ArrayInfo, CodecInfo, Compression, StageClock, check_region, c
 
 __all__ = ["ZarrReader", "ZarrWriter", "codec_info", "zarr_compressors"]
 
+#: Chunk files are named ``c.<i>.<j>...`` in the array's folder (Zarr v3's default encoding
+#: with its ``"."`` separator) rather than nested ``c/<i>/<j>/...`` folders: a new chunk costs
+#: a file, not a folder per chunk per field to create and fsync (measured: mkdir and directory
+#: fsyncs were ~20% of a 224 px image conversion). Any Zarr v3 reader reads both.
+CHUNK_KEY_ENCODING: dict[str, Any] = {"name": "default", "separator": "."}
+
 #: codecs whose decoding cannot run code; anything else (e.g. numcodecs.pickle) is refused
 SAFE_CODECS = frozenset({"bytes", "zstd", "blosc", "gzip", "crc32c", "transpose"})
 
@@ -345,6 +351,7 @@ class ZarrWriter:
             overwrite=True,
             # An all-zero chunk must still be stored, so "missing" never means "zeros".
             config={"write_empty_chunks": True},
+            chunk_key_encoding=CHUNK_KEY_ENCODING,
         )
 
     def _array(self, name: str) -> Any:
