@@ -117,3 +117,31 @@ def test_an_existing_chunk_is_replaced_whole(tmp_path: Path) -> None:
         "c.0",
         "c.1",
     ]
+
+
+def test_datasets_with_nested_chunk_keys_still_read_and_grow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Datasets written before chunk keys were flat (``c/<i>/0``) read, verify and append."""
+    from chunkio import ChunkDataset, append_arrays, write_arrays
+    from chunkio.backends import _zarr, storage_for
+    from chunkio.backends._storage import chunk_files
+
+    path = tmp_path / "old.zarr"
+    rng = np.random.default_rng(1)
+    first = {"image": rng.integers(0, 255, (10, 2, 3), np.uint8), "label": np.arange(10)}
+    with monkeypatch.context() as m:
+        m.setattr(_zarr, "CHUNK_KEY_ENCODING", {"name": "default", "separator": "/"})
+        write_arrays(path, first, samples_per_chunk=4, shuffle=False, progress=False)
+    assert (path / "image" / "c" / "2" / "0" / "0").is_file()
+    assert chunk_files(str(path / "image"), range(3)) == [
+        str(path / "image" / "c" / str(k)) for k in range(3)
+    ]
+    storage_for("zarr").sync_chunks(str(path), ["image", "label"], 0, 3)
+
+    more = {"image": rng.integers(0, 255, (5, 2, 3), np.uint8), "label": np.arange(10, 15)}
+    append_arrays(path, more, shuffle=False)
+    ds = ChunkDataset(path, fields=["image", "label"])
+    batch = ds.read_batch(list(range(15)))
+    np.testing.assert_array_equal(batch["image"], np.concatenate([first["image"], more["image"]]))
+    np.testing.assert_array_equal(batch["label"], np.arange(15))

@@ -54,7 +54,8 @@ class ZarrStorage:
 
     format = "zarr"
     concurrent_writers = True
-    #: LocalStore writes each chunk to a temporary file and renames it into place
+    #: every chunk file is written to a temporary file and renamed into place (zarr's
+    #: LocalStore and chunkio's own writer, :class:`~._zarr_local.LocalChunkEncoder`)
     atomic_chunks = True
     local_only = False
     in_memory = False
