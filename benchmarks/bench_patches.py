@@ -5,9 +5,10 @@ converted once to Zarr and to HDF5 with the same spatial chunks, every reader se
 same patch keys in the same batches:
 
 * ``chunkio``: :class:`chunkio.patches.PatchDataset` ``read_patches`` - each chunk a batch
-  touches decoded once, patches cut out of the decoded chunks; ``chunkio+cache`` adds a
-  4 MiB per-process chunk cache (a quarter of the data, cold at the start of each pass),
-  so chunks shared by consecutive batches are decoded once;
+  touches decoded once, patches cut out of the decoded chunks (``cache_bytes=0`` still keeps
+  the last batch's chunks, so a chunk shared with the next batch is not decoded again);
+  ``chunkio+cache`` keeps up to 4 MiB of chunks per process (a quarter of the data, cold at
+  the start of each pass);
 * ``naive-zarr`` / ``naive-h5py``: ``array[v, z:z+p, y:y+p, x:x+p]`` per patch on the same
   files through zarr-python / h5py.
 
