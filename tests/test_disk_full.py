@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from chunkio import ChunkDataset, write_arrays
-from chunkio.backends._hdf5 import HDF5Writer
+from chunkio.backends._hdf5_write import HDF5Writer
 from chunkio.backends._zarr import ZarrWriter
 from chunkio.errors import ConversionError
 

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from chunkio import ChunkDataset, append_arrays, write_arrays
-from chunkio.backends._hdf5 import HDF5Writer
+from chunkio.backends._hdf5_write import HDF5Writer
 from chunkio.backends._zarr import ZarrWriter
 from chunkio.convert import run_conversion
 from chunkio.convert.arrays import ArraySource

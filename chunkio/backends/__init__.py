@@ -141,7 +141,7 @@ def open_writer(
 
         return MemoryWriter(os.fspath(location))
     if fmt == "hdf5":
-        from ._hdf5 import HDF5Writer
+        from ._hdf5_write import HDF5Writer
 
         return HDF5Writer(os.fspath(location))
     from ._zarr import ZarrWriter

@@ -151,7 +151,7 @@ class HDF5Storage:
 
     def seal(self, path: str, scratch: str) -> None:
         """Rewrite ``path`` with its chunks in sorted order (equal content, equal bytes)."""
-        from ._hdf5 import write_canonical
+        from ._hdf5_write import write_canonical
 
         write_canonical(path, scratch)
         os.replace(scratch, path)

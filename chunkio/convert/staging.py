@@ -28,9 +28,9 @@ file replaces a file with ``os.replace``, a directory is exchanged with
 ``<staging>/replaced`` (put back if the second rename fails).
 
 *Canonical HDF5*: an HDF5 file is rewritten once at the end with its chunks in sorted order
-(:func:`chunkio.backends._hdf5.write_canonical`), so equal content gives equal bytes, whether
-the conversion ran in one go, in parallel or was killed and resumed. A complete destination
-is never written again by the same conversion: see :mod:`chunkio.convert.rerun`.
+(:func:`chunkio.backends._hdf5_write.write_canonical`), so equal content gives equal bytes,
+whether the conversion ran in one go, in parallel or was killed and resumed. A complete
+destination is never written again by the same conversion: see :mod:`chunkio.convert.rerun`.
 """
 
 from __future__ import annotations
