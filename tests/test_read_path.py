@@ -4,6 +4,7 @@ decodes, the transport's protocol and the patch core."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +116,38 @@ def test_corrupt_hdf5_chunk_read_raw_names_array_and_chunk(
     with pytest.raises(CorruptChunkError, match=r"'image': chunk 2 .*fletcher32"):
         ds.read_batch([40])
     np.testing.assert_array_equal(ds.read_batch([0, 100])["image"], arrays["image"][[0, 100]])
+
+
+def test_hdf5_fletcher32_is_checked_once_per_chunk_until_the_file_changes(
+    tmp_path: Path, make_dataset: Any
+) -> None:
+    path, arrays = make_dataset("hdf5")
+    reader = open_reader(path)
+    out = np.empty_like(arrays["image"])
+    n = len(out)
+    try:
+        reader.read_into("image", [(0, n)], out)
+        raw = reader._raw["image"]  # type: ignore[attr-defined]
+        assert raw is not None and raw.checksum
+        calls = []
+        check = raw._fletcher
+        raw._fletcher = lambda body: calls.append(1) or check(body)
+        reader.read_into("image", [(0, n)], out)  # an unchanged file: nothing checked again
+        np.testing.assert_array_equal(out, arrays["image"])
+        assert calls == []
+        with h5py.File(path, "r") as f:
+            info = f["image"].id.get_chunk_info_by_coord((2 * 16, 0, 0, 0))
+        time.sleep(0.05)  # past the file system's timestamp granularity
+        with open(path, "r+b") as fh:  # the file changes: every chunk is checked again
+            fh.seek(info.byte_offset + info.size // 2)
+            byte = fh.read(1)
+            fh.seek(-1, os.SEEK_CUR)
+            fh.write(bytes([byte[0] ^ 0xFF]))
+        with pytest.raises(CorruptChunkError, match=r"'image': chunk 2 .*fletcher32"):
+            reader.read_into("image", [(0, n)], out)
+        assert len(calls) == 3  # chunks 0 and 1 checked again, chunk 2 failed
+    finally:
+        reader.close()
 
 
 # -- chunk pool ---------------------------------------------------------------------------------

@@ -293,6 +293,7 @@ class HDF5Reader:
         out: npt.NDArray[Any],
     ) -> None:
         offset, step = 0, raw.chunk_rows
+        raw.check_file(fd)
         try:
             for start, stop in ranges:
                 for first in range(start, stop, step):
