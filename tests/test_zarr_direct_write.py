@@ -145,3 +145,28 @@ def test_datasets_with_nested_chunk_keys_still_read_and_grow(
     batch = ds.read_batch(list(range(15)))
     np.testing.assert_array_equal(batch["image"], np.concatenate([first["image"], more["image"]]))
     np.testing.assert_array_equal(batch["label"], np.arange(15))
+
+
+def test_chunk_files_names_every_file_of_a_sample_chunk(tmp_path: Path) -> None:
+    """What a synced task must fsync: every chunk file of its sample-axis chunks."""
+    from chunkio.backends._storage import chunk_files
+
+    path = str(tmp_path / "v.zarr")
+    writer = open_writer(path, format="zarr")
+    writer.create_array(
+        "vol",
+        shape=(3, 5, 4),
+        dtype=np.dtype(np.int16),
+        chunks=(1, 2, 3),
+        compression=Compression(),
+    )
+    writer.write_region("vol", (slice(0, 2), slice(0, 5), slice(0, 4)), np.ones((2, 5, 4), "i2"))
+    writer.close()
+    array_dir = os.path.join(path, "vol")
+    on_disk = sorted(n for n in os.listdir(array_dir) if n.startswith("c."))
+    assert len(on_disk) == 2 * 3 * 2  # sample chunks 0 and 1, 3 x 2 chunks each
+    found = chunk_files(array_dir, range(0, 3))  # chunk 2 was never written
+    assert sorted(os.path.basename(p) for p in found) == on_disk
+    assert sorted(os.path.basename(p) for p in chunk_files(array_dir, range(1, 2))) == [
+        n for n in on_disk if n.startswith("c.1.")
+    ]

@@ -8,6 +8,7 @@ bytes canonical, and how is a copy grown for an append.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -32,21 +33,17 @@ def chunk_files(array_dir: str, chunks: range) -> list[str]:
     if sep == "/":
         paths = (os.path.join(array_dir, "c", str(k)) for k in chunks)
         return [p for p in paths if os.path.exists(p)]
-    shape = list(meta["shape"])
-    inner = list(meta["chunk_grid"]["configuration"]["chunk_shape"])
-    if inner[1:] == shape[1:]:  # one file per sample-axis chunk: name it, no listing
-        tail = sep.join("0" * (len(shape) - 1))
-        names = (sep.join(["c", str(k), tail]) if tail else f"c{sep}{k}" for k in chunks)
-        paths = (os.path.join(array_dir, n) for n in names)
-        return [p for p in paths if os.path.exists(p)]
-    wanted = {str(k) for k in chunks}
-    return [
-        os.path.join(array_dir, name)
-        for name in os.listdir(array_dir)
-        if name.startswith("c" + sep)
-        and not name.endswith(".partial")
-        and name.split(sep, 2)[1] in wanted
-    ]
+    shape = [int(n) for n in meta["shape"]]
+    inner = [int(c) for c in meta["chunk_grid"]["configuration"]["chunk_shape"]]
+    # Each sample-axis chunk spans every chunk of the other axes: name them all (a listing of
+    # the array's folder would grow with the dataset, once per synced task).
+    others = [range(-(-n // c)) for n, c in zip(shape[1:], inner[1:], strict=True)]
+    paths = (
+        os.path.join(array_dir, sep.join(["c", *map(str, (k, *rest))]))
+        for k in chunks
+        for rest in itertools.product(*others)
+    )
+    return [p for p in paths if os.path.exists(p)]
 
 
 class ZarrStorage:
