@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 from conftest import source_array, zarr_chunk_file
 
+from chunkio import ChunkDataset
 from chunkio.backends import open_reader
 from chunkio.convert import (
     DEFAULT_CHUNK_BYTES,
@@ -39,7 +40,7 @@ from chunkio.errors import (
     SourceError,
     UnsafeInputError,
 )
-from chunkio.layout import DatasetLayout
+from chunkio.layout import DatasetLayout, FieldInfo
 
 SUFFIX = {"zarr": ".zarr", "hdf5": ".h5"}
 FORMATS = ["zarr", "hdf5"]
@@ -416,6 +417,58 @@ def test_dask_distributed_matches_in_process(tmp_path: Path) -> None:
         for name in ("dd.zarr", "dd.h5"):
             write_arrays(tmp_path / name, data, samples_per_chunk=9, client=client)
             assert_same_dataset(str(tmp_path / "ref.zarr"), str(tmp_path / name))
+
+
+class _SlowOrBad:
+    """Four chunks of ten samples filled with ``value``; chunk 0 may fail, one chunk is slow."""
+
+    def __init__(self, tag: str, value: int, *, fail: bool, slow: int, slow_s: float) -> None:
+        self.tag, self.value, self.fail = tag, value, fail
+        self.slow, self.slow_s = slow, slow_s
+        self.num_samples = 40
+        self.fields = (FieldInfo("x", np.dtype(np.uint8), (4,)),)
+
+    def fingerprint(self) -> str:
+        return self.tag
+
+    def read_block(self, start: int, stop: int) -> dict[str, np.ndarray]:
+        if start == 10 * self.slow:
+            time.sleep(self.slow_s)
+        if start == 0 and self.fail:
+            raise SourceError("block 0 is bad")
+        return {"x": np.full((stop - start, 4), self.value, np.uint8)}
+
+
+@pytest.mark.timeout(120)
+def test_a_failed_dask_run_leaves_no_task_writing(tmp_path: Path) -> None:
+    """dask cannot stop a started task: a failed run waits for them, so none of its tasks
+    writes into the staging that the next run resets and fills (here: the first run's slow
+    chunk 1 would land while the second run waits for its slow chunk 3)."""
+    distributed = pytest.importorskip("distributed")
+    dst = tmp_path / "d.zarr"
+    with (
+        distributed.LocalCluster(
+            n_workers=1, threads_per_worker=4, processes=False, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        with pytest.raises(SourceError, match="block 0 is bad"):
+            run_conversion(
+                _SlowOrBad("A", 1, fail=True, slow=1, slow_s=1.5),
+                dst,
+                samples_per_chunk=10,
+                client=client,
+                progress=False,
+            )
+        run_conversion(
+            _SlowOrBad("B", 2, fail=False, slow=3, slow_s=3.0),
+            dst,
+            samples_per_chunk=10,
+            client=client,
+            progress=False,
+        )
+    stored = np.asarray(ChunkDataset(dst, fields="x").read_batch(list(range(40)))["x"])
+    assert (stored == 2).all(), stored[:, 0]
 
 
 def test_missing_distributed_is_an_optional_dependency_error(

@@ -7,7 +7,8 @@ number of tasks in flight (memory stays bounded) and hands each result to ``fini
 calling process, in whatever order tasks complete; ``finish`` writes what the worker did not
 write itself and records the task in the manifest.
 
-On the first failure nothing new starts, queued tasks are cancelled, running ones that the
+On the first failure nothing new starts, queued tasks are cancelled (on dask, submitted tasks
+are waited for instead: they cannot be told apart from running ones), running ones that the
 worker already wrote are still finished (less to redo on resume), and the failure is raised
 as a :class:`~chunkio.errors.ConversionError` (or :class:`~chunkio.errors.SourceError`)
 naming the destination and the task.
@@ -19,6 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future
 from concurrent.futures import wait as futures_wait
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from ..errors import ConversionError, OptionalDependencyError, SourceError
@@ -127,8 +129,10 @@ class _Dask(Generic[T]):
         return set(self._distributed.wait(list(futures), return_when="FIRST_COMPLETED").done)
 
     def cancel(self, future: Any) -> bool:
-        future.cancel()
-        return True
+        # dask cannot stop a task that has started, nor say whether it has: one left running
+        # would go on writing into a staging a rerun may already have reset. So every
+        # submitted task (at most two per thread) is waited for.
+        return False
 
 
 def require_distributed() -> None:
@@ -150,26 +154,29 @@ def run_tasks(
     finish: Callable[[T, R], None],
     destination: str,
     unit: str,
+    resumable: bool = True,
 ) -> None:
     """Run ``job`` on every task; call ``finish(task, result)`` here as each completes.
 
     ``client`` (a ``dask.distributed.Client``) runs tasks on its cluster, whose workers must
     share this machine's filesystem; else ``workers > 1`` runs a process pool that never runs
     the caller's ``__main__`` and dies with this process (:mod:`~chunkio.convert.procpool`);
-    else tasks run here. ``unit`` names tasks in messages ("block", "volume").
+    else tasks run here. ``unit`` names tasks in messages ("block", "volume"); ``resumable``
+    says whether finished tasks survive a failure (errors then say "rerun to resume").
     """
     if not tasks:
         return
+    where = _Where(destination, f"finished {unit}s are kept: rerun to resume" if resumable else "")
     if client is not None:
         require_distributed()
-        _drive(_Dask(client, job), job, tasks, finish, destination, unit)
+        _drive(_Dask(client, job), job, tasks, finish, where)
         return
     if workers <= 1:
-        _drive(_InProcess(job), job, tasks, finish, destination, unit)
+        _drive(_InProcess(job), job, tasks, finish, where)
         return
     pool = process_pool(min(workers, len(tasks)), initializer=_init_worker, initargs=(job,))
     try:
-        _drive(_Pool(pool, workers), job, tasks, finish, destination, unit)
+        _drive(_Pool(pool, workers), job, tasks, finish, where)
     except ConversionError as err:
         if pool.imports_main and isinstance(err.__cause__, BrokenProcessPool):
             raise ConversionError(f"{err}; {MAIN_GUARD_HINT}") from err.__cause__
@@ -183,8 +190,7 @@ def _drive(
     job: Job[T, R],
     tasks: Sequence[T],
     finish: Callable[[T, R], None],
-    destination: str,
-    unit: str,
+    where: _Where,
 ) -> None:
     pending: dict[Any, T] = {}
     queue = iter(tasks)
@@ -197,7 +203,7 @@ def _drive(
             try:
                 pending[runner.submit(task)] = task
             except Exception as err:
-                error = _wrap(err, task, destination, unit)
+                error = _wrap(err, task, where)
         if not pending:
             break
         for fut in runner.wait(pending):
@@ -205,14 +211,14 @@ def _drive(
             try:
                 result = fut.result()
             except Exception as err:
-                error = error or _wrap(err, task, destination, unit)
+                error = error or _wrap(err, task, where)
                 continue
             # After a failure, still record what workers wrote, but write no more here.
             if error is None or job.written(result):
                 try:
                     finish(task, result)
                 except Exception as err:  # e.g. ENOSPC while writing here
-                    error = error or _wrap(err, task, destination, unit)
+                    error = error or _wrap(err, task, where)
         if error is not None:
             for fut in [f for f in pending if runner.cancel(f)]:
                 del pending[fut]
@@ -220,17 +226,25 @@ def _drive(
         raise error
 
 
-def _wrap(err: BaseException, task: Task, destination: str, unit: str) -> ConversionError:
-    where = f"{destination}: {task.describe()}"  # a full disk or a dead worker: say where
-    kept = f"finished {unit}s are kept: rerun to resume"
+@dataclass(frozen=True)
+class _Where:
+    """What a failure message names: the destination, and what a rerun keeps (or "")."""
+
+    destination: str
+    kept: str
+
+
+def _wrap(err: BaseException, task: Task, where: _Where) -> ConversionError:
+    at = f"{where.destination}: {task.describe()}"  # a full disk or a dead worker: say where
+    kept = f"; {where.kept}" if where.kept else ""
     if isinstance(err, SourceError):
         try:
-            wrapped: ConversionError = type(err)(f"{where}: {err}")
+            wrapped: ConversionError = type(err)(f"{at}: {err}")
         except Exception:
-            wrapped = SourceError(f"{where}: {err}")
+            wrapped = SourceError(f"{at}: {err}")
     elif isinstance(err, BrokenProcessPool):
-        wrapped = ConversionError(f"{where}: a worker process died ({err}); {kept}")
+        wrapped = ConversionError(f"{at}: a worker process died ({err}){kept}")
     else:
-        wrapped = ConversionError(f"{where}: {type(err).__name__}: {err}; {kept}")
+        wrapped = ConversionError(f"{at}: {type(err).__name__}: {err}{kept}")
     wrapped.__cause__ = err
     return wrapped

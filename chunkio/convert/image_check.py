@@ -117,6 +117,7 @@ def check_all(
                 finish=finish,
                 destination="check pass",
                 unit="batch",
+                resumable=False,
             )
     return [c for part in results for c in part]
 
