@@ -25,8 +25,8 @@ def fsync_tree(path: str, *, finish_zarr: bool = False) -> None:
 
     ``finish_zarr`` is for a Zarr group whose chunks were synced as they were written: only
     metadata files (``zarr.json``) and directories are synced, and ``*.partial`` files are
-    deleted - zarr's LocalStore writes each chunk to such a temporary file and renames it, so
-    a killed writer leaves them behind.
+    deleted - zarr's LocalStore and chunkio's own chunk writer write each chunk to such a
+    temporary file and rename it, so a killed writer leaves them behind.
     """
     if not os.path.isdir(path):
         fsync_path(path)

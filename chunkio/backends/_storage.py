@@ -8,6 +8,7 @@ bytes canonical, and how is a copy grown for an append.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
@@ -26,15 +27,12 @@ def chunk_files(array_dir: str, chunks: range) -> list[str]:
     ``chunks`` of a local Zarr v3 array, whichever default key separator it uses (chunkio
     writes ``"."``; older datasets and other writers ``"/"``) and however it is chunked along
     the other axes. Only those that exist."""
-    with open(os.path.join(array_dir, "zarr.json"), encoding="utf-8") as f:
-        meta = json.load(f)
-    encoding = meta.get("chunk_key_encoding") or {}
-    sep = (encoding.get("configuration") or {}).get("separator", "/")
+    meta_path = os.path.join(array_dir, "zarr.json")
+    st = os.stat(meta_path)
+    sep, shape, inner = _chunk_naming(meta_path, st.st_ino, st.st_mtime_ns, st.st_size)
     if sep == "/":
         paths = (os.path.join(array_dir, "c", str(k)) for k in chunks)
         return [p for p in paths if os.path.exists(p)]
-    shape = [int(n) for n in meta["shape"]]
-    inner = [int(c) for c in meta["chunk_grid"]["configuration"]["chunk_shape"]]
     # Each sample-axis chunk spans every chunk of the other axes: name them all (a listing of
     # the array's folder would grow with the dataset, once per synced task).
     others = [range(-(-n // c)) for n, c in zip(shape[1:], inner[1:], strict=True)]
@@ -44,6 +42,22 @@ def chunk_files(array_dir: str, chunks: range) -> list[str]:
         for rest in itertools.product(*others)
     )
     return [p for p in paths if os.path.exists(p)]
+
+
+@functools.lru_cache(maxsize=256)
+def _chunk_naming(
+    meta_path: str, inode: int, mtime_ns: int, size: int
+) -> tuple[str, tuple[int, ...], tuple[int, ...]]:
+    """Key separator, shape and chunk shape from ``zarr.json``: parsed once per version of
+    the file (a conversion syncs every array once per task; zarr replaces the file by a
+    rename, so a new version has a new inode)."""
+    with open(meta_path, encoding="utf-8") as f:
+        meta = json.load(f)
+    encoding = meta.get("chunk_key_encoding") or {}
+    sep = str((encoding.get("configuration") or {}).get("separator", "/"))
+    shape = tuple(int(n) for n in meta["shape"])
+    inner = tuple(int(c) for c in meta["chunk_grid"]["configuration"]["chunk_shape"])
+    return sep, shape, inner
 
 
 class ZarrStorage:

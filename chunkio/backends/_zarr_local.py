@@ -1,4 +1,4 @@
-"""Direct chunk decoding for Zarr v3 arrays on a local filesystem.
+"""Direct chunk decoding and encoding for Zarr v3 arrays on a local filesystem.
 
 zarr-python's synchronous API runs every read through an event-loop thread and a generic codec
 pipeline; for the chunk layouts chunkio writes (``bytes`` -> one compressor -> ``crc32c``,
@@ -8,6 +8,7 @@ buffer. :class:`ChunkFiles` knows where an array's chunks are and how to check a
 :class:`LocalChunkDecoder` reads whole sample-axis chunks, and
 :mod:`chunkio.backends._zarr_region` reads N-D boxes. Arrays with any other encoding use the
 zarr API (:mod:`chunkio.backends._zarr`); the backend contract tests check both paths agree.
+:class:`LocalChunkEncoder` writes whole chunks the same way, byte for byte as zarr would.
 """
 
 from __future__ import annotations
@@ -306,7 +307,7 @@ def _write_file(path: str, body: Any, checksum: int | None) -> None:
     it: see :attr:`chunkio.backends.Storage.atomic_chunks`).
     """
     tmp = f"{path}.{os.urandom(8).hex()}.partial"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
     try:
         try:
             view = memoryview(body).cast("B")

@@ -290,9 +290,9 @@ def write_arrays(
         Processes that read, compress and write blocks (h5py files are reopened read-only
         there, so they must not be open for writing). When every input is a NumPy array
         the write runs in this process whatever ``workers`` says: there is nothing to read,
-        zarr already compresses a block's chunks in threads, and a pool was measured slower
-        (1 GiB on 2 cores: 3.2x the time with the arrays pickled to each worker, 1.2x with
-        them in shared memory). Setting
+        and a pool was measured slower (1 GiB on 2 cores, when zarr-python still wrote the
+        chunks: 3.2x the time with the arrays pickled to each worker, 1.2x with them in
+        shared memory; not measured again since chunkio writes them). Setting
         :data:`chunkio.convert.image_check.POOL_MIN_SECONDS` to ``0.0`` forces the pool.
     shuffle, seed
         Store the samples in the order ``perm = np.random.default_rng(seed).permutation(N)``
