@@ -45,8 +45,6 @@ def hdf5_filters(c: Compression) -> dict[str, Any]:
 class HDF5Writer:
     """Creates and fills a chunkio HDF5 file. HDF5 has one writer: the converting process."""
 
-    supports_concurrent_writers = False
-
     def __init__(self, location: str) -> None:
         self.location = str(location)
         self._file = h5py.File(self.location, "a")

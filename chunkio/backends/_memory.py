@@ -123,8 +123,6 @@ class MemoryReader:
 
 
 class MemoryWriter:
-    supports_concurrent_writers = False
-
     def __init__(self, location: str) -> None:
         self.location = location
         self._store = memory_store(location, create=True)

@@ -321,8 +321,6 @@ class ZarrReader:
 class ZarrWriter:
     """Creates and fills a chunkio Zarr v3 group (each process opens its own)."""
 
-    supports_concurrent_writers = True
-
     def __init__(self, location: Any, *, storage_options: Mapping[str, Any] | None = None) -> None:
         self.location = _describe(location)
         self._group = zarr.open_group(

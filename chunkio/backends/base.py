@@ -204,8 +204,6 @@ class Writer(Protocol):
     """Creates arrays and writes chunk-aligned blocks of one dataset."""
 
     location: str
-    #: whether several processes may write disjoint chunks of one array at once
-    supports_concurrent_writers: bool
 
     def create_array(
         self,
