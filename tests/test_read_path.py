@@ -150,6 +150,66 @@ def test_hdf5_fletcher32_is_checked_once_per_chunk_until_the_file_changes(
         reader.close()
 
 
+def test_hdf5_raw_reads_accept_what_hdf5_accepts(tmp_path: Path) -> None:
+    """The byte-swapped Fletcher-32 of HDF5 < 1.6.3, and an edge chunk stored unfiltered."""
+    import ctypes
+    import glob
+
+    data = np.arange(10 * 6, dtype="<i4").reshape(10, 6)
+    path = str(tmp_path / "old.h5")
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("x", data=data, chunks=(4, 6), fletcher32=True, compression="gzip")
+        mask, stored = d.id.read_direct_chunk((4, 0))
+        c = stored[-4:]
+        d.id.write_direct_chunk((4, 0), stored[:-4] + bytes([c[1], c[0], c[3], c[2]]), mask)
+        libs = glob.glob(
+            os.path.join(os.path.dirname(h5py.__file__), "..", "h5py.libs", "libhdf5-*")
+        )
+        if libs:  # an edge chunk kept unfiltered, as other writers may ask HDF5 to store it
+            lib = ctypes.CDLL(libs[0])
+            lib.H5Pset_chunk_opts.argtypes = [ctypes.c_int64, ctypes.c_uint]
+            dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+            dcpl.set_chunk((4, 6))
+            dcpl.set_deflate(4)
+            dcpl.set_fletcher32()
+            assert lib.H5Pset_chunk_opts(dcpl.id, 0x0002) >= 0  # DONT_FILTER_PARTIAL_CHUNKS
+            space = h5py.h5s.create_simple((10, 6))
+            h5py.Dataset(h5py.h5d.create(f.id, b"y", h5py.h5t.STD_I32LE, space, dcpl=dcpl))[...] = (
+                data
+            )
+    reader = open_reader(path)
+    try:
+        for name in ("x", "y") if libs else ("x",):
+            out = np.empty_like(data)
+            reader.read_into(name, [(0, 10)], out)
+            assert reader._raw[name] is not None  # type: ignore[attr-defined]
+            np.testing.assert_array_equal(out, data)
+    finally:
+        reader.close()
+
+
+def test_a_raw_hdf5_read_error_names_the_file_once(tmp_path: Path, make_dataset: Any) -> None:
+    path, arrays = make_dataset("hdf5", compression=Compression("lz4"))
+    n = len(arrays["image"])
+    last = (n - 1) // 16 * 16  # a partial edge chunk: read by h5py, the others raw
+    assert n % 16
+    with h5py.File(path, "r") as f:
+        info = f["image"].id.get_chunk_info_by_coord((last, 0, 0, 0))
+    with open(path, "r+b") as fh:
+        fh.seek(info.byte_offset + info.size // 2)
+        byte = fh.read(1)
+        fh.seek(-1, os.SEEK_CUR)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+    reader = open_reader(path)
+    try:
+        with pytest.raises(CorruptChunkError) as caught:
+            out = np.empty_like(arrays["image"][last - 16 :])
+            reader.read_into("image", [(last - 16, n)], out)
+    finally:
+        reader.close()
+    assert str(caught.value).count(str(path)) == 1, caught.value
+
+
 # -- chunk pool ---------------------------------------------------------------------------------
 
 

@@ -294,17 +294,22 @@ class HDF5Reader:
     ) -> None:
         offset, step = 0, raw.chunk_rows
         raw.check_file(fd)
+        for start, stop in ranges:
+            for first in range(start, stop, step):
+                rows = min(step, stop - first)
+                chunk = first // step
+                part = out[offset : offset + rows]
+                if chunk in raw.masked:  # a filter was skipped when it was written
+                    started = time.perf_counter()
+                    self._read_h5py(d, raw.name, first, first + rows, part)
+                    self.clock.decode += time.perf_counter() - started  # HDF5: every stage
+                else:
+                    self._read_raw_chunk(raw, fd, chunk, part)
+                offset += rows
+
+    def _read_raw_chunk(self, raw: RawChunks, fd: int, chunk: int, out: npt.NDArray[Any]) -> None:
         try:
-            for start, stop in ranges:
-                for first in range(start, stop, step):
-                    rows = min(step, stop - first)
-                    chunk = first // step
-                    part = out[offset : offset + rows]
-                    if chunk in raw.masked:  # a filter was skipped when it was written
-                        self._read_h5py(d, raw.name, first, first + rows, part)
-                    else:
-                        raw.read_chunk_into(fd, chunk, part, self.clock)
-                    offset += rows
+            raw.read_chunk_into(fd, chunk, out, self.clock)
         except (CorruptChunkError, MissingChunkError) as err:
             raise type(err)(f"{self.location}: {err}") from err
 
