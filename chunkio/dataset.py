@@ -19,10 +19,12 @@ from torch.utils.data import Dataset
 
 from .backends import detect_format, open_reader
 from .batch import SampleBatch, to_tensor
+from .encoded_read import read_whole
 from .grid import SampleGrid
 from .handles import PerProcessReader
 from .layout import DatasetLayout, check_arrays, validate_sequence_of_names
 from .reading import ProcessReader, ReadStats
+from .sample_transforms import FieldTransform, is_field_transform, stored_output_shape
 
 __all__ = ["DEFAULT_PRELOAD_BYTES", "ChunkDataset"]
 
@@ -42,7 +44,11 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
         samples are tuples in that order (``for x, y in loader``). A single name: samples are
         that field's tensor.
     transform
-        Applied to each sample (slow path: the batch is then stacked by torch's collate).
+        Applied to each sample. A :class:`~chunkio.sample_transforms.FieldTransform` such
+        as :class:`chunkio.transforms.Compose` (a declared output shape, one field, random
+        parameters from ``(seed, epoch, index)``) is applied while reading, straight into
+        the batch, and keeps a loader on its shared-memory ring. Any other callable gets the
+        sample (slow path: the batch is then stacked by torch's collate).
     batch_transform
         Applied to each stacked batch inside the worker (fast path).
     cache_bytes
@@ -70,6 +76,8 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
     #: Reads follow an epoch order that asks for each sample once (set by make_loader): a
     #: chunk a batch uses whole, in order, is decoded into the batch and not cached.
     reads_once: bool = False
+    #: The epoch random augmentations are keyed by when a read does not say (loaders do).
+    epoch: int = 0
 
     def __init__(
         self,
@@ -85,6 +93,9 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
     ) -> None:
         self.location = os.fspath(path) if isinstance(path, os.PathLike) else path
         self.transform = transform
+        self.field_transform: FieldTransform | None = (
+            transform if is_field_transform(transform) else None  # type: ignore[assignment]
+        )
         self.batch_transform = batch_transform
         if cache_bytes < 0 or preload_bytes < 0:
             raise ValueError(
@@ -103,14 +114,12 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
         names = [fields] if isinstance(fields, str) else fields
         self.fields = validate_sequence_of_names(names, self.layout, str(self.location))
         self._as_tuple = fields is not None and not self._single
+        if self.field_transform is not None:
+            self.layout.field(self.field_transform.field, where=str(self.location))
         self._local: ProcessReader | None = None
 
     def _read_layout(self) -> DatasetLayout:
-        reader = open_reader(
-            self.location,
-            storage_options=self._options["storage_options"],
-            trust_codecs=bool(self._options["trust_codecs"]),
-        )
+        reader = open_reader(self.location, **self._reader_options())
         try:
             where = reader.location
             layout = DatasetLayout.from_attrs(reader.attrs(), where=where)
@@ -178,6 +187,7 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
         out: Mapping[str, npt.NDArray[Any]] | None = None,
         *,
         once: bool | None = None,
+        epoch: int | None = None,
     ) -> dict[str, Any]:
         """Read samples ``indices`` of the selected fields as NumPy arrays, by field.
 
@@ -185,17 +195,26 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
         preallocated arrays (dense fields) to scatter into. ``once=True`` promises that no
         later read asks for these samples again (a loader's epoch): chunks the batch uses
         whole and in order are then decoded straight into ``out`` instead of the cache.
-        Default: :attr:`reads_once`.
+        Default: :attr:`reads_once`. A field transform is applied on the way, keyed by
+        ``epoch`` (default: :attr:`epoch`).
         """
         once = self.reads_once if once is None else once
-        return self._reader().read(self.fields, indices, out, once=once)
+        epoch = self.epoch if epoch is None else int(epoch)
+        return self._reader().read(
+            self.fields, indices, out, once=once, transform=self.field_transform, epoch=epoch
+        )
 
     def __getitem__(self, index: int) -> Any:
         if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
             raise TypeError(f"sample index must be an int; got {type(index).__name__}")
         columns = {k: to_tensor(v) for k, v in self.read_batch([int(index)]).items()}
         sample = self.arrange({k: v[0] for k, v in columns.items()})
-        return self.transform(sample) if self.transform is not None else sample
+        return self._per_sample(sample) if self._per_sample is not None else sample
+
+    @property
+    def _per_sample(self) -> Callable[[Any], Any] | None:
+        """The transform applied to whole samples after reading (not a field transform)."""
+        return None if self.field_transform is not None else self.transform
 
     def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
         """Samples ``indices`` as one :class:`~chunkio.batch.SampleBatch`.
@@ -204,12 +223,13 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
         the list of samples) turn it into the batch; with a ``transform`` it holds the
         transformed samples, with a ``batch_transform`` it splits the transformed batch.
         """
-        columns = {k: to_tensor(v) for k, v in self.read_batch(indices).items()}
+        epoch = getattr(indices, "epoch", None)  # batches of a ChunkBatchSampler carry it
+        columns = {k: to_tensor(v) for k, v in self.read_batch(indices, epoch=epoch).items()}
         n = len(indices)
-        if self.transform is not None and n:
+        per_sample = self._per_sample
+        if per_sample is not None and n:
             samples = [
-                self.transform(self.arrange({k: v[j] for k, v in columns.items()}))
-                for j in range(n)
+                per_sample(self.arrange({k: v[j] for k, v in columns.items()})) for j in range(n)
             ]
             batch = SampleBatch.from_samples(samples)
             if self.batch_transform is None:
@@ -223,14 +243,50 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
 
     def batch_fields(self) -> dict[str, tuple[np.dtype[Any], tuple[int, ...]]]:
         """The selected fields as a transport preallocates them: ``(dtype, sample_shape)``
-        (see :class:`chunkio.transport.BatchSource`; ragged fields have no fixed shape)."""
+        (see :class:`chunkio.transport.BatchSource`), after the field transform; fields of
+        samples with different shapes have none (a ``TypeError``)."""
         out = {}
         for name in self.fields:
             info = self.layout.field(name)
-            if info.sample_shape is None:
-                raise TypeError(f"{self.location}: field {name!r} is ragged: no batch shape")
-            out[name] = (info.dtype, tuple(info.sample_shape))
+            shape = self.output_shape(name)
+            if shape is None:
+                raise TypeError(
+                    f"{self.location}: field {name!r} holds samples of different shapes "
+                    f"({info.kind}): no batch shape"
+                )
+            out[name] = (info.dtype, shape)
         return out
+
+    def output_shape(self, name: str) -> tuple[int, ...] | None:
+        """The shape of field ``name`` in a batch (after the field transform), or ``None``
+        when its samples differ (ragged, or images of several sizes and no fixed-size
+        transform)."""
+        info = self.layout.field(name, where=str(self.location))
+        t = self.field_transform
+        if t is None or t.field != name:
+            return None if info.sample_shape is None else tuple(info.sample_shape)
+        if info.sample_shape is not None:
+            return stored_output_shape(t, tuple(info.sample_shape))
+        fixed = getattr(t, "fixed_size", None)
+        if info.kind == "encoded" and fixed is not None:
+            channels = self._channels(name)
+            return (channels, int(fixed[0]), int(fixed[1]))
+        return None
+
+    def _channels(self, name: str) -> int:
+        """Channels of an encoded image field of several sizes (from its stored shapes)."""
+        reader = open_reader(self.location, **self._reader_options())
+        try:
+            shapes = read_whole(reader, self.layout.field(name).array_names()[2])
+            return int(shapes[0, 0]) if len(shapes) else 3
+        finally:
+            reader.close()
+
+    def _reader_options(self) -> dict[str, Any]:
+        return {
+            "storage_options": self._options["storage_options"],
+            "trust_codecs": bool(self._options["trust_codecs"]),
+        }
 
     def arrange(self, columns: dict[str, Any]) -> Any:
         """Columns by field -> a sample or batch as ``fields`` asks: a dict, a tuple in

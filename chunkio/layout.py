@@ -13,6 +13,11 @@ as the sample axis and the same number of samples per chunk along it. The group/
 A ``dense`` field is one array named like the field, shape ``(N, *sample_shape)``. A ``ragged``
 field (samples of varying shape) is three arrays: ``<name>__values`` (all elements, flat),
 ``<name>__offsets`` (N + 1 element offsets, int64) and ``<name>__shapes`` (N x ndim, int64).
+An ``encoded`` field (images stored as JPEG, PNG or WebP bytes; its ``encoding`` says which) is
+``<name>__bytes`` (uint8, the encoded images), ``<name>__spans`` (N x 2 int64: each sample's
+``[start, stop)`` in the bytes) and ``<name>__shapes`` (N x ndim int64: each decoded shape);
+its ``dtype`` and ``sample_shape`` (``None`` if shapes differ) describe the decoded samples,
+channels first like a dense image field.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ __all__ = [
     "FORMAT_VERSION",
     "DatasetLayout",
     "FieldInfo",
+    "encoded_array_names",
     "ragged_array_names",
 ]
 
@@ -47,7 +53,14 @@ FORMAT_VERSION = 1
 ATTR_KEY = "chunkio"
 COMPLETE_KEY = "chunkio_complete"
 
-FieldKind = Literal["dense", "ragged"]
+FieldKind = Literal["dense", "ragged", "encoded"]
+#: what an encoded field may hold (see :mod:`chunkio.image_codecs`)
+FIELD_ENCODINGS = ("jpeg", "png", "webp")
+
+
+def encoded_array_names(name: str) -> tuple[str, str, str]:
+    """Arrays that store encoded field ``name``: bytes, spans, shapes."""
+    return f"{name}__bytes", f"{name}__spans", f"{name}__shapes"
 
 
 def ragged_array_names(name: str) -> tuple[str, str, str]:
@@ -57,21 +70,37 @@ def ragged_array_names(name: str) -> tuple[str, str, str]:
 
 @dataclass(frozen=True)
 class FieldInfo:
-    """One field: its element dtype, per-sample shape (``None`` if ragged) and kind."""
+    """One field: its element dtype, per-sample shape (``None`` if samples differ) and kind.
+
+    ``encoding`` names the image encoding of an ``encoded`` field (``None`` otherwise).
+    """
 
     name: str
     dtype: np.dtype[Any]
     sample_shape: tuple[int, ...] | None
     kind: FieldKind = "dense"
+    encoding: str | None = None
 
     def __post_init__(self) -> None:
         validate_field_name(self.name)
-        if self.kind not in ("dense", "ragged"):
+        if self.kind not in ("dense", "ragged", "encoded"):
             raise FormatError(
-                f"field {self.name!r}: kind must be dense or ragged; got {self.kind!r}"
+                f"field {self.name!r}: kind must be dense, ragged or encoded; got {self.kind!r}"
             )
-        if (self.kind == "dense") != (self.sample_shape is not None):
-            raise FormatError(f"field {self.name!r}: dense fields need a sample_shape, ragged none")
+        if self.kind == "dense" and self.sample_shape is None:
+            raise FormatError(f"field {self.name!r}: dense fields need a sample_shape")
+        if self.kind == "ragged" and self.sample_shape is not None:
+            raise FormatError(f"field {self.name!r}: ragged fields have no sample_shape")
+        if (self.kind == "encoded") != (self.encoding is not None):
+            raise FormatError(
+                f"field {self.name!r}: an encoding goes with kind 'encoded' only; got kind "
+                f"{self.kind!r} and encoding {self.encoding!r}"
+            )
+        if self.kind == "encoded" and self.encoding not in FIELD_ENCODINGS:
+            raise FormatError(
+                f"field {self.name!r}: encoding must be one of {list(FIELD_ENCODINGS)}; "
+                f"got {self.encoding!r}"
+            )
 
     @property
     def sample_nbytes(self) -> int:
@@ -81,11 +110,16 @@ class FieldInfo:
         return int(np.prod(self.sample_shape, dtype=np.int64)) * self.dtype.itemsize
 
     def array_names(self) -> tuple[str, ...]:
+        if self.kind == "encoded":
+            return encoded_array_names(self.name)
         return (self.name,) if self.kind == "dense" else ragged_array_names(self.name)
 
     def to_json(self) -> dict[str, Any]:
         shape = None if self.sample_shape is None else list(self.sample_shape)
-        return {"dtype": self.dtype.str, "sample_shape": shape, "kind": self.kind}
+        out: dict[str, Any] = {"dtype": self.dtype.str, "sample_shape": shape, "kind": self.kind}
+        if self.encoding is not None:
+            out["encoding"] = self.encoding
+        return out
 
 
 @dataclass(frozen=True)
@@ -179,6 +213,7 @@ def _parse_field(name: str, spec: Mapping[str, Any]) -> FieldInfo:
         dtype=np.dtype(spec["dtype"]),
         sample_shape=None if shape is None else tuple(int(s) for s in shape),
         kind=spec.get("kind", "dense"),
+        encoding=spec.get("encoding"),
     )
 
 
@@ -196,6 +231,21 @@ def check_arrays(
                 raise MissingFieldError(
                     f"{where}: field {f.name!r} declared but array {array!r} is missing"
                 )
+        if f.kind == "encoded":
+            _, spans, shapes = f.array_names()
+            for array, width in ((spans, 2), (shapes, None)):
+                shape, dtype, chunks = arrays[array]
+                if len(shape) != 2 or shape[0] != n or (width and shape[1] != width):
+                    raise FormatError(
+                        f"{where}: array {array!r} must be ({n}, {width or 'ndim'}); "
+                        f"got {tuple(shape)}"
+                    )
+                if n and chunks[0] != spc:
+                    raise FormatError(
+                        f"{where}: array {array!r} must hold {spc} samples per chunk; "
+                        f"got {chunks[0]}"
+                    )
+            continue
         if f.kind == "ragged":
             _, offsets, _ = f.array_names()
             if arrays[offsets][0][0] != n + 1:

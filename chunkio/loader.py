@@ -44,6 +44,7 @@ from .transport.iterator import Indices, Parts
 __all__ = [
     "DEFAULT_POOL_BYTES",
     "ChunkLoader",
+    "RingFallbackWarning",
     "default_num_workers",
     "make_loader",
     "pool_samples",
@@ -61,8 +62,12 @@ def default_num_workers() -> int:
     return max(1, min(cores, 8))
 
 
+class RingFallbackWarning(UserWarning):
+    """A loader left the shared-memory ring because batches cannot be preallocated."""
+
+
 class _Route(Protocol):
-    def run(self, batches: Iterable[Indices], parts: Parts) -> Iterator[Lease]: ...
+    def run(self, batches: Iterable[Indices], parts: Parts, *, epoch: int) -> Iterator[Lease]: ...
 
     def worker_pids(self) -> tuple[int, ...]: ...
 
@@ -82,8 +87,9 @@ class _DataLoaderRoute:
     def __init__(self, loader: DataLoader[Any]) -> None:
         self.loader = loader
 
-    def run(self, batches: Iterable[Indices], parts: Parts) -> Iterator[Lease]:
-        # the DataLoader iterates the same sampler itself; each of its batches is fresh memory
+    def run(self, batches: Iterable[Indices], parts: Parts, *, epoch: int) -> Iterator[Lease]:
+        # the DataLoader iterates the same sampler itself (its batches carry their epoch, see
+        # _EpochBatches); each of its batches is fresh memory
         return (Lease(batch) for batch in self.loader)
 
     def worker_pids(self) -> tuple[int, ...]:
@@ -171,7 +177,9 @@ class ChunkLoader:
         self._auto_epoch = False
 
     def _batches(self) -> Iterator[Any]:
-        leases = self._route.run(self.sampler.iter_arrays(), self.sampler.reader_rows)
+        leases = self._route.run(
+            self.sampler.iter_arrays(), self.sampler.reader_rows, epoch=self.sampler.epoch
+        )
         if self.device is None:
             return _host_batches(leases, copy=self.copy)
         return DevicePrefetcher(leases, stream=copy_stream_for(self.device))
@@ -251,10 +259,13 @@ def _make_route(
 
 
 def _ring_compatible(dataset: ChunkDataset) -> bool:
-    """Batches whose shape the ring can preallocate: dense fields and no transforms."""
-    if dataset.transform is not None or dataset.batch_transform is not None:
+    """Batches whose shape the ring can preallocate: every field has one batch shape (after a
+    field transform), and no transform of unknown output."""
+    if dataset.batch_transform is not None:
         return False
-    return all(dataset.layout.field(f).kind == "dense" for f in dataset.fields)
+    if dataset.transform is not None and dataset.field_transform is None:
+        return False
+    return all(dataset.output_shape(f) is not None for f in dataset.fields)
 
 
 #: Default mixing pool: decoded bytes summed over the loader's readers (see make_loader).
@@ -304,6 +315,7 @@ def make_loader(
     transport: Transport = "ring",
     device: torch.device | str | None = None,
     copy: bool = False,
+    transform: Any = None,
 ) -> ChunkLoader:
     """A loader over a chunkio dataset with chunk-aware shuffling and sensible defaults.
 
@@ -363,6 +375,11 @@ def make_loader(
     copy
         Host delivery only: hand out copies instead of views of reused memory, so batches may
         be kept (costs one copy per batch).
+    transform
+        With a path: the dataset's per-sample ``transform``. :mod:`chunkio.transforms` (e.g.
+        ``Compose([RandomResizedCrop(224), RandomHorizontalFlip()])``) are applied while
+        reading, on the ring; a transform of unknown output shape falls back to the
+        DataLoader route with a :class:`RingFallbackWarning`.
 
     Examples
     --------
@@ -382,9 +399,14 @@ def make_loader(
         raise ValueError(f"transport must be 'ring' or 'dataloader'; got {transport!r}")
     target = resolve_device(device)
     if isinstance(path_or_dataset, ChunkDataset):
+        if transform is not None:
+            raise ValueError(
+                "make_loader(transform=...) goes with a path; a ChunkDataset has its own "
+                "transform (pass it to ChunkDataset)"
+            )
         dataset = path_or_dataset
     else:
-        dataset = ChunkDataset(path_or_dataset, fields)
+        dataset = ChunkDataset(path_or_dataset, fields, transform)
     where = ChunkBatchSampler(  # validates batch_size, rank, world_size, lanes
         dataset.chunk_sizes(), batch_size, pool=0, lanes=lanes, rank=rank, world_size=world_size
     )
@@ -400,6 +422,17 @@ def make_loader(
         world_size=where.world_size,
     )
     name = _route_name(dataset, transport, num_workers)
+    undeclared = dataset.transform is not None and dataset.field_transform is None
+    if transport == "ring" and name == "dataloader" and undeclared:
+        warnings.warn(
+            "make_loader: the dataset's transform declares no output shape, so batches "
+            "cannot be preallocated and the loader falls back from the shared-memory ring "
+            "to a DataLoader (pickled batches). Use chunkio.transforms (or give your "
+            "transform the chunkio.sample_transforms.FieldTransform members) to stay on "
+            "the ring",
+            RingFallbackWarning,
+            stacklevel=2,
+        )
     # ring workers read their lanes' rows of each batch; DataLoader workers whole batches
     readers = max(1, num_workers) if name == "ring" else 1
     needed = sampler.capacity_chunks(dataset.samples_per_chunk, readers) * dataset.chunk_nbytes()

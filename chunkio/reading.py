@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from .backends import Reader, open_reader
 from .backends.base import StageClock
+from .encoded_read import EncodedField, read_whole
 from .grid import SampleGrid
 from .layout import DatasetLayout, FieldInfo
 from .planning import (
@@ -34,6 +35,7 @@ from .planning import (
     plan_batch,
 )
 from .pool import ChunkPool
+from .sample_transforms import FieldTransform, stored_output_shape, transform_rows
 from .volume_layout import VolumeSet
 
 __all__ = ["PadMode", "PatchReadStats", "ProcessReader", "ReadStats"]
@@ -109,6 +111,8 @@ class ProcessReader:
         self._pools: dict[str, ChunkPool] = {}
         self._preloaded: dict[str, npt.NDArray[Any]] = {}
         self._ragged: dict[str, tuple[IntArray, IntArray]] = {}
+        self._encoded: dict[str, EncodedField] = {}
+        self._untransformed: dict[str, npt.NDArray[Any]] = {}
 
     def close(self) -> None:
         self.reader.close()
@@ -120,12 +124,16 @@ class ProcessReader:
         out: Mapping[str, npt.NDArray[Any]] | None = None,
         *,
         once: bool = False,
+        transform: FieldTransform | None = None,
+        epoch: int = 0,
     ) -> dict[str, Any]:
-        """Read ``indices`` of each field; dense fields as one array, ragged as a list.
+        """Read ``indices`` of each field; dense fields as one array, ragged as a list,
+        encoded fields decoded (as one array when their samples share a shape).
 
         ``once``: no later read asks for these samples again (a loader's epoch order), so a
         chunk the batch uses whole, in order, is decoded straight into the output and not
-        kept.
+        kept. ``transform`` (of field ``transform.field``) is applied to each sample, keyed
+        by ``epoch``, on its way into the output.
         """
         try:
             idx = normalize_indices(indices, self.layout.num_samples)
@@ -135,8 +143,24 @@ class ProcessReader:
         for name in fields:
             info = self.layout.field(name, where=self.reader.location)
             target = None if out is None else out.get(name)
-            if info.kind == "ragged":
+            mine = transform if transform is not None and transform.field == name else None
+            if info.kind == "encoded":
+                if mine is not None and target is None:
+                    target = self._transformed_buffer(info, mine, idx)
+                elif target is None and info.sample_shape is not None:
+                    target = np.empty((len(idx), *info.sample_shape), info.dtype)
+                coded = self._encoded_field(info)
+                before = coded.chunks_read
+                result[name] = coded.read(idx, target, mine, epoch)
+                self.stats.chunks_read += coded.chunks_read - before
+            elif info.kind == "ragged":
                 result[name] = self._read_ragged(info, idx)
+            elif mine is not None:
+                rows = self._read_dense(info, idx, self._rows_buffer(info, len(idx)), once)
+                if target is None:
+                    target = self._transformed_buffer(info, mine, idx)
+                transform_rows(mine, rows, idx, target, epoch)
+                result[name] = target
             else:
                 result[name] = self._read_dense(info, idx, target, once)
         self.stats.samples += len(idx)
@@ -199,6 +223,39 @@ class ProcessReader:
             out[rows] = pool.buffer[where]
         self.stats.gather_s += time.perf_counter() - started
         return out
+
+    def _encoded_field(self, info: FieldInfo) -> EncodedField:
+        coded = self._encoded.get(info.name)
+        if coded is None:
+            coded = EncodedField(self.reader, info, cache_chunks=2 * self.pool_chunks)
+            self._encoded[info.name] = coded
+        return coded
+
+    def _rows_buffer(self, info: FieldInfo, n: int) -> npt.NDArray[Any]:
+        """A reused buffer for ``n`` untransformed samples of dense field ``info``."""
+        buf = self._untransformed.get(info.name)
+        if buf is None or len(buf) < n:
+            buf = np.empty((n, *(info.sample_shape or ())), info.dtype)
+            self._untransformed[info.name] = buf
+        return buf[:n]
+
+    def _transformed_buffer(
+        self, info: FieldInfo, transform: FieldTransform, idx: IntArray
+    ) -> npt.NDArray[Any]:
+        """A new array for the transformed samples ``idx`` of ``info``; their inputs must
+        transform to one shape."""
+        if info.sample_shape is not None:
+            stored = {tuple(info.sample_shape)}
+        else:
+            stored = {tuple(s) for s in self._encoded_field(info).shapes[idx].tolist()}
+        shapes = {stored_output_shape(transform, s) for s in stored}
+        if len(shapes) != 1:
+            raise ValueError(
+                f"{self.reader.location}: the transform of field {info.name!r} gives samples "
+                f"of {len(shapes)} different shapes ({sorted(shapes)[:3]}...); a batch needs one "
+                "(end it with a crop or a fixed-size resize)"
+            )
+        return np.empty((len(idx), *shapes.pop()), info.dtype)
 
     def _direct_runs(self, plan: BatchPlan, pool: ChunkPool) -> list[tuple[int, int]]:
         """``(chunk, position)`` of chunks the pool lacks whose every sample the batch asks
@@ -295,12 +352,7 @@ class ProcessReader:
         return out
 
     def _read_whole(self, name: str) -> npt.NDArray[Any]:
-        info = self.reader.array_info(name)
-        grid = SampleGrid(int(info.shape[0]), int(info.chunks[0]))
-        out = np.empty(info.shape, dtype=info.dtype)
-        if grid.num_chunks:
-            self.reader.read_into(name, [grid.bounds(c) for c in range(grid.num_chunks)], out)
-        return out
+        return read_whole(self.reader, name)
 
     # -- patches ----------------------------------------------------------------------------
 

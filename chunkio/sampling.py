@@ -99,6 +99,19 @@ def _dist_rank_world() -> tuple[int, int]:
     return 0, 1
 
 
+class EpochBatch(list[int]):
+    """A batch's sample ids that also tell the epoch they belong to (``.epoch``), which keys
+    random augmentations: a DataLoader hands this list to ``dataset.__getitems__`` as is.
+
+    >>> b = EpochBatch([4, 1], 3); b == [4, 1], b.epoch
+    (True, 3)
+    """
+
+    def __init__(self, ids: list[int], epoch: int) -> None:
+        super().__init__(ids)
+        self.epoch = epoch
+
+
 class ChunkBatchSampler(Sampler[list[int]]):
     """Stateful chunk-aware batch sampler; pass it to a DataLoader as ``batch_sampler``.
 
@@ -229,7 +242,8 @@ class ChunkBatchSampler(Sampler[list[int]]):
         return self._resume
 
     def __iter__(self) -> Iterator[list[int]]:
-        return (batch.tolist() for batch in self.iter_arrays())
+        epoch = self.epoch
+        return (EpochBatch(batch.tolist(), epoch) for batch in self.iter_arrays())
 
     def iter_arrays(self) -> Iterator[IntArray]:
         """Like ``iter(self)`` (same resume and state tracking), yielding int64 arrays."""

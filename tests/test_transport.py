@@ -24,6 +24,7 @@ from chunkio import ChunkDataset, make_loader
 from chunkio.backends import Compression, open_writer
 from chunkio.errors import LoaderError
 from chunkio.layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, FieldInfo
+from chunkio.loader import RingFallbackWarning
 from chunkio.transport import SHM_PREFIX, RingLayout, SlotRing
 
 BATCH = 24
@@ -342,7 +343,8 @@ def test_ctrl_c_while_waiting_stops_even_persistent_workers(make_dataset):
 def test_transforms_and_ragged_fields_fall_back_to_the_dataloader(make_dataset, tmp_path):
     path, arrays = make_dataset("zarr")
     flip = ChunkDataset(path, fields=["image", "label"], transform=lambda s: (s[0].flip(-1), s[1]))
-    loader = make_loader(flip, 50, shuffle=False, num_workers=0)
+    with pytest.warns(RingFallbackWarning, match="declares no output shape"):
+        loader = make_loader(flip, 50, shuffle=False, num_workers=0)
     assert loader.transport == "dataloader"
     x, _ = next(iter(loader))
     assert torch.equal(x, torch.from_numpy(arrays["image"][:50]).flip(-1))

@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from ..errors import SourceError
 from ..layout import FieldInfo
+from .encoded import EncodedPlan
 from .ragged import RaggedPlan
 from .source import BlockSource
 from .writing import Sync, WriteTarget
@@ -50,9 +51,14 @@ class BlockJob:
     target: WriteTarget
     #: where the values of each ragged field go (see :mod:`chunkio.convert.ragged`)
     ragged: tuple[RaggedPlan, ...] = ()
+    #: where the bytes of each encoded field go (see :mod:`chunkio.convert.encoded`)
+    encoded: tuple[EncodedPlan, ...] = ()
 
     def ragged_plan(self, name: str) -> RaggedPlan:
         return next(p for p in self.ragged if p.field.name == name)
+
+    def encoded_plan(self, name: str) -> EncodedPlan:
+        return next(p for p in self.encoded if p.field.name == name)
 
     def run(self, block: Block) -> dict[str, Any] | None:
         """Read and check one block; write it too when this worker may write."""
@@ -69,10 +75,16 @@ class BlockJob:
 def block_writes(
     job: BlockJob, block: Block, data: Mapping[str, Any]
 ) -> list[tuple[str, int, npt.NDArray[Any]]]:
-    """``(array, start, values)`` writes of one checked block; ragged fields are packed."""
-    writes = []
+    """``(array, start, values)`` writes of one checked block; ragged and encoded fields are
+    packed."""
+    writes: list[tuple[str, int, npt.NDArray[Any]]] = []
     for f in job.fields:
-        if f.kind == "ragged":
+        if f.kind == "encoded":
+            coded = job.encoded_plan(f.name)
+            placed, spans = coded.pack(block.first_chunk, block.stop_chunk, data[f.name])
+            writes.extend((coded.names[0], start, buf) for start, buf in placed)
+            writes.append((coded.names[1], block.start, spans))
+        elif f.kind == "ragged":
             plan = job.ragged_plan(f.name)
             start, flat = plan.pack(block.first_chunk, block.stop_chunk, data[f.name])
             writes.append((plan.names[0], start, flat))
@@ -84,10 +96,14 @@ def block_writes(
 def block_syncs(job: BlockJob, block: Block) -> list[Sync]:
     """``(arrays, first chunk, stop chunk)`` that a written block must make durable."""
     dense = tuple(f.name for f in job.fields if f.kind == "dense")
-    syncs = [(dense, block.first_chunk, block.stop_chunk)]
+    spans = tuple(p.names[1] for p in job.encoded)
+    syncs = [((*dense, *spans), block.first_chunk, block.stop_chunk)]
     for plan in job.ragged:
         a, b = plan.values_chunks(block.first_chunk, block.stop_chunk)
         syncs.append(((plan.names[0],), a, b))
+    for encoded in job.encoded:  # the regions' chunks that were written (the others are not)
+        a, b = encoded.bytes_chunks(block.first_chunk, block.stop_chunk)
+        syncs.append(((encoded.names[0],), a, b))
     return syncs
 
 
@@ -104,7 +120,7 @@ def _read_checked(
     for f in fields:
         if f.name not in data:
             raise SourceError(f"read_block returned no array for field {f.name!r}")
-        if f.kind == "ragged":  # a list of arrays; checked sample by sample when packed
+        if f.kind != "dense":  # a list of arrays or bytes; checked sample by sample when packed
             out[f.name] = list(data[f.name])
             continue
         arr = np.asarray(data[f.name])

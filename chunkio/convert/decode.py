@@ -92,8 +92,21 @@ class DecodePolicy:
     mode: ImageMode = "RGB"
     size: tuple[int, int] | None = None
     resize: ResizeMode = "shorter-crop"
+    #: shrink images whose longer side exceeds this (aspect kept, Lanczos); never enlarge
+    max_size: int | None = None
 
     def __post_init__(self) -> None:
+        if self.max_size is not None and (
+            isinstance(self.max_size, bool)
+            or not isinstance(self.max_size, int)
+            or self.max_size < 1
+        ):
+            raise ValueError(f"max_size must be None or an int >= 1; got {self.max_size!r}")
+        if self.max_size is not None and self.size is not None:
+            raise ValueError(
+                f"give size (every image resized to it) or max_size (only larger images "
+                f"shrunk), not both; got size={self.size}, max_size={self.max_size}"
+            )
         if self.mode not in ("RGB", "L", "keep"):
             raise ValueError(f"mode must be 'RGB', 'L' or 'keep'; got {self.mode!r}")
         if self.resize not in ("shorter-crop", "pad", "stretch"):
@@ -289,6 +302,19 @@ def _resize(
     return im.resize((rw, rh), bilinear), ((th - rh) // 2, (tw - rw) // 2)
 
 
+def fitted_size(height: int, width: int, max_size: int | None) -> tuple[int, int]:
+    """``(height, width)`` shrunk so that the longer side is at most ``max_size``.
+
+    >>> fitted_size(300, 600, 256), fitted_size(100, 50, 256), fitted_size(7, 5, None)
+    ((128, 256), (100, 50), (7, 5))
+    """
+    longer = max(height, width)
+    if max_size is None or longer <= max_size:
+        return height, width
+    scale = max_size / longer
+    return max(1, round(height * scale)), max(1, round(width * scale))
+
+
 def load_image(path: str, policy: DecodePolicy, *, stored: str) -> npt.NDArray[Any]:
     """Decode ``path`` by ``policy`` into a ``(C, H, W)`` uint8/uint16 array.
 
@@ -307,6 +333,10 @@ def load_image(path: str, policy: DecodePolicy, *, stored: str) -> npt.NDArray[A
             pad = None
             if policy.size is not None:
                 out, pad = _resize(out, policy.size, policy.resize)
+            elif policy.max_size is not None:
+                h, w = fitted_size(out.height, out.width, policy.max_size)
+                if (h, w) != (out.height, out.width):
+                    out = out.resize((w, h), Image.Resampling.LANCZOS)
             arr = np.asarray(out)
     except _Bad as err:
         raise UndecodableImage(f"{path}: {err}", path=path, reason=str(err)) from err

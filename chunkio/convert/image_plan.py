@@ -19,7 +19,7 @@ from ..backends import Format
 from ..errors import SourceError
 from ..grid import SampleGrid
 from ..layout import DatasetLayout
-from .decode import DecodePolicy, Probe
+from .decode import DecodePolicy, Probe, fitted_size
 from .image_check import Checked
 from .pipeline import ConversionResult
 from .rerun import file_listing
@@ -49,12 +49,20 @@ class ImageConversionResult(ConversionResult):
 
 
 def stored_shapes(
-    orig: npt.NDArray[np.int32], channels: int, size: tuple[int, int] | None
+    orig: npt.NDArray[np.int32],
+    channels: int,
+    size: tuple[int, int] | None,
+    max_size: int | None = None,
 ) -> npt.NDArray[np.int64]:
     """``(N, 3)``: each image's stored ``(C, H, W)``."""
     shapes = np.empty((len(orig), 3), np.int64)
     shapes[:, 0] = channels
-    shapes[:, 1:] = orig if size is None else size
+    if size is not None:
+        shapes[:, 1:] = size
+    elif max_size is None:
+        shapes[:, 1:] = orig
+    else:
+        shapes[:, 1:] = [fitted_size(int(h), int(w), max_size) for h, w in orig.tolist()]
     return shapes
 
 
@@ -188,6 +196,7 @@ def describe(
             "stored_mode": stored_mode,
             "size": None if policy.size is None else list(policy.size),
             "resize": policy.resize,
+            "max_size": policy.max_size,
             "alpha": "dropped",
             "exif_transpose": True,
             "frames": "first",

@@ -24,6 +24,7 @@ from ..grid import SampleGrid
 from ..layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, FieldInfo
 from .blocks import Block, BlockJob, block_syncs, block_writes
 from .chunking import choose_samples_per_chunk
+from .encoded import EncodedPlan
 from .engine import run_tasks
 from .plan import ConversionPlan
 from .progress import advance
@@ -138,10 +139,14 @@ def run_conversion(
         extra=extra,
     )
     ragged = _ragged_plans(source, layout)
+    encoded = _encoded_plans(source, layout)
     fingerprint = str(source.fingerprint())
     if ragged:  # the placement of ragged values is part of what resuming must agree on
         digest = hashlib.sha256(b"".join(p.offsets.tobytes() for p in ragged)).hexdigest()
         fingerprint += f":ragged={digest}"
+    if encoded:  # so is the placement of encoded bytes
+        parts = [p.region.tobytes() + p.shapes.tobytes() for p in encoded]
+        fingerprint += f":encoded={hashlib.sha256(b''.join(parts)).hexdigest()}"
     plan = ConversionPlan(
         fmt, fields, num_samples, layout.samples_per_chunk, compression, fingerprint
     )
@@ -162,7 +167,9 @@ def run_conversion(
         )
     with open_destination(dst, plan, overwrite=overwrite) as dest:
         writer = start_writer(
-            dest, layout.to_attrs(), lambda w: _create_arrays(w, dest, layout, compression, ragged)
+            dest,
+            layout.to_attrs(),
+            lambda w: _create_arrays(w, dest, layout, compression, ragged, encoded),
         )
         try:
             todo = [
@@ -181,7 +188,8 @@ def run_conversion(
                 dynamic_ncols=True,
             ) as bar:
                 parallel = client is not None or workers > 1
-                job = BlockJob(source, fields, write_target(dest, parallel=parallel), ragged)
+                target = write_target(dest, parallel=parallel)
+                job = BlockJob(source, fields, target, ragged, encoded)
 
                 def finish(block: Block, data: dict[str, Any] | None) -> None:
                     if data is not None:  # not written by a worker: write it here
@@ -245,10 +253,10 @@ def _check_source(source: BlockSource) -> tuple[int, tuple[FieldInfo, ...]]:
     if not fields or not all(isinstance(f, FieldInfo) for f in fields):
         raise SourceError(f"source.fields must be a non-empty tuple of FieldInfo; got {fields!r}")
     for f in fields:
-        if f.kind == "ragged":
+        if f.kind != "dense":
             if not callable(getattr(source, "ragged_shapes", None)):
                 raise SourceError(
-                    f"field {f.name!r} is ragged: the source must provide "
+                    f"field {f.name!r} is {f.kind}: the source must provide "
                     "ragged_shapes(name) -> (N, ndim) ints"
                 )
             continue
@@ -285,6 +293,45 @@ def _ragged_plans(source: BlockSource, layout: DatasetLayout) -> tuple[RaggedPla
     )
 
 
+def _encoded_plans(source: BlockSource, layout: DatasetLayout) -> tuple[EncodedPlan, ...]:
+    grid = SampleGrid(layout.num_samples, layout.samples_per_chunk)
+    return tuple(
+        EncodedPlan.build(f, source.ragged_shapes(f.name), grid)  # type: ignore[attr-defined]
+        for f in layout.fields
+        if f.kind == "encoded"
+    )
+
+
+def _create_encoded(
+    writer: Writer, dest: Destination, plan: EncodedPlan, compression: Compression
+) -> None:
+    """Create an encoded field's three arrays; the shapes are written whole, now (the bytes
+    and spans by the blocks)."""
+    data, spans, shapes = plan.names
+    spc = plan.grid.samples_per_chunk
+    n = plan.grid.num_samples
+    writer.create_array(
+        data,
+        shape=(plan.num_bytes,),
+        dtype=np.dtype(np.uint8),
+        chunks=(plan.chunk_len,),
+        compression=compression,
+    )
+    writer.create_array(
+        spans, shape=(n, 2), dtype=np.dtype(np.int64), chunks=(spc, 2), compression=compression
+    )
+    writer.create_array(
+        shapes,
+        shape=plan.shapes.shape,
+        dtype=plan.shapes.dtype,
+        chunks=(spc, *plan.shapes.shape[1:]),
+        compression=compression,
+    )
+    writer.write_block(shapes, 0, plan.shapes)
+    writer.flush()
+    dest.sync((shapes,), 0, plan.grid.num_chunks)
+
+
 def _create_ragged(
     writer: Writer, dest: Destination, plan: RaggedPlan, compression: Compression
 ) -> None:
@@ -317,12 +364,15 @@ def _create_arrays(
     layout: DatasetLayout,
     compression: Compression,
     ragged: tuple[RaggedPlan, ...],
+    encoded: tuple[EncodedPlan, ...],
 ) -> None:
     spc = layout.samples_per_chunk
     for plan in ragged:
         _create_ragged(writer, dest, plan, compression)
+    for coded in encoded:
+        _create_encoded(writer, dest, coded, compression)
     for f in layout.fields:
-        if f.kind == "ragged":
+        if f.kind != "dense":
             continue
         shape = f.sample_shape or ()
         writer.create_array(

@@ -71,8 +71,8 @@ def verified_chunks(data: str, plan: ConversionPlan, listed: set[int]) -> frozen
     try:
         n, spc = plan.num_samples, plan.samples_per_chunk
         for f in plan.fields:
-            if f.kind == "ragged":
-                continue  # checked chunk by chunk below, through its offsets
+            if f.kind != "dense":
+                continue  # checked chunk by chunk below, through its offsets or spans
             info = reader.array_info(f.name)
             expected = (n, *(f.sample_shape or ()))
             if info.shape != expected or info.dtype != f.dtype or info.chunks[0] != spc:
@@ -106,10 +106,25 @@ def _chunk_ok(
     chunk: int,
     span: Callable[[int], range] | None,
 ) -> bool:
+    if f.kind == "encoded":
+        return _encoded_ok(reader, f, plan, chunk)
     if span is not None:
         name = f.array_names()[0]
         return all(_stored_ok(reader, name, c, plan.format) for c in span(chunk))
     return _stored_ok(reader, f.name, chunk, plan.format)
+
+
+def _encoded_ok(reader: Any, f: FieldInfo, plan: ConversionPlan, chunk: int) -> bool:
+    """An encoded field's chunk: its spans, and the bytes chunks they point into."""
+    data, spans_name, _ = f.array_names()
+    if not _stored_ok(reader, spans_name, chunk, plan.format):
+        return False
+    a, b = plan.grid.bounds(chunk)
+    spans = np.empty((b - a, 2), np.int64)
+    reader.read_into(spans_name, [(a, b)], spans)
+    step = int(reader.array_info(data).chunks[0])
+    first, stop = int(spans[:, 0].min()) // step, -(-int(spans[:, 1].max()) // step)
+    return all(_stored_ok(reader, data, c, plan.format) for c in range(first, stop))
 
 
 def _stored_ok(reader: Any, name: str, chunk: int, fmt: Format) -> bool:

@@ -158,8 +158,11 @@ class _Session:
 
     # -- one pass ---------------------------------------------------------------------------
 
-    def stream(self, batches: Iterable[Indices], arrange: Arrange, parts: Parts) -> Iterator[Lease]:
-        """Leases for ``batches``, in order; one pass at a time (a new pass supersedes).
+    def stream(
+        self, batches: Iterable[Indices], arrange: Arrange, parts: Parts, epoch: int = 0
+    ) -> Iterator[Lease]:
+        """Leases for ``batches`` of ``epoch``, in order; one pass at a time (a new pass
+        supersedes).
 
         Every batch is read by all workers at once, worker ``w`` filling the rows
         ``parts(n, num_workers)[w]``: with lane-aligned parts each worker reads only the
@@ -178,7 +181,7 @@ class _Session:
                             break
                     if not self.free:
                         break
-                    order.append(self._dispatch(pending, parts))
+                    order.append(self._dispatch(pending, parts, epoch))
                     pending = None
                 if not order:
                     if pending is None:
@@ -221,7 +224,7 @@ class _Session:
             else:
                 self._discard(seq)
 
-    def _dispatch(self, indices: Indices, parts: Parts) -> int:
+    def _dispatch(self, indices: Indices, parts: Parts, epoch: int) -> int:
         n = len(indices)
         if not 0 < n <= self.ring.layout.batch_size:
             raise LoaderError(
@@ -238,7 +241,7 @@ class _Session:
         self.inflight[seq] = _Batch(slot, n, busy)
         for w in sorted(busy):
             a, b = ranges[w]
-            self.pool.send(w, (seq, slot, a, b))
+            self.pool.send(w, (seq, slot, a, b, epoch))
         return seq
 
     def _release(self, slot: int) -> None:
@@ -350,15 +353,17 @@ class RingTransport:
         self._on_ring = on_ring
         self._session: _Session | None = None
 
-    def run(self, batches: Iterable[Indices], parts: Parts = even_parts) -> Iterator[Lease]:
+    def run(
+        self, batches: Iterable[Indices], parts: Parts = even_parts, *, epoch: int = 0
+    ) -> Iterator[Lease]:
         """Leases in the order of ``batches``; ``parts(n, num_workers)`` splits each batch's
-        rows among the workers (default: evenly)."""
+        rows among the workers (default: evenly); ``epoch`` keys random augmentations."""
         session = self._session
         if session is None or session.closed:
             session = _Session(self.dataset, self.batch_size, self.options, self._on_ring)
             self._session = session
         try:
-            yield from session.stream(batches, self.dataset.arrange, parts)
+            yield from session.stream(batches, self.dataset.arrange, parts, epoch)
         except _Superseded:
             raise  # the newer pass owns the session now
         except GeneratorExit:
@@ -408,13 +413,15 @@ class LocalTransport:
             for name, (dtype, shape) in self.dataset.batch_fields().items()
         }
 
-    def run(self, batches: Iterable[Indices], parts: Parts = even_parts) -> Iterator[Lease]:
+    def run(
+        self, batches: Iterable[Indices], parts: Parts = even_parts, *, epoch: int = 0
+    ) -> Iterator[Lease]:
         for indices in batches:
             buf = self._buffer()
             n = len(indices)
             out = {k: v[:n] for k, v in buf.items()}
             try:
-                self.dataset.read_batch(indices, out=out)
+                self.dataset.read_batch(indices, out=out, epoch=epoch)
             except BaseException:
                 self._free.append(buf)
                 raise

@@ -103,10 +103,10 @@ def _serve(dataset: BatchSource, ring: SlotRing, conn: Connection, parent: int) 
         task = conn.recv()
         if task is None:
             return
-        seq, slot, a, b = task
+        seq, slot, a, b, epoch = task
         try:
             out = {name: view[a:b] for name, view in ring.fields(slot).items()}
-            dataset.read_batch(ring.indices(slot)[a:b], out=out)
+            dataset.read_batch(ring.indices(slot)[a:b], out=out, epoch=epoch)
             reply: tuple[Any, ...] = ("done", seq, slot)
         except Exception as err:
             reply = ("error", seq, slot, traceback.format_exc(), _pickled(err))

@@ -1,0 +1,184 @@
+"""Reading an encoded image field: bytes chunks once per batch -> each image decoded into its row.
+
+Part of the per-process read core (:class:`chunkio.reading.ProcessReader`). A batch's samples
+are grouped by the bytes chunks that hold them; each chunk missing from a small cache is read
+(and checksummed and decompressed) once, in storage order; then every image is decoded
+straight into its place in the batch. With a :class:`~chunkio.transforms.Compose` the
+transform is fused into the decode: a JPEG whose crop will be shrunk at least 2x is decoded at
+1/2, 1/4 or 1/8 scale by libjpeg-turbo's DCT scaling (much less work), then cropped, resized
+and flipped by one Pillow resample into the batch row.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .backends import Reader
+from .errors import CorruptChunkError
+from .grid import SampleGrid
+from .image_codecs import ImageDecoder, image_decoder
+from .layout import FieldInfo
+from .sample_transforms import FieldTransform, channels_last
+
+__all__ = ["EncodedField", "read_whole"]
+
+IntArray = npt.NDArray[np.int64]
+
+
+class EncodedField:
+    """One encoded field of one process's dataset handle: its index, cache and decoder."""
+
+    def __init__(self, reader: Reader, info: FieldInfo, *, cache_chunks: int) -> None:
+        self.reader = reader
+        self.info = info
+        self.data_name, spans_name, shapes_name = info.array_names()
+        self.spans = read_whole(reader, spans_name).astype(np.int64)
+        self.shapes = read_whole(reader, shapes_name).astype(np.int64)
+        data = reader.array_info(self.data_name)
+        self.chunk_len = int(data.chunks[0])
+        self.grid = SampleGrid(int(data.shape[0]), self.chunk_len)
+        self.decoder: ImageDecoder = image_decoder(info.encoding)  # type: ignore[arg-type]
+        self.cache_chunks = max(1, cache_chunks)
+        self._cache: OrderedDict[int, npt.NDArray[np.uint8]] = OrderedDict()
+        self._scratch: dict[tuple[int, ...], npt.NDArray[Any]] = {}
+        #: bytes chunks read from the store (the rest came from the cache)
+        self.chunks_read = 0
+
+    # -- bytes ------------------------------------------------------------------------------
+
+    def _fetch(self, idx: IntArray) -> None:
+        """Bring every bytes chunk the samples ``idx`` need into the cache, reading the missing
+        ones as few contiguous ranges, in storage order."""
+        spans = self.spans[idx]
+        step = self.chunk_len
+        needed = sorted(
+            {
+                c
+                for a, b in spans.tolist()
+                for c in range(a // step, max(a // step + 1, -(-b // step)))
+            }
+        )
+        for c in needed:
+            if c in self._cache:
+                self._cache.move_to_end(c)
+        missing = [c for c in needed if c not in self._cache]
+        if missing:
+            ranges = [self.grid.bounds(c) for c in missing]
+            staging = np.empty(sum(b - a for a, b in ranges), np.uint8)
+            self.reader.read_into(self.data_name, ranges, staging)
+            at = 0
+            for c, (a, b) in zip(missing, ranges, strict=True):
+                self._cache[c] = staging[at : at + b - a]
+                at += b - a
+            self.chunks_read += len(missing)
+        keep = max(self.cache_chunks, len(needed))
+        while len(self._cache) > keep:
+            self._cache.popitem(last=False)
+
+    def sample_bytes(self, i: int) -> npt.NDArray[np.uint8]:
+        """The encoded bytes of sample ``i`` (its chunks must be cached): a view if they lie in
+        one chunk."""
+        a, b = (int(v) for v in self.spans[i])
+        step = self.chunk_len
+        first, last = a // step, (b - 1) // step
+        if first == last:
+            base = first * step
+            return self._cache[first][a - base : b - base]
+        parts = [self._cache[c] for c in range(first, last + 1)]
+        whole = np.concatenate(parts)
+        return whole[a - first * step : b - first * step]
+
+    # -- decoding ---------------------------------------------------------------------------
+
+    def read(
+        self,
+        idx: IntArray,
+        out: npt.NDArray[Any] | None,
+        transform: FieldTransform | None,
+        epoch: int,
+    ) -> npt.NDArray[Any] | list[npt.NDArray[Any]]:
+        """Samples ``idx`` decoded (and transformed) into ``out``; a list of arrays when they
+        have no common shape and no ``out`` was given."""
+        self._fetch(idx)
+        rows: list[npt.NDArray[Any]] = []
+        for j, i in enumerate(idx.tolist()):
+            shape = tuple(int(s) for s in self.shapes[i])
+            target = out[j] if out is not None else None
+            try:
+                rows.append(self._decode_one(i, shape, target, transform, epoch))
+            except CorruptChunkError as err:
+                chunk = int(self.spans[i][0]) // self.chunk_len
+                raise CorruptChunkError(
+                    f"{self.reader.location}: field {self.info.name!r}, sample {i} (bytes chunk "
+                    f"{chunk} of {self.data_name!r}): {err}"
+                ) from err
+        return out if out is not None else rows
+
+    def _decode_one(
+        self,
+        i: int,
+        shape: tuple[int, ...],
+        out: npt.NDArray[Any] | None,
+        transform: FieldTransform | None,
+        epoch: int,
+    ) -> npt.NDArray[Any]:
+        data = self.sample_bytes(i)
+        if transform is None:
+            if out is None:
+                out = np.empty(shape, self.info.dtype)
+            scratch = self._scratch_for(shape)
+            self.decoder.decode_into(data, scratch)
+            np.copyto(channels_last(out), scratch)
+            return out
+        key = (int(transform.seed), int(epoch), i)
+        plan_of = getattr(transform, "plan", None)
+        render = getattr(transform, "render", None)
+        if out is None:
+            raise ValueError("a transformed encoded field needs an output buffer")
+        if plan_of is None or render is None:  # any FieldTransform: decode whole, then apply
+            scratch = self._scratch_for(shape)
+            self.decoder.decode_into(data, scratch)
+            transform.apply(scratch, channels_last(out), key)
+            return out
+        height, width = shape[1], shape[2]
+        plan = plan_of(key, height, width)
+        left, top, right, bottom = plan.box
+        out_h, out_w = plan.size
+        # the smallest decode whose crop still has at least the output's pixels
+        min_h = math.ceil(height * out_h / max(bottom - top, 1e-9))
+        min_w = math.ceil(width * out_w / max(right - left, 1e-9))
+        if min_h < height and min_w < width:
+            image = self.decoder.decode_scaled(data, min_h, min_w)
+            scale = min(image.shape[0] / height, image.shape[1] / width)
+        else:
+            image = self._scratch_for(shape)
+            self.decoder.decode_into(data, image)
+            scale = 1.0
+        render(image, plan, channels_last(out), scale=scale)
+        return out
+
+    def _scratch_for(self, shape: tuple[int, ...]) -> npt.NDArray[Any]:
+        """A reused decode buffer for a ``(C, H, W)`` sample, channels last."""
+        c, h, w = shape
+        key = (h, w) if c == 1 else (h, w, c)
+        buf = self._scratch.get(key)
+        if buf is None:
+            if len(self._scratch) > 8:
+                self._scratch.clear()
+            buf = self._scratch[key] = np.empty(key, self.info.dtype)
+        return buf
+
+
+def read_whole(reader: Reader, name: str) -> npt.NDArray[Any]:
+    """Every element of array ``name``, read chunk by chunk along axis 0."""
+    info = reader.array_info(name)
+    grid = SampleGrid(int(info.shape[0]), int(info.chunks[0]))
+    out = np.empty(info.shape, dtype=info.dtype)
+    if grid.num_chunks:
+        reader.read_into(name, [grid.bounds(c) for c in range(grid.num_chunks)], out)
+    return out

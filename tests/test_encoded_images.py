@@ -1,0 +1,276 @@
+"""Encoded image fields: JPEG/PNG/WebP bytes in chunks, decoded (and augmented) into batches.
+
+Real photos (crops of scikit-learn's two sample photos), real Zarr and HDF5 files, real
+decoders; references are the raw conversion of the same folder and Pillow.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torch.utils.data import DataLoader
+
+from benchmarks.data import make_jpeg_folder
+from chunkio import ChunkDataset, convert_images, make_loader
+from chunkio.errors import CorruptChunkError
+from chunkio.layout import DatasetLayout
+from chunkio.loader import RingFallbackWarning
+from chunkio.sample_transforms import channels_last
+from chunkio.transforms import CenterCrop, Compose, RandomHorizontalFlip, RandomResizedCrop
+
+FORMATS = {"zarr": "d.zarr", "hdf5": "d.h5"}
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """48 JPEG photo crops of 64x64 in 4 class folders."""
+    return make_jpeg_folder(
+        tmp_path_factory.mktemp("photos"), n_images=48, size=64, n_classes=4, seed=3
+    )
+
+
+def _psnr(a: np.ndarray, b: np.ndarray) -> float:
+    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
+    return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
+
+
+def _size(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _convert(src: Path, dst: Path, **kw: object) -> ChunkDataset:
+    convert_images(src, dst, progress=False, workers=1, **kw)  # type: ignore[arg-type]
+    return ChunkDataset(dst, fields=("image", "label"))
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_jpeg_field_reads_close_to_the_raw_pixels_and_is_smaller(
+    photos: Path, tmp_path: Path, fmt: str
+) -> None:
+    raw = _convert(photos, tmp_path / f"raw.{FORMATS[fmt]}", encoding="raw")
+    jpg = _convert(photos, tmp_path / f"jpg.{FORMATS[fmt]}", encoding="jpeg", quality=90)
+    field = jpg.layout.field("image")
+    assert (field.kind, field.encoding, field.sample_shape) == ("encoded", "jpeg", (3, 64, 64))
+    idx = [5, 0, 47, 12, 13]
+    a, b = raw.read_batch(idx), jpg.read_batch(idx)
+    assert b["image"].shape == (5, 3, 64, 64) and b["image"].dtype == np.uint8
+    np.testing.assert_array_equal(a["label"], b["label"])  # same files in the same order
+    assert _psnr(a["image"], b["image"]) > 30
+    assert _size(tmp_path / f"jpg.{FORMATS[fmt]}") < _size(tmp_path / f"raw.{FORMATS[fmt]}")
+
+
+@pytest.mark.parametrize(("encoding", "quality"), [("png", 90), ("webp", 100)])
+def test_lossless_encodings_are_bit_exact(
+    photos: Path, tmp_path: Path, encoding: str, quality: int
+) -> None:
+    raw = _convert(photos, tmp_path / "raw.zarr")
+    coded = _convert(photos, tmp_path / f"{encoding}.h5", encoding=encoding, quality=quality)
+    idx = list(range(48))
+    np.testing.assert_array_equal(raw.read_batch(idx)["image"], coded.read_batch(idx)["image"])
+
+
+def test_images_of_several_sizes_become_a_list_or_a_transformed_batch(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    sizes = [(40, 60), (64, 48), (50, 50), (33, 71), (80, 80), (41, 42)]
+    rng = np.random.default_rng(0)
+    for i, hw in enumerate(sizes):
+        (src / f"c{i % 2}").mkdir(parents=True, exist_ok=True)
+        img = rng.integers(0, 255, (*hw, 3), dtype=np.uint8)
+        Image.fromarray(img).save(src / f"c{i % 2}" / f"{i}.png")
+    dst = tmp_path / "var.zarr"
+    convert_images(src, dst, encoding="png", progress=False, shuffle=False)
+    ds = ChunkDataset(dst, fields=("image", "label"))
+    assert ds.layout.field("image").sample_shape is None
+    images = ds.read_batch(range(6))["image"]
+    assert isinstance(images, list)
+    assert sorted(im.shape[1:] for im in images) == sorted(sizes)
+    crop = Compose([RandomResizedCrop(24), RandomHorizontalFlip()])
+    augmented = ChunkDataset(dst, fields=("image", "label"), transform=crop)
+    assert augmented.batch_fields()["image"] == (np.dtype(np.uint8), (3, 24, 24))
+    loader = make_loader(augmented, 3, num_workers=0, shuffle=False)
+    assert loader.transport == "local"
+    x, _ = next(iter(loader))
+    assert tuple(x.shape) == (3, 3, 24, 24)
+    # PNG is decoded whole, then cropped: exactly Compose applied to the stored pixels
+    want = np.empty((24, 24, 3), np.uint8)
+    crop.apply(np.ascontiguousarray(channels_last(images[0])), want, (crop.seed, 0, 0))
+    np.testing.assert_array_equal(channels_last(x[0].numpy()), want)
+
+
+@pytest.mark.timeout(120)
+def test_compose_keeps_the_ring_and_is_keyed_by_seed_epoch_and_index(
+    photos: Path, tmp_path: Path
+) -> None:
+    dst = tmp_path / "jpg.zarr"
+    convert_images(photos, dst, encoding="jpeg", progress=False)
+    t = Compose([RandomResizedCrop(32), RandomHorizontalFlip()], seed=7)
+
+    def epoch(loader_workers: int, epoch: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        with make_loader(
+            dst, 16, num_workers=loader_workers, fields=("image", "label"), transform=t, seed=1
+        ) as loader:
+            assert loader.transport == ("ring" if loader_workers else "local")
+            loader.set_epoch(epoch)
+            return [(x.numpy().copy(), y.numpy().copy()) for x, y in loader]
+
+    first = epoch(2, 0)
+    assert [x.shape for x, _ in first] == [(16, 3, 32, 32)] * 3
+    again = epoch(0, 0)  # another worker count, the same batches
+    for (x1, y1), (x2, y2) in zip(first, again, strict=True):
+        np.testing.assert_array_equal(y1, y2)
+        np.testing.assert_array_equal(x1, x2)
+    later = epoch(0, 1)
+    assert not all(np.array_equal(a[0], b[0]) for a, b in zip(first, later, strict=True))
+
+
+def test_the_dataloader_route_sees_the_epoch_too(photos: Path, tmp_path: Path) -> None:
+    dst = tmp_path / "jpg.h5"
+    convert_images(photos, dst, encoding="jpeg", progress=False)
+    t = Compose([RandomResizedCrop(16)])
+    kw = {"fields": ("image", "label"), "transform": t, "num_workers": 0}
+    ring, plain = make_loader(dst, 12, **kw), make_loader(dst, 12, transport="dataloader", **kw)
+    for e in (0, 3):
+        ring.set_epoch(e)
+        plain.set_epoch(e)
+        for (a, la), (b, lb) in zip(ring, plain, strict=True):
+            torch.testing.assert_close(la, lb)
+            torch.testing.assert_close(a, b)
+
+
+def test_jpeg_crops_decoded_at_reduced_scale_stay_close_to_full_decodes(tmp_path: Path) -> None:
+    src = make_jpeg_folder(tmp_path / "big", n_images=8, size=200, n_classes=2, seed=1)
+    dst = tmp_path / "big.zarr"
+    convert_images(src, dst, encoding="jpeg", progress=False, shuffle=False)
+    t = Compose([CenterCrop(180), RandomResizedCrop(48, scale=(0.5, 1.0))])
+    fused = ChunkDataset(dst, fields="image", transform=t).read_batch(range(8), epoch=2)["image"]
+    full = ChunkDataset(dst, fields="image").read_batch(range(8))["image"]
+    for i in range(8):
+        want = np.empty((48, 48, 3), np.uint8)
+        t.apply(np.ascontiguousarray(channels_last(full[i])), want, (t.seed, 2, i))
+        diff = np.abs(channels_last(fused[i]).astype(int) - want.astype(int)).mean()
+        assert diff < 6, (i, diff)  # DCT-scaled decode: the same crop, slightly other filter
+
+
+def test_a_raw_field_with_compose_matches_compose_on_the_stored_pixels(
+    photos: Path, tmp_path: Path
+) -> None:
+    dst = tmp_path / "raw.zarr"
+    convert_images(photos, dst, progress=False)
+    t = Compose([RandomResizedCrop(40), RandomHorizontalFlip()], seed=2)
+    plain = ChunkDataset(dst, fields="image").read_batch(range(10))["image"]
+    with make_loader(dst, 10, shuffle=False, num_workers=1, fields="image", transform=t) as ld:
+        assert ld.transport == "ring"
+        ld.set_epoch(4)
+        batch = next(iter(ld)).numpy()
+    for i in range(10):
+        want = np.empty((40, 40, 3), np.uint8)
+        t.apply(np.ascontiguousarray(channels_last(plain[i])), want, (2, 4, i))
+        np.testing.assert_array_equal(channels_last(batch[i]), want)
+
+
+def test_default_collate_with_an_encoded_field(photos: Path, tmp_path: Path) -> None:
+    dst = tmp_path / "jpg.zarr"
+    convert_images(photos, dst, encoding="jpeg", progress=False)
+    ds = ChunkDataset(dst, fields=("image", "label"), transform=Compose([CenterCrop(32)]))
+    x, y = next(iter(DataLoader(ds, batch_size=5)))
+    assert tuple(x.shape) == (5, 3, 32, 32) and tuple(y.shape) == (5,)
+    single = ChunkDataset(dst, fields="image")
+    assert tuple(next(iter(DataLoader(single, batch_size=4))).shape) == (4, 3, 64, 64)
+
+
+def test_a_transform_without_a_declared_shape_warns_and_falls_back(
+    photos: Path, tmp_path: Path
+) -> None:
+    dst = tmp_path / "jpg.zarr"
+    convert_images(photos, dst, encoding="jpeg", progress=False)
+    with pytest.warns(RingFallbackWarning, match="declares no output shape"):
+        loader = make_loader(dst, 8, num_workers=0, fields="image", transform=lambda x: x[:, :8])
+    assert loader.transport == "dataloader"
+    assert tuple(next(iter(loader)).shape) == (8, 3, 8, 64)
+
+
+def test_corrupt_encoded_bytes_name_the_field_and_sample(photos: Path, tmp_path: Path) -> None:
+    import zarr
+
+    dst = tmp_path / "jpg.zarr"
+    convert_images(photos, dst, encoding="jpeg", progress=False, shuffle=False)
+    ds = ChunkDataset(dst, fields="image")
+    spans = zarr.open_array(str(dst / "image__spans"), mode="r")[:]
+    a, b = (int(v) for v in spans[9])
+    data = zarr.open_array(str(dst / "image__bytes"), mode="r+")
+    data[a + 20 : b] = 7  # valid checksums, garbage JPEG scan data
+    ds.read_batch([8])  # another sample of the chunk is fine
+    with pytest.raises(CorruptChunkError, match=r"field 'image', sample 9"):
+        ChunkDataset(dst, fields="image").read_batch([9])
+
+
+def test_bad_encoding_options_fail_before_anything_is_written(photos: Path, tmp_path: Path) -> None:
+    dst = tmp_path / "x.zarr"
+    with pytest.raises(ValueError, match="encoding"):
+        convert_images(photos, dst, encoding="gif", progress=False)
+    with pytest.raises(ValueError, match="quality"):
+        convert_images(photos, dst, encoding="jpeg", quality=0, progress=False)
+    with pytest.raises(ValueError, match="max_size"):
+        convert_images(photos, dst, size=32, max_size=40, progress=False)
+    assert not dst.exists()
+
+
+def test_auto_picks_jpeg_for_jpegs_and_raw_for_pngs(photos: Path, tmp_path: Path) -> None:
+    convert_images(photos, tmp_path / "a.zarr", encoding="auto", progress=False)
+    assert ChunkDataset(tmp_path / "a.zarr").layout.field("image").encoding == "jpeg"
+    src = tmp_path / "png"
+    for i in range(4):
+        (src / "c").mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.full((8, 8, 3), i * 40, np.uint8)).save(src / "c" / f"{i}.png")
+    convert_images(src, tmp_path / "b.zarr", encoding="auto", progress=False)
+    assert ChunkDataset(tmp_path / "b.zarr").layout.field("image").kind == "dense"
+
+
+def test_max_size_shrinks_only_larger_images(tmp_path: Path) -> None:
+    src = tmp_path / "src" / "c"
+    src.mkdir(parents=True)
+    Image.new("RGB", (300, 200), (10, 20, 30)).save(src / "big.png")
+    Image.new("RGB", (50, 40), (10, 20, 30)).save(src / "small.png")
+    convert_images(tmp_path / "src", tmp_path / "m.zarr", max_size=120, progress=False)
+    images = ChunkDataset(tmp_path / "m.zarr", fields="image").read_batch([0, 1])["image"]
+    assert sorted(im.shape for im in images) == [(3, 40, 50), (3, 80, 120)]
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_an_encoded_conversion_reruns_unchanged_and_hdf5_bytes_repeat(
+    photos: Path, tmp_path: Path, fmt: str
+) -> None:
+    one, two = tmp_path / f"1{FORMATS[fmt]}", tmp_path / f"2{FORMATS[fmt]}"
+    convert_images(photos, one, encoding="jpeg", progress=False)
+    assert convert_images(photos, one, encoding="jpeg", progress=False).unchanged
+    with pytest.raises(FileExistsError, match="encoding"):
+        convert_images(photos, one, encoding="png", progress=False)
+    convert_images(photos, two, encoding="jpeg", progress=False, workers=2)
+    if fmt == "hdf5":
+        assert one.read_bytes() == two.read_bytes()
+    else:
+        files = sorted(p.relative_to(one) for p in one.rglob("*") if p.is_file())
+        assert files == sorted(p.relative_to(two) for p in two.rglob("*") if p.is_file())
+        for rel in files:
+            if rel == Path("zarr.json"):
+                continue  # the root's attributes record the run's options and timing
+            assert (one / rel).read_bytes() == (two / rel).read_bytes(), rel
+    layout = DatasetLayout.from_attrs(_attrs(one), where=str(one))
+    assert layout.extra["source"]["encoding"] == "jpeg"
+
+
+def _attrs(path: Path) -> dict[str, object]:
+    from chunkio.backends import open_reader
+
+    reader = open_reader(os.fspath(path))
+    try:
+        return dict(reader.attrs())
+    finally:
+        reader.close()
