@@ -60,6 +60,10 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
         Fields whose whole array is at most this many bytes are read once per process.
     trust_codecs
         Allow codecs, filters and links chunkio does not consider safe (see the README).
+    decode_threads
+        Threads each process decodes encoded images and applies field transforms with (the
+        decoders and Pillow's resampling release the GIL). 1 suits a loader with a worker per
+        core; more helps a process that reads on its own (``num_workers=0``).
 
     Examples
     --------
@@ -90,6 +94,7 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
         preload_bytes: int = DEFAULT_PRELOAD_BYTES,
         storage_options: Mapping[str, Any] | None = None,
         trust_codecs: bool = False,
+        decode_threads: int = 1,
     ) -> None:
         self.location = os.fspath(path) if isinstance(path, os.PathLike) else path
         self.transform = transform
@@ -102,7 +107,12 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
                 f"cache_bytes and preload_bytes must be >= 0; got {cache_bytes}, {preload_bytes}"
             )
         self.cache_bytes = int(cache_bytes)
+        if isinstance(decode_threads, bool) or not isinstance(decode_threads, int):
+            raise TypeError(f"decode_threads must be an int >= 1; got {decode_threads!r}")
+        if decode_threads < 1:
+            raise ValueError(f"decode_threads must be an int >= 1; got {decode_threads!r}")
         self._options: dict[str, Any] = {
+            "decode_threads": decode_threads,
             "preload_bytes": int(preload_bytes),
             "storage_options": dict(storage_options) if storage_options else None,
             "trust_codecs": bool(trust_codecs),

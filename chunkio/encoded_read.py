@@ -12,7 +12,9 @@ and flipped by one Pillow resample into the batch row.
 from __future__ import annotations
 
 import math
+import threading
 from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -28,6 +30,8 @@ from .sample_transforms import FieldTransform, channels_last
 __all__ = ["EncodedField", "read_whole"]
 
 IntArray = npt.NDArray[np.int64]
+#: runs a function over items, in order, maybe on several threads (see ProcessReader)
+MapRows = Callable[[Callable[[Any], Any], Iterable[Any]], Iterator[Any]]
 
 
 class EncodedField:
@@ -45,7 +49,7 @@ class EncodedField:
         self.decoder: ImageDecoder = image_decoder(info.encoding)  # type: ignore[arg-type]
         self.cache_chunks = max(1, cache_chunks)
         self._cache: OrderedDict[int, npt.NDArray[np.uint8]] = OrderedDict()
-        self._scratch: dict[tuple[int, ...], npt.NDArray[Any]] = {}
+        self._local = threading.local()  # decode buffers, one set per decoding thread
         #: bytes chunks read from the store (the rest came from the cache)
         self.chunks_read = 0
 
@@ -101,22 +105,27 @@ class EncodedField:
         out: npt.NDArray[Any] | None,
         transform: FieldTransform | None,
         epoch: int,
+        map_rows: MapRows = map,
     ) -> npt.NDArray[Any] | list[npt.NDArray[Any]]:
         """Samples ``idx`` decoded (and transformed) into ``out``; a list of arrays when they
-        have no common shape and no ``out`` was given."""
+        have no common shape and no ``out`` was given. ``map_rows`` may spread the samples
+        over threads (every decoder here releases the GIL)."""
         self._fetch(idx)
-        rows: list[npt.NDArray[Any]] = []
-        for j, i in enumerate(idx.tolist()):
+
+        def one(job: tuple[int, int]) -> npt.NDArray[Any]:
+            j, i = job
             shape = tuple(int(s) for s in self.shapes[i])
             target = out[j] if out is not None else None
             try:
-                rows.append(self._decode_one(i, shape, target, transform, epoch))
+                return self._decode_one(i, shape, target, transform, epoch)
             except CorruptChunkError as err:
                 chunk = int(self.spans[i][0]) // self.chunk_len
                 raise CorruptChunkError(
                     f"{self.reader.location}: field {self.info.name!r}, sample {i} (bytes chunk "
                     f"{chunk} of {self.data_name!r}): {err}"
                 ) from err
+
+        rows = list(map_rows(one, enumerate(idx.tolist())))
         return out if out is not None else rows
 
     def _decode_one(
@@ -152,7 +161,8 @@ class EncodedField:
         # the smallest decode whose crop still has at least the output's pixels
         min_h = math.ceil(height * out_h / max(bottom - top, 1e-9))
         min_w = math.ceil(width * out_w / max(right - left, 1e-9))
-        if min_h < height and min_w < width:
+        # DCT scaling is JPEG's (a gray WebP would also come back with three channels)
+        if self.info.encoding == "jpeg" and min_h < height and min_w < width:
             image = self.decoder.decode_scaled(data, min_h, min_w)
             scale = min(image.shape[0] / height, image.shape[1] / width)
         else:
@@ -166,11 +176,14 @@ class EncodedField:
         """A reused decode buffer for a ``(C, H, W)`` sample, channels last."""
         c, h, w = shape
         key = (h, w) if c == 1 else (h, w, c)
-        buf = self._scratch.get(key)
+        scratch: dict[tuple[int, ...], npt.NDArray[Any]] | None = getattr(
+            self._local, "buffers", None
+        )
+        if scratch is None or len(scratch) > 8:
+            scratch = self._local.buffers = {}
+        buf = scratch.get(key)
         if buf is None:
-            if len(self._scratch) > 8:
-                self._scratch.clear()
-            buf = self._scratch[key] = np.empty(key, self.info.dtype)
+            buf = scratch[key] = np.empty(key, self.info.dtype)
         return buf
 
 

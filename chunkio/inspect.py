@@ -244,6 +244,9 @@ def _verify_field(
     except Exception as err:  # a malformed array: report it, check the other fields
         report.problems.append(Problem(str(err), f.name))
         return
+    if f.kind == "encoded":
+        _verify_encoded(reader, f, report, on_chunk)
+        return
     whole = {name: _read_chunks(reader, name, report, on_chunk) for name in f.array_names()}
 
     if f.kind == "ragged":
@@ -328,6 +331,78 @@ def _check_ragged(
                 f"{bad.size} sample(s) larger than the room their offsets leave; first: sample "
                 f"{i}, shape {shapes[i].tolist()} but {int(steps[i])} values",
                 shapes_name,
+            )
+        )
+
+
+def _verify_encoded(
+    reader: Reader, f: FieldInfo, report: VerifyReport, on_chunk: Callable[[], None] | None
+) -> None:
+    """An encoded field: spans and shapes whole; the bytes chunks the spans use (the unused
+    rest of each region is never written); every image decoded to its recorded shape."""
+    from .image_codecs import image_decoder
+
+    data_name, spans_name, shapes_name = f.array_names()
+    spans = _read_chunks(reader, spans_name, report, on_chunk)
+    shapes = _read_chunks(reader, shapes_name, report, on_chunk)
+    if spans is None or shapes is None:
+        return
+    data = reader.array_info(data_name)
+    length, step = int(data.shape[0]), int(data.chunks[0])
+    bad = np.flatnonzero((spans[:, 0] < 0) | (spans[:, 1] <= spans[:, 0]) | (spans[:, 1] > length))
+    if bad.size:
+        i = int(bad[0])
+        report.problems.append(
+            Problem(
+                f"{bad.size} span(s) outside the {length} bytes or empty; first: sample {i}, "
+                f"{spans[i].tolist()}",
+                spans_name,
+            )
+        )
+        return
+    order = np.argsort(spans[:, 0], kind="stable")
+    if np.any(spans[order][1:, 0] < spans[order][:-1, 1]):
+        report.problems.append(Problem("samples' byte spans overlap", spans_name))
+    decoder = image_decoder(f.encoding)  # type: ignore[arg-type]
+    grid = SampleGrid(length, step)
+    used = sorted({c for a, b in spans.tolist() for c in range(a // step, -(-b // step))})
+    chunks: dict[int, np.ndarray[Any, Any]] = {}
+    for chunk in used:
+        report.chunks += 1
+        a, b = grid.bounds(chunk)
+        buf = np.empty(b - a, np.uint8)
+        try:
+            if not reader.chunk_exists(data_name, chunk):
+                raise ChunkReadError("missing from the store (its images cannot be read)")
+            reader.read_into(data_name, [(a, b)], buf)
+            chunks[chunk] = buf
+        except Exception as err:
+            report.problems.append(Problem(f"{type(err).__name__}: {err}", data_name, chunk))
+        if on_chunk is not None:
+            on_chunk()
+    report.arrays += 1
+    undecodable = []
+    for i, ((a, b), shape) in enumerate(zip(spans.tolist(), shapes.tolist(), strict=True)):
+        needed = range(a // step, -(-b // step))
+        if any(c not in chunks for c in needed):
+            continue  # its chunk's problem is listed already
+        parts = [chunks[c] for c in needed]
+        whole = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        base = (a // step) * step
+        try:
+            image = decoder.decode(whole[a - base : b - base])
+            got = image.shape if image.ndim == 3 else (*image.shape, 1)
+            want = (shape[1], shape[2], shape[0])
+            if got != want:
+                raise ValueError(f"decodes to {got[:2]} x {got[2]} channels, not {want}")
+        except Exception as err:
+            undecodable.append(f"sample {i}: {err}")
+    if undecodable:
+        report.problems.append(
+            Problem(
+                f"{len(undecodable)} image(s) do not decode to their recorded shape; first: "
+                f"{undecodable[0]}",
+                data_name,
             )
         )
 

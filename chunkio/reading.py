@@ -13,7 +13,8 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -97,8 +98,11 @@ class ProcessReader:
         preload_bytes: int = 0,
         storage_options: Mapping[str, Any] | None = None,
         trust_codecs: bool = False,
+        decode_threads: int = 1,
     ) -> None:
         self.pid = os.getpid()
+        self.decode_threads = decode_threads
+        self._executor: ThreadPoolExecutor | None = None
         self.layout = layout
         self.grid = SampleGrid(layout.num_samples, layout.samples_per_chunk)
         self.reader: Reader = open_reader(
@@ -115,7 +119,18 @@ class ProcessReader:
         self._untransformed: dict[str, npt.NDArray[Any]] = {}
 
     def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
         self.reader.close()
+
+    def map_rows(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any]:
+        """``map(fn, items)``, on :attr:`decode_threads` threads when more than one."""
+        if self.decode_threads <= 1:
+            return map(fn, items)
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(self.decode_threads, "chunkio-decode")
+        return self._executor.map(fn, items)
 
     def read(
         self,
@@ -151,7 +166,7 @@ class ProcessReader:
                     target = np.empty((len(idx), *info.sample_shape), info.dtype)
                 coded = self._encoded_field(info)
                 before = coded.chunks_read
-                result[name] = coded.read(idx, target, mine, epoch)
+                result[name] = coded.read(idx, target, mine, epoch, self.map_rows)
                 self.stats.chunks_read += coded.chunks_read - before
             elif info.kind == "ragged":
                 result[name] = self._read_ragged(info, idx)
@@ -159,7 +174,7 @@ class ProcessReader:
                 rows = self._read_dense(info, idx, self._rows_buffer(info, len(idx)), once)
                 if target is None:
                     target = self._transformed_buffer(info, mine, idx)
-                transform_rows(mine, rows, idx, target, epoch)
+                transform_rows(mine, rows, idx, target, epoch, self.map_rows)
                 result[name] = target
             else:
                 result[name] = self._read_dense(info, idx, target, once)

@@ -13,6 +13,7 @@ sample index)``, so a run is reproducible and a resumed epoch repeats them.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -85,9 +86,16 @@ def transform_rows(
     indices: npt.NDArray[np.int64],
     out: npt.NDArray[Any],
     epoch: int,
+    map_rows: Callable[[Callable[[Any], Any], Iterable[Any]], Iterator[Any]] = map,
 ) -> None:
-    """``out[j] = transform(rows[j])`` for each row, keyed by ``(seed, epoch, indices[j])``."""
+    """``out[j] = transform(rows[j])`` for each row, keyed by ``(seed, epoch, indices[j])``;
+    ``map_rows`` may spread the rows over threads."""
     seed = int(transform.seed)
-    for j, index in enumerate(indices.tolist()):
+
+    def one(job: tuple[int, int]) -> None:
+        j, index = job
         image = np.ascontiguousarray(channels_last(rows[j]))
         transform.apply(image, channels_last(out[j]), (seed, int(epoch), index))
+
+    for _ in map_rows(one, enumerate(indices.tolist())):
+        pass

@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader
 from benchmarks.data import make_jpeg_folder
 from chunkio import ChunkDataset, convert_images, make_loader
 from chunkio.errors import CorruptChunkError
+from chunkio.inspect import verify
 from chunkio.layout import DatasetLayout
 from chunkio.loader import RingFallbackWarning
 from chunkio.sample_transforms import channels_last
@@ -202,6 +203,7 @@ def test_corrupt_encoded_bytes_name_the_field_and_sample(photos: Path, tmp_path:
     dst = tmp_path / "jpg.zarr"
     convert_images(photos, dst, encoding="jpeg", progress=False, shuffle=False)
     ds = ChunkDataset(dst, fields="image")
+    assert verify(dst).ok, verify(dst).problems
     spans = zarr.open_array(str(dst / "image__spans"), mode="r")[:]
     a, b = (int(v) for v in spans[9])
     data = zarr.open_array(str(dst / "image__bytes"), mode="r+")
@@ -209,6 +211,8 @@ def test_corrupt_encoded_bytes_name_the_field_and_sample(photos: Path, tmp_path:
     ds.read_batch([8])  # another sample of the chunk is fine
     with pytest.raises(CorruptChunkError, match=r"field 'image', sample 9"):
         ChunkDataset(dst, fields="image").read_batch([9])
+    problems = [str(p) for p in verify(dst).problems]
+    assert len(problems) == 1 and "sample 9" in problems[0], problems
 
 
 def test_bad_encoding_options_fail_before_anything_is_written(photos: Path, tmp_path: Path) -> None:
@@ -274,3 +278,16 @@ def _attrs(path: Path) -> dict[str, object]:
         return dict(reader.attrs())
     finally:
         reader.close()
+
+
+@pytest.mark.parametrize("encoding", ["jpeg", "raw"])
+def test_decode_threads_give_the_same_batches(photos: Path, tmp_path: Path, encoding: str) -> None:
+    dst = tmp_path / f"{encoding}.zarr"
+    convert_images(photos, dst, encoding=encoding, progress=False)
+    t = Compose([RandomResizedCrop(24), RandomHorizontalFlip()])
+    idx = list(range(0, 48, 2))
+    one = ChunkDataset(dst, fields="image", transform=t).read_batch(idx, epoch=5)["image"]
+    ds = ChunkDataset(dst, fields="image", transform=t, decode_threads=3)
+    np.testing.assert_array_equal(ds.read_batch(idx, epoch=5)["image"], one)
+    with pytest.raises(ValueError, match="decode_threads"):
+        ChunkDataset(dst, decode_threads=0)

@@ -115,17 +115,17 @@ def test_jpeg_q90_psnr(photos: list[np.ndarray], library: str) -> None:
     for k in range(6):
         image = crop(photos, k)
         data = encode_image(image, "jpeg", 90)
-        assert len(data) < image.nbytes / 3
+        assert len(data) < image.nbytes / 3  # full-resolution detail; the bench measures 8x
         got = dec.decode(data)
         assert got.shape == image.shape and got.dtype == np.uint8
         figures.append(psnr(got, image))
-    assert np.mean(figures) > 35, figures
+    assert np.mean(figures) > 33, figures  # 4:2:0 at q90, full-resolution crops
     assert min(figures) > 30, figures
-    # below quality 90 chroma is subsampled 4:2:0: smaller, clearly worse
+    # from quality 95 chroma is kept whole (4:4:4): larger, clearly better
     image = crop(photos, 0)
-    q89 = encode_image(image, "jpeg", 89)
-    assert len(q89) < 0.85 * len(encode_image(image, "jpeg", 90))
-    assert psnr(dec.decode(q89), image) < figures[0] - 1.5
+    q95, q94 = encode_image(image, "jpeg", 95), encode_image(image, "jpeg", 94)
+    assert len(q94) < 0.85 * len(q95)
+    assert psnr(dec.decode(q95), image) > psnr(dec.decode(q94), image) + 1.5
 
 
 @pytest.mark.parametrize("library", LIBRARIES["jpeg"])
