@@ -508,3 +508,20 @@ def test_compose_pickles_for_worker_processes(photo: np.ndarray) -> None:
     for i in range(20):
         assert u.plan((1, 2, i), 427, 640) == t.plan((1, 2, i), 427, 640)
     np.testing.assert_array_equal(u(photo, (0, 0, 1)), t(photo, (0, 0, 1)))
+
+
+def test_normalize_matches_the_float_formula_and_checks_its_input() -> None:
+    import torch
+
+    from chunkio.transforms import IMAGENET_MEAN, IMAGENET_STD, normalize
+
+    x = torch.randint(0, 256, (2, 3, 5, 5), dtype=torch.uint8)
+    want = (x.float() / 255 - torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)) / torch.tensor(
+        IMAGENET_STD
+    ).view(1, 3, 1, 1)
+    torch.testing.assert_close(normalize(x), want)
+    assert normalize(x, dtype=torch.float64).dtype == torch.float64
+    with pytest.raises(ValueError, match="uint8"):
+        normalize(x.float())
+    with pytest.raises(ValueError, match="one value per channel"):
+        normalize(x, (0.5,), (0.5,))
