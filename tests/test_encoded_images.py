@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader
 
 from benchmarks.data import make_jpeg_folder
 from chunkio import ChunkDataset, convert_images, make_loader
-from chunkio.errors import CorruptChunkError
+from chunkio.errors import CorruptChunkError, SourceError
 from chunkio.inspect import verify
 from chunkio.layout import DatasetLayout
 from chunkio.loader import RingFallbackWarning
@@ -291,3 +291,17 @@ def test_decode_threads_give_the_same_batches(photos: Path, tmp_path: Path, enco
     np.testing.assert_array_equal(ds.read_batch(idx, epoch=5)["image"], one)
     with pytest.raises(ValueError, match="decode_threads"):
         ChunkDataset(dst, decode_threads=0)
+
+
+def test_sixteen_bit_images_are_refused_by_lossy_encodings_before_writing(tmp_path: Path) -> None:
+    src = tmp_path / "src" / "c"
+    src.mkdir(parents=True)
+    for i in range(3):
+        Image.fromarray(np.full((6, 6), 1000 * i, np.uint16)).save(src / f"{i}.png")
+    dst = tmp_path / "d.zarr"
+    with pytest.raises(SourceError, match="use encoding='png'"):
+        convert_images(tmp_path / "src", dst, mode="keep", encoding="jpeg", progress=False)
+    assert not dst.exists()
+    convert_images(tmp_path / "src", dst, mode="keep", encoding="png", progress=False)
+    images = ChunkDataset(dst, fields="image").read_batch([0, 1, 2])["image"]
+    assert images.dtype == np.uint16 and sorted(int(im.max()) for im in images) == [0, 1000, 2000]

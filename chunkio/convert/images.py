@@ -248,6 +248,16 @@ def choose_encoding(
     lossless sources (PNG, TIFF, 16-bit) stay bit-exact (PNG would be 1.5-2x smaller than
     raw but decodes several times slower than LZ4-compressed pixels).
     """
+    if encoding in ("jpeg", "webp") and (dtype != np.uint8 or channels not in (1, 3, 4)):
+        raise SourceError(
+            f"encoding={encoding!r} stores 8-bit gray or colour images; these are "
+            f"{channels}-channel {dtype}: use encoding='png' (lossless) or 'raw'"
+        )
+    if encoding == "jpeg" and channels == 4:
+        raise SourceError(
+            "encoding='jpeg' has no alpha channel; these images have 4 channels: use "
+            "encoding='png' or 'webp', or mode='RGB'"
+        )
     if encoding != "auto":
         return encoding
     jpeg = all(os.path.splitext(e.path)[1].lower() in _JPEG_SUFFIXES for e in entries)
