@@ -6,7 +6,9 @@ sample per ``__getitem__``; they are the baselines chunkio is measured against.
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,17 @@ import zarr
 from PIL import Image, ImageOps
 from torch.utils.data import Dataset
 
-__all__ = ["ImageFolderDataset", "InMemoryBatchDataset", "NaiveH5Dataset", "NaiveZarrDataset"]
+__all__ = [
+    "IMG_EXTENSIONS",
+    "ImageFolderAugmented",
+    "ImageFolderDataset",
+    "InMemoryBatchDataset",
+    "NaiveH5Dataset",
+    "NaiveZarrDataset",
+    "TorchvisionRandomResizedCrop",
+    "pil_loader",
+    "pil_to_tensor",
+]
 
 
 class NaiveH5Dataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
@@ -98,3 +110,113 @@ class InMemoryBatchDataset(Dataset[Any]):
         index = np.asarray(idx)
         batch = (torch.from_numpy(self.images[index]), torch.from_numpy(self.labels[index]))
         return SampleBatch(batch, len(idx))
+
+
+# --------------------------------------------------------------------------------------------
+# torchvision's ImageFolder + RandomResizedCrop + RandomHorizontalFlip + PILToTensor, replicated
+# (torchvision's wheel does not load against the pinned torch here). Each piece follows
+# torchvision 0.2x line by line: the same torch RNG draws, the same Pillow calls, in order.
+# --------------------------------------------------------------------------------------------
+
+#: torchvision.datasets.folder.IMG_EXTENSIONS
+IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
+
+def pil_loader(path: str) -> Image.Image:
+    """torchvision.datasets.folder.pil_loader."""
+    with open(path, "rb") as f:
+        img = Image.open(f)
+        return img.convert("RGB")
+
+
+def pil_to_tensor(pic: Image.Image) -> torch.Tensor:
+    """torchvision.transforms.functional.pil_to_tensor: uint8 ``(C, H, W)`` (a permuted view)."""
+    img = torch.as_tensor(np.array(pic, copy=True))
+    img = img.view(pic.size[1], pic.size[0], len(pic.getbands()))
+    return img.permute((2, 0, 1))
+
+
+class TorchvisionRandomResizedCrop:
+    """torchvision.transforms.RandomResizedCrop on PIL images (bilinear, antialiased).
+
+    :meth:`get_params` is torchvision's, draw for draw (``torch.empty(1).uniform_``,
+    ``torch.randint``); :meth:`__call__` is ``F.resized_crop``'s PIL path: ``img.crop`` then
+    ``img.resize((w, h), BILINEAR)``.
+    """
+
+    def __init__(
+        self,
+        size: int | tuple[int, int],
+        scale: tuple[float, float] = (0.08, 1.0),
+        ratio: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0),
+    ) -> None:
+        self.size = (size, size) if isinstance(size, int) else tuple(size)
+        self.scale, self.ratio = scale, ratio
+
+    @staticmethod
+    def get_params(
+        img: Image.Image, scale: Sequence[float], ratio: Sequence[float]
+    ) -> tuple[int, int, int, int]:
+        """``(top, left, h, w)``: torchvision's ``RandomResizedCrop.get_params``."""
+        width, height = img.size
+        area = height * width
+        log_ratio = torch.log(torch.tensor(ratio))
+        for _ in range(10):
+            target_area = area * torch.empty(1).uniform_(scale[0], scale[1]).item()
+            aspect_ratio = torch.exp(torch.empty(1).uniform_(log_ratio[0], log_ratio[1])).item()
+            w = round(math.sqrt(target_area * aspect_ratio))
+            h = round(math.sqrt(target_area / aspect_ratio))
+            if 0 < w <= width and 0 < h <= height:
+                i = int(torch.randint(0, height - h + 1, size=(1,)).item())
+                j = int(torch.randint(0, width - w + 1, size=(1,)).item())
+                return i, j, h, w
+        # fallback to central crop
+        in_ratio = float(width) / float(height)
+        if in_ratio < min(ratio):
+            w = width
+            h = round(w / min(ratio))
+        elif in_ratio > max(ratio):
+            h = height
+            w = round(h * max(ratio))
+        else:
+            w, h = width, height
+        return (height - h) // 2, (width - w) // 2, h, w
+
+    def __call__(self, img: Image.Image) -> Image.Image:
+        i, j, h, w = self.get_params(img, self.scale, self.ratio)
+        img = img.crop((j, i, j + w, i + h))
+        return img.resize((self.size[1], self.size[0]), Image.Resampling.BILINEAR)
+
+
+class ImageFolderAugmented(Dataset[tuple[torch.Tensor, int]]):
+    """``ImageFolder(root, transform=Compose([RandomResizedCrop(size),
+    RandomHorizontalFlip(), PILToTensor()]))``, minus torchvision.
+
+    Samples are ``(uint8 (3, size, size) tensor, class index)``; the default collate stacks
+    them into ``(B, 3, size, size)`` and a ``(B,)`` int64 tensor.
+    """
+
+    def __init__(self, root: str | Path, size: int = 224, flip_p: float = 0.5) -> None:
+        root = Path(root)
+        self.classes = sorted(e.name for e in os.scandir(root) if e.is_dir())
+        self.samples: list[tuple[str, int]] = []
+        for k, c in enumerate(self.classes):  # torchvision's make_dataset: sorted os.walk
+            for dirpath, _, fnames in sorted(os.walk(root / c, followlinks=True)):
+                for fname in sorted(fnames):
+                    if fname.lower().endswith(IMG_EXTENSIONS):
+                        self.samples.append((os.path.join(dirpath, fname), k))
+        self.crop = TorchvisionRandomResizedCrop(size)
+        self.flip_p = flip_p
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def transform(self, img: Image.Image) -> torch.Tensor:
+        img = self.crop(img)
+        if torch.rand(1) < self.flip_p:  # RandomHorizontalFlip
+            img = img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        return pil_to_tensor(img)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        path, target = self.samples[index]
+        return self.transform(pil_loader(path)), target

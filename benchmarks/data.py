@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-__all__ = ["make_jpeg_folder", "sample_photos"]
+__all__ = ["make_jpeg_folder", "make_natural_folder", "sample_photos"]
 
 
 def sample_photos() -> list[np.ndarray]:
@@ -43,4 +43,49 @@ def make_jpeg_folder(
             crop = crop.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
         crop.save(root / f"class_{i % n_classes}" / f"img_{i:06d}.jpg", quality=90)
     done.write_text(f"{n_images} {size} {n_classes} {seed}")
+    return root
+
+
+def make_natural_folder(
+    root: str | Path,
+    *,
+    n_images: int,
+    n_classes: int = 10,
+    size: int = 224,
+    seed: int = 0,
+    quality: int = 90,
+) -> Path:
+    """Write ``n_images`` ``size``x``size`` JPEGs (quality ``quality``) into ``root/class_k/``.
+
+    Each is a random square crop of one of the two sample photos (427x640), its side drawn
+    log-uniformly between ``size / 2`` and the photo's height, so objects appear at many
+    scales as in a photo collection resized to 224 (upscaled crops are soft, downscaled ones
+    detailed), resized to ``size`` with Pillow's Lanczos filter, mirrored half the time, with
+    a mild random brightness/contrast change. Deterministic by ``seed``; reused if ``root``
+    already holds the same set.
+    """
+    root = Path(root)
+    done = root / ".complete"
+    stamp = f"natural {n_images} {size} {n_classes} {seed} {quality}"
+    if done.exists() and done.read_text() == stamp:
+        return root
+    rng = np.random.default_rng(seed)
+    photos = sample_photos()
+    for k in range(n_classes):
+        (root / f"class_{k}").mkdir(parents=True, exist_ok=True)
+    for i in range(n_images):
+        photo = photos[int(rng.integers(len(photos)))]
+        h, w = photo.shape[:2]
+        lo, hi = np.log(min(size / 2, min(h, w))), np.log(min(h, w))
+        side = round(float(np.exp(rng.uniform(lo, hi))))
+        y, x = int(rng.integers(0, h - side + 1)), int(rng.integers(0, w - side + 1))
+        crop = Image.fromarray(photo[y : y + side, x : x + side])
+        crop = crop.resize((size, size), Image.Resampling.LANCZOS)
+        if rng.random() < 0.5:
+            crop = crop.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        gain, offset = rng.uniform(0.8, 1.2), rng.uniform(-20.0, 20.0)
+        pixels = np.asarray(crop, dtype=np.float32) * gain + offset
+        crop = Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
+        crop.save(root / f"class_{i % n_classes}" / f"img_{i:06d}.jpg", quality=quality)
+    done.write_text(stamp)
     return root

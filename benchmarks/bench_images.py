@@ -1,0 +1,401 @@
+"""Real training inputs: a shuffled epoch of RandomResizedCrop(224) + RandomHorizontalFlip.
+
+One natural-image set (224x224 JPEG q90 files in class folders, :func:`make_natural_folder`)
+loaded three ways with the same batch size and worker count, side by side in one run:
+
+* **baseline**: torchvision's ``ImageFolder`` + Pillow + ``RandomResizedCrop(224)``,
+  ``RandomHorizontalFlip()``, ``PILToTensor()`` through ``DataLoader(shuffle=True)``
+  (:class:`~benchmarks.baselines.ImageFolderAugmented`, a line-by-line replica: torchvision
+  does not load against the torch pinned here; ``persistent_workers`` on, as make_loader's);
+* **chunkio raw**: ``convert_images(encoding="raw")``, then ``make_loader(transform=Compose(
+  [RandomResizedCrop(224), RandomHorizontalFlip()]))``;
+* **chunkio jpeg**: the same with ``encoding="jpeg", quality=90``.
+
+Each loader gets one untimed warm-up epoch, then whole epochs are timed ``repeats`` times and
+the best is kept. Also: bytes on disk of the source folder and of both datasets, and where a
+baseline sample's time goes (read, decode, crop + resize, flip, to tensor, collate, and what
+the workers add), measured in one process.
+
+    python -m benchmarks.bench_images [--quick] [--workers 2] [--batch-size 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+from PIL import Image
+from torch.utils.data import DataLoader, default_collate
+
+import chunkio
+from benchmarks.baselines import ImageFolderAugmented, pil_to_tensor
+from benchmarks.data import make_natural_folder
+
+__all__ = ["breakdown", "disk_usage", "epoch_rate", "main", "run"]
+
+SIZE = 224
+N_CLASSES = 10
+#: images in the full and the quick set
+N_FULL, N_QUICK = 4000, 300
+#: chunkio over the baseline, and raw bytes over JPEG bytes (issue 11 item 4)
+TARGETS = {"jpeg": 3.0, "raw": 5.0, "storage": 8.0}
+BASELINE = "baseline: ImageFolder + Pillow + DataLoader"
+
+
+def disk_usage(path: str | Path) -> dict[str, int]:
+    """Files, their summed sizes and the bytes allocated for them under ``path`` (or of it)."""
+    path = Path(path)
+    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+    stats = [p.stat() for p in files]
+    return {
+        "files": len(files),
+        "bytes": sum(s.st_size for s in stats),
+        "allocated": sum(s.st_blocks * 512 for s in stats),
+    }
+
+
+def _batch_len(batch: Any) -> int:
+    return len(batch[0] if isinstance(batch, tuple | list) else batch)
+
+
+def epoch_rate(batches: Iterable[Any], *, repeats: int) -> tuple[float, list[float], Any]:
+    """Best samples/s of ``repeats`` timed whole epochs after one untimed one.
+
+    Returns the best rate, every timed rate, and the first batch's shapes and dtypes.
+    """
+    first: Any = None
+    for batch in batches:  # warm-up: worker start-up, page cache, imports
+        if first is None:
+            first = [(tuple(t.shape), str(t.dtype)) for t in batch]
+    rates = []
+    for _ in range(repeats):
+        n = 0
+        start = time.perf_counter()
+        for batch in batches:
+            n += _batch_len(batch)
+        rates.append(n / (time.perf_counter() - start))
+    return max(rates), rates, first
+
+
+def _baseline_row(folder: Path, workers: int, batch_size: int, repeats: int) -> dict[str, Any]:
+    dataset = ImageFolderAugmented(folder, size=SIZE)
+    loader = DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=True,
+        num_workers=workers,
+        persistent_workers=workers > 0,
+    )
+    rate, rates, first = epoch_rate(loader, repeats=repeats)
+    return {
+        "name": BASELINE,
+        "route": "torch DataLoader",
+        "workers": workers,
+        "samples_per_s": rate,
+        "epoch_rates": rates,
+        "batch": first,
+    }
+
+
+def _chunkio_row(
+    dst: Path, encoding: str, workers: int, batch_size: int, repeats: int
+) -> dict[str, Any]:
+    from chunkio.transforms import Compose, RandomHorizontalFlip, RandomResizedCrop
+
+    transform = Compose([RandomResizedCrop(SIZE), RandomHorizontalFlip()])
+    with chunkio.make_loader(
+        str(dst),
+        batch_size=batch_size,
+        num_workers=workers,
+        fields=("image", "label"),
+        transform=transform,
+        seed=0,
+    ) as loader:
+        rate, rates, first = epoch_rate(loader, repeats=repeats)
+        route = loader.transport
+    return {
+        "name": f"chunkio make_loader ({encoding})",
+        "route": route,
+        "workers": workers,
+        "samples_per_s": rate,
+        "epoch_rates": rates,
+        "batch": first,
+    }
+
+
+def _convert(folder: Path, dst: Path, encoding: str, workers: int) -> dict[str, Any]:
+    start = time.perf_counter()
+    chunkio.convert_images(
+        folder,
+        dst,
+        encoding=encoding,
+        quality=90,
+        workers=max(1, workers),
+        progress=False,
+        overwrite=True,
+    )
+    return {"convert_s": time.perf_counter() - start, **disk_usage(dst)}
+
+
+def breakdown(
+    folder: Path, *, n: int, batch_size: int, workers: int, epoch_rate_w: float | None = None
+) -> dict[str, float]:
+    """Microseconds per baseline sample, stage by stage, in this process (one core).
+
+    Samples go through the stages one at a time, as in a worker (timestamps between stages):
+    ``read``: the file's bytes; ``decode``: ``Image.open(...).convert("RGB")`` of them;
+    ``crop_params``: torchvision's ``get_params`` (torch RNG draws); ``crop_resize``:
+    ``img.crop(box).resize((224, 224), BILINEAR)``; ``flip``: the draw and mirror;
+    ``to_tensor``: ``PILToTensor``; ``collate``: ``default_collate`` of each ``batch_size``
+    samples, per sample. ``in_process_getitem``: ``dataset[i]`` end to end, for comparison
+    with their sum. With ``epoch_rate_w`` (samples/s with ``workers`` workers):
+    ``workers_cpu`` is ``workers / rate``, the core time per sample the workers took, and
+    ``ipc_and_overhead`` what that adds to the in-process stages (batches pickled through
+    shared memory, the consumer, scheduling; with fewer cores than workers + 1 the consumer
+    competes with the workers, which this also counts).
+    """
+    ds = ImageFolderAugmented(folder, size=SIZE)
+    n = min(n, len(ds))
+    for i in range(n):  # warm the page cache
+        Path(ds.samples[i][0]).read_bytes()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in a DataLoader worker
+    try:
+        _stages(ds, min(n, 2 * batch_size), batch_size)  # warm-up: first-call costs
+        out = _stages(ds, n, batch_size)
+        out["in_process_sum"] = sum(out.values())
+        start = time.perf_counter()
+        for i in range(n):
+            ds[i]
+        out["in_process_getitem"] = (time.perf_counter() - start) / n * 1e6
+    finally:
+        torch.set_num_threads(threads)
+    if epoch_rate_w and workers > 0:
+        out["workers_cpu"] = workers / epoch_rate_w * 1e6
+        out["ipc_and_overhead"] = out["workers_cpu"] - out["in_process_sum"]
+    return out
+
+
+def _stages(ds: ImageFolderAugmented, n: int, batch_size: int) -> dict[str, float]:
+    """:func:`breakdown`'s stages over the first ``n`` samples, microseconds per sample."""
+    stages = ("read", "decode", "crop_params", "crop_resize", "flip", "to_tensor", "collate")
+    spent = dict.fromkeys(stages, 0.0)
+    crop = ds.crop
+    clock = time.perf_counter
+    batch: list[tuple[torch.Tensor, int]] = []
+    for i in range(n):
+        path, label = ds.samples[i]
+        t0 = clock()
+        blob = Path(path).read_bytes()
+        t1 = clock()
+        img = Image.open(io.BytesIO(blob)).convert("RGB")
+        t2 = clock()
+        top, left, h, w = crop.get_params(img, crop.scale, crop.ratio)
+        t3 = clock()
+        img = img.crop((left, top, left + w, top + h)).resize(
+            (SIZE, SIZE), Image.Resampling.BILINEAR
+        )
+        t4 = clock()
+        if torch.rand(1) < ds.flip_p:
+            img = img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        t5 = clock()
+        batch.append((pil_to_tensor(img), label))
+        t6 = clock()
+        if len(batch) == batch_size or i == n - 1:
+            default_collate(batch)
+            spent["collate"] += clock() - t6
+            batch = []
+        times = (t0, t1, t2, t3, t4, t5, t6)
+        for k, stage in enumerate(stages[:-1]):
+            spent[stage] += times[k + 1] - times[k]
+    return {k: v / n * 1e6 for k, v in spent.items()}
+
+
+def _chunkio_single(dst: Path, batch_size: int) -> float:
+    """Microseconds per sample of chunkio's route in this process (``num_workers=0``)."""
+    from chunkio.transforms import Compose, RandomHorizontalFlip, RandomResizedCrop
+
+    transform = Compose([RandomResizedCrop(SIZE), RandomHorizontalFlip()])
+    with chunkio.make_loader(
+        str(dst),
+        batch_size=batch_size,
+        num_workers=0,
+        fields=("image", "label"),
+        transform=transform,
+        seed=0,
+    ) as loader:
+        rate, _, _ = epoch_rate(loader, repeats=1)
+    return 1e6 / rate
+
+
+def _check(target: str, measured: float, required: float) -> dict[str, Any]:
+    return {
+        "target": target,
+        "measured": measured,
+        "required": required,
+        "passed": measured >= required,
+    }
+
+
+def run(
+    quick: bool = False,
+    workers: int = 2,
+    batch_size: int = 64,
+    *,
+    root: str | Path = "bench-data/images",
+    n_images: int | None = None,
+    repeats: int = 2,
+    profile: bool = True,
+) -> dict[str, Any]:
+    """Rows (samples/s, route, first batch's shapes), ratios, storage and checks, as a dict.
+
+    ``profile``: also measure the baseline's per-sample stages and chunkio's single-process
+    cost per sample (:func:`breakdown`).
+    """
+    started = time.perf_counter()
+    n = n_images or (N_QUICK if quick else N_FULL)
+    root = Path(root)
+    folder = make_natural_folder(root / f"natural-{n}", n_images=n, n_classes=N_CLASSES, size=SIZE)
+    source = disk_usage(folder)
+    source["files"] -= 1  # the .complete marker
+    source["bytes"] -= (folder / ".complete").stat().st_size
+    storage: dict[str, Any] = {"n_images": n, "source": source}
+    dsts = {enc: root / f"natural-{n}-{enc}.zarr" for enc in ("raw", "jpeg")}
+    errors: dict[str, str] = {}
+    for enc, dst in dsts.items():
+        try:
+            storage[enc] = _convert(folder, dst, enc, workers)
+        except Exception as err:  # the encoding may be missing: report, measure the rest
+            errors[enc] = f"{type(err).__name__}: {err}"
+    rows = [_baseline_row(folder, workers, batch_size, repeats)]
+    for enc, dst in dsts.items():
+        if enc in errors:
+            continue
+        try:
+            rows.append(_chunkio_row(dst, enc, workers, batch_size, repeats))
+        except Exception as err:
+            errors[enc] = f"{type(err).__name__}: {err}"
+    for key in ("source", "raw", "jpeg"):
+        if key in storage:
+            storage[key]["bytes_per_image"] = storage[key]["bytes"] / n
+    if "raw" in storage and "jpeg" in storage:
+        storage["raw_over_jpeg"] = storage["raw"]["bytes"] / storage["jpeg"]["bytes"]
+    base = rows[0]["samples_per_s"]
+    ratios = {r["name"]: r["samples_per_s"] / base for r in rows[1:]}
+    checks = []
+    for enc in ("jpeg", "raw"):
+        name = f"chunkio make_loader ({enc})"
+        if name in ratios:
+            checks.append(
+                _check(f"{enc}: chunkio / baseline samples/s", ratios[name], TARGETS[enc])
+            )
+    if "raw_over_jpeg" in storage:
+        checks.append(
+            _check("storage: raw / jpeg bytes", storage["raw_over_jpeg"], TARGETS["storage"])
+        )
+    results: dict[str, Any] = {
+        "settings": {
+            "quick": quick,
+            "n_images": n,
+            "n_classes": N_CLASSES,
+            "size": SIZE,
+            "workers": workers,
+            "batch_size": batch_size,
+            "repeats": repeats,
+            "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        },
+        "rows": rows,
+        "ratios": ratios,
+        "storage": storage,
+        "checks": checks,
+        "errors": errors,
+    }
+    if profile:
+        prof = breakdown(
+            folder,
+            n=min(n, 1000),
+            batch_size=batch_size,
+            workers=workers,
+            epoch_rate_w=base,
+        )
+        for enc, dst in dsts.items():
+            if enc not in errors:
+                prof[f"chunkio_{enc}_in_process"] = _chunkio_single(dst, batch_size)
+        results["profile_us_per_sample"] = prof
+    results["elapsed_s"] = time.perf_counter() - started
+    return results
+
+
+def format_table(results: dict[str, Any]) -> str:
+    s = results["settings"]
+    lines = [
+        f"{s['n_images']} images {s['size']}x{s['size']} JPEG q90, {s['n_classes']} classes; "
+        f"RandomResizedCrop({s['size']}) + RandomHorizontalFlip; batch {s['batch_size']}, "
+        f"{s['workers']} workers, best of {s['repeats']} epochs",
+        "",
+        f"| {'loader':44s} | {'route':16s} | {'samples/s':>9s} | {'x baseline':>10s} |",
+        f"|{'-' * 46}|{'-' * 18}|{'-' * 11}|{'-' * 12}|",
+    ]
+    base = results["rows"][0]["samples_per_s"]
+    for r in results["rows"]:
+        ratio = r["samples_per_s"] / base
+        lines.append(
+            f"| {r['name']:44s} | {r['route']:16s} | {r['samples_per_s']:9.0f} | {ratio:10.2f} |"
+        )
+    st = results["storage"]
+    lines += ["", "| storage | files | bytes | bytes/image |", "|---|---|---|---|"]
+    for key in ("source", "raw", "jpeg"):
+        if key in st:
+            d = st[key]
+            lines.append(f"| {key} | {d['files']} | {d['bytes']:,} | {d['bytes_per_image']:,.0f} |")
+    if "raw_over_jpeg" in st:
+        lines.append(f"raw / jpeg bytes: {st['raw_over_jpeg']:.1f}x")
+    prof = results.get("profile_us_per_sample")
+    if prof:
+        lines += [
+            "",
+            "us per sample, one process: " + ", ".join(f"{k} {v:.0f}" for k, v in prof.items()),
+        ]
+    lines.append("")
+    for c in results["checks"]:
+        mark = "PASS" if c["passed"] else "FAIL"
+        lines.append(f"{mark} {c['target']}: {c['measured']:.2f} (>= {c['required']})")
+    for enc, err in results["errors"].items():
+        lines.append(f"chunkio {enc} not measured: {err}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--quick", action="store_true", help=f"{N_QUICK} images instead of {N_FULL}")
+    p.add_argument("--images", type=int, help="images in the set (overrides --quick)")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=2, help="timed epochs per loader (best kept)")
+    p.add_argument("--root", default="bench-data/images", help="working folder")
+    p.add_argument("--no-profile", action="store_true", help="skip the per-stage breakdown")
+    p.add_argument("--json", help="also write the results here")
+    args = p.parse_args(argv)
+    results = run(
+        quick=args.quick,
+        workers=args.workers,
+        batch_size=args.batch_size,
+        root=args.root,
+        n_images=args.images,
+        repeats=args.repeats,
+        profile=not args.no_profile,
+    )
+    print(format_table(results))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
