@@ -305,3 +305,29 @@ def test_sixteen_bit_images_are_refused_by_lossy_encodings_before_writing(tmp_pa
     convert_images(tmp_path / "src", dst, mode="keep", encoding="png", progress=False)
     images = ChunkDataset(dst, fields="image").read_batch([0, 1, 2])["image"]
     assert images.dtype == np.uint16 and sorted(int(im.max()) for im in images) == [0, 1000, 2000]
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_unchanged_jpegs_are_stored_as_they_are_and_read_bit_exact(
+    photos: Path, tmp_path: Path, fmt: str
+) -> None:
+    raw = _convert(photos, tmp_path / f"raw.{FORMATS[fmt]}")
+    dst = tmp_path / f"jpg.{FORMATS[fmt]}"
+    jpg = _convert(photos, dst, encoding="jpeg", quality=50)  # quality: for re-encoded files
+    assert jpg.layout.extra["source"]["jpeg_files_stored_as_is"] == 48
+    idx = list(range(48))
+    np.testing.assert_array_equal(raw.read_batch(idx)["image"], jpg.read_batch(idx)["image"])
+    # the stored bytes are the files' bytes
+    paths = chunkio_paths(dst)
+    data = ChunkDataset(dst, fields="image")._reader()._encoded_field(jpg.layout.field("image"))
+    data._fetch(np.array([3]))
+    assert bytes(data.sample_bytes(3)) == (photos / paths[3]).read_bytes()
+    # resized images are decoded and encoded again (at the quality asked for)
+    small = _convert(photos, tmp_path / f"s.{FORMATS[fmt]}", encoding="jpeg", size=32)
+    assert small.layout.extra["source"]["jpeg_files_stored_as_is"] == 0
+
+
+def chunkio_paths(dst: Path) -> list[str]:
+    from chunkio import read_source_paths
+
+    return list(read_source_paths(dst, range(48)))

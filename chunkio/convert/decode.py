@@ -129,6 +129,9 @@ class Probe:
     stored_mode: str = ""
     frames: int = 1
     error: str | None = None
+    #: a single-frame JPEG with no EXIF rotation whose mode the policy keeps (RGB or L): its
+    #: bytes decode to exactly the pixels stored for it when it is not resized
+    plain_jpeg: bool = False
 
     @property
     def channels(self) -> int:
@@ -239,13 +242,20 @@ def probe_image(path: str, policy: DecodePolicy, *, thorough: bool = False) -> P
             elif im.format not in _JPEG or thorough or not _ends_with_eoi(path):
                 _load_first_frame(im, draft=True)
             orientation = im.getexif().get(_ORIENTATION, 1)
+            plain = (
+                im.format == "JPEG"
+                and frames == 1
+                and orientation == 1
+                and im.mode == stored
+                and stored in ("RGB", "L")
+            )
     except _Bad as err:
         return Probe(error=str(err))
     except Exception as err:  # Pillow plugins raise many types for malformed files
         return Probe(error=_reason(err))
     if orientation in _SWAPS_AXES:
         width, height = height, width
-    return Probe(height, width, stored, frames)
+    return Probe(height, width, stored, frames, plain_jpeg=plain)
 
 
 def _ends_with_eoi(path: str) -> bool:

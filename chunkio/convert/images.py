@@ -84,8 +84,8 @@ import numpy.typing as npt
 
 from ..backends import Compression, Format, detect_format
 from ..backends.base import DEFAULT_CODEC
-from ..errors import SourceError
-from ..image_codecs import check_encoding, encode_image
+from ..errors import CorruptChunkError, SourceError
+from ..image_codecs import ImageDecoder, check_encoding, encode_image, image_decoder
 from ..layout import FieldInfo
 from ..provenance import decode_paths
 from . import image_check
@@ -156,6 +156,11 @@ class ImageSource:
         self.shapes = stored_shapes(self.orig_size, channels, policy.size, policy.max_size)
         self.encoding = choose_encoding(encoding, entries, channels, dtype)
         self.quality = quality
+        # JPEG files stored as they are (see :meth:`encoded`)
+        unchanged_size = (self.shapes[:, 1:] == self.orig_size).all(axis=1)
+        self.as_is = np.array([p.plain_jpeg for p in probes], bool) & unchanged_size
+        if self.encoding != "jpeg":
+            self.as_is[:] = False
         self.labels = np.array([e.label for e in entries], np.int64) if labelled else None
         encoded = [os.fsencode(e.rel) for e in entries]
         width = max(len(b) for b in encoded)
@@ -205,12 +210,10 @@ class ImageSource:
     def read_rows(self, indices: npt.NDArray[np.int64]) -> dict[str, Any]:
         """Images ``indices`` (any order), in that order: one file each."""
         idx = np.asarray(indices, dtype=np.int64)
-        images: list[Any] = [self.load(int(i)) for i in idx]
-        if self.encoding != "raw":
-            images = [
-                encode_image(_channels_last(im), self.encoding, self.quality)  # type: ignore[arg-type]
-                for im in images
-            ]
+        if self.encoding == "raw":
+            images: list[Any] = [self.load(int(i)) for i in idx]
+        else:
+            images = [self.encoded(int(i)) for i in idx]
         out: dict[str, Any] = {
             "image": images if self.ragged else np.stack(images),
             "orig_size": self.orig_size[idx],
@@ -219,6 +222,36 @@ class ImageSource:
         if self.labels is not None:
             out["label"] = self.labels[idx]
         return out
+
+    def encoded(self, i: int) -> bytes:
+        """Image ``i`` as the bytes the field stores.
+
+        A JPEG the conversion would not change (no resize, no EXIF rotation, no mode
+        conversion: :attr:`Probe.plain_jpeg`) is stored as it is, after a full decode that
+        checks it (libjpeg-turbo, the library Pillow uses, with the same default IDCT and
+        upsampling, so its pixels are bit-exact with the raw conversion's): no second lossy
+        generation, and no encode. Every other image is decoded by the policy and encoded
+        at the conversion's quality.
+        """
+        if not self.as_is[i]:
+            image = _channels_last(self.load(i))
+            return encode_image(image, self.encoding, self.quality)  # type: ignore[arg-type]
+        path = self._paths[i]
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read()
+            c, h, w = (int(s) for s in self.shapes[i])
+            self._jpeg.decode_into(data, np.empty((h, w) if c == 1 else (h, w, c), np.uint8))
+        except (OSError, CorruptChunkError, ValueError) as err:
+            raise UndecodableImage(f"{path}: {err}", path=path, reason=str(err)) from err
+        return data
+
+    @property
+    def _jpeg(self) -> ImageDecoder:
+        decoder = self.__dict__.get("_jpeg_decoder")
+        if decoder is None:
+            decoder = self.__dict__["_jpeg_decoder"] = image_decoder("jpeg")
+        return decoder
 
     def load(self, i: int) -> npt.NDArray[Any]:
         """Image ``i``, decoded by the policy and checked against its planned shape."""
@@ -335,7 +368,9 @@ def convert_images(
         with Pillow's decode), ``"jpeg"``, ``"webp"`` or ``"png"`` (each image's encoded
         bytes, an *encoded* field: ``ChunkDataset`` decodes each sample straight into its
         place in the batch), or ``"auto"`` (:func:`choose_encoding`: JPEG for folders of JPEGs,
-        raw otherwise). Images are encoded after ``mode``, ``size`` and ``max_size``.
+        raw otherwise). Images are encoded after ``mode``, ``size`` and ``max_size``; a JPEG
+        file those leave unchanged is stored as it is (checked by a full decode; bit-exact
+        with the raw conversion, see :meth:`ImageSource.encoded`).
     quality
         JPEG/WebP quality, 1-100 (WebP 100 is lossless; PNG is always lossless).
     max_size
@@ -512,6 +547,8 @@ def _write(
     extra["source"]["encoding"] = source.encoding
     if source.encoding in ("jpeg", "webp"):
         extra["source"]["quality"] = job.quality
+    if source.encoding == "jpeg":
+        extra["source"]["jpeg_files_stored_as_is"] = int(source.as_is.sum())
     if options.shuffle:
         extra["source"]["fields"][SOURCE_INDEX] = "position in the sorted file listing"
     result = run_conversion(
