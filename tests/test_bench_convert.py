@@ -25,7 +25,7 @@ def test_bench_convert_reports_both_sets_and_its_targets(
         assert s["convert_over_bare_decode"] > 0 and s["check_vs_decode"] > 0
     assert result["convert_over_bare_decode"] == result["sets"][0]["convert_over_bare_decode"]
     assert result["write_arrays_workers_over_one"] > 0
-    assert len(result["checks"]) == 2
+    assert len(result["checks"]) == 3
     assert all(isinstance(c["passed"], bool) for c in result["checks"])
     assert not list(tmp_path.glob("*.zarr")), "converted datasets are removed"
     text = "\n".join(_section("Conversion (bench_convert)", result))
