@@ -331,3 +331,22 @@ def chunkio_paths(dst: Path) -> list[str]:
     from chunkio import read_source_paths
 
     return list(read_source_paths(dst, range(48)))
+
+
+def test_a_jpeg_too_large_for_its_region_is_encoded_again(tmp_path: Path) -> None:
+    src = tmp_path / "src" / "c"
+    src.mkdir(parents=True)
+    rng = np.random.default_rng(1)
+    for i in range(3):
+        pixels = rng.integers(0, 255, (16, 16, 3), dtype=np.uint8)
+        # two 60 kB comment segments: beyond 2x the 768 decoded bytes + 64 KiB
+        Image.fromarray(pixels).save(src / f"{i}.jpg", quality=90, comment=b"x" * 60000)
+        data = (src / f"{i}.jpg").read_bytes()
+        (src / f"{i}.jpg").write_bytes(data[:2] + b"\xff\xfe\xea\x62" + b"y" * 60000 + data[2:])
+    dst = tmp_path / "d.zarr"
+    convert_images(tmp_path / "src", dst, encoding="jpeg", progress=False)
+    ds = ChunkDataset(dst, fields="image")
+    assert ds.layout.extra["source"]["jpeg_files_stored_as_is"] == 0
+    assert verify(dst).ok
+    assert ds.read_batch([0, 1, 2])["image"].shape == (3, 3, 16, 16)
+    assert _size(dst / "image__bytes") < 60000  # the comments were not kept

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -30,7 +30,7 @@ from ..errors import SourceError
 from ..grid import SampleGrid
 from ..layout import FieldInfo, encoded_array_names
 
-__all__ = ["EncodedPlan"]
+__all__ = ["EncodedPlan", "image_capacity"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -40,6 +40,15 @@ _CAPACITY_FACTOR = 2
 _CAPACITY_SLACK = 64 << 10
 #: smallest bytes chunk
 _MIN_CHUNK = 16 << 10
+
+
+_Size = TypeVar("_Size", int, npt.NDArray[np.int64])
+
+
+def image_capacity(decoded_nbytes: _Size) -> _Size:
+    """The bytes reserved for one image of ``decoded_nbytes`` decoded bytes: an encoding at most
+    this long always fits its chunk's region."""
+    return decoded_nbytes * _CAPACITY_FACTOR + _CAPACITY_SLACK
 
 
 @dataclass(frozen=True, eq=False)
@@ -67,7 +76,7 @@ class EncodedPlan:
         totals = np.add.reduceat(decoded, starts) if len(decoded) else np.zeros(0, np.int64)
         median = int(np.median(totals)) if totals.size else 0
         chunk_len = max(_MIN_CHUNK, -(-(median // 4) // 4096) * 4096)
-        capacity = decoded * _CAPACITY_FACTOR + _CAPACITY_SLACK
+        capacity = image_capacity(decoded)
         if len(capacity):
             capacity = np.add.reduceat(capacity, starts)
         per_chunk = -(-capacity // chunk_len)

@@ -91,6 +91,7 @@ from ..provenance import decode_paths
 from . import image_check
 from .chunking import choose_samples_per_chunk
 from .decode import DecodePolicy, ImageMode, ResizeMode, UndecodableImage, load_image
+from .encoded import image_capacity
 from .image_check import Checked, check_all
 from .image_plan import (
     ImageConversionResult,
@@ -158,7 +159,10 @@ class ImageSource:
         self.quality = quality
         # JPEG files stored as they are (see :meth:`encoded`)
         unchanged_size = (self.shapes[:, 1:] == self.orig_size).all(axis=1)
-        self.as_is = np.array([p.plain_jpeg for p in probes], bool) & unchanged_size
+        fits = np.array([c.size for c in checked], np.int64) <= image_capacity(
+            np.prod(self.shapes, axis=1, dtype=np.int64) * dtype.itemsize
+        )  # not e.g. a tiny image with a huge EXIF thumbnail
+        self.as_is = np.array([p.plain_jpeg for p in probes], bool) & unchanged_size & fits
         if self.encoding != "jpeg":
             self.as_is[:] = False
         self.labels = np.array([e.label for e in entries], np.int64) if labelled else None
@@ -233,16 +237,21 @@ class ImageSource:
         generation, and no encode. Every other image is decoded by the policy and encoded
         at the conversion's quality.
         """
-        if not self.as_is[i]:
+        path = self._paths[i]
+        c, h, w = (int(s) for s in self.shapes[i])
+        data = b""
+        if self.as_is[i]:
+            try:
+                with open(path, "rb") as fh:
+                    data = fh.read(image_capacity(c * h * w) + 1)
+            except OSError as err:
+                raise UndecodableImage(f"{path}: {err}", path=path, reason=str(err)) from err
+        if not data or len(data) > image_capacity(c * h * w):  # the file grew since its check
             image = _channels_last(self.load(i))
             return encode_image(image, self.encoding, self.quality)  # type: ignore[arg-type]
-        path = self._paths[i]
         try:
-            with open(path, "rb") as fh:
-                data = fh.read()
-            c, h, w = (int(s) for s in self.shapes[i])
             self._jpeg.decode_into(data, np.empty((h, w) if c == 1 else (h, w, c), np.uint8))
-        except (OSError, CorruptChunkError, ValueError) as err:
+        except (CorruptChunkError, ValueError) as err:
             raise UndecodableImage(f"{path}: {err}", path=path, reason=str(err)) from err
         return data
 
