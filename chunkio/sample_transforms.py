@@ -94,8 +94,8 @@ def transform_rows(
 
     def one(job: tuple[int, int]) -> None:
         j, index = job
-        image = np.ascontiguousarray(channels_last(rows[j]))
-        transform.apply(image, channels_last(out[j]), (seed, int(epoch), index))
+        # a strided view: Compose copies only the crop it needs
+        transform.apply(channels_last(rows[j]), channels_last(out[j]), (seed, int(epoch), index))
 
     for _ in map_rows(one, enumerate(indices.tolist())):
         pass

@@ -151,12 +151,16 @@ def test_jpeg_crops_decoded_at_reduced_scale_stay_close_to_full_decodes(tmp_path
     convert_images(src, dst, encoding="jpeg", progress=False, shuffle=False)
     t = Compose([CenterCrop(180), RandomResizedCrop(48, scale=(0.5, 1.0))])
     fused = ChunkDataset(dst, fields="image", transform=t).read_batch(range(8), epoch=2)["image"]
+    other = ChunkDataset(dst, fields="image", transform=t).read_batch(range(8), epoch=3)["image"]
     full = ChunkDataset(dst, fields="image").read_batch(range(8))["image"]
+    same, different = [], []
     for i in range(8):
         want = np.empty((48, 48, 3), np.uint8)
         t.apply(np.ascontiguousarray(channels_last(full[i])), want, (t.seed, 2, i))
-        diff = np.abs(channels_last(fused[i]).astype(int) - want.astype(int)).mean()
-        assert diff < 6, (i, diff)  # DCT-scaled decode: the same crop, slightly other filter
+        same.append(np.abs(channels_last(fused[i]).astype(int) - want.astype(int)).mean())
+        different.append(np.abs(channels_last(other[i]).astype(int) - want.astype(int)).mean())
+    # the same crop (its box rounded at the reduced scale: a sub-pixel shift), unlike another's
+    assert np.mean(same) < 4 and np.mean(different) > 3 * np.mean(same), (same, different)
 
 
 def test_a_raw_field_with_compose_matches_compose_on_the_stored_pixels(

@@ -1,5 +1,5 @@
 """Declarative image transforms: plans are pure functions of the key, shapes are known up
-front, and rendering is one Pillow crop-and-resize (checked against Pillow itself)."""
+front, and rendering is one crop-then-resize (checked against Pillow's)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from chunkio.transforms import (
     RandomResizedCrop,
     Resize,
     _key_state,
+    _pixel_span,
     _uniform,
     _uniform2,
 )
@@ -35,9 +36,21 @@ def photo() -> np.ndarray:
 def _pillow(
     image: np.ndarray, plan: CropPlan, resample: int = Image.Resampling.BILINEAR
 ) -> np.ndarray:
-    """Reference: one direct Pillow crop-and-resize of the plan's box."""
+    """Reference: Pillow crop (the plan's box rounded to whole pixels) then resize, as
+    torchvision's RandomResizedCrop does on PIL images."""
     h, w = plan.size
-    return np.asarray(Image.fromarray(image).resize((w, h), resample, box=plan.box))
+    height, width = image.shape[:2]
+    left, right = _pixel_span(plan.box[0], plan.box[2], width)
+    top, bottom = _pixel_span(plan.box[1], plan.box[3], height)
+    return np.asarray(
+        Image.fromarray(image).crop((left, top, right, bottom)).resize((w, h), resample)
+    )
+
+
+def assert_resampled(got: np.ndarray, want: np.ndarray) -> None:
+    """torch's uint8 kernels against Pillow's: within 2 levels, nearly all equal."""
+    diff = np.abs(got.astype(int) - want.reshape(got.shape).astype(int))
+    assert diff.max() <= 2 and diff.mean() < 0.05, (diff.max(), diff.mean())
 
 
 # --------------------------------------------------------------------------------------------
@@ -316,13 +329,13 @@ def test_composition_renders_like_step_by_step_pillow(photo: np.ndarray) -> None
 # --------------------------------------------------------------------------------------------
 
 
-def test_render_equals_one_pillow_crop_and_resize(photo: np.ndarray) -> None:
+def test_render_equals_pillow_crop_then_resize(photo: np.ndarray) -> None:
     t = Compose([RandomResizedCrop(160)])
     for i in range(10):
         plan = t.plan((0, 0, i), *photo.shape[:2])
         out = np.empty((160, 160, 3), np.uint8)
         t.render(photo, plan, out)
-        np.testing.assert_array_equal(out, _pillow(photo, plan))
+        assert_resampled(out, _pillow(photo, plan))
 
 
 @pytest.mark.parametrize(
@@ -338,7 +351,7 @@ def test_render_uses_the_interpolation(
 ) -> None:
     t = Compose([Resize((100, 130), interpolation=interpolation), CenterCrop(90)])
     plan = t.plan((0, 0, 0), *photo.shape[:2])
-    np.testing.assert_array_equal(t(photo), _pillow(photo, plan, resample))
+    assert_resampled(t(photo), _pillow(photo, plan, resample))
     other = (
         Image.Resampling.BICUBIC
         if resample != Image.Resampling.BICUBIC
@@ -351,7 +364,7 @@ def test_flip_equals_fliplr_of_the_resample(photo: np.ndarray) -> None:
     t = Compose([RandomResizedCrop((120, 90)), RandomHorizontalFlip(1.0)])
     plan = t.plan((2, 0, 3), *photo.shape[:2])
     assert plan.flip
-    np.testing.assert_array_equal(t(photo, (2, 0, 3)), np.fliplr(_pillow(photo, plan)))
+    assert_resampled(t(photo, (2, 0, 3)), np.fliplr(_pillow(photo, plan)))
 
 
 def test_render_at_half_scale_is_close_to_full_scale(photo: np.ndarray) -> None:
@@ -399,7 +412,11 @@ def test_render_supports_gray_and_1_3_4_channels(photo: np.ndarray, channels: in
     out = t(image)
     assert out.shape == t.output_shape(image.shape) == (64, 64, *image.shape[2:])
     ref = _pillow(image[..., 0] if channels == 1 else image, plan)
-    np.testing.assert_array_equal(out.reshape(ref.shape), np.fliplr(ref))
+    if channels == 4:  # Pillow resamples RGBA (premultiplied alpha) on its box: exact
+        want = np.asarray(Image.fromarray(image).resize((64, 64), Image.BILINEAR, box=plan.box))
+        np.testing.assert_array_equal(out, np.fliplr(want))
+    else:
+        assert_resampled(out.reshape(ref.shape), np.fliplr(ref))
 
 
 def test_identity_plan_copies_without_resampling(photo: np.ndarray) -> None:
