@@ -140,9 +140,13 @@ class EncodedField:
         if transform is None:
             if out is None:
                 out = np.empty(shape, self.info.dtype)
+            target = channels_last(out)
+            if target.flags.c_contiguous:  # a channels-last batch row: decode straight into it
+                self.decoder.decode_into(data, target)
+                return out
             scratch = self._scratch_for(shape)
             self.decoder.decode_into(data, scratch)
-            np.copyto(channels_last(out), scratch)
+            np.copyto(target, scratch)
             return out
         key = (int(transform.seed), int(epoch), i)
         plan_of = getattr(transform, "plan", None)

@@ -354,3 +354,29 @@ def test_a_jpeg_too_large_for_its_region_is_encoded_again(tmp_path: Path) -> Non
     assert verify(dst).ok
     assert ds.read_batch([0, 1, 2])["image"].shape == (3, 3, 16, 16)
     assert _size(dst / "image__bytes") < 60000  # the comments were not kept
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("workers", [0, 1])
+def test_decoded_batches_are_channels_last_unless_asked_otherwise(
+    photos: Path, tmp_path: Path, workers: int
+) -> None:
+    dst = tmp_path / "jpg.zarr"
+    convert_images(photos, dst, encoding="jpeg", progress=False)
+    t = Compose([RandomResizedCrop(32)])
+    batches = {}
+    for last in (True, False):
+        ds = ChunkDataset(dst, fields=("image", "label"), transform=t, channels_last=last)
+        assert ds.channels_last_fields() == ({"image"} if last else set())
+        with make_loader(ds, 16, num_workers=workers, shuffle=False) as loader:
+            x, _ = next(iter(loader))
+            assert tuple(x.shape) == (16, 3, 32, 32)
+            assert x.is_contiguous(memory_format=torch.channels_last) == last
+            assert x.is_contiguous() != last
+            batches[last] = x.clone()
+    torch.testing.assert_close(batches[True], batches[False], rtol=0, atol=0)
+    plain = ChunkDataset(dst, fields="image")  # no transform: decoded straight into the slot
+    with make_loader(plain, 8, num_workers=workers, shuffle=False) as loader:
+        x = next(iter(loader))
+        assert x.is_contiguous(memory_format=torch.channels_last)
+        np.testing.assert_array_equal(x.numpy(), plain.read_batch(range(8))["image"])

@@ -26,8 +26,8 @@ import torch
 
 from ..errors import ChunkioError, LoaderError
 from .lease import Lease
-from .ring import RingLayout, SlotRing
-from .source import BatchSource
+from .ring import RingLayout, SlotRing, batch_view
+from .source import BatchSource, channels_last_fields
 from .workers import WorkerPool
 
 __all__ = ["STARTUP_TIMEOUT_S", "LocalTransport", "RingOptions", "RingTransport"]
@@ -121,7 +121,12 @@ class _Session:
     ) -> None:
         num_slots = opts.num_workers * opts.prefetch + opts.held
         fields = dataset.batch_fields()
-        layout = RingLayout.of(fields, batch_size=batch_size, num_slots=num_slots)
+        layout = RingLayout.of(
+            fields,
+            batch_size=batch_size,
+            num_slots=num_slots,
+            channels_last=channels_last_fields(dataset),
+        )
         self.ring = SlotRing.create(layout)
         try:
             self.pool = WorkerPool(
@@ -408,10 +413,13 @@ class LocalTransport:
     def _buffer(self) -> dict[str, npt.NDArray[Any]]:
         if self._free:
             return self._free.pop()
-        return {
-            name: self._allocate((self.batch_size, *shape), dtype)
-            for name, (dtype, shape) in self.dataset.batch_fields().items()
-        }
+        last = channels_last_fields(self.dataset)
+        out = {}
+        for name, (dtype, shape) in self.dataset.batch_fields().items():
+            flat = self._allocate((self.batch_size * int(np.prod(shape)),), dtype)
+            cl = name in last and len(shape) == 3
+            out[name] = batch_view(flat, self.batch_size, shape, channels_last=cl)
+        return out
 
     def run(
         self, batches: Iterable[Indices], parts: Parts = even_parts, *, epoch: int = 0

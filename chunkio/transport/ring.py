@@ -18,7 +18,7 @@ import os
 import secrets
 import shutil
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any
@@ -47,10 +47,37 @@ class FieldSpec:
     name: str
     dtype: str
     sample_shape: tuple[int, ...]
+    #: a (C, H, W) field laid out channels last in memory: (H, W, C) per sample
+    channels_last: bool = False
 
     @property
     def sample_nbytes(self) -> int:
         return int(np.prod(self.sample_shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+    def view(self, raw: npt.NDArray[np.uint8], batch_size: int) -> npt.NDArray[Any]:
+        """``(batch_size, *sample_shape)`` over ``raw`` bytes, in this field's memory order."""
+        return batch_view(
+            raw.view(np.dtype(self.dtype)),
+            batch_size,
+            self.sample_shape,
+            channels_last=self.channels_last,
+        )
+
+
+def batch_view(
+    flat: npt.NDArray[Any], n: int, shape: tuple[int, ...], *, channels_last: bool = False
+) -> npt.NDArray[Any]:
+    """``flat`` as ``(n, *shape)``; with ``channels_last`` a ``(n, C, H, W)`` view of memory laid
+    out ``(n, H, W, C)`` (what torch calls ``channels_last``: convolutions take it as it is).
+
+    >>> v = batch_view(np.arange(12), 1, (3, 2, 2), channels_last=True)
+    >>> v.shape, v[0, :, 0, 0].tolist()
+    ((1, 3, 2, 2), [0, 1, 2])
+    """
+    if not channels_last:
+        return flat.reshape((n, *shape))
+    c, h, w = shape
+    return flat.reshape((n, h, w, c)).transpose(0, 3, 1, 2)
 
 
 @dataclass(frozen=True)
@@ -80,9 +107,14 @@ class RingLayout:
         *,
         batch_size: int,
         num_slots: int,
+        channels_last: Collection[str] = (),
     ) -> RingLayout:
-        """Layout for ``{field: (dtype, sample_shape)}``."""
-        specs = tuple(FieldSpec(k, np.dtype(d).str, tuple(s)) for k, (d, s) in fields.items())
+        """Layout for ``{field: (dtype, sample_shape)}``; fields in ``channels_last`` are laid
+        out channels last (see :func:`batch_view`)."""
+        specs = tuple(
+            FieldSpec(k, np.dtype(d).str, tuple(s), k in channels_last and len(s) == 3)
+            for k, (d, s) in fields.items()
+        )
         return cls(specs, int(batch_size), int(num_slots))
 
     @property
@@ -193,8 +225,7 @@ class SlotRing:
             views = {}
             for k, f in enumerate(layout.fields):
                 start = layout.field_offset(slot, k)
-                raw = whole[start : start + b * f.sample_nbytes]
-                views[f.name] = raw.view(np.dtype(f.dtype)).reshape((b, *f.sample_shape))
+                views[f.name] = f.view(whole[start : start + b * f.sample_nbytes], b)
             self._fields.append(views)
 
     @classmethod

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-__all__ = ["BatchSource", "FieldShapes"]
+__all__ = ["BatchSource", "FieldShapes", "channels_last_fields"]
 
 #: field name -> (element dtype, per-sample shape), in batch order
 FieldShapes = dict[str, tuple[np.dtype[Any], tuple[int, ...]]]
@@ -51,3 +51,10 @@ class BatchSource(Protocol):
     def close(self) -> None:
         """Close this process's handles (a worker calls it when it stops)."""
         ...
+
+
+def channels_last_fields(source: Any) -> frozenset[str]:
+    """Fields a source wants laid out channels last (optional ``channels_last_fields()``:
+    ``(C, H, W)`` samples whose producer writes ``(H, W, C)``, e.g. decoded images)."""
+    wanted = getattr(source, "channels_last_fields", None)
+    return frozenset(wanted()) if callable(wanted) else frozenset()
