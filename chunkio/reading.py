@@ -116,7 +116,6 @@ class ProcessReader:
         self._preloaded: dict[str, npt.NDArray[Any]] = {}
         self._ragged: dict[str, tuple[IntArray, IntArray]] = {}
         self._encoded: dict[str, EncodedField] = {}
-        self._untransformed: dict[str, npt.NDArray[Any]] = {}
 
     def close(self) -> None:
         if self._executor is not None:
@@ -171,10 +170,10 @@ class ProcessReader:
             elif info.kind == "ragged":
                 result[name] = self._read_ragged(info, idx)
             elif mine is not None:
-                rows = self._read_dense(info, idx, self._rows_buffer(info, len(idx)), once)
+                source, rows = self._located(info, idx)
                 if target is None:
                     target = self._transformed_buffer(info, mine, idx)
-                transform_rows(mine, rows, idx, target, epoch, self.map_rows)
+                transform_rows(mine, source, rows, idx, target, epoch, self.map_rows)
                 result[name] = target
             else:
                 result[name] = self._read_dense(info, idx, target, once)
@@ -215,8 +214,20 @@ class ProcessReader:
             offsets = offsets[rows]
             if not len(chunks):
                 return out
-        slots, runs = pool.admit(chunks)
+        slots = self._admit(info, pool, chunks)
         spc = self.grid.samples_per_chunk
+        started = time.perf_counter()
+        where = slots[pos] * spc + offsets
+        if rows is None or rows.all():
+            np.take(pool.buffer, where, axis=0, out=out, mode="clip")  # always in range
+        else:
+            out[rows] = pool.buffer[where]
+        self.stats.gather_s += time.perf_counter() - started
+        return out
+
+    def _admit(self, info: FieldInfo, pool: ChunkPool, chunks: IntArray) -> IntArray:
+        """The pool slot of each of ``chunks``, decoding those it lacks into their slots."""
+        slots, runs = pool.admit(chunks)
         try:
             for run, first_slot in runs:
                 ranges = [self.grid.bounds(c) for c in run]
@@ -230,14 +241,18 @@ class ProcessReader:
         self.stats.chunks_read += read
         self.stats.cache_hits += len(chunks) - read
         self.stats.per_field[info.name] = self.stats.per_field.get(info.name, 0) + read
-        started = time.perf_counter()
-        where = slots[pos] * spc + offsets
-        if rows is None or rows.all():
-            np.take(pool.buffer, where, axis=0, out=out, mode="clip")  # always in range
-        else:
-            out[rows] = pool.buffer[where]
-        self.stats.gather_s += time.perf_counter() - started
-        return out
+        return slots
+
+    def _located(self, info: FieldInfo, idx: IntArray) -> tuple[npt.NDArray[Any], IntArray]:
+        """Samples ``idx`` of dense field ``info``, decoded but not gathered: an array and the
+        row of each sample in it (a transform then reads each straight from its chunk)."""
+        whole = self._preload(info)
+        if whole is not None:
+            return whole, idx
+        plan = plan_batch(idx, self.grid)
+        pool = self._pool(info)
+        slots = self._admit(info, pool, plan.chunks)
+        return pool.buffer, slots[plan.chunk_pos] * self.grid.samples_per_chunk + plan.offsets
 
     def _encoded_field(self, info: FieldInfo) -> EncodedField:
         coded = self._encoded.get(info.name)
@@ -245,14 +260,6 @@ class ProcessReader:
             coded = EncodedField(self.reader, info, cache_chunks=2 * self.pool_chunks)
             self._encoded[info.name] = coded
         return coded
-
-    def _rows_buffer(self, info: FieldInfo, n: int) -> npt.NDArray[Any]:
-        """A reused buffer for ``n`` untransformed samples of dense field ``info``."""
-        buf = self._untransformed.get(info.name)
-        if buf is None or len(buf) < n:
-            buf = np.empty((n, *(info.sample_shape or ())), info.dtype)
-            self._untransformed[info.name] = buf
-        return buf[:n]
 
     def _transformed_buffer(
         self, info: FieldInfo, transform: FieldTransform, idx: IntArray

@@ -82,20 +82,23 @@ def stored_output_shape(transform: FieldTransform, stored: tuple[int, ...]) -> t
 
 def transform_rows(
     transform: FieldTransform,
-    rows: npt.NDArray[Any],
+    source: npt.NDArray[Any],
+    rows: npt.NDArray[np.int64],
     indices: npt.NDArray[np.int64],
     out: npt.NDArray[Any],
     epoch: int,
     map_rows: Callable[[Callable[[Any], Any], Iterable[Any]], Iterator[Any]] = map,
 ) -> None:
-    """``out[j] = transform(rows[j])`` for each row, keyed by ``(seed, epoch, indices[j])``;
-    ``map_rows`` may spread the rows over threads."""
+    """``out[j] = transform(source[rows[j]])`` for each sample, keyed by ``(seed, epoch,
+    indices[j])``; ``map_rows`` may spread the samples over threads."""
     seed = int(transform.seed)
 
-    def one(job: tuple[int, int]) -> None:
-        j, index = job
-        # a strided view: Compose copies only the crop it needs
-        transform.apply(channels_last(rows[j]), channels_last(out[j]), (seed, int(epoch), index))
+    def one(job: tuple[int, tuple[int, int]]) -> None:
+        j, (row, index) = job
+        # a strided view of the decoded chunk: Compose copies only the crop it needs
+        image = channels_last(source[row])
+        transform.apply(image, channels_last(out[j]), (seed, int(epoch), index))
 
-    for _ in map_rows(one, enumerate(indices.tolist())):
+    pairs = zip(rows.tolist(), indices.tolist(), strict=True)
+    for _ in map_rows(one, enumerate(pairs)):
         pass

@@ -609,9 +609,7 @@ class Compose:
                 antialias=self._mode != "nearest-exact",
                 mode=self._mode,
             )[0].permute(1, 2, 0)
-        if plan.flip:
-            result = result.flip(1)
-        np.copyto(out, result.numpy().reshape(out.shape))
+        np.copyto(out[:, ::-1] if plan.flip else out, result.numpy().reshape(out.shape))
 
     def apply(self, image: np.ndarray, out: np.ndarray, key: Key) -> None:
         """Transform ``image`` into ``out``: :meth:`render` of :meth:`plan` for ``key``."""
