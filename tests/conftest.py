@@ -96,13 +96,19 @@ def source_array(
 
 
 def zarr_chunk_file(path: str | Path, field: str, *coords: int) -> Path:
-    """The file of chunk ``coords`` of Zarr array ``field`` (any default key separator).
+    """The file of chunk ``coords`` of Zarr array ``field`` (any default key separator); of a
+    sharded array, the shard that holds it.
 
     ``coords`` may stop early: missing trailing coordinates are 0 (sample-axis chunks).
     """
     import json
 
+    from chunkio.backends._zarr_shard import shard_layout
+
     meta = json.loads(Path(path, field, "zarr.json").read_text())
+    layout = shard_layout(meta)
+    if layout is not None:
+        coords = tuple(c // g for c, g in zip(coords, layout.grid, strict=False))
     ndim = len(meta["shape"])
     sep = (meta["chunk_key_encoding"].get("configuration") or {}).get("separator", "/")
     key = sep.join(["c", *map(str, (*coords, *(0 for _ in range(ndim - len(coords)))))])

@@ -71,9 +71,9 @@ def test_convert_info_verify_and_a_flipped_byte(folder: Path, tmp_path: Path) ->
     assert as_json["num_chunks"] == 2 and as_json["arrays"]["image"]["checksum"] is True
 
     assert chunkio("verify", dst).returncode == 0
-    chunk = zarr_chunk_file(dst, "image", 1)
+    chunk = zarr_chunk_file(dst, "image", 1)  # small images: the shard holding chunks 0 and 1
     data = bytearray(chunk.read_bytes())
-    data[len(data) // 2] ^= 0x40
+    data[int((len(data) - 36) * 0.75)] ^= 0x40  # inside chunk 1 (the index is 36 bytes)
     chunk.write_bytes(bytes(data))
     checked = chunkio("verify", dst)
     assert checked.returncode == 1, checked.stdout

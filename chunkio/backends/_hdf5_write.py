@@ -57,6 +57,7 @@ class HDF5Writer:
         dtype: np.dtype[Any],
         chunks: tuple[int, ...],
         compression: Compression,
+        shard_chunks: int | None = None,
     ) -> None:
         if name in self._file:
             del self._file[name]

@@ -135,6 +135,7 @@ class MemoryWriter:
         dtype: np.dtype[Any],
         chunks: tuple[int, ...],
         compression: Compression,
+        shard_chunks: int | None = None,
     ) -> None:
         self._store.arrays[name] = _Array(np.zeros(shape, dtype), chunks, compression)
 

@@ -26,10 +26,12 @@ def chunk_files(array_dir: str, chunks: range) -> list[str]:
     """The files (or, with the ``"/"`` key separator, the folders) that hold sample-axis chunks
     ``chunks`` of a local Zarr v3 array, whichever default key separator it uses (chunkio
     writes ``"."``; older datasets and other writers ``"/"``) and however it is chunked along
-    the other axes. Only those that exist."""
+    the other axes; for a sharded array, the shards holding them. Only those that exist."""
     meta_path = os.path.join(array_dir, "zarr.json")
     st = os.stat(meta_path)
-    sep, shape, inner = _chunk_naming(meta_path, st.st_ino, st.st_mtime_ns, st.st_size)
+    sep, shape, inner, per_object = _chunk_naming(meta_path, st.st_ino, st.st_mtime_ns, st.st_size)
+    if per_object > 1 and len(chunks):
+        chunks = range(chunks.start // per_object, -(-chunks.stop // per_object))
     if sep == "/":
         paths = (os.path.join(array_dir, "c", str(k)) for k in chunks)
         return [p for p in paths if os.path.exists(p)]
@@ -47,17 +49,21 @@ def chunk_files(array_dir: str, chunks: range) -> list[str]:
 @functools.lru_cache(maxsize=256)
 def _chunk_naming(
     meta_path: str, inode: int, mtime_ns: int, size: int
-) -> tuple[str, tuple[int, ...], tuple[int, ...]]:
-    """Key separator, shape and chunk shape from ``zarr.json``: parsed once per version of
-    the file (a conversion syncs every array once per task; zarr replaces the file by a
-    rename, so a new version has a new inode)."""
+) -> tuple[str, tuple[int, ...], tuple[int, ...], int]:
+    """Key separator, shape, object (chunk or shard) shape, and sample-axis chunks per object
+    from ``zarr.json``: parsed once per version of the file (a conversion syncs every array
+    once per task; zarr replaces the file by a rename, so a new version has a new inode)."""
     with open(meta_path, encoding="utf-8") as f:
         meta = json.load(f)
     encoding = meta.get("chunk_key_encoding") or {}
     sep = str((encoding.get("configuration") or {}).get("separator", "/"))
     shape = tuple(int(n) for n in meta["shape"])
     inner = tuple(int(c) for c in meta["chunk_grid"]["configuration"]["chunk_shape"])
-    return sep, shape, inner
+    from ._zarr_shard import shard_layout
+
+    layout = shard_layout(meta)
+    per_object = 1 if layout is None else layout.grid[0]
+    return sep, shape, inner, per_object
 
 
 class ZarrStorage:
@@ -95,8 +101,13 @@ class ZarrStorage:
             for folder in sorted({os.path.dirname(p) for p in files}):
                 fsync_path(folder)  # the new directory entries
 
-    def seal(self, path: str, scratch: str) -> None:
-        """Chunks were synced as written: sync the metadata, drop killed writers' temp files."""
+    def seal(self, path: str, scratch: str, *, pack: bool = False) -> None:
+        """With ``pack``, arrays of small chunk files become shards (:mod:`._zarr_pack`);
+        chunks were synced as written: sync the metadata, drop killed writers' temp files."""
+        if pack:
+            from ._zarr_pack import pack_arrays
+
+            pack_arrays(path)
         fsync_tree(path, finish_zarr=True)
 
     def copy_for_growth(
@@ -160,8 +171,9 @@ class HDF5Storage:
         """The one writer has flushed; sync the whole file."""
         fsync_path(path)
 
-    def seal(self, path: str, scratch: str) -> None:
-        """Rewrite ``path`` with its chunks in sorted order (equal content, equal bytes)."""
+    def seal(self, path: str, scratch: str, *, pack: bool = False) -> None:
+        """Rewrite ``path`` with its chunks in sorted order (equal content, equal bytes);
+        HDF5 has no shards (``pack`` is ignored): a dataset is one file already."""
         from ._hdf5_write import write_canonical
 
         write_canonical(path, scratch)
@@ -222,7 +234,7 @@ class MemoryStorage:
     def sync_chunks(self, path: str, arrays: Sequence[str], first: int, stop: int) -> None:
         pass
 
-    def seal(self, path: str, scratch: str) -> None:
+    def seal(self, path: str, scratch: str, *, pack: bool = False) -> None:
         pass
 
     def copy_for_growth(

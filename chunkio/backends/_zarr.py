@@ -26,6 +26,8 @@ from ..errors import (
 )
 from ._zarr_local import LocalChunkDecoder, LocalChunkEncoder
 from ._zarr_region import RegionDecoder
+from ._zarr_shard import shard_layout
+from ._zarr_sharded import LocalShardDecoder, LocalShardEncoder
 from .base import ArrayInfo, CodecInfo, Compression, StageClock, check_region, coalesce
 
 __all__ = ["ZarrReader", "ZarrWriter", "codec_info", "zarr_compressors"]
@@ -64,6 +66,9 @@ def codec_info(codecs: Sequence[Mapping[str, Any]]) -> CodecInfo:
     ...     "cname": "lz4", "clevel": 5, "shuffle": "noshuffle"}}, {"name": "crc32c"}]))
     'lz4(5)+crc32c'
     """
+    for c in codecs:  # a sharded array: its inner chunks' codecs
+        if c.get("name") == "sharding_indexed":
+            return codec_info((c.get("configuration") or {}).get("codecs") or [])
     names = [str(c.get("name")) for c in codecs]
     checksum = "crc32c" if "crc32c" in names else None
     compressors = [c for c in codecs if c.get("name") in ("zstd", "blosc", "gzip")]
@@ -91,14 +96,23 @@ def _describe(location: Any) -> str:
 
 
 def _check_codecs(meta: Mapping[str, Any], name: str, where: str) -> tuple[str, ...]:
-    names = tuple(str(c.get("name")) for c in meta.get("codecs") or [])
-    if "sharding_indexed" in names:
-        # chunkio never writes shards, and its chunk index (sample-axis chunks, missing-chunk
-        # checks) does not map onto them: refuse before anything inside is decoded.
-        raise FormatError(
-            f"{where}: array {name!r} is sharded (codec 'sharding_indexed'); chunkio reads "
-            "unsharded arrays only: rewrite it with chunkio.write_arrays"
+    codecs = list(meta.get("codecs") or [])
+    outer = [str(c.get("name")) for c in codecs if c.get("name") != "sharding_indexed"]
+    unsafe = [n for n in outer if n not in SAFE_CODECS]
+    if unsafe:
+        raise UnsafeInputError(
+            f"{where}: array {name!r} declares codec(s) {unsafe}; chunkio only decodes "
+            f"{sorted(SAFE_CODECS)} unless opened with trust_codecs=True"
         )
+    layout = shard_layout(meta, where=f"{where}: array {name!r}")  # FormatError if unreadable
+    if layout is not None:
+        if layout.inner_chunks[1:] != tuple(meta.get("shape") or ())[1:]:
+            raise FormatError(
+                f"{where}: array {name!r} is sharded with inner chunks {layout.inner_chunks} "
+                "split along more than the sample axis; chunkio reads shards of whole samples"
+            )
+        codecs = [*layout.inner_codecs, *layout.index_codecs]
+    names = tuple(str(c.get("name")) for c in codecs)
     unsafe = [n for n in names if n not in SAFE_CODECS]
     if unsafe:
         raise UnsafeInputError(
@@ -132,7 +146,7 @@ class ZarrReader:
         except Exception as err:  # zarr raises several types for "not a v3 group"
             raise FormatError(f"{self.location}: cannot open as a Zarr v3 group: {err}") from err
         self._arrays: dict[str, Any] = {}
-        self._fast: dict[str, LocalChunkDecoder | None] = {}
+        self._fast: dict[str, LocalChunkDecoder | LocalShardDecoder | None] = {}
         self._regions: dict[str, RegionDecoder | None] = {}
         self._infos: dict[str, ArrayInfo] = {}
         self.clock = StageClock()
@@ -188,11 +202,15 @@ class ZarrReader:
             self._fast[name] = self._local_decoder(name, meta)
         return arr
 
-    def _local_decoder(self, name: str, meta: dict[str, Any]) -> LocalChunkDecoder | None:
+    def _local_decoder(
+        self, name: str, meta: dict[str, Any]
+    ) -> LocalChunkDecoder | LocalShardDecoder | None:
         store = self._group.store
         if not isinstance(store, LocalStore):
             return None
         array_dir = os.path.join(str(store.root), self._group.path, name)
+        if shard_layout(meta) is not None:
+            return LocalShardDecoder.build(array_dir, name, meta)
         return LocalChunkDecoder.build(array_dir, name, meta)
 
     def _region_decoder(self, name: str, meta: dict[str, Any]) -> RegionDecoder | None:
@@ -243,7 +261,10 @@ class ZarrReader:
             self.clock.decode += time.perf_counter() - start_time  # zarr does all stages
 
     def _read_fast(
-        self, fast: LocalChunkDecoder, ranges: Sequence[tuple[int, int]], out: npt.NDArray[Any]
+        self,
+        fast: LocalChunkDecoder | LocalShardDecoder,
+        ranges: Sequence[tuple[int, int]],
+        out: npt.NDArray[Any],
     ) -> None:
         offset = 0
         step = fast.chunk_rows
@@ -306,7 +327,10 @@ class ZarrReader:
         arr = self._array(name)
         fast = self._fast[name]
         if fast is not None:
-            return os.path.exists(fast.chunk_path(chunk))
+            return fast.exists(chunk)
+        layout = shard_layout(arr.metadata.to_dict())
+        if layout is not None:  # a remote sharded array: its shard, at least (see issue notes)
+            chunk //= layout.n_inner
         key = arr.metadata.encode_chunk_key((chunk,) + (0,) * (arr.ndim - 1))
         from zarr.core.sync import sync
 
@@ -327,7 +351,7 @@ class ZarrWriter:
             store=location, mode="a", zarr_format=3, storage_options=_opts(storage_options)
         )
         self._arrays: dict[str, Any] = {}
-        self._encoders: dict[str, LocalChunkEncoder | None] = {}
+        self._encoders: dict[str, LocalChunkEncoder | LocalShardEncoder | None] = {}
 
     def create_array(
         self,
@@ -337,13 +361,18 @@ class ZarrWriter:
         dtype: np.dtype[Any],
         chunks: tuple[int, ...],
         compression: Compression,
+        shard_chunks: int | None = None,
     ) -> None:
         self._encoders.pop(name, None)
+        shards = None
+        if shard_chunks is not None and shard_chunks > 1:
+            shards = (shard_chunks * chunks[0], *chunks[1:])
         self._arrays[name] = self._group.create_array(
             name,
             shape=shape,
             dtype=dtype,
             chunks=chunks,
+            shards=shards,
             compressors=zarr_compressors(compression),
             fill_value=0,
             overwrite=True,
@@ -373,15 +402,20 @@ class ZarrWriter:
         else:
             self._array(name)[start : start + len(data)] = data
 
-    def _encoder(self, name: str) -> LocalChunkEncoder | None:
-        """Whole chunks of a local array are encoded and written here, not through zarr."""
+    def _encoder(self, name: str) -> LocalChunkEncoder | LocalShardEncoder | None:
+        """Whole chunks (or shards) of a local array are encoded and written here, not
+        through zarr."""
         if name not in self._encoders:
             arr = self._array(name)
             store = arr.store
-            encoder = None
+            encoder: LocalChunkEncoder | LocalShardEncoder | None = None
             if isinstance(store, LocalStore):
                 array_dir = os.path.join(str(store.root), *arr.path.split("/"))
-                encoder = LocalChunkEncoder.build(array_dir, name, arr.metadata.to_dict())
+                meta = arr.metadata.to_dict()
+                if shard_layout(meta) is not None:
+                    encoder = LocalShardEncoder.build(array_dir, name, meta)
+                else:
+                    encoder = LocalChunkEncoder.build(array_dir, name, meta)
             self._encoders[name] = encoder
         return self._encoders[name]
 

@@ -29,7 +29,7 @@ from ..errors import CorruptChunkError, MissingChunkError
 from ._checksum import crc32c
 from .base import StageClock
 
-__all__ = ["ChunkFiles", "LocalChunkDecoder", "LocalChunkEncoder"]
+__all__ = ["ChunkFiles", "LocalChunkDecoder", "LocalChunkEncoder", "write_file"]
 
 Decompress = Callable[[Any, Any], Any]
 
@@ -112,8 +112,21 @@ class ChunkFiles:
         path = path or self.path(coords)
         t0 = time.perf_counter()
         data = _read_file(path, self.array_name, what)
+        if clock is not None:
+            clock.read += time.perf_counter() - t0
+        self.decode_bytes(data, target, where=f"chunk {what} in {path}", clock=clock)
+
+    def decode_bytes(
+        self,
+        data: bytes | memoryview,
+        target: npt.NDArray[Any],
+        *,
+        where: str,
+        clock: StageClock | None = None,
+    ) -> None:
+        """Verify and decode one stored chunk's bytes into C-contiguous ``target``."""
         t1 = time.perf_counter()
-        payload = self._verified(data, f"array {self.array_name!r}: chunk {what} in {path}")
+        payload = self._verified(data, f"array {self.array_name!r}: {where}")
         t2 = time.perf_counter()
         flat = target.reshape(-1).view(np.uint8)
         try:
@@ -123,15 +136,14 @@ class ChunkFiles:
                 self.decompress(payload, flat)
         except Exception as err:
             raise CorruptChunkError(
-                f"array {self.array_name!r}: chunk {what} in {path} cannot be decoded "
+                f"array {self.array_name!r}: {where} cannot be decoded "
                 f"({type(err).__name__}: {err})"
             ) from err
         if clock is not None:
-            clock.read += t1 - t0
             clock.checksum += t2 - t1
             clock.decode += time.perf_counter() - t2
 
-    def _verified(self, data: bytes, where: str) -> npt.NDArray[np.uint8]:
+    def _verified(self, data: bytes | memoryview, where: str) -> npt.NDArray[np.uint8]:
         if not self.checksum:
             if not data:
                 raise CorruptChunkError(f"{where} is empty")
@@ -194,6 +206,9 @@ class LocalChunkDecoder:
 
     def chunk_path(self, chunk: int) -> str:
         return self.prefix + str(chunk) + self.suffix
+
+    def exists(self, chunk: int) -> bool:
+        return os.path.exists(self.chunk_path(chunk))
 
     def read_chunk_into(
         self, chunk: int, out: npt.NDArray[Any], clock: StageClock | None = None
@@ -289,18 +304,24 @@ class LocalChunkEncoder:
                 padded = np.zeros(files.chunks, files.dtype)
                 padded[: len(part)] = part
                 part = padded
-            payload = part.reshape(-1).view(np.uint8)
-            body = payload if self.compress is None else self.compress(payload)
+            body, check = self.encode_chunk(part)
             path = self.decoder.chunk_path((start + first) // rows)
             folder = os.path.dirname(path)
             if folder not in made:
                 os.makedirs(folder, exist_ok=True)
                 made.add(folder)
-            check = crc32c(np.frombuffer(body, np.uint8)) if files.checksum else None
-            _write_file(path, body, check)
+            write_file(path, body, check)
+
+    def encode_chunk(self, part: npt.NDArray[Any]) -> tuple[Any, int | None]:
+        """One full, C-contiguous chunk's stored bytes: the compressed body and its crc32c
+        (``None`` without a checksum codec), which follows the body in the stored object."""
+        payload = part.reshape(-1).view(np.uint8)
+        body = payload if self.compress is None else self.compress(payload)
+        check = crc32c(np.frombuffer(body, np.uint8)) if self.decoder.files.checksum else None
+        return body, check
 
 
-def _write_file(path: str, body: Any, checksum: int | None) -> None:
+def write_file(path: str, body: Any, checksum: int | None) -> None:
     """Write a chunk file atomically, as zarr's LocalStore does: a ``.partial`` file, renamed.
 
     A killed writer leaves the old file or the new one, never half of one (resume relies on

@@ -213,7 +213,12 @@ class Writer(Protocol):
         dtype: np.dtype[Any],
         chunks: tuple[int, ...],
         compression: Compression,
-    ) -> None: ...
+        shard_chunks: int | None = None,
+    ) -> None:
+        """Create (or replace) array ``name``. ``shard_chunks``: store that many chunks along
+        axis 0 per object where the format has shards (Zarr v3 ``sharding_indexed``); other
+        formats ignore it."""
+        ...
 
     def write_block(self, name: str, start: int, data: npt.NDArray[Any]) -> None: ...
 
@@ -253,7 +258,10 @@ class Storage(Protocol):
 
     def sync_chunks(self, path: str, arrays: Sequence[str], first: int, stop: int) -> None: ...
 
-    def seal(self, path: str, scratch: str) -> None: ...
+    def seal(self, path: str, scratch: str, *, pack: bool = False) -> None:
+        """Make a finished staging ready to publish; ``pack``: store small chunks in few
+        objects where the format has shards."""
+        ...
 
     def copy_for_growth(
         self, src: str, dst: str, names: Sequence[str], old_samples: int, new_samples: int

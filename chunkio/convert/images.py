@@ -574,6 +574,7 @@ def _write(
         progress=options.progress,
         block_chunks=_block_chunks(source, spc, workers),
         request=job.request,
+        pack=True,
     )
     base = {f.name: getattr(result, f.name) for f in fields(result)}
     return ImageConversionResult(

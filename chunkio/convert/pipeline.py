@@ -55,6 +55,7 @@ def run_conversion(
     progress: bool = True,
     block_chunks: int = 1,
     request: Request | None = None,
+    pack: bool = False,
 ) -> ConversionResult:
     """Convert ``source`` into a chunkio dataset at ``dst``; resume an interrupted run.
 
@@ -92,6 +93,10 @@ def run_conversion(
         What a rerun compares with the record of a complete ``dst``; by default
         ``source.fingerprint()`` and the options above that shape the result. Converters
         built on this function pass their own (a cheap listing, their own options).
+    pack
+        Zarr: before publishing, store each array of small chunk files (labels, paths, the
+        bytes of encoded images...) as shards of about 64 MiB, most often one file per field
+        (:mod:`chunkio.backends._zarr_pack`); ``convert_images`` does.
 
     Returns
     -------
@@ -215,7 +220,7 @@ def run_conversion(
             writer.set_attrs({COMPLETE_KEY: True})
         finally:
             writer.close()
-        dest.commit()
+        dest.commit(pack=pack)
     return ConversionResult(
         path=dest.display,
         format=fmt,

@@ -132,8 +132,9 @@ class Destination:
     def sync(self, arrays: tuple[str, ...], first: int, stop: int) -> None:
         """Make chunks durable before they are recorded (only staged data is synced)."""
 
-    def commit(self) -> None:
-        """The completion marker is written: publish the dataset."""
+    def commit(self, *, pack: bool = False) -> None:
+        """The completion marker is written: publish the dataset (``pack``: small chunk
+        files into shards first, see :meth:`chunkio.backends.Storage.seal`)."""
 
     def close(self) -> None:
         """Release what :meth:`open` took; staged progress is kept for a rerun."""
@@ -271,12 +272,13 @@ class StagedDestination(Destination):
         self._manifest.flush()
         os.fsync(self._manifest.fileno())
 
-    def commit(self) -> None:
+    def commit(self, *, pack: bool = False) -> None:
         if self._manifest is not None:
             self._manifest.close()
             self._manifest = None
         # Canonical bytes (HDF5: chunks in sorted order), everything synced, then the swap.
-        self.storage.seal(self.data_location, os.path.join(self.staging, "canonical"))
+        scratch = os.path.join(self.staging, "canonical")
+        self.storage.seal(self.data_location, scratch, pack=pack)
         publish(self.data_location, self.location, self.staging)
         shutil.rmtree(self.staging)
         fsync_path(self.parent)

@@ -1,0 +1,130 @@
+"""Packing a finished Zarr v3 dataset's small chunk files into shards, before it is published.
+
+Conversions write one file per chunk: parallel writers own whole chunks, and a killed run
+resumes from the files already there. Small fields (labels, sizes, paths, the bytes of
+encoded images) then leave thousands of tiny files, and file systems and object stores pay
+per file. So, once every chunk is written, each array whose chunk files are small is
+rewritten as shards (``sharding_indexed``) of about :data:`PACK_SHARD_BYTES`: the stored
+chunk bytes are copied as they are (nothing is decoded), an array of a few MiB becomes one
+file. Arrays of larger chunks are left alone (repacking them would copy the dataset once
+more for little gain).
+
+Crash safety without a second copy of the array: shards get keys of their own (``c/<i>``:
+the ``"/"`` key separator, where chunk files are ``c.<i>``), so they are written beside the
+chunk files; replacing ``zarr.json`` (a rename) switches readers from the chunks to the
+shards at once; only then are the chunk files removed. Killed at any point, the array reads
+the same; the next :func:`pack_arrays` removes what is left over and finishes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from typing import Any
+
+from .._fsync import fsync_tree
+from ..errors import FormatError
+from ._zarr_local import ChunkFiles, write_file
+from ._zarr_shard import shard_layout, sharding_codec
+
+__all__ = ["PACK_SHARD_BYTES", "SMALL_CHUNK_BYTES", "pack_arrays"]
+
+#: stored bytes per shard to aim for
+PACK_SHARD_BYTES = 64 << 20
+#: arrays whose chunk files are at most this large on average are packed
+SMALL_CHUNK_BYTES = 256 << 10
+#: the key encoding of packed shards (distinct from chunk files' ``c.<i>``)
+_SHARD_KEYS = {"name": "default", "configuration": {"separator": "/"}}
+
+
+def pack_arrays(group: str) -> list[str]:
+    """Pack the small-chunked arrays of the local Zarr group at ``group``; their names."""
+    packed = []
+    for name in sorted(os.listdir(group)):
+        array_dir = os.path.join(group, name)
+        meta = _array_meta(array_dir)
+        if meta is None:
+            continue
+        if shard_layout(meta) is not None:
+            _drop_chunk_files(array_dir, meta)  # a pack interrupted after its switch
+            continue
+        if _pack(array_dir, name, meta):
+            packed.append(name)
+    return packed
+
+
+def _array_meta(array_dir: str) -> dict[str, Any] | None:
+    try:
+        with open(os.path.join(array_dir, "zarr.json"), encoding="utf-8") as f:
+            meta = json.load(f)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return meta if isinstance(meta, dict) and meta.get("node_type") == "array" else None
+
+
+def _pack(array_dir: str, name: str, meta: dict[str, Any]) -> bool:
+    files = ChunkFiles.build(array_dir, name, meta)
+    if files is None or files.chunks[1:] != files.shape[1:] or files.separator != ".":
+        return False  # not a layout chunkio writes (chunked along other axes, nested keys)
+    rows = files.chunks[0]
+    num_chunks = -(-files.shape[0] // rows)
+    paths = [files.path((c, *(0 for _ in files.shape[1:]))) for c in range(num_chunks)]
+    sizes = [os.path.getsize(p) for p in paths if os.path.exists(p)]
+    if len(sizes) < 2 or sum(sizes) / len(sizes) > SMALL_CHUNK_BYTES:
+        return False
+    per_shard = max(1, min(num_chunks, PACK_SHARD_BYTES // max(1, max(sizes))))
+    if per_shard == 1:
+        return False
+    shutil.rmtree(os.path.join(array_dir, "c"), ignore_errors=True)  # an earlier try's
+    rest = [0 for _ in files.shape[1:]]
+    inner_shape = [rows, *files.shape[1:]]
+    codec = sharding_codec(tuple(inner_shape), list(meta["codecs"]))
+    layout = shard_layout({**meta, "codecs": [codec], "chunk_grid": _grid(per_shard * rows, meta)})
+    if layout is None:  # pragma: no cover - sharding_codec always makes one
+        raise FormatError(f"{array_dir}: could not describe its shards")
+    for shard in range(-(-num_chunks // per_shard)):
+        inner: list[bytes | None] = []
+        for c in range(shard * per_shard, (shard + 1) * per_shard):
+            inner.append(_read(paths[c]) if c < num_chunks else None)
+        shard_path = os.path.join(array_dir, "c", str(shard), *map(str, rest))
+        os.makedirs(os.path.dirname(shard_path), exist_ok=True)
+        write_file(shard_path, layout.encode(inner), None)
+    new = {
+        **meta,
+        "chunk_grid": _grid(per_shard * rows, meta),
+        "chunk_key_encoding": _SHARD_KEYS,
+        "codecs": [codec],
+    }
+    fsync_tree(os.path.join(array_dir, "c"))
+    tmp = os.path.join(array_dir, "zarr.json.packing")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(new, f, indent=2)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(array_dir, "zarr.json"))  # readers switch to the shards here
+    _drop_chunk_files(array_dir, new)
+    return True
+
+
+def _grid(first: int, meta: dict[str, Any]) -> dict[str, Any]:
+    shape = list(meta["chunk_grid"]["configuration"]["chunk_shape"])
+    return {"name": "regular", "configuration": {"chunk_shape": [first, *shape[1:]]}}
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None  # never written (e.g. the unused rest of an encoded field's region)
+
+
+def _drop_chunk_files(array_dir: str, meta: dict[str, Any]) -> None:
+    """Remove the chunk files a packed array (``"/"`` keys) no longer reads."""
+    keys = (meta.get("chunk_key_encoding") or {}).get("configuration") or {}
+    if keys.get("separator") != "/":
+        return
+    for entry in os.listdir(array_dir):
+        if entry.startswith("c.") or entry.endswith(".partial"):
+            os.unlink(os.path.join(array_dir, entry))

@@ -1,0 +1,228 @@
+"""Sharded Zarr v3 arrays on a local filesystem, read and written by chunkio itself.
+
+A sharded array (codec ``sharding_indexed``, :mod:`._zarr_shard`) stores many *inner* chunks
+in one object, a *shard*, followed by an index of ``(offset, nbytes)`` pairs. chunkio shards
+along the sample axis only, so inner chunk ``c`` (chunkio's sample chunk) is inner chunk
+``c % n`` of shard ``c // n``. Reading one is: the shard's index (read once per process and
+shard, kept while the file's identity is unchanged), then one ``pread`` of its bytes, checked
+and decoded exactly like an unsharded chunk file. Writing encodes whole shards - each inner
+chunk as :class:`~._zarr_local.LocalChunkEncoder` encodes a chunk file - and writes each shard
+atomically, byte for byte what zarr-python writes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import CorruptChunkError, MissingChunkError
+from ._zarr_local import ChunkFiles, LocalChunkEncoder, write_file
+from ._zarr_shard import ShardLayout, inner_range, parse_index, shard_layout
+from .base import StageClock
+
+__all__ = ["LocalShardDecoder", "LocalShardEncoder", "inner_meta"]
+
+
+def inner_meta(meta: dict[str, Any], layout: ShardLayout) -> dict[str, Any]:
+    """The ``zarr.json`` an unsharded array of the inner chunks would have (its codecs)."""
+    return {
+        **meta,
+        "codecs": layout.inner_codecs,
+        "chunk_grid": {
+            "name": "regular",
+            "configuration": {"chunk_shape": list(layout.inner_chunks)},
+        },
+    }
+
+
+@dataclass
+class LocalShardDecoder:
+    """Reads and decodes inner chunks of an array sharded along axis 0 only."""
+
+    files: ChunkFiles  # the inner chunks' codecs; ``files.path`` names shard objects
+    layout: ShardLayout
+    #: shard -> (file identity, checked index), this process's cache
+    _indexes: dict[int, tuple[tuple[int, int, int], npt.NDArray[np.uint64]]] = field(
+        default_factory=dict
+    )
+
+    @classmethod
+    def build(cls, array_dir: str, name: str, meta: dict[str, Any]) -> LocalShardDecoder | None:
+        layout = shard_layout(meta, where=f"array {name!r}")
+        if layout is None or layout.inner_chunks[1:] != tuple(meta["shape"])[1:]:
+            return None  # unsharded, or split along more than the sample axis
+        files = ChunkFiles.build(array_dir, name, inner_meta(meta, layout))
+        if files is None:
+            return None
+        shard_files = ChunkFiles(
+            files.array_dir,
+            files.array_name,
+            files.shape,
+            layout.shard_shape,
+            files.dtype,
+            files.decompress,
+            files.checksum,
+            files.separator,
+        )
+        return cls(shard_files, layout)
+
+    @property
+    def chunk_rows(self) -> int:
+        return self.layout.inner_chunks[0]
+
+    def shard_path(self, shard: int) -> str:
+        return self.files.path((shard, *(0 for _ in self.files.shape[1:])))
+
+    def chunk_path(self, chunk: int) -> str:
+        """The shard object that holds inner chunk ``chunk``."""
+        return self.shard_path(chunk // self.layout.n_inner)
+
+    def _index(self, shard: int, fd: int, path: str) -> npt.NDArray[np.uint64]:
+        st = os.fstat(fd)
+        identity = (st.st_ino, st.st_size, st.st_mtime_ns)
+        cached = self._indexes.get(shard)
+        if cached is not None and cached[0] == identity:
+            return cached[1]
+        start, stop = self.layout.index_span(st.st_size)
+        where = f"array {self.files.array_name!r}: shard {shard} in {path}"
+        tail = os.pread(fd, stop - max(start, 0), max(start, 0)) if st.st_size else b""
+        index = parse_index(
+            tail,
+            self.layout.n_inner,
+            where=where,
+            shard_size=st.st_size,
+            checksum=self.layout.index_checksum,
+            index_location=self.layout.index_location,
+        )
+        self._indexes[shard] = (identity, index)
+        return index
+
+    def exists(self, chunk: int) -> bool:
+        """Whether inner chunk ``chunk`` is stored (its shard exists and indexes it)."""
+        shard, i = divmod(chunk, self.layout.n_inner)
+        path = self.shard_path(shard)
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:
+            return False
+        try:
+            return inner_range(self._index(shard, fd, path), i) is not None
+        except CorruptChunkError:
+            return False
+        finally:
+            os.close(fd)
+
+    def read_chunk_into(
+        self, chunk: int, out: npt.NDArray[Any], clock: StageClock | None = None
+    ) -> None:
+        """Decode inner chunk ``chunk`` into ``out`` (its valid rows only)."""
+        rows_per = self.chunk_rows
+        rows = min(rows_per, self.files.shape[0] - chunk * rows_per)
+        full = rows == rows_per and out.flags.c_contiguous
+        target = out if full else np.empty(self.layout.inner_chunks, self.files.dtype)
+        shard, i = divmod(chunk, self.layout.n_inner)
+        path = self.shard_path(shard)
+        what = f"{chunk} (samples {chunk * rows_per}..{chunk * rows_per + rows - 1})"
+        name = self.files.array_name
+        t0 = time.perf_counter()
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError as err:
+            raise MissingChunkError(
+                f"array {name!r}: chunk {what} is missing: shard {path} does not exist"
+            ) from err
+        try:
+            span = inner_range(self._index(shard, fd, path), i)
+            if span is None:
+                raise MissingChunkError(
+                    f"array {name!r}: chunk {what} is missing from shard {path} (its index "
+                    "entry is empty)"
+                )
+            data = _pread(fd, span[0], span[1] - span[0])
+        finally:
+            os.close(fd)
+        if len(data) != span[1] - span[0]:
+            raise CorruptChunkError(
+                f"array {name!r}: chunk {what} in shard {path}: read {len(data)} of "
+                f"{span[1] - span[0]} bytes (the shard is truncated)"
+            )
+        if clock is not None:
+            clock.read += time.perf_counter() - t0
+        where = f"chunk {what} (inner chunk {i} of shard {path})"
+        self.files.decode_bytes(data, target, where=where, clock=clock)
+        if not full:
+            out[...] = target[:rows]
+
+
+@dataclass(frozen=True)
+class LocalShardEncoder:
+    """Encodes and writes whole shards of an array sharded along axis 0 only."""
+
+    decoder: LocalShardDecoder
+    chunk: LocalChunkEncoder  # encodes one inner chunk
+
+    @classmethod
+    def build(cls, array_dir: str, name: str, meta: dict[str, Any]) -> LocalShardEncoder | None:
+        decoder = LocalShardDecoder.build(array_dir, name, meta)
+        if decoder is None:
+            return None
+        chunk = LocalChunkEncoder.build(array_dir, name, inner_meta(meta, decoder.layout))
+        return None if chunk is None else cls(decoder, chunk)
+
+    @property
+    def shard_rows(self) -> int:
+        return self.decoder.layout.shard_shape[0]
+
+    def covers(self, start: int, data: npt.NDArray[Any]) -> bool:
+        """Whether ``data`` at row ``start`` is whole shards (the array's last may be short)."""
+        files = self.decoder.files
+        rows, stop = self.shard_rows, start + len(data)
+        return (
+            start % rows == 0
+            and (len(data) % rows == 0 or stop == files.shape[0])
+            and stop <= files.shape[0]
+            and data.dtype == files.dtype
+            and data.shape[1:] == files.shape[1:]
+        )
+
+    def write_rows(self, start: int, data: npt.NDArray[Any]) -> None:
+        """Write the shards that rows ``start .. start + len(data)`` fill (see :meth:`covers`).
+
+        As zarr-python does, an inner chunk wholly past the array's end is not stored and the
+        one that straddles it is padded with the fill value (zero)."""
+        layout = self.decoder.layout
+        inner_rows, n_inner = layout.inner_chunks[0], layout.n_inner
+        for first in range(0, len(data), self.shard_rows):
+            part = data[first : first + self.shard_rows]
+            inner: list[bytes | None] = []
+            for k in range(n_inner):
+                rows = part[k * inner_rows : (k + 1) * inner_rows]
+                if not len(rows):
+                    inner.append(None)
+                    continue
+                block = np.ascontiguousarray(rows)
+                if len(block) < inner_rows:
+                    padded = np.zeros(layout.inner_chunks, block.dtype)
+                    padded[: len(block)] = block
+                    block = padded
+                body, check = self.chunk.encode_chunk(block)
+                tail = b"" if check is None else check.to_bytes(4, "little")
+                inner.append(bytes(memoryview(body).cast("B")) + tail)
+            path = self.decoder.shard_path((start + first) // self.shard_rows)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            write_file(path, layout.encode(inner), None)
+
+
+def _pread(fd: int, offset: int, size: int) -> bytes:
+    data = os.pread(fd, size, offset)
+    while len(data) < size:  # short reads: large spans, or signals
+        more = os.pread(fd, size - len(data), offset + len(data))
+        if not more:
+            break
+        data += more
+    return data

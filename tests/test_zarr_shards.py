@@ -1,0 +1,194 @@
+"""Sharded Zarr v3 arrays: chunkio writes and reads shards itself, packs small chunk files into
+shards before publishing, and stays readable by zarr-python at every step."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+from chunkio import ChunkDataset, convert_images, write_arrays
+from chunkio.backends import Compression, open_reader, open_writer
+from chunkio.backends._zarr import CHUNK_KEY_ENCODING, zarr_compressors
+from chunkio.backends._zarr_pack import pack_arrays
+from chunkio.convert import append_arrays
+from chunkio.errors import CorruptChunkError, MissingChunkError
+from chunkio.inspect import verify
+
+
+def _files(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file()]
+
+
+def test_shards_written_by_chunkio_are_zarr_pythons_bytes(tmp_path: Path) -> None:
+    x = np.random.default_rng(0).integers(0, 255, (50, 3, 4, 4), dtype=np.uint8)
+    ours = tmp_path / "ours.zarr"
+    w = open_writer(str(ours))
+    w.create_array(
+        "x",
+        shape=x.shape,
+        dtype=x.dtype,
+        chunks=(4, 3, 4, 4),
+        compression=Compression(),
+        shard_chunks=4,
+    )
+    w.write_block("x", 0, x[:16])  # one whole shard
+    w.write_block("x", 16, x[16:])  # the rest, ending with a partial shard
+    w.write_block("x", 5, x[5:7])  # not whole shards: through zarr (read-modify-write)
+    w.close()
+    theirs = zarr.open_group(str(tmp_path / "theirs.zarr"), mode="w").create_array(
+        "x",
+        shape=x.shape,
+        dtype=x.dtype,
+        chunks=(4, 3, 4, 4),
+        shards=(16, 3, 4, 4),
+        compressors=zarr_compressors(Compression()),
+        fill_value=0,
+        config={"write_empty_chunks": True},
+        chunk_key_encoding=CHUNK_KEY_ENCODING,
+    )
+    theirs[:] = x
+    names = sorted(p.name for p in (ours / "x").iterdir() if p.name != "zarr.json")
+    assert names == ["c.0.0.0.0", "c.1.0.0.0", "c.2.0.0.0", "c.3.0.0.0"]
+    for n in names:
+        assert (ours / "x" / n).read_bytes() == (tmp_path / "theirs.zarr" / "x" / n).read_bytes()
+    reader = open_reader(str(ours))
+    out = np.empty_like(x)
+    reader.read_into("x", [(0, 50)], out)
+    np.testing.assert_array_equal(out, x)
+    assert type(reader._fast["x"]).__name__ == "LocalShardDecoder"  # not zarr's oindex
+    assert [reader.chunk_exists("x", c) for c in (0, 12, 13)] == [True, True, False]
+
+
+@pytest.fixture
+def packed(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
+    rng = np.random.default_rng(1)
+    data = {
+        "x": rng.integers(0, 255, (300, 8), dtype=np.uint8),
+        "label": rng.integers(0, 10, 300),
+    }
+    dst = tmp_path / "d.zarr"
+    write_arrays(dst, data, samples_per_chunk=16, shuffle=False)
+    return dst, data
+
+
+def test_small_chunk_files_are_packed_into_one_shard(packed) -> None:
+    dst, data = packed
+    for name in ("x", "label"):
+        meta = json.loads((dst / name / "zarr.json").read_text())
+        assert [c["name"] for c in meta["codecs"]] == ["sharding_indexed"]
+        assert sorted(p.relative_to(dst / name).as_posix() for p in _files(dst / name)) == [
+            "c/0" if name == "label" else "c/0/0",
+            "zarr.json",
+        ]
+        np.testing.assert_array_equal(zarr.open_array(str(dst / name))[:], data[name])
+    ds = ChunkDataset(dst, fields=("x", "label"), preload_bytes=0)
+    x, y = ds.read_batch([5, 299, 17]).values()
+    np.testing.assert_array_equal(x, data["x"][[5, 299, 17]])
+    np.testing.assert_array_equal(y, data["label"][[5, 299, 17]])
+    assert verify(dst).ok, verify(dst).problems
+
+
+def test_a_pack_killed_at_any_point_leaves_a_readable_array_and_finishes_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = {"label": np.arange(200)}
+    src = tmp_path / "src.zarr"
+    write_arrays(src, data, samples_per_chunk=8, shuffle=False)
+    # unpack it again: a staged dataset, as a conversion leaves it before sealing
+    plain = tmp_path / "plain.zarr"
+    g = zarr.open_group(str(plain), mode="w")
+    g.attrs.update(dict(zarr.open_group(str(src)).attrs))
+    a = g.create_array(
+        "label",
+        shape=(200,),
+        dtype=np.int64,
+        chunks=(8,),
+        compressors=zarr_compressors(Compression()),
+        fill_value=0,
+        chunk_key_encoding=CHUNK_KEY_ENCODING,
+    )
+    a[:] = data["label"]
+    real_replace = os.replace
+
+    def dies_at_the_switch(a: str, b: str) -> None:
+        if str(b).endswith("zarr.json"):
+            raise KeyboardInterrupt("killed")
+        real_replace(a, b)
+
+    monkeypatch.setattr(os, "replace", dies_at_the_switch)
+    with pytest.raises(KeyboardInterrupt):
+        pack_arrays(str(plain))
+    monkeypatch.setattr(os, "replace", real_replace)
+    np.testing.assert_array_equal(zarr.open_array(str(plain / "label"))[:], data["label"])
+    assert (plain / "label" / "c" / "0").exists()  # shards written, not yet switched to
+    assert pack_arrays(str(plain)) == ["label"]
+    np.testing.assert_array_equal(zarr.open_array(str(plain / "label"))[:], data["label"])
+    # killed after the switch, before the chunk files went: they are removed next time
+    (plain / "label" / "c.3").write_bytes(b"stale")
+    assert pack_arrays(str(plain)) == []
+    assert not (plain / "label" / "c.3").exists()
+
+
+def test_damaged_shards_raise_typed_errors_naming_the_shard(packed) -> None:
+    dst, _ = packed
+    shard = dst / "x" / "c" / "0" / "0"
+    good = shard.read_bytes()
+    shard.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))  # the index checksum
+    with pytest.raises(CorruptChunkError, match=r"shard 0 .*c/0/0"):
+        ChunkDataset(dst, fields="x", preload_bytes=0).read_batch([0])
+    assert not verify(dst).ok
+    shard.write_bytes(good[: len(good) // 2])  # truncated: the index is gone
+    with pytest.raises(CorruptChunkError):
+        ChunkDataset(dst, fields="x", preload_bytes=0).read_batch([0])
+    index = np.frombuffer(good[-(16 * 19 + 4) : -4], np.uint64).copy()
+    index[2] = len(good) * 2  # an offset past the shard's end
+    body = index.tobytes()
+    from chunkio.backends._checksum import crc32c
+
+    crc = crc32c(np.frombuffer(body, np.uint8)).to_bytes(4, "little")
+    shard.write_bytes(good[: -(16 * 19 + 4)] + body + crc)
+    with pytest.raises(CorruptChunkError, match="past its end"):
+        ChunkDataset(dst, fields="x", preload_bytes=0).read_batch([0])
+    shard.unlink()
+    with pytest.raises(MissingChunkError):
+        ChunkDataset(dst, fields="x", preload_bytes=0).read_batch([0])
+
+
+def test_appending_to_a_packed_dataset(packed) -> None:
+    dst, data = packed
+    more = {"x": np.full((40, 8), 7, np.uint8), "label": np.arange(40)}
+    append_arrays(dst, more)
+    ds = ChunkDataset(dst, fields=("x", "label"), preload_bytes=0)
+    assert len(ds) == 340
+    got = ds.read_batch(list(range(290, 340)))
+    np.testing.assert_array_equal(got["x"], np.concatenate([data["x"][290:], more["x"]]))
+    np.testing.assert_array_equal(
+        got["label"], np.concatenate([data["label"][290:], more["label"]])
+    )
+    assert verify(dst).ok
+
+
+def test_an_image_conversion_is_a_few_files(tmp_path: Path) -> None:
+    from benchmarks.data import make_jpeg_folder
+
+    src = make_jpeg_folder(tmp_path / "src", n_images=300, size=64, n_classes=4, seed=2)
+    for encoding in ("jpeg", "raw"):
+        dst = tmp_path / f"{encoding}.zarr"
+        convert_images(src, dst, encoding=encoding, progress=False)
+        ds = ChunkDataset(dst, fields=("image", "label"))
+        files = _files(dst)
+        small = [p for p in files if "image" not in p.relative_to(dst).parts[0]]
+        # every small field (label, orig_size, path, source_index, the image index) is one
+        # shard plus its zarr.json; the root has its own
+        assert len(small) <= 2 * 4 + 1, sorted(map(str, small))
+        if encoding == "jpeg":  # the encoded bytes too: 300 JPEGs of 64 px in one shard
+            assert len(files) <= 2 * 7 + 1, sorted(map(str, files))
+        batch = ds.read_batch([0, 150, 299])
+        z = zarr.open_group(str(dst))
+        np.testing.assert_array_equal(batch["label"], z["label"][[0, 150, 299]])
+        assert verify(dst).ok
