@@ -321,6 +321,8 @@ def markdown(results: Mapping[str, Any]) -> str:
         ("patches", "Patches (bench_patches)"),
         ("read_profile", "Read path: one epoch per stage (bench_read_profile)"),
         ("codecs", "Codecs and chunk sizes (bench_codecs)"),
+        ("images", "Training inputs at 224 px: augmented epochs and storage (bench_images)"),
+        ("decoders", "Image decoders (bench_decoders)"),
     ):
         if key in results:
             lines += _section(title, results[key])

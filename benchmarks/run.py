@@ -111,6 +111,8 @@ def checks(results: dict[str, Any]) -> list[dict[str, Any]]:
     out += results.get("training", {}).get("checks", [])
     # bench_convert's targets (conversion over bare decode; write_arrays workers), when it ran
     out += results.get("convert", {}).get("checks", [])
+    # bench_images' targets (augmented epochs vs ImageFolder + Pillow; JPEG storage), when it ran
+    out += results.get("images", {}).get("checks", [])
     return out
 
 
@@ -222,6 +224,12 @@ def _run_optional(
         )
     # its own small dataset (the digits) and batch size 64: what training parity is judged on
     results["training"] = _optional("bench_training", quick, workers=workers)
+    # training inputs at 224 px: RandomResizedCrop + flip epochs, chunkio raw / jpeg against an
+    # ImageFolder + Pillow loader (same workers), storage per field; and the decoders
+    results["images"] = _optional(
+        "bench_images", quick, workers=workers, root=str(Path(root) / "images")
+    )
+    results["decoders"] = _optional("bench_decoders", quick)
     results["mixing"] = _optional(
         "bench_mixing", quick, workers=max(workers, 1), root=str(Path(root) / "mixing")
     )
