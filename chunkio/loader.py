@@ -316,6 +316,7 @@ def make_loader(
     device: torch.device | str | None = None,
     copy: bool = False,
     transform: Any = None,
+    storage_options: Any = None,
 ) -> ChunkLoader:
     """A loader over a chunkio dataset with chunk-aware shuffling and sensible defaults.
 
@@ -375,6 +376,10 @@ def make_loader(
     copy
         Host delivery only: hand out copies instead of views of reused memory, so batches may
         be kept (costs one copy per batch).
+    storage_options
+        With a URL (``s3://...``, ``https://...``): options for its filesystem (fsspec, e.g.
+        s3fs's ``key``, ``secret``, ``client_kwargs``); chunks are then fetched by byte ranges,
+        concurrently (see the README).
     transform
         With a path: the dataset's per-sample ``transform``. :mod:`chunkio.transforms` (e.g.
         ``Compose([RandomResizedCrop(224), RandomHorizontalFlip()])``) are applied while
@@ -399,14 +404,14 @@ def make_loader(
         raise ValueError(f"transport must be 'ring' or 'dataloader'; got {transport!r}")
     target = resolve_device(device)
     if isinstance(path_or_dataset, ChunkDataset):
-        if transform is not None:
+        if transform is not None or storage_options is not None:
             raise ValueError(
-                "make_loader(transform=...) goes with a path; a ChunkDataset has its own "
-                "transform (pass it to ChunkDataset)"
+                "make_loader(transform=..., storage_options=...) go with a path; a "
+                "ChunkDataset has its own (pass them to ChunkDataset)"
             )
         dataset = path_or_dataset
     else:
-        dataset = ChunkDataset(path_or_dataset, fields, transform)
+        dataset = ChunkDataset(path_or_dataset, fields, transform, storage_options=storage_options)
     where = ChunkBatchSampler(  # validates batch_size, rank, world_size, lanes
         dataset.chunk_sizes(), batch_size, pool=0, lanes=lanes, rank=rank, world_size=world_size
     )

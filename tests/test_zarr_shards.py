@@ -73,6 +73,7 @@ def packed(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
     }
     dst = tmp_path / "d.zarr"
     write_arrays(dst, data, samples_per_chunk=16, shuffle=False)
+    assert pack_arrays(str(dst)) == ["label", "x"]  # what convert_images does before publishing
     return dst, data
 
 

@@ -26,6 +26,7 @@ from ..errors import (
 )
 from ._zarr_local import LocalChunkDecoder, LocalChunkEncoder
 from ._zarr_region import RegionDecoder
+from ._zarr_remote import RemoteChunkReader, is_remote
 from ._zarr_shard import shard_layout
 from ._zarr_sharded import LocalShardDecoder, LocalShardEncoder
 from .base import ArrayInfo, CodecInfo, Compression, StageClock, check_region, coalesce
@@ -122,6 +123,17 @@ def _check_codecs(meta: Mapping[str, Any], name: str, where: str) -> tuple[str, 
     return names
 
 
+def _declared_arrays(attrs: Mapping[str, Any]) -> list[str]:
+    """The arrays a chunkio layout attribute declares (for stores that cannot list)."""
+    from ..layout import ATTR_KEY, DatasetLayout
+
+    try:
+        layout = DatasetLayout.from_attrs(attrs, where="", require_complete=False)
+    except (FormatError, KeyError, TypeError, ValueError):
+        return list((attrs.get(ATTR_KEY) or {}).get("fields") or {})
+    return [a for f in layout.fields for a in f.array_names()]
+
+
 class ZarrReader:
     """Read-only access to a chunkio Zarr v3 group."""
 
@@ -137,6 +149,11 @@ class ZarrReader:
     ) -> None:
         self.location = _describe(location)
         self._trust = trust_codecs
+        self._remote: Any = None
+        if is_remote(location):  # chunks fetched by chunkio itself, by byte ranges
+            from ..remote import RangeFetcher
+
+            self._remote = RangeFetcher(location.rstrip("/"), storage_options=storage_options)
         try:
             self._group = zarr.open_group(
                 store=location, mode="r", zarr_format=3, storage_options=_opts(storage_options)
@@ -146,7 +163,7 @@ class ZarrReader:
         except Exception as err:  # zarr raises several types for "not a v3 group"
             raise FormatError(f"{self.location}: cannot open as a Zarr v3 group: {err}") from err
         self._arrays: dict[str, Any] = {}
-        self._fast: dict[str, LocalChunkDecoder | LocalShardDecoder | None] = {}
+        self._fast: dict[str, LocalChunkDecoder | LocalShardDecoder | RemoteChunkReader | None] = {}
         self._regions: dict[str, RegionDecoder | None] = {}
         self._infos: dict[str, ArrayInfo] = {}
         self.clock = StageClock()
@@ -162,7 +179,13 @@ class ZarrReader:
         async def children() -> list[str]:
             return [k async for k in self._group.store.list_dir(self._group.path)]
 
-        names = sync(children())
+        try:
+            names = sync(children())
+        except Exception:  # e.g. HTTP: no listing
+            names = []
+        names = [n.rstrip("/") for n in names]  # HTTP listings name folders "x/"
+        if not names:  # a store that cannot list: the arrays the chunkio layout declares
+            names = _declared_arrays(self.attrs())
         return sorted(n for n in names if (self._raw_meta(n) or {}).get("node_type") == "array")
 
     def _raw_meta(self, name: str) -> dict[str, Any] | None:
@@ -204,8 +227,11 @@ class ZarrReader:
 
     def _local_decoder(
         self, name: str, meta: dict[str, Any]
-    ) -> LocalChunkDecoder | LocalShardDecoder | None:
+    ) -> LocalChunkDecoder | LocalShardDecoder | RemoteChunkReader | None:
         store = self._group.store
+        if self._remote is not None:
+            key = "/".join(p for p in (self._group.path, name) if p)
+            return RemoteChunkReader.build(self._remote, key, name, meta)
         if not isinstance(store, LocalStore):
             return None
         array_dir = os.path.join(str(store.root), self._group.path, name)
@@ -242,6 +268,12 @@ class ZarrReader:
     ) -> None:
         arr = self._array(name)
         fast = self._fast[name]
+        if isinstance(fast, RemoteChunkReader):
+            try:
+                fast.read_ranges(list(ranges), out, self.clock)
+            except ChunkReadError as err:
+                raise type(err)(f"{self.location}: {err}") from err
+            return
         if fast is not None:
             self._read_fast(fast, ranges, out)
             return
@@ -340,6 +372,8 @@ class ZarrReader:
         self._arrays.clear()
         self._fast.clear()
         self._regions.clear()
+        if self._remote is not None:
+            self._remote.close()
 
 
 class ZarrWriter:

@@ -1,0 +1,172 @@
+"""Chunks of a remote Zarr v3 array (S3, HTTP, ... through fsspec), fetched by byte ranges.
+
+zarr-python's generic path reads a remote array one chunk request at a time and, for shards,
+through ``oindex``; here the chunks a read needs are fetched together, concurrently, by
+:class:`~chunkio.remote.RangeFetcher`: whole chunk objects of an unsharded array, or, of a
+sharded one, the shard's index once per process (a suffix range) and then the byte ranges of
+the inner chunks, neighbours merged into one request. Each chunk's bytes are then checked and
+decoded exactly like a local chunk file's (:class:`~._zarr_local.ChunkFiles`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import MissingChunkError
+from ..remote import RangeFetcher, RemoteNotFoundError
+from ._zarr_local import ChunkFiles
+from ._zarr_shard import ShardLayout, inner_range, merged_ranges, parse_index, shard_layout
+from ._zarr_sharded import inner_meta
+from .base import StageClock
+
+__all__ = ["MERGE_GAP", "RemoteChunkReader", "is_remote"]
+
+#: inner chunks of one shard at most this many bytes apart are fetched in one request
+MERGE_GAP = 256 << 10
+
+
+def is_remote(location: Any) -> bool:
+    """Whether ``location`` is a URL of a remote filesystem (not a local path or ``file://``)."""
+    if not isinstance(location, str) or "://" not in location:
+        return False
+    return location.split("://", 1)[0] not in ("file", "local", "memory")
+
+
+@dataclass
+class RemoteChunkReader:
+    """Reads whole sample-axis chunks of one remote array chunked along axis 0 only."""
+
+    fetcher: RangeFetcher
+    key: str  # the array's key below the fetcher's url
+    files: ChunkFiles  # the (inner) chunks' codecs
+    layout: ShardLayout | None
+    _indexes: dict[int, npt.NDArray[np.uint64]] = field(default_factory=dict)
+
+    @classmethod
+    def build(
+        cls, fetcher: RangeFetcher, key: str, name: str, meta: dict[str, Any]
+    ) -> RemoteChunkReader | None:
+        layout = shard_layout(meta, where=f"array {name!r}")
+        files = ChunkFiles.build("", name, inner_meta(meta, layout) if layout else meta)
+        if files is None or files.chunks[1:] != files.shape[1:]:
+            return None
+        return cls(fetcher, key, files, layout)
+
+    @property
+    def chunk_rows(self) -> int:
+        return self.files.chunks[0]
+
+    def _object_key(self, index: int) -> str:
+        coords = (index, *(0 for _ in self.files.shape[1:]))
+        return f"{self.key}/" + self.files.separator.join(["c", *map(str, coords)])
+
+    def _shard_indexes(self, shards: list[int]) -> None:
+        """Fetch (concurrently) and check the indexes of ``shards`` not cached yet."""
+        layout = self.layout
+        assert layout is not None
+        todo = [s for s in shards if s not in self._indexes]
+        if not todo:
+            return
+        size = layout.index_nbytes
+        span = (0, size) if layout.index_location == "start" else (-size, None)
+        try:
+            tails = self.fetcher.cat_ranges([(self._object_key(s), *span) for s in todo])
+        except RemoteNotFoundError as err:
+            raise MissingChunkError(f"array {self.files.array_name!r}: {err}") from err
+        for s, tail in zip(todo, tails, strict=True):
+            url = self.fetcher.full_url(self._object_key(s))
+            where = f"array {self.files.array_name!r}: shard {url}"
+            self._indexes[s] = parse_index(
+                tail,
+                layout.n_inner,
+                where=where,
+                checksum=layout.index_checksum,
+                index_location=layout.index_location,
+            )
+
+    def exists(self, chunk: int) -> bool:
+        if self.layout is None:
+            return self.fetcher.exists(self._object_key(chunk))
+        shard, i = divmod(chunk, self.layout.n_inner)
+        try:
+            self._shard_indexes([shard])
+        except MissingChunkError:
+            return False
+        return inner_range(self._indexes[shard], i) is not None
+
+    def read_ranges(
+        self,
+        ranges: list[tuple[int, int]],
+        out: npt.NDArray[Any],
+        clock: StageClock | None = None,
+    ) -> None:
+        """Rows ``ranges`` (whole chunks, as chunkio reads them) into ``out``, in order."""
+        step = self.chunk_rows
+        wanted: list[tuple[int, int, int]] = []  # (chunk, rows, offset in out)
+        offset = 0
+        for start, stop in ranges:
+            for first in range(start, stop, step):
+                rows = min(step, stop - first)
+                wanted.append((first // step, rows, offset))
+                offset += rows
+        t0 = time.perf_counter()
+        payloads = self._fetch([c for c, _, _ in wanted])
+        if clock is not None:
+            clock.read += time.perf_counter() - t0
+        for chunk, rows, at in wanted:
+            rows_out = out[at : at + rows]
+            direct = rows == step and rows_out.flags.c_contiguous
+            target = rows_out if direct else np.empty(self.files.chunks, self.files.dtype)
+            where = f"chunk {chunk} at {self.fetcher.full_url(self._object_key(chunk))}"
+            if self.layout is not None:
+                shard = self._object_key(chunk // self.layout.n_inner)
+                where = f"chunk {chunk} in shard {self.fetcher.full_url(shard)}"
+            self.files.decode_bytes(payloads[chunk], target, where=where, clock=clock)
+            if not direct:
+                rows_out[...] = target[:rows]
+
+    def _fetch(self, chunks: list[int]) -> dict[int, bytes | memoryview]:
+        """The stored bytes of ``chunks``: one concurrent batch of requests."""
+        name = self.files.array_name
+        unique = sorted(set(chunks))
+        if self.layout is None:
+            keys = [(self._object_key(c), None, None) for c in unique]
+            try:
+                got = self.fetcher.cat_ranges(keys)
+            except RemoteNotFoundError as err:
+                raise MissingChunkError(f"array {name!r}: {err}") from err
+            return dict(zip(unique, got, strict=True))
+        n = self.layout.n_inner
+        by_shard: dict[int, list[int]] = {}
+        for c in unique:
+            by_shard.setdefault(c // n, []).append(c % n)
+        self._shard_indexes(sorted(by_shard))
+        requests: list[tuple[str, int, int]] = []
+        members: list[tuple[int, int, list[int]]] = []  # (shard, start, inner chunks)
+        for shard, inner in sorted(by_shard.items()):
+            index = self._indexes[shard]
+            empty = [i for i in inner if inner_range(index, i) is None]
+            if empty:
+                raise MissingChunkError(
+                    f"array {name!r}: chunk {shard * n + empty[0]} is missing from shard "
+                    f"{self.fetcher.full_url(self._object_key(shard))} (empty index entry)"
+                )
+            for start, stop, group in merged_ranges(index, inner, gap=MERGE_GAP):
+                requests.append((self._object_key(shard), start, stop))
+                members.append((shard, start, group))
+        try:
+            blobs = self.fetcher.cat_ranges(requests)
+        except RemoteNotFoundError as err:
+            raise MissingChunkError(f"array {name!r}: {err}") from err
+        out: dict[int, bytes | memoryview] = {}
+        for (shard, start, group), blob in zip(members, blobs, strict=True):
+            view = memoryview(blob)
+            for i in group:
+                a, b = inner_range(self._indexes[shard], i) or (0, 0)
+                out[shard * n + i] = view[a - start : b - start]
+        return out

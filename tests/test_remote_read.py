@@ -1,0 +1,121 @@
+"""chunkio datasets read from a real S3 server (moto) and an HTTP server on loopback.
+
+chunkio fetches chunks itself by byte ranges (shard indexes once, neighbouring inner chunks in
+one request); reads must equal the local ones, bit for bit, through ChunkDataset and
+make_loader workers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from remote_servers import (  # noqa: F401 (pytest fixtures)
+    LatencyProxy,
+    S3Server,
+    http_server_factory_fixture,
+    latency_proxy_factory_fixture,
+    s3_server_fixture,
+)
+
+from benchmarks.data import make_jpeg_folder
+from chunkio import ChunkDataset, convert_images, make_loader
+from chunkio.errors import MissingChunkError
+from chunkio.remote import RemoteNotFoundError
+
+pytest.importorskip("s3fs", reason="s3fs is not installed (pip install -e '.[remote]')")
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A sharded (packed) JPEG dataset and its raw twin, converted locally."""
+    root = tmp_path_factory.mktemp("remote")
+    src = make_jpeg_folder(root / "src", n_images=240, size=48, n_classes=4, seed=5)
+    convert_images(src, root / "jpeg.zarr", encoding="jpeg", progress=False)
+    convert_images(src, root / "raw.zarr", progress=False)
+    return root
+
+
+@pytest.fixture(scope="module")
+def bucket(s3_server: S3Server, local: Path) -> str:
+    s3_server.create_bucket("data")
+    for name in ("jpeg.zarr", "raw.zarr"):
+        s3_server.upload_dir(local / name, "data", name)
+    return "data"
+
+
+def _same(a: ChunkDataset, b: ChunkDataset, idx: list[int]) -> None:
+    x, y = a.read_batch(idx), b.read_batch(idx)
+    assert x.keys() == y.keys()
+    for k in x:
+        np.testing.assert_array_equal(np.asarray(x[k]), np.asarray(y[k]), err_msg=k)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", ["jpeg.zarr", "raw.zarr"])
+def test_s3_reads_equal_local_reads_with_few_requests(
+    s3_server: S3Server,
+    bucket: str,
+    local: Path,
+    latency_proxy_factory: type[LatencyProxy],
+    name: str,
+) -> None:
+    proxy = latency_proxy_factory(s3_server.endpoint_url, 0.0)
+    options = s3_server.storage_options(endpoint_url=proxy.url)
+    url = f"s3://{bucket}/{name}"
+    remote = ChunkDataset(url, storage_options=options)
+    here = ChunkDataset(local / name)
+    rng = np.random.default_rng(0)
+    idx = rng.permutation(len(here))[:64].tolist()
+    _same(remote, here, idx)
+    before = proxy.requests
+    _same(remote, here, list(range(0, 240, 3)))  # indexes cached: only chunk data now
+    if name == "jpeg.zarr":  # every field in one shard: at most one request per field
+        assert proxy.requests - before <= 4, proxy.log[before:]
+
+
+@pytest.mark.timeout(120)
+def test_make_loader_workers_read_s3(s3_server: S3Server, bucket: str, local: Path) -> None:
+    options = s3_server.storage_options()
+    url = f"s3://{bucket}/jpeg.zarr"
+    kw = {"fields": ("image", "label"), "shuffle": True, "seed": 3}
+    with make_loader(url, 32, num_workers=1, storage_options=options, **kw) as remote:
+        assert remote.transport == "ring"
+        got = [(x.clone(), y.clone()) for x, y in remote]
+    with make_loader(str(local / "jpeg.zarr"), 32, num_workers=0, **kw) as here:
+        want = [(x.clone(), y.clone()) for x, y in here]
+    assert len(got) == len(want) == 8
+    for (a, la), (b, lb) in zip(got, want, strict=True):
+        assert torch.equal(la, lb) and torch.equal(a, b)
+
+
+@pytest.mark.timeout(60)
+def test_http_reads_equal_local_reads(http_server_factory, local: Path) -> None:
+    server = http_server_factory(local)
+    for name in ("jpeg.zarr", "raw.zarr"):
+        remote = ChunkDataset(f"{server.url}/{name}")
+        _same(remote, ChunkDataset(local / name), [0, 7, 100, 239])
+
+
+@pytest.mark.timeout(60)
+def test_a_missing_shard_or_dataset_names_the_url(
+    s3_server: S3Server, bucket: str, local: Path
+) -> None:
+    options = s3_server.storage_options()
+    client = s3_server.client()
+    ds = ChunkDataset(f"s3://{bucket}/raw.zarr", fields="image", storage_options=options)
+    key = next(
+        o["Key"]
+        for o in client.list_objects_v2(Bucket=bucket, Prefix="raw.zarr/image/c")["Contents"]
+    )
+    data = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+    client.delete_object(Bucket=bucket, Key=key)
+    try:
+        with pytest.raises(MissingChunkError, match=rf"s3://{bucket}/{key}"):
+            ds.read_batch(list(range(240)))
+    finally:
+        client.put_object(Bucket=bucket, Key=key, Body=data)
+    with pytest.raises((FileNotFoundError, RemoteNotFoundError)):
+        ChunkDataset(f"s3://{bucket}/nothing.zarr", storage_options=options)
