@@ -223,6 +223,12 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
             self.fields, indices, out, once=once, transform=self.field_transform, epoch=epoch
         )
 
+    def prefetch(self, indices: Sequence[int] | npt.ArrayLike) -> None:
+        """Start fetching what a later read of ``indices`` needs (remote datasets fetch the
+        chunks in the background; a hint, it returns at once). Ring workers call it for the
+        batches queued behind the one they are reading."""
+        self._reader().prefetch(self.fields, indices)
+
     def __getitem__(self, index: int) -> Any:
         if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
             raise TypeError(f"sample index must be an int; got {type(index).__name__}")

@@ -55,18 +55,25 @@ class EncodedField:
 
     # -- bytes ------------------------------------------------------------------------------
 
-    def _fetch(self, idx: IntArray) -> None:
-        """Bring every bytes chunk the samples ``idx`` need into the cache, reading the missing
-        ones as few contiguous ranges, in storage order."""
-        spans = self.spans[idx]
+    def _needed(self, idx: IntArray) -> list[int]:
+        """The bytes chunks samples ``idx`` lie in, in storage order."""
         step = self.chunk_len
-        needed = sorted(
+        return sorted(
             {
                 c
-                for a, b in spans.tolist()
+                for a, b in self.spans[idx].tolist()
                 for c in range(a // step, max(a // step + 1, -(-b // step)))
             }
         )
+
+    def missing_chunks(self, idx: IntArray) -> list[int]:
+        """The bytes chunks samples ``idx`` need that the cache does not hold."""
+        return [c for c in self._needed(idx) if c not in self._cache]
+
+    def _fetch(self, idx: IntArray) -> None:
+        """Bring every bytes chunk the samples ``idx`` need into the cache, reading the missing
+        ones as few contiguous ranges, in storage order."""
+        needed = self._needed(idx)
         for c in needed:
             if c in self._cache:
                 self._cache.move_to_end(c)

@@ -254,6 +254,23 @@ class ProcessReader:
         slots = self._admit(info, pool, plan.chunks)
         return pool.buffer, slots[plan.chunk_pos] * self.grid.samples_per_chunk + plan.offsets
 
+    def prefetch(self, fields: Sequence[str], indices: Sequence[int] | npt.ArrayLike) -> None:
+        """Start fetching the chunks a later read of ``indices`` needs and this process does
+        not hold (remote datasets fetch them in the background; local ones ignore it)."""
+        prefetch = getattr(self.reader, "prefetch", None)
+        if not callable(prefetch):
+            return
+        idx = normalize_indices(indices, self.layout.num_samples)
+        for name in fields:
+            info = self.layout.field(name, where=self.reader.location)
+            if info.kind == "encoded":
+                coded = self._encoded_field(info)
+                prefetch(coded.data_name, coded.missing_chunks(idx))
+            elif info.kind == "dense" and self._preload(info) is None:
+                chunks = np.unique(idx // self.grid.samples_per_chunk).tolist()
+                pool = self._pool(info)
+                prefetch(info.name, [c for c in chunks if c not in pool])
+
     def _encoded_field(self, info: FieldInfo) -> EncodedField:
         coded = self._encoded.get(info.name)
         if coded is None:

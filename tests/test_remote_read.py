@@ -7,6 +7,7 @@ make_loader workers.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -119,3 +120,32 @@ def test_a_missing_shard_or_dataset_names_the_url(
         client.put_object(Bucket=bucket, Key=key, Body=data)
     with pytest.raises((FileNotFoundError, RemoteNotFoundError)):
         ChunkDataset(f"s3://{bucket}/nothing.zarr", storage_options=options)
+
+
+@pytest.mark.timeout(120)
+def test_ring_workers_fetch_queued_batches_ahead(
+    s3_server: S3Server, bucket: str, local: Path, latency_proxy_factory: type[LatencyProxy]
+) -> None:
+    proxy = latency_proxy_factory(s3_server.endpoint_url, 0.02)
+    options = s3_server.storage_options(endpoint_url=proxy.url)
+    idx = list(range(0, 240, 2))
+
+    def requests_for(prefetch: bool) -> int:
+        ds = ChunkDataset(f"s3://{bucket}/raw.zarr", fields="image", storage_options=options)
+        ds.read_batch([0])  # open it (metadata) before counting
+        before = proxy.requests
+        if prefetch:
+            ds.prefetch(idx)  # returns at once; the chunks arrive in the background
+            deadline = time.monotonic() + 10
+            while proxy.requests == before and time.monotonic() < deadline:
+                time.sleep(0.005)
+            assert proxy.requests > before, "nothing fetched before the read"
+        got = ds.read_batch(idx)["image"]
+        want = ChunkDataset(local / "raw.zarr", fields="image").read_batch(idx)["image"]
+        np.testing.assert_array_equal(got, want)
+        return proxy.requests - before
+
+    assert requests_for(True) == requests_for(False)  # the read used the prefetched bytes
+    ds = ChunkDataset(f"s3://{bucket}/raw.zarr", fields=("image", "label"), storage_options=options)
+    with make_loader(ds, 16, num_workers=1, prefetch=4, shuffle=True) as loader:
+        assert sum(len(y) for _, y in loader) == 240

@@ -310,6 +310,14 @@ class ZarrReader:
         except ChunkReadError as err:
             raise type(err)(f"{self.location}: {err}") from err
 
+    def prefetch(self, name: str, chunks: list[int]) -> None:
+        """Start fetching sample-axis ``chunks`` of ``name`` ahead of their read (remote
+        datasets; elsewhere nothing to do)."""
+        self._array(name)
+        fast = self._fast[name]
+        if isinstance(fast, RemoteChunkReader):
+            fast.prefetch(chunks)
+
     def _require_chunks(self, arr: Any, name: str, start: int, stop: int, step: int) -> None:
         # Missing chunks would read back as the fill value; a complete dataset has them all.
         for chunk in range(start // step, -(-stop // step)):
@@ -369,6 +377,9 @@ class ZarrReader:
         return bool(sync(arr.store.exists(f"{arr.path}/{key}")))
 
     def close(self) -> None:
+        for fast in self._fast.values():
+            if isinstance(fast, RemoteChunkReader):
+                fast.close()
         self._arrays.clear()
         self._fast.clear()
         self._regions.clear()

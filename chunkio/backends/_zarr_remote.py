@@ -10,7 +10,10 @@ decoded exactly like a local chunk file's (:class:`~._zarr_local.ChunkFiles`).
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +49,10 @@ class RemoteChunkReader:
     files: ChunkFiles  # the (inner) chunks' codecs
     layout: ShardLayout | None
     _indexes: dict[int, npt.NDArray[np.uint64]] = field(default_factory=dict)
+    #: chunk -> its bytes being fetched ahead of the read that needs them (:meth:`prefetch`)
+    _ahead: dict[int, Future[dict[int, bytes | memoryview]]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _pool: ThreadPoolExecutor | None = None
 
     @classmethod
     def build(
@@ -69,7 +76,7 @@ class RemoteChunkReader:
         """Fetch (concurrently) and check the indexes of ``shards`` not cached yet."""
         layout = self.layout
         assert layout is not None
-        todo = [s for s in shards if s not in self._indexes]
+        todo = [s for s in shards if s not in self._indexes]  # (a race fetches one twice)
         if not todo:
             return
         size = layout.index_nbytes
@@ -99,6 +106,24 @@ class RemoteChunkReader:
             return False
         return inner_range(self._indexes[shard], i) is not None
 
+    def prefetch(self, chunks: list[int]) -> None:
+        """Start fetching ``chunks`` in the background (a later read waits for them)."""
+        with self._lock:
+            todo = sorted({c for c in chunks if c not in self._ahead})
+            if not todo:
+                return
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, "chunkio-prefetch")
+            future = self._pool.submit(self._fetch, todo)
+            for c in todo:
+                self._ahead[c] = future
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+        self._ahead.clear()
+
     def read_ranges(
         self,
         ranges: list[tuple[int, int]],
@@ -115,7 +140,7 @@ class RemoteChunkReader:
                 wanted.append((first // step, rows, offset))
                 offset += rows
         t0 = time.perf_counter()
-        payloads = self._fetch([c for c, _, _ in wanted])
+        payloads = self._fetched([c for c, _, _ in wanted])
         if clock is not None:
             clock.read += time.perf_counter() - t0
         for chunk, rows, at in wanted:
@@ -129,6 +154,19 @@ class RemoteChunkReader:
             self.files.decode_bytes(payloads[chunk], target, where=where, clock=clock)
             if not direct:
                 rows_out[...] = target[:rows]
+
+    def _fetched(self, chunks: list[int]) -> dict[int, bytes | memoryview]:
+        """The bytes of ``chunks``: prefetched ones (waited for), the others fetched now."""
+        with self._lock:
+            ahead = {c: self._ahead.pop(c) for c in chunks if c in self._ahead}
+        got: dict[int, bytes | memoryview] = {}
+        for c, future in ahead.items():
+            with contextlib.suppress(Exception):  # fetched again below, raising its error
+                got[c] = future.result()[c]
+        missing = [c for c in chunks if c not in got]
+        if missing:
+            got.update(self._fetch(missing))
+        return got
 
     def _fetch(self, chunks: list[int]) -> dict[int, bytes | memoryview]:
         """The stored bytes of ``chunks``: one concurrent batch of requests."""

@@ -25,6 +25,7 @@ import signal
 import sys
 import time
 import traceback
+from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import BaseContext
@@ -93,14 +94,34 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
 
 
 def _serve(dataset: BatchSource, ring: SlotRing, conn: Connection, parent: int) -> None:
+    """Read the batches the main process sends, in order.
+
+    Tasks already queued behind the current one are announced to the dataset first
+    (``prefetch``, optional): a remote dataset starts fetching their chunks while this one
+    is decoded, so with ``prefetch`` batches in flight per worker the network waits overlap
+    the work.
+    """
+    queued: deque[Any] = deque()
+    announced = 0  # how many of the queued tasks were announced
+    prefetch = getattr(dataset, "prefetch", None)
     while True:
-        if not conn.poll(_PARENT_CHECK_S):
-            # Under fork this process inherits the main process's end of the pipe, so the
-            # pipe never reports EOF: watch the parent instead (reparenting means it died).
-            if os.getppid() != parent:
-                return
-            continue
-        task = conn.recv()
+        if not queued:
+            if not conn.poll(_PARENT_CHECK_S):
+                # Under fork this process inherits the main process's end of the pipe, so the
+                # pipe never reports EOF: watch the parent instead (reparenting means it died).
+                if os.getppid() != parent:
+                    return
+                continue
+            queued.append(conn.recv())
+        while conn.poll(0):  # everything already sent
+            queued.append(conn.recv())
+        if callable(prefetch):
+            for task in list(queued)[max(1, announced) :]:
+                if task is not None:
+                    _announce(prefetch, ring, task)
+            announced = len(queued)
+        task = queued.popleft()
+        announced = max(0, announced - 1)
         if task is None:
             return
         seq, slot, a, b, epoch = task
@@ -112,6 +133,14 @@ def _serve(dataset: BatchSource, ring: SlotRing, conn: Connection, parent: int) 
         except Exception as err:
             reply = ("error", seq, slot, traceback.format_exc(), _pickled(err))
         conn.send(reply)
+
+
+def _announce(prefetch: Any, ring: SlotRing, task: tuple[Any, ...]) -> None:
+    """Tell the dataset which samples a queued task will read (a hint: errors are ignored,
+    the read itself reports them)."""
+    _, slot, a, b, _ = task
+    with contextlib.suppress(Exception):
+        prefetch(ring.indices(slot)[a:b].copy())
 
 
 def resolve_context(context: Any) -> BaseContext:
