@@ -131,7 +131,8 @@ def test_ring_workers_fetch_queued_batches_ahead(
     idx = list(range(0, 240, 2))
 
     def requests_for(prefetch: bool) -> int:
-        ds = ChunkDataset(f"s3://{bucket}/raw.zarr", fields="image", storage_options=options)
+        url = f"s3://{bucket}/raw.zarr"
+        ds = ChunkDataset(url, fields="image", storage_options=options, preload_bytes=0)
         ds.read_batch([0])  # open it (metadata) before counting
         before = proxy.requests
         if prefetch:
