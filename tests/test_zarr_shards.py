@@ -189,6 +189,11 @@ def test_an_image_conversion_is_a_few_files(tmp_path: Path) -> None:
         assert len(small) <= 2 * 4 + 1, sorted(map(str, small))
         if encoding == "jpeg":  # the encoded bytes too: 300 JPEGs of 64 px in one shard
             assert len(files) <= 2 * 7 + 1, sorted(map(str, files))
+        else:  # raw pixels (3.6 MB, chunks of about 1 MiB): written as one shard directly
+            image = [p for p in files if p.relative_to(dst).parts[0] == "image"]
+            assert len(image) == 2, image
+            meta = json.loads((dst / "image" / "zarr.json").read_text())
+            assert meta["codecs"][0]["name"] == "sharding_indexed"
         batch = ds.read_batch([0, 150, 299])
         z = zarr.open_group(str(dst))
         np.testing.assert_array_equal(batch["label"], z["label"][[0, 150, 299]])

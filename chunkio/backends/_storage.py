@@ -76,6 +76,8 @@ class ZarrStorage:
     atomic_chunks = True
     local_only = False
     in_memory = False
+    #: many chunks in one object (``sharding_indexed``)
+    shards = True
 
     def holds_data(self, location: Any) -> bool:
         import zarr
@@ -160,6 +162,7 @@ class HDF5Storage:
     atomic_chunks = False
     local_only = True
     in_memory = False
+    shards = False
 
     def holds_data(self, location: Any) -> bool:
         return isinstance(location, (str, os.PathLike)) and os.path.exists(location)
@@ -215,6 +218,7 @@ class MemoryStorage:
     atomic_chunks = True
     local_only = False
     in_memory = True
+    shards = False
 
     def holds_data(self, location: Any) -> bool:
         from ._memory import memory_store

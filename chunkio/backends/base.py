@@ -251,6 +251,8 @@ class Storage(Protocol):
     local_only: bool
     #: lives in this process's memory: nothing to stage, sync or publish
     in_memory: bool
+    #: can store many chunks in one object (Zarr v3 ``sharding_indexed``)
+    shards: bool
 
     def holds_data(self, location: Any) -> bool: ...
 

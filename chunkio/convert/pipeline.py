@@ -152,9 +152,12 @@ def run_conversion(
     if encoded:  # so is the placement of encoded bytes
         parts = [p.region.tobytes() + p.shapes.tobytes() for p in encoded]
         fingerprint += f":encoded={hashlib.sha256(b''.join(parts)).hexdigest()}"
+    shard_chunks = _shard_chunks(layout, fmt) if pack else 1
     plan = ConversionPlan(
-        fmt, fields, num_samples, layout.samples_per_chunk, compression, fingerprint
+        fmt, fields, num_samples, layout.samples_per_chunk, compression, fingerprint, shard_chunks
     )
+    if shard_chunks > 1:  # writers own whole shards of the large fields
+        block_chunks = shard_chunks * max(1, block_chunks // shard_chunks)
     blocks = _blocks(plan, block_chunks)
     if request is None:
         request = Request("blocks", fingerprint, _options(plan, layout))
@@ -174,7 +177,7 @@ def run_conversion(
         writer = start_writer(
             dest,
             layout.to_attrs(),
-            lambda w: _create_arrays(w, dest, layout, compression, ragged, encoded),
+            lambda w: _create_arrays(w, dest, layout, compression, ragged, encoded, shard_chunks),
         )
         try:
             todo = [
@@ -280,6 +283,26 @@ def _check_source(source: BlockSource) -> tuple[int, tuple[FieldInfo, ...]]:
     return int(n), fields
 
 
+#: a dense field whose decoded chunks are at least this large is written in shards directly;
+#: smaller ones are packed into shards once written (see chunkio.backends._zarr_pack)
+DIRECT_SHARD_CHUNK_BYTES = 256 << 10
+#: decoded bytes per shard of the large fields
+SHARD_BYTES = 64 << 20
+
+
+def _shard_chunks(layout: DatasetLayout, fmt: Format) -> int:
+    """Chunks per shard of the large dense fields: about :data:`SHARD_BYTES`, at most all."""
+    if not storage_for(fmt).shards:
+        return 1
+    spc = layout.samples_per_chunk
+    large = [f.sample_nbytes * spc for f in layout.fields if f.kind == "dense"]
+    largest = max((b for b in large if b >= DIRECT_SHARD_CHUNK_BYTES), default=0)
+    if not largest:
+        return 1
+    num_chunks = -(-layout.num_samples // spc)
+    return max(1, min(num_chunks, SHARD_BYTES // largest))
+
+
 def _blocks(plan: ConversionPlan, block_chunks: int) -> list[Block]:
     grid = plan.grid
     out = []
@@ -370,6 +393,7 @@ def _create_arrays(
     compression: Compression,
     ragged: tuple[RaggedPlan, ...],
     encoded: tuple[EncodedPlan, ...],
+    shard_chunks: int = 1,
 ) -> None:
     spc = layout.samples_per_chunk
     for plan in ragged:
@@ -380,10 +404,12 @@ def _create_arrays(
         if f.kind != "dense":
             continue
         shape = f.sample_shape or ()
+        large = f.sample_nbytes * spc >= DIRECT_SHARD_CHUNK_BYTES
         writer.create_array(
             f.name,
             shape=(layout.num_samples, *shape),
             dtype=f.dtype,
             chunks=(spc, *shape),
             compression=compression,
+            shard_chunks=shard_chunks if large else None,
         )

@@ -19,7 +19,7 @@ from .ragged import values_chunk_span
 __all__ = ["ConversionPlan", "verified_chunks"]
 
 #: bump when the staging layout or the meaning of a plan changes: old stagings are discarded
-PLAN_VERSION = 1
+PLAN_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,8 @@ class ConversionPlan:
     samples_per_chunk: int
     compression: Compression
     source_fingerprint: str
+    #: sample chunks per shard of the large dense fields (1: unsharded; Zarr only)
+    shard_chunks: int = 1
 
     @property
     def grid(self) -> SampleGrid:
@@ -51,6 +53,7 @@ class ConversionPlan:
             "samples_per_chunk": self.samples_per_chunk,
             "compression": {"codec": c.codec, "level": c.level, "checksum": c.checksum},
             "source": self.source_fingerprint,
+            "shard_chunks": self.shard_chunks,
         }
 
     def fingerprint(self) -> str:
