@@ -264,15 +264,29 @@ def stored_chunks(path: str, array: str = "image") -> tuple[list[bytes], Callabl
     import json
 
     from chunkio.backends._zarr_local import ChunkFiles
+    from chunkio.backends._zarr_shard import inner_range, shard_layout
+    from chunkio.backends._zarr_sharded import inner_meta
 
     meta = json.loads((Path(path) / array / "zarr.json").read_text())
-    files = ChunkFiles.build(str(Path(path) / array), array, meta)
+    layout = shard_layout(meta)
+    files = ChunkFiles.build(
+        str(Path(path) / array), array, meta if layout is None else inner_meta(meta, layout)
+    )
     if files is None or files.decompress is None:
         raise ValueError(f"{path}: {array!r} is not encoded as chunkio writes it")
     cut = 4 if files.checksum else 0
     n = -(-files.shape[0] // files.chunks[0])
     zeros = (0,) * (len(files.shape) - 1)
-    blobs = [Path(files.path((c, *zeros))).read_bytes() for c in range(n)]
+    if layout is None:
+        blobs = [Path(files.path((c, *zeros))).read_bytes() for c in range(n)]
+    else:  # the inner chunks of each shard (chunkio shards along the sample axis only)
+        blobs = []
+        for s in range(-(-n // layout.n_inner)):
+            shard = Path(files.path((s, *zeros))).read_bytes()
+            index = layout.parse_index(shard, where=f"{path}/{array} shard {s}")
+            for i in range(min(layout.n_inner, n - s * layout.n_inner)):
+                a, b = inner_range(index, i) or (0, 0)
+                blobs.append(shard[a:b])
     chunk_nbytes = int(np.prod(files.chunks)) * files.dtype.itemsize
     decompress = files.decompress
     return [b[: len(b) - cut] for b in blobs], lambda b, out: decompress(b, out), chunk_nbytes
