@@ -46,8 +46,8 @@ class LocalShardDecoder:
 
     files: ChunkFiles  # the inner chunks' codecs; ``files.path`` names shard objects
     layout: ShardLayout
-    #: shard -> (file identity, checked index), this process's cache
-    _indexes: dict[int, tuple[tuple[int, int, int], npt.NDArray[np.uint64]]] = field(
+    #: shard -> (file identity, each inner chunk's (start, stop) or None), this process's cache
+    _indexes: dict[int, tuple[tuple[int, int, int], list[tuple[int, int] | None]]] = field(
         default_factory=dict
     )
 
@@ -82,7 +82,7 @@ class LocalShardDecoder:
         """The shard object that holds inner chunk ``chunk``."""
         return self.shard_path(chunk // self.layout.n_inner)
 
-    def _index(self, shard: int, fd: int, path: str) -> npt.NDArray[np.uint64]:
+    def _index(self, shard: int, fd: int, path: str) -> list[tuple[int, int] | None]:
         st = os.fstat(fd)
         identity = (st.st_ino, st.st_size, st.st_mtime_ns)
         cached = self._indexes.get(shard)
@@ -99,8 +99,9 @@ class LocalShardDecoder:
             checksum=self.layout.index_checksum,
             index_location=self.layout.index_location,
         )
-        self._indexes[shard] = (identity, index)
-        return index
+        spans = [inner_range(index, i) for i in range(self.layout.n_inner)]
+        self._indexes[shard] = (identity, spans)
+        return spans
 
     def exists(self, chunk: int) -> bool:
         """Whether inner chunk ``chunk`` is stored (its shard exists and indexes it)."""
@@ -111,7 +112,7 @@ class LocalShardDecoder:
         except FileNotFoundError:
             return False
         try:
-            return inner_range(self._index(shard, fd, path), i) is not None
+            return self._index(shard, fd, path)[i] is not None
         except CorruptChunkError:
             return False
         finally:
@@ -137,7 +138,7 @@ class LocalShardDecoder:
                 f"array {name!r}: chunk {what} is missing: shard {path} does not exist"
             ) from err
         try:
-            span = inner_range(self._index(shard, fd, path), i)
+            span = self._index(shard, fd, path)[i]
             if span is None:
                 raise MissingChunkError(
                     f"array {name!r}: chunk {what} is missing from shard {path} (its index "
