@@ -67,6 +67,10 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
         format, which convolutions take as it is; FFCV's default too): this saves a
         transposing copy per image. ``x.is_contiguous()`` is then false; use ``.reshape``
         rather than ``.view``, or pass ``channels_last=False`` for contiguous batches.
+    download_cache, download_cache_bytes
+        A remote dataset (``s3://``, ``https://``...): a local folder where fetched chunks are
+        kept, at most ``download_cache_bytes`` (least recently used dropped first), shared
+        safely by every process that reads it; later epochs then read locally.
     decode_threads
         Threads each process decodes encoded images and applies field transforms with (the
         decoders and Pillow's resampling release the GIL). 1 suits a loader with a worker per
@@ -103,6 +107,8 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
         trust_codecs: bool = False,
         decode_threads: int = 1,
         channels_last: bool = True,
+        download_cache: str | os.PathLike[str] | None = None,
+        download_cache_bytes: int = 8 << 30,
     ) -> None:
         self.location = os.fspath(path) if isinstance(path, os.PathLike) else path
         self.channels_last = bool(channels_last)
@@ -120,7 +126,13 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
             raise TypeError(f"decode_threads must be an int >= 1; got {decode_threads!r}")
         if decode_threads < 1:
             raise ValueError(f"decode_threads must be an int >= 1; got {decode_threads!r}")
+        if download_cache_bytes < 0:
+            raise ValueError(f"download_cache_bytes must be >= 0; got {download_cache_bytes}")
+        cache = None
+        if download_cache is not None:
+            cache = (os.fspath(download_cache), int(download_cache_bytes))
         self._options: dict[str, Any] = {
+            "download_cache": cache,
             "decode_threads": decode_threads,
             "preload_bytes": int(preload_bytes),
             "storage_options": dict(storage_options) if storage_options else None,

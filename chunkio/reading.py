@@ -99,6 +99,7 @@ class ProcessReader:
         storage_options: Mapping[str, Any] | None = None,
         trust_codecs: bool = False,
         decode_threads: int = 1,
+        download_cache: tuple[str, int] | None = None,
     ) -> None:
         self.pid = os.getpid()
         self.decode_threads = decode_threads
@@ -106,7 +107,10 @@ class ProcessReader:
         self.layout = layout
         self.grid = SampleGrid(layout.num_samples, layout.samples_per_chunk)
         self.reader: Reader = open_reader(
-            location, storage_options=storage_options, trust_codecs=trust_codecs
+            location,
+            storage_options=storage_options,
+            trust_codecs=trust_codecs,
+            download_cache=download_cache,
         )
         self.pool_chunks = pool_chunks
         self.cache_bytes = cache_bytes

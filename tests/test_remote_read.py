@@ -150,3 +150,36 @@ def test_ring_workers_fetch_queued_batches_ahead(
     ds = ChunkDataset(f"s3://{bucket}/raw.zarr", fields=("image", "label"), storage_options=options)
     with make_loader(ds, 16, num_workers=1, prefetch=4, shuffle=True) as loader:
         assert sum(len(y) for _, y in loader) == 240
+
+
+@pytest.mark.timeout(120)
+def test_a_download_cache_serves_later_reads_locally(
+    s3_server: S3Server,
+    bucket: str,
+    local: Path,
+    latency_proxy_factory: type[LatencyProxy],
+    tmp_path: Path,
+) -> None:
+    proxy = latency_proxy_factory(s3_server.endpoint_url, 0.0)
+    options = s3_server.storage_options(endpoint_url=proxy.url)
+    cache = tmp_path / "cache"
+
+    def read() -> dict[str, np.ndarray]:
+        ds = ChunkDataset(
+            f"s3://{bucket}/raw.zarr",
+            fields=("image", "label"),
+            storage_options=options,
+            preload_bytes=0,
+            download_cache=cache,
+            download_cache_bytes=64 << 20,
+        )
+        return ds.read_batch(list(range(240)))
+
+    first = read()
+    before = proxy.requests
+    again = read()  # a new process would do the same: chunks come from the cache folder
+    data_requests = [r for r in proxy.log[before:] if "/c." in r[1] or "/c/" in r[1]]
+    assert not data_requests, data_requests
+    for k in first:
+        np.testing.assert_array_equal(first[k], again[k])
+    assert any(cache.iterdir())

@@ -110,8 +110,12 @@ def open_reader(
     *,
     storage_options: Mapping[str, Any] | None = None,
     trust_codecs: bool = False,
+    download_cache: tuple[str, int] | None = None,
 ) -> Reader:
-    """Open ``location`` read-only with the backend :func:`detect_format` picks."""
+    """Open ``location`` read-only with the backend :func:`detect_format` picks.
+
+    ``download_cache``: ``(folder, byte limit)`` where a remote dataset's fetched chunks are
+    kept (shared by processes; least recently used dropped first)."""
     missing = _missing_local(location)
     if missing is not None:
         raise DatasetNotFoundError(f"no dataset at {missing}")
@@ -128,7 +132,12 @@ def open_reader(
 
     if isinstance(location, os.PathLike):
         location = os.fspath(location)
-    return ZarrReader(location, storage_options=storage_options, trust_codecs=trust_codecs)
+    return ZarrReader(
+        location,
+        storage_options=storage_options,
+        trust_codecs=trust_codecs,
+        download_cache=download_cache,
+    )
 
 
 def open_writer(

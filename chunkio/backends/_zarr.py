@@ -146,6 +146,7 @@ class ZarrReader:
         *,
         storage_options: Mapping[str, Any] | None = None,
         trust_codecs: bool = False,
+        download_cache: tuple[str, int] | None = None,
     ) -> None:
         self.location = _describe(location)
         self._trust = trust_codecs
@@ -153,7 +154,13 @@ class ZarrReader:
         if is_remote(location):  # chunks fetched by chunkio itself, by byte ranges
             from ..remote import RangeFetcher
 
-            self._remote = RangeFetcher(location.rstrip("/"), storage_options=storage_options)
+            cache_dir, cache_bytes = download_cache or (None, 0)
+            self._remote = RangeFetcher(
+                location.rstrip("/"),
+                storage_options=storage_options,
+                cache_dir=cache_dir,
+                cache_bytes=cache_bytes,
+            )
         try:
             self._group = zarr.open_group(
                 store=location, mode="r", zarr_format=3, storage_options=_opts(storage_options)
