@@ -6,12 +6,14 @@
                                    [--mode RGB|L|keep] [--on-error raise|skip]
                                    [--format zarr|hdf5] [--workers N] [--no-progress]
                                    [--overwrite] [--no-shuffle] [--seed S]
+                                   [--encoding raw|jpeg|png|webp|auto] [--quality Q]
+                                   [--max-size N]
     chunkio convert volumes SRC DST [--format zarr|hdf5] [--chunks N [N N]] [--labels DIR]
                                     [--on-overflow error|clip|scale]
                                     [--nan-policy error|zero|keep]
                                     [--workers N] [--no-progress] [--overwrite]
-    chunkio info DST [--json]
-    chunkio verify DST            exit status 1 when anything is wrong
+    chunkio info DST [--json] [--storage-options JSON]
+    chunkio verify DST [--storage-options JSON]   exit status 1 when anything is wrong
     chunkio doctor DST [--step-time S]
 
 Expected failures (bad input, missing files, an existing destination) print one line on
@@ -106,6 +108,18 @@ def _parser() -> argparse.ArgumentParser:
     images.add_argument(
         "--seed", type=_non_negative_int, default=0, help="seed of the stored order (default 0)"
     )
+    images.add_argument(
+        "--encoding",
+        choices=["raw", "jpeg", "png", "webp", "auto"],
+        default="raw",
+        help="raw pixels (default), or each image's encoded bytes (auto: jpeg for JPEGs)",
+    )
+    images.add_argument(
+        "--quality", type=_positive_int, default=90, help="JPEG/WebP quality 1-100 (default 90)"
+    )
+    images.add_argument(
+        "--max-size", type=_positive_int, help="shrink images whose longer side is larger"
+    )
 
     volumes = kinds.add_parser("volumes", help="a folder of 3-D volumes (NIfTI, TIFF, NumPy)")
     _common_convert_options(volumes)
@@ -129,10 +143,12 @@ def _parser() -> argparse.ArgumentParser:
     info = commands.add_parser("info", help="describe a dataset")
     info.add_argument("path")
     info.add_argument("--json", action="store_true", help="machine-readable output")
+    _storage_options_argument(info)
 
     verify = commands.add_parser("verify", help="read every chunk; exit 1 on any problem")
     verify.add_argument("path")
     verify.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _storage_options_argument(verify)
 
     doctor = commands.add_parser("doctor", help="diagnose loading speed for a dataset")
     doctor.add_argument("path")
@@ -170,6 +186,9 @@ def _convert_images(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         shuffle=not args.no_shuffle,
         seed=args.seed,
+        encoding=args.encoding,
+        quality=args.quality,
+        max_size=args.max_size,
     )
     skipped = getattr(result, "skipped", ())
     print(_done(result, "images"))
@@ -256,10 +275,29 @@ def format_info(d: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _storage_options_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--storage-options",
+        type=_json_object,
+        metavar="JSON",
+        help="for a URL: fsspec options, e.g. '{\"anon\": true}' or s3fs's key/secret",
+    )
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"not JSON: {err}") from err
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object; got {text!r}")
+    return value
+
+
 def _info(args: argparse.Namespace) -> int:
     from .inspect import info
 
-    d = info(args.path)
+    d = info(args.path, storage_options=args.storage_options)
     print(json.dumps(d, indent=2) if args.json else format_info(d))
     return EXIT_OK
 
@@ -277,7 +315,7 @@ def _verify(args: argparse.Namespace) -> int:
             bar.update()
 
     try:
-        report = verify(args.path, on_chunk=tick)
+        report = verify(args.path, on_chunk=tick, storage_options=args.storage_options)
     finally:
         if tick is not None:
             bar.close()

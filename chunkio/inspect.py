@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,8 +61,10 @@ class VerifyReport:
         return "\n".join(lines)
 
 
-def _open(path: Any) -> tuple[Reader, dict[str, Any]]:
-    reader = open_reader(path)
+def _open(
+    path: Any, storage_options: Mapping[str, Any] | None = None
+) -> tuple[Reader, dict[str, Any]]:
+    reader = open_reader(path, storage_options=storage_options)
     try:
         return reader, reader.attrs()
     except Exception:
@@ -106,7 +108,7 @@ def _size_on_disk(path: Any) -> int | None:
     return total
 
 
-def info(path: Any) -> dict[str, Any]:
+def info(path: Any, *, storage_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Describe the dataset at ``path`` as a JSON-ready dict.
 
     Keys: ``path``, ``format``, ``complete``, ``num_samples``, ``samples_per_chunk``,
@@ -134,7 +136,7 @@ def info(path: Any) -> dict[str, Any]:
     >>> d["arrays"]["x"]["compression"]["codec"]
     'lz4'
     """
-    reader, attrs = _open(path)
+    reader, attrs = _open(path, storage_options)
     try:
         layout = DatasetLayout.from_attrs(attrs, where=reader.location, require_complete=False)
         arrays: dict[str, Any] = {}
@@ -178,7 +180,12 @@ def info(path: Any) -> dict[str, Any]:
         reader.close()
 
 
-def verify(path: Any, *, on_chunk: Callable[[], None] | None = None) -> VerifyReport:
+def verify(
+    path: Any,
+    *,
+    on_chunk: Callable[[], None] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> VerifyReport:
     """Read every chunk of every array of the dataset at ``path`` and report all problems.
 
     Checks, in order: the format attributes parse; the completion marker is set; every
@@ -204,7 +211,7 @@ def verify(path: Any, *, on_chunk: Callable[[], None] | None = None) -> VerifyRe
     DatasetNotFoundError
         Nothing exists at ``path``.
     """
-    reader, attrs = _open(path)
+    reader, attrs = _open(path, storage_options)
     report = VerifyReport(reader.location)
     try:
         try:

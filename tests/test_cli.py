@@ -217,3 +217,26 @@ def test_volumes_and_doctor_pass_their_options_through(
     assert calls["doctor"] == ("d.zarr", 0.25)
     out = capsys.readouterr().out
     assert "wrote 3 volumes to v.h5" in out and "doctor report" in out
+
+
+def test_convert_images_with_an_encoding(folder: Path, tmp_path: Path) -> None:
+    dst = tmp_path / "j.zarr"
+    done = chunkio(
+        "convert",
+        "images",
+        folder,
+        dst,
+        "--encoding",
+        "png",
+        "--max-size",
+        "6",
+        "--no-progress",
+        "--workers",
+        "1",
+    )
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(chunkio("info", dst, "--json").stdout)
+    assert shown["fields"]["image"]["kind"] == "encoded"
+    assert shown["fields"]["image"]["encoding"] == "png"
+    bad = chunkio("convert", "images", folder, tmp_path / "x.zarr", "--encoding", "gif")
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr

@@ -183,3 +183,30 @@ def test_a_download_cache_serves_later_reads_locally(
     for k in first:
         np.testing.assert_array_equal(first[k], again[k])
     assert any(cache.iterdir())
+
+
+@pytest.mark.timeout(120)
+def test_the_cli_reads_a_remote_dataset(s3_server: S3Server, bucket: str) -> None:
+    import json
+    import subprocess
+    import sys
+
+    options = json.dumps(s3_server.storage_options())
+    url = f"s3://{bucket}/jpeg.zarr"
+    for command in (["info", "--json"], ["verify", "--no-progress"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "chunkio", *command, url, "--storage-options", options],
+            capture_output=True,
+            text=True,
+            timeout=100,
+        )
+        assert done.returncode == 0, done.stderr
+    info = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "chunkio", "info", "--json", url, "--storage-options", options],
+            capture_output=True,
+            text=True,
+            timeout=100,
+        ).stdout
+    )
+    assert info["num_samples"] == 240 and info["fields"]["image"]["encoding"] == "jpeg"
