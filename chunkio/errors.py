@@ -17,7 +17,11 @@ The tree::
     ├── UnsafeInputError            (ValueError)         untrusted codec, link, filter or name
     ├── ChunkReadError              (OSError)            a chunk could not be read or decoded
     │   ├── CorruptChunkError                            checksum mismatch / undecodable bytes
-    │   └── MissingChunkError                            the chunk is absent from the store
+    │   ├── MissingChunkError                            the chunk is absent from the store
+    │   └── RemoteError                                  an object store / HTTP read failed
+    │       ├── RemoteNotFoundError (FileNotFoundError)  no such bucket, key or url
+    │       ├── RemoteAccessError   (PermissionError)    403, invalid or expired credentials
+    │       └── RemoteTimeoutError  (TimeoutError)       no answer in time, after retries
     ├── ConversionError             (RuntimeError)       a conversion could not finish
     │   ├── SourceError             (ValueError)         a source file is unreadable or invalid
     │   └── DestinationBusyError    (FileExistsError)    another writer holds the destination
@@ -44,6 +48,10 @@ __all__ = [
     "MissingChunkError",
     "MissingFieldError",
     "OptionalDependencyError",
+    "RemoteAccessError",
+    "RemoteError",
+    "RemoteNotFoundError",
+    "RemoteTimeoutError",
     "SourceError",
     "UnknownFormatError",
     "UnsafeInputError",
@@ -96,6 +104,22 @@ class CorruptChunkError(ChunkReadError):
 
 class MissingChunkError(ChunkReadError):
     """A chunk that a complete dataset must hold is absent from the store."""
+
+
+class RemoteError(ChunkReadError):
+    """A remote (object store / HTTP) read failed; the message names the url."""
+
+
+class RemoteNotFoundError(RemoteError, FileNotFoundError):
+    """The bucket, key or url does not exist (404, NoSuchKey, NoSuchBucket)."""
+
+
+class RemoteAccessError(RemoteError, PermissionError):
+    """Access was refused (403, invalid / expired credentials)."""
+
+
+class RemoteTimeoutError(RemoteError, TimeoutError):
+    """The store did not answer in time, after the retries."""
 
 
 class ConversionError(ChunkioError, RuntimeError):

@@ -74,7 +74,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
-from chunkio.errors import ChunkReadError, OptionalDependencyError
+from chunkio.errors import (
+    OptionalDependencyError,
+    RemoteAccessError,
+    RemoteError,
+    RemoteNotFoundError,
+    RemoteTimeoutError,
+)
 
 __all__ = [
     "FetchStats",
@@ -87,22 +93,6 @@ __all__ = [
 
 T = TypeVar("T")
 Range = tuple[str, int | None, int | None]
-
-
-class RemoteError(ChunkReadError):
-    """A remote (object store / HTTP) read failed; the message names the url."""
-
-
-class RemoteNotFoundError(RemoteError, FileNotFoundError):
-    """The bucket, key or url does not exist (404, NoSuchKey, NoSuchBucket)."""
-
-
-class RemoteAccessError(RemoteError, PermissionError):
-    """Access was refused (403, invalid / expired credentials)."""
-
-
-class RemoteTimeoutError(RemoteError, TimeoutError):
-    """The store did not answer in time, after the retries."""
 
 
 @dataclass
