@@ -210,3 +210,27 @@ def test_the_cli_reads_a_remote_dataset(s3_server: S3Server, bucket: str) -> Non
         ).stdout
     )
     assert info["num_samples"] == 240 and info["fields"]["image"]["encoding"] == "jpeg"
+
+
+@pytest.mark.timeout(60)
+def test_a_truncated_remote_shard_is_a_typed_error_naming_it(
+    s3_server: S3Server, bucket: str, local: Path
+) -> None:
+    from chunkio.errors import ChunkReadError
+
+    client = s3_server.client()
+    s3_server.upload_dir(local / "raw.zarr", bucket, "cut.zarr")
+    key = next(
+        o["Key"]
+        for o in client.list_objects_v2(Bucket=bucket, Prefix="cut.zarr/image/c")["Contents"]
+    )
+    whole = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+    client.put_object(Bucket=bucket, Key=key, Body=whole[: len(whole) // 2])  # index gone
+    ds = ChunkDataset(
+        f"s3://{bucket}/cut.zarr",
+        fields="image",
+        storage_options=s3_server.storage_options(),
+        preload_bytes=0,
+    )
+    with pytest.raises(ChunkReadError, match=rf"s3://{bucket}/{key}"):
+        ds.read_batch(list(range(240)))
