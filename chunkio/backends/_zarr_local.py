@@ -29,7 +29,7 @@ from ..errors import CorruptChunkError, MissingChunkError
 from ._checksum import crc32c
 from .base import StageClock
 
-__all__ = ["ChunkFiles", "LocalChunkDecoder", "LocalChunkEncoder", "write_file"]
+__all__ = ["ChunkFiles", "LocalChunkDecoder", "LocalChunkEncoder", "whole_units", "write_file"]
 
 Decompress = Callable[[Any, Any], Any]
 
@@ -282,16 +282,7 @@ class LocalChunkEncoder:
 
     def covers(self, start: int, data: npt.NDArray[Any]) -> bool:
         """Whether ``data`` at row ``start`` is whole chunks (the array's last may be short)."""
-        files = self.decoder.files
-        rows = files.chunks[0]
-        stop = start + len(data)
-        return (
-            start % rows == 0
-            and (len(data) % rows == 0 or stop == files.shape[0])
-            and stop <= files.shape[0]
-            and data.dtype == files.dtype
-            and data.shape[1:] == files.shape[1:]
-        )
+        return whole_units(self.decoder.files, self.decoder.files.chunks[0], start, data)
 
     def write_rows(self, start: int, data: npt.NDArray[Any]) -> None:
         """Write the chunks that rows ``start .. start + len(data)`` fill (see :meth:`covers`)."""
@@ -319,6 +310,19 @@ class LocalChunkEncoder:
         body = payload if self.compress is None else self.compress(payload)
         check = crc32c(np.frombuffer(body, np.uint8)) if self.decoder.files.checksum else None
         return body, check
+
+
+def whole_units(files: ChunkFiles, rows: int, start: int, data: npt.NDArray[Any]) -> bool:
+    """Whether ``data`` written at row ``start`` of the array of ``files`` is whole units of
+    ``rows`` rows (chunks or shards; the array's last may be short), of its dtype and shape."""
+    stop = start + len(data)
+    return (
+        start % rows == 0
+        and (len(data) % rows == 0 or stop == files.shape[0])
+        and stop <= files.shape[0]
+        and data.dtype == files.dtype
+        and data.shape[1:] == files.shape[1:]
+    )
 
 
 def write_file(path: str, body: Any, checksum: int | None) -> None:

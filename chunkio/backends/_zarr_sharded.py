@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import CorruptChunkError, MissingChunkError
-from ._zarr_local import ChunkFiles, LocalChunkEncoder, write_file
+from ._zarr_local import ChunkFiles, LocalChunkEncoder, whole_units, write_file
 from ._zarr_shard import ShardLayout, inner_range, parse_index, shard_layout
 from .base import StageClock
 
@@ -181,15 +181,7 @@ class LocalShardEncoder:
 
     def covers(self, start: int, data: npt.NDArray[Any]) -> bool:
         """Whether ``data`` at row ``start`` is whole shards (the array's last may be short)."""
-        files = self.decoder.files
-        rows, stop = self.shard_rows, start + len(data)
-        return (
-            start % rows == 0
-            and (len(data) % rows == 0 or stop == files.shape[0])
-            and stop <= files.shape[0]
-            and data.dtype == files.dtype
-            and data.shape[1:] == files.shape[1:]
-        )
+        return whole_units(self.decoder.files, self.shard_rows, start, data)
 
     def write_rows(self, start: int, data: npt.NDArray[Any]) -> None:
         """Write the shards that rows ``start .. start + len(data)`` fill (see :meth:`covers`).
