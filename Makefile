@@ -6,7 +6,7 @@ STAMP := $(VENV)/.chunkio-installed
 # CI machines have 2 cores; pytest runs serially (multi-process tests spawn their own workers).
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test lint typecheck unit bench bench-full soak clean
+.PHONY: venv demo test lint typecheck unit bench bench-full bench-remote soak clean
 
 venv: $(STAMP)
 
@@ -35,6 +35,10 @@ test: lint typecheck unit
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run
+
+# local vs S3 on loopback (moto + a latency proxy, 0 and 20 ms) vs zarr per sample; needs moto, s3fs
+bench-remote: $(STAMP)
+	$(PY) -m benchmarks.bench_remote
 
 soak: $(STAMP)
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
