@@ -72,6 +72,12 @@ def _open(
         raise
 
 
+def _stored(reader: Reader, name: str) -> int | None:
+    """Stored bytes of an array whose info left them out (a remote store: a listing)."""
+    stored = getattr(reader, "stored_nbytes", None)
+    return int(stored(name)) if callable(stored) else None
+
+
 def _compression(info: ArrayInfo) -> dict[str, Any] | None:
     """The array's codec, level and checksum as chunkio names them (``"lz4"``, ``"zstd"``,
     ``"blosc-lz4"``, ``"gzip"``, ``"none"``; ``"crc32c"``, ``"fletcher32"``)."""
@@ -153,7 +159,9 @@ def info(path: Any, *, storage_options: Mapping[str, Any] | None = None) -> dict
                 "checksum": any(c.startswith(("crc32c", "fletcher32")) for c in codecs)
                 or bool(compression and compression["checksum"]),
                 "nbytes": a.nbytes,
-                "stored_nbytes": a.stored_nbytes,
+                "stored_nbytes": a.stored_nbytes
+                if a.stored_nbytes is not None
+                else _stored(reader, name),
             }
         nbytes = sum(a["nbytes"] for a in arrays.values())
         stored = sum(a["stored_nbytes"] or 0 for a in arrays.values())

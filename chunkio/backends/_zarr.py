@@ -173,6 +173,7 @@ class ZarrReader:
         self._fast: dict[str, LocalChunkDecoder | LocalShardDecoder | RemoteChunkReader | None] = {}
         self._regions: dict[str, RegionDecoder | None] = {}
         self._infos: dict[str, ArrayInfo] = {}
+        self._metas: dict[str, dict[str, Any] | None] = {}
         self.clock = StageClock()
 
     def attrs(self) -> dict[str, Any]:
@@ -196,7 +197,15 @@ class ZarrReader:
         return sorted(n for n in names if (self._raw_meta(n) or {}).get("node_type") == "array")
 
     def _raw_meta(self, name: str) -> dict[str, Any] | None:
-        """The member's zarr.json as plain JSON (None if absent), read without zarr parsing it."""
+        """The member's zarr.json as plain JSON (None if absent), read without zarr parsing it
+        (once per reader: remotely each read is a request)."""
+        if name in self._metas:
+            return self._metas[name]
+        meta = self._fetch_meta(name)
+        self._metas[name] = meta
+        return meta
+
+    def _fetch_meta(self, name: str) -> dict[str, Any] | None:
         from zarr.core.buffer import default_buffer_prototype
         from zarr.core.sync import sync
 
@@ -264,11 +273,16 @@ class ZarrReader:
                 dtype=np.dtype(arr.dtype),
                 chunks=tuple(arr.chunks),
                 codecs=tuple(json.dumps(c, sort_keys=True) for c in meta.get("codecs") or []),
-                stored_nbytes=int(arr.nbytes_stored()),
+                # remotely a listing of every chunk: asked for separately (stored_nbytes)
+                stored_nbytes=None if self._remote is not None else int(arr.nbytes_stored()),
                 compression=codec_info(meta.get("codecs") or []),
             )
             self._infos[name] = info
         return info
+
+    def stored_nbytes(self, name: str) -> int:
+        """Bytes the array's chunks take in the store (remotely: a listing)."""
+        return int(self._array(name).nbytes_stored())
 
     def read_into(
         self, name: str, ranges: Sequence[tuple[int, int]], out: npt.NDArray[Any]

@@ -27,10 +27,12 @@ from ._zarr_shard import ShardLayout, inner_range, merged_ranges, parse_index, s
 from ._zarr_sharded import inner_meta
 from .base import StageClock
 
-__all__ = ["MERGE_GAP", "RemoteChunkReader", "is_remote"]
+__all__ = ["MERGE_GAP", "PREFETCH_BATCHES", "RemoteChunkReader", "is_remote"]
 
 #: inner chunks of one shard at most this many bytes apart are fetched in one request
 MERGE_GAP = 256 << 10
+#: announced batches fetched at the same time (each one's requests are concurrent already)
+PREFETCH_BATCHES = 4
 
 
 def is_remote(location: Any) -> bool:
@@ -113,7 +115,9 @@ class RemoteChunkReader:
             if not todo:
                 return
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(1, "chunkio-prefetch")
+                # several announced batches in flight at once: with a slow link one at a time
+                # left a worker ~1 batch of requests outstanding (bench_remote, 20 ms)
+                self._pool = ThreadPoolExecutor(PREFETCH_BATCHES, "chunkio-prefetch")
             future = self._pool.submit(self._fetch, todo)
             for c in todo:
                 self._ahead[c] = future
