@@ -559,7 +559,7 @@ class RangeFetcher:
         return self.cache_dir is not None and self.cache_bytes > 0
 
     def _cache_file(self, key: str, start: int | None, stop: int | None) -> str:
-        assert self.cache_dir is not None
+        cache_dir = self._cache_dir()
         version = ""
         if self.protocol == "file":  # cheap: size + mtime of the local file
             with contextlib.suppress(OSError):
@@ -567,7 +567,7 @@ class RangeFetcher:
                 version = f"{st.st_size}:{st.st_mtime_ns}"
         ident = f"{self.protocol}://{self.root}\0{key.lstrip('/')}\0{start}\0{stop}\0{version}"
         digest = hashlib.sha256(ident.encode()).hexdigest()
-        return os.path.join(self.cache_dir, digest[:2], digest[2:] + ".bin")
+        return os.path.join(cache_dir, digest[:2], digest[2:] + ".bin")
 
     def _cache_get(self, key: str, start: int | None, stop: int | None) -> bytes | None:
         if not self._caching:
@@ -610,11 +610,16 @@ class RangeFetcher:
         if over:
             self._cache_evict()
 
+    def _cache_dir(self) -> str:
+        if self.cache_dir is None:  # only called while caching
+            raise RuntimeError(f"{self.url}: this RangeFetcher has no cache_dir")
+        return self.cache_dir
+
     def _cache_scan(self) -> tuple[int, list[tuple[float, int, str]]]:
-        assert self.cache_dir is not None
+        cache_dir = self._cache_dir()
         total, entries = 0, []
         now = time.time()
-        with contextlib.suppress(OSError), os.scandir(self.cache_dir) as top:
+        with contextlib.suppress(OSError), os.scandir(cache_dir) as top:
             for sub in top:
                 if not sub.is_dir():
                     continue

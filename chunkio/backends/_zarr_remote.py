@@ -77,7 +77,8 @@ class RemoteChunkReader:
     def _shard_indexes(self, shards: list[int]) -> None:
         """Fetch (concurrently) and check the indexes of ``shards`` not cached yet."""
         layout = self.layout
-        assert layout is not None
+        if layout is None:  # pragma: no cover - only sharded arrays have indexes
+            raise TypeError(f"array {self.files.array_name!r} is not sharded")
         todo = [s for s in shards if s not in self._indexes]  # (a race fetches one twice)
         if not todo:
             return

@@ -193,10 +193,9 @@ def encode_shard(
     pos = index_nbytes(n, checksum=checksum) if index_location == "start" else 0
     for i in order:
         chunk = inner[i]
-        size = 0 if chunk is None else memoryview(chunk).nbytes
-        if size == 0:
-            continue
-        assert chunk is not None
+        if chunk is None or not memoryview(chunk).nbytes:
+            continue  # not stored: the index keeps its empty entry
+        size = memoryview(chunk).nbytes
         index[i] = (pos, size)
         parts.append(chunk)
         pos += size
