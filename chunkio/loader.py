@@ -11,8 +11,9 @@ Routes (``ChunkLoader.transport`` tells which one a loader took):
 ``"dataloader"``
     A torch ``DataLoader`` with the chunk-aware batch sampler. Chosen with
     ``transport="dataloader"``, and automatically for datasets with a per-sample
-    ``transform``, a ``batch_transform`` or ragged fields (a transform may change shapes, and
-    ragged samples have none to preallocate).
+    ``transform`` that does not declare its output shape, a ``batch_transform``, or samples
+    of different shapes (ragged fields, images of several sizes without a fixed-size
+    transform): there is no batch shape to preallocate.
 """
 
 from __future__ import annotations
@@ -88,8 +89,8 @@ class _DataLoaderRoute:
         self.loader = loader
 
     def run(self, batches: Iterable[Indices], parts: Parts, *, epoch: int) -> Iterator[Lease]:
-        # the DataLoader iterates the same sampler itself (its batches carry their epoch, see
-        # _EpochBatches); each of its batches is fresh memory
+        # the DataLoader iterates the same sampler itself (its batches carry their epoch:
+        # chunkio.sampling.EpochBatch); each of its batches is fresh memory
         return (Lease(batch) for batch in self.loader)
 
     def worker_pids(self) -> tuple[int, ...]:
