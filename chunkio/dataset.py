@@ -73,7 +73,7 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
         safely by every process that reads it; later epochs then read locally.
     decode_threads
         Threads each process decodes encoded images and applies field transforms with (the
-        decoders and Pillow's resampling release the GIL). 1 suits a loader with a worker per
+        decoders and torch's resampling release the GIL). 1 suits a loader with a worker per
         core; more helps a process that reads on its own (``num_workers=0``).
 
     Examples
