@@ -134,6 +134,25 @@ def _declared_arrays(attrs: Mapping[str, Any]) -> list[str]:
     return [a for f in layout.fields for a in f.array_names()]
 
 
+class _Described:
+    """What a reader needs of an array it reads itself (a remote one): shape, dtype, chunks
+    and its ``zarr.json``, without zarr opening it."""
+
+    def __init__(self, meta: dict[str, Any], chunks: tuple[int, ...]) -> None:
+        self.meta = meta
+        self.shape = tuple(int(n) for n in meta["shape"])
+        self.dtype = np.dtype(meta["data_type"])
+        self.chunks = tuple(chunks)
+        self.ndim = len(self.shape)
+
+    @property
+    def metadata(self) -> _Described:
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.meta
+
+
 class ZarrReader:
     """Read-only access to a chunkio Zarr v3 group."""
 
@@ -230,6 +249,11 @@ class ZarrReader:
                     _check_codecs(raw, name, self.location)  # still refuse sharding
             else:
                 _check_codecs(raw, name, self.location)
+            remote = self._remote_reader(name, raw)
+            if remote is not None:  # no zarr array needed (nor its metadata requests)
+                self._fast[name] = remote
+                self._arrays[name] = arr = _Described(raw, remote.files.chunks)
+                return arr
             try:
                 arr = self._group[name]
             except Exception as err:  # e.g. zarr's UnknownCodecError under trust_codecs
@@ -241,13 +265,25 @@ class ZarrReader:
             self._fast[name] = self._local_decoder(name, meta)
         return arr
 
+    def _remote_reader(self, name: str, meta: dict[str, Any]) -> RemoteChunkReader | None:
+        if self._remote is None:
+            return None
+        key = "/".join(p for p in (self._group.path, name) if p)
+        return RemoteChunkReader.build(self._remote, key, name, meta)
+
+    def _zarr_array(self, name: str) -> Any:
+        """The zarr array itself (remote arrays chunkio reads alone are opened only here)."""
+        arr = self._array(name)
+        if isinstance(arr, _Described):
+            arr = self._group[name]
+        return arr
+
     def _local_decoder(
         self, name: str, meta: dict[str, Any]
     ) -> LocalChunkDecoder | LocalShardDecoder | RemoteChunkReader | None:
         store = self._group.store
         if self._remote is not None:
-            key = "/".join(p for p in (self._group.path, name) if p)
-            return RemoteChunkReader.build(self._remote, key, name, meta)
+            return self._remote_reader(name, meta)
         if not isinstance(store, LocalStore):
             return None
         array_dir = os.path.join(str(store.root), self._group.path, name)
@@ -282,7 +318,7 @@ class ZarrReader:
 
     def stored_nbytes(self, name: str) -> int:
         """Bytes the array's chunks take in the store (remotely: a listing)."""
-        return int(self._array(name).nbytes_stored())
+        return int(self._zarr_array(name).nbytes_stored())
 
     def read_into(
         self, name: str, ranges: Sequence[tuple[int, int]], out: npt.NDArray[Any]
@@ -348,7 +384,7 @@ class ZarrReader:
                 )
 
     def read_region(self, name: str, region: tuple[slice, ...], out: npt.NDArray[Any]) -> None:
-        arr = self._array(name)
+        arr = self._zarr_array(name)
         where = f"{self.location}: array {name!r}"
         if not check_region(region, tuple(arr.shape), out, where):
             return
