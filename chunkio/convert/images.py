@@ -84,15 +84,15 @@ import numpy.typing as npt
 
 from ..backends import Compression, Format, detect_format
 from ..backends.base import DEFAULT_CODEC
-from ..errors import CorruptChunkError, SourceError
-from ..image_codecs import ImageDecoder, check_encoding, encode_image, image_decoder
+from ..errors import SourceError
+from ..image_codecs import check_encoding
 from ..layout import FieldInfo
 from ..provenance import decode_paths
 from . import image_check
 from .chunking import choose_samples_per_chunk
 from .decode import DecodePolicy, ImageMode, ResizeMode, UndecodableImage, load_image
-from .encoded import image_capacity
 from .image_check import Checked, check_all
+from .image_encoding import choose_encoding, image_bytes, stored_as_is
 from .image_plan import (
     ImageConversionResult,
     agreed_mode,
@@ -157,14 +157,7 @@ class ImageSource:
         self.shapes = stored_shapes(self.orig_size, channels, policy.size, policy.max_size)
         self.encoding = choose_encoding(encoding, entries, channels, dtype)
         self.quality = quality
-        # JPEG files stored as they are (see :meth:`encoded`)
-        unchanged_size = (self.shapes[:, 1:] == self.orig_size).all(axis=1)
-        fits = np.array([c.size for c in checked], np.int64) <= image_capacity(
-            np.prod(self.shapes, axis=1, dtype=np.int64) * dtype.itemsize
-        )  # not e.g. a tiny image with a huge EXIF thumbnail
-        self.as_is = np.array([p.plain_jpeg for p in probes], bool) & unchanged_size & fits
-        if self.encoding != "jpeg":
-            self.as_is[:] = False
+        self.as_is = stored_as_is(self.encoding, checked, self.shapes, self.orig_size, dtype)
         self.labels = np.array([e.label for e in entries], np.int64) if labelled else None
         encoded = [os.fsencode(e.rel) for e in entries]
         width = max(len(b) for b in encoded)
@@ -228,39 +221,15 @@ class ImageSource:
         return out
 
     def encoded(self, i: int) -> bytes:
-        """Image ``i`` as the bytes the field stores.
-
-        A JPEG the conversion would not change (no resize, no EXIF rotation, no mode
-        conversion: :attr:`Probe.plain_jpeg`) is stored as it is, after a full decode that
-        checks it (libjpeg-turbo, the library Pillow uses, with the same default IDCT and
-        upsampling, so its pixels are bit-exact with the raw conversion's): no second lossy
-        generation, and no encode. Every other image is decoded by the policy and encoded
-        at the conversion's quality.
-        """
-        path = self._paths[i]
-        c, h, w = (int(s) for s in self.shapes[i])
-        data = b""
-        if self.as_is[i]:
-            try:
-                with open(path, "rb") as fh:
-                    data = fh.read(image_capacity(c * h * w) + 1)
-            except OSError as err:
-                raise UndecodableImage(f"{path}: {err}", path=path, reason=str(err)) from err
-        if not data or len(data) > image_capacity(c * h * w):  # the file grew since its check
-            image = _channels_last(self.load(i))
-            return encode_image(image, self.encoding, self.quality)  # type: ignore[arg-type]
-        try:
-            self._jpeg.decode_into(data, np.empty((h, w) if c == 1 else (h, w, c), np.uint8))
-        except (CorruptChunkError, ValueError) as err:
-            raise UndecodableImage(f"{path}: {err}", path=path, reason=str(err)) from err
-        return data
-
-    @property
-    def _jpeg(self) -> ImageDecoder:
-        decoder = self.__dict__.get("_jpeg_decoder")
-        if decoder is None:
-            decoder = self.__dict__["_jpeg_decoder"] = image_decoder("jpeg")
-        return decoder
+        """Image ``i`` as the bytes the field stores (:func:`~.image_encoding.image_bytes`)."""
+        return image_bytes(
+            self._paths[i],
+            tuple(int(s) for s in self.shapes[i]),
+            as_is=bool(self.as_is[i]),
+            load=lambda: self.load(i),
+            encoding=self.encoding,
+            quality=self.quality,
+        )
 
     def load(self, i: int) -> npt.NDArray[Any]:
         """Image ``i``, decoded by the policy and checked against its planned shape."""
@@ -272,41 +241,6 @@ class ImageSource:
                 f"{expected}; the file changed during the conversion (rerun to resume)"
             )
         return arr
-
-
-def _channels_last(image: npt.NDArray[Any]) -> npt.NDArray[Any]:
-    """A stored ``(C, H, W)`` image as encoders take it: ``(H, W, C)``, ``(H, W)`` if gray."""
-    return image[0] if image.shape[0] == 1 else image.transpose(1, 2, 0)
-
-
-def choose_encoding(
-    encoding: str, entries: Sequence[ImageEntry], channels: int, dtype: np.dtype[Any]
-) -> str:
-    """The encoding of the ``image`` field: ``encoding``, or for ``"auto"`` the rule below.
-
-    ``"auto"``: ``"jpeg"`` when every file is a JPEG (by its name) and the stored images
-    are 8-bit gray or RGB - they were lossy already, and JPEG q90 is about 10x smaller than
-    their pixels and decodes at 4,000-6,000 images/s per core; otherwise ``"raw"``, so that
-    lossless sources (PNG, TIFF, 16-bit) stay bit-exact (PNG would be 1.5-2x smaller than
-    raw but decodes several times slower than LZ4-compressed pixels).
-    """
-    if encoding in ("jpeg", "webp") and (dtype != np.uint8 or channels not in (1, 3, 4)):
-        raise SourceError(
-            f"encoding={encoding!r} stores 8-bit gray or colour images; these are "
-            f"{channels}-channel {dtype}: use encoding='png' (lossless) or 'raw'"
-        )
-    if encoding == "jpeg" and channels == 4:
-        raise SourceError(
-            "encoding='jpeg' has no alpha channel; these images have 4 channels: use "
-            "encoding='png' or 'webp', or mode='RGB'"
-        )
-    if encoding != "auto":
-        return encoding
-    jpeg = all(os.path.splitext(e.path)[1].lower() in _JPEG_SUFFIXES for e in entries)
-    return "jpeg" if jpeg and dtype == np.uint8 and channels in (1, 3) else "raw"
-
-
-_JPEG_SUFFIXES = frozenset({".jpg", ".jpeg", ".jpe", ".jfif"})
 
 
 def convert_images(
