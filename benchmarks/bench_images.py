@@ -37,6 +37,7 @@ from torch.utils.data import DataLoader, default_collate
 import chunkio
 from benchmarks.baselines import ImageFolderAugmented, pil_to_tensor
 from benchmarks.data import make_natural_folder
+from benchmarks.report import check, check_lines
 
 __all__ = ["breakdown", "disk_usage", "epoch_rate", "main", "run"]
 
@@ -235,15 +236,6 @@ def _chunkio_single(dst: Path, batch_size: int) -> float:
     return 1e6 / rate
 
 
-def _check(target: str, measured: float, required: float) -> dict[str, Any]:
-    return {
-        "target": target,
-        "measured": measured,
-        "required": required,
-        "passed": measured >= required,
-    }
-
-
 def run(
     quick: bool = False,
     workers: int = 2,
@@ -293,12 +285,10 @@ def run(
     for enc in ("jpeg", "raw"):
         name = f"chunkio make_loader ({enc})"
         if name in ratios:
-            checks.append(
-                _check(f"{enc}: chunkio / baseline samples/s", ratios[name], TARGETS[enc])
-            )
+            checks.append(check(f"{enc}: chunkio / baseline samples/s", ratios[name], TARGETS[enc]))
     if "raw_over_jpeg" in storage:
         checks.append(
-            _check("storage: raw / jpeg bytes", storage["raw_over_jpeg"], TARGETS["storage"])
+            check("storage: raw / jpeg bytes", storage["raw_over_jpeg"], TARGETS["storage"])
         )
     results: dict[str, Any] = {
         "settings": {
@@ -364,9 +354,7 @@ def format_table(results: dict[str, Any]) -> str:
             "us per sample, one process: " + ", ".join(f"{k} {v:.0f}" for k, v in prof.items()),
         ]
     lines.append("")
-    for c in results["checks"]:
-        mark = "PASS" if c["passed"] else "FAIL"
-        lines.append(f"{mark} {c['target']}: {c['measured']:.2f} (>= {c['required']})")
+    lines += check_lines(results["checks"])
     for enc, err in results["errors"].items():
         lines.append(f"chunkio {enc} not measured: {err}")
     return "\n".join(lines)

@@ -72,6 +72,7 @@ from torch.utils.data import DataLoader, Dataset
 
 import chunkio
 from benchmarks.data import make_natural_folder
+from benchmarks.report import check, check_lines
 
 __all__ = ["format_table", "main", "run"]
 
@@ -371,11 +372,6 @@ def _generic_row(
 # -- the run ------------------------------------------------------------------------------------
 
 
-def _check(target: str, measured: float, required: float, *, at_most: bool = False) -> dict:
-    passed = measured <= required if at_most else measured >= required
-    return {"target": target, "measured": measured, "required": required, "passed": passed}
-
-
 def run(
     quick: bool = False,
     workers: int = 2,
@@ -513,7 +509,7 @@ def run(
     if S3_20 in by_name:
         ours = by_name[S3_20]["cold"]
         checks.append(
-            _check(
+            check(
                 "S3 20 ms: make_loader / local samples/s (cold steady state)",
                 ours["x_local"],
                 TARGETS["x_local"],
@@ -522,14 +518,14 @@ def run(
         if GENERIC in by_name:
             generic = by_name[GENERIC]["cold"]["samples_per_s"]
             checks.append(
-                _check(
+                check(
                     "S3 20 ms: make_loader / generic zarr per-sample samples/s",
                     ours["samples_per_s"] / generic,
                     TARGETS["x_generic"],
                 )
             )
         checks.append(
-            _check(
+            check(
                 "S3 20 ms: requests per 64 samples (cold steady state)",
                 64 * ours["req_per_sample"],
                 TARGETS["req_per_64_samples"],
@@ -620,10 +616,7 @@ def format_table(results: dict[str, Any]) -> str:
         if "first_batch_s" in r:
             lines.append(f"{r['name']}: first batch {r['first_batch_s']:.2f} s after make_loader")
     lines.append("")
-    for c in results["checks"]:
-        mark = "PASS" if c["passed"] else "FAIL"
-        op = "<=" if "per 64" in c["target"] else ">="
-        lines.append(f"{mark} {c['target']}: {c['measured']:.2f} ({op} {c['required']})")
+    lines += check_lines(results["checks"])
     for name, err in results["errors"].items():
         lines.append(f"{name} not measured: {err}")
     return "\n".join(lines)

@@ -75,6 +75,30 @@ def _throughput(results: Mapping[str, Any]) -> list[str]:
     return [title, "", *_table(header, rows), note, ""]
 
 
+def check(
+    target: str, measured: float, required: float, *, at_most: bool = False
+) -> dict[str, Any]:
+    """One target: ``measured`` must reach ``required`` (or stay below it, ``at_most``)."""
+    passed = measured <= required if at_most else measured >= required
+    return {
+        "target": target,
+        "measured": measured,
+        "required": required,
+        "at_most": at_most,
+        "passed": passed,
+    }
+
+
+def check_lines(checks: Iterable[Mapping[str, Any]]) -> list[str]:
+    """``PASS target: measured (>= required)`` lines for a console summary."""
+    lines = []
+    for c in checks:
+        mark = "PASS" if c["passed"] else "FAIL"
+        op = "<=" if c.get("at_most") else ">="
+        lines.append(f"{mark} {c['target']}: {c['measured']:.2f} ({op} {c['required']})")
+    return lines
+
+
 def _checks(results: Mapping[str, Any]) -> list[str]:
     rows = [
         [c["target"], c["measured"], c["required"], "PASS" if c["passed"] else "FAIL"]

@@ -26,7 +26,7 @@ import psutil
 import torch
 
 from benchmarks import bench_loaders, bench_memory
-from benchmarks.report import RESULTS, write_report
+from benchmarks.report import RESULTS, check, write_report
 
 __all__ = ["checks", "machine", "main", "run"]
 
@@ -72,13 +72,6 @@ def _rate(rows: list[dict[str, Any]], name: str, workers: int) -> float:
     return next(r["samples_per_s"] for r in rows if r["name"] == name and r["workers"] == workers)
 
 
-def _check(
-    target: str, measured: float, required: float, *, at_most: bool = False
-) -> dict[str, Any]:
-    passed = measured <= required if at_most else measured >= required
-    return {"target": target, "measured": measured, "required": required, "passed": passed}
-
-
 def checks(results: dict[str, Any]) -> list[dict[str, Any]]:
     """The issue's targets, on the N-worker figures."""
     rows, n = results["rows"], results["settings"]["workers"]
@@ -92,21 +85,21 @@ def checks(results: dict[str, Any]) -> list[dict[str, Any]]:
         decode = _rate(rows, f"limit: {fmt} decode rate x {cores} cores", n)
         limit = min(gather, decode)
         out += [
-            _check(f"{fmt} make_loader / min(gather, decode x cores)", ours / limit, 0.4),
-            _check(f"{fmt} make_loader / in-memory reader via DataLoader", ours / in_memory, 2.0),
-            _check(f"{fmt} make_loader / naive per-sample h5py", ours / naive, 30.0),
+            check(f"{fmt} make_loader / min(gather, decode x cores)", ours / limit, 0.4),
+            check(f"{fmt} make_loader / in-memory reader via DataLoader", ours / in_memory, 2.0),
+            check(f"{fmt} make_loader / naive per-sample h5py", ours / naive, 30.0),
         ]
     amp = results["amplification"]
     worst = max(amp["modelled_readers"], amp["in_process_zarr"], amp["in_process_hdf5"])
     out.append(
-        _check("read amplification (worst of in-process, N readers)", worst, 1.1, at_most=True)
+        check("read amplification (worst of in-process, N readers)", worst, 1.1, at_most=True)
     )
     mem = results["memory"]
     if "skipped" not in mem:
         growth = max(w["uss_growth"] for w in mem["workers"]) / 2**20
         tol = mem["tolerance_bytes"] / 2**20
         label = f"worker USS growth over {mem['epochs']} epochs, MiB (flat)"
-        out.append(_check(label, growth, tol, at_most=True) | {"passed": bool(mem["flat"])})
+        out.append(check(label, growth, tol, at_most=True) | {"passed": bool(mem["flat"])})
     # bench_training's own target (accuracy parity with a uniform shuffle), when it ran
     out += results.get("training", {}).get("checks", [])
     # bench_convert's targets (conversion over bare decode; write_arrays workers), when it ran
