@@ -323,13 +323,17 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
         return None
 
     def _channels(self, name: str) -> int:
-        """Channels of an encoded image field of several sizes (from its stored shapes)."""
-        reader = open_reader(self.location, **self._reader_options())
-        try:
-            shapes = read_whole(reader, self.layout.field(name).array_names()[2])
-            return int(shapes[0, 0]) if len(shapes) else 3
-        finally:
-            reader.close()
+        """Channels of an encoded image field of several sizes (from its stored shapes, read
+        once: batch shapes are asked for several times while a loader is set up)."""
+        known = self.__dict__.setdefault("_channel_counts", {})
+        if name not in known:
+            reader = open_reader(self.location, **self._reader_options())
+            try:
+                shapes = read_whole(reader, self.layout.field(name).array_names()[2])
+                known[name] = int(shapes[0, 0]) if len(shapes) else 3
+            finally:
+                reader.close()
+        return int(known[name])
 
     def _reader_options(self) -> dict[str, Any]:
         return {

@@ -262,8 +262,8 @@ class ProcessReader:
         """Start fetching the chunks a later read of ``indices`` needs and this process does
         not hold (remote datasets fetch them in the background; local ones ignore it)."""
         prefetch = getattr(self.reader, "prefetch", None)
-        if not callable(prefetch):
-            return
+        if not callable(prefetch) or not getattr(self.reader, "prefetches", False):
+            return  # a local dataset: nothing to fetch ahead (ring workers ask every batch)
         idx = normalize_indices(indices, self.layout.num_samples)
         for name in fields:
             info = self.layout.field(name, where=self.reader.location)

@@ -367,6 +367,11 @@ class ZarrReader:
         except ChunkReadError as err:
             raise type(err)(f"{self.location}: {err}") from err
 
+    @property
+    def prefetches(self) -> bool:
+        """Whether :meth:`prefetch` does anything (chunks fetched over a network)."""
+        return self._remote is not None
+
     def prefetch(self, name: str, chunks: list[int]) -> None:
         """Start fetching sample-axis ``chunks`` of ``name`` ahead of their read (remote
         datasets; elsewhere nothing to do)."""
