@@ -108,7 +108,7 @@ class ChunkFiles:
         clock: StageClock | None = None,
         path: str | None = None,
     ) -> None:
-        """Read, verify and decode chunk ``coords`` into C-contiguous ``target`` (full chunk)."""
+        """Read, verify and decode chunk ``coords`` into ``target`` (see :meth:`decode_bytes`)."""
         path = path or self.path(coords)
         t0 = time.perf_counter()
         data = _read_file(path, self.array_name, what)
@@ -119,12 +119,16 @@ class ChunkFiles:
     def decode_bytes(
         self,
         data: bytes | memoryview,
-        target: npt.NDArray[Any],
+        out: npt.NDArray[Any],
         *,
         where: str,
         clock: StageClock | None = None,
     ) -> None:
-        """Verify and decode one stored chunk's bytes into C-contiguous ``target``."""
+        """Verify and decode one stored chunk's bytes into ``out``: the whole chunk, or the
+        valid rows of an edge chunk (stored padded to the full chunk shape, so decoded aside
+        and its rows copied; so is a non-contiguous ``out``)."""
+        whole = out.shape == self.chunks and out.flags.c_contiguous
+        target = out if whole else np.empty(self.chunks, self.dtype)
         t1 = time.perf_counter()
         payload = self._verified(data, f"array {self.array_name!r}: {where}")
         t2 = time.perf_counter()
@@ -139,6 +143,8 @@ class ChunkFiles:
                 f"array {self.array_name!r}: {where} cannot be decoded "
                 f"({type(err).__name__}: {err})"
             ) from err
+        if not whole:
+            out[...] = target[: len(out)]
         if clock is not None:
             clock.checksum += t2 - t1
             clock.decode += time.perf_counter() - t2
@@ -214,17 +220,10 @@ class LocalChunkDecoder:
         self, chunk: int, out: npt.NDArray[Any], clock: StageClock | None = None
     ) -> None:
         """Decode chunk ``chunk`` into ``out`` (its valid rows only)."""
-        files = self.files
         step = self.chunk_rows
-        rows = min(step, files.shape[0] - chunk * step)
-        full = rows == step and out.flags.c_contiguous
-        # Zarr stores edge chunks padded to the full chunk shape: decode those aside.
-        target = out if full else np.empty(files.chunks, files.dtype)
+        rows = min(step, self.files.shape[0] - chunk * step)
         what = f"{chunk} (samples {chunk * step}..{chunk * step + rows - 1})"
-        path = self.chunk_path(chunk)
-        files.decode((chunk,), target, what=what, clock=clock, path=path)
-        if not full:
-            out[...] = target[:rows]
+        self.files.decode((chunk,), out, what=what, clock=clock, path=self.chunk_path(chunk))
 
 
 Compress = Callable[[Any], Any]

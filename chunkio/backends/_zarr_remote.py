@@ -149,16 +149,11 @@ class RemoteChunkReader:
         if clock is not None:
             clock.read += time.perf_counter() - t0
         for chunk, rows, at in wanted:
-            rows_out = out[at : at + rows]
-            direct = rows == step and rows_out.flags.c_contiguous
-            target = rows_out if direct else np.empty(self.files.chunks, self.files.dtype)
             where = f"chunk {chunk} at {self.fetcher.full_url(self._object_key(chunk))}"
             if self.layout is not None:
                 shard = self._object_key(chunk // self.layout.n_inner)
                 where = f"chunk {chunk} in shard {self.fetcher.full_url(shard)}"
-            self.files.decode_bytes(payloads[chunk], target, where=where, clock=clock)
-            if not direct:
-                rows_out[...] = target[:rows]
+            self.files.decode_bytes(payloads[chunk], out[at : at + rows], where=where, clock=clock)
 
     def _fetched(self, chunks: list[int]) -> dict[int, bytes | memoryview]:
         """The bytes of ``chunks``: prefetched ones (waited for), the others fetched now."""

@@ -44,7 +44,7 @@ def inner_meta(meta: dict[str, Any], layout: ShardLayout) -> dict[str, Any]:
 class LocalShardDecoder:
     """Reads and decodes inner chunks of an array sharded along axis 0 only."""
 
-    files: ChunkFiles  # the inner chunks' codecs; ``files.path`` names shard objects
+    files: ChunkFiles  # the inner chunks (codecs, shape); ``files.path`` names shard objects
     layout: ShardLayout
     #: shard -> (file identity, each inner chunk's (start, stop) or None), this process's cache
     _indexes: dict[int, tuple[tuple[int, int, int], list[tuple[int, int] | None]]] = field(
@@ -59,17 +59,7 @@ class LocalShardDecoder:
         files = ChunkFiles.build(array_dir, name, inner_meta(meta, layout))
         if files is None:
             return None
-        shard_files = ChunkFiles(
-            files.array_dir,
-            files.array_name,
-            files.shape,
-            layout.shard_shape,
-            files.dtype,
-            files.decompress,
-            files.checksum,
-            files.separator,
-        )
-        return cls(shard_files, layout)
+        return cls(files, layout)
 
     @property
     def chunk_rows(self) -> int:
@@ -124,8 +114,6 @@ class LocalShardDecoder:
         """Decode inner chunk ``chunk`` into ``out`` (its valid rows only)."""
         rows_per = self.chunk_rows
         rows = min(rows_per, self.files.shape[0] - chunk * rows_per)
-        full = rows == rows_per and out.flags.c_contiguous
-        target = out if full else np.empty(self.layout.inner_chunks, self.files.dtype)
         shard, i = divmod(chunk, self.layout.n_inner)
         path = self.shard_path(shard)
         what = f"{chunk} (samples {chunk * rows_per}..{chunk * rows_per + rows - 1})"
@@ -155,9 +143,7 @@ class LocalShardDecoder:
         if clock is not None:
             clock.read += time.perf_counter() - t0
         where = f"chunk {what} (inner chunk {i} of shard {path})"
-        self.files.decode_bytes(data, target, where=where, clock=clock)
-        if not full:
-            out[...] = target[:rows]
+        self.files.decode_bytes(data, out, where=where, clock=clock)
 
 
 @dataclass(frozen=True)
