@@ -29,6 +29,7 @@ import numpy.typing as npt
 from ..errors import SourceError
 from ..grid import SampleGrid
 from ..layout import FieldInfo, encoded_array_names
+from .ragged import checked_shapes, per_chunk
 
 __all__ = ["EncodedPlan", "image_capacity"]
 
@@ -65,22 +66,13 @@ class EncodedPlan:
     @classmethod
     def build(cls, field: FieldInfo, shapes: Any, grid: SampleGrid) -> EncodedPlan:
         """Regions for images of decoded ``shapes`` (N x ndim) on ``grid``."""
-        shapes = np.asarray(shapes, dtype=np.int64)
-        if shapes.ndim != 2 or len(shapes) != grid.num_samples or (shapes < 0).any():
-            raise SourceError(
-                f"field {field.name!r}: decoded shapes must be ({grid.num_samples}, ndim) "
-                f"non-negative ints; got an array of shape {shapes.shape}"
-            )
+        shapes = checked_shapes(field, shapes, grid, "decoded")
         decoded = np.prod(shapes, axis=1, dtype=np.int64) * field.dtype.itemsize
-        starts = np.arange(grid.num_chunks, dtype=np.int64) * grid.samples_per_chunk
-        totals = np.add.reduceat(decoded, starts) if len(decoded) else np.zeros(0, np.int64)
+        totals = per_chunk(decoded, grid)
         median = int(np.median(totals)) if totals.size else 0
         chunk_len = max(_MIN_CHUNK, -(-(median // 4) // 4096) * 4096)
-        capacity = image_capacity(decoded)
-        if len(capacity):
-            capacity = np.add.reduceat(capacity, starts)
-        per_chunk = -(-capacity // chunk_len)
-        region = np.concatenate([[0], np.cumsum(per_chunk)]).astype(np.int64)
+        room = per_chunk(image_capacity(decoded), grid)
+        region = np.concatenate([[0], np.cumsum(-(-room // chunk_len))]).astype(np.int64)
         return cls(field, grid, shapes, region, chunk_len)
 
     @property

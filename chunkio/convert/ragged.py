@@ -28,7 +28,7 @@ from ..errors import SourceError
 from ..grid import SampleGrid
 from ..layout import FieldInfo, ragged_array_names
 
-__all__ = ["RaggedPlan", "values_chunk_span"]
+__all__ = ["RaggedPlan", "checked_shapes", "per_chunk", "values_chunk_span"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -48,6 +48,30 @@ def values_chunk_span(
     return begin // chunk_len, -(-end // chunk_len)
 
 
+def checked_shapes(field: FieldInfo, shapes: Any, grid: SampleGrid, what: str) -> IntArray:
+    """``shapes`` as ``(N, ndim)`` int64, or a SourceError saying what was expected."""
+    shapes = np.asarray(shapes, dtype=np.int64)
+    if shapes.ndim != 2 or len(shapes) != grid.num_samples or (shapes < 0).any():
+        raise SourceError(
+            f"field {field.name!r}: {what} shapes must be ({grid.num_samples}, ndim) "
+            f"non-negative ints; got an array of shape {shapes.shape}"
+        )
+    return shapes
+
+
+def per_chunk(values: IntArray, grid: SampleGrid) -> IntArray:
+    """Sums of per-sample ``values`` over each sample chunk of ``grid``.
+
+    >>> per_chunk(np.array([1, 2, 3, 4, 5]), SampleGrid(5, 2)).tolist()
+    [3, 7, 5]
+    """
+    if not len(values):
+        return np.zeros(0, np.int64)
+    starts = np.arange(grid.num_chunks, dtype=np.int64) * grid.samples_per_chunk
+    sums: IntArray = np.add.reduceat(values, starts).astype(np.int64)
+    return sums
+
+
 @dataclass(frozen=True, eq=False)
 class RaggedPlan:
     """Placement of one ragged field's values (see the module docstring)."""
@@ -61,20 +85,14 @@ class RaggedPlan:
     @classmethod
     def build(cls, field: FieldInfo, shapes: Any, grid: SampleGrid) -> RaggedPlan:
         """Place samples of ``shapes`` (N x ndim) chunk-aligned on ``grid``."""
-        shapes = np.asarray(shapes, dtype=np.int64)
-        if shapes.ndim != 2 or len(shapes) != grid.num_samples or (shapes < 0).any():
-            raise SourceError(
-                f"field {field.name!r}: ragged shapes must be ({grid.num_samples}, ndim) "
-                f"non-negative ints; got an array of shape {shapes.shape}"
-            )
+        shapes = checked_shapes(field, shapes, grid, "ragged")
         sizes = np.prod(shapes, axis=1, dtype=np.int64)
-        starts = np.arange(grid.num_chunks, dtype=np.int64) * grid.samples_per_chunk
-        totals = np.add.reduceat(sizes, starts) if len(sizes) else np.zeros(0, np.int64)
+        totals = per_chunk(sizes, grid)
         chunk_len = 1
         if totals.size:
             chunk_len = int(max(1, min(totals.max(), 2 * int(np.median(totals)))))
-        per_chunk = -(-totals // chunk_len)
-        chunk_first = np.concatenate([[0], np.cumsum(per_chunk)]) * chunk_len
+        chunks_each = -(-totals // chunk_len)
+        chunk_first = np.concatenate([[0], np.cumsum(chunks_each)]) * chunk_len
         # position of each sample inside its chunk's values: sizes before it, minus the chunk's
         within = np.cumsum(sizes) - sizes
         within -= np.repeat(np.cumsum(totals) - totals, grid.chunk_sizes())
