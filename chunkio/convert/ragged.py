@@ -50,13 +50,13 @@ def values_chunk_span(
 
 def checked_shapes(field: FieldInfo, shapes: Any, grid: SampleGrid, what: str) -> IntArray:
     """``shapes`` as ``(N, ndim)`` int64, or a SourceError saying what was expected."""
-    shapes = np.asarray(shapes, dtype=np.int64)
-    if shapes.ndim != 2 or len(shapes) != grid.num_samples or (shapes < 0).any():
+    out: IntArray = np.asarray(shapes, dtype=np.int64)
+    if out.ndim != 2 or len(out) != grid.num_samples or (out < 0).any():
         raise SourceError(
             f"field {field.name!r}: {what} shapes must be ({grid.num_samples}, ndim) "
-            f"non-negative ints; got an array of shape {shapes.shape}"
+            f"non-negative ints; got an array of shape {out.shape}"
         )
-    return shapes
+    return out
 
 
 def per_chunk(values: IntArray, grid: SampleGrid) -> IntArray:
