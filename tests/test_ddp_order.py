@@ -8,26 +8,17 @@ must equal what one process reads.
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from ddp_launch import run_ranks
 
 import chunkio
 
 HERE = Path(__file__).parent
 N, GLOBAL_BATCH = 500, 24  # 24 is divisible by world sizes 1, 2, 3 and 4
 STOP_AT = 3
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -44,29 +35,10 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def _run_job(dataset: str, world: int, workers: int, out: Path, resume: Path | None = None) -> dict:
-    port = _free_port()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent), *sys.path])}
     args = [dataset, str(GLOBAL_BATCH), str(workers), str(out)]
     if resume is not None:
         args.append(str(resume))
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(HERE / "ddp_rank.py"), str(r), str(world), str(port), *args],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-        for r in range(world)
-    ]
-    try:
-        outputs = [p.communicate(timeout=150)[0].decode() for p in procs]
-    finally:
-        for p in procs:  # a hung rank must not outlive the test
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    for r, (p, text) in enumerate(zip(procs, outputs, strict=True)):
-        assert p.returncode == 0, f"rank {r} of {world} failed:\n{text}"
+    run_ranks("ddp_rank.py", world, args, timeout=150)
     return json.loads(out.read_text())
 
 

@@ -11,15 +11,12 @@ the same rank reads from the local copy.
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from ddp_launch import run_ranks
 from remote_servers import S3Server, s3_server_fixture  # noqa: F401 (pytest fixture)
 
 import chunkio
@@ -35,12 +32,6 @@ N_ARRAYS = 301
 IMAGE_FIELDS = ("image", "label", "source_index")
 ARRAY_FIELDS = ("sample_id", "x")
 POOL_BYTES = 1 << 17  # a few chunks: batches mix chunks, ranks read different chunks
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -98,27 +89,7 @@ def _run_ranks(world: int, config: dict[str, Any], out: Path) -> None:
     out.mkdir()
     config_path = out / "config.json"
     config_path.write_text(json.dumps(config))
-    port = _free_port()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent), *sys.path])}
-    script = str(HERE / "remote_ddp_rank.py")
-    procs = [
-        subprocess.Popen(
-            [sys.executable, script, str(r), str(world), str(port), str(config_path), str(out)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-        for r in range(world)
-    ]
-    try:
-        outputs = [p.communicate(timeout=100)[0].decode() for p in procs]
-    finally:
-        for p in procs:  # a hung rank must not outlive the test
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    for r, (p, text) in enumerate(zip(procs, outputs, strict=True)):
-        assert p.returncode == 0, f"rank {r} of {world} failed:\n{text}"
+    run_ranks("remote_ddp_rank.py", world, [str(config_path), str(out)], timeout=100)
 
 
 def _split(values: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
