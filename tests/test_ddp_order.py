@@ -16,7 +16,6 @@ from ddp_launch import run_ranks
 
 import chunkio
 
-HERE = Path(__file__).parent
 N, GLOBAL_BATCH = 500, 24  # 24 is divisible by world sizes 1, 2, 3 and 4
 STOP_AT = 3
 

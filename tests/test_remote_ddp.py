@@ -24,7 +24,6 @@ from benchmarks.data import make_jpeg_folder
 
 pytest.importorskip("s3fs", reason="s3fs is not installed (pip install -e '.[remote]')")
 
-HERE = Path(__file__).parent
 BUCKET = "ddp"
 SEED = 11
 N_IMAGES = 199  # a last partial global batch for world sizes 2 and 3 with the batches below
