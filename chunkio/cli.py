@@ -14,7 +14,7 @@
                                     [--workers N] [--no-progress] [--overwrite]
     chunkio info DST [--json] [--storage-options JSON]
     chunkio verify DST [--storage-options JSON]   exit status 1 when anything is wrong
-    chunkio doctor DST [--step-time S]
+    chunkio doctor DST [--step-time S] [--storage-options JSON]
 
 Expected failures (bad input, missing files, an existing destination) print one line on
 stderr and exit with status 2; usage errors too (argparse).
@@ -158,6 +158,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="S",
         help="your training step time in seconds, to compare against",
     )
+    _storage_options_argument(doctor)
     return parser
 
 
@@ -326,7 +327,7 @@ def _verify(args: argparse.Namespace) -> int:
 def _doctor(args: argparse.Namespace) -> int:
     from .doctor import main_doctor
 
-    print(main_doctor(args.path, step_time=args.step_time))
+    print(main_doctor(args.path, step_time=args.step_time, storage_options=args.storage_options))
     return EXIT_OK
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 from torch.utils.data import Dataset
 
-from .backends import detect_format, open_reader
+from .backends import detect_format, open_reader, reader_documents
 from .batch import SampleBatch, to_tensor
 from .encoded_read import read_whole
 from .grid import SampleGrid
@@ -137,6 +137,8 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
             "preload_bytes": int(preload_bytes),
             "storage_options": dict(storage_options) if storage_options else None,
             "trust_codecs": bool(trust_codecs),
+            # a remote group's metadata, read once here and reused by every process's reader
+            "documents": None,
         }
         self.layout = self._read_layout()  # first: a missing path is DatasetNotFoundError
         self.format = detect_format(self.location)
@@ -161,6 +163,7 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
                         info = reader.array_info(name)
                         arrays[name] = (info.shape, info.dtype, info.chunks)
             check_arrays(layout, arrays, where=where)
+            self._options["documents"] = reader_documents(reader)
             return layout
         finally:
             reader.close()
@@ -339,6 +342,7 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
         return {
             "storage_options": self._options["storage_options"],
             "trust_codecs": bool(self._options["trust_codecs"]),
+            "documents": self._options["documents"],
         }
 
     def arrange(self, columns: dict[str, Any]) -> Any:

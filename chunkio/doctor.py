@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -166,10 +166,16 @@ def _batch_len(batch: Any) -> int:
 
 
 def _measure(
-    path: str, *, num_workers: int, batch_size: int, batches: int, budget_s: float, nbytes: int
+    ds: ChunkDataset,
+    *,
+    num_workers: int,
+    batch_size: int,
+    batches: int,
+    budget_s: float,
+    nbytes: int,
 ) -> Measurement:
     """Time ``batches`` batches (or ``budget_s``) after two untimed ones (worker start-up)."""
-    with make_loader(path, batch_size, num_workers=num_workers, seed=0) as loader:
+    with make_loader(ds, batch_size, num_workers=num_workers, seed=0) as loader:
         it = _endless(loader)
         for _ in range(2):
             next(it)
@@ -285,13 +291,15 @@ def run_doctor(
     batch_sizes: Sequence[int] | None = None,
     batches_per_setting: int = 20,
     budget_s_per_setting: float = 3.0,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> DoctorReport:
     """Measure read throughput of the dataset at ``path`` and judge it against ``step_time``.
 
     Parameters
     ----------
     path
-        A chunkio dataset (``.zarr`` directory or ``.h5`` file); every field is read.
+        A chunkio dataset (``.zarr`` directory or ``.h5`` file, or a Zarr URL such as
+        ``s3://bucket/train.zarr``); every field is read.
     step_time
         The model's seconds per training step at ``step_batch_size``; ``None``: no verdict.
     step_batch_size
@@ -303,6 +311,8 @@ def run_doctor(
     batches_per_setting, budget_s_per_setting
         Each setting times this many batches, stopping early after this many seconds (plus
         the loader's start-up and two untimed batches), which bounds the runtime.
+    storage_options
+        For a URL: fsspec options (as for :class:`~chunkio.ChunkDataset`).
 
     Returns
     -------
@@ -324,11 +334,11 @@ def run_doctor(
     if ref not in sizes:
         raise ValueError(f"step_batch_size must be one of batch_sizes {sizes}, got {ref!r}")
     location = os.fspath(path)
-    ds = ChunkDataset(location)
+    ds = ChunkDataset(location, storage_options=storage_options)
     nbytes = ds.chunk_nbytes() // ds.samples_per_chunk
     measurements = tuple(
         _measure(
-            location,
+            ds,
             num_workers=w,
             batch_size=b,
             batches=batches_per_setting,
@@ -369,9 +379,14 @@ def main_doctor(
     step_time: float | None = None,
     worker_counts: Sequence[int] | None = None,
     batch_sizes: Sequence[int] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> str:
     """Run :func:`run_doctor` with its defaults and return the rendered text report."""
     report = run_doctor(
-        path, step_time=step_time, worker_counts=worker_counts, batch_sizes=batch_sizes
+        path,
+        step_time=step_time,
+        worker_counts=worker_counts,
+        batch_sizes=batch_sizes,
+        storage_options=storage_options,
     )
     return report.render()

@@ -6,7 +6,7 @@ are grouped by the bytes chunks that hold them; each chunk missing from a small 
 straight into its place in the batch. With a :class:`~chunkio.transforms.Compose` the
 transform is fused into the decode: a JPEG whose crop will be shrunk at least 2x is decoded at
 1/2, 1/4 or 1/8 scale by libjpeg-turbo's DCT scaling (much less work), then cropped, resized
-and flipped by one Pillow resample into the batch row.
+(one antialiased resize) and flipped into the batch row.
 """
 
 from __future__ import annotations

@@ -47,12 +47,8 @@ def labels_of(dataset: Any) -> np.ndarray[Any, np.dtype[np.int64]] | None:
     scalar_int = info.kind == "dense" and not info.sample_shape and info.dtype.kind in "iu"
     if not scalar_int or info.sample_nbytes * len(dataset) > _MAX_LABEL_BYTES:
         return None
-    options = dataset._options  # the user's storage options and trust, unchanged
-    reader = open_reader(
-        dataset.location,
-        storage_options=options["storage_options"],
-        trust_codecs=options["trust_codecs"],
-    )
+    # the user's storage options and trust, unchanged, and the metadata the dataset read
+    reader = open_reader(dataset.location, **dataset._reader_options())
     try:  # straight from the backend; the main process keeps no handle (workers fork later)
         grid = SampleGrid(len(dataset), dataset.samples_per_chunk)
         labels = np.empty(len(dataset), dtype=info.dtype)

@@ -100,6 +100,7 @@ class ProcessReader:
         trust_codecs: bool = False,
         decode_threads: int = 1,
         download_cache: tuple[str, int] | None = None,
+        documents: Mapping[str, Any] | None = None,
     ) -> None:
         self.pid = os.getpid()
         self.decode_threads = decode_threads
@@ -111,6 +112,7 @@ class ProcessReader:
             storage_options=storage_options,
             trust_codecs=trust_codecs,
             download_cache=download_cache,
+            documents=documents,
         )
         self.pool_chunks = pool_chunks
         self.cache_bytes = cache_bytes

@@ -474,6 +474,21 @@ class RangeFetcher:
         """The whole object ``key``."""
         return self.cat_ranges([(key, None, None)])[0]
 
+    def get_objects(self, keys: Sequence[str]) -> list[bytes | None]:
+        """Whole objects ``keys``, fetched concurrently and never cached (metadata documents:
+        they change when a dataset is rewritten); ``None`` for each one that does not exist.
+        Any other failure (after its retries) is raised."""
+        results = self._fetch_many([(str(k), None, None) for k in keys])
+        out: list[bytes | None] = []
+        for res in results:
+            if isinstance(res, RemoteNotFoundError):
+                out.append(None)
+            elif isinstance(res, BaseException):
+                raise res
+            else:
+                out.append(res)
+        return out
+
     def size(self, key: str) -> int:
         """Size in bytes of ``key`` (one HEAD / stat)."""
         info = self._info(key)

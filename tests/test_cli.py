@@ -175,8 +175,8 @@ def test_volumes_and_doctor_pass_their_options_through(
         calls["volumes"] = (src, dst, kw)
         return types.SimpleNamespace(num_samples=3, path=dst, seconds=0.5)
 
-    def main_doctor(path: str, *, step_time: float | None = None) -> str:
-        calls["doctor"] = (path, step_time)
+    def main_doctor(path: str, *, step_time: float | None = None, storage_options: Any) -> str:
+        calls["doctor"] = (path, step_time, storage_options)
         return "doctor report"
 
     monkeypatch.setattr("chunkio.convert.volumes.convert_volumes", convert_volumes)
@@ -214,7 +214,9 @@ def test_volumes_and_doctor_pass_their_options_through(
     assert cli.main(["convert", "volumes", "vols", "v.zarr", "--chunks", "8", "16", "16"]) == 0
     assert calls["volumes"][2]["chunks"] == (8, 16, 16)
     assert cli.main(["doctor", "d.zarr", "--step-time", "0.25"]) == 0
-    assert calls["doctor"] == ("d.zarr", 0.25)
+    assert calls["doctor"] == ("d.zarr", 0.25, None)
+    assert cli.main(["doctor", "s3://b/d.zarr", "--storage-options", '{"anon": true}']) == 0
+    assert calls["doctor"] == ("s3://b/d.zarr", None, {"anon": True})
     out = capsys.readouterr().out
     assert "wrote 3 volumes to v.h5" in out and "doctor report" in out
 

@@ -34,7 +34,8 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A sharded (packed) JPEG dataset and its raw twin, converted locally."""
     root = tmp_path_factory.mktemp("remote")
     src = make_jpeg_folder(root / "src", n_images=240, size=48, n_classes=4, seed=5)
-    convert_images(src, root / "jpeg.zarr", encoding="jpeg", progress=False)
+    # 16 per chunk: many inner chunks per shard (by stored bytes all 240 would fit one chunk)
+    convert_images(src, root / "jpeg.zarr", encoding="jpeg", samples_per_chunk=16, progress=False)
     convert_images(src, root / "raw.zarr", progress=False)
     return root
 
@@ -234,3 +235,85 @@ def test_a_truncated_remote_shard_is_a_typed_error_naming_it(
     )
     with pytest.raises(ChunkReadError, match=rf"s3://{bucket}/{key}"):
         ds.read_batch(list(range(240)))
+
+
+@pytest.mark.timeout(120)
+def test_opening_costs_one_round_of_metadata_that_workers_reuse(
+    s3_server: S3Server, bucket: str, latency_proxy_factory: type[LatencyProxy]
+) -> None:
+    """The root zarr.json and each declared array's, one GET each (no HEAD, no listing);
+    a dataset pickled into a worker opens its reader without a metadata request, and reads a
+    small sharded array whole in one GET (no separate index request)."""
+    proxy = latency_proxy_factory(s3_server.endpoint_url, 0.0)
+    options = s3_server.storage_options(endpoint_url=proxy.url)
+    url = f"s3://{bucket}/jpeg.zarr"
+    ds = ChunkDataset(url, fields=("image", "label"), storage_options=options)
+    arrays = [a for f in ds.layout.fields for a in f.array_names()]
+    opened = sorted(path.rsplit("jpeg.zarr/", 1)[1] for _, path, _ in proxy.log)
+    assert [m for m, _, _ in proxy.log] == ["GET"] * (1 + len(arrays)), proxy.log
+    assert opened == sorted(["zarr.json", *(f"{a}/zarr.json" for a in arrays)])
+
+    proxy.reset_counts()
+    with make_loader(ds, 60, num_workers=1, shuffle=False) as loader:
+        n = sum(len(y) for _, y in loader)
+    assert n == 240
+    assert not [e for e in proxy.log if e[1].endswith("zarr.json")], proxy.log
+    label_reads = [e for e in proxy.log if "/label/" in e[1]]
+    assert label_reads and all(rng is None for _, _, rng in label_reads), label_reads
+
+
+@pytest.mark.timeout(60)
+def test_a_remote_location_that_is_not_a_group_is_refused(s3_server: S3Server, bucket: str) -> None:
+    from chunkio.errors import DatasetNotFoundError, FormatError
+
+    options = s3_server.storage_options()
+    with pytest.raises(FormatError, match=rf"s3://{bucket}/jpeg.zarr/label.*node_type='array'"):
+        ChunkDataset(f"s3://{bucket}/jpeg.zarr/label", storage_options=options)
+    with pytest.raises(DatasetNotFoundError, match=rf"s3://{bucket}/none.zarr"):
+        ChunkDataset(f"s3://{bucket}/none.zarr", storage_options=options)
+
+
+@pytest.mark.timeout(60)
+def test_a_shard_whose_index_points_past_its_end_is_named(
+    s3_server: S3Server, bucket: str, local: Path
+) -> None:
+    import json
+
+    from chunkio.backends._zarr_shard import shard_layout
+    from chunkio.errors import CorruptChunkError
+
+    client = s3_server.client()
+    s3_server.upload_dir(local / "jpeg.zarr", bucket, "past.zarr")
+    meta = json.loads(
+        client.get_object(Bucket=bucket, Key="past.zarr/label/zarr.json")["Body"].read()
+    )
+    layout = shard_layout(meta)
+    assert layout is not None  # a small field, packed into one shard
+    key = next(
+        o["Key"]
+        for o in client.list_objects_v2(Bucket=bucket, Prefix="past.zarr/label/c")["Contents"]
+    )
+    whole = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+    index = whole[-layout.index_nbytes :]  # intact (its crc too), now past the body's end
+    client.put_object(Bucket=bucket, Key=key, Body=whole[: len(whole) // 4] + index)
+    ds = ChunkDataset(
+        f"s3://{bucket}/past.zarr", fields="label", storage_options=s3_server.storage_options()
+    )
+    with pytest.raises(CorruptChunkError, match=rf"s3://{bucket}/{key}.*past its end"):
+        ds.read_batch(list(range(240)))
+
+
+@pytest.mark.timeout(120)
+def test_doctor_measures_a_remote_dataset(s3_server: S3Server, bucket: str) -> None:
+    from chunkio.doctor import run_doctor
+
+    report = run_doctor(
+        f"s3://{bucket}/jpeg.zarr",
+        worker_counts=(0,),
+        batch_sizes=(32,),
+        batches_per_setting=3,
+        storage_options=s3_server.storage_options(),
+    )
+    assert report.num_samples == 240 and report.samples_per_chunk == 16
+    (m,) = report.measurements
+    assert m.batches == 3 and m.samples_per_s > 0

@@ -29,6 +29,7 @@ __all__ = [
     "Writer",
     "detect_format",
     "open_reader",
+    "reader_documents",
     "open_writer",
     "storage_for",
 ]
@@ -111,11 +112,14 @@ def open_reader(
     storage_options: Mapping[str, Any] | None = None,
     trust_codecs: bool = False,
     download_cache: tuple[str, int] | None = None,
+    documents: Mapping[str, Any] | None = None,
 ) -> Reader:
     """Open ``location`` read-only with the backend :func:`detect_format` picks.
 
     ``download_cache``: ``(folder, byte limit)`` where a remote dataset's fetched chunks are
-    kept (shared by processes; least recently used dropped first)."""
+    kept (shared by processes; least recently used dropped first). ``documents``: a remote Zarr
+    group's metadata as another reader read it (:func:`reader_documents`), so that this one
+    opens without requests; ignored elsewhere."""
     missing = _missing_local(location)
     if missing is not None:
         raise DatasetNotFoundError(f"no dataset at {missing}")
@@ -137,7 +141,15 @@ def open_reader(
         storage_options=storage_options,
         trust_codecs=trust_codecs,
         download_cache=download_cache,
+        documents=documents,
     )
+
+
+def reader_documents(reader: Reader) -> dict[str, Any] | None:
+    """The metadata documents ``reader`` fetched over a network, for ``open_reader(...,
+    documents=)`` in another process; ``None`` when opening costs no requests."""
+    documents = getattr(reader, "documents", None)
+    return None if documents is None else documents()
 
 
 def open_writer(

@@ -24,6 +24,7 @@ from ..errors import (
     MissingChunkError,
     UnsafeInputError,
 )
+from ._zarr_documents import RemoteDocuments
 from ._zarr_local import LocalChunkDecoder, LocalChunkEncoder
 from ._zarr_region import RegionDecoder
 from ._zarr_remote import RemoteChunkReader, is_remote
@@ -166,11 +167,16 @@ class ZarrReader:
         storage_options: Mapping[str, Any] | None = None,
         trust_codecs: bool = False,
         download_cache: tuple[str, int] | None = None,
+        documents: Mapping[str, Any] | None = None,
     ) -> None:
         self.location = _describe(location)
         self._trust = trust_codecs
+        self._url = location
+        self._storage_options = _opts(storage_options)
         self._remote: Any = None
-        if is_remote(location):  # chunks fetched by chunkio itself, by byte ranges
+        self._docs: RemoteDocuments | None = None
+        self._zgroup: Any = None
+        if is_remote(location):  # chunks and zarr.json documents fetched by chunkio itself
             from ..remote import RangeFetcher
 
             cache_dir, cache_bytes = download_cache or (None, 0)
@@ -180,25 +186,57 @@ class ZarrReader:
                 cache_dir=cache_dir,
                 cache_bytes=cache_bytes,
             )
-        try:
-            self._group = zarr.open_group(
-                store=location, mode="r", zarr_format=3, storage_options=_opts(storage_options)
-            )
-        except FileNotFoundError as err:
-            raise DatasetNotFoundError(f"no Zarr v3 dataset at {self.location}") from err
-        except Exception as err:  # zarr raises several types for "not a v3 group"
-            raise FormatError(f"{self.location}: cannot open as a Zarr v3 group: {err}") from err
+            self._docs = RemoteDocuments(self._remote, self.location, documents)
+        else:
+            self._zgroup = self._open_group()
         self._arrays: dict[str, Any] = {}
         self._fast: dict[str, LocalChunkDecoder | LocalShardDecoder | RemoteChunkReader | None] = {}
         self._regions: dict[str, RegionDecoder | None] = {}
         self._infos: dict[str, ArrayInfo] = {}
         self._metas: dict[str, dict[str, Any] | None] = {}
+        self._names: list[str] | None = None
         self.clock = StageClock()
 
+    def _open_group(self) -> Any:
+        try:
+            return zarr.open_group(
+                store=self._url, mode="r", zarr_format=3, storage_options=self._storage_options
+            )
+        except FileNotFoundError as err:
+            raise DatasetNotFoundError(f"no Zarr v3 dataset at {self.location}") from err
+        except Exception as err:  # zarr raises several types for "not a v3 group"
+            raise FormatError(f"{self.location}: cannot open as a Zarr v3 group: {err}") from err
+
+    @property
+    def _group(self) -> Any:
+        """zarr's group (remotely opened only for what chunkio does not read itself)."""
+        if self._zgroup is None:
+            self._zgroup = self._open_group()
+        return self._zgroup
+
+    def documents(self) -> dict[str, dict[str, Any] | None] | None:
+        """A remote group's ``zarr.json`` documents read so far, for ``documents=`` of a
+        reader in another process (:mod:`._zarr_documents`); ``None`` for a local group."""
+        return None if self._docs is None else self._docs.snapshot()
+
     def attrs(self) -> dict[str, Any]:
+        if self._docs is not None:
+            return self._docs.attrs()
         return dict(self._group.attrs)
 
     def array_names(self) -> list[str]:
+        if self._names is None:
+            self._names = self._list_arrays()
+        return list(self._names)
+
+    def _list_arrays(self) -> list[str]:
+        if self._docs is not None:
+            declared = _declared_arrays(self.attrs())
+            if declared:  # a chunkio dataset: its arrays' documents in one round, no listing
+                self._docs.load(declared)
+                return sorted(
+                    n for n in declared if (self._raw_meta(n) or {}).get("node_type") == "array"
+                )
         # From the raw zarr.json documents: zarr's own listing parses every member's codecs,
         # and an unknown or unsafe codec must be refused by _array, not crash a listing.
         from zarr.core.sync import sync
@@ -210,7 +248,7 @@ class ZarrReader:
             names = sync(children())
         except Exception:  # e.g. HTTP: no listing
             names = []
-        names = [n.rstrip("/") for n in names]  # HTTP listings name folders "x/"
+        names = [n.rstrip("/") for n in names if n != "zarr.json"]  # HTTP names folders "x/"
         if not names:  # a store that cannot list: the arrays the chunkio layout declares
             names = _declared_arrays(self.attrs())
         return sorted(n for n in names if (self._raw_meta(n) or {}).get("node_type") == "array")
@@ -218,6 +256,8 @@ class ZarrReader:
     def _raw_meta(self, name: str) -> dict[str, Any] | None:
         """The member's zarr.json as plain JSON (None if absent), read without zarr parsing it
         (once per reader: remotely each read is a request)."""
+        if self._docs is not None:
+            return self._docs.get(name)
         if name in self._metas:
             return self._metas[name]
         meta = self._fetch_meta(name)
@@ -268,8 +308,7 @@ class ZarrReader:
     def _remote_reader(self, name: str, meta: dict[str, Any]) -> RemoteChunkReader | None:
         if self._remote is None:
             return None
-        key = "/".join(p for p in (self._group.path, name) if p)
-        return RemoteChunkReader.build(self._remote, key, name, meta)
+        return RemoteChunkReader.build(self._remote, name, name, meta)  # keys below the url
 
     def _zarr_array(self, name: str) -> Any:
         """The zarr array itself (remote arrays chunkio reads alone are opened only here)."""
@@ -281,9 +320,9 @@ class ZarrReader:
     def _local_decoder(
         self, name: str, meta: dict[str, Any]
     ) -> LocalChunkDecoder | LocalShardDecoder | RemoteChunkReader | None:
-        store = self._group.store
         if self._remote is not None:
             return self._remote_reader(name, meta)
+        store = self._group.store
         if not isinstance(store, LocalStore):
             return None
         array_dir = os.path.join(str(store.root), self._group.path, name)

@@ -183,28 +183,71 @@ class RemoteChunkReader:
         by_shard: dict[int, list[int]] = {}
         for c in unique:
             by_shard.setdefault(c // n, []).append(c % n)
-        self._shard_indexes(sorted(by_shard))
+        # a shard read whole (small arrays, read entirely): one GET instead of index + range
+        whole = [s for s, inner in by_shard.items() if self._wants_all(s, inner)]
+        out = self._fetch_whole(whole)
+        rest = {s: inner for s, inner in by_shard.items() if s not in whole}
+        if not rest:
+            return out
+        self._shard_indexes(sorted(rest))
         requests: list[tuple[str, int, int]] = []
         members: list[tuple[int, int, list[int]]] = []  # (shard, start, inner chunks)
-        for shard, inner in sorted(by_shard.items()):
-            index = self._indexes[shard]
-            empty = [i for i in inner if inner_range(index, i) is None]
-            if empty:
-                raise MissingChunkError(
-                    f"array {name!r}: chunk {shard * n + empty[0]} is missing from shard "
-                    f"{self.fetcher.full_url(self._object_key(shard))} (empty index entry)"
-                )
-            for start, stop, group in merged_ranges(index, inner, gap=MERGE_GAP):
+        for shard, inner in sorted(rest.items()):
+            self._check_present(shard, inner)
+            for start, stop, group in merged_ranges(self._indexes[shard], inner, gap=MERGE_GAP):
                 requests.append((self._object_key(shard), start, stop))
                 members.append((shard, start, group))
         try:
             blobs = self.fetcher.cat_ranges(requests)
         except RemoteNotFoundError as err:
             raise MissingChunkError(f"array {name!r}: {err}") from err
-        out: dict[int, bytes | memoryview] = {}
         for (shard, start, group), blob in zip(members, blobs, strict=True):
             view = memoryview(blob)
             for i in group:
                 a, b = inner_range(self._indexes[shard], i) or (0, 0)
                 out[shard * n + i] = view[a - start : b - start]
         return out
+
+    def _inner_count(self, shard: int) -> int:
+        """Inner chunks of ``shard`` within the array (the last shard may be partial)."""
+        assert self.layout is not None
+        n = self.layout.n_inner
+        return min(n, -(-self.files.shape[0] // self.chunk_rows) - shard * n)
+
+    def _wants_all(self, shard: int, inner: list[int]) -> bool:
+        """Whether ``inner`` is every chunk of ``shard`` and its index is not known yet."""
+        return shard not in self._indexes and len(inner) == self._inner_count(shard)
+
+    def _fetch_whole(self, shards: list[int]) -> dict[int, bytes | memoryview]:
+        """Every inner chunk of ``shards``, each shard fetched whole (its index checked against
+        the object's size: an entry past its end is named as such)."""
+        assert self.layout is not None
+        if not shards:
+            return {}
+        n, name = self.layout.n_inner, self.files.array_name
+        keys = [self._object_key(s) for s in shards]
+        try:
+            blobs = self.fetcher.cat_ranges([(k, None, None) for k in keys])
+        except RemoteNotFoundError as err:
+            raise MissingChunkError(f"array {name!r}: {err}") from err
+        out: dict[int, bytes | memoryview] = {}
+        for shard, key, blob in zip(shards, keys, blobs, strict=True):
+            where = f"array {name!r}: shard {self.fetcher.full_url(key)}"
+            self._indexes[shard] = index = self.layout.parse_index(blob, where=where)
+            inner = list(range(self._inner_count(shard)))
+            self._check_present(shard, inner)
+            view = memoryview(blob)
+            for i in inner:
+                a, b = inner_range(index, i) or (0, 0)
+                out[shard * n + i] = view[a:b]
+        return out
+
+    def _check_present(self, shard: int, inner: list[int]) -> None:
+        assert self.layout is not None
+        index, n = self._indexes[shard], self.layout.n_inner
+        empty = [i for i in inner if inner_range(index, i) is None]
+        if empty:
+            raise MissingChunkError(
+                f"array {self.files.array_name!r}: chunk {shard * n + empty[0]} is missing from "
+                f"shard {self.fetcher.full_url(self._object_key(shard))} (empty index entry)"
+            )
