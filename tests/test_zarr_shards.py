@@ -198,3 +198,30 @@ def test_an_image_conversion_is_a_few_files(tmp_path: Path) -> None:
         z = zarr.open_group(str(dst))
         np.testing.assert_array_equal(batch["label"], z["label"][[0, 150, 299]])
         assert verify(dst).ok
+
+
+def test_encoded_chunks_hold_a_mib_of_jpegs_and_are_packed_into_one_shard(tmp_path: Path) -> None:
+    """Chunks of an encoded field are sized by stored bytes (~1 MiB of JPEGs, not of pixels),
+    and its bytes array is packed although those chunk files are not small."""
+    from benchmarks.data import make_natural_folder
+
+    src = make_natural_folder(tmp_path / "src", n_images=400, size=160, seed=1)
+    dst = tmp_path / "jpeg.zarr"
+    result = convert_images(src, dst, encoding="jpeg", progress=False)
+    ds = ChunkDataset(dst, fields=("image", "label"))
+    spans = zarr.open_group(str(dst))["image__spans"][:]
+    per_chunk = float((spans[:, 1] - spans[:, 0]).mean()) * result.samples_per_chunk
+    assert 0.5 * (1 << 20) <= per_chunk <= 1.5 * (1 << 20), per_chunk  # stored bytes
+    assert len(ds.chunk_sizes()) >= 3
+    image = [p for p in _files(dst) if p.relative_to(dst).parts[0] == "image__bytes"]
+    assert len(image) == 2, image  # zarr.json and one shard
+    meta = json.loads((dst / "image__bytes" / "zarr.json").read_text())
+    assert meta["codecs"][0]["name"] == "sharding_indexed"
+    from chunkio import read_source_paths
+
+    z = zarr.open_group(str(dst))  # zarr-python reads the packed shard: the files, as they are
+    paths = read_source_paths(dst)
+    for i in (0, 7, 399):
+        a, b = (int(v) for v in spans[i])
+        assert z["image__bytes"][a:b].tobytes() == (src / paths[i]).read_bytes()
+    assert verify(dst).ok

@@ -6,8 +6,10 @@ encoded images) then leave thousands of tiny files, and file systems and object 
 per file. So, once every chunk is written, each array whose chunk files are small is
 rewritten as shards (``sharding_indexed``) of about :data:`PACK_SHARD_BYTES`: the stored
 chunk bytes are copied as they are (nothing is decoded), an array of a few MiB becomes one
-file. Arrays of larger chunks are left alone (repacking them would copy the dataset once
-more for little gain).
+file. So is the bytes array of every encoded field, whatever its chunk size (its chunks hold
+about 1 MiB of JPEGs: copying them costs little next to decoding every image, which the
+conversion did). Other arrays of larger chunks are left alone (repacking raw pixels would
+copy the dataset once more for little gain).
 
 Crash safety without a second copy of the array: shards get keys of their own (``c/<i>``:
 the ``"/"`` key separator, where chunk files are ``c.<i>``), so they are written beside the
@@ -25,6 +27,7 @@ from typing import Any
 
 from .._fsync import fsync_tree
 from ..errors import FormatError
+from ..layout import ATTR_KEY, encoded_array_names
 from ._zarr_local import ChunkFiles, write_file
 from ._zarr_shard import shard_layout, sharding_codec
 
@@ -39,8 +42,10 @@ _SHARD_KEYS = {"name": "default", "configuration": {"separator": "/"}}
 
 
 def pack_arrays(group: str) -> list[str]:
-    """Pack the small-chunked arrays of the local Zarr group at ``group``; their names."""
+    """Pack the small-chunked arrays (and encoded fields' bytes) of the local Zarr group at
+    ``group``; their names."""
     packed = []
+    always = _encoded_bytes_arrays(group)
     for name in sorted(os.listdir(group)):
         array_dir = os.path.join(group, name)
         meta = _array_meta(array_dir)
@@ -49,9 +54,24 @@ def pack_arrays(group: str) -> list[str]:
         if shard_layout(meta) is not None:
             _drop_chunk_files(array_dir, meta)  # a pack interrupted after its switch
             continue
-        if _pack(array_dir, name, meta):
+        if _pack(array_dir, name, meta, any_size=name in always):
             packed.append(name)
     return packed
+
+
+def _encoded_bytes_arrays(group: str) -> set[str]:
+    """The bytes arrays of the encoded fields the group's chunkio layout declares."""
+    try:
+        with open(os.path.join(group, "zarr.json"), encoding="utf-8") as f:
+            attrs = (json.load(f) or {}).get("attributes") or {}
+        fields = (attrs.get(ATTR_KEY) or {}).get("fields") or {}
+    except (OSError, ValueError, AttributeError):
+        return set()
+    return {
+        encoded_array_names(name)[0]
+        for name, spec in fields.items()
+        if isinstance(spec, dict) and spec.get("kind") == "encoded"
+    }
 
 
 def _array_meta(array_dir: str) -> dict[str, Any] | None:
@@ -63,7 +83,7 @@ def _array_meta(array_dir: str) -> dict[str, Any] | None:
     return meta if isinstance(meta, dict) and meta.get("node_type") == "array" else None
 
 
-def _pack(array_dir: str, name: str, meta: dict[str, Any]) -> bool:
+def _pack(array_dir: str, name: str, meta: dict[str, Any], *, any_size: bool = False) -> bool:
     files = ChunkFiles.build(array_dir, name, meta)
     if files is None or files.chunks[1:] != files.shape[1:] or files.separator != ".":
         return False  # not a layout chunkio writes (chunked along other axes, nested keys)
@@ -71,9 +91,12 @@ def _pack(array_dir: str, name: str, meta: dict[str, Any]) -> bool:
     num_chunks = -(-files.shape[0] // rows)
     paths = [files.path((c, *(0 for _ in files.shape[1:]))) for c in range(num_chunks)]
     sizes = [os.path.getsize(p) for p in paths if os.path.exists(p)]
-    if len(sizes) < 2 or sum(sizes) / len(sizes) > SMALL_CHUNK_BYTES:
+    if len(sizes) < 2 or (not any_size and sum(sizes) / len(sizes) > SMALL_CHUNK_BYTES):
         return False
-    per_shard = max(1, min(num_chunks, PACK_SHARD_BYTES // max(1, max(sizes))))
+    # stored bytes per chunk of the array, counting the never-written ones (an encoded
+    # field's regions are mostly unwritten): shards of about PACK_SHARD_BYTES each
+    density = -(-sum(sizes) // num_chunks)
+    per_shard = max(1, min(num_chunks, PACK_SHARD_BYTES // max(1, density)))
     if per_shard == 1:
         return False
     shutil.rmtree(os.path.join(array_dir, "c"), ignore_errors=True)  # an earlier try's
