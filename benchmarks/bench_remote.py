@@ -190,9 +190,9 @@ def _log_summary(log: list[tuple[str, str, str | None]], objects: dict[str, int]
     """The requests by kind and by object, the mean data range, ranges fetched again.
 
     Kinds: ``list`` (bucket listings), ``head`` (HEAD requests), ``metadata`` (``zarr.json``),
-    ``whole`` (an object read whole: small arrays read once), ``index`` (a range ending at
-    the object's last byte: a shard index, which ``sharding_indexed`` puts at the end),
-    ``data`` (the other ranges: chunks).
+    ``whole`` (an object of a small array read whole: labels, spans, shapes), ``index`` (a
+    range ending at the object's last byte: a shard index, which ``sharding_indexed`` puts at
+    the end), ``data`` (the other ranges, and whole chunk files of ``image__bytes``: chunks).
     ``objects``: each object's size by its path below the dataset, e.g. ``label/c/0``.
     """
     kinds: collections.Counter[str] = collections.Counter()
@@ -209,6 +209,10 @@ def _log_summary(log: list[tuple[str, str, str | None]], objects: dict[str, int]
             kinds["head"] += 1
         elif key.endswith("zarr.json"):
             kinds["metadata"] += 1
+        elif not rng and key.startswith("image__bytes/") and key in objects:  # a chunk file
+            kinds["data"] += 1
+            data.append((path, rng))
+            sizes.append(objects[key])
         elif not rng:
             kinds["whole"] += 1
         elif not a or (b and int(b) + 1 >= objects.get(key, 1 << 62)):
