@@ -225,3 +225,30 @@ def test_encoded_chunks_hold_a_mib_of_jpegs_and_are_packed_into_one_shard(tmp_pa
         a, b = (int(v) for v in spans[i])
         assert z["image__bytes"][a:b].tobytes() == (src / paths[i]).read_bytes()
     assert verify(dst).ok
+
+
+def test_ragged_pixels_of_an_image_folder_of_mixed_sizes_are_packed(tmp_path: Path) -> None:
+    """Images of several sizes make ``image`` ragged; its values (chunks of about 1 MiB) are
+    packed into one shard rather than a file per chunk, and read back exactly."""
+    from PIL import Image
+
+    rng = np.random.default_rng(3)
+    src = tmp_path / "src"
+    pixels = []
+    for i in range(60):
+        h, w = (int(v) for v in rng.integers(150, 220, size=2))
+        arr = rng.integers(0, 256, size=(h, w, 3), dtype=np.uint8)  # incompressible
+        (src / f"c{i % 3}").mkdir(parents=True, exist_ok=True)
+        Image.fromarray(arr).save(src / f"c{i % 3}" / f"{i:03d}.png")
+        pixels.append(arr)
+    dst = tmp_path / "ragged.zarr"
+    convert_images(src, dst, progress=False, shuffle=False)
+    ds = ChunkDataset(dst, fields="image")
+    assert ds.layout.field("image").kind == "ragged" and len(ds.chunk_sizes()) >= 4
+    values = [p for p in _files(dst) if p.relative_to(dst).parts[0] == "image__values"]
+    assert len(values) == 2, values  # zarr.json and one shard
+    order = sorted(range(60), key=lambda i: (f"c{i % 3}", f"{i:03d}.png"))
+    got = ds.read_batch(list(range(60)))["image"]
+    for row, i in enumerate(order):
+        np.testing.assert_array_equal(np.asarray(got[row]), pixels[i].transpose(2, 0, 1))
+    assert verify(dst).ok

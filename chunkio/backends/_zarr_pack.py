@@ -6,10 +6,11 @@ encoded images) then leave thousands of tiny files, and file systems and object 
 per file. So, once every chunk is written, each array whose chunk files are small is
 rewritten as shards (``sharding_indexed``) of about :data:`PACK_SHARD_BYTES`: the stored
 chunk bytes are copied as they are (nothing is decoded), an array of a few MiB becomes one
-file. So is the bytes array of every encoded field, whatever its chunk size (its chunks hold
-about 1 MiB of JPEGs: copying them costs little next to decoding every image, which the
-conversion did). Other arrays of larger chunks are left alone (repacking raw pixels would
-copy the dataset once more for little gain).
+file. So are the arrays that hold the samples of ragged and encoded fields (``__values``,
+``__bytes``), whatever their chunk size: their chunks are about 1 MiB and an image folder of
+mixed sizes would otherwise keep a file per MiB. Copying them costs one more write of those
+bytes (measured by ``benchmarks/bench_convert.py``); dense fields of large chunks are written
+as shards directly and never copied.
 
 Crash safety without a second copy of the array: shards get keys of their own (``c/<i>``:
 the ``"/"`` key separator, where chunk files are ``c.<i>``), so they are written beside the
@@ -27,7 +28,7 @@ from typing import Any
 
 from .._fsync import fsync_tree
 from ..errors import FormatError
-from ..layout import ATTR_KEY, encoded_array_names
+from ..layout import ATTR_KEY, encoded_array_names, ragged_array_names
 from ._zarr_local import ChunkFiles, write_file
 from ._zarr_shard import shard_layout, sharding_codec
 
@@ -45,7 +46,7 @@ def pack_arrays(group: str) -> list[str]:
     """Pack the small-chunked arrays (and encoded fields' bytes) of the local Zarr group at
     ``group``; their names."""
     packed = []
-    always = _encoded_bytes_arrays(group)
+    always = _sample_arrays(group)
     for name in sorted(os.listdir(group)):
         array_dir = os.path.join(group, name)
         meta = _array_meta(array_dir)
@@ -59,18 +60,20 @@ def pack_arrays(group: str) -> list[str]:
     return packed
 
 
-def _encoded_bytes_arrays(group: str) -> set[str]:
-    """The bytes arrays of the encoded fields the group's chunkio layout declares."""
+def _sample_arrays(group: str) -> set[str]:
+    """The arrays holding the samples of the ragged and encoded fields the group's chunkio
+    layout declares (values, bytes)."""
     try:
         with open(os.path.join(group, "zarr.json"), encoding="utf-8") as f:
             attrs = (json.load(f) or {}).get("attributes") or {}
         fields = (attrs.get(ATTR_KEY) or {}).get("fields") or {}
     except (OSError, ValueError, AttributeError):
         return set()
+    names = {"encoded": encoded_array_names, "ragged": ragged_array_names}
     return {
-        encoded_array_names(name)[0]
+        names[spec["kind"]](name)[0]
         for name, spec in fields.items()
-        if isinstance(spec, dict) and spec.get("kind") == "encoded"
+        if isinstance(spec, dict) and spec.get("kind") in names
     }
 
 
