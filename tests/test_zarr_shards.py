@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -251,4 +252,64 @@ def test_ragged_pixels_of_an_image_folder_of_mixed_sizes_are_packed(tmp_path: Pa
     got = ds.read_batch(list(range(60)))["image"]
     for row, i in enumerate(order):
         np.testing.assert_array_equal(np.asarray(got[row]), pixels[i].transpose(2, 0, 1))
+    assert verify(dst).ok
+
+
+def test_ragged_values_are_written_as_shards_of_whole_groups_and_resume_identically(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Several shards of ragged values, each the values of whole sample chunks (zeros where a
+    group needs fewer chunks than the fullest): written directly, never packed; a conversion
+    that fails half way resumes to the same files as an uninterrupted one; zarr-python reads
+    every sample at its offset."""
+    from PIL import Image
+
+    from chunkio.convert import images as images_mod
+    from chunkio.convert import pipeline
+    from chunkio.errors import SourceError
+
+    rng = np.random.default_rng(4)
+    src = tmp_path / "src"
+    for i in range(48):
+        h, w = (int(v) for v in rng.integers(10, 40, size=2))
+        (src / f"c{i % 2}").mkdir(parents=True, exist_ok=True)
+        arr = rng.integers(0, 256, size=(h, w, 3), dtype=np.uint8)
+        Image.fromarray(arr).save(src / f"c{i % 2}" / f"{i:02d}.png")
+    monkeypatch.setattr(pipeline, "DIRECT_SHARD_CHUNK_BYTES", 1)
+    monkeypatch.setattr(pipeline, "SHARD_BYTES", 13_000)  # 2 chunks of ~6 kB per shard
+    monkeypatch.setattr(images_mod, "_BLOCK_BYTES", 1)
+    kw: dict[str, Any] = {"workers": 1, "progress": False, "samples_per_chunk": 3}
+    kw["shuffle"] = False  # c1/47.png, the file that fails once, is the last sample
+    real = images_mod.load_image
+
+    def failing(path: str, *args: Any, **kwargs: Any) -> Any:
+        if path.endswith("47.png"):
+            raise SourceError(f"{path}: simulated failure")
+        return real(path, *args, **kwargs)
+
+    dst, ref = tmp_path / "resumed.zarr", tmp_path / "ref.zarr"
+    monkeypatch.setattr(images_mod, "load_image", failing)
+    with pytest.raises(SourceError, match="simulated failure"):
+        convert_images(src, dst, **kw)
+    monkeypatch.setattr(images_mod, "load_image", real)
+    resumed = convert_images(src, dst, **kw)
+    assert resumed.resumed_blocks >= 3 and resumed.written_blocks >= 1
+    convert_images(src, ref, **kw)
+
+    meta = json.loads((dst / "image__values" / "zarr.json").read_text())
+    assert meta["codecs"][0]["name"] == "sharding_indexed"
+    shards = [p for p in _files(dst / "image__values") if p.name != "zarr.json"]
+    assert len(shards) >= 3, shards
+    assert all(p.name.startswith("c.") for p in shards), shards  # written so, not packed (c/i)
+    for p in _files(ref):
+        assert (dst / p.relative_to(ref)).read_bytes() == p.read_bytes(), p
+
+    z = zarr.open_group(str(dst))
+    offsets, shapes, values = z["image__offsets"][:], z["image__shapes"][:], z["image__values"][:]
+    from chunkio import read_source_paths
+
+    for row, rel in enumerate(read_source_paths(dst)):
+        want = np.asarray(Image.open(src / rel)).transpose(2, 0, 1)
+        got = values[offsets[row] : offsets[row] + want.size].reshape(shapes[row])
+        np.testing.assert_array_equal(got, want)
     assert verify(dst).ok

@@ -143,7 +143,8 @@ def run_conversion(
         class_names=None if class_names is None else tuple(str(c) for c in class_names),
         extra=extra,
     )
-    ragged = _ragged_plans(source, layout)
+    shard_chunks = _shard_chunks(layout, fmt, source) if pack else 1
+    ragged = _ragged_plans(source, layout, shard_chunks)
     encoded = _encoded_plans(source, layout)
     fingerprint = str(source.fingerprint())
     if ragged:  # the placement of ragged values is part of what resuming must agree on
@@ -152,7 +153,6 @@ def run_conversion(
     if encoded:  # so is the placement of encoded bytes
         parts = [p.region.tobytes() + p.shapes.tobytes() for p in encoded]
         fingerprint += f":encoded={hashlib.sha256(b''.join(parts)).hexdigest()}"
-    shard_chunks = _shard_chunks(layout, fmt) if pack else 1
     plan = ConversionPlan(
         fmt, fields, num_samples, layout.samples_per_chunk, compression, fingerprint, shard_chunks
     )
@@ -290,12 +290,20 @@ DIRECT_SHARD_CHUNK_BYTES = 256 << 10
 SHARD_BYTES = 64 << 20
 
 
-def _shard_chunks(layout: DatasetLayout, fmt: Format) -> int:
-    """Chunks per shard of the large dense fields: about :data:`SHARD_BYTES`, at most all."""
+def _shard_chunks(layout: DatasetLayout, fmt: Format, source: BlockSource) -> int:
+    """Sample chunks per shard of the large fields: about :data:`SHARD_BYTES`, at most all.
+
+    Large: a dense field whose chunks decode to :data:`DIRECT_SHARD_CHUNK_BYTES` or more, or
+    a ragged one whose chunks do on average (images of mixed sizes)."""
     if not storage_for(fmt).shards:
         return 1
     spc = layout.samples_per_chunk
     large = [f.sample_nbytes * spc for f in layout.fields if f.kind == "dense"]
+    for f in layout.fields:
+        if f.kind == "ragged":
+            shapes = np.asarray(source.ragged_shapes(f.name), np.int64)  # type: ignore[attr-defined]
+            mean = float(np.prod(shapes, axis=1).mean()) if len(shapes) else 0.0
+            large.append(int(mean * f.dtype.itemsize * spc))
     largest = max((b for b in large if b >= DIRECT_SHARD_CHUNK_BYTES), default=0)
     if not largest:
         return 1
@@ -312,10 +320,12 @@ def _blocks(plan: ConversionPlan, block_chunks: int) -> list[Block]:
     return out
 
 
-def _ragged_plans(source: BlockSource, layout: DatasetLayout) -> tuple[RaggedPlan, ...]:
+def _ragged_plans(
+    source: BlockSource, layout: DatasetLayout, shard_chunks: int = 1
+) -> tuple[RaggedPlan, ...]:
     grid = SampleGrid(layout.num_samples, layout.samples_per_chunk)
     return tuple(
-        RaggedPlan.build(f, source.ragged_shapes(f.name), grid)  # type: ignore[attr-defined]
+        RaggedPlan.build(f, source.ragged_shapes(f.name), grid, shard_chunks)  # type: ignore[attr-defined]
         for f in layout.fields
         if f.kind == "ragged"
     )
@@ -372,6 +382,7 @@ def _create_ragged(
         dtype=plan.field.dtype,
         chunks=(plan.chunk_len,),
         compression=compression,
+        shard_chunks=plan.shard_len if plan.group > 1 else None,
     )
     for name, arr in ((offsets, plan.offsets), (shapes, plan.shapes)):
         writer.create_array(

@@ -13,6 +13,13 @@ usually each sample chunk fills one values chunk (padding is what the fullest ch
 than the others, and compresses to almost nothing), while one outsized image spreads over a
 few values chunks instead of inflating every chunk. Everything here is a pure function of the
 shapes and the sample grid, so a resumed conversion computes the same placement.
+
+**Shards** (Zarr, ``group`` > 1): the values array is written directly as shards, each the
+values of ``group`` consecutive sample chunks (a *group*; conversion blocks own whole groups).
+So that every group starts a shard, each gets the same number of values chunks,
+:attr:`RaggedPlan.shard_len`: the most any group needs. A group's values are packed from the
+start of its shard as above, and the chunks it does not need are zeros (stored, a few bytes
+each compressed): one write per shard, and no small chunk files to pack afterwards.
 """
 
 from __future__ import annotations
@@ -81,10 +88,15 @@ class RaggedPlan:
     shapes: IntArray
     offsets: IntArray
     chunk_len: int
+    #: sample chunks per shard (1: not sharded)
+    group: int = 1
+    #: values chunks per shard (0: not sharded)
+    shard_len: int = 0
 
     @classmethod
-    def build(cls, field: FieldInfo, shapes: Any, grid: SampleGrid) -> RaggedPlan:
-        """Place samples of ``shapes`` (N x ndim) chunk-aligned on ``grid``."""
+    def build(cls, field: FieldInfo, shapes: Any, grid: SampleGrid, group: int = 1) -> RaggedPlan:
+        """Place samples of ``shapes`` (N x ndim) chunk-aligned on ``grid``; with ``group`` > 1,
+        each ``group`` sample chunks start a shard of their own (see the module docstring)."""
         shapes = checked_shapes(field, shapes, grid, "ragged")
         sizes = np.prod(shapes, axis=1, dtype=np.int64)
         totals = per_chunk(sizes, grid)
@@ -92,14 +104,26 @@ class RaggedPlan:
         if totals.size:
             chunk_len = int(max(1, min(totals.max(), 2 * int(np.median(totals)))))
         chunks_each = -(-totals // chunk_len)
-        chunk_first = np.concatenate([[0], np.cumsum(chunks_each)]) * chunk_len
+        group = max(1, min(int(group), grid.num_chunks))
+        shard_len = 0
+        if group > 1:  # each group's chunks counted from the start of its shard
+            needed = per_chunk(chunks_each, SampleGrid(grid.num_chunks, group))
+            shard_len = int(needed.max())
+            before = np.cumsum(chunks_each) - chunks_each
+            group_of = np.arange(grid.num_chunks) // group
+            before -= (np.cumsum(needed) - needed)[group_of]
+            starts = group_of * shard_len + before
+            end = starts[-1] + chunks_each[-1]
+            chunk_first = np.concatenate([starts, [end]]).astype(np.int64) * chunk_len
+        else:
+            chunk_first = np.concatenate([[0], np.cumsum(chunks_each)]) * chunk_len
         # position of each sample inside its chunk's values: sizes before it, minus the chunk's
         within = np.cumsum(sizes) - sizes
         within -= np.repeat(np.cumsum(totals) - totals, grid.chunk_sizes())
         offsets = np.empty(len(sizes) + 1, np.int64)
         offsets[:-1] = np.repeat(chunk_first[:-1], grid.chunk_sizes()) + within
         offsets[-1] = chunk_first[-2] + totals[-1] if totals.size else 0
-        return cls(field, grid, shapes, offsets, chunk_len)
+        return cls(field, grid, shapes, offsets, chunk_len, group, shard_len)
 
     @property
     def names(self) -> tuple[str, str, str]:
@@ -111,8 +135,19 @@ class RaggedPlan:
         return int(self.offsets[-1])
 
     def values_chunks(self, first: int, stop: int) -> tuple[int, int]:
-        """Values chunks written by the block of sample chunks ``[first, stop)``."""
-        return values_chunk_span(self.offsets, self.grid, self.chunk_len, first, stop)
+        """Values chunks written by the block of sample chunks ``[first, stop)`` (whole groups
+        when sharded: their shards, up to the array's end)."""
+        if self.group <= 1:
+            return values_chunk_span(self.offsets, self.grid, self.chunk_len, first, stop)
+        if first % self.group or (stop % self.group and stop != self.grid.num_chunks):
+            raise ValueError(
+                f"field {self.field.name!r}: sample chunks {first}..{stop - 1} are not whole "
+                f"groups of {self.group} (one shard each)"
+            )
+        last = -(-self.num_values // self.chunk_len)
+        return first // self.group * self.shard_len, min(
+            last, -(-stop // self.group) * self.shard_len
+        )
 
     def pack(self, first: int, stop: int, samples: Sequence[Any]) -> tuple[int, npt.NDArray[Any]]:
         """Flatten the samples of sample chunks ``[first, stop)`` into their values region.
