@@ -95,9 +95,12 @@ def test_small_chunk_files_are_packed_into_one_shard(packed) -> None:
     assert verify(dst).ok, verify(dst).problems
 
 
+@pytest.mark.parametrize("written_as", ["chunk files", "small shards"])
 def test_a_pack_killed_at_any_point_leaves_a_readable_array_and_finishes_later(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, written_as: str
 ) -> None:
+    """Chunk files are packed, and small shards (one per conversion block) merged, into
+    shards; killed at the switch, the array reads the same and the next pack finishes."""
     data = {"label": np.arange(200)}
     src = tmp_path / "src.zarr"
     write_arrays(src, data, samples_per_chunk=8, shuffle=False)
@@ -110,11 +113,13 @@ def test_a_pack_killed_at_any_point_leaves_a_readable_array_and_finishes_later(
         shape=(200,),
         dtype=np.int64,
         chunks=(8,),
+        shards=(40,) if written_as == "small shards" else None,  # c.0 .. c.4
         compressors=zarr_compressors(Compression()),
         fill_value=0,
         chunk_key_encoding=CHUNK_KEY_ENCODING,
     )
     a[:] = data["label"]
+    assert (plain / "label" / "c.4").exists()
     real_replace = os.replace
 
     def dies_at_the_switch(a: str, b: str) -> None:
@@ -278,6 +283,8 @@ def test_ragged_values_are_written_as_shards_of_whole_groups_and_resume_identica
     monkeypatch.setattr(pipeline, "DIRECT_SHARD_CHUNK_BYTES", 1)
     monkeypatch.setattr(pipeline, "SHARD_BYTES", 13_000)  # 2 chunks of ~6 kB per shard
     monkeypatch.setattr(images_mod, "_BLOCK_BYTES", 1)
+    # shards of values (~13 kB here) count as large, of labels (~100 B) as small: merged
+    monkeypatch.setattr("chunkio.backends._zarr_pack.SMALL_CHUNK_BYTES", 4096)
     kw: dict[str, Any] = {"workers": 1, "progress": False, "samples_per_chunk": 3}
     kw["shuffle"] = False  # c1/47.png, the file that fails once, is the last sample
     real = images_mod.load_image
@@ -301,6 +308,9 @@ def test_ragged_values_are_written_as_shards_of_whole_groups_and_resume_identica
     shards = [p for p in _files(dst / "image__values") if p.name != "zarr.json"]
     assert len(shards) >= 3, shards
     assert all(p.name.startswith("c.") for p in shards), shards  # written so, not packed (c/i)
+    for small in ("label", "path", "image__offsets", "image__shapes"):  # merged into one
+        names = sorted(p.relative_to(dst / small).as_posix() for p in _files(dst / small))
+        assert len(names) == 2 and names[0].startswith("c/0") and names[1] == "zarr.json", names
     for p in _files(ref):
         assert (dst / p.relative_to(ref)).read_bytes() == p.read_bytes(), p
 

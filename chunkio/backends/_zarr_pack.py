@@ -30,7 +30,7 @@ from .._fsync import fsync_tree
 from ..errors import FormatError
 from ..layout import ATTR_KEY, encoded_array_names, ragged_array_names
 from ._zarr_local import ChunkFiles, write_file
-from ._zarr_shard import shard_layout, sharding_codec
+from ._zarr_shard import inner_range, shard_layout, sharding_codec
 
 __all__ = ["PACK_SHARD_BYTES", "SMALL_CHUNK_BYTES", "pack_arrays"]
 
@@ -53,7 +53,10 @@ def pack_arrays(group: str) -> list[str]:
         if meta is None:
             continue
         if shard_layout(meta) is not None:
-            _drop_chunk_files(array_dir, meta)  # a pack interrupted after its switch
+            if _merge(array_dir, name, meta):  # small shards, written one per block
+                packed.append(name)
+            else:
+                _drop_chunk_files(array_dir, meta)  # a pack interrupted after its switch
             continue
         if _pack(array_dir, name, meta, any_size=name in always):
             packed.append(name)
@@ -84,6 +87,60 @@ def _array_meta(array_dir: str) -> dict[str, Any] | None:
     except (FileNotFoundError, NotADirectoryError):
         return None
     return meta if isinstance(meta, dict) and meta.get("node_type") == "array" else None
+
+
+def _merge(array_dir: str, name: str, meta: dict[str, Any]) -> bool:
+    """Shards written directly (one per conversion block, ``c.<i>`` keys) of an array whose
+    shard files are small (a label, a path, an image index: a few kB per block) merged into
+    shards of about :data:`PACK_SHARD_BYTES`, inner chunks copied as they are."""
+    layout = shard_layout(meta, where=f"array {name!r}")
+    keys = (meta.get("chunk_key_encoding") or {}).get("configuration") or {}
+    if (
+        layout is None
+        or keys.get("separator", "/") != "."
+        or layout.grid[1:] != (1,) * (len(layout.grid) - 1)
+    ):
+        return False
+    shape = [int(n) for n in meta["shape"]]
+    if layout.shard_shape[1:] != tuple(shape[1:]):
+        return False
+    num_shards = -(-shape[0] // layout.shard_shape[0])
+    rest = ["0" for _ in shape[1:]]
+    paths = [os.path.join(array_dir, ".".join(["c", str(i), *rest])) for i in range(num_shards)]
+    sizes = [os.path.getsize(p) for p in paths if os.path.exists(p)]
+    if len(sizes) < 2 or sum(sizes) / len(sizes) > SMALL_CHUNK_BYTES:
+        return False
+    per_shard = max(1, min(num_shards, PACK_SHARD_BYTES // max(1, max(sizes))))
+    if per_shard == 1:
+        return False
+    shutil.rmtree(os.path.join(array_dir, "c"), ignore_errors=True)  # an earlier try's
+    inner: list[bytes | None] = []  # every inner chunk of the array, in order
+    for path in paths:
+        blob = _read(path)
+        if blob is None:
+            inner.extend([None] * layout.n_inner)
+            continue
+        index = layout.parse_index(blob, where=f"array {name!r}: shard {path}")
+        for i in range(layout.n_inner):
+            span = inner_range(index, i)
+            inner.append(None if span is None else blob[span[0] : span[1]])
+    grid = _grid(per_shard * layout.shard_shape[0], meta)
+    codec = sharding_codec(layout.inner_chunks, layout.inner_codecs)
+    merged = shard_layout({**meta, "codecs": [codec], "chunk_grid": grid})
+    if merged is None:  # pragma: no cover - sharding_codec always makes one
+        raise FormatError(f"{array_dir}: could not describe its shards")
+    n = merged.n_inner
+    for shard in range(-(-len(inner) // n)):
+        part = inner[shard * n : (shard + 1) * n]
+        part += [None] * (n - len(part))
+        shard_path = os.path.join(array_dir, "c", str(shard), *rest)
+        os.makedirs(os.path.dirname(shard_path), exist_ok=True)
+        write_file(shard_path, merged.encode(part), None)
+    _switch(
+        array_dir,
+        {**meta, "chunk_grid": grid, "chunk_key_encoding": _SHARD_KEYS, "codecs": [codec]},
+    )
+    return True
 
 
 def _pack(array_dir: str, name: str, meta: dict[str, Any], *, any_size: bool = False) -> bool:
@@ -122,6 +179,13 @@ def _pack(array_dir: str, name: str, meta: dict[str, Any], *, any_size: bool = F
         "chunk_key_encoding": _SHARD_KEYS,
         "codecs": [codec],
     }
+    _switch(array_dir, new)
+    return True
+
+
+def _switch(array_dir: str, new: dict[str, Any]) -> None:
+    """Make the shards under ``c/`` durable, point ``zarr.json`` at them (a rename: readers
+    switch at once), then remove the ``c.<i>`` files they replace."""
     fsync_tree(os.path.join(array_dir, "c"))
     tmp = os.path.join(array_dir, "zarr.json.packing")
     with open(tmp, "w", encoding="utf-8") as f:
@@ -130,7 +194,6 @@ def _pack(array_dir: str, name: str, meta: dict[str, Any], *, any_size: bool = F
         os.fsync(f.fileno())
     os.replace(tmp, os.path.join(array_dir, "zarr.json"))  # readers switch to the shards here
     _drop_chunk_files(array_dir, new)
-    return True
 
 
 def _grid(first: int, meta: dict[str, Any]) -> dict[str, Any]:

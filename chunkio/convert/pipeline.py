@@ -94,9 +94,11 @@ def run_conversion(
         ``source.fingerprint()`` and the options above that shape the result. Converters
         built on this function pass their own (a cheap listing, their own options).
     pack
-        Zarr: before publishing, store each array of small chunk files (labels, paths, the
-        bytes of encoded images...) as shards of about 64 MiB, most often one file per field
-        (:mod:`chunkio.backends._zarr_pack`); ``convert_images`` does.
+        Zarr: write the fields in shards of about 64 MiB of the largest field (blocks own
+        whole shards), and before publishing merge small fields' shards and pack arrays of
+        small chunk files (labels, paths, the bytes of encoded images...) into shards, most
+        often one file per small field (:mod:`chunkio.backends._zarr_pack`);
+        ``convert_images`` does.
 
     Returns
     -------
@@ -283,8 +285,8 @@ def _check_source(source: BlockSource) -> tuple[int, tuple[FieldInfo, ...]]:
     return int(n), fields
 
 
-#: a dense field whose decoded chunks are at least this large is written in shards directly;
-#: smaller ones are packed into shards once written (see chunkio.backends._zarr_pack)
+#: a field whose decoded chunks are at least this large makes the conversion write shards
+#: directly (see _shard_chunks); without one, chunk files are packed at publication
 DIRECT_SHARD_CHUNK_BYTES = 256 << 10
 #: decoded bytes per shard of the large fields
 SHARD_BYTES = 64 << 20
@@ -294,13 +296,16 @@ def _shard_chunks(layout: DatasetLayout, fmt: Format, source: BlockSource) -> in
     """Sample chunks per shard of the large fields: about :data:`SHARD_BYTES`, at most all.
 
     Large: a dense field whose chunks decode to :data:`DIRECT_SHARD_CHUNK_BYTES` or more, or
-    a ragged one whose chunks do on average (images of mixed sizes)."""
+    a ragged or encoded one whose chunks do on average (images of mixed sizes; encoded images
+    count decoded). Every dense field is then written in shards of that many chunks, blocks
+    owning whole shards; the small fields' shards are merged at publication
+    (:mod:`chunkio.backends._zarr_pack`)."""
     if not storage_for(fmt).shards:
         return 1
     spc = layout.samples_per_chunk
     large = [f.sample_nbytes * spc for f in layout.fields if f.kind == "dense"]
     for f in layout.fields:
-        if f.kind == "ragged":
+        if f.kind in ("ragged", "encoded"):
             shapes = np.asarray(source.ragged_shapes(f.name), np.int64)  # type: ignore[attr-defined]
             mean = float(np.prod(shapes, axis=1).mean()) if len(shapes) else 0.0
             large.append(int(mean * f.dtype.itemsize * spc))
@@ -341,7 +346,11 @@ def _encoded_plans(source: BlockSource, layout: DatasetLayout) -> tuple[EncodedP
 
 
 def _create_encoded(
-    writer: Writer, dest: Destination, plan: EncodedPlan, compression: Compression
+    writer: Writer,
+    dest: Destination,
+    plan: EncodedPlan,
+    compression: Compression,
+    shard_chunks: int = 1,
 ) -> None:
     """Create an encoded field's three arrays; the shapes are written whole, now (the bytes
     and spans by the blocks)."""
@@ -356,7 +365,12 @@ def _create_encoded(
         compression=compression,
     )
     writer.create_array(
-        spans, shape=(n, 2), dtype=np.dtype(np.int64), chunks=(spc, 2), compression=compression
+        spans,
+        shape=(n, 2),
+        dtype=np.dtype(np.int64),
+        chunks=(spc, 2),
+        compression=compression,
+        shard_chunks=shard_chunks,
     )
     writer.create_array(
         shapes,
@@ -364,6 +378,7 @@ def _create_encoded(
         dtype=plan.shapes.dtype,
         chunks=(spc, *plan.shapes.shape[1:]),
         compression=compression,
+        shard_chunks=shard_chunks,
     )
     writer.write_block(shapes, 0, plan.shapes)
     writer.flush()
@@ -391,6 +406,7 @@ def _create_ragged(
             dtype=arr.dtype,
             chunks=(spc, *arr.shape[1:]),
             compression=compression,
+            shard_chunks=plan.group,
         )
         writer.write_block(name, 0, arr)
     writer.flush()
@@ -410,17 +426,16 @@ def _create_arrays(
     for plan in ragged:
         _create_ragged(writer, dest, plan, compression)
     for coded in encoded:
-        _create_encoded(writer, dest, coded, compression)
+        _create_encoded(writer, dest, coded, compression, shard_chunks)
     for f in layout.fields:
         if f.kind != "dense":
             continue
         shape = f.sample_shape or ()
-        large = f.sample_nbytes * spc >= DIRECT_SHARD_CHUNK_BYTES
         writer.create_array(
             f.name,
             shape=(layout.num_samples, *shape),
             dtype=f.dtype,
             chunks=(spc, *shape),
             compression=compression,
-            shard_chunks=shard_chunks if large else None,
+            shard_chunks=shard_chunks,
         )
