@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -213,20 +214,30 @@ def test_the_cli_reads_a_remote_dataset(s3_server: S3Server, bucket: str) -> Non
     assert info["num_samples"] == 240 and info["fields"]["image"]["encoding"] == "jpeg"
 
 
+def _damaged_copy(s3_server: S3Server, bucket: str, local: Path, prefix: str, damage: Any) -> str:
+    """Upload ``local`` as ``prefix``'s dataset, replace its first object under ``prefix`` by
+    ``damage(its bytes)``; that object's key."""
+    client = s3_server.client()
+    s3_server.upload_dir(local, bucket, prefix.split("/", 1)[0])
+    key: str = client.list_objects_v2(Bucket=bucket, Prefix=prefix)["Contents"][0]["Key"]
+    whole = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+    client.put_object(Bucket=bucket, Key=key, Body=damage(whole))
+    return key
+
+
 @pytest.mark.timeout(60)
 def test_a_truncated_remote_shard_is_a_typed_error_naming_it(
     s3_server: S3Server, bucket: str, local: Path
 ) -> None:
     from chunkio.errors import ChunkReadError
 
-    client = s3_server.client()
-    s3_server.upload_dir(local / "raw.zarr", bucket, "cut.zarr")
-    key = next(
-        o["Key"]
-        for o in client.list_objects_v2(Bucket=bucket, Prefix="cut.zarr/image/c")["Contents"]
-    )
-    whole = client.get_object(Bucket=bucket, Key=key)["Body"].read()
-    client.put_object(Bucket=bucket, Key=key, Body=whole[: len(whole) // 2])  # index gone
+    key = _damaged_copy(
+        s3_server,
+        bucket,
+        local / "raw.zarr",
+        "cut.zarr/image/c",
+        lambda whole: whole[: len(whole) // 2],
+    )  # its index gone
     ds = ChunkDataset(
         f"s3://{bucket}/cut.zarr",
         fields="image",
@@ -282,20 +293,15 @@ def test_a_shard_whose_index_points_past_its_end_is_named(
     from chunkio.backends._zarr_shard import shard_layout
     from chunkio.errors import CorruptChunkError
 
-    client = s3_server.client()
-    s3_server.upload_dir(local / "jpeg.zarr", bucket, "past.zarr")
-    meta = json.loads(
-        client.get_object(Bucket=bucket, Key="past.zarr/label/zarr.json")["Body"].read()
-    )
+    meta = json.loads((local / "jpeg.zarr" / "label" / "zarr.json").read_text())
     layout = shard_layout(meta)
     assert layout is not None  # a small field, packed into one shard
-    key = next(
-        o["Key"]
-        for o in client.list_objects_v2(Bucket=bucket, Prefix="past.zarr/label/c")["Contents"]
-    )
-    whole = client.get_object(Bucket=bucket, Key=key)["Body"].read()
-    index = whole[-layout.index_nbytes :]  # intact (its crc too), now past the body's end
-    client.put_object(Bucket=bucket, Key=key, Body=whole[: len(whole) // 4] + index)
+    size = layout.index_nbytes
+
+    def cut_body(whole: bytes) -> bytes:  # the index intact (its crc too), past the body's end
+        return whole[: len(whole) // 4] + whole[-size:]
+
+    key = _damaged_copy(s3_server, bucket, local / "jpeg.zarr", "past.zarr/label/c", cut_body)
     ds = ChunkDataset(
         f"s3://{bucket}/past.zarr", fields="label", storage_options=s3_server.storage_options()
     )
