@@ -181,6 +181,12 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
     def class_names(self) -> tuple[str, ...] | None:
         return self.layout.class_names
 
+    @property
+    def remote(self) -> bool:
+        """Whether the dataset is read over a network (S3, HTTP, ...): its reader fetched
+        the metadata that every process's reader now reuses."""
+        return self._options["documents"] is not None
+
     def chunk_sizes(self) -> npt.NDArray[np.int64]:
         """Samples in each chunk along the sample axis, in storage order."""
         return self.grid.chunk_sizes()

@@ -12,6 +12,7 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -451,3 +452,48 @@ def test_workers_failing_to_start_are_reported(make_dataset, monkeypatch):
     with pytest.raises(LoaderError, match=r"exit code 3 while starting"):
         next(iter(loader))
     _assert_clean(before)
+
+
+class HintedDataset(ChunkDataset):
+    """Reads as if remote: logs each read and each prefetch hint (one line each) to ``log``."""
+
+    log = ""
+
+    @property
+    def remote(self) -> bool:
+        return True
+
+    def prefetch(self, indices: Any) -> None:
+        with open(self.log, "a") as f:
+            f.write("hint " + " ".join(map(str, np.asarray(indices).tolist())) + "\n")
+
+    def read_batch(self, indices: Any, out: Any = None) -> dict[str, Any]:
+        with open(self.log, "a") as f:
+            f.write("read " + " ".join(map(str, np.asarray(indices).tolist())) + "\n")
+        if not getattr(self, "_slow_done", False):  # the first read is slow: hints arrive
+            self._slow_done = True
+            time.sleep(0.5)
+        return super().read_batch(indices, out)
+
+
+@pytest.mark.timeout(60)
+def test_remote_ring_workers_hear_of_batches_beyond_their_slots(make_dataset, tmp_path: Path):
+    """The sampler knows the order: a remote dataset's ring workers are told the samples of
+    the next batches (``lookahead``) before those have a slot, and still read every batch
+    once, in order."""
+    from chunkio.loader import REMOTE_LOOKAHEAD
+
+    path, _ = make_dataset("zarr", samples_per_chunk=10)
+    ds = _dataset(path, HintedDataset)
+    ds.log = str(tmp_path / "log.txt")
+    loader = make_loader(ds, 8, num_workers=1, prefetch=1, multiprocessing_context="fork")
+    batches = _batches(loader)
+    assert len(batches) > REMOTE_LOOKAHEAD + 3
+    _check_epoch(loader, _expected(path, loader, 0))
+    loader.close()
+    lines = Path(ds.log).read_text().splitlines()
+    reads = [line for line in lines if line.startswith("read ")]
+    assert reads == ["read " + " ".join(map(str, b)) for b in batches]
+    hints = [line[5:] for line in lines[: lines.index(reads[1])] if line.startswith("hint ")]
+    # before its second read, the worker (2 slots: 1 in flight + 1 held) heard of batch 5
+    assert " ".join(map(str, batches[5])) in hints, hints

@@ -54,8 +54,13 @@ class RingOptions:
     persistent: bool = True
     context: Any = None
     timeout: float = 0.0
+    #: batches beyond the dispatched ones whose samples workers are told of ahead (a remote
+    #: dataset fetches their chunks meanwhile; they take no slot)
+    lookahead: int = 0
 
     def __post_init__(self) -> None:
+        if self.lookahead < 0:
+            raise ValueError(f"lookahead must be >= 0 batches; got {self.lookahead}")
         if self.num_workers < 1 or self.prefetch < 1 or self.held < 1:
             raise ValueError(
                 "a ring needs num_workers, prefetch and held >= 1; got "
@@ -176,20 +181,31 @@ class _Session:
         me = self._start_pass()
         order: deque[int] = deque()  # dispatched seqs, in sampler order
         source = iter(batches)
-        pending: Indices | None = None
+        ahead: deque[Indices] = deque()  # taken from the sampler, not dispatched yet
+        hinted = 0  # the first ``hinted`` of ``ahead`` were announced to the workers
         try:
             while True:
                 while True:  # dispatch as far ahead as free slots allow
-                    if pending is None:
-                        pending = next(source, None)
-                        if pending is None:
+                    if not ahead:
+                        batch = next(source, None)
+                        if batch is None:
                             break
+                        ahead.append(batch)
                     if not self.free:
                         break
-                    order.append(self._dispatch(pending, parts, epoch))
-                    pending = None
+                    order.append(self._dispatch(ahead.popleft(), parts, epoch))
+                    hinted = max(0, hinted - 1)
+                if self.opts.lookahead:  # the sampler knows what comes: say so ahead
+                    while len(ahead) < self.opts.lookahead:
+                        batch = next(source, None)
+                        if batch is None:
+                            break
+                        ahead.append(batch)
+                    for batch in list(ahead)[hinted:]:
+                        self._hint(batch, parts)
+                    hinted = len(ahead)
                 if not order:
-                    if pending is None:
+                    if not ahead:
                         return
                     raise LoaderError(
                         f"the ring has no free slot: the consumer holds more than "
@@ -229,8 +245,7 @@ class _Session:
             else:
                 self._discard(seq)
 
-    def _dispatch(self, indices: Indices, parts: Parts, epoch: int) -> int:
-        n = len(indices)
+    def _ranges(self, n: int, parts: Parts) -> list[tuple[int, int]]:
         if not 0 < n <= self.ring.layout.batch_size:
             raise LoaderError(
                 f"the sampler produced a batch of {n} samples; the ring holds 1 to "
@@ -239,6 +254,18 @@ class _Session:
         ranges = self.parts.get(n)
         if ranges is None:  # the sampler's parts depend on n only: check them once
             ranges = self.parts[n] = _check_parts(parts(n, len(self.pool)), n, len(self.pool))
+        return ranges
+
+    def _hint(self, indices: Indices, parts: Parts) -> None:
+        """Tell each worker the samples it will read of a batch not dispatched yet."""
+        ids = np.asarray(indices, dtype=np.int64)
+        for w, (a, b) in enumerate(self._ranges(len(ids), parts)):
+            if b > a:
+                self.pool.send(w, ("hint", ids[a:b]))
+
+    def _dispatch(self, indices: Indices, parts: Parts, epoch: int) -> int:
+        n = len(indices)
+        ranges = self._ranges(n, parts)
         slot = self.free.popleft()
         self.ring.indices(slot)[:n] = indices
         seq, self.next_seq = self.next_seq, self.next_seq + 1

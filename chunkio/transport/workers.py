@@ -99,11 +99,21 @@ def _serve(dataset: BatchSource, ring: SlotRing, conn: Connection, parent: int) 
     Tasks already queued behind the current one are announced to the dataset first
     (``prefetch``, optional): a remote dataset starts fetching their chunks while this one
     is decoded, so with ``prefetch`` batches in flight per worker the network waits overlap
-    the work.
+    the work. ``("hint", ids)`` messages (:attr:`RingOptions.lookahead`) announce batches
+    further ahead, before they have a slot.
     """
     queued: deque[Any] = deque()
     announced = 0  # how many of the queued tasks were announced
     prefetch = getattr(dataset, "prefetch", None)
+
+    def take(message: Any) -> None:
+        if isinstance(message, tuple) and message and message[0] == "hint":
+            if callable(prefetch):
+                with contextlib.suppress(Exception):  # a hint: the read reports errors
+                    prefetch(message[1])
+        else:
+            queued.append(message)
+
     while True:
         if not queued:
             if not conn.poll(_PARENT_CHECK_S):
@@ -112,9 +122,11 @@ def _serve(dataset: BatchSource, ring: SlotRing, conn: Connection, parent: int) 
                 if os.getppid() != parent:
                     return
                 continue
-            queued.append(conn.recv())
+            take(conn.recv())
+            if not queued:
+                continue
         while conn.poll(0):  # everything already sent
-            queued.append(conn.recv())
+            take(conn.recv())
         if callable(prefetch):
             for task in list(queued)[max(1, announced) :]:
                 if task is not None:
