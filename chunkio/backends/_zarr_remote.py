@@ -54,6 +54,7 @@ class RemoteChunkReader:
     #: chunk -> its bytes being fetched ahead of the read that needs them (:meth:`prefetch`)
     _ahead: dict[int, Future[dict[int, bytes | memoryview]]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _index_lock: threading.Lock = field(default_factory=threading.Lock)
     _pool: ThreadPoolExecutor | None = None
 
     @classmethod
@@ -79,7 +80,12 @@ class RemoteChunkReader:
         layout = self.layout
         if layout is None:  # pragma: no cover - only sharded arrays have indexes
             raise TypeError(f"array {self.files.array_name!r} is not sharded")
-        todo = [s for s in shards if s not in self._indexes]  # (a race fetches one twice)
+        with self._index_lock:  # prefetch threads would otherwise fetch an index twice
+            self._fetch_indexes([s for s in shards if s not in self._indexes])
+
+    def _fetch_indexes(self, todo: list[int]) -> None:
+        layout = self.layout
+        assert layout is not None
         if not todo:
             return
         size = layout.index_nbytes
