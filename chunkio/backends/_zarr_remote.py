@@ -75,17 +75,20 @@ class RemoteChunkReader:
         coords = (index, *(0 for _ in self.files.shape[1:]))
         return f"{self.key}/" + self.files.separator.join(["c", *map(str, coords)])
 
+    @property
+    def _shards(self) -> ShardLayout:
+        """The shard layout (the methods that use it run for sharded arrays only)."""
+        if self.layout is None:  # pragma: no cover - only sharded arrays have shards
+            raise TypeError(f"array {self.files.array_name!r} is not sharded")
+        return self.layout
+
     def _shard_indexes(self, shards: list[int]) -> None:
         """Fetch (concurrently) and check the indexes of ``shards`` not cached yet."""
-        layout = self.layout
-        if layout is None:  # pragma: no cover - only sharded arrays have indexes
-            raise TypeError(f"array {self.files.array_name!r} is not sharded")
         with self._index_lock:  # prefetch threads would otherwise fetch an index twice
             self._fetch_indexes([s for s in shards if s not in self._indexes])
 
     def _fetch_indexes(self, todo: list[int]) -> None:
-        layout = self.layout
-        assert layout is not None
+        layout = self._shards
         if not todo:
             return
         size = layout.index_nbytes
@@ -216,8 +219,7 @@ class RemoteChunkReader:
 
     def _inner_count(self, shard: int) -> int:
         """Inner chunks of ``shard`` within the array (the last shard may be partial)."""
-        assert self.layout is not None
-        n = self.layout.n_inner
+        n = self._shards.n_inner
         return min(n, -(-self.files.shape[0] // self.chunk_rows) - shard * n)
 
     def _wants_all(self, shard: int, inner: list[int]) -> bool:
@@ -227,10 +229,10 @@ class RemoteChunkReader:
     def _fetch_whole(self, shards: list[int]) -> dict[int, bytes | memoryview]:
         """Every inner chunk of ``shards``, each shard fetched whole (its index checked against
         the object's size: an entry past its end is named as such)."""
-        assert self.layout is not None
+        layout = self._shards
         if not shards:
             return {}
-        n, name = self.layout.n_inner, self.files.array_name
+        n, name = layout.n_inner, self.files.array_name
         keys = [self._object_key(s) for s in shards]
         try:
             blobs = self.fetcher.cat_ranges([(k, None, None) for k in keys])
@@ -239,7 +241,7 @@ class RemoteChunkReader:
         out: dict[int, bytes | memoryview] = {}
         for shard, key, blob in zip(shards, keys, blobs, strict=True):
             where = f"array {name!r}: shard {self.fetcher.full_url(key)}"
-            self._indexes[shard] = index = self.layout.parse_index(blob, where=where)
+            self._indexes[shard] = index = layout.parse_index(blob, where=where)
             inner = list(range(self._inner_count(shard)))
             self._check_present(shard, inner)
             view = memoryview(blob)
@@ -249,8 +251,7 @@ class RemoteChunkReader:
         return out
 
     def _check_present(self, shard: int, inner: list[int]) -> None:
-        assert self.layout is not None
-        index, n = self._indexes[shard], self.layout.n_inner
+        index, n = self._indexes[shard], self._shards.n_inner
         empty = [i for i in inner if inner_range(index, i) is None]
         if empty:
             raise MissingChunkError(
