@@ -327,13 +327,13 @@ class ZarrPerSample(Dataset[tuple[torch.Tensor, int]]):
 def _generic_row(
     url: str,
     storage_options: dict[str, Any],
-    n: int,
     proxy: Any,
     cpu: _Cpu,
     sample_bytes: np.ndarray,
     decoded: int,
     objects: dict[str, int],
     *,
+    n: int,
     workers: int,
     batch_size: int,
     samples: int,
@@ -444,65 +444,37 @@ def run(
     with servers.S3Server() as s3:
         cpu = _Cpu(s3._proc.pid if s3._proc is not None else None)
         url = s3.upload_dir(dst, "bench", dst.name)
+        common = (cpu, sample_bytes, decoded, objects)
         rows.append(
             _chunkio_row(
-                LOCAL,
-                str(dst),
-                None,
-                None,
-                cpu,
-                sample_bytes,
-                decoded,
-                objects,
-                **kw,
-                skip_batches=skip_batches,
-                epochs=epochs,
+                LOCAL, str(dst), None, None, *common, **kw, skip_batches=skip_batches, epochs=epochs
             )
         )
         remote = [(S3_0, 0.0, 2), (S3_20, delay_s, 2)]
         if deep_prefetch:
             remote.append((f"{S3_20} prefetch={deep_prefetch}", delay_s, deep_prefetch))
-        for name, delay, depth in remote:
+
+        def behind_proxy(name: str, delay: float, row: Any, *args: Any, **extra: Any) -> None:
+            """One row read through a latency proxy; a failure is reported, the rest measured."""
             with servers.LatencyProxy(s3.endpoint_url, delay) as proxy:
                 options = s3.storage_options(endpoint_url=proxy.url)
                 try:
-                    rows.append(
-                        _chunkio_row(
-                            name,
-                            url,
-                            options,
-                            proxy,
-                            cpu,
-                            sample_bytes,
-                            decoded,
-                            objects,
-                            **kw,
-                            skip_batches=skip_batches,
-                            epochs=epochs,
-                            prefetch=depth,
-                        )
-                    )
+                    rows.append(row(*args, options, proxy, *common, **kw, **extra))
                 except Exception as err:  # report, measure the rest
                     errors[name] = f"{type(err).__name__}: {err}"
-        with servers.LatencyProxy(s3.endpoint_url, delay_s) as proxy:
-            options = s3.storage_options(endpoint_url=proxy.url)
-            try:
-                rows.append(
-                    _generic_row(
-                        url,
-                        options,
-                        n,
-                        proxy,
-                        cpu,
-                        sample_bytes,
-                        decoded,
-                        objects,
-                        **kw,
-                        samples=generic_samples,
-                    )
-                )
-            except Exception as err:
-                errors[GENERIC] = f"{type(err).__name__}: {err}"
+
+        for name, delay, depth in remote:
+            behind_proxy(
+                name,
+                delay,
+                _chunkio_row,
+                name,
+                url,
+                skip_batches=skip_batches,
+                epochs=epochs,
+                prefetch=depth,
+            )
+        behind_proxy(GENERIC, delay_s, _generic_row, url, n=n, samples=generic_samples)
     by_name = {r["name"]: r for r in rows}
     for r in rows:
         for phase in ("cold", "warm"):
