@@ -1,16 +1,20 @@
-"""Packing a finished Zarr v3 dataset's small chunk files into shards, before it is published.
+"""Packing a finished Zarr v3 dataset's small files into shards, before it is published.
 
-Conversions write one file per chunk: parallel writers own whole chunks, and a killed run
-resumes from the files already there. Small fields (labels, sizes, paths, the bytes of
-encoded images) then leave thousands of tiny files, and file systems and object stores pay
-per file. So, once every chunk is written, each array whose chunk files are small is
-rewritten as shards (``sharding_indexed``) of about :data:`PACK_SHARD_BYTES`: the stored
-chunk bytes are copied as they are (nothing is decoded), an array of a few MiB becomes one
-file. So are the arrays that hold the samples of ragged and encoded fields (``__values``,
-``__bytes``), whatever their chunk size: their chunks are about 1 MiB and an image folder of
-mixed sizes would otherwise keep a file per MiB. Copying them costs one more write of those
-bytes (measured by ``benchmarks/bench_convert.py``); dense fields of large chunks are written
-as shards directly and never copied.
+Parallel writers own whole chunks (or whole shards), and a killed run resumes from the files
+already there; file systems and object stores pay per file. So, once everything is written:
+
+* an array of small chunk files (labels, sizes, paths of a conversion without large fields)
+  is rewritten as shards (``sharding_indexed``) of about :data:`PACK_SHARD_BYTES`;
+* so are the samples of ragged and encoded fields written as chunk files (``__values``,
+  ``__bytes``), whatever their chunk size: their chunks are about 1 MiB, and an image folder
+  would otherwise keep a file per MiB (encoded bytes always are: each chunk owns a
+  worst-case region, so they cannot be written as shards; ragged values are, when the
+  conversion shards);
+* small shards written directly, one per conversion block (the small fields of a sharded
+  conversion), are merged into shards of about :data:`PACK_SHARD_BYTES` (:func:`_merge`).
+
+Stored chunk bytes are copied as they are (nothing is decoded): an array of a few MiB becomes
+one file. Dense fields of large chunks are written as shards directly and never copied.
 
 Crash safety without a second copy of the array: shards get keys of their own (``c/<i>``:
 the ``"/"`` key separator, where chunk files are ``c.<i>``), so they are written beside the
@@ -43,8 +47,8 @@ _SHARD_KEYS = {"name": "default", "configuration": {"separator": "/"}}
 
 
 def pack_arrays(group: str) -> list[str]:
-    """Pack the small-chunked arrays (and encoded fields' bytes) of the local Zarr group at
-    ``group``; their names."""
+    """Pack (or merge) the arrays of the local Zarr group at ``group`` that the module
+    docstring lists; their names."""
     packed = []
     always = _sample_arrays(group)
     for name in sorted(os.listdir(group)):
