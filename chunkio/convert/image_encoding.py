@@ -84,11 +84,12 @@ def image_bytes(
 ) -> bytes:
     """The bytes one image (stored shape ``(C, H, W)``) is kept as.
 
-    A JPEG the conversion would not change (``as_is``) is stored as it is, after a full
-    decode that checks it (libjpeg-turbo, the library Pillow uses, with the same default IDCT
-    and upsampling, so its pixels are bit-exact with the raw conversion's): no second lossy
-    generation, and no encode. Every other image is decoded by the policy (``load``) and
-    encoded at ``quality``.
+    A JPEG the conversion would not change (``as_is``) is stored as it is, after a decode at
+    1/8 scale that checks it: libjpeg-turbo (the library that decodes it when read) still
+    Huffman-decodes every coefficient, so truncated or corrupt data raises, at 0.6 of a full
+    decode. Its pixels, when read, are bit-exact with the raw conversion's (same library,
+    same default IDCT and upsampling): no second lossy generation, and no encode. Every other
+    image is decoded by the policy (``load``) and encoded at ``quality``.
     """
     c, h, w = shape
     data = b""
@@ -101,7 +102,10 @@ def image_bytes(
     if not data or len(data) > image_capacity(c * h * w):  # the file grew since its check
         return encode_image(_hwc(load()), encoding, quality)  # type: ignore[arg-type]
     try:
-        _jpeg().decode_into(data, np.empty((h, w) if c == 1 else (h, w, c), np.uint8))
+        found = _jpeg().shape_and_dtype(data)[0][:2]
+        if found != (h, w):
+            raise ValueError(f"its header says {found[0]}x{found[1]}, the check found {h}x{w}")
+        _jpeg().decode_scaled(data, 1, 1)
     except (CorruptChunkError, ValueError) as err:
         raise UndecodableImage(f"{path}: {err}", path=path, reason=str(err)) from err
     return data
