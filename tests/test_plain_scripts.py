@@ -40,7 +40,7 @@ from test_convert_core import (
 from test_convert_volumes import _case_files, _same_dataset
 from tqdm.auto import tqdm
 
-from chunkio.convert import run_conversion, write_arrays
+from chunkio.convert import images, run_conversion, write_arrays
 from chunkio.convert.images import convert_images
 from chunkio.convert.volumes import convert_volumes
 
@@ -203,10 +203,10 @@ def assert_no_processes_left(marker: str, recorded: set[psutil.Process], within:
 
 @pytest.fixture(scope="module")
 def photos(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """300 small JPEGs in three classes."""
+    """1,000 small JPEGs in three classes: enough for the forkserver warm-up."""
     root = tmp_path_factory.mktemp("photos")
     rng = np.random.default_rng(0)
-    for i in range(300):
+    for i in range(images._WARM_UP_FILES):
         folder = root / f"class{i % 3}"
         folder.mkdir(exist_ok=True)
         pixels = rng.integers(0, 256, (20, 24, 3), dtype=np.uint8)
@@ -226,7 +226,7 @@ def test_images_from_a_plain_script(method: str, photos: Path, tmp_path: Path) -
     ref = tmp_path / "ref.zarr"
     convert_images(photos, ref, size=16, workers=1, progress=False)
     assert_same_dataset(str(dst), str(ref))
-    assert read_all(str(dst))[0].num_samples == 300
+    assert read_all(str(dst))[0].num_samples == images._WARM_UP_FILES
     assert not staging_of(dst).exists()
 
 
@@ -291,6 +291,40 @@ def test_a_source_defined_in_the_script_needs_and_works_with_a_main_guard(
     assert proc.returncode != 0 and "done" not in out.splitlines()
     assert 'must start the conversion under `if __name__ == "__main__":`' in err, err
     assert_no_processes_left(marker, set())
+
+
+WARM_UP = """
+import os
+import time
+from multiprocessing import forkserver
+
+procpool.warm_up()
+server = forkserver._forkserver
+deadline = time.monotonic() + (60 if procpool.start_method() == "forkserver" else 0)
+loaded = False
+while not loaded and time.monotonic() < deadline:  # the server imports in the background
+    pid = server._forkserver_pid
+    if pid is not None:
+        with open(f"/proc/{pid}/maps") as fh:
+            loaded = "simplejpeg" in fh.read()
+    time.sleep(0.02)
+print("preloaded", loaded)
+with procpool.process_pool(2) as pool:
+    print("workers", len({pool.submit(os.getpid).result() for _ in range(8)}) >= 1)
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("method", ["default", "spawn"])
+def test_the_warmed_up_forkserver_has_the_worker_modules_and_not_the_script(
+    method: str, tmp_path: Path
+) -> None:
+    """``procpool.warm_up``: imports done once in the server, the caller's script never run."""
+    lines, _ = run_script(tmp_path, WARM_UP, method=method)
+    pools = pools_and_body_ran_once(lines, method)  # "start" once: no process ran the script
+    assert len(pools) == 1 and "workers True" in lines, lines
+    # under spawn there is no server to warm up: nothing is started early
+    assert ("preloaded True" if method == "default" else "preloaded False") in lines, lines
 
 
 # -- SIGKILL: no orphans, then resume -----------------------------------------------------

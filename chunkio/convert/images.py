@@ -106,6 +106,7 @@ from .image_plan import (
     unchanged,
 )
 from .pipeline import run_conversion
+from .procpool import warm_up
 from .rerun import Request, compression_option, display, reuse_complete
 from .scan import ImageEntry, OnError, ScanResult
 from .shuffling import SOURCE_INDEX, check_order_options, order_extra, shuffled
@@ -123,6 +124,9 @@ __all__ = [
 _WRITE_PER_DECODE = 3.0
 #: Files decoded and timed to estimate the write pass (:func:`_pool_pays`).
 _CALIBRATION_FILES = 8
+#: Files from which a conversion that may use a pool starts its process server early
+#: (:func:`~chunkio.convert.procpool.warm_up`): fewer take under a second to write.
+_WARM_UP_FILES = 1000
 #: Decoded bytes per block (the unit of work, resume and fsync) to aim for.
 _BLOCK_BYTES = 8 << 20
 #: decoded bytes over encoded bytes, roughly, of natural photos (chunk sizing only):
@@ -387,6 +391,8 @@ def convert_images(
     done = reuse_complete(dst, fmt, request, overwrite=overwrite)
     if done is not None:  # this very conversion, complete: nothing to check or write
         return unchanged(display(dst), fmt, done, time.perf_counter() - started)
+    if workers > 1 and client is None and len(scan.entries) >= _WARM_UP_FILES:
+        warm_up()  # the workers' process server starts while the files are checked
     job = _Job(scan, layout_kind, policy, on_error, request, dst, encoding, int(quality))
     write = _WriteOptions(
         format=format,
