@@ -17,10 +17,16 @@ best round (the machine is shared: the best round is the least disturbed):
     ``open -> ImageOps.exif_transpose -> convert("RGB") -> np.asarray`` over every file in a
     process pool (pool start-up included): the decode alone. The issue's bar is
     ``convert / pillow >= 0.8``.
+``turbo``
+    The same files decoded by libjpeg-turbo without Pillow (simplejpeg): what chunkio
+    decodes plain JPEGs with (:mod:`chunkio.convert.jpeg_fast`), bit-exact with Pillow.
 ``floor``
-    The same decode, then the raw pixels written to files of about 1 MiB, each fsync'd:
-    the least that any durable conversion does (no compression, checksum, layout or
-    atomic publish). ``floor / pillow`` is what this disk leaves of the bar.
+    The Pillow decode, then the raw pixels written to files of about 1 MiB, each fsync'd:
+    the least that any durable conversion decoding with Pillow does (no compression,
+    checksum, layout or atomic publish).
+``floor_turbo``
+    The same with the ``turbo`` decode: the least that a durable raw conversion does here.
+    ``floor_turbo / pillow`` is what this disk leaves of the bar for ``encoding="raw"``.
 ``convert_images``
     The full conversion (scan, check pass, decode, compress, checksum, write, fsync,
     publish) into a fresh Zarr dataset; it decides itself whether a pool pays off.
@@ -91,13 +97,27 @@ def _decoded(path: str) -> np.ndarray:
         return np.asarray(ImageOps.exif_transpose(im).convert("RGB"))
 
 
+def _turbo_decoded(path: str) -> np.ndarray:
+    """libjpeg-turbo without Pillow (simplejpeg), as chunkio decodes plain JPEGs."""
+    import simplejpeg
+
+    with open(path, "rb") as fh:
+        return np.asarray(simplejpeg.decode_jpeg(fh.read(), colorspace="RGB"))
+
+
 def _bare_decode(paths: list[str]) -> int:
     return sum(_decoded(p).size for p in paths)
 
 
-def _decode_and_store(job: tuple[str, list[str]]) -> int:
-    """Decode, then write the pixels to files of about 1 MiB, each fsync'd."""
-    prefix, paths = job
+def _bare_turbo_decode(paths: list[str]) -> int:
+    return sum(_turbo_decoded(p).size for p in paths)
+
+
+def _decode_and_store(job: tuple[str, list[str], bool]) -> int:
+    """Decode (Pillow, or libjpeg-turbo directly), then write the pixels to files of about
+    1 MiB, each fsync'd."""
+    prefix, paths, turbo = job
+    decoded = _turbo_decoded if turbo else _decoded
     pending: list[np.ndarray] = []
     files = 0
 
@@ -112,7 +132,7 @@ def _decode_and_store(job: tuple[str, list[str]]) -> int:
         pending.clear()
 
     for path in paths:
-        pending.append(_decoded(path))
+        pending.append(decoded(path))
         if sum(a.nbytes for a in pending) >= 1 << 20:
             flush()
     if pending:
@@ -125,18 +145,19 @@ def _parts(paths: list[str], workers: int) -> list[list[str]]:
     return [paths[i : i + step] for i in range(0, len(paths), step)]
 
 
-def _pillow_loop(paths: list[str], workers: int) -> float:
+def _pillow_loop(paths: list[str], workers: int, *, turbo: bool = False) -> float:
     start = time.perf_counter()
     with ProcessPoolExecutor(workers) as pool:
-        sum(pool.map(_bare_decode, _parts(paths, workers)))
+        sum(pool.map(_bare_turbo_decode if turbo else _bare_decode, _parts(paths, workers)))
     return time.perf_counter() - start
 
 
-def _floor_loop(paths: list[str], workers: int) -> float:
+def _floor_loop(paths: list[str], workers: int, *, turbo: bool = False) -> float:
     out = ROOT / "floor"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    jobs = [(str(out / f"part{k}"), part) for k, part in enumerate(_parts(paths, workers))]
+    parts = _parts(paths, workers)
+    jobs = [(str(out / f"part{k}"), part, turbo) for k, part in enumerate(parts)]
     start = time.perf_counter()
     with ProcessPoolExecutor(workers) as pool:
         sum(pool.map(_decode_and_store, jobs))
@@ -201,7 +222,9 @@ def _image_set(
         rounds,
         {
             "pillow": lambda: (_pillow_loop(paths, workers), 0.0),
+            "turbo": lambda: (_pillow_loop(paths, workers, turbo=True), 0.0),
             "floor": lambda: (_floor_loop(paths, workers), 0.0),
+            "floor_turbo": lambda: (_floor_loop(paths, workers, turbo=True), 0.0),
             "convert": lambda: _convert(root, ROOT / f"{name}.zarr", workers, pooled=False),
             "pooled": lambda: _convert(root, ROOT / f"{name}-pooled.zarr", workers, pooled=True),
             "jpeg": lambda: _convert(
@@ -209,14 +232,17 @@ def _image_set(
             ),
         },
     )
-    pillow, floor = best["pillow"][0], best["floor"][0]
+    pillow, floor, floor_turbo = best["pillow"][0], best["floor"][0], best["floor_turbo"][0]
     (convert, convert_write), (pooled, pooled_write) = best["convert"], best["pooled"]
     sample = paths[:: max(1, n // 400)]
     return {
         "set": name,
         "n_images": n,
         "pillow_images_per_s": round(n / pillow, 1),
+        "turbo_images_per_s": round(n / best["turbo"][0], 1),
+        "turbo_over_bare_decode": round(pillow / best["turbo"][0], 3),
         "floor_images_per_s": round(n / floor, 1),
+        "floor_turbo_images_per_s": round(n / floor_turbo, 1),
         "convert_images_per_s": round(n / convert, 1),
         "convert_pooled_images_per_s": round(n / pooled, 1),
         "convert_jpeg_images_per_s": round(n / best["jpeg"][0], 1),
@@ -224,7 +250,9 @@ def _image_set(
         "convert_over_bare_decode": round(pillow / convert, 3),
         "convert_pooled_over_bare_decode": round(pillow / pooled, 3),
         "floor_over_bare_decode": round(pillow / floor, 3),
+        "floor_turbo_over_bare_decode": round(pillow / floor_turbo, 3),
         "convert_over_floor": round(floor / convert, 3),
+        "convert_over_floor_turbo": round(floor_turbo / convert, 3),
         "convert_check_s": round(convert - convert_write, 3),
         "convert_write_s": round(convert_write, 3),
         "convert_pooled_check_s": round(pooled - pooled_write, 3),

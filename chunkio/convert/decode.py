@@ -31,6 +31,10 @@ Every image goes through the same steps, in this order:
    then pads with zeros, centred; ``"stretch"`` ignores the aspect ratio.
 
 PNG chunk CRCs are checked here (Pillow does not check them for image data).
+
+Plain JPEGs (one frame, gray or YCbCr, no EXIF rotation, kept at their size) take a shorter
+road to the same result: headers read and pixels decoded by libjpeg-turbo without Pillow
+(:mod:`chunkio.convert.jpeg_fast`), bit-exact with the steps above.
 """
 
 from __future__ import annotations

@@ -5,8 +5,10 @@ checked, JPEGs that lack their end marker decoded at 1/8 scale; or, ``thorough``
 decoded at 1/8 scale) and stat'ed. The pass starts in this process and hands the rest of the
 files to the conversion engine's process pool (:func:`chunkio.convert.engine.run_tasks`)
 only once it is clear that the remaining work outweighs starting the pool
-(:data:`POOL_MIN_SECONDS`). The default probe costs 0.1-0.3 of a decode (large to small
-JPEGs), so only folders of tens of thousands of files ever pay for a pool here. With a
+(:data:`POOL_MIN_SECONDS`). The default probe of a plain JPEG reads its headers without
+Pillow (:mod:`chunkio.convert.jpeg_fast`) and costs 0.06 of a Pillow decode for 224-256 px
+JPEGs, 0.12 for 64-128 px ones (``check_vs_decode`` in ``benchmarks/bench_convert.py``), so
+only folders of hundreds of thousands of files ever pay for a pool here. With a
 ``dask.distributed`` client the cluster runs it all.
 """
 
