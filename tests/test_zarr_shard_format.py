@@ -7,6 +7,7 @@ and zarr-python must read it back; damaged indexes must raise CorruptChunkError.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import zarr
 from zarr.codecs import BloscCodec, Crc32cCodec, GzipCodec, ZstdCodec
 
 from chunkio.backends._checksum import crc32c
-from chunkio.backends._zarr_local import _compressor_for_writing
+from chunkio.backends._zarr_local import _compressor_for_writing, write_file
 from chunkio.backends._zarr_shard import (
     EMPTY,
     ShardLayout,
@@ -29,6 +30,7 @@ from chunkio.backends._zarr_shard import (
     morton_order,
     parse_index,
     shard_layout,
+    shard_parts,
     sharding_codec,
 )
 from chunkio.errors import CorruptChunkError, FormatError
@@ -442,3 +444,33 @@ def test_shard_layout_refuses_what_chunkio_cannot_read(tmp_path: Path) -> None:
     assert no_crc is not None and not no_crc.index_checksum and no_crc.index_nbytes == 32
     start = shard_layout(_with(meta, index_location="start"))
     assert start is not None and start.index_span(100) == (0, 36)
+
+
+def test_shard_parts_with_split_chunks_make_the_same_shard() -> None:
+    """A chunk given as (body, crc) pieces is indexed and stored as one chunk."""
+    whole = [b"abc" + b"1234", None, b"", b"xy"]
+    split: list[Any] = [(memoryview(b"abc"), b"1234"), None, (b"", b""), (b"x", b"y")]
+    parts = shard_parts(split)
+    assert b"".join(parts) == encode_shard(whole)
+    assert parse_index(b"".join(parts), 4, where="x").tolist()[:2] == [[0, 7], [EMPTY, EMPTY]]
+
+
+@pytest.mark.parametrize("step", [1, 5, 4096])
+def test_write_file_finishes_short_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: int
+) -> None:
+    """``writev`` may write less than asked (signals, large buffers): the rest follows."""
+    real = os.writev
+
+    def short(fd: int, views: Any) -> int:
+        return real(fd, [memoryview(b"".join(views))[:step]])
+
+    monkeypatch.setattr(os, "writev", short)
+    parts = [b"head", np.arange(3000, dtype=np.uint8), memoryview(b""), b"tail" * 500]
+    path = tmp_path / "c.0"
+    write_file(str(path), parts, 0xDEADBEEF)
+    want = b"".join(bytes(memoryview(p).cast("B")) for p in parts) + (0xDEADBEEF).to_bytes(
+        4, "little"
+    )
+    assert path.read_bytes() == want
+    assert not list(tmp_path.glob("*.partial"))

@@ -311,6 +311,22 @@ class LocalChunkEncoder:
         return body, check
 
 
+def _write_all(fd: int, views: list[memoryview]) -> None:
+    """``writev`` the views, again from where a short write stopped."""
+    views = [v for v in views if v.nbytes]
+    while views:
+        done = os.writev(fd, views[:_IOV_MAX])
+        while views and done >= views[0].nbytes:
+            done -= views[0].nbytes
+            views.pop(0)
+        if done:
+            views[0] = views[0][done:]
+
+
+#: buffers per writev (POSIX guarantees at least 16; Linux takes 1024)
+_IOV_MAX = 512
+
+
 def whole_units(files: ChunkFiles, rows: int, start: int, data: npt.NDArray[Any]) -> bool:
     """Whether ``data`` written at row ``start`` of the array of ``files`` is whole units of
     ``rows`` rows (chunks or shards; the array's last may be short), of its dtype and shape."""
@@ -327,18 +343,18 @@ def whole_units(files: ChunkFiles, rows: int, start: int, data: npt.NDArray[Any]
 def write_file(path: str, body: Any, checksum: int | None) -> None:
     """Write a chunk file atomically, as zarr's LocalStore does: a ``.partial`` file, renamed.
 
-    A killed writer leaves the old file or the new one, never half of one (resume relies on
-    it: see :attr:`chunkio.backends.Storage.atomic_chunks`).
+    ``body`` is a buffer, or a list of buffers written one after the other (no copy into one
+    ``bytes``). A killed writer leaves the old file or the new one, never half of one (resume
+    relies on it: see :attr:`chunkio.backends.Storage.atomic_chunks`).
     """
     tmp = f"{path}.{os.urandom(8).hex()}.partial"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
     try:
         try:
-            view = memoryview(body).cast("B")
-            while view:
-                view = view[os.write(fd, view) :]
+            parts = list(body) if isinstance(body, list) else [body]
             if checksum is not None:
-                os.write(fd, checksum.to_bytes(4, "little"))
+                parts.append(checksum.to_bytes(4, "little"))
+            _write_all(fd, [memoryview(p).cast("B") for p in parts])
         finally:
             os.close(fd)
         os.replace(tmp, path)

@@ -42,6 +42,7 @@ __all__ = [
     "ShardLayout",
     "check_index",
     "encode_shard",
+    "shard_parts",
     "index_nbytes",
     "inner_range",
     "merged_ranges",
@@ -64,6 +65,8 @@ INDEX_CODECS: tuple[dict[str, Any], ...] = (
 )
 
 Chunk = bytes | bytearray | memoryview
+#: one stored inner chunk: its bytes, or its parts in order (a body and its crc32c, say)
+InnerChunk = Chunk | tuple[Chunk, ...]
 
 
 def sharding_codec(
@@ -165,7 +168,7 @@ def morton_order(grid: tuple[int, ...]) -> npt.NDArray[np.intp]:
 
 
 def encode_shard(
-    inner: Sequence[Chunk | None],
+    inner: Sequence[InnerChunk | None],
     *,
     grid: tuple[int, ...] | None = None,
     index_location: IndexLocation = "end",
@@ -184,6 +187,20 @@ def encode_shard(
     >>> parse_index(shard, 3, where="x").tolist()[:2], shard[:3]
     ([[0, 2], [18446744073709551615, 18446744073709551615]], b'abc')
     """
+    return b"".join(
+        shard_parts(inner, grid=grid, index_location=index_location, checksum=checksum)
+    )
+
+
+def shard_parts(
+    inner: Sequence[InnerChunk | None],
+    *,
+    grid: tuple[int, ...] | None = None,
+    index_location: IndexLocation = "end",
+    checksum: bool = True,
+) -> list[Chunk]:
+    """:func:`encode_shard` as the list of buffers that, written in order, make the shard:
+    a writer hands them to one ``writev`` instead of copying them into one ``bytes``."""
     n = len(inner)
     if grid is not None and math.prod(grid) != n:
         raise ValueError(f"{n} inner chunks given for a grid of {grid} ({math.prod(grid)})")
@@ -193,11 +210,12 @@ def encode_shard(
     pos = index_nbytes(n, checksum=checksum) if index_location == "start" else 0
     for i in order:
         chunk = inner[i]
-        if chunk is None or not memoryview(chunk).nbytes:
+        pieces = chunk if isinstance(chunk, tuple) else () if chunk is None else (chunk,)
+        size = sum(memoryview(p).nbytes for p in pieces)
+        if not size:
             continue  # not stored: the index keeps its empty entry
-        size = memoryview(chunk).nbytes
         index[i] = (pos, size)
-        parts.append(chunk)
+        parts.extend(pieces)
         pos += size
     table = _index_bytes(index, checksum)
     if index_location == "start":
@@ -206,7 +224,7 @@ def encode_shard(
         parts.append(table)
     else:
         raise ValueError(f"index_location must be 'start' or 'end', not {index_location!r}")
-    return b"".join(parts)
+    return parts
 
 
 def _index_bytes(index: npt.NDArray[Any], checksum: bool) -> bytes:
@@ -398,9 +416,13 @@ class ShardLayout:
             index_location=self.index_location,
         )
 
-    def encode(self, inner: Sequence[Chunk | None]) -> bytes:
+    def encode(self, inner: Sequence[InnerChunk | None]) -> bytes:
         """:func:`encode_shard` for this layout."""
-        return encode_shard(
+        return b"".join(self.parts(inner))
+
+    def parts(self, inner: Sequence[InnerChunk | None]) -> list[Chunk]:
+        """:func:`shard_parts` for this layout."""
+        return shard_parts(
             inner,
             grid=self.grid,
             index_location=self.index_location,

@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from ..errors import CorruptChunkError, MissingChunkError
 from ._zarr_local import ChunkFiles, LocalChunkEncoder, whole_units, write_file
-from ._zarr_shard import ShardLayout, inner_range, parse_index, shard_layout
+from ._zarr_shard import InnerChunk, ShardLayout, inner_range, parse_index, shard_layout
 from .base import StageClock
 
 __all__ = ["LocalShardDecoder", "LocalShardEncoder", "inner_meta"]
@@ -178,7 +178,7 @@ class LocalShardEncoder:
         inner_rows, n_inner = layout.inner_chunks[0], layout.n_inner
         for first in range(0, len(data), self.shard_rows):
             part = data[first : first + self.shard_rows]
-            inner: list[bytes | None] = []
+            inner: list[InnerChunk | None] = []
             for k in range(n_inner):
                 rows = part[k * inner_rows : (k + 1) * inner_rows]
                 if not len(rows):
@@ -191,10 +191,10 @@ class LocalShardEncoder:
                     block = padded
                 body, check = self.chunk.encode_chunk(block)
                 tail = b"" if check is None else check.to_bytes(4, "little")
-                inner.append(bytes(memoryview(body).cast("B")) + tail)
+                inner.append((memoryview(body).cast("B"), tail))
             path = self.decoder.shard_path((start + first) // self.shard_rows)
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            write_file(path, layout.encode(inner), None)
+            write_file(path, layout.parts(inner), None)
 
 
 def _pread(fd: int, offset: int, size: int) -> bytes:

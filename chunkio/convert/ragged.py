@@ -167,7 +167,7 @@ class RaggedPlan:
         for i, sample in zip(range(a, b), samples, strict=True):
             arr = self._checked(i, sample)
             at = int(self.offsets[i]) - begin
-            buf[at : at + arr.size] = arr.reshape(-1)
+            buf[at : at + arr.size].reshape(arr.shape)[...] = arr  # one copy, even transposed
         return begin, buf
 
     def _checked(self, i: int, sample: Any) -> npt.NDArray[Any]:
