@@ -323,3 +323,64 @@ def test_ragged_values_are_written_as_shards_of_whole_groups_and_resume_identica
         got = values[offsets[row] : offsets[row] + want.size].reshape(shapes[row])
         np.testing.assert_array_equal(got, want)
     assert verify(dst).ok
+
+
+def test_encoded_bytes_are_written_as_shards_of_whole_groups_and_resume_identically(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each block writes its shard of the encoded bytes whole (just the chunks it filled),
+    straight into place, never packed: several shards, ``c.<i>`` keys; a conversion that
+    fails half way resumes to the same files as an uninterrupted one, in one process or two;
+    zarr-python reads every JPEG back byte for byte."""
+    from benchmarks.data import make_natural_folder
+    from chunkio import read_source_paths
+    from chunkio.convert import images as images_mod
+    from chunkio.convert import pipeline
+    from chunkio.errors import SourceError
+
+    src = make_natural_folder(tmp_path / "src", n_images=48, size=64, seed=5)
+    monkeypatch.setattr(pipeline, "DIRECT_SHARD_CHUNK_BYTES", 1)
+    monkeypatch.setattr(pipeline, "SHARD_BYTES", 2 * 6 * 64 * 64 * 3)  # 2 chunks per shard
+    monkeypatch.setattr(images_mod, "_BLOCK_BYTES", 1)
+    monkeypatch.setattr("chunkio.backends._zarr_pack.SMALL_CHUNK_BYTES", 1024)
+    kw: dict[str, Any] = {"encoding": "jpeg", "progress": False, "samples_per_chunk": 6}
+    kw["shuffle"] = False
+    real = images_mod.image_bytes
+    last = sorted(p.name for p in src.rglob("*.jpg"))[-1]
+
+    def failing(path: str, *args: Any, **kwargs: Any) -> Any:
+        if path.endswith(last):
+            raise SourceError(f"{path}: simulated failure")
+        return real(path, *args, **kwargs)
+
+    dst, ref, two = tmp_path / "resumed.zarr", tmp_path / "ref.zarr", tmp_path / "two.zarr"
+    monkeypatch.setattr(images_mod, "image_bytes", failing)
+    with pytest.raises(SourceError, match="simulated failure"):
+        convert_images(src, dst, workers=1, **kw)
+    monkeypatch.setattr(images_mod, "image_bytes", real)
+    resumed = convert_images(src, dst, workers=1, **kw)
+    assert resumed.resumed_blocks >= 2 and resumed.written_blocks >= 1
+    convert_images(src, ref, workers=1, **kw)
+    monkeypatch.setattr("chunkio.convert.image_check.POOL_MIN_SECONDS", 0.0)
+    convert_images(src, two, workers=2, **kw)
+
+    meta = json.loads((dst / "image__bytes" / "zarr.json").read_text())
+    assert meta["codecs"][0]["name"] == "sharding_indexed"
+    shards = [p for p in _files(dst / "image__bytes") if p.name != "zarr.json"]
+    assert len(shards) == 4, shards  # 8 sample chunks, 2 per shard
+    assert all(p.name.startswith("c.") for p in shards), shards  # written so, not packed (c/i)
+    for other in (dst, two):
+        for p in _files(ref):
+            assert (other / p.relative_to(ref)).read_bytes() == p.read_bytes(), (other, p)
+
+    z = zarr.open_group(str(dst))
+    spans = z["image__spans"][:]
+    for row, rel in enumerate(read_source_paths(dst)):
+        a, b = (int(v) for v in spans[row])
+        assert z["image__bytes"][a:b].tobytes() == (src / rel).read_bytes()
+    raw = convert_images(src, tmp_path / "raw.zarr", workers=1, progress=False, shuffle=False)
+    got = ChunkDataset(dst, fields="image").read_batch(list(range(48)))["image"]
+    want = ChunkDataset(raw.path, fields="image").read_batch(list(range(48)))["image"]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+    assert verify(dst).ok

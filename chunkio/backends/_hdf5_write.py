@@ -7,7 +7,7 @@ file's bytes depend only on its content (see :mod:`chunkio.convert.staging`).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import h5py
@@ -80,6 +80,9 @@ class HDF5Writer:
 
     def write_block(self, name: str, start: int, data: npt.NDArray[Any]) -> None:
         self._file[name][start : start + len(data)] = data
+
+    def write_runs(self, name: str, runs: Sequence[tuple[int, npt.NDArray[Any]]]) -> bool:
+        return False  # no shards
 
     def write_region(self, name: str, region: tuple[Any, ...], data: npt.NDArray[Any]) -> None:
         self._file[name][region] = data

@@ -145,6 +145,9 @@ class MemoryWriter:
         step = a.chunks[0]
         a.written.update(range(start // step, -(-(start + len(data)) // step)))
 
+    def write_runs(self, name: str, runs: Sequence[tuple[int, npt.NDArray[Any]]]) -> bool:
+        return False  # no shards
+
     def write_region(self, name: str, region: tuple[Any, ...], data: npt.NDArray[Any]) -> None:
         a = self._store.arrays[name]
         a.data[region] = data

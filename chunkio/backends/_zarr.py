@@ -548,6 +548,10 @@ class ZarrWriter:
         else:
             self._array(name)[start : start + len(data)] = data
 
+    def write_runs(self, name: str, runs: Sequence[tuple[int, npt.NDArray[Any]]]) -> bool:
+        encoder = self._encoder(name)
+        return isinstance(encoder, LocalShardEncoder) and encoder.write_runs(runs)
+
     def _encoder(self, name: str) -> LocalChunkEncoder | LocalShardEncoder | None:
         """Whole chunks (or shards) of a local array are encoded and written here, not
         through zarr."""

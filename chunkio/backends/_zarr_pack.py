@@ -7,9 +7,8 @@ already there; file systems and object stores pay per file. So, once everything 
   is rewritten as shards (``sharding_indexed``) of about :data:`PACK_SHARD_BYTES`;
 * so are the samples of ragged and encoded fields written as chunk files (``__values``,
   ``__bytes``), whatever their chunk size: their chunks are about 1 MiB, and an image folder
-  would otherwise keep a file per MiB (encoded bytes always are: each chunk owns a
-  worst-case region, so they cannot be written as shards; ragged values are, when the
-  conversion shards);
+  would otherwise keep a file per MiB (when the conversion shards, both are written as
+  shards directly, each block's whole, and are not copied here);
 * small shards written directly, one per conversion block (the small fields of a sharded
   conversion), are merged into shards of about :data:`PACK_SHARD_BYTES` (:func:`_merge`).
 

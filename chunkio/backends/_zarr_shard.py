@@ -187,9 +187,7 @@ def encode_shard(
     >>> parse_index(shard, 3, where="x").tolist()[:2], shard[:3]
     ([[0, 2], [18446744073709551615, 18446744073709551615]], b'abc')
     """
-    return b"".join(
-        shard_parts(inner, grid=grid, index_location=index_location, checksum=checksum)
-    )
+    return b"".join(shard_parts(inner, grid=grid, index_location=index_location, checksum=checksum))
 
 
 def shard_parts(

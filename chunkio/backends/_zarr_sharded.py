@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -174,27 +175,48 @@ class LocalShardEncoder:
 
         As zarr-python does, an inner chunk wholly past the array's end is not stored and the
         one that straddles it is padded with the fill value (zero)."""
-        layout = self.decoder.layout
-        inner_rows, n_inner = layout.inner_chunks[0], layout.n_inner
+        inner_rows, n_inner = self.decoder.layout.inner_chunks[0], self.decoder.layout.n_inner
         for first in range(0, len(data), self.shard_rows):
             part = data[first : first + self.shard_rows]
-            inner: list[InnerChunk | None] = []
-            for k in range(n_inner):
-                rows = part[k * inner_rows : (k + 1) * inner_rows]
-                if not len(rows):
-                    inner.append(None)
-                    continue
-                block = np.ascontiguousarray(rows)
-                if len(block) < inner_rows:
-                    padded = np.zeros(layout.inner_chunks, block.dtype)
-                    padded[: len(block)] = block
-                    block = padded
-                body, check = self.chunk.encode_chunk(block)
-                tail = b"" if check is None else check.to_bytes(4, "little")
-                inner.append((memoryview(body).cast("B"), tail))
-            path = self.decoder.shard_path((start + first) // self.shard_rows)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            write_file(path, layout.parts(inner), None)
+            inner = [
+                self._inner(part[k * inner_rows : (k + 1) * inner_rows]) for k in range(n_inner)
+            ]
+            self._write_shard((start + first) // self.shard_rows, inner)
+
+    def write_runs(self, runs: Sequence[tuple[int, npt.NDArray[Any]]]) -> bool:
+        """Write the shards holding runs ``(start, rows)`` of whole inner chunks, and nothing
+        else (the inner chunks between them are not stored); ``False``, writing nothing, if a
+        run is not whole inner chunks of this array."""
+        files, inner_rows = self.decoder.files, self.decoder.layout.inner_chunks[0]
+        if not all(whole_units(files, inner_rows, start, rows) for start, rows in runs):
+            return False
+        n_inner = self.decoder.layout.n_inner
+        shards: dict[int, list[InnerChunk | None]] = {}
+        for start, rows in runs:
+            for k in range(0, len(rows), inner_rows):
+                chunk = (start + k) // inner_rows
+                inner = shards.setdefault(chunk // n_inner, [None] * n_inner)
+                inner[chunk % n_inner] = self._inner(rows[k : k + inner_rows])
+        for shard, inner in sorted(shards.items()):
+            self._write_shard(shard, inner)
+        return True
+
+    def _inner(self, rows: npt.NDArray[Any]) -> InnerChunk | None:
+        """One inner chunk as stored (its body and crc32c), the array's last zero padded."""
+        if not len(rows):
+            return None
+        block = np.ascontiguousarray(rows)
+        if len(block) < self.decoder.layout.inner_chunks[0]:
+            padded = np.zeros(self.decoder.layout.inner_chunks, block.dtype)
+            padded[: len(block)] = block
+            block = padded
+        body, check = self.chunk.encode_chunk(block)
+        return memoryview(body).cast("B"), b"" if check is None else check.to_bytes(4, "little")
+
+    def _write_shard(self, shard: int, inner: Sequence[InnerChunk | None]) -> None:
+        path = self.decoder.shard_path(shard)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        write_file(path, self.decoder.layout.parts(inner), None)
 
 
 def _pread(fd: int, offset: int, size: int) -> bytes:

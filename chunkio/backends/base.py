@@ -222,6 +222,13 @@ class Writer(Protocol):
 
     def write_block(self, name: str, start: int, data: npt.NDArray[Any]) -> None: ...
 
+    def write_runs(self, name: str, runs: Sequence[tuple[int, npt.NDArray[Any]]]) -> bool:
+        """Write runs ``(start, values)`` of whole chunks that are all the shards they fall in
+        will ever hold (the chunks between them stay empty): each shard once, whole. ``False``
+        when the array has no shards this writer writes itself: nothing was written, and the
+        caller writes each run with :meth:`write_block`."""
+        ...
+
     def write_region(self, name: str, region: tuple[Any, ...], data: npt.NDArray[Any]) -> None:
         """Write ``data`` into ``array[region]`` (ints and slices); callers own whole chunks."""
 

@@ -14,14 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from ..errors import SourceError
 from ..layout import FieldInfo
 from .encoded import EncodedPlan
 from .ragged import RaggedPlan
 from .source import BlockSource
-from .writing import Sync, WriteTarget
+from .writing import Runs, Sync, WriteTarget
 
 __all__ = ["Block", "BlockJob", "block_syncs", "block_writes"]
 
@@ -74,15 +73,18 @@ class BlockJob:
 
 def block_writes(
     job: BlockJob, block: Block, data: Mapping[str, Any]
-) -> list[tuple[str, int, npt.NDArray[Any]]]:
+) -> list[tuple[str, int, Any]]:
     """``(array, start, values)`` writes of one checked block; ragged and encoded fields are
-    packed."""
-    writes: list[tuple[str, int, npt.NDArray[Any]]] = []
+    packed (a sharded field's encoded bytes as :class:`~.writing.Runs`)."""
+    writes: list[tuple[str, int, Any]] = []
     for f in job.fields:
         if f.kind == "encoded":
             coded = job.encoded_plan(f.name)
             placed, spans = coded.pack(block.first_chunk, block.stop_chunk, data[f.name])
-            writes.extend((coded.names[0], start, buf) for start, buf in placed)
+            if coded.group > 1:  # the block's shards of the bytes, written whole
+                writes.append((coded.names[0], placed[0][0], Runs(tuple(placed))))
+            else:
+                writes.extend((coded.names[0], start, buf) for start, buf in placed)
             writes.append((coded.names[1], block.start, spans))
         elif f.kind == "ragged":
             plan = job.ragged_plan(f.name)

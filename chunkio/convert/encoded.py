@@ -11,6 +11,13 @@ block packs each chunk's images from the start of its region and writes whole by
 the last one zero padded (the padding compresses to nothing). The rest of a region is never
 written, and Zarr and HDF5 store no chunk that nobody wrote, so it costs nothing on disk.
 
+When the dataset is sharded (Zarr v3, a conversion with large fields), each group of sample
+chunks that a block writes (one shard of the other fields) owns one shard of the bytes too:
+its chunks' regions one after the other, every group's shard as long as the fullest group
+needs (:func:`~chunkio.convert.ragged.grouped_starts`). The block writes that shard whole,
+holding just the chunks it filled (:meth:`~chunkio.backends.Writer.write_runs`), so the bytes
+are written once, straight into their final file.
+
 The bytes chunk length is a quarter of the median decoded sample chunk (at least
 :data:`_MIN_CHUNK`): a chunk of JPEG q90 photos (about 10x smaller than its pixels) then fits
 in one bytes chunk, a chunk of PNGs in two or three. Everything here is a pure function of
@@ -29,7 +36,7 @@ import numpy.typing as npt
 from ..errors import SourceError
 from ..grid import SampleGrid
 from ..layout import FieldInfo, encoded_array_names
-from .ragged import checked_shapes, per_chunk
+from .ragged import checked_shapes, grouped_starts, per_chunk
 
 __all__ = ["EncodedPlan", "image_capacity"]
 
@@ -62,18 +69,24 @@ class EncodedPlan:
     #: bytes chunk where each sample chunk's region starts (num_chunks + 1 entries)
     region: IntArray
     chunk_len: int
+    #: sample chunks per shard of the bytes (1: not sharded)
+    group: int = 1
+    #: bytes chunks per shard (0: not sharded)
+    shard_len: int = 0
 
     @classmethod
-    def build(cls, field: FieldInfo, shapes: Any, grid: SampleGrid) -> EncodedPlan:
-        """Regions for images of decoded ``shapes`` (N x ndim) on ``grid``."""
+    def build(cls, field: FieldInfo, shapes: Any, grid: SampleGrid, group: int = 1) -> EncodedPlan:
+        """Regions for images of decoded ``shapes`` (N x ndim) on ``grid``; with ``group`` > 1
+        each ``group`` sample chunks' regions make one shard (see the module docstring)."""
         shapes = checked_shapes(field, shapes, grid, "decoded")
         decoded = np.prod(shapes, axis=1, dtype=np.int64) * field.dtype.itemsize
         totals = per_chunk(decoded, grid)
         median = int(np.median(totals)) if totals.size else 0
         chunk_len = max(_MIN_CHUNK, -(-(median // 4) // 4096) * 4096)
         room = per_chunk(image_capacity(decoded), grid)
-        region = np.concatenate([[0], np.cumsum(-(-room // chunk_len))]).astype(np.int64)
-        return cls(field, grid, shapes, region, chunk_len)
+        group = max(1, min(int(group), grid.num_chunks))
+        region, shard_len = grouped_starts(-(-room // chunk_len), group)
+        return cls(field, grid, shapes, region, chunk_len, group if shard_len else 1, shard_len)
 
     @property
     def names(self) -> tuple[str, str, str]:

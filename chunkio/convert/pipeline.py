@@ -147,7 +147,7 @@ def run_conversion(
     )
     shard_chunks = _shard_chunks(layout, fmt, source) if pack else 1
     ragged = _ragged_plans(source, layout, shard_chunks)
-    encoded = _encoded_plans(source, layout)
+    encoded = _encoded_plans(source, layout, shard_chunks)
     fingerprint = str(source.fingerprint())
     if ragged:  # the placement of ragged values is part of what resuming must agree on
         digest = hashlib.sha256(b"".join(p.offsets.tobytes() for p in ragged)).hexdigest()
@@ -336,10 +336,12 @@ def _ragged_plans(
     )
 
 
-def _encoded_plans(source: BlockSource, layout: DatasetLayout) -> tuple[EncodedPlan, ...]:
+def _encoded_plans(
+    source: BlockSource, layout: DatasetLayout, shard_chunks: int = 1
+) -> tuple[EncodedPlan, ...]:
     grid = SampleGrid(layout.num_samples, layout.samples_per_chunk)
     return tuple(
-        EncodedPlan.build(f, source.ragged_shapes(f.name), grid)  # type: ignore[attr-defined]
+        EncodedPlan.build(f, source.ragged_shapes(f.name), grid, shard_chunks)  # type: ignore[attr-defined]
         for f in layout.fields
         if f.kind == "encoded"
     )
@@ -363,6 +365,7 @@ def _create_encoded(
         dtype=np.dtype(np.uint8),
         chunks=(plan.chunk_len,),
         compression=compression,
+        shard_chunks=plan.shard_len if plan.group > 1 else None,
     )
     writer.create_array(
         spans,

@@ -19,7 +19,7 @@ from .ragged import values_chunk_span
 __all__ = ["ConversionPlan", "verified_chunks"]
 
 #: bump when the staging layout or the meaning of a plan changes: old stagings are discarded
-PLAN_VERSION = 3
+PLAN_VERSION = 4
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from ..errors import SourceError
 from ..grid import SampleGrid
 from ..layout import FieldInfo, ragged_array_names
 
-__all__ = ["RaggedPlan", "checked_shapes", "per_chunk", "values_chunk_span"]
+__all__ = ["RaggedPlan", "checked_shapes", "grouped_starts", "per_chunk", "values_chunk_span"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -79,6 +79,28 @@ def per_chunk(values: IntArray, grid: SampleGrid) -> IntArray:
     return sums
 
 
+def grouped_starts(counts: IntArray, group: int) -> tuple[IntArray, int]:
+    """Where runs of ``counts[k]`` units, one per sample chunk, start in one array (and, last,
+    where the last run ends); with ``group`` > 1 each ``group`` runs start a shard of their
+    own, as long as the fullest group needs. Returns the starts and that shard length (0 when
+    not grouped).
+
+    >>> [s.tolist() for s in grouped_starts(np.array([2, 1, 3, 1]), 1)[:1]]
+    [[0, 2, 3, 6, 7]]
+    >>> starts, shard_len = grouped_starts(np.array([2, 1, 3, 1]), 2)
+    >>> starts.tolist(), shard_len
+    ([0, 2, 4, 7, 8], 4)
+    """
+    if group <= 1 or not len(counts):
+        return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), 0
+    needed = per_chunk(counts, SampleGrid(len(counts), group))
+    shard_len = int(needed.max())
+    group_of = np.arange(len(counts)) // group
+    before = np.cumsum(counts) - counts - (np.cumsum(needed) - needed)[group_of]
+    starts = group_of * shard_len + before
+    return np.concatenate([starts, [starts[-1] + counts[-1]]]).astype(np.int64), shard_len
+
+
 @dataclass(frozen=True, eq=False)
 class RaggedPlan:
     """Placement of one ragged field's values (see the module docstring)."""
@@ -105,18 +127,8 @@ class RaggedPlan:
             chunk_len = int(max(1, min(totals.max(), 2 * int(np.median(totals)))))
         chunks_each = -(-totals // chunk_len)
         group = max(1, min(int(group), grid.num_chunks))
-        shard_len = 0
-        if group > 1:  # each group's chunks counted from the start of its shard
-            needed = per_chunk(chunks_each, SampleGrid(grid.num_chunks, group))
-            shard_len = int(needed.max())
-            before = np.cumsum(chunks_each) - chunks_each
-            group_of = np.arange(grid.num_chunks) // group
-            before -= (np.cumsum(needed) - needed)[group_of]
-            starts = group_of * shard_len + before
-            end = starts[-1] + chunks_each[-1]
-            chunk_first = np.concatenate([starts, [end]]).astype(np.int64) * chunk_len
-        else:
-            chunk_first = np.concatenate([[0], np.cumsum(chunks_each)]) * chunk_len
+        starts, shard_len = grouped_starts(chunks_each, group)
+        chunk_first = starts * chunk_len
         # position of each sample inside its chunk's values: sizes before it, minus the chunk's
         within = np.cumsum(sizes) - sizes
         within -= np.repeat(np.cumsum(totals) - totals, grid.chunk_sizes())

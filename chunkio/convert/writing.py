@@ -19,7 +19,15 @@ from ..backends import Format, Writer, open_writer, storage_for
 from ..layout import ATTR_KEY, COMPLETE_KEY
 from .staging import Destination
 
-__all__ = ["Sync", "WriteTarget", "start_writer", "write_here", "write_target"]
+__all__ = [
+    "Runs",
+    "Sync",
+    "WriteTarget",
+    "apply_writes",
+    "start_writer",
+    "write_here",
+    "write_target",
+]
 
 #: ``(arrays, first chunk, stop chunk)`` that a written task must make durable
 Sync = tuple[tuple[str, ...], int, int]
@@ -51,15 +59,34 @@ class WriteTarget:
             return _writers[key]
 
     def write(self, writes: Sequence[tuple[str, int, Any]], syncs: Sequence[Sync]) -> None:
-        """Write ``(array, start, values)`` blocks, then make ``syncs`` durable."""
+        """Write ``(array, start, values)`` blocks (see :func:`apply_writes`), then make
+        ``syncs`` durable."""
         writer = self.writer()
-        for name, start, values in writes:
-            writer.write_block(name, start, values)
+        apply_writes(writer, writes)
         writer.flush()
         if self.durable and self.location is not None:
             storage = storage_for(self.format)
             for names, first, stop in syncs:
                 storage.sync_chunks(self.location, names, first, stop)
+
+
+@dataclass(frozen=True)
+class Runs:
+    """Runs ``(start, values)`` of whole chunks of one array that are all the shards they fall
+    in will hold (:meth:`~chunkio.backends.Writer.write_runs`)."""
+
+    runs: tuple[tuple[int, Any], ...]
+
+
+def apply_writes(writer: Writer, writes: Sequence[tuple[str, int, Any]]) -> None:
+    """Write ``(array, start, values)``: a block of rows, or :class:`Runs` (``start`` unused),
+    whole shards where the writer can, else run by run."""
+    for name, start, values in writes:
+        if not isinstance(values, Runs):
+            writer.write_block(name, start, values)
+        elif not writer.write_runs(name, values.runs):
+            for at, rows in values.runs:
+                writer.write_block(name, at, rows)
 
 
 def write_target(dest: Destination, *, parallel: bool) -> WriteTarget:
@@ -77,8 +104,7 @@ def write_here(
     syncs: Sequence[Sync],
 ) -> None:
     """The calling process writes a task a worker returned, and makes it durable."""
-    for name, start, values in writes:
-        writer.write_block(name, start, values)
+    apply_writes(writer, writes)
     writer.flush()
     for names, first, stop in syncs:
         dest.sync(names, first, stop)
