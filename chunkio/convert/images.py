@@ -341,8 +341,9 @@ def convert_images(
         bytes, an *encoded* field: ``ChunkDataset`` decodes each sample straight into its
         place in the batch), or ``"auto"`` (:func:`choose_encoding`: JPEG for folders of JPEGs,
         raw otherwise). Images are encoded after ``mode``, ``size`` and ``max_size``; a JPEG
-        file those leave unchanged is stored as it is (checked by a full decode; bit-exact
-        with the raw conversion, see :meth:`ImageSource.encoded`).
+        file those leave unchanged is stored as it is (checked by a 1/8-scale decode, which
+        reads every coefficient; bit-exact with the raw conversion, see
+        :meth:`ImageSource.encoded`).
     quality
         JPEG/WebP quality, 1-100 (WebP 100 is lossless; PNG is always lossless).
     max_size
