@@ -87,6 +87,7 @@ _SWAPS_AXES = frozenset({5, 6, 7, 8})  # EXIF orientations that transpose the im
 _ORIENTATION = 0x0112
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _JPEG_EOI = b"\xff\xd9"
+_JPEG_SOI = b"\xff\xd8\xff"
 _JPEG = frozenset({"JPEG", "MPO"})  # Pillow opens multi-picture JPEGs as MPO
 
 
@@ -391,7 +392,10 @@ def _plain_jpeg(path: str, policy: DecodePolicy, stored: str) -> npt.NDArray[Any
         return None
     try:
         with open(path, "rb") as fh:
-            data = fh.read()
+            data = fh.read(3)
+            if data != _JPEG_SOI:  # not a JPEG: not read any further here
+                return None
+            data += fh.read()
     except OSError:
         return None  # Pillow names the problem
     header = parse_header(data, ends_with_eoi=data.endswith(_JPEG_EOI))
