@@ -126,7 +126,9 @@ __all__ = [
 
 #: The write pass per image in one process (decode, pack, compress, checksum, write, fsync),
 #: relative to its decode alone: measured 2.6 for 64-128 px JPEGs, 4.2 for 224-256 px ones
-#: (2 cores, Zarr, 1 MiB chunks).
+#: with Pillow's decode (2 cores, Zarr, 1 MiB chunks); 3.3-3.8 for 224-256 px JPEGs with the
+#: libjpeg-turbo decode of plain JPEGs; about 1 for JPEGs stored as they are (an overestimate
+#: there: such a conversion may use a pool a little early).
 _WRITE_PER_DECODE = 3.0
 #: Files decoded and timed to estimate the write pass (:func:`_pool_pays`).
 _CALIBRATION_FILES = 8
