@@ -311,6 +311,10 @@ class LocalChunkEncoder:
         return body, check
 
 
+#: buffers per writev (POSIX guarantees at least 16; Linux takes 1024)
+_IOV_MAX = 512
+
+
 def _write_all(fd: int, views: list[memoryview]) -> None:
     """``writev`` the views, again from where a short write stopped."""
     views = [v for v in views if v.nbytes]
@@ -321,10 +325,6 @@ def _write_all(fd: int, views: list[memoryview]) -> None:
             views.pop(0)
         if done:
             views[0] = views[0][done:]
-
-
-#: buffers per writev (POSIX guarantees at least 16; Linux takes 1024)
-_IOV_MAX = 512
 
 
 def whole_units(files: ChunkFiles, rows: int, start: int, data: npt.NDArray[Any]) -> bool:

@@ -42,13 +42,13 @@ __all__ = [
     "ShardLayout",
     "check_index",
     "encode_shard",
-    "shard_parts",
     "index_nbytes",
     "inner_range",
     "merged_ranges",
     "morton_order",
     "parse_index",
     "shard_layout",
+    "shard_parts",
     "sharding_codec",
 ]
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -96,7 +96,9 @@ def parse_header(data: bytes, *, ends_with_eoi: bool) -> JpegHeader | None:
             return None
         segment = data[pos + 4 : end]
         if marker == 0xDA:  # start of scan: the headers are over
-            return None if sof is None else _with(sof, orientation, ends_with_eoi)
+            if sof is None:
+                return None
+            return replace(sof, orientation=orientation, ends_with_eoi=ends_with_eoi)
         if marker in _SOF:
             if sof is not None:
                 return None
@@ -136,10 +138,6 @@ def _frame(marker: int, segment: bytes) -> JpegHeader | None:
     sampling = bytes(segment[7 + 3 * k] for k in range(ncomp))
     mode = "L" if ncomp == 1 else "RGB"
     return JpegHeader(height, width, mode, 1, (marker, sampling), False)
-
-
-def _with(sof: JpegHeader, orientation: int, ends_with_eoi: bool) -> JpegHeader:
-    return JpegHeader(sof.height, sof.width, sof.mode, orientation, sof.kind, ends_with_eoi)
 
 
 def _exif_orientation(tiff: bytes) -> int | None:
