@@ -263,9 +263,8 @@ def stored_chunks(path: str, array: str = "image") -> tuple[list[bytes], Callabl
             return blobs, run, raw.chunk_nbytes()
     import json
 
-    from chunkio.backends._zarr_local import ChunkFiles
-    from chunkio.backends._zarr_shard import inner_range, shard_layout
-    from chunkio.backends._zarr_sharded import inner_meta
+    from chunkio.backends._zarr_chunks import ChunkFiles
+    from chunkio.backends._zarr_shard import inner_meta, inner_range, shard_layout
 
     meta = json.loads((Path(path) / array / "zarr.json").read_text())
     layout = shard_layout(meta)

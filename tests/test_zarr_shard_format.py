@@ -18,7 +18,6 @@ import zarr
 from zarr.codecs import BloscCodec, Crc32cCodec, GzipCodec, ZstdCodec
 
 from chunkio.backends._checksum import crc32c
-from chunkio.backends._zarr_local import _compressor_for_writing, write_file
 from chunkio.backends._zarr_shard import (
     EMPTY,
     ShardLayout,
@@ -33,6 +32,7 @@ from chunkio.backends._zarr_shard import (
     shard_parts,
     sharding_codec,
 )
+from chunkio.backends._zarr_writing import _compressor_for_writing, write_file
 from chunkio.errors import CorruptChunkError, FormatError
 
 KEYS = {"name": "default", "separator": "."}

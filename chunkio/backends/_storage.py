@@ -72,7 +72,7 @@ class ZarrStorage:
     format = "zarr"
     concurrent_writers = True
     #: every chunk file is written to a temporary file and renamed into place (zarr's
-    #: LocalStore and chunkio's own writer, :class:`~._zarr_local.LocalChunkEncoder`)
+    #: LocalStore and chunkio's own writer, :class:`~._zarr_writing.LocalChunkEncoder`)
     atomic_chunks = True
     local_only = False
     in_memory = False

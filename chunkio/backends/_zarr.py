@@ -25,11 +25,10 @@ from ..errors import (
     UnsafeInputError,
 )
 from ._zarr_documents import RemoteDocuments
-from ._zarr_local import LocalChunkDecoder, LocalChunkEncoder
-from ._zarr_region import RegionDecoder
-from ._zarr_remote import RemoteChunkReader, is_remote
+from ._zarr_engine import ArrayEngine
 from ._zarr_shard import shard_layout
-from ._zarr_sharded import LocalShardDecoder, LocalShardEncoder
+from ._zarr_sources import ByteSource, LocalFiles, RemoteObjects, is_remote
+from ._zarr_writing import LocalChunkEncoder, LocalShardEncoder
 from .base import ArrayInfo, CodecInfo, Compression, StageClock, check_region, coalesce
 
 __all__ = ["ZarrReader", "ZarrWriter", "codec_info", "zarr_compressors"]
@@ -168,9 +167,13 @@ class ZarrReader:
         trust_codecs: bool = False,
         download_cache: tuple[str, int] | None = None,
         documents: Mapping[str, Any] | None = None,
+        use_engine: bool = True,
     ) -> None:
+        """``use_engine=False`` reads every array through zarr-python, the general path (tests
+        compare the engine with it)."""
         self.location = _describe(location)
         self._trust = trust_codecs
+        self._use_engine = use_engine
         self._url = location
         self._storage_options = _opts(storage_options)
         self._remote: Any = None
@@ -190,8 +193,8 @@ class ZarrReader:
         else:
             self._zgroup = self._open_group()
         self._arrays: dict[str, Any] = {}
-        self._fast: dict[str, LocalChunkDecoder | LocalShardDecoder | RemoteChunkReader | None] = {}
-        self._regions: dict[str, RegionDecoder | None] = {}
+        #: per array, chunkio's read engine (None: zarr-python reads it)
+        self._fast: dict[str, ArrayEngine | None] = {}
         self._infos: dict[str, ArrayInfo] = {}
         self._metas: dict[str, dict[str, Any] | None] = {}
         self._names: list[str] | None = None
@@ -289,10 +292,10 @@ class ZarrReader:
                     _check_codecs(raw, name, self.location)  # still refuse sharding
             else:
                 _check_codecs(raw, name, self.location)
-            remote = self._remote_reader(name, raw)
-            if remote is not None:  # no zarr array needed (nor its metadata requests)
-                self._fast[name] = remote
-                self._arrays[name] = arr = _Described(raw, remote.files.chunks)
+            engine = self._engine(name, raw) if self._remote is not None else None
+            if engine is not None:  # no zarr array needed (nor its metadata requests)
+                self._fast[name] = engine
+                self._arrays[name] = arr = _Described(raw, engine.chunks)
                 return arr
             try:
                 arr = self._group[name]
@@ -302,13 +305,22 @@ class ZarrReader:
                 ) from err
             meta = arr.metadata.to_dict()
             self._arrays[name] = arr
-            self._fast[name] = self._local_decoder(name, meta)
+            self._fast[name] = self._engine(name, meta)
         return arr
 
-    def _remote_reader(self, name: str, meta: dict[str, Any]) -> RemoteChunkReader | None:
-        if self._remote is None:
+    def _engine(self, name: str, meta: dict[str, Any]) -> ArrayEngine | None:
+        """chunkio's engine for the array, where its store and codecs allow one."""
+        if not self._use_engine:
             return None
-        return RemoteChunkReader.build(self._remote, name, name, meta)  # keys below the url
+        source: ByteSource
+        if self._remote is not None:
+            source = RemoteObjects(self._remote, name)  # keys below the url
+        else:
+            store = self._group.store
+            if not isinstance(store, LocalStore):
+                return None
+            source = LocalFiles(os.path.join(str(store.root), self._group.path, name))
+        return ArrayEngine.build(source, name, meta)
 
     def _zarr_array(self, name: str) -> Any:
         """The zarr array itself (remote arrays chunkio reads alone are opened only here)."""
@@ -316,26 +328,6 @@ class ZarrReader:
         if isinstance(arr, _Described):
             arr = self._group[name]
         return arr
-
-    def _local_decoder(
-        self, name: str, meta: dict[str, Any]
-    ) -> LocalChunkDecoder | LocalShardDecoder | RemoteChunkReader | None:
-        if self._remote is not None:
-            return self._remote_reader(name, meta)
-        store = self._group.store
-        if not isinstance(store, LocalStore):
-            return None
-        array_dir = os.path.join(str(store.root), self._group.path, name)
-        if shard_layout(meta) is not None:
-            return LocalShardDecoder.build(array_dir, name, meta)
-        return LocalChunkDecoder.build(array_dir, name, meta)
-
-    def _region_decoder(self, name: str, meta: dict[str, Any]) -> RegionDecoder | None:
-        store = self._group.store
-        if not isinstance(store, LocalStore):
-            return None
-        array_dir = os.path.join(str(store.root), self._group.path, name)
-        return RegionDecoder.build(array_dir, name, meta)
 
     def array_info(self, name: str) -> ArrayInfo:
         info = self._infos.get(name)
@@ -363,15 +355,12 @@ class ZarrReader:
         self, name: str, ranges: Sequence[tuple[int, int]], out: npt.NDArray[Any]
     ) -> None:
         arr = self._array(name)
-        fast = self._fast[name]
-        if isinstance(fast, RemoteChunkReader):
+        engine = self._fast[name]
+        if engine is not None:
             try:
-                fast.read_ranges(list(ranges), out, self.clock)
+                engine.read_rows(ranges, out, self.clock)
             except ChunkReadError as err:
                 raise type(err)(f"{self.location}: {err}") from err
-            return
-        if fast is not None:
-            self._read_fast(fast, ranges, out)
             return
         step = int(arr.chunks[0])
         start_time = time.perf_counter()
@@ -388,24 +377,6 @@ class ZarrReader:
         finally:
             self.clock.decode += time.perf_counter() - start_time  # zarr does all stages
 
-    def _read_fast(
-        self,
-        fast: LocalChunkDecoder | LocalShardDecoder,
-        ranges: Sequence[tuple[int, int]],
-        out: npt.NDArray[Any],
-    ) -> None:
-        offset = 0
-        step = fast.chunk_rows
-        clock = self.clock
-        try:
-            for start, stop in ranges:
-                for first in range(start, stop, step):
-                    rows = min(step, stop - first)
-                    fast.read_chunk_into(first // step, out[offset : offset + rows], clock)
-                    offset += rows
-        except ChunkReadError as err:
-            raise type(err)(f"{self.location}: {err}") from err
-
     @property
     def prefetches(self) -> bool:
         """Whether :meth:`prefetch` does anything (chunks fetched over a network)."""
@@ -415,9 +386,9 @@ class ZarrReader:
         """Start fetching sample-axis ``chunks`` of ``name`` ahead of their read (remote
         datasets; elsewhere nothing to do)."""
         self._array(name)
-        fast = self._fast[name]
-        if isinstance(fast, RemoteChunkReader):
-            fast.prefetch(chunks)
+        engine = self._fast[name]
+        if engine is not None:
+            engine.prefetch(chunks)
 
     def _require_chunks(self, arr: Any, name: str, start: int, stop: int, step: int) -> None:
         # Missing chunks would read back as the fill value; a complete dataset has them all.
@@ -428,16 +399,14 @@ class ZarrReader:
                 )
 
     def read_region(self, name: str, region: tuple[slice, ...], out: npt.NDArray[Any]) -> None:
-        arr = self._zarr_array(name)
+        arr = self._array(name)
         where = f"{self.location}: array {name!r}"
         if not check_region(region, tuple(arr.shape), out, where):
             return
-        if name not in self._regions:
-            self._regions[name] = self._region_decoder(name, arr.metadata.to_dict())
-        fast = self._regions[name]
-        if fast is not None:
+        engine = self._fast[name]
+        if engine is not None:
             try:
-                fast.read_region(region, out, self.clock)
+                engine.read_region(region, out, self.clock)
             except ChunkReadError as err:
                 raise type(err)(f"{self.location}: {err}") from err
             return
@@ -478,12 +447,11 @@ class ZarrReader:
         return bool(sync(arr.store.exists(f"{arr.path}/{key}")))
 
     def close(self) -> None:
-        for fast in self._fast.values():
-            if isinstance(fast, RemoteChunkReader):
-                fast.close()
+        for engine in self._fast.values():
+            if engine is not None:
+                engine.close()
         self._arrays.clear()
         self._fast.clear()
-        self._regions.clear()
         if self._remote is not None:
             self._remote.close()
 

@@ -32,8 +32,9 @@ from typing import Any
 from .._fsync import fsync_tree
 from ..errors import FormatError
 from ..layout import ATTR_KEY, encoded_array_names, ragged_array_names
-from ._zarr_local import ChunkFiles, write_file
+from ._zarr_chunks import ChunkFiles
 from ._zarr_shard import inner_range, shard_layout, sharding_codec
+from ._zarr_writing import write_file
 
 __all__ = ["PACK_SHARD_BYTES", "SMALL_CHUNK_BYTES", "pack_arrays"]
 

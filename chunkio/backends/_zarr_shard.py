@@ -2,7 +2,7 @@
 
 A shard is one stored object holding a grid of inner chunks, each encoded by the inner codec
 chain exactly as an unsharded chunk would be (``bytes`` -> compressor -> ``crc32c``, see
-:mod:`chunkio.backends._zarr_local`), followed by an index: one ``(offset, nbytes)`` pair of
+:mod:`chunkio.backends._zarr_chunks`), followed by an index: one ``(offset, nbytes)`` pair of
 little-endian ``uint64`` per inner chunk in C order of the inner-chunk grid, then the crc32c of
 those index bytes. An inner chunk that is not stored has both fields ``2**64 - 1``.
 
@@ -43,6 +43,7 @@ __all__ = [
     "check_index",
     "encode_shard",
     "index_nbytes",
+    "inner_meta",
     "inner_range",
     "merged_ranges",
     "morton_order",
@@ -484,3 +485,15 @@ def shard_layout(meta: Mapping[str, Any], *, where: str = "array") -> ShardLayou
         index_codecs=index_codecs,
         index_checksum=index_names[-1] == "crc32c",
     )
+
+
+def inner_meta(meta: dict[str, Any], layout: ShardLayout) -> dict[str, Any]:
+    """The ``zarr.json`` an unsharded array of the inner chunks would have (its codecs)."""
+    return {
+        **meta,
+        "codecs": layout.inner_codecs,
+        "chunk_grid": {
+            "name": "regular",
+            "configuration": {"chunk_shape": list(layout.inner_chunks)},
+        },
+    }

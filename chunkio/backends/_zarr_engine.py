@@ -1,0 +1,380 @@
+"""The one Zarr read engine: a byte source x a chunk index x the chunk codec, per array.
+
+Every Zarr array chunkio decodes itself, local or remote, sharded or not, read by whole samples
+or by N-D boxes, goes through :class:`ArrayEngine`:
+
+* **plan** (pure): a read becomes *pieces*, one per chunk it touches: the chunk's grid
+  coordinates, the part of the chunk wanted, and where it goes in the output;
+* **locate**: each chunk becomes a request for bytes of a stored object: a whole chunk object,
+  or a byte range of a shard found through the shard's index (read once per process and kept
+  while the object is unchanged; neighbouring inner chunks merged into one request);
+* **fetch**: one call to the :class:`~._zarr_sources.ByteSource` for the whole read (local
+  ``pread`` s, or one concurrent round of range requests);
+* **decode**: each chunk is checked (crc32c) and decoded once, straight into the output where
+  the piece is a whole C-contiguous chunk, else into a scratch chunk whose wanted part is copied.
+
+What the engine does not decode (codec chains outside :class:`~._zarr_chunks.ChunkFiles`, other
+chunk grids) :meth:`ArrayEngine.build` declines, and the reader uses zarr-python, the general
+path; ``tests/backends`` check both return the same.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import CorruptChunkError, MissingChunkError
+from ..numeric import ceil_div
+from ._zarr_chunks import ChunkFiles
+from ._zarr_shard import (
+    ShardLayout,
+    inner_meta,
+    inner_range,
+    merged_ranges,
+    parse_index,
+    shard_layout,
+)
+from ._zarr_sources import ByteSource, Request, Version
+from .base import StageClock, coalesce
+
+__all__ = ["PREFETCH_BATCHES", "ArrayEngine", "Piece"]
+
+#: announced batches fetched at the same time (each one's requests are concurrent already)
+PREFETCH_BATCHES = 4
+
+Coords = tuple[int, ...]
+Payload = bytes | memoryview
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One chunk's share of a read: ``out[...] = chunk[inside]``."""
+
+    coords: Coords
+    inside: tuple[slice, ...]
+    out: npt.NDArray[Any]
+
+
+def _number(coords: Coords) -> int | Coords:
+    """A chunk or shard as messages name it: its number along the sample axis where the other
+    coordinates are 0, else its grid coordinates."""
+    return coords if any(coords[1:]) else coords[0]
+
+
+def plan_pieces(
+    region: tuple[slice, ...], chunks: tuple[int, ...], out: npt.NDArray[Any]
+) -> list[Piece]:
+    """The pieces of a box read into ``out``, in C order of the chunk grid (pure).
+
+    >>> [(p.coords, p.inside) for p in plan_pieces((slice(3, 6),), (4,), np.empty(3))]
+    [((0,), (slice(3, 4, None),)), ((1,), (slice(0, 2, None),))]
+    """
+    spans = [range(s.start // c, ceil_div(s.stop, c)) for s, c in zip(region, chunks, strict=True)]
+    pieces = []
+    for coords in itertools.product(*spans):
+        inside, dst = [], []
+        for s, c, n in zip(region, coords, chunks, strict=True):
+            lo = c * n
+            a, z = max(s.start, lo), min(s.stop, lo + n)
+            inside.append(slice(a - lo, z - lo))
+            dst.append(slice(a - s.start, z - s.start))
+        pieces.append(Piece(coords, tuple(inside), out[tuple(dst)]))
+    return pieces
+
+
+class ArrayEngine:
+    """Reads one Zarr v3 array from a :class:`~._zarr_sources.ByteSource`."""
+
+    def __init__(self, files: ChunkFiles, source: ByteSource, layout: ShardLayout | None) -> None:
+        self.files = files
+        self.source = source
+        self.layout = layout
+        #: shard coords -> (the object's version, its index), this process's cache
+        self._indexes: dict[Coords, tuple[Version, npt.NDArray[np.uint64]]] = {}
+        self._index_lock = threading.Lock()
+        self._ahead: dict[Coords, Future[dict[Coords, Payload]]] = {}
+        self._ahead_lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+
+    @classmethod
+    def build(cls, source: ByteSource, name: str, meta: dict[str, Any]) -> ArrayEngine | None:
+        """The engine for array ``name`` (its ``zarr.json`` as a dict), or ``None`` where its
+        codecs or grid are ones only zarr-python decodes."""
+        layout = shard_layout(meta, where=f"array {name!r}")
+        files = ChunkFiles.build("", name, inner_meta(meta, layout) if layout else meta)
+        return None if files is None else cls(files, source, layout)
+
+    @property
+    def name(self) -> str:
+        return self.files.array_name
+
+    @property
+    def chunks(self) -> tuple[int, ...]:
+        """The shape of the unit of decoding (a shard's inner chunk)."""
+        return self.files.chunks
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def read_rows(
+        self, ranges: Sequence[tuple[int, int]], out: npt.NDArray[Any], clock: StageClock
+    ) -> None:
+        """Rows ``[a, b)`` of each range, concatenated in order, into ``out``."""
+        rest = tuple(slice(0, n) for n in self.files.shape[1:])
+        pieces: list[Piece] = []
+        for start, stop, at in coalesce(ranges):
+            region = (slice(start, stop), *rest)
+            pieces += plan_pieces(region, self.chunks, out[at : at + stop - start])
+        self._read(pieces, clock)
+
+    def read_region(
+        self, region: tuple[slice, ...], out: npt.NDArray[Any], clock: StageClock
+    ) -> None:
+        """The box ``region`` (validated by the caller) into ``out``."""
+        self._read(plan_pieces(region, self.chunks, out), clock)
+
+    def _read(self, pieces: list[Piece], clock: StageClock) -> None:
+        t0 = time.perf_counter()
+        payloads = self._payloads(list(dict.fromkeys(p.coords for p in pieces)))
+        clock.read += time.perf_counter() - t0
+        scratch: npt.NDArray[Any] | None = None
+        for piece in pieces:
+            where = self._describe(piece.coords)
+            whole = all(
+                s.start == 0 and s.stop == n for s, n in zip(piece.inside, self.chunks, strict=True)
+            )
+            if whole and piece.out.flags.c_contiguous:
+                self.files.decode_bytes(payloads[piece.coords], piece.out, where=where, clock=clock)
+                continue
+            if scratch is None:
+                scratch = np.empty(self.chunks, self.files.dtype)
+            self.files.decode_bytes(payloads[piece.coords], scratch, where=where, clock=clock)
+            piece.out[...] = scratch[piece.inside]
+
+    # -- locating and fetching -----------------------------------------------------------
+
+    def _payloads(self, wanted: list[Coords]) -> dict[Coords, Payload]:
+        """The stored bytes of chunks ``wanted``: those fetched ahead, the rest now."""
+        got: dict[Coords, Payload] = {}
+        if self._ahead:
+            with self._ahead_lock:
+                ahead = {c: self._ahead.pop(c) for c in wanted if c in self._ahead}
+            for c, future in ahead.items():
+                with contextlib.suppress(Exception):  # fetched again below, raising its error
+                    got[c] = future.result()[c]
+        todo = [c for c in wanted if c not in got]
+        if todo:
+            got.update(self._fetch(todo))
+        return got
+
+    def _fetch(self, wanted: Sequence[Coords]) -> dict[Coords, Payload]:
+        if self.layout is None:
+            keys = [self.files.key(c) for c in wanted]
+            blobs = self.source.fetch([(k, None, None) for k in keys])
+            for coords, key, blob in zip(wanted, keys, blobs, strict=True):
+                if blob is None:
+                    raise MissingChunkError(
+                        f"array {self.name!r}: chunk {self._what(coords)} is missing: "
+                        f"{self.source.where(key)} does not exist"
+                    )
+            return {c: b for c, b in zip(wanted, blobs, strict=True) if b is not None}
+        return self._fetch_sharded(wanted)
+
+    def _fetch_sharded(self, wanted: Sequence[Coords]) -> dict[Coords, Payload]:
+        by_shard: dict[Coords, list[int]] = {}
+        for coords in wanted:
+            shard, number = self._shard_of(coords)
+            by_shard.setdefault(shard, []).append(number)
+        # a shard wanted whole and not indexed yet (small arrays read entirely): one read
+        whole = [s for s, inner in by_shard.items() if self._reads_whole(s, inner)]
+        out = self._fetch_whole(whole)
+        rest = {s: inner for s, inner in by_shard.items() if s not in out}
+        requests: list[Request] = []
+        members: list[tuple[Coords, int, list[int]]] = []  # (shard, start, inner chunks)
+        for shard, inner in rest.items():
+            index = self._index(shard)
+            self._check_stored(shard, index, inner)
+            for start, stop, group in merged_ranges(index, inner, gap=self.source.merge_gap):
+                requests.append((self.files.key(shard), start, stop))
+                members.append((shard, start, group))
+        blobs = self.source.fetch(requests)
+        for (shard, start, group), (key, _, end), blob in zip(
+            members, requests, blobs, strict=True
+        ):
+            index = self._indexes[shard][1]
+            stop = end or start
+            if blob is None or len(blob) < stop - start:
+                got = "nothing" if blob is None else f"{len(blob)} bytes"
+                raise CorruptChunkError(
+                    f"array {self.name!r}: shard {self.source.where(key)}: read {got} of "
+                    f"bytes {start}..{stop} (the shard is truncated or was removed)"
+                )
+            view = memoryview(blob)
+            for i in group:
+                a, b = inner_range(index, i) or (0, 0)
+                out[self._coords_of(shard, i)] = view[a - start : b - start]
+        return out
+
+    def _fetch_whole(self, shards: list[Coords]) -> dict[Coords, Payload]:
+        """Every stored inner chunk of ``shards``, each shard read whole (its index checked
+        against the object's size)."""
+        if not shards:
+            return {}
+        layout = self._layout
+        keys = [self.files.key(s) for s in shards]
+        versions = [self.source.version(k) for k in keys]
+        blobs = self.source.fetch([(k, None, None) for k in keys])
+        out: dict[Coords, Payload] = {}
+        for shard, key, version, blob in zip(shards, keys, versions, blobs, strict=True):
+            if blob is None:
+                raise MissingChunkError(
+                    f"array {self.name!r}: chunk {self._what(self._coords_of(shard, 0))} is "
+                    f"missing: shard {self.source.where(key)} does not exist"
+                )
+            where = f"array {self.name!r}: shard {self.source.where(key)}"
+            index = layout.parse_index(blob, where=where)
+            with self._index_lock:
+                self._indexes[shard] = (version, index)
+            inner = self._inner_in_array(shard)
+            self._check_stored(shard, index, inner)
+            view = memoryview(blob)
+            for i in inner:
+                a, b = inner_range(index, i) or (0, 0)
+                out[self._coords_of(shard, i)] = view[a:b]
+        return out
+
+    @property
+    def _layout(self) -> ShardLayout:
+        if self.layout is None:  # pragma: no cover - only sharded arrays get here
+            raise TypeError(f"array {self.name!r} is not sharded")
+        return self.layout
+
+    def _shard_of(self, coords: Coords) -> tuple[Coords, int]:
+        """The shard holding chunk ``coords``, and the chunk's number in the shard's index."""
+        grid = self._layout.grid
+        shard = tuple(c // g for c, g in zip(coords, grid, strict=True))
+        local = tuple(c % g for c, g in zip(coords, grid, strict=True))
+        inner = int(np.ravel_multi_index(local, grid))
+        return shard, inner
+
+    def _coords_of(self, shard: Coords, inner: int) -> Coords:
+        grid = self._layout.grid
+        local = np.unravel_index(inner, grid)
+        return tuple(s * g + int(i) for s, g, i in zip(shard, grid, local, strict=True))
+
+    def _inner_in_array(self, shard: Coords) -> list[int]:
+        """Index numbers of the inner chunks of ``shard`` inside the array (a partial last
+        shard stores none past the array's end)."""
+        grid = self._layout.grid
+        counts = [ceil_div(n, c) for n, c in zip(self.files.shape, self.chunks, strict=True)]
+        inside = [
+            range(min(g, total - s * g)) for s, g, total in zip(shard, grid, counts, strict=True)
+        ]
+        return [int(np.ravel_multi_index(c, grid)) for c in itertools.product(*inside)]
+
+    def _reads_whole(self, shard: Coords, inner: list[int]) -> bool:
+        return shard not in self._indexes and len(set(inner)) == len(self._inner_in_array(shard))
+
+    def _index(self, shard: Coords) -> npt.NDArray[np.uint64]:
+        """The index of ``shard``: cached while its object is unchanged, else read (a
+        prefetch thread may be reading it too: one reads it)."""
+        key = self.files.key(shard)
+        version = self.source.version(key)
+        cached = self._indexes.get(shard)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        with self._index_lock:
+            cached = self._indexes.get(shard)
+            if cached is not None and cached[0] == version:
+                return cached[1]
+            layout = self._layout
+            size = layout.index_nbytes
+            span = (0, size) if layout.index_location == "start" else (-size, None)
+            (tail,) = self.source.fetch([(key, *span)])
+            if tail is None:
+                raise MissingChunkError(
+                    f"array {self.name!r}: shard {self.source.where(key)} does not exist"
+                )
+            index = parse_index(
+                tail,
+                layout.n_inner,
+                where=f"array {self.name!r}: shard {_number(shard)} in {self.source.where(key)}",
+                shard_size=version[1],
+                checksum=layout.index_checksum,
+                index_location=layout.index_location,
+            )
+            self._indexes[shard] = (version, index)
+            return index
+
+    def _check_stored(self, shard: Coords, index: npt.NDArray[np.uint64], inner: list[int]) -> None:
+        for i in inner:
+            if inner_range(index, i) is None:
+                raise MissingChunkError(
+                    f"array {self.name!r}: chunk {self._what(self._coords_of(shard, i))} is "
+                    f"missing from shard {self.source.where(self.files.key(shard))} (its index "
+                    "entry is empty)"
+                )
+
+    def _what(self, coords: Coords) -> str:
+        """A chunk as messages name it: its number and samples along the sample axis, or its
+        grid coordinates."""
+        if any(coords[1:]) or self.chunks[1:] != self.files.shape[1:]:
+            return str(coords)
+        step = self.chunks[0]
+        first = coords[0] * step
+        last = min(first + step, self.files.shape[0]) - 1
+        return f"{coords[0]} (samples {first}..{last})"
+
+    def _describe(self, coords: Coords) -> str:
+        if self.layout is None:
+            return f"chunk {self._what(coords)} in {self.source.where(self.files.key(coords))}"
+        shard, inner = self._shard_of(coords)
+        key = self.files.key(shard)
+        return f"chunk {self._what(coords)} (inner chunk {inner} of shard {self.source.where(key)})"
+
+    # -- presence, prefetch, lifetime ----------------------------------------------------
+
+    def _row_chunk(self, chunk: int) -> Coords:
+        return (chunk, *(0 for _ in self.files.shape[1:]))
+
+    def exists(self, chunk: int) -> bool:
+        """Whether sample-axis chunk ``chunk`` is stored."""
+        coords = self._row_chunk(chunk)
+        if self.layout is None:
+            return self.source.exists(self.files.key(coords))
+        shard, inner = self._shard_of(coords)
+        try:
+            return inner_range(self._index(shard), inner) is not None
+        except (MissingChunkError, CorruptChunkError):
+            return False
+
+    def prefetch(self, chunks: list[int]) -> None:
+        """Start fetching sample-axis ``chunks`` in the background where that pays (a read
+        that needs them waits for them)."""
+        if not self.source.prefetches:
+            return
+        with self._ahead_lock:
+            todo = sorted({self._row_chunk(c) for c in chunks} - set(self._ahead))
+            if not todo:
+                return
+            if self._pool is None:
+                # several announced batches in flight at once: with a slow link one at a time
+                # left a worker ~1 batch of requests outstanding (bench_remote, 20 ms)
+                self._pool = ThreadPoolExecutor(PREFETCH_BATCHES, "chunkio-prefetch")
+            future = self._pool.submit(self._fetch, todo)
+            for coords in todo:
+                self._ahead[coords] = future
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+        self._ahead.clear()
