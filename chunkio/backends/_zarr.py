@@ -24,6 +24,7 @@ from ..errors import (
     MissingChunkError,
     UnsafeInputError,
 )
+from ..numeric import ceil_div
 from ._zarr_documents import RemoteDocuments
 from ._zarr_engine import ArrayEngine
 from ._zarr_shard import shard_layout
@@ -107,11 +108,6 @@ def _check_codecs(meta: Mapping[str, Any], name: str, where: str) -> tuple[str, 
         )
     layout = shard_layout(meta, where=f"{where}: array {name!r}")  # FormatError if unreadable
     if layout is not None:
-        if layout.inner_chunks[1:] != tuple(meta.get("shape") or ())[1:]:
-            raise FormatError(
-                f"{where}: array {name!r} is sharded with inner chunks {layout.inner_chunks} "
-                "split along more than the sample axis; chunkio reads shards of whole samples"
-            )
         codecs = [*layout.inner_codecs, *layout.index_codecs]
     names = tuple(str(c.get("name")) for c in codecs)
     unsafe = [n for n in names if n not in SAFE_CODECS]
@@ -410,8 +406,9 @@ class ZarrReader:
             except ChunkReadError as err:
                 raise type(err)(f"{self.location}: {err}") from err
             return
+        objects = arr.shards or arr.chunks  # what a key names: a shard, or a chunk
         spans = [
-            range(s.start // c, -(-s.stop // c)) for s, c in zip(region, arr.chunks, strict=True)
+            range(s.start // c, ceil_div(s.stop, c)) for s, c in zip(region, objects, strict=True)
         ]
         for coords in itertools.product(*spans):
             # Missing chunks would read back as the fill value; a complete dataset has them all.

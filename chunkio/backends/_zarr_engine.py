@@ -196,7 +196,7 @@ class ArrayEngine:
         # a shard wanted whole and not indexed yet (small arrays read entirely): one read
         whole = [s for s, inner in by_shard.items() if self._reads_whole(s, inner)]
         out = self._fetch_whole(whole)
-        rest = {s: inner for s, inner in by_shard.items() if s not in out}
+        rest = {s: inner for s, inner in by_shard.items() if s not in whole}
         requests: list[Request] = []
         members: list[tuple[Coords, int, list[int]]] = []  # (shard, start, inner chunks)
         for shard, inner in rest.items():

@@ -1,0 +1,127 @@
+"""The one Zarr read engine returns exactly what zarr-python returns (the general path).
+
+Random arrays written by zarr-python itself: dtypes, 1-3 axes, chunkings that split samples,
+edge chunks, shards (also split along several axes), every compressor the engine decodes, with
+and without crc32c. Each is read through chunkio's engine and through ``ZarrReader(...,
+use_engine=False)`` (zarr-python), by random boxes and by random row ranges.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import zarr
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from zarr.codecs import BloscCodec, Crc32cCodec, GzipCodec, ZstdCodec
+
+from chunkio.backends._zarr import ZarrReader
+from chunkio.backends._zarr_engine import ArrayEngine
+from chunkio.errors import MissingChunkError
+
+COMPRESSORS: dict[str, list[Any]] = {
+    "none": [],
+    "zstd": [ZstdCodec(level=1)],
+    "blosc-lz4": [BloscCodec(cname="lz4", clevel=5, shuffle="noshuffle")],
+    "blosc-zstd-shuffle": [BloscCodec(cname="zstd", clevel=3, shuffle="shuffle")],
+    "gzip": [GzipCodec(level=5)],
+}
+
+
+@st.composite
+def layouts(draw: st.DrawFn) -> dict[str, Any]:
+    ndim = draw(st.integers(1, 3))
+    shape = tuple(draw(st.lists(st.integers(1, 13), min_size=ndim, max_size=ndim)))
+    chunks = tuple(draw(st.integers(1, n)) for n in shape)
+    shards = None
+    if draw(st.booleans()):
+        shards = tuple(c * draw(st.integers(1, 3)) for c in chunks)
+    return {
+        "shape": shape,
+        "chunks": chunks,
+        "shards": shards,
+        "dtype": draw(st.sampled_from(["uint8", "int16", "float32", "bool", "int64"])),
+        "codec": draw(st.sampled_from(sorted(COMPRESSORS))),
+        "crc": draw(st.booleans()),
+        "seed": draw(st.integers(0, 2**16)),
+    }
+
+
+def _write(root: Path, spec: dict[str, Any]) -> np.ndarray[Any, Any]:
+    rng = np.random.default_rng(spec["seed"])
+    data = (rng.random(spec["shape"]) * 100).astype(spec["dtype"])
+    group = zarr.open_group(root, mode="w", zarr_format=3)
+    compressors = COMPRESSORS[spec["codec"]] + ([Crc32cCodec()] if spec["crc"] else [])
+    arr = group.create_array(
+        "x",
+        shape=data.shape,
+        dtype=data.dtype,
+        chunks=spec["chunks"],
+        shards=spec["shards"],
+        compressors=compressors,
+        fill_value=0,
+        config={"write_empty_chunks": True},
+    )
+    arr[...] = data
+    return data
+
+
+def _boxes(rng: np.random.Generator, shape: tuple[int, ...], n: int) -> list[tuple[slice, ...]]:
+    out = []
+    for _ in range(n):
+        lo = [int(rng.integers(0, s)) for s in shape]
+        hi = [int(rng.integers(a + 1, s + 1)) for a, s in zip(lo, shape, strict=True)]
+        out.append(tuple(slice(a, b) for a, b in zip(lo, hi, strict=True)))
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(spec=layouts())
+def test_engine_reads_what_zarr_python_reads(spec: dict[str, Any]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "a.zarr"
+        data = _write(root, spec)
+        engine, general = ZarrReader(str(root)), ZarrReader(str(root), use_engine=False)
+        try:
+            engine.array_info("x")
+            assert isinstance(engine._fast["x"], ArrayEngine)  # the engine is what is tested
+            rng = np.random.default_rng(spec["seed"])
+            for region in _boxes(rng, data.shape, 6):
+                shape = tuple(s.stop - s.start for s in region)
+                a = np.full(shape, 7, data.dtype)
+                b = np.full(shape, 9, data.dtype)
+                engine.read_region("x", region, a)
+                general.read_region("x", region, b)
+                np.testing.assert_array_equal(a, b)
+                np.testing.assert_array_equal(a, data[region])
+            step = spec["chunks"][0]
+            starts = sorted({int(c) for c in rng.integers(0, -(-len(data) // step), size=3)})
+            ranges = [(c * step, min((c + 1) * step, len(data))) for c in starts]
+            rows = sum(b - a for a, b in ranges)
+            a = np.full((rows, *data.shape[1:]), 7, data.dtype)
+            b = np.full((rows, *data.shape[1:]), 9, data.dtype)
+            engine.read_into("x", ranges, a)
+            general.read_into("x", ranges, b)
+            np.testing.assert_array_equal(a, b)
+            np.testing.assert_array_equal(a, np.concatenate([data[p:q] for p, q in ranges]))
+        finally:
+            engine.close()
+            general.close()
+
+
+@pytest.mark.parametrize("shards", [None, (8, 4)])
+def test_a_missing_chunk_is_an_error_on_both_paths(tmp_path: Path, shards: Any) -> None:
+    root = tmp_path / "a.zarr"
+    spec = {"shape": (16, 4), "chunks": (4, 4), "shards": shards, "dtype": "uint8"}
+    _write(root, {**spec, "codec": "zstd", "crc": True, "seed": 0})
+    victim = sorted(p for p in (root / "x" / "c").rglob("*") if p.is_file())[-1]
+    victim.unlink()
+    for reader in (ZarrReader(str(root)), ZarrReader(str(root), use_engine=False)):
+        out = np.empty((16, 4), np.uint8)
+        with pytest.raises(MissingChunkError, match="'x'"):
+            reader.read_into("x", [(0, 16)], out)
+        reader.close()
