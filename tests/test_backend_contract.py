@@ -1,14 +1,20 @@
-"""Every backend runs the same contract suite."""
+"""Every read engine runs the same contract suite: chunkio's Zarr engine on chunk files and on
+shards, zarr-python's general path, HDF5 raw chunk reads and h5py, and the in-memory reference
+(the remote engine runs it against a loopback S3 server in the remote tests)."""
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from chunkio.backends import Reader
+from chunkio.backends._hdf5 import HDF5Reader
 from chunkio.backends._memory import delete_memory_store
+from chunkio.backends._zarr import ZarrReader
 from chunkio.testing.contract import BackendContract
 
 _ids = itertools.count()
@@ -20,10 +26,28 @@ class TestZarrBackend(BackendContract):
         return str(tmp_path / "data.zarr")
 
 
+class TestZarrShardedBackend(TestZarrBackend):
+    shard_chunks = 2
+
+
+class TestZarrGeneralPath(TestZarrBackend):
+    def open(self, location: Any) -> Reader:
+        return ZarrReader(location, use_engine=False)
+
+
+class TestZarrShardedGeneralPath(TestZarrGeneralPath):
+    shard_chunks = 2
+
+
 class TestHDF5Backend(BackendContract):
     @pytest.fixture
     def location(self, tmp_path: Path) -> str:
         return str(tmp_path / "data.h5")
+
+
+class TestHDF5ThroughH5py(TestHDF5Backend):
+    def open(self, location: Any) -> Reader:
+        return HDF5Reader(location, raw_chunks=False)
 
 
 class TestMemoryBackend(BackendContract):

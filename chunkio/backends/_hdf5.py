@@ -137,9 +137,14 @@ class HDF5Reader:
     #: a chunk never written is reported (HDF5 itself would return the fill value)
     reports_missing_chunks = True
 
-    def __init__(self, location: str, *, trust_codecs: bool = False) -> None:
+    def __init__(
+        self, location: str, *, trust_codecs: bool = False, raw_chunks: bool = True
+    ) -> None:
+        """``raw_chunks=False`` reads everything through h5py, the general path (tests compare
+        the raw chunk reads with it)."""
         self.location = str(location)
         self._trust = trust_codecs
+        self._raw_chunks = raw_chunks
         self.clock = StageClock()
         #: per array, its raw chunk reader (None: read through h5py)
         self._raw: dict[str, RawChunks | None] = {}
@@ -204,7 +209,8 @@ class HDF5Reader:
             # hard link (an external link, trusted, points into another file) and the chunk
             # index read through the same open file (see _open).
             usable = (
-                isinstance(link, h5py.HardLink)
+                self._raw_chunks
+                and isinstance(link, h5py.HardLink)
                 and isinstance(dset, h5py.Dataset)
                 and self._fd is not None
             )

@@ -28,6 +28,7 @@ from ..numeric import ceil_div
 from ._zarr_documents import RemoteDocuments
 from ._zarr_engine import ArrayEngine
 from ._zarr_shard import shard_layout
+from ._zarr_shard_index import ShardIndexes
 from ._zarr_sources import ByteSource, LocalFiles, RemoteObjects, is_remote
 from ._zarr_writing import LocalChunkEncoder, LocalShardEncoder
 from .base import ArrayInfo, CodecInfo, Compression, StageClock, check_region, coalesce
@@ -191,6 +192,8 @@ class ZarrReader:
         self._arrays: dict[str, Any] = {}
         #: per array, chunkio's read engine (None: zarr-python reads it)
         self._fast: dict[str, ArrayEngine | None] = {}
+        #: per sharded array zarr-python reads, where its inner chunks are (presence checks)
+        self._shard_indexes: dict[str, ShardIndexes] = {}
         self._infos: dict[str, ArrayInfo] = {}
         self._metas: dict[str, dict[str, Any] | None] = {}
         self._names: list[str] | None = None
@@ -306,17 +309,18 @@ class ZarrReader:
 
     def _engine(self, name: str, meta: dict[str, Any]) -> ArrayEngine | None:
         """chunkio's engine for the array, where its store and codecs allow one."""
-        if not self._use_engine:
-            return None
-        source: ByteSource
+        source = self._source(name) if self._use_engine else None
+        return None if source is None else ArrayEngine.build(source, name, meta)
+
+    def _source(self, name: str) -> ByteSource | None:
+        """The stored objects of array ``name`` as chunkio reads them (None: a store object
+        only zarr-python reads)."""
         if self._remote is not None:
-            source = RemoteObjects(self._remote, name)  # keys below the url
-        else:
-            store = self._group.store
-            if not isinstance(store, LocalStore):
-                return None
-            source = LocalFiles(os.path.join(str(store.root), self._group.path, name))
-        return ArrayEngine.build(source, name, meta)
+            return RemoteObjects(self._remote, name)  # keys below the url
+        store = self._group.store
+        if not isinstance(store, LocalStore):
+            return None
+        return LocalFiles(os.path.join(str(store.root), self._group.path, name))
 
     def _zarr_array(self, name: str) -> Any:
         """The zarr array itself (remote arrays chunkio reads alone are opened only here)."""
@@ -389,7 +393,7 @@ class ZarrReader:
     def _require_chunks(self, arr: Any, name: str, start: int, stop: int, step: int) -> None:
         # Missing chunks would read back as the fill value; a complete dataset has them all.
         for chunk in range(start // step, -(-stop // step)):
-            if not self.chunk_exists(name, chunk):
+            if not self._stored(name, arr, (chunk,) + (0,) * (arr.ndim - 1)):
                 raise MissingChunkError(
                     f"{self.location}: array {name!r}: chunk {chunk} is missing from the store"
                 )
@@ -406,13 +410,13 @@ class ZarrReader:
             except ChunkReadError as err:
                 raise type(err)(f"{self.location}: {err}") from err
             return
-        objects = arr.shards or arr.chunks  # what a key names: a shard, or a chunk
         spans = [
-            range(s.start // c, ceil_div(s.stop, c)) for s, c in zip(region, objects, strict=True)
+            range(s.start // c, ceil_div(s.stop, c))
+            for s, c in zip(region, arr.chunks, strict=True)
         ]
         for coords in itertools.product(*spans):
             # Missing chunks would read back as the fill value; a complete dataset has them all.
-            if not self._chunk_key_exists(arr, coords):
+            if not self._stored(name, arr, coords):
                 raise MissingChunkError(f"{where}: chunk {coords} is missing from the store")
         try:
             out[...] = arr[region]
@@ -421,27 +425,35 @@ class ZarrReader:
             msg = f"{where}: a chunk of box {box} cannot be decoded: {err}"
             raise CorruptChunkError(msg) from err
 
-    def _chunk_key_exists(self, arr: Any, coords: tuple[int, ...]) -> bool:
-        key = arr.metadata.encode_chunk_key(coords)
-        store = arr.store
-        if isinstance(store, LocalStore):
-            return os.path.exists(os.path.join(str(store.root), arr.path, *key.split("/")))
+    def _stored(self, name: str, arr: Any, coords: tuple[int, ...]) -> bool:
+        """Whether chunk ``coords`` of a zarr-python-read array is stored: its object, and for
+        an inner chunk of a shard, its entry in the shard's index."""
+        if arr.shards is None:
+            key = f"{arr.path}/{arr.metadata.encode_chunk_key(coords)}"
+        else:
+            shards = self._shard_indexes.get(name)
+            source = self._source(name)
+            if shards is None and source is not None:
+                layout = shard_layout(arr.metadata.to_dict(), where=f"array {name!r}")
+                if layout is not None:
+                    encode = arr.metadata.encode_chunk_key
+                    shards = self._shard_indexes[name] = ShardIndexes(source, layout, encode, name)
+            if shards is not None:
+                return shards.stored(coords)
+            shard = tuple(
+                c * n // s for c, n, s in zip(coords, arr.chunks, arr.shards, strict=True)
+            )
+            key = f"{arr.path}/{arr.metadata.encode_chunk_key(shard)}"
         from zarr.core.sync import sync
 
-        return bool(sync(store.exists(f"{arr.path}/{key}")))
+        return bool(sync(arr.store.exists(key)))
 
     def chunk_exists(self, name: str, chunk: int) -> bool:
         arr = self._array(name)
-        fast = self._fast[name]
-        if fast is not None:
-            return fast.exists(chunk)
-        layout = shard_layout(arr.metadata.to_dict())
-        if layout is not None:  # a remote sharded array: its shard, at least (see issue notes)
-            chunk //= layout.n_inner
-        key = arr.metadata.encode_chunk_key((chunk,) + (0,) * (arr.ndim - 1))
-        from zarr.core.sync import sync
-
-        return bool(sync(arr.store.exists(f"{arr.path}/{key}")))
+        engine = self._fast[name]
+        if engine is not None:
+            return engine.exists(chunk)
+        return self._stored(name, arr, (chunk,) + (0,) * (arr.ndim - 1))
 
     def close(self) -> None:
         for engine in self._fast.values():
@@ -449,6 +461,7 @@ class ZarrReader:
                 engine.close()
         self._arrays.clear()
         self._fast.clear()
+        self._shard_indexes.clear()
         if self._remote is not None:
             self._remote.close()
 

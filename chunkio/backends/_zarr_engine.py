@@ -40,10 +40,10 @@ from ._zarr_shard import (
     inner_meta,
     inner_range,
     merged_ranges,
-    parse_index,
     shard_layout,
 )
-from ._zarr_sources import ByteSource, Request, Version
+from ._zarr_shard_index import Coords, ShardIndexes
+from ._zarr_sources import ByteSource, Request
 from .base import StageClock, coalesce
 
 __all__ = ["PREFETCH_BATCHES", "ArrayEngine", "Piece"]
@@ -51,7 +51,6 @@ __all__ = ["PREFETCH_BATCHES", "ArrayEngine", "Piece"]
 #: announced batches fetched at the same time (each one's requests are concurrent already)
 PREFETCH_BATCHES = 4
 
-Coords = tuple[int, ...]
 Payload = bytes | memoryview
 
 
@@ -62,12 +61,6 @@ class Piece:
     coords: Coords
     inside: tuple[slice, ...]
     out: npt.NDArray[Any]
-
-
-def _number(coords: Coords) -> int | Coords:
-    """A chunk or shard as messages name it: its number along the sample axis where the other
-    coordinates are 0, else its grid coordinates."""
-    return coords if any(coords[1:]) else coords[0]
 
 
 def plan_pieces(
@@ -98,9 +91,9 @@ class ArrayEngine:
         self.files = files
         self.source = source
         self.layout = layout
-        #: shard coords -> (the object's version, its index), this process's cache
-        self._indexes: dict[Coords, tuple[Version, npt.NDArray[np.uint64]]] = {}
-        self._index_lock = threading.Lock()
+        self._shards = (
+            None if layout is None else ShardIndexes(source, layout, files.key, files.array_name)
+        )
         self._ahead: dict[Coords, Future[dict[Coords, Payload]]] = {}
         self._ahead_lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
@@ -191,7 +184,7 @@ class ArrayEngine:
     def _fetch_sharded(self, wanted: Sequence[Coords]) -> dict[Coords, Payload]:
         by_shard: dict[Coords, list[int]] = {}
         for coords in wanted:
-            shard, number = self._shard_of(coords)
+            shard, number = self._index.shard_of(coords)
             by_shard.setdefault(shard, []).append(number)
         # a shard wanted whole and not indexed yet (small arrays read entirely): one read
         whole = [s for s, inner in by_shard.items() if self._reads_whole(s, inner)]
@@ -200,7 +193,7 @@ class ArrayEngine:
         requests: list[Request] = []
         members: list[tuple[Coords, int, list[int]]] = []  # (shard, start, inner chunks)
         for shard, inner in rest.items():
-            index = self._index(shard)
+            index = self._index.get(shard)
             self._check_stored(shard, index, inner)
             for start, stop, group in merged_ranges(index, inner, gap=self.source.merge_gap):
                 requests.append((self.files.key(shard), start, stop))
@@ -209,7 +202,7 @@ class ArrayEngine:
         for (shard, start, group), (key, _, end), blob in zip(
             members, requests, blobs, strict=True
         ):
-            index = self._indexes[shard][1]
+            index = self._index.get(shard)
             stop = end or start
             if blob is None or len(blob) < stop - start:
                 got = "nothing" if blob is None else f"{len(blob)} bytes"
@@ -220,7 +213,7 @@ class ArrayEngine:
             view = memoryview(blob)
             for i in group:
                 a, b = inner_range(index, i) or (0, 0)
-                out[self._coords_of(shard, i)] = view[a - start : b - start]
+                out[self._index.coords_of(shard, i)] = view[a - start : b - start]
         return out
 
     def _fetch_whole(self, shards: list[Coords]) -> dict[Coords, Payload]:
@@ -228,7 +221,7 @@ class ArrayEngine:
         against the object's size)."""
         if not shards:
             return {}
-        layout = self._layout
+        layout = self._index.layout
         keys = [self.files.key(s) for s in shards]
         versions = [self.source.version(k) for k in keys]
         blobs = self.source.fetch([(k, None, None) for k in keys])
@@ -236,44 +229,30 @@ class ArrayEngine:
         for shard, key, version, blob in zip(shards, keys, versions, blobs, strict=True):
             if blob is None:
                 raise MissingChunkError(
-                    f"array {self.name!r}: chunk {self._what(self._coords_of(shard, 0))} is "
+                    f"array {self.name!r}: chunk {self._what(self._index.coords_of(shard, 0))} is "
                     f"missing: shard {self.source.where(key)} does not exist"
                 )
             where = f"array {self.name!r}: shard {self.source.where(key)}"
             index = layout.parse_index(blob, where=where)
-            with self._index_lock:
-                self._indexes[shard] = (version, index)
+            self._index.remember(shard, version, index)
             inner = self._inner_in_array(shard)
             self._check_stored(shard, index, inner)
             view = memoryview(blob)
             for i in inner:
                 a, b = inner_range(index, i) or (0, 0)
-                out[self._coords_of(shard, i)] = view[a:b]
+                out[self._index.coords_of(shard, i)] = view[a:b]
         return out
 
     @property
-    def _layout(self) -> ShardLayout:
-        if self.layout is None:  # pragma: no cover - only sharded arrays get here
+    def _index(self) -> ShardIndexes:
+        if self._shards is None:  # pragma: no cover - only sharded arrays get here
             raise TypeError(f"array {self.name!r} is not sharded")
-        return self.layout
-
-    def _shard_of(self, coords: Coords) -> tuple[Coords, int]:
-        """The shard holding chunk ``coords``, and the chunk's number in the shard's index."""
-        grid = self._layout.grid
-        shard = tuple(c // g for c, g in zip(coords, grid, strict=True))
-        local = tuple(c % g for c, g in zip(coords, grid, strict=True))
-        inner = int(np.ravel_multi_index(local, grid))
-        return shard, inner
-
-    def _coords_of(self, shard: Coords, inner: int) -> Coords:
-        grid = self._layout.grid
-        local = np.unravel_index(inner, grid)
-        return tuple(s * g + int(i) for s, g, i in zip(shard, grid, local, strict=True))
+        return self._shards
 
     def _inner_in_array(self, shard: Coords) -> list[int]:
         """Index numbers of the inner chunks of ``shard`` inside the array (a partial last
         shard stores none past the array's end)."""
-        grid = self._layout.grid
+        grid = self._index.layout.grid
         counts = [ceil_div(n, c) for n, c in zip(self.files.shape, self.chunks, strict=True)]
         inside = [
             range(min(g, total - s * g)) for s, g, total in zip(shard, grid, counts, strict=True)
@@ -281,44 +260,13 @@ class ArrayEngine:
         return [int(np.ravel_multi_index(c, grid)) for c in itertools.product(*inside)]
 
     def _reads_whole(self, shard: Coords, inner: list[int]) -> bool:
-        return shard not in self._indexes and len(set(inner)) == len(self._inner_in_array(shard))
-
-    def _index(self, shard: Coords) -> npt.NDArray[np.uint64]:
-        """The index of ``shard``: cached while its object is unchanged, else read (a
-        prefetch thread may be reading it too: one reads it)."""
-        key = self.files.key(shard)
-        version = self.source.version(key)
-        cached = self._indexes.get(shard)
-        if cached is not None and cached[0] == version:
-            return cached[1]
-        with self._index_lock:
-            cached = self._indexes.get(shard)
-            if cached is not None and cached[0] == version:
-                return cached[1]
-            layout = self._layout
-            size = layout.index_nbytes
-            span = (0, size) if layout.index_location == "start" else (-size, None)
-            (tail,) = self.source.fetch([(key, *span)])
-            if tail is None:
-                raise MissingChunkError(
-                    f"array {self.name!r}: shard {self.source.where(key)} does not exist"
-                )
-            index = parse_index(
-                tail,
-                layout.n_inner,
-                where=f"array {self.name!r}: shard {_number(shard)} in {self.source.where(key)}",
-                shard_size=version[1],
-                checksum=layout.index_checksum,
-                index_location=layout.index_location,
-            )
-            self._indexes[shard] = (version, index)
-            return index
+        return not self._index.known(shard) and len(set(inner)) == len(self._inner_in_array(shard))
 
     def _check_stored(self, shard: Coords, index: npt.NDArray[np.uint64], inner: list[int]) -> None:
         for i in inner:
             if inner_range(index, i) is None:
                 raise MissingChunkError(
-                    f"array {self.name!r}: chunk {self._what(self._coords_of(shard, i))} is "
+                    f"array {self.name!r}: chunk {self._what(self._index.coords_of(shard, i))} is "
                     f"missing from shard {self.source.where(self.files.key(shard))} (its index "
                     "entry is empty)"
                 )
@@ -336,7 +284,7 @@ class ArrayEngine:
     def _describe(self, coords: Coords) -> str:
         if self.layout is None:
             return f"chunk {self._what(coords)} in {self.source.where(self.files.key(coords))}"
-        shard, inner = self._shard_of(coords)
+        shard, inner = self._index.shard_of(coords)
         key = self.files.key(shard)
         return f"chunk {self._what(coords)} (inner chunk {inner} of shard {self.source.where(key)})"
 
@@ -350,11 +298,7 @@ class ArrayEngine:
         coords = self._row_chunk(chunk)
         if self.layout is None:
             return self.source.exists(self.files.key(coords))
-        shard, inner = self._shard_of(coords)
-        try:
-            return inner_range(self._index(shard), inner) is not None
-        except (MissingChunkError, CorruptChunkError):
-            return False
+        return self._index.stored(coords)
 
     def prefetch(self, chunks: list[int]) -> None:
         """Start fetching sample-axis ``chunks`` in the background where that pays (a read
