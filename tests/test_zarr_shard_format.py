@@ -32,7 +32,8 @@ from chunkio.backends._zarr_shard import (
     shard_parts,
     sharding_codec,
 )
-from chunkio.backends._zarr_writing import _compressor_for_writing, write_file
+from chunkio.backends._zarr_writing import write_file
+from chunkio.backends.codecs import zarr_encoder
 from chunkio.errors import CorruptChunkError, FormatError
 
 KEYS = {"name": "default", "separator": "."}
@@ -121,7 +122,7 @@ def _encode_inner(chunk: npt.NDArray[Any], codecs: list[dict[str, Any]]) -> byte
     if checksum:
         rest = rest[:-1]
     payload = np.ascontiguousarray(chunk).reshape(-1).view(np.uint8)
-    compress = _compressor_for_writing(rest[0]) if rest else None
+    compress = zarr_encoder(rest[0]) if rest else None
     body = bytes(payload if compress is None else compress(payload))
     if checksum:
         body += crc32c(np.frombuffer(body, np.uint8)).to_bytes(4, "little")

@@ -29,19 +29,10 @@ from ..errors import (
     UnsafeInputError,
 )
 from ._hdf5_raw import RawChunks
-from .base import ArrayInfo, CodecInfo, StageClock, check_region, coalesce
+from .base import ArrayInfo, StageClock, check_region, coalesce
+from .codecs import HDF5_SAFE, hdf5_codec_info
 
 __all__ = ["HDF5Reader", "decode_attrs", "open_hdf5_readers"]
-
-#: HDF5 filter ids chunkio decodes: deflate, shuffle, fletcher32, lz4, blosc, zstd
-SAFE_FILTERS = {
-    1: "gzip",
-    2: "shuffle",
-    3: "fletcher32",
-    32004: "lz4",
-    32001: "blosc",
-    32015: "zstd",
-}
 
 _readers: weakref.WeakSet[HDF5Reader] = weakref.WeakSet()
 _readers_lock = threading.Lock()
@@ -76,33 +67,6 @@ os.register_at_fork(
 def open_hdf5_readers() -> int:
     """Number of HDF5 readers holding an open file in this process (for tests)."""
     return sum(1 for r in list(_readers) if r.is_open)
-
-
-#: Blosc's compressor codes, as the HDF5 Blosc filter stores them (its 7th cd_value)
-_BLOSC_NAMES = {0: "blosclz", 1: "lz4", 2: "lz4hc", 3: "snappy", 4: "zlib", 5: "zstd"}
-
-
-def _codec_info(plist: Any) -> CodecInfo:
-    """A dataset's filter pipeline in chunkio's names.
-
-    The inverse of :func:`chunkio.backends._hdf5_write.hdf5_filters`.
-    """
-    codec, level, checksum = "none", None, None
-    for i in range(plist.get_nfilters()):
-        fid, _flags, values, _name = plist.get_filter(i)
-        if fid == 3:
-            checksum = "fletcher32"
-        elif fid == 2:
-            continue  # byte shuffle: chunkio never adds it, it compresses nothing by itself
-        elif fid == 32004:
-            codec, level = "lz4", None  # the HDF5 LZ4 filter has no level
-        elif fid in (1, 32015):
-            codec, level = ("gzip" if fid == 1 else "zstd"), (int(values[0]) if values else None)
-        elif fid == 32001 and len(values) >= 7:
-            codec, level = f"blosc-{_BLOSC_NAMES.get(values[6], values[6])}", int(values[4])
-        else:
-            codec, level = SAFE_FILTERS.get(fid, f"filter-{fid}"), None
-    return CodecInfo(codec, level, checksum)
 
 
 def decode_attrs(attrs: Any) -> dict[str, Any]:
@@ -242,10 +206,10 @@ class HDF5Reader:
         plist = dset.id.get_create_plist()
         for i in range(plist.get_nfilters()):
             fid = plist.get_filter(i)[0]
-            if fid not in SAFE_FILTERS:
+            if fid not in HDF5_SAFE:
                 raise UnsafeInputError(
                     f"{self.location}: array {name!r} uses HDF5 filter id {fid}; chunkio only "
-                    f"decodes {sorted(SAFE_FILTERS.values())} unless trust_codecs=True"
+                    f"decodes {sorted(HDF5_SAFE.values())} unless trust_codecs=True"
                 )
 
     def array_info(self, name: str) -> ArrayInfo:
@@ -256,7 +220,7 @@ class HDF5Reader:
         d = self._dataset(name)
         plist = d.id.get_create_plist()
         filters = tuple(
-            SAFE_FILTERS.get(plist.get_filter(i)[0], str(plist.get_filter(i)[0]))
+            HDF5_SAFE.get(plist.get_filter(i)[0], str(plist.get_filter(i)[0]))
             for i in range(plist.get_nfilters())
         )
         return ArrayInfo(
@@ -266,7 +230,9 @@ class HDF5Reader:
             chunks=tuple(d.chunks or d.shape),
             codecs=filters,
             stored_nbytes=int(d.id.get_storage_size()),
-            compression=_codec_info(plist),
+            compression=hdf5_codec_info(
+                [plist.get_filter(i)[:3:2] for i in range(plist.get_nfilters())]
+            ),
         )
 
     def read_into(

@@ -16,75 +16,20 @@ from __future__ import annotations
 import os
 import sys
 import time
-import zlib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numcodecs
 import numpy as np
 import numpy.typing as npt
-from numcodecs import lz4 as _lz4
 
 from ..errors import CorruptChunkError, MissingChunkError
 from ._checksum import Fletcher32
 from .base import StageClock
+from .codecs import HDF5_DECODERS, Decode
 
 __all__ = ["RawChunks"]
 
-_FLETCHER32, _DEFLATE, _LZ4, _BLOSC, _ZSTD = 3, 1, 32004, 32001, 32015
-
-Decode = Callable[[npt.NDArray[np.uint8], npt.NDArray[np.uint8]], None]
-
-
-def _inflate(src: npt.NDArray[np.uint8], dst: npt.NDArray[np.uint8]) -> None:
-    data = zlib.decompress(src)  # type: ignore[arg-type]  # any buffer works
-    if len(data) != dst.size:
-        raise ValueError(f"deflate gave {len(data)} bytes, expected {dst.size}")
-    dst[...] = np.frombuffer(data, np.uint8)
-
-
-def _blosc(src: npt.NDArray[np.uint8], dst: npt.NDArray[np.uint8]) -> None:
-    numcodecs.blosc.decompress(src, dst)
-
-
-def _zstd(src: npt.NDArray[np.uint8], dst: npt.NDArray[np.uint8]) -> None:
-    numcodecs.zstd.decompress(src, dst)
-
-
-def _hdf5_lz4(src: npt.NDArray[np.uint8], dst: npt.NDArray[np.uint8]) -> None:
-    """The HDF5 LZ4 filter's frame: total size (8 bytes, big-endian), block size (4), then per
-    block its compressed size (4) and the LZ4 block (stored raw when it would not shrink).
-
-    numcodecs' LZ4 wants a block preceded by its decoded size (4 bytes, little-endian): those
-    four bytes are written over the block's size field, so ``src`` must be writable and is
-    changed (it was checked before).
-    """
-    if src.size < 12:
-        raise ValueError(f"LZ4 frame of {src.size} bytes is shorter than its header")
-    total = int.from_bytes(src[:8].tobytes(), "big")
-    block = int.from_bytes(src[8:12].tobytes(), "big") or total
-    if total != dst.size:
-        raise ValueError(f"LZ4 frame holds {total} bytes, expected {dst.size}")
-    pos, out = 12, 0
-    while out < total:
-        want = min(block, total - out)
-        if pos + 4 > src.size:
-            raise ValueError("LZ4 frame ends inside a block header")
-        size = int.from_bytes(src[pos : pos + 4].tobytes(), "big")
-        if size > src.size - pos - 4:
-            raise ValueError(f"LZ4 block of {size} bytes runs past the frame's end")
-        if size == want:  # stored uncompressed
-            dst[out : out + want] = src[pos + 4 : pos + 4 + want]
-        else:
-            src[pos : pos + 4] = np.frombuffer(want.to_bytes(4, "little"), np.uint8)
-            got = _lz4.decompress(src[pos : pos + 4 + size], dst[out : out + want])
-            if len(memoryview(got)) != want:  # pragma: no cover - numcodecs checks sizes
-                raise ValueError(f"LZ4 block gave {len(memoryview(got))} bytes, expected {want}")
-        pos, out = pos + 4 + size, out + want
-
-
-_DECODERS: dict[int, Decode] = {_LZ4: _hdf5_lz4, _BLOSC: _blosc, _ZSTD: _zstd, _DEFLATE: _inflate}
+_FLETCHER32 = 3
 
 
 def _fletcher_matches(computed: int, stored: int) -> bool:
@@ -135,7 +80,7 @@ class RawChunks:
         ids = [plist.get_filter(i)[0] for i in range(plist.get_nfilters())]
         checksum = bool(ids) and ids[-1] == _FLETCHER32
         rest = ids[:-1] if checksum else ids
-        if len(rest) > 1 or (rest and rest[0] not in _DECODERS):
+        if len(rest) > 1 or (rest and rest[0] not in HDF5_DECODERS):
             return None
         index: dict[int, tuple[int, int]] = {}
         masked: set[int] = set()
@@ -163,7 +108,7 @@ class RawChunks:
             shape=tuple(int(s) for s in dset.shape),
             chunks=tuple(int(c) for c in chunks),
             dtype=dtype,
-            decode=_DECODERS[rest[0]] if rest else None,
+            decode=HDF5_DECODERS[rest[0]] if rest else None,
             checksum=checksum,
             index=index,
             masked=frozenset(masked),

@@ -11,35 +11,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import h5py
-import hdf5plugin
 import numpy as np
 import numpy.typing as npt
 
 from ..errors import FormatError
 from ._hdf5 import decode_attrs
 from .base import Compression
+from .codecs import hdf5_filters
 
-__all__ = ["HDF5Writer", "hdf5_filters", "write_canonical"]
-
-
-def hdf5_filters(c: Compression) -> dict[str, Any]:
-    """``h5py`` dataset-creation keywords for a :class:`Compression` (filters, fletcher32)."""
-    kw: dict[str, Any] = {"fletcher32": c.checksum}
-    if c.codec == "zstd":
-        kw["compression"] = hdf5plugin.Zstd(clevel=c.level)
-    elif c.codec == "lz4":
-        kw["compression"] = hdf5plugin.LZ4()
-    elif c.codec.startswith("blosc-"):
-        cname = c.codec.split("-", 1)[1]
-        kw["compression"] = hdf5plugin.Blosc(
-            cname=cname,  # type: ignore[arg-type]  # validated by Compression
-            clevel=max(0, min(c.level, 9)),
-            shuffle=hdf5plugin.Blosc.BITSHUFFLE,
-        )
-    elif c.codec == "gzip":
-        kw["compression"] = "gzip"
-        kw["compression_opts"] = max(0, min(c.level, 9))
-    return kw
+__all__ = ["HDF5Writer", "write_canonical"]
 
 
 class HDF5Writer:

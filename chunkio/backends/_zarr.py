@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import zarr
-from zarr.codecs import BloscCodec, Crc32cCodec, GzipCodec, ZstdCodec
 from zarr.storage import LocalStore
 
 from ..errors import (
@@ -31,63 +30,16 @@ from ._zarr_shard import shard_layout
 from ._zarr_shard_index import ShardIndexes
 from ._zarr_sources import ByteSource, LocalFiles, RemoteObjects, is_remote
 from ._zarr_writing import LocalChunkEncoder, LocalShardEncoder
-from .base import ArrayInfo, CodecInfo, Compression, StageClock, check_region, coalesce
+from .base import ArrayInfo, Compression, StageClock, check_region, coalesce
+from .codecs import ZARR_SAFE, zarr_codec_info, zarr_compressors
 
-__all__ = ["ZarrReader", "ZarrWriter", "codec_info", "zarr_compressors"]
+__all__ = ["ZarrReader", "ZarrWriter"]
 
 #: Chunk files are named ``c.<i>.<j>...`` in the array's folder (Zarr v3's default encoding
 #: with its ``"."`` separator) rather than nested ``c/<i>/<j>/...`` folders: a new chunk costs
 #: a file, not a folder per chunk per field to create and fsync (measured: mkdir and directory
 #: fsyncs were ~20% of a 224 px image conversion). Any Zarr v3 reader reads both.
 CHUNK_KEY_ENCODING: dict[str, Any] = {"name": "default", "separator": "."}
-
-#: codecs whose decoding cannot run code; anything else (e.g. numcodecs.pickle) is refused
-SAFE_CODECS = frozenset({"bytes", "zstd", "blosc", "gzip", "crc32c", "transpose"})
-
-
-def zarr_compressors(c: Compression) -> list[Any]:
-    """The bytes->bytes codecs for a :class:`Compression`."""
-    chain: list[Any] = []
-    if c.codec == "zstd":
-        chain.append(ZstdCodec(level=c.level))
-    elif c.codec.startswith("blosc-") or c.codec == "lz4":
-        cname = "lz4" if c.codec == "lz4" else c.codec.split("-", 1)[1]
-        shuffle = "noshuffle" if c.codec == "lz4" else "bitshuffle"
-        level = max(0, min(c.level, 9))
-        chain.append(BloscCodec(cname=cname, clevel=level, shuffle=shuffle))  # type: ignore[arg-type]
-    elif c.codec == "gzip":
-        chain.append(GzipCodec(level=max(0, min(c.level, 9))))
-    if c.checksum:
-        chain.append(Crc32cCodec())
-    return chain
-
-
-def codec_info(codecs: Sequence[Mapping[str, Any]]) -> CodecInfo:
-    """The inverse of :func:`zarr_compressors`: a codec chain in chunkio's names.
-
-    >>> str(codec_info([{"name": "bytes"}, {"name": "blosc", "configuration": {
-    ...     "cname": "lz4", "clevel": 5, "shuffle": "noshuffle"}}, {"name": "crc32c"}]))
-    'lz4(5)+crc32c'
-    """
-    for c in codecs:  # a sharded array: its inner chunks' codecs
-        if c.get("name") == "sharding_indexed":
-            return codec_info((c.get("configuration") or {}).get("codecs") or [])
-    names = [str(c.get("name")) for c in codecs]
-    checksum = "crc32c" if "crc32c" in names else None
-    compressors = [c for c in codecs if c.get("name") in ("zstd", "blosc", "gzip")]
-    if not compressors:
-        return CodecInfo("none", None, checksum)
-    if len(compressors) > 1:
-        return CodecInfo("+".join(str(c["name"]) for c in compressors), None, checksum)
-    name = str(compressors[0]["name"])
-    conf = compressors[0].get("configuration") or {}
-    level = conf.get("level", conf.get("clevel"))
-    if name == "blosc":
-        cname = str(conf.get("cname"))
-        # chunkio's "lz4" is Blosc-LZ4 without shuffle; "blosc-lz4" adds bitshuffle
-        plain = cname == "lz4" and conf.get("shuffle") == "noshuffle"
-        name = "lz4" if plain else f"blosc-{cname}"
-    return CodecInfo(name, None if level is None else int(level), checksum)
 
 
 def _opts(storage_options: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -101,21 +53,21 @@ def _describe(location: Any) -> str:
 def _check_codecs(meta: Mapping[str, Any], name: str, where: str) -> tuple[str, ...]:
     codecs = list(meta.get("codecs") or [])
     outer = [str(c.get("name")) for c in codecs if c.get("name") != "sharding_indexed"]
-    unsafe = [n for n in outer if n not in SAFE_CODECS]
+    unsafe = [n for n in outer if n not in ZARR_SAFE]
     if unsafe:
         raise UnsafeInputError(
             f"{where}: array {name!r} declares codec(s) {unsafe}; chunkio only decodes "
-            f"{sorted(SAFE_CODECS)} unless opened with trust_codecs=True"
+            f"{sorted(ZARR_SAFE)} unless opened with trust_codecs=True"
         )
     layout = shard_layout(meta, where=f"{where}: array {name!r}")  # FormatError if unreadable
     if layout is not None:
         codecs = [*layout.inner_codecs, *layout.index_codecs]
     names = tuple(str(c.get("name")) for c in codecs)
-    unsafe = [n for n in names if n not in SAFE_CODECS]
+    unsafe = [n for n in names if n not in ZARR_SAFE]
     if unsafe:
         raise UnsafeInputError(
             f"{where}: array {name!r} declares codec(s) {unsafe}; chunkio only decodes "
-            f"{sorted(SAFE_CODECS)} unless opened with trust_codecs=True"
+            f"{sorted(ZARR_SAFE)} unless opened with trust_codecs=True"
         )
     return names
 
@@ -342,7 +294,7 @@ class ZarrReader:
                 codecs=tuple(json.dumps(c, sort_keys=True) for c in meta.get("codecs") or []),
                 # remotely a listing of every chunk: asked for separately (stored_nbytes)
                 stored_nbytes=None if self._remote is not None else int(arr.nbytes_stored()),
-                compression=codec_info(meta.get("codecs") or []),
+                compression=zarr_codec_info(meta.get("codecs") or []),
             )
             self._infos[name] = info
         return info

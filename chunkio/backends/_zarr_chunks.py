@@ -15,32 +15,18 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numcodecs
 import numpy as np
 import numpy.typing as npt
 
 from ..errors import CorruptChunkError
 from ._checksum import crc32c
 from .base import StageClock
+from .codecs import Decode, zarr_decoder
 
 __all__ = ["ChunkFiles"]
-
-Decompress = Callable[[Any, Any], Any]
-
-
-def _compressor(codec: dict[str, Any]) -> Decompress | None:
-    name, conf = codec["name"], codec.get("configuration") or {}
-    if name == "zstd":
-        return numcodecs.Zstd(level=int(conf.get("level", 0))).decode  # type: ignore[no-any-return]
-    if name == "blosc":
-        return numcodecs.Blosc().decode  # type: ignore[no-any-return]
-    if name == "gzip":
-        return numcodecs.GZip().decode  # type: ignore[no-any-return]
-    return None
 
 
 @dataclass(frozen=True)
@@ -52,7 +38,7 @@ class ChunkFiles:
     shape: tuple[int, ...]
     chunks: tuple[int, ...]
     dtype: np.dtype[Any]
-    decompress: Decompress | None
+    decompress: Decode | None
     checksum: bool
     separator: str
 
@@ -79,7 +65,7 @@ class ChunkFiles:
         rest = codecs[1:]
         checksum = bool(rest) and rest[-1].get("name") == "crc32c"
         rest = rest[:-1] if checksum else rest
-        decompress = _compressor(rest[0]) if len(rest) == 1 else None
+        decompress = zarr_decoder(rest[0]) if len(rest) == 1 else None
         if len(rest) > 1 or (rest and decompress is None):
             return None
         return cls(

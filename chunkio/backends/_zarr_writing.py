@@ -15,40 +15,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numcodecs
 import numpy as np
 import numpy.typing as npt
 
 from ._checksum import crc32c
 from ._zarr_chunks import ChunkFiles
 from ._zarr_shard import InnerChunk, ShardLayout, inner_meta, shard_layout
+from .codecs import zarr_encoder
 
 __all__ = ["LocalChunkEncoder", "LocalShardEncoder", "whole_units", "write_file"]
 
 Compress = Callable[[Any], Any]
-
-_BLOSC_SHUFFLE = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}
-
-
-def _compressor_for_writing(codec: dict[str, Any]) -> Compress | None:
-    """numcodecs' encoder configured exactly as zarr-python configures the same codec."""
-    name, conf = codec["name"], codec.get("configuration") or {}
-    if name == "zstd":
-        zstd = numcodecs.Zstd(level=int(conf.get("level", 0)), checksum=bool(conf.get("checksum")))
-        return zstd.encode  # type: ignore[no-any-return]
-    if name == "blosc" and conf.get("shuffle", "noshuffle") in _BLOSC_SHUFFLE:
-        typesize = conf.get("typesize")
-        blosc = numcodecs.Blosc(
-            cname=str(conf.get("cname", "lz4")),
-            clevel=int(conf.get("clevel", 5)),
-            shuffle=_BLOSC_SHUFFLE[conf.get("shuffle", "noshuffle")],
-            blocksize=int(conf.get("blocksize", 0)),
-            typesize=None if typesize is None else int(typesize),
-        )
-        return blosc.encode  # type: ignore[no-any-return]
-    if name == "gzip":
-        return numcodecs.GZip(level=int(conf.get("level", 5))).encode  # type: ignore[no-any-return]
-    return None
 
 
 @dataclass(frozen=True)
@@ -77,7 +54,7 @@ class LocalChunkEncoder:
         codecs = list(meta["codecs"])[1:]
         if codecs and codecs[-1].get("name") == "crc32c":
             codecs = codecs[:-1]
-        compress = _compressor_for_writing(codecs[0]) if codecs else None
+        compress = zarr_encoder(codecs[0]) if codecs else None
         if codecs and compress is None:
             return None
         return cls(files, compress)

@@ -15,7 +15,11 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from .codecs import CODECS, DEFAULT_CODEC, CodecInfo, Compression
+
 __all__ = [
+    "CODECS",
+    "DEFAULT_CODEC",
     "ArrayInfo",
     "CodecInfo",
     "Compression",
@@ -26,60 +30,6 @@ __all__ = [
     "coalesce",
     "region_shape",
 ]
-
-CODECS = ("zstd", "lz4", "blosc-zstd", "blosc-lz4", "gzip", "none")
-
-#: The default codec, chosen by measurement (README, "Choosing the defaults"): on natural
-#: images LZ4 stores ~1.13x smaller than raw and decodes fast enough that a 2-worker loader
-#: delivers ~1.6x the samples/s of zstd-3, whose extra ratio (~1.31x) costs more than it saves.
-DEFAULT_CODEC = "lz4"
-_DEFAULT_LEVELS = {"zstd": 3, "blosc-zstd": 3, "lz4": 5, "blosc-lz4": 5, "gzip": 6, "none": 0}
-
-
-@dataclass(frozen=True)
-class Compression:
-    """How chunks are encoded: a codec, its level, and whether a checksum guards each chunk.
-
-    ``checksum=True`` adds a crc32c codec (Zarr) or the fletcher32 filter (HDF5). ``level``
-    defaults per codec (zstd 3, lz4 5, gzip 6).
-
-    >>> Compression(), Compression("zstd").level
-    (Compression(codec='lz4', level=5, checksum=True), 3)
-    """
-
-    codec: str = DEFAULT_CODEC
-    level: int = None  # type: ignore[assignment]  # resolved per codec in __post_init__
-    checksum: bool = True
-
-    def __post_init__(self) -> None:
-        if self.codec not in CODECS:
-            raise ValueError(f"codec must be one of {CODECS}; got {self.codec!r}")
-        if self.level is None:
-            object.__setattr__(self, "level", _DEFAULT_LEVELS[self.codec])
-        if not isinstance(self.level, int) or not -5 <= self.level <= 22:
-            raise ValueError(f"compression level must be an int in [-5, 22]; got {self.level!r}")
-
-
-@dataclass(frozen=True)
-class CodecInfo:
-    """How an array's chunks are encoded, named as :class:`Compression` names it.
-
-    ``codec`` is one of :data:`CODECS` when the stored codecs are ones chunkio writes (other
-    compressors keep their stored name, e.g. ``"blosc-zlib"``); ``level`` is ``None`` where
-    the format records none (HDF5's LZ4 filter); ``checksum`` is ``"crc32c"`` (Zarr),
-    ``"fletcher32"`` (HDF5) or ``None``.
-
-    >>> str(CodecInfo("lz4", 5, "crc32c")), str(CodecInfo("none", None, None))
-    ('lz4(5)+crc32c', 'none')
-    """
-
-    codec: str
-    level: int | None = None
-    checksum: str | None = None
-
-    def __str__(self) -> str:
-        level = "" if self.level is None else f"({self.level})"
-        return self.codec + level + ("" if self.checksum is None else f"+{self.checksum}")
 
 
 @dataclass(frozen=True)
