@@ -31,7 +31,7 @@ from ._zarr_shard_index import ShardIndexes
 from ._zarr_sources import ByteSource, LocalFiles, RemoteObjects, is_remote
 from ._zarr_writing import LocalChunkEncoder, LocalShardEncoder
 from .base import ArrayInfo, Compression, StageClock, check_region, coalesce
-from .codecs import ZARR_SAFE, zarr_codec_info, zarr_compressors
+from .codecs import ZARR2_SAFE, ZARR_SAFE, zarr_codec_info, zarr_compressors
 
 __all__ = ["ZarrReader", "ZarrWriter"]
 
@@ -51,6 +51,8 @@ def _describe(location: Any) -> str:
 
 
 def _check_codecs(meta: Mapping[str, Any], name: str, where: str) -> tuple[str, ...]:
+    if meta.get("zarr_format") == 2:
+        return _check_v2_codecs(meta, name, where)
     codecs = list(meta.get("codecs") or [])
     outer = [str(c.get("name")) for c in codecs if c.get("name") != "sharding_indexed"]
     unsafe = [n for n in outer if n not in ZARR_SAFE]
@@ -81,6 +83,19 @@ def _declared_arrays(attrs: Mapping[str, Any]) -> list[str]:
     except (FormatError, KeyError, TypeError, ValueError):
         return list((attrs.get(ATTR_KEY) or {}).get("fields") or {})
     return [a for f in layout.fields for a in f.array_names()]
+
+
+def _check_v2_codecs(meta: Mapping[str, Any], name: str, where: str) -> tuple[str, ...]:
+    """A v2 array's compressor and filter ids, refused unless decoding them cannot run code."""
+    configs = [meta.get("compressor"), *(meta.get("filters") or [])]
+    ids = tuple(str(c.get("id")) for c in configs if isinstance(c, Mapping))
+    unsafe = [i for i in ids if i not in ZARR2_SAFE]
+    if unsafe:
+        raise UnsafeInputError(
+            f"{where}: array {name!r} (Zarr v2) declares codec(s) {unsafe}; chunkio only "
+            f"decodes {sorted(ZARR2_SAFE)} unless opened with trust_codecs=True"
+        )
+    return ids
 
 
 class _Described:
@@ -117,12 +132,16 @@ class ZarrReader:
         download_cache: tuple[str, int] | None = None,
         documents: Mapping[str, Any] | None = None,
         use_engine: bool = True,
+        fill_missing: bool = False,
     ) -> None:
         """``use_engine=False`` reads every array through zarr-python, the general path (tests
-        compare the engine with it)."""
+        compare the engine with it). ``fill_missing``: chunks never written read as the fill
+        value (Zarr's contract for data chunkio did not write) instead of raising
+        :class:`~chunkio.errors.MissingChunkError`."""
         self.location = _describe(location)
         self._trust = trust_codecs
         self._use_engine = use_engine
+        self._fill_missing = fill_missing
         self._url = location
         self._storage_options = _opts(storage_options)
         self._remote: Any = None
@@ -153,9 +172,7 @@ class ZarrReader:
 
     def _open_group(self) -> Any:
         try:
-            return zarr.open_group(
-                store=self._url, mode="r", zarr_format=3, storage_options=self._storage_options
-            )
+            return zarr.open_group(store=self._url, mode="r", storage_options=self._storage_options)
         except FileNotFoundError as err:
             raise DatasetNotFoundError(f"no Zarr v3 dataset at {self.location}") from err
         except Exception as err:  # zarr raises several types for "not a v3 group"
@@ -222,15 +239,22 @@ class ZarrReader:
         from zarr.core.buffer import default_buffer_prototype
         from zarr.core.sync import sync
 
-        key = "/".join(p for p in (self._group.path, name, "zarr.json") if p)
-        buf = sync(self._group.store.get(key, prototype=default_buffer_prototype()))
-        if buf is None:
+        for document in ("zarr.json", ".zarray"):  # v3, else a v2 array
+            key = "/".join(p for p in (self._group.path, name, document) if p)
+            buf = sync(self._group.store.get(key, prototype=default_buffer_prototype()))
+            if buf is not None:
+                break
+        else:
             return None
         try:
             meta = json.loads(buf.to_bytes())
         except ValueError as err:
             raise FormatError(f"{self.location}: {key} is not valid JSON: {err}") from err
-        return meta if isinstance(meta, dict) else None
+        if not isinstance(meta, dict):
+            return None
+        if document == ".zarray":
+            meta = {**meta, "zarr_format": 2, "node_type": "array"}
+        return meta
 
     def _array(self, name: str) -> Any:
         arr = self._arrays.get(name)
@@ -262,7 +286,9 @@ class ZarrReader:
     def _engine(self, name: str, meta: dict[str, Any]) -> ArrayEngine | None:
         """chunkio's engine for the array, where its store and codecs allow one."""
         source = self._source(name) if self._use_engine else None
-        return None if source is None else ArrayEngine.build(source, name, meta)
+        if source is None:
+            return None
+        return ArrayEngine.build(source, name, meta, fill_missing=self._fill_missing)
 
     def _source(self, name: str) -> ByteSource | None:
         """The stored objects of array ``name`` as chunkio reads them (None: a store object
@@ -343,6 +369,8 @@ class ZarrReader:
             engine.prefetch(chunks)
 
     def _require_chunks(self, arr: Any, name: str, start: int, stop: int, step: int) -> None:
+        if self._fill_missing:
+            return  # zarr-python reads them as the fill value, as asked
         # Missing chunks would read back as the fill value; a complete dataset has them all.
         for chunk in range(start // step, -(-stop // step)):
             if not self._stored(name, arr, (chunk,) + (0,) * (arr.ndim - 1)):
@@ -368,7 +396,7 @@ class ZarrReader:
         ]
         for coords in itertools.product(*spans):
             # Missing chunks would read back as the fill value; a complete dataset has them all.
-            if not self._stored(name, arr, coords):
+            if not self._fill_missing and not self._stored(name, arr, coords):
                 raise MissingChunkError(f"{where}: chunk {coords} is missing from the store")
         try:
             out[...] = arr[region]

@@ -85,12 +85,26 @@ def plan_pieces(
 
 
 class ArrayEngine:
-    """Reads one Zarr v3 array from a :class:`~._zarr_sources.ByteSource`."""
+    """Reads one Zarr array from a :class:`~._zarr_sources.ByteSource`.
 
-    def __init__(self, files: ChunkFiles, source: ByteSource, layout: ShardLayout | None) -> None:
+    ``fill_missing``: a chunk never written reads as the array's fill value (Zarr's contract,
+    for arrays chunkio did not write); else it raises
+    :class:`~chunkio.errors.MissingChunkError` (chunkio's datasets store every chunk, so an
+    absent one means damage, never zeros).
+    """
+
+    def __init__(
+        self,
+        files: ChunkFiles,
+        source: ByteSource,
+        layout: ShardLayout | None,
+        *,
+        fill_missing: bool = False,
+    ) -> None:
         self.files = files
         self.source = source
         self.layout = layout
+        self.fill_missing = fill_missing
         self._shards = (
             None if layout is None else ShardIndexes(source, layout, files.key, files.array_name)
         )
@@ -99,12 +113,16 @@ class ArrayEngine:
         self._pool: ThreadPoolExecutor | None = None
 
     @classmethod
-    def build(cls, source: ByteSource, name: str, meta: dict[str, Any]) -> ArrayEngine | None:
-        """The engine for array ``name`` (its ``zarr.json`` as a dict), or ``None`` where its
-        codecs or grid are ones only zarr-python decodes."""
+    def build(
+        cls, source: ByteSource, name: str, meta: dict[str, Any], *, fill_missing: bool = False
+    ) -> ArrayEngine | None:
+        """The engine for array ``name`` (its ``zarr.json``, or v2 ``.zarray``, as a dict), or
+        ``None`` where its codecs or grid are ones only zarr-python decodes."""
         layout = shard_layout(meta, where=f"array {name!r}")
         files = ChunkFiles.build("", name, inner_meta(meta, layout) if layout else meta)
-        return None if files is None else cls(files, source, layout)
+        if files is None:
+            return None
+        return cls(files, source, layout, fill_missing=fill_missing)
 
     @property
     def name(self) -> str:
@@ -140,6 +158,9 @@ class ArrayEngine:
         clock.read += time.perf_counter() - t0
         scratch: npt.NDArray[Any] | None = None
         for piece in pieces:
+            if piece.coords not in payloads:  # never written, and fill_missing
+                piece.out[...] = self.files.fill_value
+                continue
             where = self._describe(piece.coords)
             whole = all(
                 s.start == 0 and s.stop == n for s, n in zip(piece.inside, self.chunks, strict=True)
@@ -173,7 +194,7 @@ class ArrayEngine:
             keys = [self.files.key(c) for c in wanted]
             blobs = self.source.fetch([(k, None, None) for k in keys])
             for coords, key, blob in zip(wanted, keys, blobs, strict=True):
-                if blob is None:
+                if blob is None and not self.fill_missing:
                     raise MissingChunkError(
                         f"array {self.name!r}: chunk {self._what(coords)} is missing: "
                         f"{self.source.where(key)} does not exist"
@@ -193,7 +214,12 @@ class ArrayEngine:
         requests: list[Request] = []
         members: list[tuple[Coords, int, list[int]]] = []  # (shard, start, inner chunks)
         for shard, inner in rest.items():
-            index = self._index.get(shard)
+            try:
+                index = self._index.get(shard)
+            except MissingChunkError:
+                if self.fill_missing:
+                    continue
+                raise
             self._check_stored(shard, index, inner)
             for start, stop, group in merged_ranges(index, inner, gap=self.source.merge_gap):
                 requests.append((self.files.key(shard), start, stop))
@@ -228,6 +254,8 @@ class ArrayEngine:
         out: dict[Coords, Payload] = {}
         for shard, key, version, blob in zip(shards, keys, versions, blobs, strict=True):
             if blob is None:
+                if self.fill_missing:
+                    continue
                 raise MissingChunkError(
                     f"array {self.name!r}: chunk {self._what(self._index.coords_of(shard, 0))} is "
                     f"missing: shard {self.source.where(key)} does not exist"
@@ -239,8 +267,9 @@ class ArrayEngine:
             self._check_stored(shard, index, inner)
             view = memoryview(blob)
             for i in inner:
-                a, b = inner_range(index, i) or (0, 0)
-                out[self._index.coords_of(shard, i)] = view[a:b]
+                span = inner_range(index, i)
+                if span is not None:
+                    out[self._index.coords_of(shard, i)] = view[span[0] : span[1]]
         return out
 
     @property
@@ -263,6 +292,8 @@ class ArrayEngine:
         return not self._index.known(shard) and len(set(inner)) == len(self._inner_in_array(shard))
 
     def _check_stored(self, shard: Coords, index: npt.NDArray[np.uint64], inner: list[int]) -> None:
+        if self.fill_missing:
+            return  # empty entries are fill values; merged_ranges leaves them out
         for i in inner:
             if inner_range(index, i) is None:
                 raise MissingChunkError(

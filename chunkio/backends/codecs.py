@@ -25,7 +25,7 @@ import numcodecs.blosc
 import numcodecs.zstd
 import numpy as np
 import numpy.typing as npt
-from numcodecs import lz4 as _lz4
+from numcodecs import lz4 as _lz4_codec
 
 __all__ = [
     "CODECS",
@@ -33,6 +33,7 @@ __all__ = [
     "DEFAULT_CODEC",
     "HDF5_SAFE",
     "WRITTEN",
+    "ZARR2_SAFE",
     "ZARR_SAFE",
     "CodecInfo",
     "Compression",
@@ -41,6 +42,8 @@ __all__ = [
     "hdf5_filters",
     "zarr_codec_info",
     "zarr_compressors",
+    "zarr2_codec",
+    "zarr2_decoder",
     "zarr_decoder",
     "zarr_encoder",
 ]
@@ -66,6 +69,11 @@ def _blosc(src: npt.NDArray[np.uint8], dst: npt.NDArray[np.uint8]) -> None:
 
 def _zstd(src: npt.NDArray[np.uint8], dst: npt.NDArray[np.uint8]) -> None:
     numcodecs.zstd.decompress(src, dst)
+
+
+def _lz4(src: npt.NDArray[np.uint8], dst: npt.NDArray[np.uint8]) -> None:
+    """numcodecs' LZ4 format (Zarr v2 ``lz4``): the decoded size (4 bytes), then one block."""
+    _lz4_codec.decompress(src, dst)
 
 
 def _hdf5_lz4(src: npt.NDArray[np.uint8], dst: npt.NDArray[np.uint8]) -> None:
@@ -94,7 +102,7 @@ def _hdf5_lz4(src: npt.NDArray[np.uint8], dst: npt.NDArray[np.uint8]) -> None:
             dst[out : out + want] = src[pos + 4 : pos + 4 + want]
         else:
             src[pos : pos + 4] = np.frombuffer(want.to_bytes(4, "little"), np.uint8)
-            got = _lz4.decompress(src[pos : pos + 4 + size], dst[out : out + want])
+            got = _lz4_codec.decompress(src[pos : pos + 4 + size], dst[out : out + want])
             if len(memoryview(got)) != want:  # pragma: no cover - numcodecs checks sizes
                 raise ValueError(f"LZ4 block gave {len(memoryview(got))} bytes, expected {want}")
         pos, out = pos + 4 + size, out + want
@@ -105,17 +113,20 @@ class Decoded:
     """A compressor chunkio decodes itself: its stored names and its decoder."""
 
     zarr: str | None  # the Zarr v3 codec name
+    zarr2: tuple[str, ...]  # the Zarr v2 (numcodecs) compressor ids
     hdf5: int | None  # the HDF5 filter id
     decode: Decode
 
 
 DECODED: tuple[Decoded, ...] = (
-    Decoded("zstd", 32015, _zstd),
-    Decoded("blosc", 32001, _blosc),
-    Decoded("gzip", 1, _inflate),  # HDF5 calls it deflate
-    Decoded(None, 32004, _hdf5_lz4),  # the HDF5 LZ4 filter's own framing
+    Decoded("zstd", ("zstd",), 32015, _zstd),
+    Decoded("blosc", ("blosc",), 32001, _blosc),
+    Decoded("gzip", ("gzip", "zlib"), 1, _inflate),  # HDF5 calls it deflate
+    Decoded(None, ("lz4",), None, _lz4),  # numcodecs' LZ4 framing
+    Decoded(None, (), 32004, _hdf5_lz4),  # the HDF5 LZ4 filter's own framing
 )
 _BY_ZARR = {d.zarr: d.decode for d in DECODED if d.zarr is not None}
+_BY_ZARR2 = {name: d.decode for d in DECODED for name in d.zarr2}
 HDF5_DECODERS: dict[int, Decode] = {d.hdf5: d.decode for d in DECODED if d.hdf5 is not None}
 
 
@@ -125,11 +136,45 @@ def zarr_decoder(codec: Mapping[str, Any]) -> Decode | None:
     return _BY_ZARR.get(str(codec.get("name")))
 
 
+def zarr2_decoder(config: Mapping[str, Any]) -> Decode | None:
+    """The decoder of a Zarr v2 compressor (its numcodecs config), ``None`` if chunkio has
+    none (the array is then decoded through numcodecs itself)."""
+    return _BY_ZARR2.get(str(config.get("id")))
+
+
+def zarr2_codec(config: Mapping[str, Any]) -> Any:
+    """numcodecs' codec object for a Zarr v2 compressor or filter config, for chains chunkio
+    does not decode with its own decoders (the reader refuses ids outside
+    :data:`ZARR2_SAFE` before this unless trusted)."""
+    return numcodecs.get_codec(dict(config))
+
+
 # -- what may be opened without trust ---------------------------------------------------------
 
 #: Zarr v3 codecs whose decoding cannot run code; anything else (e.g. numcodecs.pickle) is
 #: refused unless the dataset is opened with trust_codecs=True
 ZARR_SAFE = frozenset({"bytes", "crc32c", "transpose", *_BY_ZARR})
+
+#: Zarr v2 (numcodecs) compressor and filter ids whose decoding cannot run code; object
+#: codecs (pickle, msgpack, JSON, vlen-*) and anything unknown need trust_codecs=True
+ZARR2_SAFE = frozenset(
+    {
+        *_BY_ZARR2,
+        "bz2",
+        "lzma",
+        "delta",
+        "fixedscaleoffset",
+        "shuffle",
+        "quantize",
+        "bitround",
+        "astype",
+        "packbits",
+        "crc32",
+        "adler32",
+        "fletcher32",
+        "jenkins_lookup3",
+    }
+)
 
 #: HDF5 filter ids chunkio opens without trust, by name
 HDF5_SAFE: dict[int, str] = {
