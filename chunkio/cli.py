@@ -296,7 +296,7 @@ def _json_object(text: str) -> dict[str, Any]:
 
 
 def _info(args: argparse.Namespace) -> int:
-    from .inspect import info
+    from .dataset_report import info
 
     d = info(args.path, storage_options=args.storage_options)
     print(json.dumps(d, indent=2) if args.json else format_info(d))
@@ -304,7 +304,7 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from .inspect import verify
+    from .dataset_report import verify
 
     tick = None
     if not args.no_progress and sys.stderr.isatty():

@@ -17,8 +17,8 @@ from chunkio.backends import Compression, open_reader, open_writer
 from chunkio.backends._zarr import CHUNK_KEY_ENCODING, zarr_compressors
 from chunkio.backends._zarr_pack import pack_arrays
 from chunkio.convert import append_arrays
+from chunkio.dataset_report import verify
 from chunkio.errors import CorruptChunkError, MissingChunkError
-from chunkio.inspect import verify
 
 
 def _files(root: Path) -> list[Path]:
