@@ -337,7 +337,7 @@ def read_amplification(
 
     Models the loader's readers: each of ``readers`` processes reads its rows of every batch
     (``rows(n, readers)`` -> ``[(start, stop), ...]``, e.g. :meth:`ChunkBatchSampler.reader_rows`;
-    default an even split) and keeps an LRU pool of ``cache_chunks`` decoded chunks, never
+    default an even split) and keeps an LRU cache of ``cache_chunks`` decoded chunks, never
     evicting one its current batch needs. Returns 1.0 when there are no batches.
 
     >>> batches = [[0], [3], [1], [4]]
@@ -347,7 +347,7 @@ def read_amplification(
     ends = np.cumsum(as_sizes(chunk_sizes))
     cache = check_int("cache_chunks", cache_chunks, 0)
     n_readers = check_int("readers", readers, 1)
-    pools: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(n_readers)]
+    caches: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(n_readers)]
     reads, needed = 0, set[int]()
     for batch in batches:
         ids = np.asarray(batch, dtype=np.int64).ravel()
@@ -356,18 +356,18 @@ def read_amplification(
             if rows is not None
             else split_rows(ids.size, np.ones(1, np.int64), n_readers)
         )
-        for pool, (a, b) in zip(pools, parts, strict=True):
+        for cached, (a, b) in zip(caches, parts, strict=True):
             touched = [int(c) for c in np.unique(_chunk_ids(ids[a:b], ends))]
             for c in touched:
                 needed.add(c)
-                if c in pool:
-                    pool.move_to_end(c)
+                if c in cached:
+                    cached.move_to_end(c)
                 else:
                     reads += 1
-                    pool[c] = None
+                    cached[c] = None
             keep = max(cache, len(touched))
-            while len(pool) > keep:
-                pool.popitem(last=False)
+            while len(cached) > keep:
+                cached.popitem(last=False)
     return reads / len(needed) if needed else 1.0
 
 
