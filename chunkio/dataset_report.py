@@ -20,6 +20,7 @@ from .backends import ArrayInfo, Reader, detect_format, open_reader
 from .errors import ChunkReadError, FormatError
 from .grid import SampleGrid
 from .layout import COMPLETE_KEY, DatasetLayout, FieldInfo, check_arrays
+from .numeric import ceil_div
 
 __all__ = ["Problem", "VerifyReport", "info", "verify"]
 
@@ -380,7 +381,7 @@ def _verify_encoded(
         report.problems.append(Problem("samples' byte spans overlap", spans_name))
     decoder = image_decoder(f.encoding)  # type: ignore[arg-type]
     grid = SampleGrid(length, step)
-    used = sorted({c for a, b in spans.tolist() for c in range(a // step, -(-b // step))})
+    used = sorted({c for a, b in spans.tolist() for c in range(a // step, ceil_div(b, step))})
     chunks: dict[int, np.ndarray[Any, Any]] = {}
     for chunk in used:
         report.chunks += 1
@@ -398,7 +399,7 @@ def _verify_encoded(
     report.arrays += 1
     undecodable = []
     for i, ((a, b), shape) in enumerate(zip(spans.tolist(), shapes.tolist(), strict=True)):
-        needed = range(a // step, -(-b // step))
+        needed = range(a // step, ceil_div(b, step))
         if any(c not in chunks for c in needed):
             continue  # its chunk's problem is listed already
         parts = [chunks[c] for c in needed]

@@ -67,13 +67,13 @@ the decode).
 from __future__ import annotations
 
 import io
-import math
 import struct
 from typing import Any, ClassVar, Literal, cast
 
 import numpy as np
 
 from chunkio.errors import CorruptChunkError, OptionalDependencyError
+from chunkio.numeric import ceil_div
 
 __all__ = [
     "ENCODINGS",
@@ -365,7 +365,7 @@ def _scaled_size(h: int, w: int, min_height: int, min_width: int) -> tuple[int, 
     """Largest denominator in :data:`JPEG_SCALE_DENOMINATORS` keeping the output >= the minima."""
     best = (1, h, w)
     for d in JPEG_SCALE_DENOMINATORS:
-        sh, sw = math.ceil(h / d), math.ceil(w / d)
+        sh, sw = ceil_div(h, d), ceil_div(w, d)
         if sh >= min_height and sw >= min_width:
             best = (d, sh, sw)
     return best

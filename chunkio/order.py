@@ -39,10 +39,11 @@ so every rank gets the same number of batches.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any
 
 import numpy as np
-import numpy.typing as npt
+
+from .numeric import IntArray, ceil_div
 
 __all__ = [
     "DEFAULT_LANES",
@@ -56,7 +57,6 @@ __all__ = [
     "split_rows",
 ]
 
-IntArray: TypeAlias = npt.NDArray[np.int64]
 
 #: Lanes by default: divisible by 1, 2, 3, 4, 6, 8, 12 and 24 readers (workers x ranks).
 DEFAULT_LANES = 24
@@ -217,7 +217,7 @@ def rank_rows(batch: IntArray, pad: IntArray, rank: int, world_size: int) -> Int
     [3, 4, 9]
     """
     n = batch.size
-    per = -(-n // world_size)
+    per = ceil_div(n, world_size)
     if per * world_size > n:
         batch = np.concatenate([batch, np.resize(pad, per * world_size - n)])
     out: IntArray = batch[rank * per : (rank + 1) * per]

@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .grid import SampleGrid
+from .numeric import IntArray, ceil_div_array
 from .volume_layout import VolumeSet
 
 __all__ = [
@@ -38,8 +39,6 @@ __all__ = [
     "plan_batch",
     "plan_patch_reads",
 ]
-
-IntArray = npt.NDArray[np.int64]
 
 
 def normalize_indices(indices: Sequence[int] | npt.ArrayLike, num_samples: int) -> IntArray:
@@ -191,7 +190,7 @@ def plan_patch_reads(
             f"{key_arr[b, 0]} of shape {shapes[b].tolist()}"
         )
     inner = np.stack([lo - origin, hi - origin], axis=1)
-    c_lo, c_hi = lo // chunk, (hi - 1) // chunk + 1
+    c_lo, c_hi = lo // chunk, ceil_div_array(hi, chunk)
     index: dict[tuple[int, ...], int] = {}
     found_pieces: list[list[int]] = []
     for b, (v, first, stop) in enumerate(
@@ -213,10 +212,10 @@ def plan_patch_reads(
 
 def _piece(
     coords: tuple[int, ...],
-    chunk: npt.NDArray[np.int64],
-    lo: npt.NDArray[np.int64],
-    hi: npt.NDArray[np.int64],
-    origin: npt.NDArray[np.int64],
+    chunk: IntArray,
+    lo: IntArray,
+    hi: IntArray,
+    origin: IntArray,
 ) -> list[int]:
     """``src_lo, dst_lo, size`` of a patch's piece in one chunk."""
     c_lo = np.asarray(coords, np.int64) * chunk

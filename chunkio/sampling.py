@@ -23,6 +23,7 @@ import numpy.typing as npt
 from torch.utils.data import Sampler
 
 from .errors import IncompatibleStateError
+from .numeric import IntArray, ceil_div
 from .order import (
     DEFAULT_LANES,
     OrderSpec,
@@ -44,7 +45,6 @@ __all__ = [
     "shuffle_quality",
 ]
 
-IntArray: TypeAlias = npt.NDArray[np.int64]
 ChunkSizes: TypeAlias = Sequence[int] | npt.NDArray[np.integer[Any]]
 STATE_VERSION = 2
 #: mixing pool of a sampler built without one, in global batches
@@ -60,7 +60,7 @@ def num_batches(
     (8, 7, 2)
     """
     b = check_int("batch_size", batch_size, 1) * check_int("world_size", world_size, 1)
-    return num_samples // b if drop_last else -(-num_samples // b)
+    return num_samples // b if drop_last else ceil_div(num_samples, b)
 
 
 def rank_batches(
@@ -216,8 +216,8 @@ class ChunkBatchSampler(Sampler[list[int]]):
     def lanes_per_reader(self, readers: int) -> int:
         """Lanes one of ``readers`` readers of this rank's batches touches, at most."""
         quotas = lane_quotas(self.spec.batch_size, self.spec.lanes)
-        lanes_here = -(-quotas.size // self.world_size) + 1
-        return -(-lanes_here // max(1, readers)) + 1
+        lanes_here = ceil_div(quotas.size, self.world_size) + 1
+        return ceil_div(lanes_here, max(1, readers)) + 1
 
     def capacity_chunks(self, samples_per_chunk: int, readers: int = 1) -> int:
         """Decoded chunks each of ``readers`` readers must hold to decode each chunk once."""

@@ -25,6 +25,7 @@ import numpy.typing as npt
 import torch
 
 from ..errors import ChunkioError, LoaderError
+from ..numeric import IntArray, ceil_div
 from .lease import Lease
 from .ring import RingLayout, SlotRing, batch_view
 from .source import BatchSource, channels_last_fields
@@ -41,7 +42,7 @@ _GRACE_CLEAN_S, _GRACE_FAILED_S = 5.0, 0.5
 
 Arrange = Callable[[dict[str, torch.Tensor]], Any]
 #: a batch's sample ids: a list of ints or an int64 array
-Indices = Sequence[int] | npt.NDArray[np.int64]
+Indices = Sequence[int] | IntArray
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ def even_parts(n: int, workers: int) -> list[tuple[int, int]]:
     >>> even_parts(5, 2)
     [(0, 3), (3, 5)]
     """
-    edges = [-(-n * w // workers) for w in range(workers + 1)]
+    edges = [ceil_div(n * w, workers) for w in range(workers + 1)]
     return [(edges[w], edges[w + 1]) for w in range(workers)]
 
 
