@@ -29,33 +29,16 @@
 * Pickles (DataLoader workers); the fsspec filesystem is created lazily in each process
   (``skip_instance_cache``: an async filesystem made before ``fork`` is unusable after it).
 
-Measured (``python tests/remote_servers.py``): 256 ranges of 64 KiB of one object, moto in a
-child process on loopback, every request through ``tests/remote_servers.py``'s ``LatencyProxy``
-(0 or 20 ms added per request); best of 3; a shared 2-core machine (load 2.5-3), two runs::
-
-    client    added latency  concurrency   requests/s    MiB/s
-    s3fs       0 ms            1              178-187     11-12
-    s3fs       0 ms           16              229-245     14-15
-    s3fs       0 ms           64              221-271     14-17
-    s3fs      20 ms            1               36          2.3
-    s3fs      20 ms            4              124-129      8
-    s3fs      20 ms           16              239-316     15-20
-    s3fs      20 ms           32              212-320     13-20
-    s3fs      20 ms           64              235-325     15-20
-    obstore    0 ms            1              204-320     13-20
-    obstore    0 ms           16              260-285     16-18
-    obstore   20 ms            1               39-40       2.4-2.5
-    obstore   20 ms           16              228-352     14-22
-
-With 20 ms per request, one request at a time is latency-bound (~1/RTT: 36/s); 16 in flight
-are 7-9x faster and reach what the server (moto, pure Python, sharing the 2 cores with client
-and proxy) can answer at all, so 32 or 64 add nothing here. Real object stores take tens of ms
-to a first byte but scale out, so concurrency matters more there, not less; 16 is the default:
-enough to hide the latency of one reader, and few enough per process when a DataLoader runs
-many workers (raise it for a single reader far away). s3fs is used, not obstore: both are
-server-bound at the same rates here (obstore's Rust client only shows at concurrency 1 without
-latency), and s3fs is the fsspec stack zarr already uses (one set of storage options and
-credentials, http/local/gcs/... through the same code) without another compiled dependency.
+Concurrency and client were chosen by measurement (``python tests/remote_servers.py``: range
+requests against a loopback S3 server with added latency; figures in README.md, "Choosing the
+defaults"; the loader end to end: ``benchmarks/bench_remote.py``). With a per-request latency,
+one request at a time is latency-bound (~1/RTT), and a few dozen in flight reach what the test
+server can answer at all. Real object stores take tens of ms to a first byte but scale out, so
+concurrency matters more there, not less; 16 is the default: enough to hide the latency of one
+reader, and few enough per process when a DataLoader runs many workers (raise it for a single
+reader far away). s3fs is used, not obstore: both were server-bound at the same rates, and s3fs
+is the fsspec stack zarr already uses (one set of storage options and credentials,
+http/local/gcs/... through the same code) without another compiled dependency.
 """
 
 from __future__ import annotations
