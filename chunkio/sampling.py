@@ -30,6 +30,7 @@ from .order import (
     as_sizes,
     canonical_stream,
     check_int,
+    check_state,
     lane_quotas,
     pool_capacity_chunks,
     rank_rows,
@@ -47,6 +48,10 @@ __all__ = [
 
 ChunkSizes: TypeAlias = Sequence[int] | npt.NDArray[np.integer[Any]]
 STATE_VERSION = 2
+#: said after an incompatible state's key
+_HINTS = {
+    "global_batch_size": " (keep batch_size * world_size fixed when resuming on another world size)"
+}
 #: mixing pool of a sampler built without one, in global batches
 DEFAULT_POOL_BATCHES = 4
 
@@ -291,22 +296,9 @@ class ChunkBatchSampler(Sampler[list[int]]):
         Raises :class:`~chunkio.errors.IncompatibleStateError` if the state is malformed or
         fixes another order (other data, global batch size, pool, lanes, ...).
         """
-        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
-            got = state.get("version") if isinstance(state, dict) else type(state).__name__
-            raise IncompatibleStateError(
-                f"expected a sampler state dict of version {STATE_VERSION}, got {got!r}"
-            )
-        for key, mine in self._config().items():
-            if state.get(key) != mine:
-                hint = (
-                    " (keep batch_size * world_size fixed when resuming on another world size)"
-                    if key == "global_batch_size"
-                    else ""
-                )
-                raise IncompatibleStateError(
-                    f"incompatible sampler state: {key} is {mine!r} here, "
-                    f"got {state.get(key)!r}{hint}"
-                )
+        state = check_state(
+            state, version=STATE_VERSION, config=self._config(), what="sampler", hints=_HINTS
+        )
         try:
             seed = check_int("seed", state.get("seed"), 0)
             epoch = check_int("epoch", state.get("epoch"), 0)

@@ -29,6 +29,7 @@ from torch.utils.data import Sampler
 
 from ..label_index import LabelIndex
 from ..numeric import IntArray, ceil_div, ceil_div_array
+from ..order import check_state
 from ..volume_layout import VolumeSet
 
 __all__ = [
@@ -222,18 +223,11 @@ class PatchSampler(Sampler[PatchKey]):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume at ``state``; ``ValueError`` if it was saved under another configuration."""
-        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
-            got = state.get("version") if isinstance(state, dict) else type(state).__name__
-            raise ValueError(
-                f"expected a patch sampler state of version {STATE_VERSION}; got {got!r}"
-            )
-        for key, mine in self.config().items():
-            if state.get(key) != mine:
-                raise ValueError(
-                    f"incompatible patch sampler state: {key} is {mine!r} here; the state "
-                    f"has {state.get(key)!r}"
-                )
+        """Resume at ``state``; :class:`~chunkio.errors.IncompatibleStateError` (a
+        ``ValueError``) if it was saved under another configuration."""
+        state = check_state(
+            state, version=STATE_VERSION, config=self.config(), what="patch sampler"
+        )
         self.seed = _int("seed", state.get("seed"), 0)
         self.epoch = _int("epoch", state.get("epoch"), 0)
         self._cache = None
