@@ -63,6 +63,11 @@ def _common_convert_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing DST")
 
 
+def _sizes_option(p: argparse.ArgumentParser, flag: str, text: str) -> None:
+    """An option taking one or more positive sizes (``N [N ...]``)."""
+    p.add_argument(flag, type=_positive_int, nargs="+", metavar="N", help=text)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="chunkio", description="Chunked Zarr v3 / HDF5 datasets for PyTorch."
@@ -73,12 +78,8 @@ def _parser() -> argparse.ArgumentParser:
     kinds = convert.add_subparsers(dest="kind", required=True)
     images = kinds.add_parser("images", help="an ImageFolder or flat folder of images")
     _common_convert_options(images)
-    images.add_argument(
-        "--size",
-        type=_positive_int,
-        nargs="+",
-        metavar="N",
-        help="target size: H W, or one number for a square (default: keep sizes)",
+    _sizes_option(
+        images, "--size", "target size: H W, or one number for a square (default: keep sizes)"
     )
     images.add_argument(
         "--resize",
@@ -123,12 +124,10 @@ def _parser() -> argparse.ArgumentParser:
 
     volumes = kinds.add_parser("volumes", help="a folder of 3-D volumes (NIfTI, TIFF, NumPy)")
     _common_convert_options(volumes)
-    volumes.add_argument(
+    _sizes_option(
+        volumes,
         "--chunks",
-        type=_positive_int,
-        nargs="+",
-        metavar="N",
-        help="spatial chunk shape: one number or three (default: chosen for the data)",
+        "spatial chunk shape: one number or three (default: chosen for the data)",
     )
     volumes.add_argument("--labels", help="label volumes: a folder matched by file name")
     volumes.add_argument(
@@ -296,7 +295,7 @@ def _json_object(text: str) -> dict[str, Any]:
 
 
 def _info(args: argparse.Namespace) -> int:
-    from .inspect import info
+    from .dataset_report import info
 
     d = info(args.path, storage_options=args.storage_options)
     print(json.dumps(d, indent=2) if args.json else format_info(d))
@@ -304,7 +303,7 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from .inspect import verify
+    from .dataset_report import verify
 
     tick = None
     if not args.no_progress and sys.stderr.isatty():

@@ -88,8 +88,8 @@ class DoctorReport:
 
     def best(self, batch_size: int | None = None) -> Measurement:
         """The fastest measurement (at ``batch_size`` if given)."""
-        pool = [m for m in self.measurements if batch_size in (None, m.batch_size)]
-        return max(pool or self.measurements, key=lambda m: m.samples_per_s)
+        candidates = [m for m in self.measurements if batch_size in (None, m.batch_size)]
+        return max(candidates or self.measurements, key=lambda m: m.samples_per_s)
 
     def render(self) -> str:
         """The report as plain text."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
+
+from .numeric import IntArray, ceil_div
 
 __all__ = ["SampleGrid"]
 
@@ -36,9 +37,9 @@ class SampleGrid:
 
     @property
     def num_chunks(self) -> int:
-        return -(-self.num_samples // self.samples_per_chunk)
+        return ceil_div(self.num_samples, self.samples_per_chunk)
 
-    def chunk_sizes(self) -> npt.NDArray[np.int64]:
+    def chunk_sizes(self) -> IntArray:
         sizes = np.full(self.num_chunks, self.samples_per_chunk, dtype=np.int64)
         if self.num_chunks:
             sizes[-1] = self.num_samples - (self.num_chunks - 1) * self.samples_per_chunk

@@ -11,16 +11,13 @@ Encodings
 ``jpeg``
     simplejpeg (libjpeg-turbo), RGB or gray uint8 only. Chroma subsampling 4:2:0 below
     quality 95 (the Pillow / OpenCV / FFCV default), 4:4:4 from 95 up, where a user asks for
-    near-lossless and subsampled chroma would dominate the error. Measured on 16 224x224 crops
-    of the scikit-learn sample photos at q90: 4:2:0 gave 36.9 dB mean PSNR (min 32.5) at
-    12.8 kB (11.7x smaller than the 150.5 kB of pixels) decoding in 159 us; 4:4:4 would give
-    39.2 dB (min 35.2) for 31 % more bytes (16.7 kB, 9x) and 29 % slower decoding (205 us).
+    near-lossless and subsampled chroma would dominate the error (at q90, 4:4:4 buys a little
+    PSNR for about a third more bytes and slower decoding).
 ``png``
     Pillow, lossless uint8 gray/RGB/RGBA and uint16 gray; uint16 with 3 or 4 channels needs
     imagecodecs (Pillow reads 16-bit colour PNGs as 8-bit). ``compress_level=6`` (Pillow's
-    default): on the same crops level 6 made 72.5 kB per image against 80.7 kB at level 1 and
-    71.3 kB at level 9, decoding as fast as level 1 (1.29 vs 1.41 ms) and encoding 4.5x faster
-    than level 9 (10.7 vs 48 ms).
+    default): nearly level 9's size, decoding as fast as level 1, encoding several times faster
+    than level 9.
 ``webp``
     Pillow, lossy at ``quality`` (``method=4``), lossless at ``quality=100`` (``exact``: colour
     under transparent pixels is kept). WebP has no gray mode: a gray image is stored as RGB with
@@ -30,35 +27,19 @@ Encodings
 
 Default decoders
 ----------------
-Measured with ``python -m benchmarks.bench_decoders`` on a 2-core shared VM (other jobs ran
-beside it: absolute figures vary by 30 %, ratios are what the choice rests on). 32 crops of
-224x224 (150.5 kB raw); bytes per image: jpeg q90 20.9 kB (7.2x smaller than raw, 37.6 dB
-PSNR), webp q90 13.3 kB (11.3x, 36.1 dB), png 82.8 kB (1.8x). Decode rate, images/s on one
-thread (loaded run; a quiet ``--quick`` run in brackets)::
+Chosen by measurement: ``python -m benchmarks.bench_decoders`` (images/s per library on one
+and two threads, bytes and PSNR per encoding) and a GIL probe; the figures of the chunk
+encodings above and of the decoders below are in README.md, "Choosing the defaults". The choice
+rests on ratios between libraries, not on absolute rates (which move with the machine's load).
 
-    jpeg  simplejpeg  decode_jpeg 3925 (5644)   decode_into 4159 (5562)
-    jpeg  imagecodecs jpeg8_decode 3485 (6563)  decode_into 4133 (5050)
-    jpeg  Pillow      open+asarray 2221 (4368)  decode_into 2813 (3112)
-    png   imagecodecs png_decode  1039 (1119)   decode_into  997 (1132)
-    png   Pillow      open+asarray  701  (772)  decode_into  743  (808)
-    webp  imagecodecs webp_decode 1313 (1549)   decode_into 1259 (1525)
-    webp  Pillow      open+asarray 1113 (1348)  decode_into 1114 (1379)
-
-GIL: with the switch interval raised so that only C code can hand the GIL over, a spinning
-Python thread ran at 0.91-1.00 of its idle rate during ``decode_into`` of a 1600x1600 image
-for simplejpeg and imagecodecs (all encodings) and Pillow PNG/WebP, 0.73 for Pillow JPEG (its
-mode conversion and array export hold the GIL). Two threads on two quiet cores decoded
-224x224 images 2.1-2.2x as fast as one with simplejpeg, 1.8-2.0x for PNG and WebP, 1.5-1.7x
-with imagecodecs JPEG (2-thread figures of a loaded run are noise).
-
-- ``jpeg``: **simplejpeg**. As fast as imagecodecs into a row, 1.5x Pillow; decodes straight
-  into the row (``decode_jpeg(buffer=...)``), raises on truncated or corrupt data
+- ``jpeg``: **simplejpeg**. As fast as imagecodecs into a row, faster than Pillow; decodes
+  straight into the row (``decode_jpeg(buffer=...)``), raises on truncated or corrupt data
   (``strict=True``; imagecodecs returns a gray-padded image for a truncated file, caught here
   by an end-marker check only), scales in the DCT, and is a hard dependency of chunkio.
-- ``png``: **imagecodecs** when installed (1.35x Pillow, decodes into the row, reads 16-bit
-  colour), else **Pillow**. Both are lossless: the pixels do not depend on which is present.
-- ``webp``: **imagecodecs** when installed (1.1x Pillow, decodes into the row), else
-  **Pillow**; both use libwebp and give identical pixels.
+- ``png``: **imagecodecs** when installed (faster than Pillow, decodes into the row, reads
+  16-bit colour), else **Pillow**. Both are lossless: the pixels do not depend on which is present.
+- ``webp``: **imagecodecs** when installed (a little faster than Pillow, decodes into the
+  row), else **Pillow**; both use libwebp and give identical pixels.
 
 ``ImageDecoder.releases_gil`` is True for every decoder here (all release the GIL for most of
 the decode).
@@ -67,13 +48,13 @@ the decode).
 from __future__ import annotations
 
 import io
-import math
 import struct
 from typing import Any, ClassVar, Literal, cast
 
 import numpy as np
 
 from chunkio.errors import CorruptChunkError, OptionalDependencyError
+from chunkio.numeric import ceil_div
 
 __all__ = [
     "ENCODINGS",
@@ -365,7 +346,7 @@ def _scaled_size(h: int, w: int, min_height: int, min_width: int) -> tuple[int, 
     """Largest denominator in :data:`JPEG_SCALE_DENOMINATORS` keeping the output >= the minima."""
     best = (1, h, w)
     for d in JPEG_SCALE_DENOMINATORS:
-        sh, sw = math.ceil(h / d), math.ceil(w / d)
+        sh, sw = ceil_div(h, d), ceil_div(w, d)
         if sh >= min_height and sw >= min_width:
             best = (d, sh, sw)
     return best

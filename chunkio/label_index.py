@@ -30,6 +30,7 @@ import numpy.typing as npt
 
 from .backends import Compression, Reader, Writer
 from .errors import FormatError
+from .numeric import IntArray, ceil_div
 
 __all__ = [
     "POINTS_PER_ENTRY",
@@ -39,7 +40,6 @@ __all__ = [
     "write_label_index",
 ]
 
-IntArray = npt.NDArray[np.int64]
 
 #: voxel positions kept per (volume, chunk, value)
 POINTS_PER_ENTRY = 4
@@ -111,7 +111,7 @@ def index_label_volume(
     [[3, 3]]
     """
     shape = label.shape
-    grid = [range(-(-s // c)) for s, c in zip(shape, chunks, strict=True)]
+    grid = [range(ceil_div(s, c)) for s, c in zip(shape, chunks, strict=True)]
     all_rows: list[IntArray] = []
     all_points: list[IntArray] = []
     for coords in itertools.product(*grid):

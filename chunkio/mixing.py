@@ -40,6 +40,8 @@ from typing import TypeAlias
 import numpy as np
 import numpy.typing as npt
 
+from .numeric import IntArray, ceil_div
+
 __all__ = [
     "label_mixing",
     "label_mixing_of_batches",
@@ -48,7 +50,6 @@ __all__ = [
     "uniform_largest_label_share",
 ]
 
-IntArray: TypeAlias = npt.NDArray[np.int64]
 FloatArray: TypeAlias = npt.NDArray[np.float64]
 
 #: ``P(max > m)`` below this ends the sum for ``E[max]``: the remaining terms are negligible.
@@ -215,7 +216,7 @@ def _largest(counts: IntArray, b: int) -> float:
         for c, k in zip(sizes.tolist(), mult.tolist(), strict=True)
     ]
     full = _coefficient(groups, top, b)
-    lowest = -(-b // counts.size)  # the largest class count is at least ceil(b / classes)
+    lowest = ceil_div(b, counts.size)  # the largest class count is at least ceil(b / classes)
     expected = float(lowest)  # E[max] = sum_m P(max > m); the terms below `lowest` are 1
     for m in range(lowest, top):
         tail = max(0.0, 1.0 - _coefficient(groups, m, b) / full)

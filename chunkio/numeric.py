@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["IntArray", "ceil_div"]
+__all__ = ["IntArray", "ceil_div", "ceil_div_array"]
 
 #: sample indices, chunk numbers, offsets: always int64
 IntArray = npt.NDArray[np.int64]
@@ -19,3 +21,13 @@ def ceil_div(a: int, b: int) -> int:
     (3, 2, 0)
     """
     return -(-a // b)
+
+
+def ceil_div_array(a: npt.ArrayLike, b: npt.ArrayLike) -> npt.NDArray[np.integer[Any]]:
+    """:func:`ceil_div` elementwise, for integer arrays (broadcast like ``a // b``).
+
+    >>> ceil_div_array([10, 8, 0], 4).tolist(), ceil_div_array((5, 9), (2, 3)).tolist()
+    ([3, 2, 0], [3, 3])
+    """
+    out: npt.NDArray[np.integer[Any]] = -(-np.asarray(a) // np.asarray(b))
+    return out

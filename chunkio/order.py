@@ -38,17 +38,21 @@ so every rank gets the same number of batches.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any
 
 import numpy as np
-import numpy.typing as npt
+
+from .errors import IncompatibleStateError
+from .numeric import IntArray, ceil_div
 
 __all__ = [
     "DEFAULT_LANES",
     "OrderSpec",
     "canonical_batches",
     "canonical_stream",
+    "check_state",
     "lane_quotas",
     "lane_sizes",
     "pool_capacity_chunks",
@@ -56,7 +60,6 @@ __all__ = [
     "split_rows",
 ]
 
-IntArray: TypeAlias = npt.NDArray[np.int64]
 
 #: Lanes by default: divisible by 1, 2, 3, 4, 6, 8, 12 and 24 readers (workers x ranks).
 DEFAULT_LANES = 24
@@ -71,6 +74,40 @@ def check_int(name: str, value: object, minimum: int, maximum: int | None = None
         bounds = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
         raise ValueError(f"{name} must be an int {bounds}, got {value!r}")
     return n
+
+
+def check_state(
+    state: object,
+    *,
+    version: int,
+    config: Mapping[str, Any],
+    what: str,
+    hints: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """``state`` if it is a state dict of ``version`` saved under the same ``config``.
+
+    Raises :class:`~chunkio.errors.IncompatibleStateError` naming ``what`` (e.g. ``"sampler"``)
+    and the first differing key, followed by ``hints[key]`` if given.
+
+    >>> check_state({"version": 1, "seed": 0}, version=1, config={"seed": 0}, what="sampler")
+    {'version': 1, 'seed': 0}
+    >>> check_state({"version": 1, "seed": 3}, version=1, config={"seed": 0}, what="sampler")
+    Traceback (most recent call last):
+    ...
+    chunkio.errors.IncompatibleStateError: incompatible sampler state: seed is 0 here, got 3
+    """
+    if not isinstance(state, dict) or state.get("version") != version:
+        got = state.get("version") if isinstance(state, dict) else type(state).__name__
+        raise IncompatibleStateError(
+            f"expected a {what} state dict of version {version}, got {got!r}"
+        )
+    for key, mine in config.items():
+        if state.get(key) != mine:
+            hint = (hints or {}).get(key, "")
+            raise IncompatibleStateError(
+                f"incompatible {what} state: {key} is {mine!r} here, got {state.get(key)!r}{hint}"
+            )
+    return state
 
 
 def as_sizes(chunk_sizes: Any) -> IntArray:
@@ -217,7 +254,7 @@ def rank_rows(batch: IntArray, pad: IntArray, rank: int, world_size: int) -> Int
     [3, 4, 9]
     """
     n = batch.size
-    per = -(-n // world_size)
+    per = ceil_div(n, world_size)
     if per * world_size > n:
         batch = np.concatenate([batch, np.resize(pad, per * world_size - n)])
     out: IntArray = batch[rank * per : (rank + 1) * per]

@@ -2,8 +2,9 @@
 
 Every batch the read core serves (:mod:`chunkio.reading`) is read in three steps: *plan* (this
 module: the chunks the batch touches, each once, in storage order, and where each item's data
-lies in them) -> *read* the chunks the process's chunk pool lacks, straight into pool slots ->
-*scatter* the batch out of the slots. Two kinds of batch share those steps:
+lies in them) -> *read* the chunks the process's :class:`~chunkio.pool.ChunkPool` lacks,
+straight into its slots -> *scatter* the batch out of the slots. Two kinds of batch share
+those steps:
 
 * **samples** (:func:`plan_batch`): sample indices along the sample axis; each sample is one
   row of one chunk, and the scatter is one ``np.take``.
@@ -25,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .grid import SampleGrid
+from .numeric import IntArray, ceil_div_array
 from .volume_layout import VolumeSet
 
 __all__ = [
@@ -37,8 +39,6 @@ __all__ = [
     "plan_batch",
     "plan_patch_reads",
 ]
-
-IntArray = npt.NDArray[np.int64]
 
 
 def normalize_indices(indices: Sequence[int] | npt.ArrayLike, num_samples: int) -> IntArray:
@@ -190,7 +190,7 @@ def plan_patch_reads(
             f"{key_arr[b, 0]} of shape {shapes[b].tolist()}"
         )
     inner = np.stack([lo - origin, hi - origin], axis=1)
-    c_lo, c_hi = lo // chunk, (hi - 1) // chunk + 1
+    c_lo, c_hi = lo // chunk, ceil_div_array(hi, chunk)
     index: dict[tuple[int, ...], int] = {}
     found_pieces: list[list[int]] = []
     for b, (v, first, stop) in enumerate(
@@ -212,10 +212,10 @@ def plan_patch_reads(
 
 def _piece(
     coords: tuple[int, ...],
-    chunk: npt.NDArray[np.int64],
-    lo: npt.NDArray[np.int64],
-    hi: npt.NDArray[np.int64],
-    origin: npt.NDArray[np.int64],
+    chunk: IntArray,
+    lo: IntArray,
+    hi: IntArray,
+    origin: IntArray,
 ) -> list[int]:
     """``src_lo, dst_lo, size`` of a patch's piece in one chunk."""
     c_lo = np.asarray(coords, np.int64) * chunk

@@ -26,9 +26,9 @@ from .backends.base import StageClock
 from .encoded_read import EncodedField, read_whole
 from .grid import SampleGrid
 from .layout import DatasetLayout, FieldInfo
+from .numeric import IntArray
 from .planning import (
     BatchPlan,
-    IntArray,
     PatchReadPlan,
     chunk_boxes,
     normalize_indices,

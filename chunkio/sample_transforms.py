@@ -16,8 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol, runtime_checkable
 
-import numpy as np
 import numpy.typing as npt
+
+from .numeric import IntArray
 
 __all__ = [
     "FieldTransform",
@@ -57,6 +58,7 @@ def channels_last(sample: npt.NDArray[Any]) -> npt.NDArray[Any]:
     """A stored ``(C, H, W)`` image as a transform sees it: ``(H, W, C)``, ``(H, W)`` if
     ``C == 1``. Other samples are returned as they are. A view, never a copy.
 
+    >>> import numpy as np
     >>> channels_last(np.zeros((3, 4, 5))).shape, channels_last(np.zeros((1, 4, 5))).shape
     ((4, 5, 3), (4, 5))
     """
@@ -83,8 +85,8 @@ def stored_output_shape(transform: FieldTransform, stored: tuple[int, ...]) -> t
 def transform_rows(
     transform: FieldTransform,
     source: npt.NDArray[Any],
-    rows: npt.NDArray[np.int64],
-    indices: npt.NDArray[np.int64],
+    rows: IntArray,
+    indices: IntArray,
     out: npt.NDArray[Any],
     epoch: int,
     map_rows: Callable[[Callable[[Any], Any], Iterable[Any]], Iterator[Any]] = map,

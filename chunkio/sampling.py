@@ -23,12 +23,14 @@ import numpy.typing as npt
 from torch.utils.data import Sampler
 
 from .errors import IncompatibleStateError
+from .numeric import IntArray, ceil_div
 from .order import (
     DEFAULT_LANES,
     OrderSpec,
     as_sizes,
     canonical_stream,
     check_int,
+    check_state,
     lane_quotas,
     pool_capacity_chunks,
     rank_rows,
@@ -44,9 +46,12 @@ __all__ = [
     "shuffle_quality",
 ]
 
-IntArray: TypeAlias = npt.NDArray[np.int64]
 ChunkSizes: TypeAlias = Sequence[int] | npt.NDArray[np.integer[Any]]
 STATE_VERSION = 2
+#: said after an incompatible state's key
+_HINTS = {
+    "global_batch_size": " (keep batch_size * world_size fixed when resuming on another world size)"
+}
 #: mixing pool of a sampler built without one, in global batches
 DEFAULT_POOL_BATCHES = 4
 
@@ -60,7 +65,7 @@ def num_batches(
     (8, 7, 2)
     """
     b = check_int("batch_size", batch_size, 1) * check_int("world_size", world_size, 1)
-    return num_samples // b if drop_last else -(-num_samples // b)
+    return num_samples // b if drop_last else ceil_div(num_samples, b)
 
 
 def rank_batches(
@@ -216,8 +221,8 @@ class ChunkBatchSampler(Sampler[list[int]]):
     def lanes_per_reader(self, readers: int) -> int:
         """Lanes one of ``readers`` readers of this rank's batches touches, at most."""
         quotas = lane_quotas(self.spec.batch_size, self.spec.lanes)
-        lanes_here = -(-quotas.size // self.world_size) + 1
-        return -(-lanes_here // max(1, readers)) + 1
+        lanes_here = ceil_div(quotas.size, self.world_size) + 1
+        return ceil_div(lanes_here, max(1, readers)) + 1
 
     def capacity_chunks(self, samples_per_chunk: int, readers: int = 1) -> int:
         """Decoded chunks each of ``readers`` readers must hold to decode each chunk once."""
@@ -291,22 +296,9 @@ class ChunkBatchSampler(Sampler[list[int]]):
         Raises :class:`~chunkio.errors.IncompatibleStateError` if the state is malformed or
         fixes another order (other data, global batch size, pool, lanes, ...).
         """
-        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
-            got = state.get("version") if isinstance(state, dict) else type(state).__name__
-            raise IncompatibleStateError(
-                f"expected a sampler state dict of version {STATE_VERSION}, got {got!r}"
-            )
-        for key, mine in self._config().items():
-            if state.get(key) != mine:
-                hint = (
-                    " (keep batch_size * world_size fixed when resuming on another world size)"
-                    if key == "global_batch_size"
-                    else ""
-                )
-                raise IncompatibleStateError(
-                    f"incompatible sampler state: {key} is {mine!r} here, "
-                    f"got {state.get(key)!r}{hint}"
-                )
+        state = check_state(
+            state, version=STATE_VERSION, config=self._config(), what="sampler", hints=_HINTS
+        )
         try:
             seed = check_int("seed", state.get("seed"), 0)
             epoch = check_int("epoch", state.get("epoch"), 0)
@@ -337,7 +329,7 @@ def read_amplification(
 
     Models the loader's readers: each of ``readers`` processes reads its rows of every batch
     (``rows(n, readers)`` -> ``[(start, stop), ...]``, e.g. :meth:`ChunkBatchSampler.reader_rows`;
-    default an even split) and keeps an LRU pool of ``cache_chunks`` decoded chunks, never
+    default an even split) and keeps an LRU cache of ``cache_chunks`` decoded chunks, never
     evicting one its current batch needs. Returns 1.0 when there are no batches.
 
     >>> batches = [[0], [3], [1], [4]]
@@ -347,7 +339,7 @@ def read_amplification(
     ends = np.cumsum(as_sizes(chunk_sizes))
     cache = check_int("cache_chunks", cache_chunks, 0)
     n_readers = check_int("readers", readers, 1)
-    pools: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(n_readers)]
+    caches: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(n_readers)]
     reads, needed = 0, set[int]()
     for batch in batches:
         ids = np.asarray(batch, dtype=np.int64).ravel()
@@ -356,18 +348,18 @@ def read_amplification(
             if rows is not None
             else split_rows(ids.size, np.ones(1, np.int64), n_readers)
         )
-        for pool, (a, b) in zip(pools, parts, strict=True):
+        for cached, (a, b) in zip(caches, parts, strict=True):
             touched = [int(c) for c in np.unique(_chunk_ids(ids[a:b], ends))]
             for c in touched:
                 needed.add(c)
-                if c in pool:
-                    pool.move_to_end(c)
+                if c in cached:
+                    cached.move_to_end(c)
                 else:
                     reads += 1
-                    pool[c] = None
+                    cached[c] = None
             keep = max(cache, len(touched))
-            while len(pool) > keep:
-                pool.popitem(last=False)
+            while len(cached) > keep:
+                cached.popitem(last=False)
     return reads / len(needed) if needed else 1.0
 
 

@@ -13,7 +13,8 @@ flipped image is the flip of the mirrored crop). The whole sequence is then exec
 crop and **one** resample: the box is rounded to whole pixels, cropped, and resized by torch's
 antialiased uint8 kernels (those torchvision's tensor transforms use; within 1-2 levels of
 Pillow's crop-then-resize, which torchvision's ``RandomResizedCrop`` does on PIL images, and
-4-7x faster than Pillow's resample on one core), then mirrored. Results can therefore differ
+several times faster than Pillow's resample on one core; figures in README.md, "Choosing the
+defaults"), then mirrored. Results can therefore differ
 from torchvision's step-by-step resizes by rounding only. 4-channel images are resampled by
 Pillow on the exact box (premultiplied alpha).
 
@@ -488,10 +489,8 @@ class Compose:
     def plan(self, key: Key, height: int, width: int) -> CropPlan:
         """The sample's plan; pure: the same key and input size always give the same plan.
 
-        Cost (CPython 3.11, AMD EPYC, 427 x 640 input): about 4.5 us for
-        ``[RandomResizedCrop(224), RandomHorizontalFlip()]`` and 2.5 us for
-        ``[Resize(256), CenterCrop(224), RandomHorizontalFlip()]``, against ~8 us for creating
-        one ``numpy.random.default_rng`` per sample.
+        A few microseconds: less than creating one ``numpy.random.default_rng`` per sample
+        (figures in README.md, "Choosing the defaults").
 
         Parameters
         ----------
@@ -589,8 +588,8 @@ class Compose:
         out: np.ndarray,
     ) -> None:
         """Crop to the box rounded to whole pixels, then one antialiased resize with torch's
-        uint8 kernels (the ones torchvision's tensor transforms use: 4-7x faster than Pillow's
-        resample here, and crop-then-resize like torchvision's ``RandomResizedCrop``)."""
+        uint8 kernels (the ones torchvision's tensor transforms use: several times faster than
+        Pillow's resample, and crop-then-resize like torchvision's ``RandomResizedCrop``)."""
         height, width = image.shape[:2]
         left, right = _pixel_span(box[0], box[2], width)
         top, bottom = _pixel_span(box[1], box[3], height)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import FormatError
+from .numeric import ceil_div
 
 __all__ = ["VOLUMES_KEY", "VolumeSet"]
 
@@ -92,7 +93,7 @@ slice(3, 6, None)))
 
     def chunk_grid(self, volume: int) -> tuple[int, ...]:
         """Chunks per spatial axis of volume ``volume``."""
-        return tuple(-(-s // c) for s, c in zip(self.shapes[volume], self.chunks, strict=True))
+        return tuple(ceil_div(s, c) for s, c in zip(self.shapes[volume], self.chunks, strict=True))
 
     def region(
         self, kind: str, volume: int, lo: tuple[int, ...], hi: tuple[int, ...]

@@ -16,7 +16,7 @@ def test_every_exported_name_resolves() -> None:
 
 def test_conversion_and_inspection_do_not_import_torch() -> None:
     code = (
-        "import sys, chunkio, chunkio.convert.images, chunkio.inspect, chunkio.cli; "
+        "import sys, chunkio, chunkio.convert.images, chunkio.dataset_report, chunkio.cli; "
         "chunkio.write_arrays; print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

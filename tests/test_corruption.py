@@ -1,7 +1,7 @@
 """Corrupt, truncated, emptied and missing chunks (RELIABILITY rows 7, 8 and 9).
 
 A damaged chunk must raise a typed error naming the array and the chunk, never come back as
-wrong values; chunks it does not touch stay readable; ``chunkio.inspect.verify`` lists every
+wrong values; chunks it does not touch stay readable; ``chunkio.dataset_report.verify`` lists every
 damaged chunk. A missing chunk is an error, while a chunk of real zeros reads as zeros.
 """
 
@@ -19,6 +19,7 @@ from conftest import sample_arrays
 from conftest import zarr_chunk_file as conftest_chunk_file
 
 from chunkio import ChunkDataset, make_loader, write_arrays
+from chunkio.dataset_report import verify
 from chunkio.errors import ChunkioError, ChunkReadError, CorruptChunkError, MissingChunkError
 
 SPC = 16  # samples per chunk; 100 samples -> chunks 0..6, the last holding 4
@@ -107,13 +108,12 @@ def test_damaged_chunk_is_a_typed_error_and_others_stay_readable(
 def test_verify_lists_every_damaged_chunk(
     make_dataset: Callable[..., tuple[str, dict[str, np.ndarray]]], fmt: str
 ) -> None:
-    inspect = pytest.importorskip("chunkio.inspect", reason="chunkio.inspect not written yet")
     path, _ = make_dataset(fmt, sample_arrays(100), samples_per_chunk=SPC)
-    assert inspect.verify(path).ok
+    assert verify(path).ok
     damage(fmt, path, "image", 1, "flip", ndim=4)
     damage(fmt, path, "image", 5, "truncate" if fmt == "zarr" else "flip", ndim=4)
     damage(fmt, path, "label", 3, "flip", ndim=1)
-    report = inspect.verify(path)
+    report = verify(path)
     assert not report.ok
     found = {(p.array, p.chunk) for p in report.problems}
     assert found == {("image", 1), ("image", 5), ("label", 3)}, report
@@ -145,8 +145,7 @@ def test_missing_chunk_is_an_error_not_zeros(
     assert isinstance(info.value, ChunkReadError)
     assert "'image'" in str(info.value) and "chunk 4" in str(info.value)
     np.testing.assert_array_equal(ds.read_batch([3, 80])["image"], arrays["image"][[3, 80]])
-    inspect = pytest.importorskip("chunkio.inspect", reason="chunkio.inspect not written yet")
-    assert {(p.array, p.chunk) for p in inspect.verify(path).problems} == {("image", 4)}
+    assert {(p.array, p.chunk) for p in verify(path).problems} == {("image", 4)}
 
 
 def drop_hdf5_chunk(path: str, field: str, chunk: int) -> None:
@@ -176,8 +175,7 @@ def test_missing_hdf5_chunk_is_an_error_not_zeros(
     with pytest.raises(MissingChunkError, match=r"'image': chunk 3 is missing"):
         ds.read_batch([50])
     np.testing.assert_array_equal(ds.read_batch([3, 80])["image"], arrays["image"][[3, 80]])
-    inspect = pytest.importorskip("chunkio.inspect", reason="chunkio.inspect not written yet")
-    assert {(p.array, p.chunk) for p in inspect.verify(path).problems} == {("image", 3)}
+    assert {(p.array, p.chunk) for p in verify(path).problems} == {("image", 3)}
 
 
 @pytest.mark.parametrize("fmt", ["zarr", "hdf5"])

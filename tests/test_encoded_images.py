@@ -17,8 +17,8 @@ from torch.utils.data import DataLoader
 
 from benchmarks.data import make_jpeg_folder
 from chunkio import ChunkDataset, convert_images, make_loader
+from chunkio.dataset_report import verify
 from chunkio.errors import CorruptChunkError, SourceError
-from chunkio.inspect import verify
 from chunkio.layout import DatasetLayout
 from chunkio.loader import RingFallbackWarning
 from chunkio.sample_transforms import channels_last

@@ -22,8 +22,8 @@ from chunkio.convert import decode, image_check
 from chunkio.convert import images as images_mod
 from chunkio.convert.decode import DecodePolicy, UndecodableImage, probe_image
 from chunkio.convert.images import convert_images
+from chunkio.dataset_report import verify
 from chunkio.errors import SourceError
-from chunkio.inspect import verify
 
 BAD = "cls/03.jpg"
 

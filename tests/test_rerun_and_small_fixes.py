@@ -35,8 +35,8 @@ from chunkio.convert import pipeline, run_conversion
 from chunkio.convert.arrays import ArraySource
 from chunkio.convert.images import convert_images
 from chunkio.convert.volumes import convert_volumes
+from chunkio.dataset_report import info
 from chunkio.errors import DatasetNotFoundError, DestinationExistsError, FormatError
-from chunkio.inspect import info
 from converters import imagefolder
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,8 +18,8 @@ from chunkio.backends._zarr import CHUNK_KEY_ENCODING
 from chunkio.backends._zarr_pack import pack_arrays
 from chunkio.backends.codecs import zarr_compressors
 from chunkio.convert import append_arrays
+from chunkio.dataset_report import verify
 from chunkio.errors import CorruptChunkError, MissingChunkError
-from chunkio.inspect import verify
 
 
 def _files(root: Path) -> list[Path]:

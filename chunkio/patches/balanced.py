@@ -17,12 +17,13 @@ import numpy as np
 
 from ..errors import FormatError
 from ..label_index import LabelIndex
-from .samplers import IntArray, PatchSampler, _int, locality_order, uniform_keys
+from ..numeric import IntArray
+from .samplers import _CountedSampler, locality_order, uniform_keys
 
 __all__ = ["LabelBalancedSampler"]
 
 
-class LabelBalancedSampler(PatchSampler):
+class LabelBalancedSampler(_CountedSampler):
     """Patches of which a fraction is centred on foreground (or on chosen classes).
 
     Parameters
@@ -57,20 +58,12 @@ class LabelBalancedSampler(PatchSampler):
         rank: int | None = None,
         world_size: int | None = None,
     ) -> None:
-        super().__init__(seed=seed, rank=rank, world_size=world_size)
-        self._num = None if num_patches is None else _int("num_patches", num_patches, 1)
+        super().__init__(num_patches, seed=seed, rank=rank, world_size=world_size)
         if not isinstance(foreground, int | float) or not 0.0 <= float(foreground) <= 1.0:
             raise ValueError(f"foreground must be a fraction in [0, 1]; got {foreground!r}")
         self.foreground = float(foreground)
         self.background = int(background)
         self.class_weights = _normalize_classes(classes)
-
-    @property
-    def num_patches(self) -> int:
-        if self._num is not None:
-            return self._num
-        size = np.asarray(self.patch_size)
-        return int(sum(np.prod(-(-np.asarray(s) // size)) for s in self.volumes.shapes))
 
     @property
     def label_index(self) -> LabelIndex:
@@ -140,7 +133,6 @@ class LabelBalancedSampler(PatchSampler):
             classes = [[k, v] for k, v in self.class_weights.items()]
         return {
             **super().config(),
-            "num_patches": self.num_patches,
             "foreground": self.foreground,
             "classes": classes,
             "background": self.background,

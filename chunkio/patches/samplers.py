@@ -25,10 +25,11 @@ from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar, Literal, TypeAlias
 
 import numpy as np
-import numpy.typing as npt
 from torch.utils.data import Sampler
 
 from ..label_index import LabelIndex
+from ..numeric import IntArray, ceil_div, ceil_div_array
+from ..order import check_state
 from ..volume_layout import VolumeSet
 
 __all__ = [
@@ -39,7 +40,6 @@ __all__ = [
     "locality_order",
 ]
 
-IntArray: TypeAlias = npt.NDArray[np.int64]
 PatchKey: TypeAlias = tuple[int, ...]
 EdgeMode = Literal["shift", "pad"]
 STATE_VERSION = 1
@@ -66,7 +66,7 @@ def grid_origins(length: int, patch: int, stride: int, edge: EdgeMode) -> IntArr
     """
     if edge not in ("shift", "pad"):
         raise ValueError(f"edge must be 'shift' or 'pad'; got {edge!r}")
-    n = 1 if length <= patch else -(-(length - patch) // stride) + 1
+    n = 1 if length <= patch else ceil_div(length - patch, stride) + 1
     origins = np.arange(n, dtype=np.int64) * stride
     if edge == "shift":
         origins = np.minimum(origins, max(length - patch, 0))
@@ -170,7 +170,7 @@ class PatchSampler(Sampler[PatchKey]):
         if self._cache is not None and self._cache[0] == epoch:
             return self._cache[1]
         order = self.global_keys(epoch)
-        per = -(-len(order) // self.world_size)
+        per = ceil_div(len(order), self.world_size)
         if per * self.world_size > len(order) and len(order):
             order = np.resize(order, (per * self.world_size, order.shape[1]))
         mine = order[self.rank * per : (self.rank + 1) * per]
@@ -223,18 +223,11 @@ class PatchSampler(Sampler[PatchKey]):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume at ``state``; ``ValueError`` if it was saved under another configuration."""
-        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
-            got = state.get("version") if isinstance(state, dict) else type(state).__name__
-            raise ValueError(
-                f"expected a patch sampler state of version {STATE_VERSION}; got {got!r}"
-            )
-        for key, mine in self.config().items():
-            if state.get(key) != mine:
-                raise ValueError(
-                    f"incompatible patch sampler state: {key} is {mine!r} here; the state "
-                    f"has {state.get(key)!r}"
-                )
+        """Resume at ``state``; :class:`~chunkio.errors.IncompatibleStateError` (a
+        ``ValueError``) if it was saved under another configuration."""
+        state = check_state(
+            state, version=STATE_VERSION, config=self.config(), what="patch sampler"
+        )
         self.seed = _int("seed", state.get("seed"), 0)
         self.epoch = _int("epoch", state.get("epoch"), 0)
         self._cache = None
@@ -328,17 +321,9 @@ class GridSampler(PatchSampler):
         }
 
 
-class RandomPatchSampler(PatchSampler):
-    """Patches at uniformly random positions: a uniform volume, then a uniform origin in it.
-
-    Parameters
-    ----------
-    num_patches
-        Patches per epoch (all ranks together); default: as many as non-overlapping patches
-        tile the volumes.
-    """
-
-    kind = "random"
+class _CountedSampler(PatchSampler):
+    """Base of the samplers that draw ``num_patches`` patches per epoch (all ranks together);
+    by default as many as non-overlapping patches tile the volumes."""
 
     def __init__(
         self,
@@ -355,16 +340,29 @@ class RandomPatchSampler(PatchSampler):
     def num_patches(self) -> int:
         if self._num is not None:
             return self._num
-        size = np.asarray(self.patch_size)
-        return int(sum(np.prod(-(-np.asarray(s) // size)) for s in self.volumes.shapes))
+        size = self.patch_size
+        return int(sum(np.prod(ceil_div_array(s, size)) for s in self.volumes.shapes))
+
+    def config(self) -> dict[str, Any]:
+        return {**super().config(), "num_patches": self.num_patches}
+
+
+class RandomPatchSampler(_CountedSampler):
+    """Patches at uniformly random positions: a uniform volume, then a uniform origin in it.
+
+    Parameters
+    ----------
+    num_patches
+        Patches per epoch (all ranks together); default: as many as non-overlapping patches
+        tile the volumes.
+    """
+
+    kind = "random"
 
     def global_keys(self, epoch: int) -> IntArray:
         rng = np.random.default_rng([self.seed, epoch])
         keys = uniform_keys(self.num_patches, self.volumes, self.patch_size, rng)
         return keys[locality_order(keys, self.patch_size, self.volumes, rng)]
-
-    def config(self) -> dict[str, Any]:
-        return {**super().config(), "num_patches": self.num_patches}
 
 
 def uniform_keys(

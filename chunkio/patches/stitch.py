@@ -22,6 +22,7 @@ from ..backends import Compression, Writer, detect_format, open_writer, storage_
 from ..convert.staging import publish
 from ..errors import DestinationExistsError
 from ..layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, FieldInfo
+from ..numeric import IntArray
 from ..planning import piece_slices, plan_patch_reads
 from ..volume_layout import VOLUMES_KEY, VolumeSet
 from .samplers import PatchSampler
@@ -104,7 +105,7 @@ def _numpy(x: Any) -> npt.NDArray[Any]:
     return np.asarray(x)
 
 
-def _batch(batch: Any, ndim: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
+def _batch(batch: Any, ndim: int) -> tuple[IntArray, npt.NDArray[Any]]:
     if isinstance(batch, Mapping):
         batch = (batch["volume"], batch["origin"], batch["prediction"])
     volume, origin, pred = (_numpy(x) for x in batch)
@@ -123,7 +124,7 @@ class _Accumulator:
         self,
         volumes: VolumeSet,
         size: tuple[int, ...],
-        keys: npt.NDArray[np.int64],
+        keys: IntArray,
         target: Any,
         lead: tuple[int, ...],
     ) -> None:
@@ -143,7 +144,7 @@ class _Accumulator:
         self.counts: dict[Key, npt.NDArray[np.int32]] = {}
         self.received: dict[Key, int] = {}
 
-    def add(self, keys: npt.NDArray[np.int64], pred: npt.NDArray[Any]) -> None:
+    def add(self, keys: IntArray, pred: npt.NDArray[Any]) -> None:
         for key in map(tuple, keys.tolist()):
             if key not in self.known or key in self.seen:
                 why = "is not one of the sampler's patches" if key not in self.known else "twice"

@@ -25,10 +25,11 @@ import numpy.typing as npt
 import torch
 
 from ..errors import ChunkioError, LoaderError
+from ..numeric import IntArray, ceil_div
 from .lease import Lease
 from .ring import RingLayout, SlotRing, batch_view
 from .source import BatchSource, channels_last_fields
-from .workers import WorkerPool
+from .workers import RingWorkers
 
 __all__ = ["STARTUP_TIMEOUT_S", "LocalTransport", "RingOptions", "RingTransport"]
 
@@ -41,7 +42,7 @@ _GRACE_CLEAN_S, _GRACE_FAILED_S = 5.0, 0.5
 
 Arrange = Callable[[dict[str, torch.Tensor]], Any]
 #: a batch's sample ids: a list of ints or an int64 array
-Indices = Sequence[int] | npt.NDArray[np.int64]
+Indices = Sequence[int] | IntArray
 
 
 @dataclass(frozen=True)
@@ -70,9 +71,9 @@ class RingOptions:
             raise ValueError(f"timeout must be >= 0 seconds; got {self.timeout}")
 
 
-def _teardown(pool: WorkerPool, ring: SlotRing, grace: float) -> None:
+def _teardown(workers: RingWorkers, ring: SlotRing, grace: float) -> None:
     try:
-        pool.shutdown(grace=grace)
+        workers.shutdown(grace=grace)
     finally:
         ring.close()
 
@@ -90,7 +91,7 @@ def even_parts(n: int, workers: int) -> list[tuple[int, int]]:
     >>> even_parts(5, 2)
     [(0, 3), (3, 5)]
     """
-    edges = [-(-n * w // workers) for w in range(workers + 1)]
+    edges = [ceil_div(n * w, workers) for w in range(workers + 1)]
     return [(edges[w], edges[w + 1]) for w in range(workers)]
 
 
@@ -134,7 +135,7 @@ class _Session:
         )
         self.ring = SlotRing.create(layout)
         try:
-            self.pool = WorkerPool(
+            self.workers = RingWorkers(
                 dataset, self.ring.spec, num_workers=opts.num_workers, context=opts.context
             )
         except BaseException:
@@ -143,9 +144,9 @@ class _Session:
         try:
             on_ring(self.ring)  # after the workers started: no CUDA registration crosses a fork
         except BaseException:
-            _teardown(self.pool, self.ring, _GRACE_FAILED_S)
+            _teardown(self.workers, self.ring, _GRACE_FAILED_S)
             raise
-        self._close = weakref.finalize(self, _teardown, self.pool, self.ring, _GRACE_CLEAN_S)
+        self._close = weakref.finalize(self, _teardown, self.workers, self.ring, _GRACE_CLEAN_S)
         self.opts = opts
         self.closed = False
         self.free: deque[int] = deque(range(layout.num_slots))
@@ -164,7 +165,7 @@ class _Session:
             self.closed = True
             self._close.detach()
             self.tensors = []  # the mapping goes as soon as no batch still views it
-            _teardown(self.pool, self.ring, _GRACE_FAILED_S if failed else _GRACE_CLEAN_S)
+            _teardown(self.workers, self.ring, _GRACE_FAILED_S if failed else _GRACE_CLEAN_S)
 
     # -- one pass ---------------------------------------------------------------------------
 
@@ -253,7 +254,7 @@ class _Session:
             )
         ranges = self.parts.get(n)
         if ranges is None:  # the sampler's parts depend on n only: check them once
-            ranges = self.parts[n] = _check_parts(parts(n, len(self.pool)), n, len(self.pool))
+            ranges = self.parts[n] = _check_parts(parts(n, len(self.workers)), n, len(self.workers))
         return ranges
 
     def _hint(self, indices: Indices, parts: Parts) -> None:
@@ -261,7 +262,7 @@ class _Session:
         ids = np.asarray(indices, dtype=np.int64)
         for w, (a, b) in enumerate(self._ranges(len(ids), parts)):
             if b > a:
-                self.pool.send(w, ("hint", ids[a:b]))
+                self.workers.send(w, ("hint", ids[a:b]))
 
     def _dispatch(self, indices: Indices, parts: Parts, epoch: int) -> int:
         n = len(indices)
@@ -273,7 +274,7 @@ class _Session:
         self.inflight[seq] = _Batch(slot, n, busy)
         for w in sorted(busy):
             a, b = ranges[w]
-            self.pool.send(w, (seq, slot, a, b, epoch))
+            self.workers.send(w, (seq, slot, a, b, epoch))
         return seq
 
     def _release(self, slot: int) -> None:
@@ -295,11 +296,11 @@ class _Session:
             left = _WAKE_S if deadline is None else deadline - time.monotonic()
             if left <= 0:
                 raise self._timeout_error(seq)
-            messages, dead = self.pool.receive(min(left, _WAKE_S))
+            messages, dead = self.workers.receive(min(left, _WAKE_S))
             for worker, message in messages:
                 self._handle(worker, message)
             if dead:
-                raise self.pool.death_error(dead[0])
+                raise self.workers.death_error(dead[0])
         if seq in self.inflight:  # not stale: hand it out (or raise its error)
             del self.inflight[seq]
             if batch.error is not None:
@@ -308,16 +309,16 @@ class _Session:
         return batch.slot, batch.n
 
     def _deadline(self, batch: _Batch, since: float) -> float | None:
-        if not all(self.pool.ready[w] for w in batch.pending):
-            return self.pool.started + max(STARTUP_TIMEOUT_S, self.opts.timeout)
+        if not all(self.workers.ready[w] for w in batch.pending):
+            return self.workers.started + max(STARTUP_TIMEOUT_S, self.opts.timeout)
         if self.opts.timeout <= 0:
             return None
-        return max(since, *(self.pool.ready_at[w] for w in batch.pending)) + self.opts.timeout
+        return max(since, *(self.workers.ready_at[w] for w in batch.pending)) + self.opts.timeout
 
     def _handle(self, w: int, message: tuple[Any, ...]) -> None:
         kind = message[0]
         if kind == "ready":
-            self.pool.mark_ready(w)
+            self.workers.mark_ready(w)
             return
         if kind == "error" and message[1] is None:
             raise self._worker_error(w, None, message[3], message[4])
@@ -338,7 +339,7 @@ class _Session:
 
     def _worker_error(self, w: int, seq: int | None, text: str, blob: bytes | None) -> Exception:
         where = "while starting" if seq is None else f"reading a batch ({self._samples(seq)})"
-        message = f"{self.pool.describe(w)} raised {where}; the worker's traceback:\n{text}"
+        message = f"{self.workers.describe(w)} raised {where}; the worker's traceback:\n{text}"
         cause = None if blob is None else pickle.loads(blob)  # our own worker's bytes
         err: Exception = LoaderError(message)
         if isinstance(cause, ChunkioError):
@@ -351,12 +352,12 @@ class _Session:
 
     def _timeout_error(self, seq: int) -> LoaderError:
         w = min(self.inflight[seq].pending)
-        if not self.pool.ready[w]:
+        if not self.workers.ready[w]:
             return LoaderError(
-                f"{self.pool.describe(w)} did not start within {STARTUP_TIMEOUT_S:.0f} s"
+                f"{self.workers.describe(w)} did not start within {STARTUP_TIMEOUT_S:.0f} s"
             )
         return LoaderError(
-            f"{self.pool.describe(w)} produced no batch within timeout={self.opts.timeout} s "
+            f"{self.workers.describe(w)} produced no batch within timeout={self.opts.timeout} s "
             f"({self._samples(seq)}); the loader stopped its workers"
         )
 
@@ -414,7 +415,7 @@ class RingTransport:
 
     def worker_pids(self) -> tuple[int, ...]:
         session = self._session
-        return () if session is None or session.closed else session.pool.pids()
+        return () if session is None or session.closed else session.workers.pids()
 
     def close(self) -> None:
         """Stop the workers and free the ring (batches you still hold stay readable)."""

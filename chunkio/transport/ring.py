@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import LoaderError
+from ..numeric import IntArray, ceil_div
 
 __all__ = ["SHM_PREFIX", "FieldSpec", "RingLayout", "RingSpec", "SlotRing"]
 
@@ -37,7 +38,7 @@ _ALIGN = 64
 
 
 def _aligned(n: int) -> int:
-    return -(-n // _ALIGN) * _ALIGN
+    return ceil_div(n, _ALIGN) * _ALIGN
 
 
 @dataclass(frozen=True)
@@ -216,7 +217,7 @@ class SlotRing:
         self._mapping: _Mapping | None = mapping
         self.address = mapping.address  # start of the mapping here (for ``cudaHostRegister``)
         whole = np.asarray(mapping)
-        self._indices: list[npt.NDArray[np.int64]] = []
+        self._indices: list[IntArray] = []
         self._fields: list[dict[str, npt.NDArray[Any]]] = []
         b = layout.batch_size
         for slot in range(layout.num_slots):
@@ -254,7 +255,7 @@ class SlotRing:
     def nbytes(self) -> int:
         return self.layout.nbytes
 
-    def indices(self, slot: int) -> npt.NDArray[np.int64]:
+    def indices(self, slot: int) -> IntArray:
         """The slot's sample-index area (``batch_size`` int64)."""
         return self._indices[slot]
 

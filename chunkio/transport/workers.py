@@ -35,7 +35,7 @@ from ..errors import LoaderError
 from .ring import RingSpec, SlotRing
 from .source import BatchSource
 
-__all__ = ["WorkerPool", "WorkerSpec", "describe_exit", "resolve_context", "worker_main"]
+__all__ = ["RingWorkers", "WorkerSpec", "describe_exit", "resolve_context", "worker_main"]
 
 #: how often an idle worker checks that the process that started it is still alive
 _PARENT_CHECK_S = 1.0
@@ -185,7 +185,7 @@ def describe_exit(exitcode: int | None) -> str:
     return f"exit code {exitcode}"
 
 
-class WorkerPool:
+class RingWorkers:
     """The main process's side: start, talk to, watch and stop ring workers."""
 
     def __init__(self, dataset: Any, ring: RingSpec, *, num_workers: int, context: Any) -> None:

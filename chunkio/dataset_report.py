@@ -20,6 +20,7 @@ from .backends import ArrayInfo, Reader, detect_format, open_reader
 from .errors import ChunkReadError, FormatError
 from .grid import SampleGrid
 from .layout import COMPLETE_KEY, DatasetLayout, FieldInfo, check_arrays
+from .numeric import ceil_div
 
 __all__ = ["Problem", "VerifyReport", "info", "verify"]
 
@@ -338,16 +339,31 @@ def _check_ragged(
         report.problems.append(Problem(f"shape {shapes.shape} does not match offsets", shapes_name))
         return
     # Offsets may leave padding after a sample (chunk alignment), never overlap the next one.
-    bad = np.flatnonzero(sizes > steps)
-    if bad.size:
-        i = int(bad[0])
-        report.problems.append(
-            Problem(
-                f"{bad.size} sample(s) larger than the room their offsets leave; first: sample "
-                f"{i}, shape {shapes[i].tolist()} but {int(steps[i])} values",
-                shapes_name,
-            )
-        )
+    _report_samples(
+        report,
+        np.flatnonzero(sizes > steps),
+        "sample(s) larger than the room their offsets leave",
+        lambda i: f"shape {shapes[i].tolist()} but {int(steps[i])} values",
+        shapes_name,
+    )
+
+
+def _report_samples(
+    report: VerifyReport,
+    bad: np.ndarray[Any, Any],
+    what: str,
+    detail: Callable[[int], str],
+    name: str,
+) -> bool:
+    """One problem for the samples ``bad`` of array ``name``: how many, and the first in detail.
+
+    Returns whether there were any.
+    """
+    if not bad.size:
+        return False
+    i = int(bad[0])
+    report.problems.append(Problem(f"{bad.size} {what}; first: sample {i}, {detail(i)}", name))
+    return True
 
 
 def _verify_encoded(
@@ -364,23 +380,20 @@ def _verify_encoded(
         return
     data = reader.array_info(data_name)
     length, step = int(data.shape[0]), int(data.chunks[0])
-    bad = np.flatnonzero((spans[:, 0] < 0) | (spans[:, 1] <= spans[:, 0]) | (spans[:, 1] > length))
-    if bad.size:
-        i = int(bad[0])
-        report.problems.append(
-            Problem(
-                f"{bad.size} span(s) outside the {length} bytes or empty; first: sample {i}, "
-                f"{spans[i].tolist()}",
-                spans_name,
-            )
-        )
+    if _report_samples(
+        report,
+        np.flatnonzero((spans[:, 0] < 0) | (spans[:, 1] <= spans[:, 0]) | (spans[:, 1] > length)),
+        f"span(s) outside the {length} bytes or empty",
+        lambda i: f"{spans[i].tolist()}",
+        spans_name,
+    ):
         return
     order = np.argsort(spans[:, 0], kind="stable")
     if np.any(spans[order][1:, 0] < spans[order][:-1, 1]):
         report.problems.append(Problem("samples' byte spans overlap", spans_name))
     decoder = image_decoder(f.encoding)  # type: ignore[arg-type]
     grid = SampleGrid(length, step)
-    used = sorted({c for a, b in spans.tolist() for c in range(a // step, -(-b // step))})
+    used = sorted({c for a, b in spans.tolist() for c in range(a // step, ceil_div(b, step))})
     chunks: dict[int, np.ndarray[Any, Any]] = {}
     for chunk in used:
         report.chunks += 1
@@ -398,7 +411,7 @@ def _verify_encoded(
     report.arrays += 1
     undecodable = []
     for i, ((a, b), shape) in enumerate(zip(spans.tolist(), shapes.tolist(), strict=True)):
-        needed = range(a // step, -(-b // step))
+        needed = range(a // step, ceil_div(b, step))
         if any(c not in chunks for c in needed):
             continue  # its chunk's problem is listed already
         parts = [chunks[c] for c in needed]
