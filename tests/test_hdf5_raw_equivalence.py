@@ -1,7 +1,8 @@
 """HDF5 raw chunk reads (chunkio's pread + the codec table's decoders) return what h5py returns.
 
 Random arrays written by h5py itself: dtypes, 1-3 axes, chunks of whole samples (what raw reads
-serve), edge chunks, every filter chunkio decodes, with and without fletcher32. Each is read
+serve) or contiguous storage, edge chunks, every filter chunkio decodes, with and without the
+byte shuffle filter and fletcher32. Each is read
 through the raw path and through ``HDF5Reader(..., raw_chunks=False)`` (h5py).
 """
 
@@ -37,6 +38,8 @@ def layouts(draw: st.DrawFn) -> dict[str, Any]:
     return {
         "shape": shape,
         "rows": draw(st.integers(1, shape[0])),
+        "contiguous": draw(st.booleans()),
+        "shuffle": draw(st.booleans()),
         "dtype": draw(st.sampled_from(["uint8", "int16", "float32", "int64", "bool"])),
         "filter": draw(st.sampled_from(["none", "gzip", "lz4", "zstd", "blosc"])),
         "fletcher32": draw(st.booleans()),
@@ -52,18 +55,22 @@ def test_raw_chunk_reads_equal_h5py(spec: dict[str, Any]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = str(Path(tmp) / "a.h5")
         with h5py.File(path, "w") as f:
-            f.create_dataset(
-                "x",
-                data=data,
-                chunks=(spec["rows"], *data.shape[1:]),
-                fletcher32=spec["fletcher32"],
-                **_filters(spec["filter"]),
-            )
+            if spec["contiguous"]:  # no chunks, no filters: rows in order at one offset
+                f.create_dataset("x", data=data)
+            else:
+                f.create_dataset(
+                    "x",
+                    data=data,
+                    chunks=(spec["rows"], *data.shape[1:]),
+                    fletcher32=spec["fletcher32"],
+                    shuffle=spec["shuffle"],
+                    **_filters(spec["filter"]),
+                )
         raw, general = HDF5Reader(path), HDF5Reader(path, raw_chunks=False)
         try:
             raw.array_info("x")
             assert raw._raw["x"] is not None  # the raw path is what is tested
-            step = spec["rows"]
+            step = raw.array_info("x").chunks[0]
             n = -(-len(data) // step)
             chunks = sorted({int(c) for c in rng.integers(0, n, size=3)})
             ranges = [(c * step, min((c + 1) * step, len(data))) for c in chunks]

@@ -218,6 +218,7 @@ class HDF5Reader:
 
     def _array_info(self, name: str) -> ArrayInfo:
         d = self._dataset(name)
+        raw = self._raw.get(name)  # contiguous data is read in runs: those are its chunks
         plist = d.id.get_create_plist()
         filters = tuple(
             HDF5_SAFE.get(plist.get_filter(i)[0], str(plist.get_filter(i)[0]))
@@ -227,7 +228,7 @@ class HDF5Reader:
             name=name,
             shape=tuple(d.shape),
             dtype=np.dtype(d.dtype),
-            chunks=tuple(d.chunks or d.shape),
+            chunks=raw.chunks if raw is not None else tuple(d.chunks or d.shape),
             codecs=filters,
             stored_nbytes=int(d.id.get_storage_size()),
             compression=hdf5_codec_info(
@@ -339,7 +340,9 @@ class HDF5Reader:
     def chunk_exists(self, name: str, chunk: int) -> bool:
         with self._lock:
             d = self._dataset(name)
-            step = (d.chunks or d.shape)[0]
+            if d.chunks is None:  # contiguous or compact: written once, whole
+                return d.id.get_offset() is not None or d.id.get_storage_size() > 0
+            step = d.chunks[0]
             info = d.id.get_chunk_info_by_coord((chunk * step,) + (0,) * (d.ndim - 1))
             return info.byte_offset is not None
 

@@ -25,11 +25,13 @@ import numpy.typing as npt
 from ..errors import CorruptChunkError, MissingChunkError
 from ._checksum import Fletcher32
 from .base import StageClock
-from .codecs import HDF5_DECODERS, Decode
+from .codecs import HDF5_DECODERS, HDF5_SHUFFLE, Decode, unshuffle
 
 __all__ = ["RawChunks"]
 
 _FLETCHER32 = 3
+#: a contiguous dataset is read in runs of rows of about this many bytes (its "chunks")
+CONTIGUOUS_RUN_BYTES = 1 << 20
 
 
 def _fletcher_matches(computed: int, stored: int) -> bool:
@@ -52,6 +54,10 @@ class RawChunks:
     #: chunk index along axis 0 -> (byte offset, stored size); filter-masked chunks are absent
     index: dict[int, tuple[int, int]]
     masked: frozenset[int] = frozenset()
+    #: the byte shuffle filter ran before the compressor
+    shuffled: bool = False
+    #: a contiguous dataset read in runs (the last one short)
+    contiguous: bool = False
     _buffer: npt.NDArray[np.uint8] = field(default_factory=lambda: np.empty(0, np.uint8))
     _fletcher: Fletcher32 = field(default_factory=Fletcher32)
     #: chunk -> (offset, size, stored checksum) whose Fletcher-32 this process has checked,
@@ -65,11 +71,11 @@ class RawChunks:
         chunks = dset.chunks
         dtype = np.dtype(dset.dtype)
         if (
-            chunks is None
-            or dset.ndim == 0
-            or tuple(chunks[1:]) != tuple(dset.shape[1:])
+            dset.ndim == 0
+            or (chunks is not None and tuple(chunks[1:]) != tuple(dset.shape[1:]))
             or dset.is_virtual
             or dtype.hasobject
+            or dtype.fields is not None
             or (dtype.itemsize > 1 and dtype.byteorder not in ("<", "="))
             or sys.byteorder != "little"
         ):
@@ -77,9 +83,13 @@ class RawChunks:
         plist = dset.id.get_create_plist()
         if plist.get_external_count() > 0:
             return None
+        if chunks is None:
+            return cls._contiguous(dset, path, name, dtype, plist)
         ids = [plist.get_filter(i)[0] for i in range(plist.get_nfilters())]
         checksum = bool(ids) and ids[-1] == _FLETCHER32
         rest = ids[:-1] if checksum else ids
+        shuffled = bool(rest) and rest[0] == HDF5_SHUFFLE
+        rest = rest[1:] if shuffled else rest
         if len(rest) > 1 or (rest and rest[0] not in HDF5_DECODERS):
             return None
         index: dict[int, tuple[int, int]] = {}
@@ -112,7 +122,46 @@ class RawChunks:
             checksum=checksum,
             index=index,
             masked=frozenset(masked),
+            shuffled=shuffled,
         )
+
+    @classmethod
+    def _contiguous(
+        cls, dset: Any, path: str, name: str, dtype: np.dtype[Any], plist: Any
+    ) -> RawChunks | None:
+        """A contiguous dataset (no filters: its rows lie in order at one offset), read in runs
+        of :data:`CONTIGUOUS_RUN_BYTES` as if chunked so."""
+        import h5py
+
+        offset = dset.id.get_offset()
+        if plist.get_layout() != h5py.h5d.CONTIGUOUS or offset is None or not dset.shape[0]:
+            return None  # compact, or never written (h5py reads the fill value)
+        row = int(np.prod(dset.shape[1:], dtype=np.int64)) * dtype.itemsize
+        rows = max(1, CONTIGUOUS_RUN_BYTES // max(1, row))
+        n = int(dset.shape[0])
+        index = {
+            c: (int(offset) + c * rows * row, min(rows, n - c * rows) * row)
+            for c in range(-(-n // rows))
+        }
+        return cls(
+            path=path,
+            name=name,
+            shape=tuple(int(s) for s in dset.shape),
+            chunks=(rows, *(int(s) for s in dset.shape[1:])),
+            dtype=dtype,
+            decode=None,
+            checksum=False,
+            index=index,
+            contiguous=True,
+        )
+
+    def _decode_into(self, body: npt.NDArray[np.uint8], flat: npt.NDArray[np.uint8]) -> None:
+        if self.decode is not None:
+            self.decode(body, flat)
+        elif body.size == flat.size or (self.contiguous and body.size < flat.size):
+            flat[: body.size] = body  # a contiguous dataset's last run is short
+        else:
+            raise ValueError(f"{body.size} stored bytes, expected {flat.size}")
 
     @property
     def chunk_rows(self) -> int:
@@ -185,12 +234,12 @@ class RawChunks:
         target = out if full else np.empty(self.chunks, self.dtype)
         flat = target.reshape(-1).view(np.uint8)
         try:
-            if self.decode is None:
-                if body.size != flat.size:
-                    raise ValueError(f"{body.size} stored bytes, expected {flat.size}")
-                flat[...] = body
+            if self.shuffled:
+                shuffled = np.empty(flat.size, np.uint8)
+                self._decode_into(body, shuffled)
+                unshuffle(shuffled, flat, self.dtype.itemsize)
             else:
-                self.decode(body, flat)
+                self._decode_into(body, flat)
         except Exception as err:
             raise CorruptChunkError(
                 f"{where} cannot be decoded ({type(err).__name__}: {err})"

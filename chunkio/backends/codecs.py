@@ -32,6 +32,7 @@ __all__ = [
     "DECODED",
     "DEFAULT_CODEC",
     "HDF5_SAFE",
+    "HDF5_SHUFFLE",
     "WRITTEN",
     "ZARR2_SAFE",
     "ZARR_SAFE",
@@ -40,6 +41,7 @@ __all__ = [
     "Decode",
     "hdf5_codec_info",
     "hdf5_filters",
+    "unshuffle",
     "zarr_codec_info",
     "zarr_compressors",
     "zarr2_codec",
@@ -106,6 +108,15 @@ def _hdf5_lz4(src: npt.NDArray[np.uint8], dst: npt.NDArray[np.uint8]) -> None:
             if len(memoryview(got)) != want:  # pragma: no cover - numcodecs checks sizes
                 raise ValueError(f"LZ4 block gave {len(memoryview(got))} bytes, expected {want}")
         pos, out = pos + 4 + size, out + want
+
+
+def unshuffle(src: npt.NDArray[np.uint8], dst: npt.NDArray[np.uint8], itemsize: int) -> None:
+    """Undo HDF5's byte shuffle filter (id 2): the first bytes of every element, then the
+    second bytes, ...; a tail shorter than one element is stored as it is."""
+    whole = src.size - src.size % itemsize
+    n = whole // itemsize
+    dst[:whole].reshape(n, itemsize)[...] = src[:whole].reshape(itemsize, n).T
+    dst[whole:] = src[whole:]
 
 
 @dataclass(frozen=True)
@@ -176,15 +187,25 @@ ZARR2_SAFE = frozenset(
     }
 )
 
-#: HDF5 filter ids chunkio opens without trust, by name
+#: HDF5 filter ids chunkio opens without trust, by name: compressors and checksums whose
+#: decoding (by chunkio, or by h5py with hdf5plugin's filters) cannot run code
 HDF5_SAFE: dict[int, str] = {
     1: "gzip",
     2: "shuffle",
     3: "fletcher32",
-    32004: "lz4",
+    4: "szip",
+    5: "nbit",
+    6: "scaleoffset",
+    307: "bzip2",
+    32000: "lzf",
     32001: "blosc",
+    32004: "lz4",
+    32008: "bitshuffle",
     32015: "zstd",
+    32026: "blosc2",
 }
+#: the HDF5 byte shuffle filter, undone by :func:`unshuffle`
+HDF5_SHUFFLE = 2
 
 
 # -- what a conversion writes -----------------------------------------------------------------
