@@ -29,8 +29,8 @@
 * Pickles (DataLoader workers); the fsspec filesystem is created lazily in each process
   (``skip_instance_cache``: an async filesystem made before ``fork`` is unusable after it).
 
-Measured (``python tests/remote_servers.py``): 256 ranges of 64 KiB of one object, moto in a
-child process on loopback, every request through ``tests/remote_servers.py``'s ``LatencyProxy``
+Measured (``python -m chunkio.testing.servers``): 256 ranges of 64 KiB of one object, moto in
+a child process on loopback, every request through :mod:`chunkio.testing.servers`' ``LatencyProxy``
 (0 or 20 ms added per request); best of 3; a shared 2-core machine (load 2.5-3), two runs::
 
     client    added latency  concurrency   requests/s    MiB/s

@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import pytest
 from ddp_launch import run_ranks
-from remote_servers import S3Server, s3_server_fixture  # noqa: F401 (pytest fixture)
 
 import chunkio
 from benchmarks.data import make_jpeg_folder
+from chunkio.testing.servers import S3Server, s3_server_fixture  # noqa: F401 (pytest fixture)
 
 pytest.importorskip("s3fs", reason="s3fs is not installed (pip install -e '.[remote]')")
 
