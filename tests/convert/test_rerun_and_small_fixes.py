@@ -39,7 +39,7 @@ from chunkio.errors import DatasetNotFoundError, DestinationExistsError, FormatE
 from chunkio.inspect import info
 from converters import imagefolder
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SUFFIX = {"zarr": ".zarr", "hdf5": ".h5"}
 _ids = itertools.count()
 
