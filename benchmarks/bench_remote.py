@@ -6,7 +6,7 @@ in one run, shuffled epochs of ``make_loader(..., num_workers=workers)`` of ``im
 
 1. **local**: the ``.zarr`` directory on local disk (page cache);
 2. **S3 0 ms**: the same dataset uploaded to a moto S3 server in a child process, every request
-   through ``tests/remote_servers.py``'s ``LatencyProxy`` with no added latency;
+   through :mod:`chunkio.testing.servers`' ``LatencyProxy`` with no added latency;
 3. **S3 20 ms**: the same, each request delayed 20 ms (a far-away region);
 4. **generic zarr per-sample, S3 20 ms**: what a user had before chunkio read object stores
    itself: ``zarr.open_group("s3://...", storage_options=...)`` in a torch ``Dataset`` whose
@@ -43,10 +43,9 @@ is pure Python and answers on one core at most). ``request_log``: the requests b
 object, the mean data range, and ranges fetched more than once. ``first_batch_s``: from
 ``make_loader`` to the first batch (opening the dataset remotely).
 
-The servers come from ``tests/remote_servers.py`` (imported by putting the repository's
-``tests/`` folder on ``sys.path``: the test suite and this benchmark must measure against the
-same moto child process and latency proxy, and that module is not part of the installed
-package; it needs pytest, moto[server], boto3 and s3fs, the ``dev``/``remote`` extras).
+The servers come from :mod:`chunkio.testing.servers` (imported only once the dependencies are
+found: the test suite and this benchmark must measure against the same moto child process and
+latency proxy; it needs pytest, moto[server], boto3 and s3fs, the ``dev``/``remote`` extras).
 
     python -m benchmarks.bench_remote [--quick] [--workers 2] [--batch-size 64]
 """
@@ -59,7 +58,6 @@ import contextlib
 import importlib.util
 import io
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -76,7 +74,6 @@ from benchmarks.report import check, check_lines
 
 __all__ = ["format_table", "main", "run"]
 
-TESTS = Path(__file__).resolve().parents[1] / "tests"
 N_CLASSES = 10
 #: images and their side in the full and the quick set
 N_FULL, N_QUICK = 3000, 160
@@ -97,12 +94,10 @@ def _missing_dependency() -> str | None:
 
 
 def _servers() -> Any:
-    """``tests/remote_servers.py`` as a module (see the module docstring for why)."""
-    if str(TESTS) not in sys.path:
-        sys.path.insert(0, str(TESTS))
-    import remote_servers
+    """:mod:`chunkio.testing.servers`, imported late (it needs pytest; see the module docstring)."""
+    from chunkio.testing import servers
 
-    return remote_servers
+    return servers
 
 
 # -- measuring ----------------------------------------------------------------------------------

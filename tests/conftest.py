@@ -33,7 +33,7 @@ def make_dataset(tmp_path: Path) -> Callable[..., tuple[str, dict[str, np.ndarra
 
     Stored in the given order (``shuffle=False``) unless a test asks otherwise: the tests using
     this fixture compare stored row ``i`` with ``arrays[...][i]`` and are about reading, not
-    about the write-time shuffle (``tests/test_write_shuffle.py`` covers that).
+    about the write-time shuffle (``tests/convert/test_write_shuffle.py`` covers that).
     """
     from chunkio import write_arrays
 

@@ -30,7 +30,7 @@ from ..errors import (
 )
 from ._hdf5_raw import RawChunks
 from .base import ArrayInfo, StageClock, check_region, coalesce
-from .codecs import HDF5_SAFE, hdf5_codec_info
+from .codec_table import HDF5_SAFE, hdf5_codec_info
 
 __all__ = ["HDF5Reader", "decode_attrs", "open_hdf5_readers"]
 

@@ -25,7 +25,7 @@ import numpy.typing as npt
 from ..errors import CorruptChunkError, MissingChunkError
 from ._checksum import Fletcher32
 from .base import StageClock
-from .codecs import HDF5_DECODERS, HDF5_SHUFFLE, Decode, unshuffle
+from .codec_table import HDF5_DECODERS, HDF5_SHUFFLE, Decode, unshuffle
 
 __all__ = ["RawChunks"]
 

@@ -17,7 +17,7 @@ import numpy.typing as npt
 from ..errors import FormatError
 from ._hdf5 import decode_attrs
 from .base import Compression
-from .codecs import hdf5_filters
+from .codec_table import hdf5_filters
 
 __all__ = ["HDF5Writer", "write_canonical"]
 

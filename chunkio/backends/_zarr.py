@@ -31,7 +31,7 @@ from ._zarr_shard_index import ShardIndexes
 from ._zarr_sources import ByteSource, LocalFiles, RemoteObjects, is_remote
 from ._zarr_writing import LocalChunkEncoder, LocalShardEncoder
 from .base import ArrayInfo, Compression, StageClock, check_region, coalesce
-from .codecs import ZARR2_SAFE, ZARR_SAFE, zarr_codec_info, zarr_compressors
+from .codec_table import ZARR2_SAFE, ZARR_SAFE, zarr_codec_info, zarr_compressors
 
 __all__ = ["ZarrReader", "ZarrWriter"]
 

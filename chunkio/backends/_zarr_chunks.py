@@ -25,7 +25,7 @@ import numpy.typing as npt
 from ..errors import CorruptChunkError
 from ._checksum import crc32c
 from .base import StageClock
-from .codecs import Decode, zarr2_codec, zarr2_decoder, zarr_decoder
+from .codec_table import Decode, zarr2_codec, zarr2_decoder, zarr_decoder
 
 __all__ = ["ChunkFiles"]
 

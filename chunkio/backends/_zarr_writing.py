@@ -21,7 +21,7 @@ import numpy.typing as npt
 from ._checksum import crc32c
 from ._zarr_chunks import ChunkFiles
 from ._zarr_shard import InnerChunk, ShardLayout, inner_meta, shard_layout
-from .codecs import zarr_encoder
+from .codec_table import zarr_encoder
 
 __all__ = ["LocalChunkEncoder", "LocalShardEncoder", "whole_units", "write_file"]
 

@@ -15,7 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from .codecs import CODECS, DEFAULT_CODEC, CodecInfo, Compression
+from .codec_table import CODECS, DEFAULT_CODEC, CodecInfo, Compression
 
 __all__ = [
     "CODECS",

@@ -39,7 +39,7 @@ from chunkio.dataset_report import info
 from chunkio.errors import DatasetNotFoundError, DestinationExistsError, FormatError
 from converters import imagefolder
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SUFFIX = {"zarr": ".zarr", "hdf5": ".h5"}
 _ids = itertools.count()
 

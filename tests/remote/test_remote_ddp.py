@@ -1,7 +1,7 @@
 """Real DDP ranks (gloo on 127.0.0.1) reading the same S3 dataset (moto on loopback).
 
 Each test converts datasets locally, uploads them to a moto bucket and starts ``world`` rank
-processes (tests/remote_ddp_rank.py) that read two epochs through ``make_loader(s3://...)``
+processes (tests/support/remote_ddp_rank.py) that read two epochs through ``make_loader(s3://...)``
 and all-gather each step's sample ids. Per epoch the ranks' samples must be disjoint and
 together exhaustive, up to the documented padding of a last partial global batch with the
 epoch's first samples (chunkio.order), and every rank's batches must equal, bit for bit, what
@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import pytest
 from ddp_launch import run_ranks
-from remote_servers import S3Server, s3_server_fixture  # noqa: F401 (pytest fixture)
 
 import chunkio
 from benchmarks.data import make_jpeg_folder
+from chunkio.testing.servers import S3Server, s3_server_fixture  # noqa: F401 (pytest fixture)
 
 pytest.importorskip("s3fs", reason="s3fs is not installed (pip install -e '.[remote]')")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "chunkio"
+PACKAGE = Path(__file__).resolve().parents[2] / "chunkio"
 
 
 def _module_name(path: Path) -> str:

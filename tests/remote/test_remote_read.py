@@ -14,18 +14,18 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from remote_servers import (  # noqa: F401 (pytest fixtures)
+
+from benchmarks.data import make_jpeg_folder
+from chunkio import ChunkDataset, convert_images, make_loader
+from chunkio.errors import MissingChunkError
+from chunkio.remote import RemoteNotFoundError
+from chunkio.testing.servers import (  # noqa: F401 (pytest fixtures)
     LatencyProxy,
     S3Server,
     http_server_factory_fixture,
     latency_proxy_factory_fixture,
     s3_server_fixture,
 )
-
-from benchmarks.data import make_jpeg_folder
-from chunkio import ChunkDataset, convert_images, make_loader
-from chunkio.errors import MissingChunkError
-from chunkio.remote import RemoteNotFoundError
 
 pytest.importorskip("s3fs", reason="s3fs is not installed (pip install -e '.[remote]')")
 

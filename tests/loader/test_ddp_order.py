@@ -1,6 +1,6 @@
 """One canonical global batch sequence across world sizes and worker counts, with real DDP ranks.
 
-Each test starts ``world`` rank processes (tests/ddp_rank.py: a gloo process group on
+Each test starts ``world`` rank processes (tests/support/ddp_rank.py: a gloo process group on
 127.0.0.1) that read an epoch through ``make_loader``, and stops them; the all-gathered steps
 must equal what one process reads.
 """

@@ -44,7 +44,8 @@ from chunkio.convert import images, run_conversion, write_arrays
 from chunkio.convert.images import convert_images
 from chunkio.convert.volumes import convert_volumes
 
-TESTS = str(Path(__file__).resolve().parent)
+#: this folder (test_convert_core) and tests/ (conftest, which test_convert_core imports)
+TESTS = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 #: every process a script starts inherits this variable: how leftovers are found
 MARKER = "CHUNKIO_PLAIN_SCRIPT_RUN"
 
@@ -53,7 +54,7 @@ import json
 import multiprocessing
 import sys
 
-sys.path.insert(0, {TESTS!r})
+sys.path[:0] = {TESTS!r}
 from chunkio.convert import image_check, procpool
 
 if sys.argv[1] != "default":

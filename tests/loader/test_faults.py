@@ -3,7 +3,7 @@
 A dead worker must surface promptly as an error naming it, leave no orphan process and the
 dataset's files untouched, and a rerun must pass. A read slower than ``timeout`` must raise a
 clear timeout error promptly. (Row 4, fork while a thread reads, is
-``tests/test_concurrency.py::test_fork_while_another_thread_reads``.)
+``tests/read/test_concurrency.py::test_fork_while_another_thread_reads``.)
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ import gc, json, os, signal, sys, time, warnings
 import numpy as np, psutil
 from torch.utils.data import DataLoader
 from chunkio import ChunkDataset, collate
-sys.path.insert(0, sys.argv[2])
+sys.path[:0] = sys.argv[2].split(os.pathsep)  # this folder and tests/ (conftest)
 from test_faults import slow_batch
 
 warnings.filterwarnings("ignore", "This DataLoader will create")
@@ -158,8 +158,10 @@ print("REPORT" + json.dumps(report))
 @pytest.mark.timeout(120)
 def test_dataloader_worker_killed_mid_epoch(dataset_path: str) -> None:
     before_files, before_procs = digest(dataset_path), children()
+    here = Path(__file__).resolve()
+    paths = os.pathsep.join([str(here.parent), str(here.parents[1])])
     proc = subprocess.run(
-        [sys.executable, "-c", _KILL_SCRIPT, dataset_path, str(Path(__file__).parent)],
+        [sys.executable, "-c", _KILL_SCRIPT, dataset_path, paths],
         capture_output=True,
         text=True,
         timeout=100,

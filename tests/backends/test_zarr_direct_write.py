@@ -18,7 +18,7 @@ import zarr
 from chunkio.backends import Compression, open_reader, open_writer
 from chunkio.backends._zarr import CHUNK_KEY_ENCODING, ZarrWriter
 from chunkio.backends.base import CODECS
-from chunkio.backends.codecs import zarr_compressors
+from chunkio.backends.codec_table import zarr_compressors
 
 SHAPES: list[tuple[str, tuple[int, ...], Any]] = [
     ("label", (), np.int64),

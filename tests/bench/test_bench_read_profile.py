@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ is not installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/ is not installed
 
 from benchmarks import bench_read_profile
 

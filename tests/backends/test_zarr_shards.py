@@ -16,7 +16,7 @@ from chunkio import ChunkDataset, convert_images, write_arrays
 from chunkio.backends import Compression, open_reader, open_writer
 from chunkio.backends._zarr import CHUNK_KEY_ENCODING
 from chunkio.backends._zarr_pack import pack_arrays
-from chunkio.backends.codecs import zarr_compressors
+from chunkio.backends.codec_table import zarr_compressors
 from chunkio.convert import append_arrays
 from chunkio.dataset_report import verify
 from chunkio.errors import CorruptChunkError, MissingChunkError

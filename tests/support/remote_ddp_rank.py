@@ -1,6 +1,7 @@
-"""One rank of a real ``torch.distributed`` job reading S3 datasets (tests/test_remote_ddp.py).
+"""One rank of a real ``torch.distributed`` job reading S3 datasets
+(tests/remote/test_remote_ddp.py).
 
-    python tests/remote_ddp_rank.py RANK WORLD PORT CONFIG OUT_DIR
+    python tests/support/remote_ddp_rank.py RANK WORLD PORT CONFIG OUT_DIR
 
 CONFIG is a JSON file: ``{"storage_options": {...}, "jobs": [{"name", "url", "batch_size",
 "num_workers", "fields", "id_field", "seed", "pool_bytes"}, ...]}``. For each job the rank joins

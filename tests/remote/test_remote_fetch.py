@@ -11,14 +11,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from remote_servers import (  # noqa: F401 (pytest fixtures)
-    HTTPServer,
-    LatencyProxy,
-    S3Server,
-    http_server_factory_fixture,
-    latency_proxy_factory_fixture,
-    s3_server_fixture,
-)
 
 from chunkio.errors import ChunkReadError
 from chunkio.remote import (
@@ -27,6 +19,14 @@ from chunkio.remote import (
     RemoteError,
     RemoteNotFoundError,
     RemoteTimeoutError,
+)
+from chunkio.testing.servers import (  # noqa: F401 (pytest fixtures)
+    HTTPServer,
+    LatencyProxy,
+    S3Server,
+    http_server_factory_fixture,
+    latency_proxy_factory_fixture,
+    s3_server_fixture,
 )
 
 pytest.importorskip("s3fs", reason="s3fs is not installed (pip install -e '.[remote]')")

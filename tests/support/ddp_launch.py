@@ -25,7 +25,7 @@ def free_port() -> int:
 def run_ranks(script: str, world: int, args: list[str], *, timeout: float) -> None:
     """Run ``script`` as ranks ``0 .. world - 1``; assert every one exits 0."""
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent), *sys.path])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parents[1]), *sys.path])}
     procs = [
         subprocess.Popen(
             [sys.executable, str(HERE / script), str(r), str(world), str(port), *args],

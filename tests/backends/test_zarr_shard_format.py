@@ -33,7 +33,7 @@ from chunkio.backends._zarr_shard import (
     sharding_codec,
 )
 from chunkio.backends._zarr_writing import write_file
-from chunkio.backends.codecs import zarr_encoder
+from chunkio.backends.codec_table import zarr_encoder
 from chunkio.errors import CorruptChunkError, FormatError
 
 KEYS = {"name": "default", "separator": "."}

@@ -13,7 +13,7 @@ import pytest
 import torch
 from PIL import Image
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/ is not installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/ is not installed
 
 from benchmarks import bench_images
 from benchmarks.baselines import ImageFolderAugmented, TorchvisionRandomResizedCrop, pil_to_tensor

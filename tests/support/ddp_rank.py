@@ -1,6 +1,8 @@
-"""One rank of a real ``torch.distributed`` job (gloo on 127.0.0.1), run by tests/test_ddp_order.py.
+"""One rank of a real ``torch.distributed`` job (gloo on 127.0.0.1), run by
+tests/loader/test_ddp_order.py.
 
-    python tests/ddp_rank.py RANK WORLD PORT DATASET GLOBAL_BATCH NUM_WORKERS OUT [RESUME_FROM]
+    python tests/support/ddp_rank.py \\
+        RANK WORLD PORT DATASET GLOBAL_BATCH NUM_WORKERS OUT [RESUME_FROM]
 
 Reads one epoch with ``chunkio.make_loader`` (rank and world size taken from the initialised
 process group), all-gathers every step's sample ids, and rank 0 writes them to OUT as JSON,

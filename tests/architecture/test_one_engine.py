@@ -3,7 +3,7 @@
 * Chunk bytes are decoded (``ChunkFiles.decode_bytes``) only by the engine
   (``backends/_zarr_engine.py``); HDF5 raw chunks decode through the same table's decoders.
 * Compressor libraries are called, and codec names or HDF5 filter ids mapped, only in
-  ``backends/codecs.py``.
+  ``backends/codec_table.py``.
 Each rule is shown to catch what it guards by a planted violation.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "chunkio"
-CODEC_TABLE = PACKAGE / "backends" / "codecs.py"
+PACKAGE = Path(__file__).resolve().parents[2] / "chunkio"
+CODEC_TABLE = PACKAGE / "backends" / "codec_table.py"
 ENGINE = PACKAGE / "backends" / "_zarr_engine.py"
 
 #: compressor APIs: calling one outside the codec table is a second codec table
@@ -81,7 +81,7 @@ def test_only_the_codec_table_knows_compressors() -> None:
         for p in _modules()
         if p != CODEC_TABLE and (lines := codec_tables(ast.parse(p.read_text())))
     }
-    assert others == {}, f"codec knowledge outside backends/codecs.py at {others}"
+    assert others == {}, f"codec knowledge outside backends/codec_table.py at {others}"
 
 
 def test_the_rules_catch_what_they_guard() -> None:

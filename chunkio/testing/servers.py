@@ -8,12 +8,15 @@
   (the stdlib handler ignores ``Range``).
 
 Fixtures (import them into a test module with
-``from remote_servers import s3_server_fixture  # noqa: F401``): ``s3_server`` (session),
-``http_server_factory``, ``latency_proxy_factory``.
+``from chunkio.testing.servers import s3_server_fixture  # noqa: F401``): ``s3_server``
+(session), ``http_server_factory``, ``latency_proxy_factory``.
+
+Needs pytest; moto[server] and boto3 (the ``dev`` extra) only when an :class:`S3Server` starts
+(a test without them is skipped), obstore only for its rows of the benchmark.
 
 Benchmark (numbers quoted in ``chunkio/remote.py``)::
 
-    .venv/bin/python tests/remote_servers.py
+    .venv/bin/python -m chunkio.testing.servers
 """
 
 from __future__ import annotations
@@ -656,7 +659,6 @@ async def _obstore_concurrent(store: Any, starts: list[int], ends: list[int], co
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     print(f"{'client':8} {'delay ms':>8} {'conc':>5} {'req/s':>7} {'MiB/s':>6}")
     for r in benchmark():
         print(f"{r['client']:8} {r['delay_ms']:8.0f} {r['concurrency']:5d} "
