@@ -19,11 +19,10 @@ from torch.utils.data import Dataset
 
 from .backends import detect_format, open_reader, reader_documents
 from .batch import SampleBatch, to_tensor
-from .encoded_read import read_whole
 from .grid import SampleGrid
 from .handles import PerProcessReader
 from .layout import DatasetLayout, check_arrays, validate_sequence_of_names
-from .reading import ProcessReader, ReadStats
+from .read import ReadCore, ReadStats, read_whole
 from .sample_transforms import FieldTransform, is_field_transform, stored_output_shape
 
 __all__ = ["DEFAULT_PRELOAD_BYTES", "ChunkDataset"]
@@ -32,7 +31,7 @@ __all__ = ["DEFAULT_PRELOAD_BYTES", "ChunkDataset"]
 DEFAULT_PRELOAD_BYTES = 16 * 2**20
 
 
-class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
+class ChunkDataset(PerProcessReader[ReadCore], Dataset[Any]):
     """Samples of a chunkio dataset, read chunk by chunk.
 
     Parameters
@@ -52,7 +51,7 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
     batch_transform
         Applied to each stacked batch inside the worker (fast path).
     cache_bytes
-        Decoded chunks each process keeps (a :class:`~chunkio.pool.ChunkPool` per field,
+        Decoded chunks each process keeps (a :class:`~chunkio.read.DecodedChunkCache` per field,
         least recently used evicted first), so a chunk that later batches need again is not
         decoded again: the mixing pool of :func:`~chunkio.make_loader` sets it. Whatever its
         size, a process holds at least the chunks of the batch it is reading.
@@ -149,7 +148,7 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
         self._as_tuple = fields is not None and not self._single
         if self.field_transform is not None:
             self.layout.field(self.field_transform.field, where=str(self.location))
-        self._local: ProcessReader | None = None
+        self._local: ReadCore | None = None
 
     def _read_layout(self) -> DatasetLayout:
         reader = open_reader(self.location, **self._reader_options())
@@ -215,9 +214,9 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
 
     # -- per-process handles ------------------------------------------------------------------
 
-    def _open_reader(self) -> ProcessReader:
-        pool_chunks = self.cache_bytes // max(1, self.chunk_nbytes())
-        return ProcessReader(self.location, self.layout, pool_chunks=pool_chunks, **self._options)
+    def _open_reader(self) -> ReadCore:
+        cache_chunks = self.cache_bytes // max(1, self.chunk_nbytes())
+        return ReadCore(self.location, self.layout, cache_chunks=cache_chunks, **self._options)
 
     # -- reading ------------------------------------------------------------------------------
 
