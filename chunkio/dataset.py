@@ -90,8 +90,6 @@ class ChunkDataset(PerProcessReader[ReadCore], Dataset[Any]):
     #: Reads follow an epoch order that asks for each sample once (set by make_loader): a
     #: chunk a batch uses whole, in order, is decoded into the batch and not cached.
     reads_once: bool = False
-    #: The epoch random augmentations are keyed by when a read does not say (loaders do).
-    epoch: int = 0
 
     def __init__(
         self,
@@ -226,7 +224,7 @@ class ChunkDataset(PerProcessReader[ReadCore], Dataset[Any]):
         out: Mapping[str, npt.NDArray[Any]] | None = None,
         *,
         once: bool | None = None,
-        epoch: int | None = None,
+        epoch: int = 0,
     ) -> dict[str, Any]:
         """Read samples ``indices`` of the selected fields as NumPy arrays, by field.
 
@@ -235,12 +233,11 @@ class ChunkDataset(PerProcessReader[ReadCore], Dataset[Any]):
         later read asks for these samples again (a loader's epoch): chunks the batch uses
         whole and in order are then decoded straight into ``out`` instead of the cache.
         Default: :attr:`reads_once`. A field transform is applied on the way, keyed by
-        ``epoch`` (default: :attr:`epoch`).
+        ``epoch`` (the epoch the batch belongs to: loaders pass it with every batch).
         """
         once = self.reads_once if once is None else once
-        epoch = self.epoch if epoch is None else int(epoch)
         return self._reader().read(
-            self.fields, indices, out, once=once, transform=self.field_transform, epoch=epoch
+            self.fields, indices, out, once=once, transform=self.field_transform, epoch=int(epoch)
         )
 
     def prefetch(self, indices: Sequence[int] | npt.ArrayLike) -> None:
@@ -268,7 +265,7 @@ class ChunkDataset(PerProcessReader[ReadCore], Dataset[Any]):
         the list of samples) turn it into the batch; with a ``transform`` it holds the
         transformed samples, with a ``batch_transform`` it splits the transformed batch.
         """
-        epoch = getattr(indices, "epoch", None)  # batches of a ChunkBatchSampler carry it
+        epoch = getattr(indices, "epoch", 0)  # batches of a ChunkBatchSampler carry it
         columns = {k: to_tensor(v) for k, v in self.read_batch(indices, epoch=epoch).items()}
         n = len(indices)
         per_sample = self._per_sample

@@ -288,7 +288,7 @@ class _Counting:
     def batch_fields(self) -> dict[str, tuple[np.dtype[Any], tuple[int, ...]]]:
         return {"x": (np.dtype(np.int64), (2,))}
 
-    def read_batch(self, indices: Any, out: Any = None) -> dict[str, Any]:
+    def read_batch(self, indices: Any, out: Any = None, *, epoch: int = 0) -> dict[str, Any]:
         out["x"][...] = np.asarray(indices)[:, None]
         return dict(out)
 

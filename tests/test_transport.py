@@ -188,7 +188,7 @@ class FailingDataset(ChunkDataset):
     bad = 13
     delay = 0.0
 
-    def read_batch(self, indices: Any, out: Any = None) -> dict[str, Any]:
+    def read_batch(self, indices: Any, out: Any = None, *, epoch: int = 0) -> dict[str, Any]:
         if self.bad in np.asarray(indices).tolist():
             raise ValueError(f"cannot decode sample {self.bad} (injected)")
         time.sleep(self.delay)
@@ -201,7 +201,7 @@ class SlowDataset(ChunkDataset):
     delay = 0.05
     fast = 0
 
-    def read_batch(self, indices: Any, out: Any = None) -> dict[str, Any]:
+    def read_batch(self, indices: Any, out: Any = None, *, epoch: int = 0) -> dict[str, Any]:
         self._reads = getattr(self, "_reads", 0) + 1
         if self._reads > self.fast:
             time.sleep(self.delay)
@@ -467,7 +467,7 @@ class HintedDataset(ChunkDataset):
         with open(self.log, "a") as f:
             f.write("hint " + " ".join(map(str, np.asarray(indices).tolist())) + "\n")
 
-    def read_batch(self, indices: Any, out: Any = None) -> dict[str, Any]:
+    def read_batch(self, indices: Any, out: Any = None, *, epoch: int = 0) -> dict[str, Any]:
         with open(self.log, "a") as f:
             f.write("read " + " ".join(map(str, np.asarray(indices).tolist())) + "\n")
         if not getattr(self, "_slow_done", False):  # the first read is slow: hints arrive
