@@ -10,19 +10,20 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from torch.utils.data import Dataset
 
-from .backends import detect_format, open_reader, reader_documents
+from .backends import Reader, detect_format, open_reader, reader_documents
 from .batch import SampleBatch, to_tensor
 from .grid import SampleGrid
 from .handles import PerProcessReader
 from .layout import DatasetLayout, check_arrays, validate_sequence_of_names
-from .read import ReadCore, ReadStats, read_whole
+from .read import ReadCore, ReadStats
 from .sample_transforms import FieldTransform, is_field_transform, stored_output_shape
 
 __all__ = ["DEFAULT_PRELOAD_BYTES", "ChunkDataset"]
@@ -90,6 +91,8 @@ class ChunkDataset(PerProcessReader[ReadCore], Dataset[Any]):
     #: Reads follow an epoch order that asks for each sample once (set by make_loader): a
     #: chunk a batch uses whole, in order, is decoded into the batch and not cached.
     reads_once: bool = False
+    #: a reader already open on the location, lent to ``__init__`` by :meth:`_opened`
+    _lent: Reader | None = None
 
     def __init__(
         self,
@@ -148,8 +151,30 @@ class ChunkDataset(PerProcessReader[ReadCore], Dataset[Any]):
             self.layout.field(self.field_transform.field, where=str(self.location))
         self._local: ReadCore | None = None
 
+    @classmethod
+    @contextmanager
+    def _opened(
+        cls,
+        path: Any,
+        fields: Sequence[str] | str | None,
+        transform: Callable[[Any], Any] | None,
+        storage_options: Mapping[str, Any] | None,
+    ) -> Iterator[tuple[ChunkDataset, Reader]]:
+        """A dataset and the reader that described it, left open for the caller's other
+        metadata reads (make_loader's labels) and closed on exit: one open in all."""
+        location = os.fspath(path) if isinstance(path, os.PathLike) else path
+        reader = open_reader(location, storage_options=dict(storage_options or {}) or None)
+        try:
+            dataset = cls.__new__(cls)
+            dataset._lent = reader  # taken by _read_layout instead of opening another
+            cls.__init__(dataset, path, fields, transform, storage_options=storage_options)
+            yield dataset, reader
+        finally:
+            reader.close()
+
     def _read_layout(self) -> DatasetLayout:
-        reader = open_reader(self.location, **self._reader_options())
+        lent: Reader | None = self.__dict__.pop("_lent", None)
+        reader = lent if lent is not None else open_reader(self.location, **self._reader_options())
         try:
             where = reader.location
             layout = DatasetLayout.from_attrs(reader.attrs(), where=where)
@@ -161,9 +186,29 @@ class ChunkDataset(PerProcessReader[ReadCore], Dataset[Any]):
                         arrays[name] = (info.shape, info.dtype, info.chunks)
             check_arrays(layout, arrays, where=where)
             self._options["documents"] = reader_documents(reader)
+            self._channel_counts = self._read_channels(reader, layout)
             return layout
         finally:
-            reader.close()
+            if lent is None:
+                reader.close()
+
+    def _read_channels(self, reader: Reader, layout: DatasetLayout) -> dict[str, int]:
+        """Channels of the encoded image field of several sizes that a fixed-size field
+        transform makes batches of (the first stored shape's; batch shapes need it)."""
+        t = self.field_transform
+        if t is None or getattr(t, "fixed_size", None) is None:
+            return {}
+        found = [f for f in layout.fields if f.name == t.field and f.kind == "encoded"]
+        if not found or found[0].sample_shape is not None:
+            return {}
+        name = found[0].array_names()[2]
+        info = reader.array_info(name)
+        grid = SampleGrid(int(info.shape[0]), int(info.chunks[0]))
+        if not grid.num_chunks:
+            return {t.field: 3}
+        first = np.empty((grid.bounds(0)[1], *info.shape[1:]), info.dtype)
+        reader.read_into(name, [grid.bounds(0)], first)
+        return {t.field: int(first[0, 0])}
 
     # -- metadata ---------------------------------------------------------------------------
 
@@ -198,6 +243,13 @@ class ChunkDataset(PerProcessReader[ReadCore], Dataset[Any]):
             raise ValueError(f"cache_bytes must be >= 0; got {cache_bytes}")
         clone = copy.copy(self)  # pickles through __getstate__: the handle stays behind
         clone.cache_bytes = int(cache_bytes)
+        return clone
+
+    def _for_loader(self, cache_bytes: int) -> ChunkDataset:
+        """The copy a loader reads (the caller's dataset is left as it is): keeping at least
+        ``cache_bytes`` of chunks, and reading each sample once per epoch (:attr:`reads_once`)."""
+        clone = self.with_cache(max(self.cache_bytes, cache_bytes))
+        clone.reads_once = True
         return clone
 
     def read_stats(self) -> ReadStats:
@@ -328,17 +380,8 @@ class ChunkDataset(PerProcessReader[ReadCore], Dataset[Any]):
         return None
 
     def _channels(self, name: str) -> int:
-        """Channels of an encoded image field of several sizes (from its stored shapes, read
-        once: batch shapes are asked for several times while a loader is set up)."""
-        known = self.__dict__.setdefault("_channel_counts", {})
-        if name not in known:
-            reader = open_reader(self.location, **self._reader_options())
-            try:
-                shapes = read_whole(reader, self.layout.field(name).array_names()[2])
-                known[name] = int(shapes[0, 0]) if len(shapes) else 3
-            finally:
-                reader.close()
-        return int(known[name])
+        """Channels of an encoded image field of several sizes (read with the metadata)."""
+        return self._channel_counts[name]
 
     def _reader_options(self) -> dict[str, Any]:
         return {

@@ -264,7 +264,7 @@ def test_sequential_loader_decodes_whole_chunks_into_the_batch(make_dataset: Any
     loader = make_loader(ds, 40, shuffle=False, num_workers=0, copy=True)
     got = torch.cat([b[0] for b in loader]).numpy()
     np.testing.assert_array_equal(got, arrays["image"])
-    stats = ds.read_stats()
+    stats = loader.dataset.read_stats()  # the copy the loader reads
     assert stats.direct_chunks > 0  # chunks inside one batch skipped the pool
     assert stats.rows_decoded == 2 * len(arrays["image"])  # each field's rows once
 
