@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .grid import SampleGrid
+from .numeric import IntArray
 from .volume_layout import VolumeSet
 
 __all__ = [
@@ -37,8 +38,6 @@ __all__ = [
     "plan_batch",
     "plan_patch_reads",
 ]
-
-IntArray = npt.NDArray[np.int64]
 
 
 def normalize_indices(indices: Sequence[int] | npt.ArrayLike, num_samples: int) -> IntArray:
