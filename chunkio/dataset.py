@@ -54,8 +54,9 @@ class ChunkDataset(PerProcessReader[ReadCore], Dataset[Any]):
     cache_bytes
         Decoded chunks each process keeps (a :class:`~chunkio.read.DecodedChunkCache` per field,
         least recently used evicted first), so a chunk that later batches need again is not
-        decoded again: the mixing pool of :func:`~chunkio.make_loader` sets it. Whatever its
-        size, a process holds at least the chunks of the batch it is reading.
+        decoded again: :func:`~chunkio.make_loader` raises it, in the copy it reads, to hold
+        its mixing pool. Whatever its size, a process holds at least the chunks of the batch
+        it is reading.
     preload_bytes
         Fields whose whole array is at most this many bytes are read once per process.
     trust_codecs

@@ -301,7 +301,8 @@ def make_loader(
     Parameters
     ----------
     path_or_dataset
-        A dataset path (opened as ``ChunkDataset(path, fields)``) or a :class:`ChunkDataset`.
+        A dataset path (opened as ``ChunkDataset(path, fields)``) or a :class:`ChunkDataset`,
+        which the loader reads through a copy (``ChunkLoader.dataset``): yours is not changed.
     batch_size
         Samples per batch *on this rank* (the global batch is ``batch_size * world_size``).
     shuffle, seed, drop_last, rank, world_size
