@@ -115,7 +115,7 @@ class ChunkDataset(PerProcessReader[ReadCore], Dataset[Any]):
         self.channels_last = bool(channels_last)
         self.transform = transform
         self.field_transform: FieldTransform | None = (
-            transform if is_field_transform(transform) else None  # type: ignore[assignment]
+            transform if is_field_transform(transform) else None
         )
         self.batch_transform = batch_transform
         if cache_bytes < 0 or preload_bytes < 0:

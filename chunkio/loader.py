@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from typing import Any, Protocol
 
 import torch
@@ -95,7 +95,7 @@ class _DataLoaderRoute:
         self.loader._iterator = None
 
 
-def _host_batches(leases: Iterator[Lease], *, copy: bool) -> Iterator[Any]:
+def _host_batches(leases: Iterator[Lease], *, copy: bool) -> Generator[Any, None, None]:
     """Host delivery: the previous batch's memory is recycled when the next one is asked for."""
     held: Lease | None = None
     try:
@@ -171,7 +171,7 @@ class ChunkLoader:
         self.sampler.set_epoch(epoch)
         self._auto_epoch = False
 
-    def _batches(self) -> Iterator[Any]:
+    def _batches(self) -> Generator[Any, None, None] | DevicePrefetcher:
         leases = self._route.run(
             self.sampler.iter_arrays(), self.sampler.reader_rows, epoch=self.sampler.epoch
         )
@@ -187,7 +187,7 @@ class ChunkLoader:
                 self._delivered += 1
                 yield batch
         finally:
-            batches.close()  # type: ignore[attr-defined]
+            batches.close()
         self._delivered = 0
         if self._auto_epoch:
             self.sampler.set_epoch(self.sampler.epoch + 1)

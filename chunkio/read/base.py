@@ -9,6 +9,7 @@ field, by the field's kind, from :data:`chunkio.read.core.FIELD_KINDS`.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -23,6 +24,7 @@ from ..numeric import IntArray
 from ..sample_transforms import FieldTransform, stored_output_shape
 
 __all__ = [
+    "DecodeThreads",
     "FieldReader",
     "MapRows",
     "PatchReadStats",
@@ -32,7 +34,7 @@ __all__ = [
     "transformed_buffer",
 ]
 
-#: runs a function over items, in order, maybe on several threads (:meth:`ReadContext.map_rows`)
+#: runs a function over items, in order, maybe on several threads (:meth:`DecodeThreads.map`)
 MapRows = Callable[[Callable[[Any], Any], Iterable[Any]], Iterator[Any]]
 
 
@@ -71,6 +73,29 @@ class ReadStats:
 
 #: patch reads count into the same counters (the name patches code has always used)
 PatchReadStats = ReadStats
+
+
+class DecodeThreads:
+    """``map(fn, items)``, on ``count`` threads when more than one (started on first use).
+
+    Apart from the core so that field readers can hold its :meth:`map` without a reference
+    cycle back to the core (whose backend handle must close as soon as it is dropped)."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self._executor: ThreadPoolExecutor | None = None
+
+    def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any]:
+        if self.count <= 1:
+            return map(fn, items)
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(self.count, "chunkio-decode")
+        return self._executor.map(fn, items)
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
 
 
 @dataclass

@@ -11,8 +11,7 @@ never pickles it.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -24,7 +23,7 @@ from ..layout import DatasetLayout, FieldInfo
 from ..planning import PatchReadPlan, normalize_indices
 from ..sample_transforms import FieldTransform
 from ..volume_layout import VolumeSet
-from .base import FieldReader, ReadContext, ReadStats
+from .base import DecodeThreads, FieldReader, ReadContext, ReadStats
 from .dense import dense_field
 from .encoded import EncodedField
 from .patches import PadMode, PatchReads
@@ -38,29 +37,6 @@ FIELD_KINDS: dict[str, Callable[[ReadContext, FieldInfo], FieldReader]] = {
     "ragged": RaggedField,
     "encoded": EncodedField,
 }
-
-
-class DecodeThreads:
-    """``map(fn, items)``, on ``count`` threads when more than one (started on first use).
-
-    Apart from the core so that field readers can hold its :meth:`map` without a reference
-    cycle back to the core (whose backend handle must close as soon as it is dropped)."""
-
-    def __init__(self, count: int) -> None:
-        self.count = count
-        self._executor: ThreadPoolExecutor | None = None
-
-    def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any]:
-        if self.count <= 1:
-            return map(fn, items)
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(self.count, "chunkio-decode")
-        return self._executor.map(fn, items)
-
-    def close(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
 
 
 class ReadCore:
