@@ -10,20 +10,20 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from torch.utils.data import Dataset
 
-from .backends import detect_format, open_reader, reader_documents
+from .backends import Reader, detect_format, open_reader, reader_documents
 from .batch import SampleBatch, to_tensor
-from .encoded_read import read_whole
 from .grid import SampleGrid
 from .handles import PerProcessReader
 from .layout import DatasetLayout, check_arrays, validate_sequence_of_names
-from .reading import ProcessReader, ReadStats
+from .read import ReadCore, ReadStats
 from .sample_transforms import FieldTransform, is_field_transform, stored_output_shape
 
 __all__ = ["DEFAULT_PRELOAD_BYTES", "ChunkDataset"]
@@ -32,7 +32,7 @@ __all__ = ["DEFAULT_PRELOAD_BYTES", "ChunkDataset"]
 DEFAULT_PRELOAD_BYTES = 16 * 2**20
 
 
-class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
+class ChunkDataset(PerProcessReader[ReadCore], Dataset[Any]):
     """Samples of a chunkio dataset, read chunk by chunk.
 
     Parameters
@@ -52,10 +52,11 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
     batch_transform
         Applied to each stacked batch inside the worker (fast path).
     cache_bytes
-        Decoded chunks each process keeps (a :class:`~chunkio.pool.ChunkPool` per field,
+        Decoded chunks each process keeps (a :class:`~chunkio.read.DecodedChunkCache` per field,
         least recently used evicted first), so a chunk that later batches need again is not
-        decoded again: the mixing pool of :func:`~chunkio.make_loader` sets it. Whatever its
-        size, a process holds at least the chunks of the batch it is reading.
+        decoded again: :func:`~chunkio.make_loader` raises it, in the copy it reads, to hold
+        its mixing pool. Whatever its size, a process holds at least the chunks of the batch
+        it is reading.
     preload_bytes
         Fields whose whole array is at most this many bytes are read once per process.
     trust_codecs
@@ -91,8 +92,8 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
     #: Reads follow an epoch order that asks for each sample once (set by make_loader): a
     #: chunk a batch uses whole, in order, is decoded into the batch and not cached.
     reads_once: bool = False
-    #: The epoch random augmentations are keyed by when a read does not say (loaders do).
-    epoch: int = 0
+    #: a reader already open on the location, lent to ``__init__`` by :meth:`_opened`
+    _lent: Reader | None = None
 
     def __init__(
         self,
@@ -114,7 +115,7 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
         self.channels_last = bool(channels_last)
         self.transform = transform
         self.field_transform: FieldTransform | None = (
-            transform if is_field_transform(transform) else None  # type: ignore[assignment]
+            transform if is_field_transform(transform) else None
         )
         self.batch_transform = batch_transform
         if cache_bytes < 0 or preload_bytes < 0:
@@ -149,10 +150,32 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
         self._as_tuple = fields is not None and not self._single
         if self.field_transform is not None:
             self.layout.field(self.field_transform.field, where=str(self.location))
-        self._local: ProcessReader | None = None
+        self._local: ReadCore | None = None
+
+    @classmethod
+    @contextmanager
+    def _opened(
+        cls,
+        path: Any,
+        fields: Sequence[str] | str | None,
+        transform: Callable[[Any], Any] | None,
+        storage_options: Mapping[str, Any] | None,
+    ) -> Iterator[tuple[ChunkDataset, Reader]]:
+        """A dataset and the reader that described it, left open for the caller's other
+        metadata reads (make_loader's labels) and closed on exit: one open in all."""
+        location = os.fspath(path) if isinstance(path, os.PathLike) else path
+        reader = open_reader(location, storage_options=dict(storage_options or {}) or None)
+        try:
+            dataset = cls.__new__(cls)
+            dataset._lent = reader  # taken by _read_layout instead of opening another
+            cls.__init__(dataset, path, fields, transform, storage_options=storage_options)
+            yield dataset, reader
+        finally:
+            reader.close()
 
     def _read_layout(self) -> DatasetLayout:
-        reader = open_reader(self.location, **self._reader_options())
+        lent: Reader | None = self.__dict__.pop("_lent", None)
+        reader = lent if lent is not None else open_reader(self.location, **self._reader_options())
         try:
             where = reader.location
             layout = DatasetLayout.from_attrs(reader.attrs(), where=where)
@@ -164,9 +187,29 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
                         arrays[name] = (info.shape, info.dtype, info.chunks)
             check_arrays(layout, arrays, where=where)
             self._options["documents"] = reader_documents(reader)
+            self._channel_counts = self._read_channels(reader, layout)
             return layout
         finally:
-            reader.close()
+            if lent is None:
+                reader.close()
+
+    def _read_channels(self, reader: Reader, layout: DatasetLayout) -> dict[str, int]:
+        """Channels of the encoded image field of several sizes that a fixed-size field
+        transform makes batches of (the first stored shape's; batch shapes need it)."""
+        t = self.field_transform
+        if t is None or getattr(t, "fixed_size", None) is None:
+            return {}
+        found = [f for f in layout.fields if f.name == t.field and f.kind == "encoded"]
+        if not found or found[0].sample_shape is not None:
+            return {}
+        name = found[0].array_names()[2]
+        info = reader.array_info(name)
+        grid = SampleGrid(int(info.shape[0]), int(info.chunks[0]))
+        if not grid.num_chunks:
+            return {t.field: 3}
+        first = np.empty((grid.bounds(0)[1], *info.shape[1:]), info.dtype)
+        reader.read_into(name, [grid.bounds(0)], first)
+        return {t.field: int(first[0, 0])}
 
     # -- metadata ---------------------------------------------------------------------------
 
@@ -203,6 +246,13 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
         clone.cache_bytes = int(cache_bytes)
         return clone
 
+    def _for_loader(self, cache_bytes: int) -> ChunkDataset:
+        """The copy a loader reads (the caller's dataset is left as it is): keeping at least
+        ``cache_bytes`` of chunks, and reading each sample once per epoch (:attr:`reads_once`)."""
+        clone = self.with_cache(max(self.cache_bytes, cache_bytes))
+        clone.reads_once = True
+        return clone
+
     def read_stats(self) -> ReadStats:
         """Read counters of *this* process (workers keep their own)."""
         return self._reader().stats
@@ -215,9 +265,9 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
 
     # -- per-process handles ------------------------------------------------------------------
 
-    def _open_reader(self) -> ProcessReader:
-        pool_chunks = self.cache_bytes // max(1, self.chunk_nbytes())
-        return ProcessReader(self.location, self.layout, pool_chunks=pool_chunks, **self._options)
+    def _open_reader(self) -> ReadCore:
+        cache_chunks = self.cache_bytes // max(1, self.chunk_nbytes())
+        return ReadCore(self.location, self.layout, cache_chunks=cache_chunks, **self._options)
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -227,7 +277,7 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
         out: Mapping[str, npt.NDArray[Any]] | None = None,
         *,
         once: bool | None = None,
-        epoch: int | None = None,
+        epoch: int = 0,
     ) -> dict[str, Any]:
         """Read samples ``indices`` of the selected fields as NumPy arrays, by field.
 
@@ -236,12 +286,11 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
         later read asks for these samples again (a loader's epoch): chunks the batch uses
         whole and in order are then decoded straight into ``out`` instead of the cache.
         Default: :attr:`reads_once`. A field transform is applied on the way, keyed by
-        ``epoch`` (default: :attr:`epoch`).
+        ``epoch`` (the epoch the batch belongs to: loaders pass it with every batch).
         """
         once = self.reads_once if once is None else once
-        epoch = self.epoch if epoch is None else int(epoch)
         return self._reader().read(
-            self.fields, indices, out, once=once, transform=self.field_transform, epoch=epoch
+            self.fields, indices, out, once=once, transform=self.field_transform, epoch=int(epoch)
         )
 
     def prefetch(self, indices: Sequence[int] | npt.ArrayLike) -> None:
@@ -269,7 +318,7 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
         the list of samples) turn it into the batch; with a ``transform`` it holds the
         transformed samples, with a ``batch_transform`` it splits the transformed batch.
         """
-        epoch = getattr(indices, "epoch", None)  # batches of a ChunkBatchSampler carry it
+        epoch = getattr(indices, "epoch", 0)  # batches of a ChunkBatchSampler carry it
         columns = {k: to_tensor(v) for k, v in self.read_batch(indices, epoch=epoch).items()}
         n = len(indices)
         per_sample = self._per_sample
@@ -332,17 +381,8 @@ class ChunkDataset(PerProcessReader[ProcessReader], Dataset[Any]):
         return None
 
     def _channels(self, name: str) -> int:
-        """Channels of an encoded image field of several sizes (from its stored shapes, read
-        once: batch shapes are asked for several times while a loader is set up)."""
-        known = self.__dict__.setdefault("_channel_counts", {})
-        if name not in known:
-            reader = open_reader(self.location, **self._reader_options())
-            try:
-                shapes = read_whole(reader, self.layout.field(name).array_names()[2])
-                known[name] = int(shapes[0, 0]) if len(shapes) else 3
-            finally:
-                reader.close()
-        return int(known[name])
+        """Channels of an encoded image field of several sizes (read with the metadata)."""
+        return self._channel_counts[name]
 
     def _reader_options(self) -> dict[str, Any]:
         return {

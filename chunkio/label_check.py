@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from .backends import open_reader
-from .grid import SampleGrid
+from .backends import Reader, open_reader
+from .read import read_whole
 
 __all__ = [
     "LabelMixingWarning",
@@ -38,8 +38,12 @@ class LabelMixingWarning(UserWarning):
     """The loader's batches mix labels much worse than a uniform shuffle would."""
 
 
-def labels_of(dataset: Any) -> np.ndarray[Any, np.dtype[np.int64]] | None:
-    """The integer ``label`` field of ``dataset``, read once; ``None`` if it has none."""
+def labels_of(
+    dataset: Any, reader: Reader | None = None
+) -> np.ndarray[Any, np.dtype[np.int64]] | None:
+    """The integer ``label`` field of ``dataset``, read once; ``None`` if it has none.
+
+    ``reader``: one already open on the dataset (else one is opened and closed here)."""
     try:
         info = dataset.layout.field("label")
     except KeyError:
@@ -47,15 +51,14 @@ def labels_of(dataset: Any) -> np.ndarray[Any, np.dtype[np.int64]] | None:
     scalar_int = info.kind == "dense" and not info.sample_shape and info.dtype.kind in "iu"
     if not scalar_int or info.sample_nbytes * len(dataset) > _MAX_LABEL_BYTES:
         return None
+    if reader is not None:
+        return np.asarray(read_whole(reader, "label"), dtype=np.int64)
     # the user's storage options and trust, unchanged, and the metadata the dataset read
-    reader = open_reader(dataset.location, **dataset._reader_options())
+    own = open_reader(dataset.location, **dataset._reader_options())
     try:  # straight from the backend; the main process keeps no handle (workers fork later)
-        grid = SampleGrid(len(dataset), dataset.samples_per_chunk)
-        labels = np.empty(len(dataset), dtype=info.dtype)
-        reader.read_into("label", [grid.bounds(c) for c in range(grid.num_chunks)], labels)
+        return np.asarray(read_whole(own, "label"), dtype=np.int64)
     finally:
-        reader.close()
-    return np.asarray(labels, dtype=np.int64)
+        own.close()
 
 
 def _distinct_ratio(groups: list[Any], labels: Any, counts: Any) -> tuple[float, float, float]:
@@ -70,15 +73,17 @@ def _distinct_ratio(groups: list[Any], labels: Any, counts: Any) -> tuple[float,
     return seen, expect, seen / expect if expect else 1.0
 
 
-def check_label_mixing(dataset: Any, sampler: Any) -> dict[str, float] | None:
+def check_label_mixing(
+    dataset: Any, sampler: Any, reader: Reader | None = None
+) -> dict[str, float] | None:
     """Stored and loader label mixing (``None`` without an integer ``label`` field).
 
     Keys: ``stored_ratio`` (distinct labels per chunk vs a random order) and, when the stored
     order is label-sorted, ``loader_ratio`` (distinct labels per batch of the sampler's first
     batches vs a uniform shuffle) and the loader's and a uniform shuffle's mean distinct labels
-    per batch (``loader_ratio`` is 1.0 otherwise).
+    per batch (``loader_ratio`` is 1.0 otherwise). ``reader``: as for :func:`labels_of`.
     """
-    labels = labels_of(dataset)
+    labels = labels_of(dataset, reader)
     if labels is None or labels.size == 0:
         return None
     _, codes = np.unique(labels, return_inverse=True)
@@ -98,12 +103,13 @@ def check_label_mixing(dataset: Any, sampler: Any) -> dict[str, float] | None:
     }
 
 
-def warn_if_label_sorted(dataset: Any, sampler: Any) -> None:
-    """Warn once per dataset and setting if its stored order is label-sorted and batches suffer."""
+def warn_if_label_sorted(dataset: Any, sampler: Any, reader: Reader | None = None) -> None:
+    """Warn once per dataset and setting if its stored order is label-sorted and batches suffer
+    (``reader``: as for :func:`labels_of`)."""
     key = (str(dataset.location), sampler.batch_size, sampler.pool)
     if key in _warned or not sampler.shuffle:
         return
-    found = check_label_mixing(dataset, sampler)
+    found = check_label_mixing(dataset, sampler, reader)
     if found is None:
         return
     if found["stored_ratio"] < SORTED_THRESHOLD and found["loader_ratio"] < MIXING_THRESHOLD:

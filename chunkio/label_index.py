@@ -177,6 +177,8 @@ def write_label_index(
 
 def read_label_index(reader: Reader, meta: Mapping[str, Any] | None) -> LabelIndex | None:
     """Read the index described by ``extra["volumes"]["label_index"]`` (None if absent)."""
+    from .read import read_whole  # the read side, which conversions (writing it) do not load
+
     if not meta:
         return None
     arrays = []
@@ -184,11 +186,5 @@ def read_label_index(reader: Reader, meta: Mapping[str, Any] | None) -> LabelInd
         name = str(meta.get(key))
         if name not in reader.array_names():
             raise FormatError(f"{reader.location}: label index array {name!r} is missing")
-        info = reader.array_info(name)
-        out = np.empty(info.shape, info.dtype)
-        step = int(info.chunks[0])
-        ranges = [(a, min(a + step, info.shape[0])) for a in range(0, info.shape[0], step)]
-        if ranges:
-            reader.read_into(name, ranges, out)
-        arrays.append(out.astype(np.int64, copy=False))
+        arrays.append(read_whole(reader, name).astype(np.int64, copy=False))
     return LabelIndex(arrays[0], arrays[1])

@@ -20,38 +20,32 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterable, Iterator
-from typing import Any, Literal, Protocol
+from collections.abc import Generator, Iterable, Iterator
+from typing import Any, Protocol
 
 import torch
 from torch.utils.data import DataLoader
 
+from .backends import Reader
 from .batch import collate
 from .dataset import ChunkDataset
-from .gpu import (
-    DevicePrefetcher,
-    copy_stream_for,
-    map_tensors,
-    pin_ring,
-    pinned_empty,
-    resolve_device,
-)
+from .gpu import DevicePrefetcher, copy_stream_for, map_tensors, pin_ring, pinned_empty
 from .label_check import warn_if_label_sorted
+from .loader_options import DEFAULT_POOL_BYTES, LoaderOptions, Transport, pool_samples
 from .order import DEFAULT_LANES
-from .sampling import DEFAULT_POOL_BATCHES, ChunkBatchSampler
-from .transport import Lease, LocalTransport, RingOptions, RingTransport
+from .sampling import ChunkBatchSampler
+from .transport import Lease, LocalTransport, RingTransport
 from .transport.iterator import Indices, Parts
 
 __all__ = [
     "DEFAULT_POOL_BYTES",
     "ChunkLoader",
+    "LoaderOptions",
     "RingFallbackWarning",
     "default_num_workers",
     "make_loader",
     "pool_samples",
 ]
-
-Transport = Literal["ring", "dataloader"]
 
 
 def default_num_workers() -> int:
@@ -101,7 +95,7 @@ class _DataLoaderRoute:
         self.loader._iterator = None
 
 
-def _host_batches(leases: Iterator[Lease], *, copy: bool) -> Iterator[Any]:
+def _host_batches(leases: Iterator[Lease], *, copy: bool) -> Generator[Any, None, None]:
     """Host delivery: the previous batch's memory is recycled when the next one is asked for."""
     held: Lease | None = None
     try:
@@ -177,7 +171,7 @@ class ChunkLoader:
         self.sampler.set_epoch(epoch)
         self._auto_epoch = False
 
-    def _batches(self) -> Iterator[Any]:
+    def _batches(self) -> Generator[Any, None, None] | DevicePrefetcher:
         leases = self._route.run(
             self.sampler.iter_arrays(), self.sampler.reader_rows, epoch=self.sampler.epoch
         )
@@ -193,7 +187,7 @@ class ChunkLoader:
                 self._delivered += 1
                 yield batch
         finally:
-            batches.close()  # type: ignore[attr-defined]
+            batches.close()
         self._delivered = 0
         if self._auto_epoch:
             self.sampler.set_epoch(self.sampler.epoch + 1)
@@ -230,31 +224,26 @@ def _route_name(dataset: ChunkDataset, transport: str, num_workers: int) -> str:
 
 
 def _make_route(
-    name: str,
-    dataset: ChunkDataset,
-    sampler: ChunkBatchSampler,
-    *,
-    num_workers: int,
-    options: RingOptions,
-    pin: bool,
+    name: str, dataset: ChunkDataset, sampler: ChunkBatchSampler, options: LoaderOptions
 ) -> _Route:
-    batch_size = sampler.batch_size
+    batch_size, pin, workers = sampler.batch_size, options.pin, options.num_workers
+    ring = options.ring(remote=dataset.remote)
     if name == "local":
         allocate = {"allocate": pinned_empty} if pin else {}
         return LocalTransport(dataset, batch_size=batch_size, **allocate)
     if name == "ring":
         on_ring = pin_ring if pin else (lambda ring: None)
-        return RingTransport(dataset, batch_size=batch_size, options=options, on_ring=on_ring)
+        return RingTransport(dataset, batch_size=batch_size, options=ring, on_ring=on_ring)
     loader: DataLoader[Any] = DataLoader(
         dataset,
         batch_sampler=sampler,
-        num_workers=num_workers,
+        num_workers=workers,
         collate_fn=collate,
         pin_memory=pin,
-        persistent_workers=options.persistent and num_workers > 0,
-        prefetch_factor=options.prefetch if num_workers > 0 else None,
-        multiprocessing_context=options.context if num_workers > 0 else None,
-        timeout=options.timeout,
+        persistent_workers=ring.persistent and workers > 0,
+        prefetch_factor=ring.prefetch if workers > 0 else None,
+        multiprocessing_context=ring.context if workers > 0 else None,
+        timeout=ring.timeout,
     )
     return _DataLoaderRoute(loader)
 
@@ -267,35 +256,6 @@ def _ring_compatible(dataset: ChunkDataset) -> bool:
     if dataset.transform is not None and dataset.field_transform is None:
         return False
     return all(dataset.output_shape(f) is not None for f in dataset.fields)
-
-
-#: Default mixing pool: decoded bytes summed over the loader's readers (see make_loader).
-DEFAULT_POOL_BYTES = 64 << 20
-#: batches a remote dataset's ring workers are told of beyond those in their slots, so that
-#: their chunks are fetched ahead (bench_remote: 20 ms per request)
-REMOTE_LOOKAHEAD = 8
-
-
-def pool_samples(dataset: ChunkDataset, pool_bytes: int, global_batch: int) -> int:
-    """The mixing pool in samples: ``pool_bytes`` of the dataset's (all fields') samples.
-
-    Counted over every field, not the selected ones, so the order does not change with
-    ``fields``. Raises ``ValueError`` if the pool cannot hold one decoded chunk.
-    """
-    if isinstance(pool_bytes, bool) or not isinstance(pool_bytes, int):
-        raise TypeError(f"pool_bytes must be an int, got {pool_bytes!r}")
-    layout = dataset.layout
-    sample = sum(f.sample_nbytes for f in layout.fields)
-    chunk = sample * layout.samples_per_chunk
-    if pool_bytes < chunk:
-        raise ValueError(
-            f"pool_bytes must hold at least one decoded chunk of {dataset.location!r} "
-            f"({chunk} bytes: {layout.samples_per_chunk} samples of {sample} bytes), "
-            f"got {pool_bytes}"
-        )
-    if sample == 0:  # ragged fields only: no fixed sample size to count bytes by
-        return DEFAULT_POOL_BATCHES * global_batch
-    return pool_bytes // sample
 
 
 def make_loader(
@@ -341,7 +301,8 @@ def make_loader(
     Parameters
     ----------
     path_or_dataset
-        A dataset path (opened as ``ChunkDataset(path, fields)``) or a :class:`ChunkDataset`.
+        A dataset path (opened as ``ChunkDataset(path, fields)``) or a :class:`ChunkDataset`,
+        which the loader reads through a copy (``ChunkLoader.dataset``): yours is not changed.
     batch_size
         Samples per batch *on this rank* (the global batch is ``batch_size * world_size``).
     shuffle, seed, drop_last, rank, world_size
@@ -400,39 +361,60 @@ def make_loader(
     >>> [tuple(b.shape) for b in loader], loader.transport
     ([(8, 2), (8, 2), (4, 2)], 'local')
     """
-    if num_workers is None:
-        num_workers = default_num_workers()
-    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
-        raise ValueError(f"num_workers must be an int >= 0; got {num_workers!r}")
-    if transport not in ("ring", "dataloader"):
-        raise ValueError(f"transport must be 'ring' or 'dataloader'; got {transport!r}")
-    target = resolve_device(device)
+    options = LoaderOptions(
+        batch_size=batch_size,
+        num_workers=default_num_workers() if num_workers is None else num_workers,
+        shuffle=shuffle,
+        seed=seed,
+        pool_bytes=pool_bytes,
+        lanes=lanes,
+        drop_last=drop_last,
+        rank=rank,
+        world_size=world_size,
+        prefetch=prefetch,
+        persistent_workers=persistent_workers,
+        pin_memory=pin_memory,
+        multiprocessing_context=multiprocessing_context,
+        timeout=timeout,
+        transport=transport,
+        device=device,
+        copy=copy,
+    )
     if isinstance(path_or_dataset, ChunkDataset):
         if transform is not None or storage_options is not None:
             raise ValueError(
                 "make_loader(transform=..., storage_options=...) go with a path; a "
                 "ChunkDataset has its own (pass them to ChunkDataset)"
             )
-        dataset = path_or_dataset
-    else:
-        dataset = ChunkDataset(path_or_dataset, fields, transform, storage_options=storage_options)
-    where = ChunkBatchSampler(  # validates batch_size, rank, world_size, lanes
-        dataset.chunk_sizes(), batch_size, pool=0, lanes=lanes, rank=rank, world_size=world_size
-    )
-    sampler = ChunkBatchSampler(
-        dataset.chunk_sizes(),
-        batch_size,
-        pool=pool_samples(dataset, pool_bytes, batch_size * where.world_size),
-        lanes=lanes,
-        seed=seed,
-        shuffle=shuffle,
-        drop_last=drop_last,
-        rank=where.rank,
-        world_size=where.world_size,
-    )
-    name = _route_name(dataset, transport, num_workers)
+        dataset, sampler, name = _prepare(path_or_dataset, None, options)
+    else:  # one open: the reader that describes the dataset also reads its labels
+        opened = ChunkDataset._opened(path_or_dataset, fields, transform, storage_options)
+        with opened as (described, reader):
+            dataset, sampler, name = _prepare(described, reader, options)
+    return _assemble(dataset, sampler, name, options)
+
+
+def _prepare(
+    given: ChunkDataset, reader: Reader | None, options: LoaderOptions
+) -> tuple[ChunkDataset, ChunkBatchSampler, str]:
+    """The dataset the loader reads (a copy of ``given``, which stays as it is), its sampler
+    and route. ``reader``: one open on the dataset for the label check (else it opens one)."""
+    sampler = options.sampler(given)
+    name = _route_name(given, options.transport, options.num_workers)
+    # ring workers read their lanes' rows of each batch; DataLoader workers whole batches
+    readers = max(1, options.num_workers) if name == "ring" else 1
+    # the readers must hold the pool, or they decode chunks again
+    needed = sampler.capacity_chunks(given.samples_per_chunk, readers) * given.chunk_nbytes()
+    dataset = given._for_loader(needed)  # and the sampler asks for each sample once per epoch
+    warn_if_label_sorted(dataset, sampler, reader)
+    return dataset, sampler, name
+
+
+def _assemble(
+    dataset: ChunkDataset, sampler: ChunkBatchSampler, name: str, options: LoaderOptions
+) -> ChunkLoader:
     undeclared = dataset.transform is not None and dataset.field_transform is None
-    if transport == "ring" and name == "dataloader" and undeclared:
+    if options.transport == "ring" and name == "dataloader" and undeclared:
         warnings.warn(
             "make_loader: the dataset's transform declares no output shape, so batches "
             "cannot be preallocated and the loader falls back from the shared-memory ring "
@@ -440,34 +422,15 @@ def make_loader(
             "transform the chunkio.sample_transforms.FieldTransform members) to stay on "
             "the ring",
             RingFallbackWarning,
-            stacklevel=2,
+            stacklevel=3,  # make_loader's caller
         )
-    # ring workers read their lanes' rows of each batch; DataLoader workers whole batches
-    readers = max(1, num_workers) if name == "ring" else 1
-    needed = sampler.capacity_chunks(dataset.samples_per_chunk, readers) * dataset.chunk_nbytes()
-    # the readers must hold the pool, or they decode chunks again: raise the dataset's cache
-    # (a dataset you passed is used as it is, with its cache_bytes raised if too small)
-    dataset.cache_bytes = max(dataset.cache_bytes, needed)
-    dataset.reads_once = True  # the sampler asks for each sample once per epoch
-    warn_if_label_sorted(dataset, sampler)
-    to_cuda = target is not None and target.type == "cuda"
-    options = RingOptions(
-        num_workers=max(1, num_workers),
-        prefetch=prefetch,
-        persistent=persistent_workers,
-        context=multiprocessing_context,
-        timeout=float(timeout),
-        lookahead=REMOTE_LOOKAHEAD if dataset.remote else 0,
-    )
-    if pin_memory and not torch.cuda.is_available():
-        warnings.warn(
-            "make_loader(pin_memory=True): pinning page-locks memory for CUDA copies, and "
-            "CUDA is not available here; batches are not pinned",
-            UserWarning,
-            stacklevel=2,
-        )
-    pin = torch.cuda.is_available() and (pin_memory is not False or to_cuda)
-    route = _make_route(name, dataset, sampler, num_workers=num_workers, options=options, pin=pin)
+    route = _make_route(name, dataset, sampler, options)
     return ChunkLoader(
-        dataset, sampler, route, transport=name, num_workers=num_workers, device=target, copy=copy
+        dataset,
+        sampler,
+        route,
+        transport=name,
+        num_workers=options.num_workers,
+        device=options.target,
+        copy=options.copy,
     )

@@ -1,10 +1,9 @@
 """Turn a batch into per-chunk reads. Pure NumPy: no I/O, no torch.
 
-Every batch the read core serves (:mod:`chunkio.reading`) is read in three steps: *plan* (this
+Every batch the read core serves (:mod:`chunkio.read`) is read in three steps: *plan* (this
 module: the chunks the batch touches, each once, in storage order, and where each item's data
-lies in them) -> *read* the chunks the process's :class:`~chunkio.pool.ChunkPool` lacks,
-straight into its slots -> *scatter* the batch out of the slots. Two kinds of batch share
-those steps:
+lies in them) -> *read* the chunks the process's decoded chunk cache lacks, into its slots ->
+*scatter* the batch out of the slots. Two kinds of batch share those steps:
 
 * **samples** (:func:`plan_batch`): sample indices along the sample axis; each sample is one
   row of one chunk, and the scatter is one ``np.take``.

@@ -14,7 +14,7 @@ sample index)``, so a run is reproducible and a resumed epoch repeats them.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 import numpy.typing as npt
 
@@ -49,7 +49,7 @@ class FieldTransform(Protocol):
         ...
 
 
-def is_field_transform(obj: Any) -> bool:
+def is_field_transform(obj: Any) -> TypeGuard[FieldTransform]:
     """Whether ``obj`` declares its output shape (and so keeps batches preallocated)."""
     return isinstance(obj, FieldTransform) and isinstance(getattr(obj, "field", None), str)
 

@@ -19,7 +19,7 @@ from .._lazy import lazy_names
 if TYPE_CHECKING:
     from ..label_index import LabelIndex, index_label_volume
     from ..planning import PatchReadPlan, chunk_boxes, plan_patch_reads
-    from ..reading import PatchReadStats
+    from ..read import PatchReadStats
     from ..volume_layout import VolumeSet
     from .balanced import LabelBalancedSampler
     from .dataset import PatchDataset
@@ -32,7 +32,7 @@ _LAZY = {
     "LabelIndex": "..label_index",
     "PatchDataset": ".dataset",
     "PatchReadPlan": "..planning",
-    "PatchReadStats": "..reading",
+    "PatchReadStats": "..read",
     "PatchSampler": ".samplers",
     "RandomPatchSampler": ".samplers",
     "VolumeSet": "..volume_layout",

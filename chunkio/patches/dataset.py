@@ -22,7 +22,7 @@ from ..handles import PerProcessReader
 from ..label_index import LabelIndex, read_label_index
 from ..layout import DatasetLayout, check_arrays
 from ..planning import plan_patch_reads
-from ..reading import PadMode, ProcessReader, ReadStats
+from ..read import PadMode, ReadCore, ReadStats
 from ..volume_layout import VOLUMES_KEY, VolumeSet
 from .samplers import GridSampler, PatchSampler
 
@@ -31,7 +31,7 @@ __all__ = ["PatchDataset"]
 KINDS = ("image", "label")
 
 
-class PatchDataset(PerProcessReader[ProcessReader], Dataset[Any]):
+class PatchDataset(PerProcessReader[ReadCore], Dataset[Any]):
     """Patches of the volumes of a chunkio volume dataset (see :mod:`chunkio.volume_layout`).
 
     Items are addressed by *patch keys* ``(volume, *origin)``, which the bound ``sampler``
@@ -97,7 +97,7 @@ class PatchDataset(PerProcessReader[ProcessReader], Dataset[Any]):
         self.sampler = (sampler if sampler is not None else GridSampler()).bind(
             self.volumes, self.patch_size, self.label_index
         )
-        self._local: ProcessReader | None = None
+        self._local: ReadCore | None = None
 
     def _read_metadata(self) -> tuple[DatasetLayout, VolumeSet, LabelIndex | None]:
         opts = self._options
@@ -156,9 +156,9 @@ class PatchDataset(PerProcessReader[ProcessReader], Dataset[Any]):
         )
 
     # -- per-process handles ------------------------------------------------------------------
-    def _open_reader(self) -> ProcessReader:
+    def _open_reader(self) -> ReadCore:
         # the same per-process read core as ChunkDataset's (plan, read, cache, scatter)
-        return ProcessReader(self.location, self.layout, **self._options)  # type: ignore[arg-type]
+        return ReadCore(self.location, self.layout, **self._options)  # type: ignore[arg-type]
 
     # -- reading ------------------------------------------------------------------------------
     def read_patches(self, keys: Sequence[Any] | npt.ArrayLike) -> dict[str, npt.NDArray[Any]]:

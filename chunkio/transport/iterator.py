@@ -457,8 +457,7 @@ class LocalTransport:
             n = len(indices)
             out = {k: v[:n] for k, v in buf.items()}
             try:
-                self.dataset.epoch = epoch  # type: ignore[attr-defined]  # see BatchSource
-                self.dataset.read_batch(indices, out=out)
+                self.dataset.read_batch(indices, out=out, epoch=epoch)
             except BaseException:
                 self._free.append(buf)
                 raise

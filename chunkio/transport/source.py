@@ -37,11 +37,12 @@ class BatchSource(Protocol):
         self,
         indices: Sequence[int] | npt.ArrayLike,
         out: Mapping[str, npt.NDArray[Any]] | None = None,
+        *,
+        epoch: int = 0,
     ) -> dict[str, Any]:
         """Read samples ``indices`` into ``out`` (one ``(len(indices), *shape)`` array per
-        field, views of a transport's slot). Before each read a transport sets the
-        source's ``epoch`` attribute (the epoch the batch belongs to, which keys random
-        augmentations)."""
+        field, views of a transport's slot); ``epoch`` is the epoch the batch belongs to,
+        which keys random augmentations."""
         ...
 
     def arrange(self, columns: dict[str, torch.Tensor]) -> Any:

@@ -139,8 +139,7 @@ def _serve(dataset: BatchSource, ring: SlotRing, conn: Connection, parent: int) 
         seq, slot, a, b, epoch = task
         try:
             out = {name: view[a:b] for name, view in ring.fields(slot).items()}
-            dataset.epoch = epoch  # type: ignore[attr-defined]  # see BatchSource.read_batch
-            dataset.read_batch(ring.indices(slot)[a:b], out=out)
+            dataset.read_batch(ring.indices(slot)[a:b], out=out, epoch=epoch)
             reply: tuple[Any, ...] = ("done", seq, slot)
         except Exception as err:
             reply = ("error", seq, slot, traceback.format_exc(), _pickled(err))

@@ -29,7 +29,7 @@ from torch.utils.data import DataLoader
 
 from chunkio import ChunkDataset, collate, make_loader
 from chunkio.errors import LoaderError
-from chunkio.reading import ProcessReader
+from chunkio.read import ReadCore
 
 N, SPC, BATCH = 240, 8, 4
 
@@ -235,7 +235,7 @@ def test_dataloader_timeout_is_prompt_and_clear(make_dataset: Any) -> None:
     assert_no_orphans(before)
 
 
-def _slow_read(self: ProcessReader, *args: Any, **kwargs: Any) -> Any:
+def _slow_read(self: ReadCore, *args: Any, **kwargs: Any) -> Any:
     time.sleep(30)
     raise AssertionError("unreachable: the loader should have timed out")
 
@@ -247,7 +247,7 @@ def test_make_loader_timeout_is_prompt_and_clear(
     path, _ = make_dataset("hdf5", sample_arrays(40), samples_per_chunk=SPC)
     before = children()
     # Forked workers inherit the patched read path; the parent never reads.
-    monkeypatch.setattr(ProcessReader, "read", _slow_read)
+    monkeypatch.setattr(ReadCore, "read", _slow_read)
     loader = make_loader(
         path, BATCH, num_workers=1, timeout=2, multiprocessing_context="fork", fields=["image"]
     )

@@ -140,7 +140,7 @@ def test_device_route_through_ring_workers_equals_reference_and_resumes(make_dat
             return out, FakeEvent(0, log, land)
 
     # "cpu" as a pretend device: the loader then takes its device route with the fake stream
-    monkeypatch.setattr("chunkio.loader.resolve_device", lambda d: torch.device("cpu"))
+    monkeypatch.setattr("chunkio.loader_options.resolve_device", lambda d: torch.device("cpu"))
     monkeypatch.setattr("chunkio.loader.copy_stream_for", lambda d: Stream(log))
 
     def make() -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from typing import Any
 
 import numpy as np
 import pytest
@@ -147,3 +148,39 @@ def test_class_sorted_store_warns_once_with_what_to_do(class_sorted: tuple[str, 
         chunkio.make_loader(shuffled_path, 64, num_workers=0)  # shuffled data: no warning
         # the default pool and lanes mix even a class-sorted store well enough: no warning
         chunkio.make_loader(sorted_path, 256, num_workers=0)
+
+
+def test_make_loader_opens_the_store_once_and_leaves_a_given_dataset_as_it_was(
+    make_dataset: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pickle
+    import sys
+
+    from chunkio import backends
+
+    path, arrays = make_dataset("zarr")
+    real = backends.open_reader
+    opened: list[Any] = []
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        opened.append(args[0])
+        return real(*args, **kwargs)
+
+    for module in list(sys.modules.values()):  # every chunkio module that bound the name
+        name = getattr(module, "__name__", "")
+        if name.startswith("chunkio") and getattr(module, "open_reader", None) is real:
+            monkeypatch.setattr(module, "open_reader", counting)
+    # a path: the reader that describes the dataset also reads its labels (the label check)
+    loader = chunkio.make_loader(path, 8, num_workers=0, seed=1)
+    assert len(opened) == 1
+    assert sum(len(b["label"]) for b in loader) == len(arrays["label"])
+    # a dataset: used through a copy; the caller's object is left exactly as it was
+    ds = chunkio.ChunkDataset(path, fields=["image", "label"])
+    ds.read_batch([0, 1])  # it holds a handle in this process
+    state, pickled = dict(ds.__dict__), pickle.dumps(ds)
+    opened.clear()
+    loader = chunkio.make_loader(ds, 8, num_workers=0, seed=1)
+    assert len(opened) <= 1  # the label check's read, at most
+    assert ds.__dict__ == state and pickle.dumps(ds) == pickled
+    assert loader.dataset is not ds and loader.dataset.reads_once and not ds.reads_once
+    assert sum(len(y) for _, y in loader) == len(arrays["label"])

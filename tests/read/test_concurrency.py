@@ -83,7 +83,7 @@ def test_pickled_dataset_holds_no_handle(fmt, make_dataset):
     ds = ChunkDataset(path)
     ds.__getitems__([1, 2, 3])
     state = pickle.dumps(ds)
-    assert b"h5py" not in state and b"ProcessReader" not in state
+    assert b"h5py" not in state and b"ReadCore" not in state
     assert pickle.loads(state)._local is None
 
 

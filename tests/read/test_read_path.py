@@ -21,7 +21,7 @@ from chunkio.backends._checksum import Fletcher32, fletcher32, fletcher32_refere
 from chunkio.backends._hdf5_raw import RawChunks
 from chunkio.backends.base import CODECS
 from chunkio.errors import CorruptChunkError
-from chunkio.pool import ChunkPool
+from chunkio.read import DecodedChunkCache
 from chunkio.transport import BatchSource, LocalTransport
 
 # -- fletcher32 ---------------------------------------------------------------------------------
@@ -219,7 +219,7 @@ def test_a_raw_hdf5_read_error_names_the_file_once(tmp_path: Path, make_dataset:
     st.lists(st.sets(st.integers(0, 30), min_size=1, max_size=8), min_size=1, max_size=20),
 )
 def test_chunk_pool_evicts_least_recently_used(capacity: int, batches: list[set[int]]) -> None:
-    pool = ChunkPool(rows_per_chunk=2, sample_shape=(3,), dtype=np.int64, capacity=capacity)
+    pool = DecodedChunkCache(rows_per_chunk=2, sample_shape=(3,), dtype=np.int64, capacity=capacity)
     last_use: dict[int, int] = {}
     held: set[int] = set()
     for t, batch in enumerate(batches):
@@ -264,7 +264,7 @@ def test_sequential_loader_decodes_whole_chunks_into_the_batch(make_dataset: Any
     loader = make_loader(ds, 40, shuffle=False, num_workers=0, copy=True)
     got = torch.cat([b[0] for b in loader]).numpy()
     np.testing.assert_array_equal(got, arrays["image"])
-    stats = ds.read_stats()
+    stats = loader.dataset.read_stats()  # the copy the loader reads
     assert stats.direct_chunks > 0  # chunks inside one batch skipped the pool
     assert stats.rows_decoded == 2 * len(arrays["image"])  # each field's rows once
 
@@ -288,7 +288,7 @@ class _Counting:
     def batch_fields(self) -> dict[str, tuple[np.dtype[Any], tuple[int, ...]]]:
         return {"x": (np.dtype(np.int64), (2,))}
 
-    def read_batch(self, indices: Any, out: Any = None) -> dict[str, Any]:
+    def read_batch(self, indices: Any, out: Any = None, *, epoch: int = 0) -> dict[str, Any]:
         out["x"][...] = np.asarray(indices)[:, None]
         return dict(out)
 
@@ -333,7 +333,7 @@ def test_patch_transform_keeps_tuples(tmp_path: Path) -> None:
 
 def test_samples_and_patches_share_one_reader_class(tmp_path: Path, make_dataset: Any) -> None:
     from chunkio.patches import PatchDataset
-    from chunkio.reading import ProcessReader
+    from chunkio.read import ReadCore
 
     path, _ = make_dataset("zarr")
     images = np.arange(4**3, dtype=np.int16).reshape(1, 4, 4, 4)
@@ -346,7 +346,7 @@ def test_samples_and_patches_share_one_reader_class(tmp_path: Path, make_dataset
     patches.read_patches([(0, 1, 1, 1)])
     samples = ChunkDataset(path)
     samples.read_batch([0])
-    assert type(patches._reader()) is type(samples._reader()) is ProcessReader
+    assert type(patches._reader()) is type(samples._reader()) is ReadCore
 
 
 def test_write_arrays_fixture_round_trip_guard(tmp_path: Path) -> None:

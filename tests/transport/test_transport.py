@@ -188,11 +188,11 @@ class FailingDataset(ChunkDataset):
     bad = 13
     delay = 0.0
 
-    def read_batch(self, indices: Any, out: Any = None) -> dict[str, Any]:
+    def read_batch(self, indices: Any, out: Any = None, *, epoch: int = 0) -> dict[str, Any]:
         if self.bad in np.asarray(indices).tolist():
             raise ValueError(f"cannot decode sample {self.bad} (injected)")
         time.sleep(self.delay)
-        return super().read_batch(indices, out)
+        return super().read_batch(indices, out, epoch=epoch)
 
 
 class SlowDataset(ChunkDataset):
@@ -201,11 +201,11 @@ class SlowDataset(ChunkDataset):
     delay = 0.05
     fast = 0
 
-    def read_batch(self, indices: Any, out: Any = None) -> dict[str, Any]:
+    def read_batch(self, indices: Any, out: Any = None, *, epoch: int = 0) -> dict[str, Any]:
         self._reads = getattr(self, "_reads", 0) + 1
         if self._reads > self.fast:
             time.sleep(self.delay)
-        return super().read_batch(indices, out)
+        return super().read_batch(indices, out, epoch=epoch)
 
 
 class StuckDataset(SlowDataset):
@@ -220,6 +220,7 @@ def test_worker_exception_is_raised_in_batch_order_with_its_traceback(make_datas
     ds = _dataset(path, FailingDataset)
     loader = make_loader(ds, BATCH, num_workers=2, multiprocessing_context="fork")
     # batch 5 (worker 1's third) fails long before worker 0 has read batches 2 and 4
+    ds = loader.dataset  # the copy the loader reads (the dataset passed in stays as it was)
     ds.bad, ds.delay = _batches(loader)[5][0], 0.3
     delivered = 0
     with pytest.raises(LoaderError) as info:
@@ -467,13 +468,13 @@ class HintedDataset(ChunkDataset):
         with open(self.log, "a") as f:
             f.write("hint " + " ".join(map(str, np.asarray(indices).tolist())) + "\n")
 
-    def read_batch(self, indices: Any, out: Any = None) -> dict[str, Any]:
+    def read_batch(self, indices: Any, out: Any = None, *, epoch: int = 0) -> dict[str, Any]:
         with open(self.log, "a") as f:
             f.write("read " + " ".join(map(str, np.asarray(indices).tolist())) + "\n")
         if not getattr(self, "_slow_done", False):  # the first read is slow: hints arrive
             self._slow_done = True
             time.sleep(0.5)
-        return super().read_batch(indices, out)
+        return super().read_batch(indices, out, epoch=epoch)
 
 
 @pytest.mark.timeout(60)
@@ -481,7 +482,7 @@ def test_remote_ring_workers_hear_of_batches_beyond_their_slots(make_dataset, tm
     """The sampler knows the order: a remote dataset's ring workers are told the samples of
     the next batches (``lookahead``) before those have a slot, and still read every batch
     once, in order."""
-    from chunkio.loader import REMOTE_LOOKAHEAD
+    from chunkio.loader_options import REMOTE_LOOKAHEAD
 
     path, _ = make_dataset("zarr", samples_per_chunk=10)
     ds = _dataset(path, HintedDataset)

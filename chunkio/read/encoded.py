@@ -1,6 +1,6 @@
 """Reading an encoded image field: bytes chunks once per batch -> each image decoded into its row.
 
-Part of the per-process read core (:class:`chunkio.reading.ProcessReader`). A batch's samples
+The encoded field kind of the per-process read core (:mod:`chunkio.read`). A batch's samples
 are grouped by the bytes chunks that hold them; each chunk missing from a small cache is read
 (and checksummed and decompressed) once, in storage order; then every image is decoded
 straight into its place in the batch. With a :class:`~chunkio.transforms.Compose` the
@@ -14,31 +14,28 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from .backends import Reader
-from .errors import CorruptChunkError
-from .grid import SampleGrid
-from .image_codecs import ImageDecoder, image_decoder
-from .layout import FieldInfo
-from .sample_transforms import FieldTransform, channels_last
+from ..errors import CorruptChunkError
+from ..grid import SampleGrid
+from ..image_codecs import ImageDecoder, image_decoder
+from ..layout import FieldInfo
+from ..numeric import IntArray, ceil_div
+from ..sample_transforms import FieldTransform, channels_last
+from .base import ReadContext, read_whole, transformed_buffer
 
-__all__ = ["EncodedField", "read_whole"]
-
-IntArray = npt.NDArray[np.int64]
-#: runs a function over items, in order, maybe on several threads (see ProcessReader)
-MapRows = Callable[[Callable[[Any], Any], Iterable[Any]], Iterator[Any]]
+__all__ = ["EncodedField"]
 
 
 class EncodedField:
     """One encoded field of one process's dataset handle: its index, cache and decoder."""
 
-    def __init__(self, reader: Reader, info: FieldInfo, *, cache_chunks: int) -> None:
-        self.reader = reader
+    def __init__(self, ctx: ReadContext, info: FieldInfo) -> None:
+        self.ctx = ctx
+        self.reader = reader = ctx.reader
         self.info = info
         self.data_name, spans_name, shapes_name = info.array_names()
         self.spans = read_whole(reader, spans_name).astype(np.int64)
@@ -47,11 +44,10 @@ class EncodedField:
         self.chunk_len = int(data.chunks[0])
         self.grid = SampleGrid(int(data.shape[0]), self.chunk_len)
         self.decoder: ImageDecoder = image_decoder(info.encoding)  # type: ignore[arg-type]
-        self.cache_chunks = max(1, cache_chunks)
+        # bytes chunks are small: keep twice as many as a dense field's cache
+        self.cache_chunks = max(1, 2 * ctx.cache_chunks)
         self._cache: OrderedDict[int, npt.NDArray[np.uint8]] = OrderedDict()
         self._local = threading.local()  # decode buffers, one set per decoding thread
-        #: bytes chunks read from the store (the rest came from the cache)
-        self.chunks_read = 0
 
     # -- bytes ------------------------------------------------------------------------------
 
@@ -62,13 +58,15 @@ class EncodedField:
             {
                 c
                 for a, b in self.spans[idx].tolist()
-                for c in range(a // step, max(a // step + 1, -(-b // step)))
+                for c in range(a // step, max(a // step + 1, ceil_div(b, step)))
             }
         )
 
-    def missing_chunks(self, idx: IntArray) -> list[int]:
-        """The bytes chunks samples ``idx`` need that the cache does not hold."""
-        return [c for c in self._needed(idx) if c not in self._cache]
+    def prefetch(self, idx: IntArray) -> None:
+        """Start fetching the bytes chunks samples ``idx`` need that the cache does not hold."""
+        prefetch = getattr(self.reader, "prefetch", None)
+        if callable(prefetch):
+            prefetch(self.data_name, [c for c in self._needed(idx) if c not in self._cache])
 
     def _fetch(self, idx: IntArray) -> None:
         """Bring every bytes chunk the samples ``idx`` need into the cache, reading the missing
@@ -86,7 +84,7 @@ class EncodedField:
             for c, (a, b) in zip(missing, ranges, strict=True):
                 self._cache[c] = staging[at : at + b - a]
                 at += b - a
-            self.chunks_read += len(missing)
+            self.ctx.stats.chunks_read += len(missing)
         keep = max(self.cache_chunks, len(needed))
         while len(self._cache) > keep:
             self._cache.popitem(last=False)
@@ -110,13 +108,22 @@ class EncodedField:
         self,
         idx: IntArray,
         out: npt.NDArray[Any] | None,
+        *,
+        once: bool,
         transform: FieldTransform | None,
         epoch: int,
-        map_rows: MapRows = map,
     ) -> npt.NDArray[Any] | list[npt.NDArray[Any]]:
         """Samples ``idx`` decoded (and transformed) into ``out``; a list of arrays when they
-        have no common shape and no ``out`` was given. ``map_rows`` may spread the samples
-        over threads (every decoder here releases the GIL)."""
+        have no common shape and no ``out`` was given. The samples may be spread over the
+        core's decode threads (every decoder here releases the GIL)."""
+        if out is None and transform is not None:
+            fixed = self.info.sample_shape
+            stored = (
+                {tuple(fixed)} if fixed is not None else set(map(tuple, self.shapes[idx].tolist()))
+            )
+            out = transformed_buffer(self.ctx, self.info, transform, stored, len(idx))
+        elif out is None and self.info.sample_shape is not None:
+            out = np.empty((len(idx), *self.info.sample_shape), self.info.dtype)
         self._fetch(idx)
 
         def one(job: tuple[int, int]) -> npt.NDArray[Any]:
@@ -132,7 +139,7 @@ class EncodedField:
                     f"{chunk} of {self.data_name!r}): {err}"
                 ) from err
 
-        rows = list(map_rows(one, enumerate(idx.tolist())))
+        rows = list(self.ctx.map_rows(one, enumerate(idx.tolist())))
         return out if out is not None else rows
 
     def _decode_one(
@@ -196,13 +203,3 @@ class EncodedField:
         if buf is None:
             buf = scratch[key] = np.empty(key, self.info.dtype)
         return buf
-
-
-def read_whole(reader: Reader, name: str) -> npt.NDArray[Any]:
-    """Every element of array ``name``, read chunk by chunk along axis 0."""
-    info = reader.array_info(name)
-    grid = SampleGrid(int(info.shape[0]), int(info.chunks[0]))
-    out = np.empty(info.shape, dtype=info.dtype)
-    if grid.num_chunks:
-        reader.read_into(name, [grid.bounds(c) for c in range(grid.num_chunks)], out)
-    return out

@@ -1,4 +1,4 @@
-"""A per-process pool of decoded chunks: fixed slots in one buffer, so a batch is one gather.
+"""A per-process cache of decoded chunks: fixed slots in one buffer, so a batch is one gather.
 
 Chunks are decoded straight into free slots (no staging copy, no cache copy); a batch's rows
 are then gathered from the buffer with a single ``np.take``. When slots run out, the least
@@ -15,22 +15,22 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["ChunkPool"]
+from ..numeric import IntArray
 
-IntArray = npt.NDArray[np.int64]
+__all__ = ["DecodedChunkCache"]
 
 
-class ChunkPool:
+class DecodedChunkCache:
     """Slots of ``rows_per_chunk`` rows each, holding decoded chunks of one array.
 
     Bookkeeping is a few NumPy arrays (chunk -> slot, slot -> chunk, slot -> last use), so
     admitting a batch's chunks costs a handful of vectorised calls, not Python work per chunk.
 
-    >>> pool = ChunkPool(rows_per_chunk=2, sample_shape=(), dtype=np.dtype("i8"), capacity=2)
-    >>> slots, runs = pool.admit(np.array([3, 5]))
+    >>> cache = DecodedChunkCache(rows_per_chunk=2, sample_shape=(), dtype="i8", capacity=2)
+    >>> slots, runs = cache.admit(np.array([3, 5]))
     >>> slots.tolist(), runs
     ([0, 1], [([3, 5], 0)])
-    >>> pool.admit(np.array([5, 7]))[0].tolist()   # 5 is held; 7 takes 3's slot
+    >>> cache.admit(np.array([5, 7]))[0].tolist()   # 5 is held; 7 takes 3's slot
     [1, 0]
     """
 
@@ -105,7 +105,7 @@ class ChunkPool:
         held = np.flatnonzero((self._chunk_in >= 0) & (self._used != self._tick))
         order = np.argsort(self._used[held], kind="stable")[: count - free.size]
         if free.size + order.size < count:  # pragma: no cover - admit() grows first
-            raise RuntimeError("chunk pool has no slot to evict")
+            raise RuntimeError("decoded chunk cache has no slot to evict")
         return np.sort(np.concatenate([free, held[order]]))
 
     def forget(self, chunks: list[int]) -> None:

@@ -1,0 +1,15 @@
+"""The read side's core, one module per field kind.
+
+:mod:`.core` (:class:`ReadCore`, one per process) maps each field to the reader of its kind:
+:mod:`.dense`, :mod:`.ragged`, :mod:`.encoded`; :mod:`.patches` serves
+:class:`chunkio.patches.PatchDataset`. Every read is plan (pure, :mod:`chunkio.planning`) ->
+read (the backend's :class:`~chunkio.backends.Reader`) -> scatter into the batch, through a
+:class:`DecodedChunkCache` per field (:mod:`.cache`).
+"""
+
+from .base import PatchReadStats, ReadStats, read_whole
+from .cache import DecodedChunkCache
+from .core import ReadCore
+from .patches import PadMode
+
+__all__ = ["DecodedChunkCache", "PadMode", "PatchReadStats", "ReadCore", "ReadStats", "read_whole"]

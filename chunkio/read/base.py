@@ -1,0 +1,167 @@
+"""What every field reader of the read core shares: the process's context, its counters, and
+the one way to read a small array whole.
+
+A field reader (:mod:`.dense`, :mod:`.ragged`, :mod:`.encoded`) serves one field of one
+process's dataset handle. It follows :class:`FieldReader`; the core (:mod:`.core`) makes one per
+field, by the field's kind, from :data:`chunkio.read.core.FIELD_KINDS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from ..backends import Reader
+from ..backends.base import StageClock
+from ..grid import SampleGrid
+from ..layout import DatasetLayout, FieldInfo
+from ..numeric import IntArray
+from ..sample_transforms import FieldTransform, stored_output_shape
+
+__all__ = [
+    "DecodeThreads",
+    "FieldReader",
+    "MapRows",
+    "PatchReadStats",
+    "ReadContext",
+    "ReadStats",
+    "read_whole",
+    "transformed_buffer",
+]
+
+#: runs a function over items, in order, maybe on several threads (:meth:`DecodeThreads.map`)
+MapRows = Callable[[Callable[[Any], Any], Iterable[Any]], Iterator[Any]]
+
+
+@dataclass
+class ReadStats:
+    """What this process has read: chunks decoded, chunks served from cache, samples served,
+    and the seconds spent per stage (:meth:`stages`)."""
+
+    chunks_read: int = 0
+    cache_hits: int = 0
+    rows_decoded: int = 0
+    samples: int = 0
+    batches: int = 0
+    per_field: dict[str, int] = field(default_factory=dict)
+    #: chunks decoded straight into the output (their samples were one run of the batch)
+    direct_chunks: int = 0
+    #: seconds gathering samples from decoded chunks into the output
+    gather_s: float = 0.0
+    clock: StageClock = field(default_factory=StageClock)
+    #: patch reads: patches served, bytes decoded from the store and bytes delivered
+    patches: int = 0
+    bytes_decoded: int = 0
+    bytes_delivered: int = 0
+
+    @property
+    def read_amplification(self) -> float:
+        """Patch reads: bytes decoded per byte delivered (below 1 when patches share chunks)."""
+        return self.bytes_decoded / self.bytes_delivered if self.bytes_delivered else 0.0
+
+    def stages(self) -> dict[str, float]:
+        """Seconds per stage in this process: ``read`` (file reads), ``checksum``,
+        ``decode`` (decompression) and ``gather`` (copies into the batch)."""
+        c = self.clock
+        return {"read": c.read, "checksum": c.checksum, "decode": c.decode, "gather": self.gather_s}
+
+
+#: patch reads count into the same counters (the name patches code has always used)
+PatchReadStats = ReadStats
+
+
+class DecodeThreads:
+    """``map(fn, items)``, on ``count`` threads when more than one (started on first use).
+
+    Apart from the core so that field readers can hold its :meth:`map` without a reference
+    cycle back to the core (whose backend handle must close as soon as it is dropped)."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self._executor: ThreadPoolExecutor | None = None
+
+    def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any]:
+        if self.count <= 1:
+            return map(fn, items)
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(self.count, "chunkio-decode")
+        return self._executor.map(fn, items)
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+
+
+@dataclass
+class ReadContext:
+    """One process's read state that every field reader shares (made by the core)."""
+
+    reader: Reader
+    layout: DatasetLayout
+    grid: SampleGrid
+    stats: ReadStats
+    #: sample-axis chunks each dense field's cache keeps (at least a batch's)
+    cache_chunks: int
+    #: fields whose whole array is at most this many bytes are read whole, once
+    preload_bytes: int
+    #: ``map(fn, items)``, on the core's decode threads when it has more than one
+    map_rows: MapRows = map
+
+
+class FieldReader(Protocol):
+    """Serves one field of one process's dataset handle (one module per field kind)."""
+
+    def read(
+        self,
+        idx: IntArray,
+        out: npt.NDArray[Any] | None,
+        *,
+        once: bool,
+        transform: FieldTransform | None,
+        epoch: int,
+    ) -> Any:
+        """Samples ``idx`` (validated) into ``out`` when given; ``transform`` (this field's,
+        or ``None``) keyed by ``epoch``; ``once``: no later read asks for these samples."""
+        ...
+
+    def prefetch(self, idx: IntArray) -> None:
+        """Start fetching what a later read of ``idx`` needs (remote readers only)."""
+        ...
+
+
+def read_whole(reader: Reader, name: str, stats: ReadStats | None = None) -> npt.NDArray[Any]:
+    """Every element of array ``name``, read chunk by chunk along axis 0 (its chunks counted
+    into ``stats`` when given)."""
+    info = reader.array_info(name)
+    grid = SampleGrid(int(info.shape[0]), int(info.chunks[0]))
+    out = np.empty(info.shape, dtype=info.dtype)
+    if grid.num_chunks:
+        reader.read_into(name, [grid.bounds(c) for c in range(grid.num_chunks)], out)
+    if stats is not None:
+        stats.chunks_read += grid.num_chunks
+    return out
+
+
+def transformed_buffer(
+    ctx: ReadContext,
+    info: FieldInfo,
+    transform: FieldTransform,
+    stored: set[tuple[int, ...]],
+    count: int,
+) -> npt.NDArray[Any]:
+    """A new array for ``count`` transformed samples of ``info`` whose stored shapes are
+    ``stored``; they must transform to one shape."""
+    shapes = {stored_output_shape(transform, s) for s in stored}
+    if len(shapes) != 1:
+        raise ValueError(
+            f"{ctx.reader.location}: the transform of field {info.name!r} gives samples "
+            f"of {len(shapes)} different shapes ({sorted(shapes)[:3]}...); a batch needs one "
+            "(end it with a crop or a fixed-size resize)"
+        )
+    return np.empty((count, *shapes.pop()), info.dtype)

@@ -1,0 +1,162 @@
+"""The per-process read core: one backend handle, and one field reader per field, by kind.
+
+A :class:`ReadCore` belongs to exactly one process. It opens the backend handle
+(:class:`~chunkio.backends.Reader`), holds the counters and the decode threads, and maps each
+field to the reader of its kind (:data:`FIELD_KINDS`: adding a kind is one module and one
+entry there). Both datasets use it: :class:`chunkio.ChunkDataset` for samples and
+:class:`chunkio.patches.PatchDataset` for patches. Each makes one lazily in each process and
+never pickles it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..backends import open_reader
+from ..grid import SampleGrid
+from ..layout import DatasetLayout, FieldInfo
+from ..planning import PatchReadPlan, normalize_indices
+from ..sample_transforms import FieldTransform
+from ..volume_layout import VolumeSet
+from .base import DecodeThreads, FieldReader, ReadContext, ReadStats
+from .dense import dense_field
+from .encoded import EncodedField
+from .patches import PadMode, PatchReads
+from .ragged import RaggedField
+
+__all__ = ["FIELD_KINDS", "ReadCore"]
+
+#: field kind -> the reader of one such field, made once per process on the field's first read
+FIELD_KINDS: dict[str, Callable[[ReadContext, FieldInfo], FieldReader]] = {
+    "dense": dense_field,
+    "ragged": RaggedField,
+    "encoded": EncodedField,
+}
+
+
+class ReadCore:
+    """Serves batches of one dataset in the current process.
+
+    ``cache_chunks``: sample-axis chunks each dense field's cache keeps (at least a batch's);
+    ``cache_bytes``: decoded bytes the patch caches keep besides a batch's chunks.
+    """
+
+    def __init__(
+        self,
+        location: Any,
+        layout: DatasetLayout,
+        *,
+        cache_chunks: int = 0,
+        cache_bytes: int = 0,
+        preload_bytes: int = 0,
+        storage_options: Mapping[str, Any] | None = None,
+        trust_codecs: bool = False,
+        decode_threads: int = 1,
+        download_cache: tuple[str, int] | None = None,
+        documents: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.pid = os.getpid()
+        self.threads = DecodeThreads(decode_threads)
+        self.layout = layout
+        self.reader = open_reader(
+            location,
+            storage_options=storage_options,
+            trust_codecs=trust_codecs,
+            download_cache=download_cache,
+            documents=documents,
+        )
+        self.stats = ReadStats(clock=self.reader.clock)
+        self.ctx = ReadContext(
+            reader=self.reader,
+            layout=layout,
+            grid=SampleGrid(layout.num_samples, layout.samples_per_chunk),
+            stats=self.stats,
+            cache_chunks=cache_chunks,
+            preload_bytes=preload_bytes,
+            map_rows=self.threads.map,
+        )
+        self.cache_bytes = cache_bytes
+        self._fields: dict[str, FieldReader] = {}
+        self._patches: PatchReads | None = None
+
+    def close(self) -> None:
+        self.threads.close()
+        self.reader.close()
+
+    def field(self, name: str) -> FieldReader:
+        """The reader of field ``name`` in this process (made on first use)."""
+        found = self._fields.get(name)
+        if found is None:
+            info = self.layout.field(name, where=self.reader.location)
+            found = self._fields[name] = FIELD_KINDS[info.kind](self.ctx, info)
+        return found
+
+    def read(
+        self,
+        fields: Sequence[str],
+        indices: Sequence[int] | npt.ArrayLike,
+        out: Mapping[str, npt.NDArray[Any]] | None = None,
+        *,
+        once: bool = False,
+        transform: FieldTransform | None = None,
+        epoch: int = 0,
+    ) -> dict[str, Any]:
+        """Read ``indices`` of each field; dense fields as one array, ragged as a list,
+        encoded fields decoded (as one array when their samples share a shape).
+
+        ``once``: no later read asks for these samples again (a loader's epoch order), so a
+        chunk the batch uses whole, in order, is decoded straight into the output and not
+        kept. ``transform`` (of field ``transform.field``) is applied to each sample, keyed
+        by ``epoch``, on its way into the output.
+        """
+        try:
+            idx = normalize_indices(indices, self.layout.num_samples)
+        except IndexError as err:  # name the dataset, as every other read error does
+            raise IndexError(f"{self.reader.location}: {err}") from err
+        result: dict[str, Any] = {}
+        for name in fields:
+            mine = transform if transform is not None and transform.field == name else None
+            result[name] = self.field(name).read(
+                idx, None if out is None else out.get(name), once=once, transform=mine, epoch=epoch
+            )
+        self.stats.samples += len(idx)
+        self.stats.batches += 1
+        return result
+
+    def prefetch(self, fields: Sequence[str], indices: Sequence[int] | npt.ArrayLike) -> None:
+        """Start fetching the chunks a later read of ``indices`` needs and this process does
+        not hold (remote datasets fetch them in the background; local ones ignore it)."""
+        if not getattr(self.reader, "prefetches", False):
+            return  # a local dataset: nothing to fetch ahead (ring workers ask every batch)
+        idx = normalize_indices(indices, self.layout.num_samples)
+        for name in fields:
+            self.field(name).prefetch(idx)
+
+    def read_patches(
+        self,
+        volumes: VolumeSet,
+        kinds: Sequence[str],
+        plan: PatchReadPlan,
+        patch_size: tuple[int, ...],
+        *,
+        dtypes: Mapping[str, np.dtype[Any]],
+        pad_mode: PadMode,
+        pad_values: Mapping[str, float],
+    ) -> dict[str, npt.NDArray[Any]]:
+        """The patches of ``plan`` (made with pieces) for each of ``kinds``."""
+        if self._patches is None:
+            self._patches = PatchReads(self.ctx, self.cache_bytes)
+        return self._patches.read(
+            volumes,
+            kinds,
+            plan,
+            patch_size,
+            dtypes=dtypes,
+            pad_mode=pad_mode,
+            pad_values=pad_values,
+        )

@@ -1,0 +1,158 @@
+"""Patch reads (:class:`chunkio.patches.PatchDataset`): boxes cut out of volumes chunked along
+every axis.
+
+plan (pure, :func:`~chunkio.planning.plan_patch_reads`) -> read the chunks the cache lacks as
+few regions per volume (:func:`~chunkio.planning.chunk_boxes`) -> one copy per (patch, chunk)
+intersection into the batch.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from ..numeric import IntArray
+from ..planning import PatchReadPlan, chunk_boxes, piece_slices
+from ..volume_layout import VolumeSet
+from .base import ReadContext
+from .cache import DecodedChunkCache
+
+__all__ = ["PadMode", "PatchReads"]
+
+PadMode = Literal["constant", "edge"]
+
+
+class PatchReads:
+    """The patch reads of one process: a cache of decoded chunks per kind of volume.
+
+    ``cache_bytes``: decoded bytes the caches keep besides a batch's chunks.
+    """
+
+    def __init__(self, ctx: ReadContext, cache_bytes: int) -> None:
+        self.ctx = ctx
+        self.cache_bytes = cache_bytes
+        self._caches: dict[str, DecodedChunkCache] = {}
+
+    def read(
+        self,
+        volumes: VolumeSet,
+        kinds: Sequence[str],
+        plan: PatchReadPlan,
+        patch_size: tuple[int, ...],
+        *,
+        dtypes: Mapping[str, np.dtype[Any]],
+        pad_mode: PadMode,
+        pad_values: Mapping[str, float],
+    ) -> dict[str, npt.NDArray[Any]]:
+        """The patches of ``plan`` (made with pieces) for each of ``kinds``."""
+        out: dict[str, npt.NDArray[Any]] = {}
+        stats = self.ctx.stats
+        for kind in kinds:
+            shape = (len(plan.keys), *volumes.item_shape(kind, patch_size))
+            batch = np.full(shape, pad_values.get(kind, 0), dtype=dtypes[kind])
+            cache = self._cache(volumes, kind, np.dtype(dtypes[kind]), len(kinds))
+            slots = self._admit(volumes, kind, cache, plan.chunks)
+            started = time.perf_counter()
+            held = slots.tolist()
+            for piece in plan.pieces.tolist():  # one copy per (patch, chunk) intersection
+                b, row, src, dst = piece_slices(piece, volumes.ndim)
+                into: tuple[Any, ...] = (b, Ellipsis, *dst)
+                batch[into] = cache.buffer[(held[row], Ellipsis, *src)]
+            if pad_mode == "edge":
+                _pad_edges(batch, plan.inner, patch_size)
+            stats.gather_s += time.perf_counter() - started
+            stats.bytes_delivered += batch.nbytes
+            out[kind] = batch
+        stats.patches += len(plan.keys)
+        stats.batches += 1
+        return out
+
+    def _cache(
+        self, volumes: VolumeSet, kind: str, dtype: np.dtype[Any], share: int
+    ) -> DecodedChunkCache:
+        """The cache of ``kind``: one serves every volume (chunk ids numbered volume by
+        volume), so memory does not grow with the number of volumes."""
+        cache = self._caches.get(kind)
+        if cache is None:
+            slot_shape = volumes.item_shape(kind, volumes.chunks)
+            nbytes = int(np.prod(slot_shape)) * dtype.itemsize
+            cache = self._caches[kind] = DecodedChunkCache(
+                rows_per_chunk=1,
+                sample_shape=slot_shape,
+                dtype=dtype,
+                capacity=self.cache_bytes // max(1, nbytes * share),
+            )
+        return cache
+
+    def _admit(
+        self, volumes: VolumeSet, kind: str, cache: DecodedChunkCache, chunks: IntArray
+    ) -> IntArray:
+        """The slot holding each of ``chunks``: chunks the cache held already, the others read
+        as few boxes per volume and copied into free slots."""
+        ids = np.empty(len(chunks), np.int64)
+        base = np.concatenate(
+            [[0], np.cumsum([np.prod(volumes.chunk_grid(v)) for v in range(volumes.count)])]
+        )
+        for v in np.unique(chunks[:, 0]).tolist():
+            mine = chunks[:, 0] == v
+            local = np.ravel_multi_index(tuple(chunks[mine, 1:].T), volumes.chunk_grid(v))
+            ids[mine] = base[v] + local
+        # plan.chunks are in storage order (volume, then coordinates): ids ascend
+        slots, runs = cache.admit(ids)
+        missing = np.isin(ids, [c for run, _ in runs for c in run])
+        try:
+            self._fill_slots(volumes, kind, cache, chunks[missing], slots[missing])
+        except BaseException:
+            cache.forget(ids[missing].tolist())  # never serve a bad slot
+            raise
+        read = int(np.count_nonzero(missing))
+        self.ctx.stats.chunks_read += read
+        self.ctx.stats.cache_hits += len(ids) - read
+        return slots
+
+    def _fill_slots(
+        self,
+        volumes: VolumeSet,
+        kind: str,
+        cache: DecodedChunkCache,
+        chunks: IntArray,
+        slots: IntArray,
+    ) -> None:
+        size = volumes.chunks
+        for v in np.unique(chunks[:, 0]).tolist():
+            mine = chunks[:, 0] == v
+            keys = map(tuple, chunks[mine, 1:].tolist())
+            slot_of = dict(zip(keys, slots[mine].tolist(), strict=True))
+            name, shape = volumes.array(kind, v)[0], volumes.shapes[v]
+            for c_lo, c_hi in chunk_boxes(chunks[mine, 1:]):
+                lo = tuple(a * c for a, c in zip(c_lo, size, strict=True))
+                hi = tuple(min(b * c, n) for b, c, n in zip(c_hi, size, shape, strict=True))
+                region = volumes.region(kind, v, lo, hi)
+                buf = np.empty(tuple(r.stop - r.start for r in region), cache.buffer.dtype)
+                self.ctx.reader.read_region(name, region, buf)
+                self.ctx.stats.bytes_decoded += buf.nbytes
+                data = buf[0]
+                for coords in itertools.product(*map(range, c_lo, c_hi)):
+                    a = [x * c - o for x, c, o in zip(coords, size, lo, strict=True)]
+                    z = [min(p + c, h - o) for p, c, h, o in zip(a, size, hi, lo, strict=True)]
+                    src = tuple(slice(p, q) for p, q in zip(a, z, strict=True))
+                    dst = tuple(slice(0, q - p) for p, q in zip(a, z, strict=True))
+                    cache.buffer[(slot_of[coords], Ellipsis, *dst)] = data[(Ellipsis, *src)]
+
+
+def _pad_edges(batch: npt.NDArray[Any], inner: IntArray, patch_size: tuple[int, ...]) -> None:
+    """Replace the padding of patches that stick out by their nearest in-volume voxels."""
+    full = np.asarray(patch_size)
+    for b in range(len(batch)):
+        lo, hi = inner[b]
+        if (lo == 0).all() and (hi == full).all():
+            continue
+        core = batch[b][(..., *(slice(a, z) for a, z in zip(lo, hi, strict=True)))]
+        lead = [(0, 0)] * (batch[b].ndim - len(full))
+        pads = lead + [(int(a), int(n - z)) for a, z, n in zip(lo, hi, full, strict=True)]
+        batch[b] = np.pad(core, pads, mode="edge")
