@@ -17,7 +17,17 @@ CODEC_TABLE = PACKAGE / "backends" / "codec_table.py"
 ENGINE = PACKAGE / "backends" / "_zarr_engine.py"
 
 #: compressor APIs: calling one outside the codec table is a second codec table
-_COMPRESSOR_MODULES = {"numcodecs", "hdf5plugin", "zlib", "lz4", "zstandard", "blosc"}
+_COMPRESSOR_MODULES = {
+    "numcodecs",
+    "hdf5plugin",
+    "zlib",
+    "deflate",
+    "isal",
+    "zlib_ng",
+    "lz4",
+    "zstandard",
+    "blosc",
+}
 #: names and HDF5 filter ids of compressors: a dict keyed by them is a codec table
 _CODEC_KEYS = {"zstd", "blosc", "gzip", "lz4", "deflate", 1, 32001, 32004, 32015}
 #: uses of those modules that are not codecs: PNG chunk CRCs, Blosc's thread count
