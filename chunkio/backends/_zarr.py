@@ -212,8 +212,10 @@ class ZarrReader:
         # and an unknown or unsafe codec must be refused by _array, not crash a listing.
         from zarr.core.sync import sync
 
+        group = self._group  # opened here: zarr cannot open a group inside its own loop
+
         async def children() -> list[str]:
-            return [k async for k in self._group.store.list_dir(self._group.path)]
+            return [k async for k in group.store.list_dir(group.path)]
 
         try:
             names = sync(children())

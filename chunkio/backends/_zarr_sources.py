@@ -13,8 +13,7 @@ import os
 from collections.abc import Hashable, Sequence
 from typing import Protocol
 
-from ..errors import MissingChunkError
-from ..remote import RangeFetcher, RemoteNotFoundError
+from ..remote import RangeFetcher
 
 __all__ = ["ByteSource", "LocalFiles", "RemoteObjects", "Request", "Version", "is_remote"]
 
@@ -129,12 +128,7 @@ class RemoteObjects:
         return self.fetcher.full_url(self._key(key))
 
     def fetch(self, requests: Sequence[Request]) -> list[bytes | None]:
-        try:
-            got = self.fetcher.cat_ranges([(self._key(k), a, b) for k, a, b in requests])
-        except RemoteNotFoundError as err:
-            # one concurrent round: which object was missing is in the error's URL
-            raise MissingChunkError(str(err)) from err
-        return list(got)
+        return self.fetcher.cat_ranges_or_none([(self._key(k), a, b) for k, a, b in requests])
 
     def version(self, key: str) -> Version:
         return None, None  # a remote reader assumes the dataset is not rewritten under it

@@ -23,8 +23,9 @@ __all__ = ["DiskCache", "Fetch", "Range"]
 
 #: ``(key, start, stop)``, as :meth:`chunkio.remote.RangeFetcher.cat_ranges` takes them
 Range = tuple[str, int | None, int | None]
-#: fetch ranges: each one's bytes, or the error it failed with
-Fetch = Callable[[list[Range]], list[bytes | BaseException]]
+#: fetch ranges: each one's bytes, ``None`` for an object that does not exist (where the
+#: caller asked so), or the error it failed with
+Fetch = Callable[[list[Range]], list[bytes | BaseException | None]]
 
 
 class DiskCache:
@@ -55,9 +56,10 @@ class DiskCache:
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
-    def cat_ranges(self, requests: Sequence[Range], fetch: Fetch) -> list[bytes]:
-        """Each range's bytes: from the cache, or fetched (all misses in one call) and kept.
-        The first failure is raised; the ranges that did arrive are kept anyway."""
+    def cat_ranges(self, requests: Sequence[Range], fetch: Fetch) -> list[bytes | None]:
+        """Each range's bytes: from the cache, or fetched (all misses in one call) and kept
+        (``None``: no such object, as ``fetch`` says). The first failure is raised; the ranges
+        that did arrive are kept anyway."""
         out: list[bytes | None] = [self.get(*r) for r in requests]
         todo = [i for i, b in enumerate(out) if b is None]
         if todo:
@@ -66,12 +68,12 @@ class DiskCache:
             for i, res in zip(todo, results, strict=True):
                 if isinstance(res, BaseException):
                     first_error = first_error or res
-                    continue
-                out[i] = res
-                self.put(*requests[i], res)
+                elif res is not None:
+                    out[i] = res
+                    self.put(*requests[i], res)
             if first_error is not None:
                 raise first_error
-        return [b if b is not None else b"" for b in out]
+        return out
 
     def _file(self, key: str, start: int | None, stop: int | None) -> str:
         digest = hashlib.sha256(self._ident(key, start, stop).encode()).hexdigest()

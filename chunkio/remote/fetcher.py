@@ -84,11 +84,11 @@ def _check_range(start: int | None, stop: int | None) -> None:
         raise ValueError(f"a negative start (suffix) needs stop=None, got ({start}, {stop})")
 
 
-def _first_error_raised(results: list[bytes | BaseException]) -> list[bytes]:
+def _first_error_raised(results: list[bytes | BaseException | None]) -> list[bytes | None]:
     for res in results:
         if isinstance(res, BaseException):
             raise res
-    return [r for r in results if isinstance(r, bytes)]
+    return [r for r in results if not isinstance(r, BaseException)]
 
 
 class RangeFetcher:
@@ -266,19 +266,35 @@ class RangeFetcher:
         end); a negative ``start`` with ``stop=None`` is the last ``-start`` bytes. The first
         failure (after its retries) is raised; the ranges that did arrive are cached anyway.
         """
+        return [b"" if b is None else b for b in self._ranges(requests, missing_ok=False)]
+
+    def cat_ranges_or_none(self, requests: Sequence[Range]) -> list[bytes | None]:
+        """:meth:`cat_ranges`, with ``None`` for each object that does not exist (other
+        failures are raised)."""
+        return self._ranges(requests, missing_ok=True)
+
+    def _ranges(self, requests: Sequence[Range], *, missing_ok: bool) -> list[bytes | None]:
         reqs = [(str(k), s, e) for k, s, e in requests]
         for _, s, e in reqs:
             _check_range(s, e)
-        out = [b""] * len(reqs)
+        out: list[bytes | None] = [b""] * len(reqs)
         todo = [i for i, (_, s, e) in enumerate(reqs) if s is None or e is None or e > s >= 0]
-        if todo:
-            wanted = [reqs[i] for i in todo]
-            if self._cache is not None:
-                got = self._cache.cat_ranges(wanted, self._fetch_many)
-            else:
-                got = _first_error_raised(self._fetch_many(wanted))
-            for i, data in zip(todo, got, strict=True):
-                out[i] = data
+        if not todo:
+            return out
+        wanted = [reqs[i] for i in todo]
+
+        def fetch(ranges: list[Range]) -> list[bytes | BaseException | None]:
+            results = self._fetch_many(ranges)
+            if not missing_ok:
+                return list(results)
+            return [None if isinstance(r, RemoteNotFoundError) else r for r in results]
+
+        if self._cache is not None:
+            got = self._cache.cat_ranges(wanted, fetch)
+        else:
+            got = _first_error_raised(fetch(wanted))
+        for i, data in zip(todo, got, strict=True):
+            out[i] = data
         return out
 
     def get(self, key: str) -> bytes:

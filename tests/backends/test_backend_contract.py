@@ -1,6 +1,6 @@
 """Every read engine runs the same contract suite: chunkio's Zarr engine on chunk files and on
-shards, zarr-python's general path, HDF5 raw chunk reads and h5py, and the in-memory reference
-(the remote engine runs it against a loopback S3 server in the remote tests)."""
+shards, locally and from a loopback S3 server (moto, started by the session fixture), zarr-python's
+general path, HDF5 raw chunk reads and h5py, and the in-memory reference."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
-from chunkio.backends import Reader
+from chunkio.backends import Reader, open_reader
 from chunkio.backends._hdf5 import HDF5Reader
 from chunkio.backends._memory import delete_memory_store
 from chunkio.backends._zarr import ZarrReader
 from chunkio.testing.contract import BackendContract
+from chunkio.testing.servers import S3Server, s3_server_fixture  # noqa: F401 (pytest fixture)
 
 _ids = itertools.count()
 
@@ -27,6 +28,22 @@ class TestZarrBackend(BackendContract):
 
 
 class TestZarrShardedBackend(TestZarrBackend):
+    shard_chunks = 2
+
+
+class TestZarrRemote(TestZarrBackend):
+    """The engine reading what the writer made locally, uploaded to S3 (each open a new copy)."""
+
+    @pytest.fixture(autouse=True)
+    def _s3(self, s3_server: S3Server) -> None:
+        self.s3 = s3_server
+
+    def open(self, location: Any) -> Reader:
+        url = self.s3.upload_dir(location, "contract", f"d{next(_ids)}")
+        return open_reader(url, storage_options=self.s3.storage_options())
+
+
+class TestZarrRemoteSharded(TestZarrRemote):
     shard_chunks = 2
 
 
