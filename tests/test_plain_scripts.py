@@ -1,7 +1,7 @@
 """Conversions started from plain scripts: no main guard, worker pools, SIGKILL, progress.
 
 Under spawn and forkserver CPython re-runs the caller's script in every child; conversion
-workers must not (see :mod:`chunkio.convert.procpool`), or a script without
+workers must not (see :mod:`chunkio.convert.processes`), or a script without
 ``if __name__ == "__main__":`` converts again in each worker and the pool breaks. Workers
 must also exit with the converting process (RELIABILITY row 10: no orphans), and each
 progress bar must print its final line once.
@@ -54,14 +54,14 @@ import multiprocessing
 import sys
 
 sys.path.insert(0, {TESTS!r})
-from chunkio.convert import image_check, procpool
+from chunkio.convert import image_check, processes
 
 if sys.argv[1] != "default":
     multiprocessing.set_start_method(sys.argv[1], force=True)
 image_check.POOL_MIN_SECONDS = 0.0  # pools even for small folders
 
 POOLS = []  # the start method of every pool the conversion opens
-_init = procpool.ConversionPool.__init__
+_init = processes.WorkerProcesses.__init__
 
 
 def _counting_init(self, *args, **kwargs):
@@ -69,7 +69,7 @@ def _counting_init(self, *args, **kwargs):
     POOLS.append(self.start_method)
 
 
-procpool.ConversionPool.__init__ = _counting_init
+processes.WorkerProcesses.__init__ = _counting_init
 print("start", flush=True)
 """
 
@@ -298,9 +298,9 @@ import os
 import time
 from multiprocessing import forkserver
 
-procpool.warm_up()
+processes.warm_up()
 server = forkserver._forkserver
-deadline = time.monotonic() + (60 if procpool.start_method() == "forkserver" else 0)
+deadline = time.monotonic() + (60 if processes.start_method() == "forkserver" else 0)
 loaded = False
 while not loaded and time.monotonic() < deadline:  # the server imports in the background
     pid = server._forkserver_pid
@@ -309,7 +309,7 @@ while not loaded and time.monotonic() < deadline:  # the server imports in the b
             loaded = "simplejpeg" in fh.read()
     time.sleep(0.02)
 print("preloaded", loaded)
-with procpool.process_pool(2) as pool:
+with processes.worker_processes(2) as pool:
     print("workers", len({pool.submit(os.getpid).result() for _ in range(8)}) >= 1)
 """
 
@@ -319,7 +319,7 @@ with procpool.process_pool(2) as pool:
 def test_the_warmed_up_forkserver_has_the_worker_modules_and_not_the_script(
     method: str, tmp_path: Path
 ) -> None:
-    """``procpool.warm_up``: imports done once in the server, the caller's script never run."""
+    """``processes.warm_up``: imports done once in the server, the caller's script never run."""
     lines, _ = run_script(tmp_path, WARM_UP, method=method)
     pools = pools_and_body_ran_once(lines, method)  # "start" once: no process ran the script
     assert len(pools) == 1 and "workers True" in lines, lines

@@ -25,13 +25,13 @@ from chunkio.convert.arrays import ArraySource, write_arrays
 def pools(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The worker count of every pool the engine starts."""
     started: list[int] = []
-    real = engine.process_pool
+    real = engine.worker_processes
 
     def counting(workers: int, **kw: Any) -> Any:
         started.append(workers)
         return real(workers, **kw)
 
-    monkeypatch.setattr(engine, "process_pool", counting)
+    monkeypatch.setattr(engine, "worker_processes", counting)
     return started
 
 
