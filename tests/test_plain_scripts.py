@@ -377,12 +377,11 @@ def final_lines(err: str) -> list[str]:
 def test_each_progress_bar_prints_its_final_line_once(
     photos: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    from chunkio.convert import image_check, pipeline, volumes
+    from chunkio.convert import engine
 
     # Draw on every update (as a slow conversion does): the last update then reaches 100%.
     eager = functools.partial(tqdm, mininterval=0, miniters=1)
-    for module in (image_check, pipeline, volumes):
-        monkeypatch.setattr(module, "tqdm", eager)
+    monkeypatch.setattr(engine, "tqdm", eager)  # every bar of a conversion is the engine's
     convert_images(photos, tmp_path / "p.zarr", size=16, workers=1)
     lines = final_lines(capsys.readouterr().err)
     assert [x.split(":")[0] for x in lines] == ["check", "p.zarr"], lines

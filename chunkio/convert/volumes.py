@@ -128,7 +128,8 @@ def convert_volumes(
         or values break the dtype or NaN policy.
     """
     started = time.perf_counter()
-    job = _plan(src, labels, chunks, dtype, label_dtype, on_overflow, nan_policy)
+    values = VoxelOptions(chunks, dtype, label_dtype, on_overflow, nan_policy)
+    job = _plan(src, labels, values)
     if class_names is not None:
         job = replace(job, class_names=tuple(str(c) for c in class_names))
     fmt: Format = format or detect_format(dst)
@@ -261,19 +262,30 @@ def _json_meta(meta: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in meta.items() if k in ("affine", "spacing", "axcodes", "unit", "axes")}
 
 
-def _plan(
-    src: Paths,
-    labels: Paths | None,
-    chunks: int | Sequence[int] | None,
-    dtype: npt.DTypeLike | None,
-    label_dtype: npt.DTypeLike | None,
-    on_overflow: OnOverflow,
-    nan_policy: NanPolicy,
-) -> _Job:
-    if on_overflow not in ("error", "clip", "scale"):
-        raise ValueError(f"on_overflow must be 'error', 'clip' or 'scale'; got {on_overflow!r}")
-    if nan_policy not in ("error", "zero", "keep"):
-        raise ValueError(f"nan_policy must be 'error', 'zero' or 'keep'; got {nan_policy!r}")
+@dataclass(frozen=True)
+class VoxelOptions:
+    """How voxels are stored (see :func:`convert_volumes`): the spatial chunk shape asked for,
+    the dtypes, and the value policies; checked when made."""
+
+    chunks: int | Sequence[int] | None = None
+    dtype: npt.DTypeLike | None = None
+    label_dtype: npt.DTypeLike | None = None
+    on_overflow: OnOverflow = "error"
+    nan_policy: NanPolicy = "error"
+
+    def __post_init__(self) -> None:
+        if self.on_overflow not in ("error", "clip", "scale"):
+            raise ValueError(
+                f"on_overflow must be 'error', 'clip' or 'scale'; got {self.on_overflow!r}"
+            )
+        if self.nan_policy not in ("error", "zero", "keep"):
+            raise ValueError(
+                f"nan_policy must be 'error', 'zero' or 'keep'; got {self.nan_policy!r}"
+            )
+
+
+def _plan(src: Paths, labels: Paths | None, values: VoxelOptions) -> _Job:
+    on_overflow, nan_policy = values.on_overflow, values.nan_policy
     images = [probe_volume(p) for p in volume_files(src)]
     label_files = (
         None
@@ -291,16 +303,16 @@ def _plan(
     shapes = tuple(i.spatial for i in images)
     volumes = VolumeSet(
         shapes=shapes,
-        chunks=_chunk_shape(chunks, shapes),
+        chunks=_chunk_shape(values.chunks, shapes),
         stacked=len(set(shapes)) == 1,
         channels=images[0].channels,
         label=None if label_files is None else "label",
     )
-    image_dtype = choose_dtype([i.dtype for i in images], dtype, label=False)
+    image_dtype = choose_dtype([i.dtype for i in images], values.dtype, label=False)
     lab_dtype = (
         None
         if label_files is None
-        else choose_dtype([lab.dtype for lab in label_files], label_dtype, label=True)
+        else choose_dtype([lab.dtype for lab in label_files], values.label_dtype, label=True)
     )
     tasks = tuple(
         VolumeTask(
