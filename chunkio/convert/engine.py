@@ -176,7 +176,7 @@ def progress_bar(progress: Progress) -> tqdm[Any]:
         total=progress.total,
         initial=progress.done,
         unit=progress.unit,
-        unit_scale=progress.unit == "sample",
+        unit_scale=progress.scale,
         desc=progress.label,
         disable=not progress.show,
         dynamic_ncols=True,

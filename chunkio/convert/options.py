@@ -47,13 +47,15 @@ class Execution:
 
 @dataclass(frozen=True)
 class Progress:
-    """A progress bar of a job: ``total`` units (``unit``), ``done`` of them already."""
+    """A progress bar of a job: ``total`` units (``unit``), ``done`` of them already;
+    ``scale``: counts shown as 1.2k, 3.4M (samples)."""
 
     total: int
     unit: str
     label: str
     show: bool = True
     done: int = 0
+    scale: bool = False
 
 
 @dataclass(frozen=True)

@@ -261,6 +261,7 @@ def _write_blocks(
         label=_label(dest.location),
         show=options.progress,
         done=num_samples - sum(b.stop - b.start for b in todo),
+        scale=True,
     )
     drive(
         job,
