@@ -170,19 +170,19 @@ def _convert(
     root: Path, dst: Path, workers: int, *, pooled: bool, encoding: str = "raw"
 ) -> tuple[float, float]:
     """Seconds of the whole conversion, and of its write pass (``result.seconds``)."""
-    from chunkio.convert import image_check
+    from chunkio.convert import workers as pool_policy
     from chunkio.convert.images import convert_images
 
     shutil.rmtree(dst, ignore_errors=True)
-    saved = image_check.POOL_MIN_SECONDS
+    saved = pool_policy.POOL_MIN_SECONDS
     if pooled:
-        image_check.POOL_MIN_SECONDS = 0.0
+        pool_policy.POOL_MIN_SECONDS = 0.0
     try:
         start = time.perf_counter()
         result = convert_images(root, dst, workers=workers, progress=False, encoding=encoding)
         total = time.perf_counter() - start
     finally:
-        image_check.POOL_MIN_SECONDS = saved
+        pool_policy.POOL_MIN_SECONDS = saved
         shutil.rmtree(dst, ignore_errors=True)
     return total, result.seconds
 

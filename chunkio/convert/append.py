@@ -38,21 +38,26 @@ import contextlib
 import os
 import shutil
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from .._fsync import fsync_path
-from ..backends import Format, detect_format, open_reader, open_writer, storage_for
+from ..backends import Format, Writer, detect_format, open_reader, open_writer, storage_for
 from ..errors import ConversionError, DatasetNotFoundError, SourceError
 from ..layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout
+from ..numeric import ceil_div
 from .arrays import ArraySource
+from .engine import drive
 from .locking import DestinationLock
+from .options import Execution, Progress
 from .shuffling import ORDER_KEY, SOURCE_INDEX, ShuffledSource, check_order_options
 from .source import BlockSource, ConversionResult
 from .staging import REPLACED, is_local, publish
+from .writing import apply_writes
 
 __all__ = ["append_arrays"]
 
@@ -292,10 +297,21 @@ def _reset(staging: str) -> None:
 # -- building the new version ---------------------------------------------------------------
 
 
-def _tail_blocks(
-    source: BlockSource, old: DatasetLayout, tail: dict[str, npt.NDArray[Any]]
-) -> Iterator[tuple[int, dict[str, npt.NDArray[Any]]]]:
-    """Chunk-aligned blocks ``(start, {field: rows})``: the old partial chunk, then new rows.
+@dataclass(frozen=True)
+class _TailBlock:
+    """Rows ``start ..`` of the new arrays: new samples ``pos .. stop``, after the old partial
+    chunk's rows in the first block."""
+
+    start: int
+    pos: int
+    stop: int
+
+    def describe(self) -> str:
+        return f"new samples {self.pos}..{self.stop - 1} (rows from {self.start})"
+
+
+def _tail_blocks(source: BlockSource, old: DatasetLayout) -> list[_TailBlock]:
+    """Chunk-aligned blocks: the old partial chunk, then new rows.
 
     The first block fills the old partial chunk up (its old rows first); the others are
     ``_BLOCK_CHUNKS`` whole chunks, the last one ending at the new end of the arrays.
@@ -303,17 +319,46 @@ def _tail_blocks(
     spc = old.samples_per_chunk
     kept = old.num_samples % spc  # rows of the old partial chunk, rewritten in block one
     start = old.num_samples - kept
-    pos = 0
+    pos, out = 0, []
     while pos < source.num_samples:
         size = spc - kept if pos == 0 and kept else spc * _BLOCK_CHUNKS
         stop = min(source.num_samples, pos + size)
-        rows = source.read_block(pos, stop)
-        block = {f.name: rows[f.name].astype(f.dtype, copy=False) for f in old.fields}
-        if pos == 0 and kept:
-            block = {name: np.concatenate([tail[name], b]) for name, b in block.items()}
-        yield start, block
-        start += len(block[old.fields[0].name])
+        out.append(_TailBlock(start, pos, stop))
+        start += stop - pos + (kept if pos == 0 else 0)
         pos = stop
+    return out
+
+
+@dataclass(frozen=True)
+class _AppendJob:
+    """Reads a block of new samples, cast to the stored dtypes (after the old tail's rows)."""
+
+    source: BlockSource
+    old: DatasetLayout
+    tail: dict[str, npt.NDArray[Any]]
+
+    def run(self, task: _TailBlock) -> dict[str, npt.NDArray[Any]]:
+        rows = self.source.read_block(task.pos, task.stop)
+        block = {f.name: rows[f.name].astype(f.dtype, copy=False) for f in self.old.fields}
+        if task.pos == 0 and self.tail:
+            block = {name: np.concatenate([self.tail[name], b]) for name, b in block.items()}
+        return block
+
+    def written(self, result: Any) -> bool:
+        return False  # the calling process writes the copy
+
+
+@dataclass(frozen=True)
+class _AppendOutput:
+    """Blocks into the copy; made durable together at the end (not resumable)."""
+
+    writer: Writer
+
+    def write(self, task: _TailBlock, block: dict[str, npt.NDArray[Any]]) -> None:
+        apply_writes(self.writer, [(name, task.start, rows) for name, rows in block.items()])
+
+    def done(self, task: _TailBlock, block: dict[str, npt.NDArray[Any]]) -> int:
+        return 1
 
 
 def _old_tail(path: str, layout: DatasetLayout) -> dict[str, npt.NDArray[Any]]:
@@ -346,19 +391,24 @@ def _build(
     storage = storage_for(fmt)
     storage.copy_for_growth(path, data, names, old.num_samples, new.num_samples)
     writer = open_writer(data, format=fmt)
-    blocks = 0
+    blocks = _tail_blocks(source, old)
     try:
         # Not complete while it is written, so a reader of the copy would be told so.
         writer.set_attrs({COMPLETE_KEY: False})
-        for start, block in _tail_blocks(source, old, tail):
-            for name, rows in block.items():
-                writer.write_block(name, start, rows)
-            blocks += 1
+        drive(
+            _AppendJob(source, old, tail),
+            blocks,
+            execution=Execution(),
+            output=_AppendOutput(writer),
+            progress=Progress(len(blocks), "block", "append", show=False),
+            destination=None,  # errors as they are: the old dataset is intact
+            resumable=False,
+        )
         writer.flush()
         spc = old.samples_per_chunk  # the chunks written here; the linked ones are durable
-        storage.sync_chunks(data, names, old.num_samples // spc, -(-new.num_samples // spc))
+        storage.sync_chunks(data, names, old.num_samples // spc, ceil_div(new.num_samples, spc))
         writer.set_attrs({ATTR_KEY: new.to_attrs()})
         writer.set_attrs({COMPLETE_KEY: True})
     finally:
         writer.close()
-    return blocks
+    return len(blocks)

@@ -15,11 +15,13 @@ from ..backends.base import DEFAULT_CODEC
 from ..errors import SourceError
 from ..layout import FieldInfo
 from ..names import validate_field_name
-from . import image_check
+from ..numeric import ceil_div
 from .chunking import DEFAULT_CHUNK_BYTES, choose_samples_per_chunk
-from .pipeline import ConversionResult, run_conversion
+from .options import ConversionOptions, Execution
+from .pipeline import ConversionResult, convert_source
 from .rerun import Request, compression_option
 from .shuffling import check_order_options, gather_rows, order_extra, shuffled
+from .workers import Work, check_workers, worker_count
 
 __all__ = ["SHUFFLED_BLOCK_BYTES", "ArraySource", "write_arrays"]
 
@@ -226,23 +228,12 @@ class ArraySource:
         in_order = max(1, largest // samples_per_chunk)
         if not shuffled:
             return in_order
-        return max(in_order, -(-SHUFFLED_BLOCK_BYTES // chunk_bytes))
+        return max(in_order, ceil_div(SHUFFLED_BLOCK_BYTES, chunk_bytes))
 
     @property
     def in_memory(self) -> bool:
         """Whether every field is a NumPy array (nothing to read: a worker pool cannot help)."""
         return all(isinstance(a, np.ndarray) for a in self._arrays.values())
-
-
-def _in_process(source: ArraySource, workers: object, client: object) -> bool:
-    """Whether a write asked to use a pool runs in this process instead (see ``workers``)."""
-    return (
-        source.in_memory
-        and client is None
-        and type(workers) is int
-        and workers > 1
-        and image_check.POOL_MIN_SECONDS > 0
-    )
 
 
 def write_arrays(
@@ -293,7 +284,7 @@ def write_arrays(
         and a pool was measured slower (1 GiB on 2 cores, when zarr-python still wrote the
         chunks: 3.2x the time with the arrays pickled to each worker, 1.2x with them in
         shared memory; not measured again since chunkio writes them). Setting
-        :data:`chunkio.convert.image_check.POOL_MIN_SECONDS` to ``0.0`` forces the pool.
+        :data:`chunkio.convert.workers.POOL_MIN_SECONDS` to ``0.0`` forces the pool.
     shuffle, seed
         Store the samples in the order ``perm = np.random.default_rng(seed).permutation(N)``
         (stored row ``i`` holds sample ``perm[i]``), so that every chunk is a random subset,
@@ -332,8 +323,9 @@ def write_arrays(
         compression = Compression(codec=compression, checksum=checksum)
     valid = isinstance(samples_per_chunk, int) and samples_per_chunk >= 1  # else: rejected below
     block_chunks = source.block_chunks(samples_per_chunk, shuffled=shuffle) if valid else 1
-    if _in_process(source, workers, client):
-        workers = 1
+    check_workers(workers)
+    # NumPy inputs: nothing to read, a pool cannot pay (see chunkio.convert.workers.Work)
+    workers = worker_count(workers, client=client, work=lambda: Work(reads=not source.in_memory))
     options = {
         "format": format or detect_format(dst),
         "samples_per_chunk": samples_per_chunk if valid else None,
@@ -347,18 +339,16 @@ def write_arrays(
         request = Request("arrays", source.fingerprint(), options)
     except TypeError as err:  # extra that JSON cannot hold
         raise TypeError(f"extra must be JSON-serialisable; got {extra!r}: {err}") from err
-    return run_conversion(
-        shuffled(source, shuffle=shuffle, seed=seed),
-        dst,
+    write = ConversionOptions(
         format=format,
         samples_per_chunk=samples_per_chunk,
         compression=compression,
-        class_names=class_names,
+        class_names=None if class_names is None else tuple(class_names),
         extra=order_extra(extra, shuffle=shuffle, seed=seed),
         overwrite=overwrite,
-        workers=workers,
-        client=client,
+        execution=Execution(workers, client),
         progress=progress,
         block_chunks=block_chunks,
         request=request,
     )
+    return convert_source(shuffled(source, shuffle=shuffle, seed=seed), dst, write)

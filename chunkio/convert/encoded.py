@@ -36,11 +36,11 @@ import numpy.typing as npt
 from ..errors import SourceError
 from ..grid import SampleGrid
 from ..layout import FieldInfo, encoded_array_names
+from ..numeric import IntArray, ceil_div
 from .ragged import checked_shapes, grouped_starts, per_chunk
 
 __all__ = ["EncodedPlan", "image_capacity"]
 
-IntArray = npt.NDArray[np.int64]
 
 #: an image's region share: this many times its decoded bytes ...
 _CAPACITY_FACTOR = 2
@@ -82,10 +82,10 @@ class EncodedPlan:
         decoded = np.prod(shapes, axis=1, dtype=np.int64) * field.dtype.itemsize
         totals = per_chunk(decoded, grid)
         median = int(np.median(totals)) if totals.size else 0
-        chunk_len = max(_MIN_CHUNK, -(-(median // 4) // 4096) * 4096)
+        chunk_len = max(_MIN_CHUNK, ceil_div(median // 4, 4096) * 4096)
         room = per_chunk(image_capacity(decoded), grid)
         group = max(1, min(int(group), grid.num_chunks))
-        region, shard_len = grouped_starts(-(-room // chunk_len), group)
+        region, shard_len = grouped_starts(-(-room // chunk_len), group)  # arrays
         return cls(field, grid, shapes, region, chunk_len, group if shard_len else 1, shard_len)
 
     @property
@@ -131,7 +131,7 @@ class EncodedPlan:
                     f"to {total} bytes, more than the {room} reserved for them (over "
                     f"{_CAPACITY_FACTOR}x their decoded size); store them with encoding='raw'"
                 )
-            buf = np.zeros(-(-total // self.chunk_len) * self.chunk_len, np.uint8)
+            buf = np.zeros(ceil_div(total, self.chunk_len) * self.chunk_len, np.uint8)
             ends = np.cumsum(sizes)
             for part, end, size in zip(parts, ends.tolist(), sizes.tolist(), strict=True):
                 buf[end - size : end] = part

@@ -7,6 +7,12 @@ number of tasks in flight (memory stays bounded) and hands each result to ``fini
 calling process, in whatever order tasks complete; ``finish`` writes what the worker did not
 write itself and records the task in the manifest.
 
+:func:`drive` is the one conversion driver on top: it shows the progress bar and, for each
+finished task, has the :class:`Output` write what the worker returned (in this process) and
+record the task once it is durable. Images, arrays, volumes, appends and stitching all go
+through it; how many workers, and whether a pool is worth starting, is answered once, in
+:mod:`chunkio.convert.workers`.
+
 On the first failure nothing new starts, queued tasks are cancelled (on dask, submitted tasks
 are waited for instead: they cannot be told apart from running ones), running ones that the
 worker already wrote are still finished (less to redo on resume), and the failure is raised
@@ -16,17 +22,23 @@ naming the destination and the task.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sized
 from concurrent.futures import FIRST_COMPLETED, Future
 from concurrent.futures import wait as futures_wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from ..errors import ConversionError, OptionalDependencyError, SourceError
-from .procpool import MAIN_GUARD_HINT, ConversionPool, process_pool
+from tqdm.auto import tqdm
 
-__all__ = ["Job", "Task", "require_distributed", "run_tasks"]
+from ..errors import ConversionError, OptionalDependencyError, SourceError
+from .options import Execution, Progress
+from .processes import MAIN_GUARD_HINT, WorkerProcesses, worker_processes
+from .progress import advance
+from .workers import Work, pool_pays
+
+__all__ = ["Job", "Output", "Task", "drive", "progress_bar", "require_distributed", "run_tasks"]
 
 
 class Task(Protocol):
@@ -39,6 +51,7 @@ T = TypeVar("T", bound=Task)
 R = TypeVar("R")
 T_contra = TypeVar("T_contra", bound=Task, contravariant=True)
 R_co = TypeVar("R_co", covariant=True)
+R_contra = TypeVar("R_contra", contravariant=True)
 
 
 class Job(Protocol[T_contra, R_co]):
@@ -99,7 +112,7 @@ def _dask_task(job: Any, task: Any) -> Any:
 
 
 class _Pool(Generic[T]):
-    def __init__(self, pool: ConversionPool, workers: int) -> None:
+    def __init__(self, pool: WorkerProcesses, workers: int) -> None:
         self.pool, self.max_in_flight = pool, 2 * workers
 
     def submit(self, task: T) -> Future[Any]:
@@ -145,36 +158,102 @@ def require_distributed() -> None:
         ) from err
 
 
+class Output(Protocol[T_contra, R_contra]):
+    """Where :func:`drive` puts finished tasks, in the calling process."""
+
+    def write(self, task: T_contra, result: R_contra) -> None:
+        """Write (and make durable) what a worker returned instead of writing it."""
+        ...
+
+    def done(self, task: T_contra, result: R_contra) -> int:
+        """The task's chunks are durable: record it; returns the units of progress it made."""
+        ...
+
+
+def progress_bar(progress: Progress) -> tqdm[Any]:
+    """The bar of a job (or of a pass over files): one per job, drawn here only."""
+    return tqdm(
+        total=progress.total,
+        initial=progress.done,
+        unit=progress.unit,
+        unit_scale=progress.scale,
+        desc=progress.label,
+        disable=not progress.show,
+        dynamic_ncols=True,
+    )
+
+
+def drive(
+    job: Job[T, R],
+    tasks: Iterable[T],
+    *,
+    execution: Execution,
+    output: Output[T, R],
+    progress: Progress,
+    destination: str | None,
+    resumable: bool = True,
+) -> None:
+    """The conversion driver: run ``tasks``, have ``output`` write what the workers did not
+    and record each task once durable, advancing the bar.
+
+    ``destination`` names where failures happened (see :func:`run_tasks`); ``None`` raises
+    them as they are (an append or a stitch: nothing to resume).
+    """
+    with progress_bar(progress) as bar:
+
+        def finish(task: T, result: R) -> None:
+            if not job.written(result):
+                output.write(task, result)
+            advance(bar, output.done(task, result))
+
+        run_tasks(
+            job,
+            tasks,
+            execution=execution,
+            finish=finish,
+            destination=destination,
+            unit=progress.unit,
+            resumable=resumable,
+        )
+
+
 def run_tasks(
     job: Job[T, R],
-    tasks: Sequence[T],
+    tasks: Iterable[T],
     *,
-    workers: int,
-    client: Any,
+    execution: Execution,
     finish: Callable[[T, R], None],
-    destination: str,
+    destination: str | None,
     unit: str,
     resumable: bool = True,
+    start_here: bool = False,
 ) -> None:
     """Run ``job`` on every task; call ``finish(task, result)`` here as each completes.
 
-    ``client`` (a ``dask.distributed.Client``) runs tasks on its cluster, whose workers must
-    share this machine's filesystem; else ``workers > 1`` runs a process pool that never runs
-    the caller's ``__main__`` and dies with this process (:mod:`~chunkio.convert.procpool`);
-    else tasks run here. ``unit`` names tasks in messages ("block", "volume"); ``resumable``
-    says whether finished tasks survive a failure (errors then say "rerun to resume").
+    ``execution.client`` (a ``dask.distributed.Client``) runs tasks on its cluster, whose
+    workers must share this machine's filesystem; else ``workers > 1`` runs a process pool
+    that never runs the caller's ``__main__`` and dies with this process
+    (:mod:`~chunkio.convert.processes`); else tasks run here. ``start_here``: without a
+    client, tasks run here, timed, until the rest is estimated worth a pool
+    (:func:`~chunkio.convert.workers.pool_pays`). ``unit`` names tasks in messages ("block",
+    "volume"); ``resumable`` says whether finished tasks survive a failure (errors then say
+    "rerun to resume"); ``destination=None`` raises failures unwrapped.
     """
-    if not tasks:
-        return
-    where = _Where(destination, f"finished {unit}s are kept: rerun to resume" if resumable else "")
+    kept = f"finished {unit}s are kept: rerun to resume" if resumable else ""
+    where = None if destination is None else _Where(destination, kept)
+    workers, client = execution.workers, execution.client
     if client is not None:
         require_distributed()
-        _drive(_Dask(client, job), job, tasks, finish, where)
+        if _has_tasks(tasks):
+            _drive(_Dask(client, job), job, tasks, finish, where)
         return
-    if workers <= 1:
+    if start_here and workers > 1:
+        tasks = _start_here(job, list(tasks), finish, where)
+    if workers <= 1 or not _has_tasks(tasks):
         _drive(_InProcess(job), job, tasks, finish, where)
         return
-    pool = process_pool(min(workers, len(tasks)), initializer=_init_worker, initargs=(job,))
+    size = min(workers, len(tasks)) if isinstance(tasks, Sized) else workers
+    pool = worker_processes(size, initializer=_init_worker, initargs=(job,))
     try:
         _drive(_Pool(pool, workers), job, tasks, finish, where)
     except ConversionError as err:
@@ -185,12 +264,32 @@ def run_tasks(
         pool.shutdown(wait=True, cancel_futures=True)
 
 
+def _has_tasks(tasks: Iterable[Any]) -> bool:
+    """False for an empty sequence (no pool, no dask job); a stream may always have some."""
+    return not isinstance(tasks, Sized) or len(tasks) > 0
+
+
+def _start_here(
+    job: Job[T, R], tasks: list[T], finish: Callable[[T, R], None], where: _Where | None
+) -> list[T]:
+    """Run tasks here until the rest is estimated worth a pool; return the rest."""
+    seconds = 0.0
+    for k, task in enumerate(tasks):
+        started = time.perf_counter()
+        _drive(_InProcess(job), job, [task], finish, where)
+        seconds += time.perf_counter() - started
+        rest = tasks[k + 1 :]
+        if rest and pool_pays(Work(seconds=seconds / (k + 1) * len(rest))):
+            return rest
+    return []
+
+
 def _drive(
     runner: _Runner[T],
     job: Job[T, R],
-    tasks: Sequence[T],
+    tasks: Iterable[T],
     finish: Callable[[T, R], None],
-    where: _Where,
+    where: _Where | None,
 ) -> None:
     pending: dict[Any, T] = {}
     queue = iter(tasks)
@@ -234,7 +333,9 @@ class _Where:
     kept: str
 
 
-def _wrap(err: BaseException, task: Task, where: _Where) -> ConversionError:
+def _wrap(err: BaseException, task: Task, where: _Where | None) -> BaseException:
+    if where is None:
+        return err
     at = f"{where.destination}: {task.describe()}"  # a full disk or a dead worker: say where
     kept = f"; {where.kept}" if where.kept else ""
     if isinstance(err, SourceError):

@@ -5,35 +5,29 @@ checked, JPEGs that lack their end marker decoded at 1/8 scale; or, ``thorough``
 decoded at 1/8 scale) and stat'ed. The pass starts in this process and hands the rest of the
 files to the conversion engine's process pool (:func:`chunkio.convert.engine.run_tasks`)
 only once it is clear that the remaining work outweighs starting the pool
-(:data:`POOL_MIN_SECONDS`). The default probe of a plain JPEG reads its headers without
-Pillow (:mod:`chunkio.convert.jpeg_fast`) and costs 0.06 of a Pillow decode for 224-256 px
-JPEGs, 0.12 for 64-128 px ones (``check_vs_decode`` in ``benchmarks/bench_convert.py``), so
-only folders of hundreds of thousands of files ever pay for a pool here. With a
-``dask.distributed`` client the cluster runs it all.
+(:func:`chunkio.convert.workers.pool_pays`). The default probe of a plain JPEG reads its
+headers without Pillow (:mod:`chunkio.convert.jpeg_fast`) and costs 0.06 of a Pillow decode
+for 224-256 px JPEGs, 0.12 for 64-128 px ones (``check_vs_decode`` in
+``benchmarks/bench_convert.py``), so only folders of hundreds of thousands of files ever pay
+for a pool here. With a ``dask.distributed`` client the cluster runs it all.
 """
 
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable, Sequence
+import sys
+import types
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tqdm.auto import tqdm
-
+from . import workers
 from .decode import DecodePolicy, Probe, probe_image
-from .engine import run_tasks
+from .engine import progress_bar, run_tasks
+from .options import Execution, Progress
 from .progress import advance
 
-__all__ = ["POOL_MIN_SECONDS", "Checked", "check_all"]
-
-#: Work estimated to take less than this in one process stays in this process. Starting a
-#: pool of worker processes (each imports NumPy, Pillow, zarr and h5py) measured 0.4-0.8 s
-#: on 2 cores, and two workers save at most half the work, so below about 2 s of work a
-#: pool is a loss. Set it to ``0.0`` before converting to use the pools (check and write)
-#: whenever ``workers > 1``.
-POOL_MIN_SECONDS = 2.0
+__all__ = ["Checked", "check_all"]
 
 #: Files per batch at most: the unit of work, and how often the in-process part is timed.
 _BATCH = 64
@@ -91,54 +85,46 @@ def check_all(
     paths: Sequence[str],
     policy: DecodePolicy,
     *,
-    workers: int,
-    client: Any,
+    execution: Execution,
     progress: bool,
     thorough: bool = False,
 ) -> list[Checked]:
-    """Probe every file of ``paths``; results in input order."""
+    """Probe every file of ``paths``; results in input order. Without a client, batches are
+    checked here until the rest is worth the pool (:func:`~chunkio.convert.engine.run_tasks`
+    with ``start_here``)."""
     job = _CheckJob(policy, thorough)
-    batches = _batches(paths, workers)
+    batches = _batches(paths, execution.workers)
     results: list[list[Checked]] = [[] for _ in batches]
-    bar = tqdm(
-        total=len(paths), unit="image", desc="check", disable=not progress, dynamic_ncols=True
-    )
+    with progress_bar(Progress(len(paths), "image", "check", progress)) as bar:
 
-    def finish(batch: _Batch, checked: list[Checked]) -> None:
-        results[batch.index] = checked
-        advance(bar, len(checked))
+        def finish(batch: _Batch, checked: list[Checked]) -> None:
+            results[batch.index] = checked
+            advance(bar, len(checked))
 
-    with bar:
-        rest = batches if client is not None else _in_process(job, batches, workers, finish)
-        if rest:
-            run_tasks(
-                job,
-                rest,
-                workers=workers,
-                client=client,
-                finish=finish,
-                destination="check pass",
-                unit="batch",
-                resumable=False,
-            )
+        run_tasks(
+            job,
+            batches,
+            execution=execution,
+            finish=finish,
+            destination="check pass",
+            unit="batch",
+            resumable=False,
+            start_here=True,
+        )
     return [c for part in results for c in part]
 
 
-def _in_process(
-    job: _CheckJob,
-    batches: list[_Batch],
-    workers: int,
-    finish: Callable[[_Batch, list[Checked]], None],
-) -> list[_Batch]:
-    """Check batches here until the rest is worth a pool; return the rest."""
-    done, seconds = 0, 0.0
-    total = sum(len(b.paths) for b in batches)
-    for k, batch in enumerate(batches):
-        started = time.perf_counter()
-        finish(batch, job.run(batch))
-        seconds += time.perf_counter() - started
-        done += len(batch.paths)
-        rest = batches[k + 1 :]
-        if workers > 1 and rest and seconds / done * (total - done) > POOL_MIN_SECONDS:
-            return rest
-    return []
+class _Module(types.ModuleType):
+    """``image_check.POOL_MIN_SECONDS``, where it was documented: now
+    :data:`chunkio.convert.workers.POOL_MIN_SECONDS`, read and set through this name too."""
+
+    @property
+    def POOL_MIN_SECONDS(self) -> float:
+        return workers.POOL_MIN_SECONDS
+
+    @POOL_MIN_SECONDS.setter
+    def POOL_MIN_SECONDS(self, value: float) -> None:
+        workers.POOL_MIN_SECONDS = value
+
+
+sys.modules[__name__].__class__ = _Module

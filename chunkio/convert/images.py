@@ -36,13 +36,13 @@ it with a :class:`~chunkio.errors.SourceError` whatever ``on_error`` says; rerun
 resumes.
 
 The write pass runs in this process when it is estimated (a few files decoded and timed,
-:func:`_pool_pays`) to take less than
-:data:`~chunkio.convert.image_check.POOL_MIN_SECONDS` here, since starting worker processes
+:func:`_write_work`, :func:`chunkio.convert.workers.pool_pays`) to take less than
+:data:`~chunkio.convert.workers.POOL_MIN_SECONDS` here, since starting worker processes
 costs about half a second; so does the check pass, whose work is rarely worth a pool.
 ``workers`` is therefore an upper bound; a ``client`` is always used. From
 :data:`_WARM_UP_FILES` files on, the pool's process server starts in the background while
 the files are checked, with the workers' modules imported once
-(:func:`~chunkio.convert.procpool.warm_up`), so the workers start in milliseconds.
+(:func:`~chunkio.convert.processes.warm_up`), so the workers start in milliseconds.
 
 Stored fields:
 
@@ -78,11 +78,10 @@ Equal: the result is returned as it is (``unchanged``); different: refused, nami
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -92,30 +91,28 @@ from ..backends import Compression, Format, detect_format
 from ..backends.base import DEFAULT_CODEC
 from ..errors import SourceError
 from ..image_codecs import check_encoding
-from ..layout import FieldInfo
+from ..numeric import ceil_div
 from ..provenance import decode_paths
-from . import image_check
 from .chunking import choose_samples_per_chunk
-from .decode import DecodePolicy, ImageMode, ResizeMode, UndecodableImage, load_image
+from .decode import DecodePolicy, ImageMode, ResizeMode, UndecodableImage
 from .image_check import Checked, check_all
-from .image_encoding import choose_encoding, image_bytes, stored_as_is
 from .image_plan import (
     ImageConversionResult,
-    agreed_mode,
-    default_workers,
     describe,
     listing,
     normalise_size,
     partition,
     scan_source,
-    stored_shapes,
     unchanged,
 )
-from .pipeline import run_conversion
-from .procpool import warm_up
+from .image_source import ImageSource
+from .options import ConversionOptions, Execution
+from .pipeline import convert_source
+from .processes import warm_up
 from .rerun import Request, compression_option, display, reuse_complete
-from .scan import ImageEntry, OnError, ScanResult
+from .scan import OnError, ScanResult
 from .shuffling import SOURCE_INDEX, check_order_options, order_extra, shuffled
+from .workers import Work, available_cores, check_workers, worker_count
 
 __all__ = [
     "ImageConversionResult",
@@ -130,146 +127,13 @@ __all__ = [
 #: libjpeg-turbo decode of plain JPEGs; about 1 for JPEGs stored as they are (an overestimate
 #: there: such a conversion may use a pool a little early).
 _WRITE_PER_DECODE = 3.0
-#: Files decoded and timed to estimate the write pass (:func:`_pool_pays`).
+#: Files decoded and timed to estimate the write pass (:func:`_write_work`).
 _CALIBRATION_FILES = 8
 #: Files from which a conversion that may use a pool starts its process server early
-#: (:func:`~chunkio.convert.procpool.warm_up`): fewer take under a second to write.
+#: (:func:`~chunkio.convert.processes.warm_up`): fewer take under a second to write.
 _WARM_UP_FILES = 1000
 #: Decoded bytes per block (the unit of work, resume and fsync) to aim for.
 _BLOCK_BYTES = 8 << 20
-#: decoded bytes over encoded bytes, roughly, of natural photos (chunk sizing only):
-#: JPEG q90 4:2:0 measured 8.6x (bench_images), WebP q90 about as small, PNG 1.5-2x
-_ENCODED_RATIO = {"jpeg": 8.0, "webp": 8.0, "png": 1.5}
-
-
-class ImageSource:
-    """A :class:`~chunkio.convert.BlockSource` of checked image files (pass 2).
-
-    Built by :func:`convert_images`; each sample's stored shape is known in advance and
-    checked again after decoding.
-    """
-
-    def __init__(
-        self,
-        entries: Sequence[ImageEntry],
-        checked: Sequence[Checked],
-        policy: DecodePolicy,
-        *,
-        labelled: bool,
-        encoding: str = "raw",
-        quality: int = 90,
-    ) -> None:
-        probes = [c.probe for c in checked]
-        self.policy = policy
-        self.stored_mode = agreed_mode(entries, probes, policy)
-        self._paths = [e.path for e in entries]
-        self._fingerprint_parts = [
-            (e.rel, e.label, c.size, c.mtime_ns) for e, c in zip(entries, checked, strict=True)
-        ]
-        self.num_samples = len(entries)
-        channels, dtype = probes[0].channels, probes[0].dtype
-        self.orig_size = np.array([(p.height, p.width) for p in probes], np.int32).reshape(-1, 2)
-        self.shapes = stored_shapes(self.orig_size, channels, policy.size, policy.max_size)
-        self.encoding = choose_encoding(encoding, entries, channels, dtype)
-        self.quality = quality
-        self.as_is = stored_as_is(self.encoding, checked, self.shapes, self.orig_size, dtype)
-        self._file_sizes = np.array([c.size for c in checked], np.int64)
-        self.labels = np.array([e.label for e in entries], np.int64) if labelled else None
-        encoded = [os.fsencode(e.rel) for e in entries]
-        width = max(len(b) for b in encoded)
-        self.path_bytes = np.zeros((len(encoded), width), np.uint8)
-        for i, b in enumerate(encoded):
-            self.path_bytes[i, : len(b)] = np.frombuffer(b, np.uint8)
-        ragged = len({tuple(s) for s in self.shapes.tolist()}) > 1
-        shape = None if ragged else tuple(int(s) for s in self.shapes[0])
-        if self.encoding != "raw":
-            image = FieldInfo("image", dtype, shape, "encoded", encoding=self.encoding)
-        else:
-            image = FieldInfo("image", dtype, shape, "ragged" if ragged else "dense")
-        self.fields: tuple[FieldInfo, ...] = (
-            image,
-            *([FieldInfo("label", np.dtype(np.int64), ())] if labelled else []),
-            FieldInfo("orig_size", np.dtype(np.int32), (2,)),
-            FieldInfo("path", np.dtype(np.uint8), (width,)),
-        )
-
-    @property
-    def mean_sample_nbytes(self) -> float:
-        """Mean decoded bytes of one image (for chunk and block sizing)."""
-        itemsize = self.fields[0].dtype.itemsize
-        return float(np.prod(self.shapes, axis=1).mean()) * itemsize
-
-    @property
-    def mean_stored_nbytes(self) -> float:
-        """Estimated mean bytes one image is stored as (for chunk sizing): its decoded bytes
-        for ``raw``; for an encoding, a file kept as it is takes its file's size, the others
-        their decoded bytes over :data:`_ENCODED_RATIO` (never more than their file's size)."""
-        decoded = np.prod(self.shapes, axis=1).astype(np.float64) * self.fields[0].dtype.itemsize
-        if self.encoding == "raw" or not decoded.size:
-            return float(decoded.mean()) if decoded.size else 0.0
-        sizes = np.asarray(self._file_sizes, np.float64)
-        guess = decoded / _ENCODED_RATIO[self.encoding]
-        guess = np.where(sizes > 0, np.minimum(guess, sizes), guess)
-        return float(np.where(self.as_is, sizes, guess).mean())
-
-    @property
-    def ragged(self) -> bool:
-        """Whether ``image`` is a list per block (ragged, or encoded bytes)."""
-        return self.fields[0].kind != "dense"
-
-    def ragged_shapes(self, name: str) -> npt.NDArray[np.int64]:
-        """Per-sample (decoded) shapes of the ragged or encoded field ``image``."""
-        if name != "image" or not self.ragged:
-            raise KeyError(f"{name!r} is not a ragged or encoded field of this source")
-        return self.shapes
-
-    def fingerprint(self) -> str:
-        options = (self.policy, self.stored_mode, self.encoding, self.quality)
-        h = hashlib.sha256(repr(options).encode())
-        for part in self._fingerprint_parts:
-            h.update(repr(part).encode("utf-8", "surrogateescape"))
-        return h.hexdigest()
-
-    def read_block(self, start: int, stop: int) -> dict[str, Any]:
-        return self.read_rows(np.arange(start, stop, dtype=np.int64))
-
-    def read_rows(self, indices: npt.NDArray[np.int64]) -> dict[str, Any]:
-        """Images ``indices`` (any order), in that order: one file each."""
-        idx = np.asarray(indices, dtype=np.int64)
-        if self.encoding == "raw":
-            images: list[Any] = [self.load(int(i)) for i in idx]
-        else:
-            images = [self.encoded(int(i)) for i in idx]
-        out: dict[str, Any] = {
-            "image": images if self.ragged else np.stack(images),
-            "orig_size": self.orig_size[idx],
-            "path": self.path_bytes[idx],
-        }
-        if self.labels is not None:
-            out["label"] = self.labels[idx]
-        return out
-
-    def encoded(self, i: int) -> bytes:
-        """Image ``i`` as the bytes the field stores (:func:`~.image_encoding.image_bytes`)."""
-        return image_bytes(
-            self._paths[i],
-            tuple(int(s) for s in self.shapes[i]),
-            as_is=bool(self.as_is[i]),
-            load=lambda: self.load(i),
-            encoding=self.encoding,
-            quality=self.quality,
-        )
-
-    def load(self, i: int) -> npt.NDArray[Any]:
-        """Image ``i``, decoded by the policy and checked against its planned shape."""
-        arr = load_image(self._paths[i], self.policy, stored=self.stored_mode)
-        expected = tuple(int(s) for s in self.shapes[i])
-        if arr.shape != expected:
-            raise SourceError(
-                f"{self._paths[i]}: decoded to shape {arr.shape}, but the check pass found "
-                f"{expected}; the file changed during the conversion (rerun to resume)"
-            )
-        return arr
 
 
 def convert_images(
@@ -375,11 +239,19 @@ def convert_images(
     elif isinstance(quality, bool) or not isinstance(quality, int) or not 1 <= quality <= 100:
         raise ValueError(f"quality must be an int in 1..100; got {quality!r}")
     policy = DecodePolicy(mode, normalise_size(size), resize, max_size)
-    workers = default_workers() if workers is None else workers
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be None or an int >= 1; got {workers!r}")
+    check_workers(workers, optional=True)
+    workers = available_cores() if workers is None else workers
     if not isinstance(compression, Compression):
         compression = Compression(codec=compression, checksum=checksum)
+    write = ConversionOptions(
+        format=format,
+        samples_per_chunk=samples_per_chunk,
+        compression=compression,
+        overwrite=overwrite,
+        execution=Execution(workers, client),
+        progress=progress,
+        pack=True,
+    )
     scan, layout_kind = scan_source(src, labels, on_error)
     fmt: Format = format or detect_format(dst)
     options = {
@@ -402,51 +274,27 @@ def convert_images(
         return unchanged(display(dst), fmt, done, time.perf_counter() - started)
     if workers > 1 and client is None and len(scan.entries) >= _WARM_UP_FILES:
         warm_up()  # the workers' process server starts while the files are checked
-    job = _Job(scan, layout_kind, policy, on_error, request, dst, encoding, int(quality))
-    write = _WriteOptions(
-        format=format,
-        samples_per_chunk=samples_per_chunk,
-        compression=compression,
-        overwrite=overwrite,
-        workers=workers,
-        client=client,
-        progress=progress,
-        shuffle=shuffle,
-        seed=seed,
-    )
-    return _check_and_write(job, write)
+    job = _Job(scan, layout_kind, policy, on_error, dst, encoding, int(quality), shuffle, seed)
+    return _check_and_write(job, replace(write, request=request))
 
 
 @dataclass(frozen=True)
 class _Job:
-    """What one image conversion reads and the options that shape its result."""
+    """What one image conversion reads and the options that shape its result (the others,
+    for :func:`~chunkio.convert.pipeline.convert_source`, travel as ConversionOptions)."""
 
     scan: ScanResult
     layout_kind: str
     policy: DecodePolicy
     on_error: OnError
-    request: Request
     dst: Any
     encoding: str
     quality: int
-
-
-@dataclass(frozen=True)
-class _WriteOptions:
-    """The options :func:`run_conversion` receives, as :func:`convert_images` got them."""
-
-    format: Format | None
-    samples_per_chunk: int | None
-    compression: Compression
-    overwrite: bool
-    workers: int
-    client: Any
-    progress: bool
     shuffle: bool
     seed: int
 
 
-def _check_and_write(job: _Job, options: _WriteOptions) -> ImageConversionResult:
+def _check_and_write(job: _Job, options: ConversionOptions) -> ImageConversionResult:
     """The check pass, then the write pass; again without any file the write pass refused.
 
     The default check cannot see every kind of damage (see :func:`probe_image`): a file that
@@ -465,8 +313,7 @@ def _check_and_write(job: _Job, options: _WriteOptions) -> ImageConversionResult
             checked = check_all(
                 paths,
                 job.policy,
-                workers=options.workers,
-                client=options.client,
+                execution=options.execution,
                 progress=options.progress,
                 thorough=thorough,
             )
@@ -500,7 +347,7 @@ def _undecodable(err: BaseException) -> UndecodableImage | None:
 
 
 def _write(
-    job: _Job, options: _WriteOptions, checked: Sequence[Checked], failed: Mapping[str, str]
+    job: _Job, options: ConversionOptions, checked: Sequence[Checked], failed: Mapping[str, str]
 ) -> ImageConversionResult:
     """The write pass over the files that ``checked`` and ``failed`` leave in."""
     scan = job.scan
@@ -517,33 +364,27 @@ def _write(
     spc = options.samples_per_chunk or choose_samples_per_chunk(
         max(1, int(source.mean_stored_nbytes)), num_samples=source.num_samples
     )
-    workers = options.workers
-    if options.client is None and workers > 1 and not _pool_pays(source):
-        workers = 1
+    execution = options.execution
+    workers = worker_count(
+        execution.workers, client=execution.client, work=lambda: _write_work(source)
+    )
     extra = describe(scan, job.layout_kind, job.policy, source.stored_mode, good, skipped)
     extra["source"]["encoding"] = source.encoding
     if source.encoding in ("jpeg", "webp"):
         extra["source"]["quality"] = job.quality
     if source.encoding == "jpeg":
         extra["source"]["jpeg_files_stored_as_is"] = int(source.as_is.sum())
-    if options.shuffle:
+    if job.shuffle:
         extra["source"]["fields"][SOURCE_INDEX] = "position in the sorted file listing"
-    result = run_conversion(
-        shuffled(source, shuffle=options.shuffle, seed=options.seed),
-        job.dst,
-        format=options.format,
+    write = replace(
+        options,
         samples_per_chunk=spc,
-        compression=options.compression,
         class_names=scan.class_names,
-        extra=order_extra(extra, shuffle=options.shuffle, seed=options.seed),
-        overwrite=options.overwrite,
-        workers=workers,
-        client=options.client,
-        progress=options.progress,
+        extra=order_extra(extra, shuffle=job.shuffle, seed=job.seed),
+        execution=replace(execution, workers=workers),
         block_chunks=_block_chunks(source, spc, workers),
-        request=job.request,
-        pack=True,
     )
+    result = convert_source(shuffled(source, shuffle=job.shuffle, seed=job.seed), job.dst, write)
     base = {f.name: getattr(result, f.name) for f in fields(result)}
     return ImageConversionResult(
         **base, skipped=skipped, ignored=scan.ignored, class_names=scan.class_names
@@ -556,21 +397,16 @@ def _block_chunks(source: ImageSource, samples_per_chunk: int, workers: int) -> 
     Every block costs an fsync of each of its chunk files and of the manifest, so tiny blocks
     make small-image conversions fsync-bound.
     """
-    num_chunks = -(-source.num_samples // samples_per_chunk)
+    num_chunks = ceil_div(source.num_samples, samples_per_chunk)
     chunk_bytes = max(1.0, source.mean_sample_nbytes * samples_per_chunk)
     by_size = max(1, int(_BLOCK_BYTES // chunk_bytes))
     by_balance = max(1, num_chunks // (4 * workers)) if workers > 1 else num_chunks
     return max(1, min(by_size, by_balance))
 
 
-def _pool_pays(source: ImageSource) -> bool:
-    """Whether the write pass would take at least :data:`POOL_MIN_SECONDS` in this process.
-
-    Estimated from a few files decoded here and timed, scaled by pixels to all of them and
-    by :data:`_WRITE_PER_DECODE`.
-    """
-    if image_check.POOL_MIN_SECONDS <= 0:
-        return True
+def _write_work(source: ImageSource) -> Work:
+    """The write pass in this process, estimated: a few files decoded here and timed, scaled
+    by pixels to all of them and by :data:`_WRITE_PER_DECODE`."""
     n = source.num_samples
     picks = np.unique(np.linspace(0, n - 1, min(n, _CALIBRATION_FILES)).round().astype(np.int64))
     started = time.perf_counter()
@@ -580,7 +416,7 @@ def _pool_pays(source: ImageSource) -> bool:
     seconds = time.perf_counter() - started
     pixels = source.orig_size.prod(axis=1, dtype=np.float64)
     estimate = seconds / max(1.0, float(pixels[picks].sum())) * float(pixels.sum())
-    return estimate * _WRITE_PER_DECODE >= image_check.POOL_MIN_SECONDS
+    return Work(seconds=estimate * _WRITE_PER_DECODE)
 
 
 def source_paths(path_field: npt.NDArray[np.uint8]) -> list[str]:

@@ -9,34 +9,33 @@ by :mod:`~chunkio.convert.staging`.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from ..backends import Compression, Format, Writer, detect_format, storage_for
 from ..errors import SourceError
 from ..grid import SampleGrid
 from ..layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, FieldInfo
+from ..numeric import ceil_div
 from .blocks import Block, BlockJob, block_syncs, block_writes
 from .chunking import choose_samples_per_chunk
 from .encoded import EncodedPlan
-from .engine import run_tasks
+from .engine import drive
+from .options import ConversionOptions, Execution, Progress
 from .plan import ConversionPlan
-from .progress import advance
 from .ragged import RaggedPlan
 from .rerun import REQUEST_KEY, Request, compression_option, display, reuse_complete
 from .source import BlockSource, ConversionResult
 from .staging import Destination, open_destination
-from .writing import start_writer, write_here, write_target
+from .writing import Sync, start_writer, write_here, write_target
 
-__all__ = ["BlockSource", "ConversionResult", "run_conversion"]
+__all__ = ["BlockSource", "ConversionResult", "convert_source", "run_conversion"]
 
-#: Compression is frozen, so one shared default is safe
 _DEFAULT_COMPRESSION = Compression()
 
 
@@ -115,37 +114,97 @@ def run_conversion(
         See :func:`chunkio.convert.staging.open_destination` and
         :func:`~chunkio.convert.rerun.reuse_complete`.
     """
+    options = ConversionOptions(
+        format=format,
+        samples_per_chunk=samples_per_chunk,
+        compression=compression,
+        class_names=None if class_names is None else tuple(class_names),
+        extra=extra or {},
+        overwrite=overwrite,
+        execution=Execution(workers, client),
+        progress=progress,
+        block_chunks=block_chunks,
+        request=request,
+        pack=pack,
+    )
+    return convert_source(source, dst, options)
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """What a conversion writes, planned before ``dst`` is touched."""
+
+    layout: DatasetLayout
+    plan: ConversionPlan
+    ragged: tuple[RaggedPlan, ...]
+    encoded: tuple[EncodedPlan, ...]
+    blocks: list[Block]
+    request: Request
+
+    def result(self, path: str, todo: int, started: float, **more: Any) -> ConversionResult:
+        return ConversionResult(
+            path=path,
+            format=self.plan.format,
+            num_samples=self.layout.num_samples,
+            samples_per_chunk=self.layout.samples_per_chunk,
+            fields=self.layout.fields,
+            resumed_blocks=len(self.blocks) - todo,
+            written_blocks=todo,
+            seconds=time.perf_counter() - started,
+            **more,
+        )
+
+
+def convert_source(source: BlockSource, dst: Any, options: ConversionOptions) -> ConversionResult:
+    """:func:`run_conversion` with its options checked (the converters' way in)."""
     started = time.perf_counter()
     num_samples, fields = _check_source(source)
-    fmt: Format = format or detect_format(dst)
+    fmt: Format = options.format or detect_format(dst)
     storage_for(fmt)  # a ValueError naming the formats for any other
-    if not isinstance(compression, Compression):
-        raise TypeError(f"compression must be a Compression; got {compression!r}")
-    for name, value in (("workers", workers), ("block_chunks", block_chunks)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1; got {value!r}")
-    if samples_per_chunk is not None and (
-        isinstance(samples_per_chunk, bool)
-        or not isinstance(samples_per_chunk, int)
-        or samples_per_chunk < 1
-    ):
-        raise ValueError(f"samples_per_chunk must be an int >= 1; got {samples_per_chunk!r}")
+    prep = _prepare(source, fmt, num_samples, fields, options)
+    if reuse_complete(dst, fmt, prep.request, overwrite=options.overwrite) is not None:
+        return prep.result(display(dst), 0, started, unchanged=True)
+    with open_destination(dst, prep.plan, overwrite=options.overwrite) as dest:
+        writer = start_writer(dest, prep.layout.to_attrs(), lambda w: _create_arrays(w, dest, prep))
+        try:
+            todo = [
+                b
+                for b in prep.blocks
+                if not dest.done_chunks.issuperset(range(b.first_chunk, b.stop_chunk))
+            ]
+            _write_blocks(source, dest, writer, prep, todo, options)
+            # The layout again (class names and extra may differ from the first run's) with
+            # the request that made it, then the completion marker, strictly last.
+            layout = prep.layout
+            writer.set_attrs(
+                {ATTR_KEY: layout.to_attrs(), REQUEST_KEY: prep.request.record(layout)}
+            )
+            writer.set_attrs({COMPLETE_KEY: True})
+        finally:
+            writer.close()
+        dest.commit(pack=options.pack)
+    return prep.result(dest.display, len(todo), started)
+
+
+def _prepare(
+    source: BlockSource,
+    fmt: Format,
+    num_samples: int,
+    fields: tuple[FieldInfo, ...],
+    options: ConversionOptions,
+) -> _Prepared:
+    samples_per_chunk = options.samples_per_chunk
     if samples_per_chunk is None:
         largest = max(f.sample_nbytes for f in fields)
         samples_per_chunk = choose_samples_per_chunk(largest, num_samples=num_samples)
-    extra = dict(extra or {})
-    try:
-        json.dumps(extra)
-    except (TypeError, ValueError) as err:
-        raise TypeError(f"extra must be JSON-serialisable; got {extra!r}: {err}") from err
     layout = DatasetLayout(
         num_samples=num_samples,
         samples_per_chunk=samples_per_chunk,
         fields=fields,
-        class_names=None if class_names is None else tuple(str(c) for c in class_names),
-        extra=extra,
+        class_names=options.class_names,
+        extra=dict(options.extra),
     )
-    shard_chunks = _shard_chunks(layout, fmt, source) if pack else 1
+    shard_chunks = _shard_chunks(layout, fmt, source) if options.pack else 1
     ragged = _ragged_plans(source, layout, shard_chunks)
     encoded = _encoded_plans(source, layout, shard_chunks)
     fingerprint = str(source.fingerprint())
@@ -156,85 +215,61 @@ def run_conversion(
         parts = [p.region.tobytes() + p.shapes.tobytes() for p in encoded]
         fingerprint += f":encoded={hashlib.sha256(b''.join(parts)).hexdigest()}"
     plan = ConversionPlan(
-        fmt, fields, num_samples, layout.samples_per_chunk, compression, fingerprint, shard_chunks
+        fmt, fields, num_samples, samples_per_chunk, options.compression, fingerprint, shard_chunks
     )
+    block_chunks = options.block_chunks
     if shard_chunks > 1:  # writers own whole shards of the large fields
         block_chunks = shard_chunks * max(1, block_chunks // shard_chunks)
-    blocks = _blocks(plan, block_chunks)
-    if request is None:
-        request = Request("blocks", fingerprint, _options(plan, layout))
-    if reuse_complete(dst, fmt, request, overwrite=overwrite) is not None:
-        return ConversionResult(
-            path=display(dst),
-            format=fmt,
-            num_samples=num_samples,
-            samples_per_chunk=layout.samples_per_chunk,
-            fields=fields,
-            resumed_blocks=len(blocks),
-            written_blocks=0,
-            seconds=time.perf_counter() - started,
-            unchanged=True,
-        )
-    with open_destination(dst, plan, overwrite=overwrite) as dest:
-        writer = start_writer(
-            dest,
-            layout.to_attrs(),
-            lambda w: _create_arrays(w, dest, layout, compression, ragged, encoded, shard_chunks),
-        )
-        try:
-            todo = [
-                b
-                for b in blocks
-                if not dest.done_chunks.issuperset(range(b.first_chunk, b.stop_chunk))
-            ]
-            done_samples = num_samples - sum(b.stop - b.start for b in todo)
-            with tqdm(
-                total=num_samples,
-                initial=done_samples,
-                unit="sample",
-                unit_scale=True,
-                desc=_label(dest.location),
-                disable=not progress,
-                dynamic_ncols=True,
-            ) as bar:
-                parallel = client is not None or workers > 1
-                target = write_target(dest, parallel=parallel)
-                job = BlockJob(source, fields, target, ragged, encoded)
+    request = options.request or Request("blocks", fingerprint, _options(plan, layout))
+    return _Prepared(layout, plan, ragged, encoded, _blocks(plan, block_chunks), request)
 
-                def finish(block: Block, data: dict[str, Any] | None) -> None:
-                    if data is not None:  # not written by a worker: write it here
-                        write_here(
-                            dest, writer, block_writes(job, block, data), block_syncs(job, block)
-                        )
-                    # Only now, with the block's chunks durable, may the manifest claim it.
-                    dest.record(block.first_chunk, block.stop_chunk)
-                    advance(bar, block.stop - block.start)
 
-                run_tasks(
-                    job,
-                    todo,
-                    workers=workers,
-                    client=client,
-                    finish=finish,
-                    destination=dest.display,
-                    unit="block",
-                )
-            # The layout again (class names and extra may differ from the first run's) with
-            # the request that made it, then the completion marker, strictly last.
-            writer.set_attrs({ATTR_KEY: layout.to_attrs(), REQUEST_KEY: request.record(layout)})
-            writer.set_attrs({COMPLETE_KEY: True})
-        finally:
-            writer.close()
-        dest.commit(pack=pack)
-    return ConversionResult(
-        path=dest.display,
-        format=fmt,
-        num_samples=num_samples,
-        samples_per_chunk=layout.samples_per_chunk,
-        fields=fields,
-        resumed_blocks=len(blocks) - len(todo),
-        written_blocks=len(todo),
-        seconds=time.perf_counter() - started,
+@dataclass(frozen=True)
+class _BlockOutput:
+    """Blocks into a staged destination: written here when a worker returned them, then
+    recorded in the manifest (only once their chunks are durable)."""
+
+    dest: Destination
+    writer: Writer
+    job: BlockJob
+
+    def write(self, block: Block, data: dict[str, Any] | None) -> None:
+        assert data is not None  # a worker that wrote the block returns None
+        writes = block_writes(self.job, block, data)
+        write_here(self.dest, self.writer, writes, block_syncs(self.job, block))
+
+    def done(self, block: Block, data: dict[str, Any] | None) -> int:
+        self.dest.record(block.first_chunk, block.stop_chunk)
+        return block.stop - block.start
+
+
+def _write_blocks(
+    source: BlockSource,
+    dest: Destination,
+    writer: Writer,
+    prep: _Prepared,
+    todo: list[Block],
+    options: ConversionOptions,
+) -> None:
+    execution = options.execution
+    target = write_target(dest, parallel=execution.parallel)
+    job = BlockJob(source, prep.layout.fields, target, prep.ragged, prep.encoded)
+    num_samples = prep.layout.num_samples
+    progress = Progress(
+        total=num_samples,
+        unit="sample",
+        label=_label(dest.location),
+        show=options.progress,
+        done=num_samples - sum(b.stop - b.start for b in todo),
+        scale=True,
+    )
+    drive(
+        job,
+        todo,
+        execution=execution,
+        output=_BlockOutput(dest, writer, job),
+        progress=progress,
+        destination=dest.display,
     )
 
 
@@ -312,7 +347,7 @@ def _shard_chunks(layout: DatasetLayout, fmt: Format, source: BlockSource) -> in
     largest = max((b for b in large if b >= DIRECT_SHARD_CHUNK_BYTES), default=0)
     if not largest:
         return 1
-    num_chunks = -(-layout.num_samples // spc)
+    num_chunks = ceil_div(layout.num_samples, spc)
     return max(1, min(num_chunks, SHARD_BYTES // largest))
 
 
@@ -347,15 +382,15 @@ def _encoded_plans(
     )
 
 
+#: the arrays written whole when a dataset is created, and what must then be made durable
+_Initial = tuple[list[tuple[str, int, Any]], list[Sync]]
+
+
 def _create_encoded(
-    writer: Writer,
-    dest: Destination,
-    plan: EncodedPlan,
-    compression: Compression,
-    shard_chunks: int = 1,
-) -> None:
-    """Create an encoded field's three arrays; the shapes are written whole, now (the bytes
-    and spans by the blocks)."""
+    writer: Writer, plan: EncodedPlan, compression: Compression, shard_chunks: int
+) -> _Initial:
+    """Create an encoded field's three arrays; the shapes are written whole, at creation (the
+    bytes and spans by the blocks)."""
     data, spans, shapes = plan.names
     spc = plan.grid.samples_per_chunk
     n = plan.grid.num_samples
@@ -383,15 +418,12 @@ def _create_encoded(
         compression=compression,
         shard_chunks=shard_chunks,
     )
-    writer.write_block(shapes, 0, plan.shapes)
-    writer.flush()
-    dest.sync((shapes,), 0, plan.grid.num_chunks)
+    return [(shapes, 0, plan.shapes)], [((shapes,), 0, plan.grid.num_chunks)]
 
 
-def _create_ragged(
-    writer: Writer, dest: Destination, plan: RaggedPlan, compression: Compression
-) -> None:
-    """Create a ragged field's three arrays; offsets and shapes are written whole, now."""
+def _create_ragged(writer: Writer, plan: RaggedPlan, compression: Compression) -> _Initial:
+    """Create a ragged field's three arrays; offsets and shapes are written whole, at
+    creation."""
     values, offsets, shapes = plan.names
     spc = plan.grid.samples_per_chunk
     writer.create_array(
@@ -402,7 +434,8 @@ def _create_ragged(
         compression=compression,
         shard_chunks=plan.shard_len if plan.group > 1 else None,
     )
-    for name, arr in ((offsets, plan.offsets), (shapes, plan.shapes)):
+    whole = [(offsets, 0, plan.offsets), (shapes, 0, plan.shapes)]
+    for name, _, arr in whole:
         writer.create_array(
             name,
             shape=arr.shape,
@@ -411,25 +444,23 @@ def _create_ragged(
             compression=compression,
             shard_chunks=plan.group,
         )
-        writer.write_block(name, 0, arr)
-    writer.flush()
-    dest.sync((offsets, shapes), 0, plan.grid.num_chunks + 1)
+    return list(whole), [((offsets, shapes), 0, plan.grid.num_chunks + 1)]
 
 
-def _create_arrays(
-    writer: Writer,
-    dest: Destination,
-    layout: DatasetLayout,
-    compression: Compression,
-    ragged: tuple[RaggedPlan, ...],
-    encoded: tuple[EncodedPlan, ...],
-    shard_chunks: int = 1,
-) -> None:
+def _create_arrays(writer: Writer, dest: Destination, prep: _Prepared) -> None:
+    """Create every array; write those written whole at creation (ragged offsets and shapes,
+    encoded shapes) and make them durable."""
+    layout, compression = prep.layout, prep.plan.compression
+    shard_chunks = prep.plan.shard_chunks
+    writes: list[tuple[str, int, Any]] = []
+    syncs: list[Sync] = []
+    for plan in prep.ragged:
+        more, durable = _create_ragged(writer, plan, compression)
+        writes, syncs = writes + more, syncs + durable
+    for coded in prep.encoded:
+        more, durable = _create_encoded(writer, coded, compression, shard_chunks)
+        writes, syncs = writes + more, syncs + durable
     spc = layout.samples_per_chunk
-    for plan in ragged:
-        _create_ragged(writer, dest, plan, compression)
-    for coded in encoded:
-        _create_encoded(writer, dest, coded, compression, shard_chunks)
     for f in layout.fields:
         if f.kind != "dense":
             continue
@@ -442,3 +473,4 @@ def _create_arrays(
             compression=compression,
             shard_chunks=shard_chunks,
         )
+    write_here(dest, writer, writes, syncs)

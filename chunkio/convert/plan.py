@@ -14,6 +14,7 @@ from ..backends import Compression, Format, open_reader, storage_for
 from ..errors import ConversionError
 from ..grid import SampleGrid
 from ..layout import FieldInfo
+from ..numeric import ceil_div
 from .ragged import values_chunk_span
 
 __all__ = ["ConversionPlan", "verified_chunks"]
@@ -126,7 +127,7 @@ def _encoded_ok(reader: Any, f: FieldInfo, plan: ConversionPlan, chunk: int) -> 
     spans = np.empty((b - a, 2), np.int64)
     reader.read_into(spans_name, [(a, b)], spans)
     step = int(reader.array_info(data).chunks[0])
-    first, stop = int(spans[:, 0].min()) // step, -(-int(spans[:, 1].max()) // step)
+    first, stop = int(spans[:, 0].min()) // step, ceil_div(int(spans[:, 1].max()), step)
     return all(_stored_ok(reader, data, c, plan.format) for c in range(first, stop))
 
 

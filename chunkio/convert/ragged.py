@@ -34,10 +34,9 @@ import numpy.typing as npt
 from ..errors import SourceError
 from ..grid import SampleGrid
 from ..layout import FieldInfo, ragged_array_names
+from ..numeric import IntArray, ceil_div
 
 __all__ = ["RaggedPlan", "checked_shapes", "grouped_starts", "per_chunk", "values_chunk_span"]
-
-IntArray = npt.NDArray[np.int64]
 
 
 def values_chunk_span(
@@ -52,7 +51,7 @@ def values_chunk_span(
     """
     begin = int(offsets[grid.bounds(first)[0]])
     end = int(offsets[grid.bounds(stop - 1)[1]])
-    return begin // chunk_len, -(-end // chunk_len)
+    return begin // chunk_len, ceil_div(end, chunk_len)
 
 
 def checked_shapes(field: FieldInfo, shapes: Any, grid: SampleGrid, what: str) -> IntArray:
@@ -125,7 +124,7 @@ class RaggedPlan:
         chunk_len = 1
         if totals.size:
             chunk_len = int(max(1, min(totals.max(), 2 * int(np.median(totals)))))
-        chunks_each = -(-totals // chunk_len)
+        chunks_each = -(-totals // chunk_len)  # arrays: ceil_div is for ints
         group = max(1, min(int(group), grid.num_chunks))
         starts, shard_len = grouped_starts(chunks_each, group)
         chunk_first = starts * chunk_len
@@ -156,9 +155,9 @@ class RaggedPlan:
                 f"field {self.field.name!r}: sample chunks {first}..{stop - 1} are not whole "
                 f"groups of {self.group} (one shard each)"
             )
-        last = -(-self.num_values // self.chunk_len)
+        last = ceil_div(self.num_values, self.chunk_len)
         return first // self.group * self.shard_len, min(
-            last, -(-stop // self.group) * self.shard_len
+            last, ceil_div(stop, self.group) * self.shard_len
         )
 
     def pack(self, first: int, stop: int, samples: Sequence[Any]) -> tuple[int, npt.NDArray[Any]]:

@@ -33,6 +33,7 @@ import numpy.typing as npt
 
 from ..errors import SourceError
 from ..layout import FieldInfo
+from ..numeric import IntArray
 
 __all__ = [
     "ORDER_KEY",
@@ -50,8 +51,6 @@ __all__ = [
 SOURCE_INDEX = "source_index"
 #: the key of ``extra`` recording the order
 ORDER_KEY = "order"
-
-IntArray = npt.NDArray[np.int64]
 
 
 @runtime_checkable

@@ -38,16 +38,15 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from tqdm.auto import tqdm
 
 from ..backends import Compression, Format, Writer, detect_format, storage_for
 from ..errors import SourceError
 from ..label_index import LabelIndex, write_label_index
 from ..layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, FieldInfo
 from ..volume_layout import VOLUMES_KEY, VolumeSet
-from .engine import run_tasks
+from .engine import drive
+from .options import Execution, Progress
 from .plan import ConversionPlan
-from .progress import advance
 from .rerun import REQUEST_KEY, Request, compression_option, display, reuse_complete
 from .source import ConversionResult
 from .staging import Destination, open_destination
@@ -55,6 +54,7 @@ from .volume_results import load_results, save_result
 from .volume_sources import VolumeFile, match_labels, probe_volume, volume_files
 from .volume_tasks import VolumeJob, VolumeResult, VolumeTask
 from .volume_values import NanPolicy, OnOverflow, choose_dtype
+from .workers import VOLUME_WORKERS, Work, worker_count
 from .writing import start_writer, write_here, write_target
 
 __all__ = ["DEFAULT_VOLUME_CHUNKS", "convert_volumes"]
@@ -62,8 +62,6 @@ __all__ = ["DEFAULT_VOLUME_CHUNKS", "convert_volumes"]
 #: spatial chunk shape: 64^3 voxels (256 KiB of uint8, 1 MiB of float32) per chunk
 DEFAULT_VOLUME_CHUNKS = (64, 64, 64)
 _DEFAULT_COMPRESSION = Compression()
-#: below this many image bytes, ``workers=None`` converts in this process
-_POOL_MIN_BYTES = 256 << 20
 Paths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
 
@@ -110,7 +108,8 @@ def convert_volumes(
         Codec, level and checksum of every chunk.
     workers
         Processes converting volumes in parallel (default: up to 4, never more than volumes
-        left, and none for less than 256 MiB of images); ``client``: a
+        left, and none for less than 256 MiB of images: see :mod:`chunkio.convert.workers`);
+        ``client``: a
         ``dask.distributed.Client`` to use instead.
     progress, overwrite
         Show a progress bar (volumes); replace an existing dataset.
@@ -129,7 +128,8 @@ def convert_volumes(
         or values break the dtype or NaN policy.
     """
     started = time.perf_counter()
-    job = _plan(src, labels, chunks, dtype, label_dtype, on_overflow, nan_policy)
+    values = VoxelOptions(chunks, dtype, label_dtype, on_overflow, nan_policy)
+    job = _plan(src, labels, values)
     if class_names is not None:
         job = replace(job, class_names=tuple(str(c) for c in class_names))
     fmt: Format = format or detect_format(dst)
@@ -262,19 +262,30 @@ def _json_meta(meta: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in meta.items() if k in ("affine", "spacing", "axcodes", "unit", "axes")}
 
 
-def _plan(
-    src: Paths,
-    labels: Paths | None,
-    chunks: int | Sequence[int] | None,
-    dtype: npt.DTypeLike | None,
-    label_dtype: npt.DTypeLike | None,
-    on_overflow: OnOverflow,
-    nan_policy: NanPolicy,
-) -> _Job:
-    if on_overflow not in ("error", "clip", "scale"):
-        raise ValueError(f"on_overflow must be 'error', 'clip' or 'scale'; got {on_overflow!r}")
-    if nan_policy not in ("error", "zero", "keep"):
-        raise ValueError(f"nan_policy must be 'error', 'zero' or 'keep'; got {nan_policy!r}")
+@dataclass(frozen=True)
+class VoxelOptions:
+    """How voxels are stored (see :func:`convert_volumes`): the spatial chunk shape asked for,
+    the dtypes, and the value policies; checked when made."""
+
+    chunks: int | Sequence[int] | None = None
+    dtype: npt.DTypeLike | None = None
+    label_dtype: npt.DTypeLike | None = None
+    on_overflow: OnOverflow = "error"
+    nan_policy: NanPolicy = "error"
+
+    def __post_init__(self) -> None:
+        if self.on_overflow not in ("error", "clip", "scale"):
+            raise ValueError(
+                f"on_overflow must be 'error', 'clip' or 'scale'; got {self.on_overflow!r}"
+            )
+        if self.nan_policy not in ("error", "zero", "keep"):
+            raise ValueError(
+                f"nan_policy must be 'error', 'zero' or 'keep'; got {self.nan_policy!r}"
+            )
+
+
+def _plan(src: Paths, labels: Paths | None, values: VoxelOptions) -> _Job:
+    on_overflow, nan_policy = values.on_overflow, values.nan_policy
     images = [probe_volume(p) for p in volume_files(src)]
     label_files = (
         None
@@ -292,16 +303,16 @@ def _plan(
     shapes = tuple(i.spatial for i in images)
     volumes = VolumeSet(
         shapes=shapes,
-        chunks=_chunk_shape(chunks, shapes),
+        chunks=_chunk_shape(values.chunks, shapes),
         stacked=len(set(shapes)) == 1,
         channels=images[0].channels,
         label=None if label_files is None else "label",
     )
-    image_dtype = choose_dtype([i.dtype for i in images], dtype, label=False)
+    image_dtype = choose_dtype([i.dtype for i in images], values.dtype, label=False)
     lab_dtype = (
         None
         if label_files is None
-        else choose_dtype([lab.dtype for lab in label_files], label_dtype, label=True)
+        else choose_dtype([lab.dtype for lab in label_files], values.label_dtype, label=True)
     )
     tasks = tuple(
         VolumeTask(
@@ -362,9 +373,29 @@ def _blank(job: _Job) -> list[VolumeResult]:
     return [VolumeResult(t.volume, 1.0, 0.0, empty, empty) for t in job.tasks]
 
 
+@dataclass
+class _VolumeOutput:
+    """Volumes into a staged destination: written here when a worker returned them; each
+    volume's scaling and label index kept next to it, then the volume recorded."""
+
+    dest: Destination
+    writer: Writer
+    done_volumes: dict[int, VolumeResult]
+
+    def write(self, task: VolumeTask, result: VolumeResult) -> None:
+        write_here(self.dest, self.writer, result.writes(task), task.syncs())
+
+    def done(self, task: VolumeTask, result: VolumeResult) -> int:
+        result.image = result.label = None
+        save_result(self.dest, task, result)  # scaling and index survive an interruption
+        self.dest.record(task.volume, task.volume + 1)
+        self.done_volumes[task.volume] = result
+        return 1
+
+
 def _execute(
     dest: Destination,
-    writer: Any,
+    writer: Writer,
     todo: list[VolumeTask],
     done: dict[int, VolumeResult],
     *,
@@ -372,40 +403,19 @@ def _execute(
     client: Any,
     progress: bool,
 ) -> None:
-    n = len(todo) + len(done)
-    if workers is None:
-        # a process pool costs seconds to start (imports): worth it for real data only
-        nbytes = sum(int(np.prod(t.image.shape)) * t.image_dtype.itemsize for t in todo)
-        big = nbytes >= _POOL_MIN_BYTES
-        workers = max(1, min(4, os.cpu_count() or 1, len(todo))) if big else 1
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be an int >= 1; got {workers!r}")
-    job = VolumeJob(write_target(dest, parallel=client is not None or workers > 1))
-    bar = tqdm(
-        total=n,
-        initial=len(done),
-        unit="volume",
-        disable=not progress,
-        desc=os.path.basename(dest.display.rstrip("/")),
-        dynamic_ncols=True,
+    def work() -> Work:  # an explicit worker count is used as it is
+        if workers is not None:
+            return Work()
+        return Work(nbytes=sum(int(np.prod(t.image.shape)) * t.image_dtype.itemsize for t in todo))
+
+    count = worker_count(workers, client=client, work=work, cap=min(VOLUME_WORKERS, len(todo)))
+    execution = Execution(count, client)
+    label = os.path.basename(dest.display.rstrip("/"))
+    drive(
+        VolumeJob(write_target(dest, parallel=execution.parallel)),
+        todo,
+        execution=execution,
+        output=_VolumeOutput(dest, writer, done),
+        progress=Progress(len(todo) + len(done), "volume", label, progress, len(done)),
+        destination=dest.display,
     )
-
-    def finish(task: VolumeTask, result: VolumeResult) -> None:
-        if result.image is not None:  # not written by a worker: write it here
-            write_here(dest, writer, result.writes(task), task.syncs())
-        result.image = result.label = None
-        save_result(dest, task, result)  # scaling and index survive an interruption
-        dest.record(task.volume, task.volume + 1)
-        done[task.volume] = result
-        advance(bar, 1)
-
-    with bar:
-        run_tasks(
-            job,
-            todo,
-            workers=workers,
-            client=client,
-            finish=finish,
-            destination=dest.display,
-            unit="volume",
-        )

@@ -12,13 +12,16 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from ..backends import Compression, Writer, detect_format, open_writer, storage_for
+from ..convert.engine import drive
+from ..convert.options import Execution, Progress
 from ..convert.staging import publish
 from ..errors import DestinationExistsError
 from ..layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, FieldInfo
@@ -89,14 +92,71 @@ def stitch(
     target = _Target.open(dst, volumes, channels, dtype, field, like, compression, overwrite)
     try:
         acc = _Accumulator(volumes, size, keys, target, pred.shape[1 : pred.ndim - volumes.ndim])
-        acc.add(*first)
-        for batch in stream:
-            acc.add(*_batch(batch, volumes.ndim))
-        acc.finish()
+        # Each output chunk is a task of the conversion engine, run here as soon as its last
+        # patch arrived; the engine has the target write it.
+        drive(
+            _Averaged(),
+            _chunks(acc, first, stream, volumes.ndim),
+            execution=Execution(),
+            output=_Written(target),
+            progress=Progress(0, "chunk", "stitch", show=False),
+            destination=None,  # errors as they are
+            resumable=False,
+        )
     except BaseException:
         target.abort()
         raise
     return target.close()
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    """One output chunk, complete: ``values`` for ``lo .. hi`` of volume ``volume``."""
+
+    volume: int
+    lo: tuple[int, ...]
+    hi: tuple[int, ...]
+    values: npt.NDArray[Any]
+
+    def describe(self) -> str:
+        return f"volume {self.volume}, voxels {self.lo}..{self.hi}"
+
+
+class _Averaged:
+    """The engine's job: a chunk is done once averaged (by :class:`_Accumulator`)."""
+
+    def run(self, chunk: _Chunk) -> npt.NDArray[Any]:
+        return chunk.values
+
+    def written(self, result: Any) -> bool:
+        return False
+
+
+@dataclass(frozen=True)
+class _Written:
+    """The engine's output: each finished chunk into the target."""
+
+    target: _Target
+
+    def write(self, chunk: _Chunk, values: npt.NDArray[Any]) -> None:
+        self.target.write(chunk.volume, chunk.lo, chunk.hi, values)
+
+    def done(self, chunk: _Chunk, values: npt.NDArray[Any]) -> int:
+        return 1
+
+
+def _chunks(
+    acc: _Accumulator,
+    first: tuple[npt.NDArray[np.int64], npt.NDArray[Any]],
+    stream: Iterator[Any],
+    ndim: int,
+) -> Iterator[_Chunk]:
+    """The output chunks, each as soon as its last patch has arrived, then the chunks no patch
+    touches."""
+    yield from acc.add(*first)
+    for batch in stream:
+        yield from acc.add(*_batch(batch, ndim))
+    yield from acc.rest()
 
 
 def _numpy(x: Any) -> npt.NDArray[Any]:
@@ -144,13 +204,15 @@ class _Accumulator:
         self.counts: dict[Key, npt.NDArray[np.int32]] = {}
         self.received: dict[Key, int] = {}
 
-    def add(self, keys: IntArray, pred: npt.NDArray[Any]) -> None:
+    def add(self, keys: IntArray, pred: npt.NDArray[Any]) -> list[_Chunk]:
+        """Add a batch of predictions; returns the chunks it completed."""
         for key in map(tuple, keys.tolist()):
             if key not in self.known or key in self.seen:
                 why = "is not one of the sampler's patches" if key not in self.known else "twice"
                 raise ValueError(f"prediction for patch {key} {why}")
             self.seen.add(key)
         plan = plan_patch_reads(keys, self.size, self.out)
+        complete = []
         for piece in plan.pieces.tolist():
             b, row, src, dst = piece_slices(piece, self.out.ndim)
             chunk = tuple(plan.chunks[row].tolist())
@@ -161,7 +223,8 @@ class _Accumulator:
             count[src] += 1
             self.received[chunk] = self.received.get(chunk, 0) + 1
             if self.received[chunk] == self.expected[chunk]:
-                self._flush(chunk)
+                complete.append(self._averaged(chunk))
+        return complete
 
     def _buffers(
         self, chunk: Key, pred: npt.NDArray[Any]
@@ -180,14 +243,14 @@ class _Accumulator:
         shape = self.out.shapes[v]
         return lo, tuple(min(a + s, n) for a, s, n in zip(lo, self.out.chunks, shape, strict=True))
 
-    def _flush(self, chunk: Key) -> None:
+    def _averaged(self, chunk: Key) -> _Chunk:
         total, count = self.sums.pop(chunk), self.counts.pop(chunk)
         mean = total / np.maximum(count, 1)  # uncovered voxels stay 0
         lo, hi = self._box(chunk)
-        self.target.write(chunk[0], lo, hi, mean)
+        return _Chunk(chunk[0], lo, hi, mean)
 
-    def finish(self) -> None:
-        """Check every patch came; write zeros into output chunks no patch touches."""
+    def rest(self) -> Iterator[_Chunk]:
+        """Check every patch came; then zeros for the output chunks no patch touches."""
         missing = self.known - self.seen
         if missing:
             raise ValueError(
@@ -199,7 +262,7 @@ class _Accumulator:
                 if (v, *coords) not in self.expected:
                     lo, hi = self._box((v, *coords))
                     box = tuple(b - a for a, b in zip(lo, hi, strict=True))
-                    self.target.write(v, lo, hi, np.zeros((*self.lead, *box), np.float32))
+                    yield _Chunk(v, lo, hi, np.zeros((*self.lead, *box), np.float32))
 
 
 class _Target:

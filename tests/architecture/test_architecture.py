@@ -134,12 +134,105 @@ def test_the_format_branch_pattern_catches_branches() -> None:
     assert not _FORMAT_BRANCH.search('Format = Literal["zarr", "hdf5", "memory"]')
 
 
-def test_one_conversion_engine() -> None:
-    """Only the engine drives conversion tasks (pool, dask or in-process)."""
-    convert = PACKAGE / "convert"
-    drivers = sorted(
-        p.name
-        for p in convert.glob("*.py")
-        if re.search(r"FIRST_COMPLETED|client\.submit\(", p.read_text(encoding="utf-8"))
+#: Where conversion tasks may be driven: the engine alone. ``processes.py`` only defines the
+#: process server the engine starts; ``writing.py`` is the writer protocol (it applies the
+#: writes of one task, a loop over arrays, not over tasks).
+_ENGINE = "engine.py"
+_POOL_MAKERS = {"ProcessPoolExecutor", "ThreadPoolExecutor", "Pool"}
+_POOL_MAKERS |= {"WorkerProcesses", "worker_processes", "ConversionPool", "process_pool"}
+_SUBMITTERS = {"submit", "scatter", "as_completed", "FIRST_COMPLETED", "map_async"}
+_BLOCK_WRITES = {"write_block", "write_runs", "write_region", "write_here", "apply_writes"}
+
+
+def _name(node: ast.AST) -> str:
+    """The called or referenced name: ``f`` of ``f(...)``, ``m`` of ``x.y.m(...)``."""
+    if isinstance(node, ast.Call):
+        node = node.func
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def _writes_blocks(call: ast.Call, writers: set[str]) -> bool:
+    """A block written: a writer primitive, ``...target.write(...)``, or a function of the same
+    module that (directly or not) does one."""
+    func = call.func
+    if _name(call) in _BLOCK_WRITES | writers:
+        return True
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr == "write"
+        and ast.unparse(func.value).lower().endswith("target")
     )
-    assert drivers == ["engine.py"]
+
+
+def _driver_findings(path: Path) -> list[str]:
+    """What in ``path`` drives conversion tasks itself instead of handing them to the engine:
+    a process pool made, work submitted to a pool or a dask client, a progress bar of tasks,
+    or a loop that writes blocks (through helpers of the same module too)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    writers: set[str] = set()
+    while True:  # functions of this module that write blocks, to a fixed point
+        more = {
+            f.name
+            for f in functions
+            if f.name not in writers
+            and any(isinstance(c, ast.Call) and _writes_blocks(c, writers) for c in ast.walk(f))
+        }
+        if not more:
+            break
+        writers |= more
+    out = []
+    for node in ast.walk(tree):
+        name = _name(node) if isinstance(node, ast.Call | ast.Name | ast.Attribute) else ""
+        if isinstance(node, ast.Call) and name in _POOL_MAKERS and path.name != "processes.py":
+            out.append(f"{path.name}:{node.lineno}: makes a pool ({name})")
+        elif name in _SUBMITTERS and isinstance(node, ast.Call | ast.Name):
+            out.append(f"{path.name}:{node.lineno}: submits tasks ({name})")
+        elif isinstance(node, ast.Call) and name == "tqdm":
+            out.append(f"{path.name}:{node.lineno}: a progress bar of tasks")
+        elif isinstance(node, ast.For | ast.While) and path.name != "writing.py":
+            body = [c for stmt in node.body for c in ast.walk(stmt) if isinstance(c, ast.Call)]
+            hits = sorted({_name(c) for c in body if _writes_blocks(c, writers)})
+            if hits:
+                out.append(f"{path.name}:{node.lineno}: a loop writing blocks ({', '.join(hits)})")
+    return out
+
+
+def _drivers() -> list[str]:
+    paths = [*(PACKAGE / "convert").glob("*.py"), *(PACKAGE / "patches").glob("*.py")]
+    return sorted(f for p in paths if p.name != _ENGINE for f in _driver_findings(p))
+
+
+def test_the_driver_finder_finds_drivers(tmp_path: Path) -> None:
+    """What the check below catches: each of these, in any module but the engine."""
+    src = tmp_path / "second_driver.py"
+    src.write_text(
+        "from concurrent.futures import ProcessPoolExecutor, FIRST_COMPLETED\n"
+        "from tqdm import tqdm\n"
+        "def _flush(self, chunk):\n"
+        "    self.target.write(chunk)\n"
+        "def drive(tasks, client, writer, out):\n"
+        "    pool = ProcessPoolExecutor(2)\n"
+        "    client.submit(len, tasks)\n"
+        "    wait(tasks, return_when=FIRST_COMPLETED)\n"
+        "    bar = tqdm(total=len(tasks))\n"
+        "    for start, rows in tasks:\n"
+        "        writer.write_block('x', start, rows)\n"
+        "    while tasks:\n"
+        "        _flush(out, tasks.pop())\n",
+        encoding="utf-8",
+    )
+    found = "\n".join(_driver_findings(src))
+    for what in ("makes a pool", "submits tasks", "progress bar", "(write_block)", "(_flush)"):
+        assert what in found, found
+    assert "FIRST_COMPLETED" in found
+
+
+def test_one_conversion_engine() -> None:
+    """Only the engine drives conversion tasks: images, arrays, volumes, appends and stitching
+    all hand it their tasks (in-process, a process pool or dask). Before the engine drove
+    them all this listed pipeline.py's and volumes.py's own progress loops, append.py's and
+    stitch.py's serial write loops."""
+    assert _drivers() == []

@@ -271,6 +271,7 @@ def test_ragged_values_are_written_as_shards_of_whole_groups_and_resume_identica
     every sample at its offset."""
     from PIL import Image
 
+    from chunkio.convert import image_source as image_source_mod
     from chunkio.convert import images as images_mod
     from chunkio.convert import pipeline
     from chunkio.errors import SourceError
@@ -289,7 +290,7 @@ def test_ragged_values_are_written_as_shards_of_whole_groups_and_resume_identica
     monkeypatch.setattr("chunkio.backends._zarr_pack.SMALL_CHUNK_BYTES", 4096)
     kw: dict[str, Any] = {"workers": 1, "progress": False, "samples_per_chunk": 3}
     kw["shuffle"] = False  # c1/47.png, the file that fails once, is the last sample
-    real = images_mod.load_image
+    real = image_source_mod.load_image
 
     def failing(path: str, *args: Any, **kwargs: Any) -> Any:
         if path.endswith("47.png"):
@@ -297,10 +298,10 @@ def test_ragged_values_are_written_as_shards_of_whole_groups_and_resume_identica
         return real(path, *args, **kwargs)
 
     dst, ref = tmp_path / "resumed.zarr", tmp_path / "ref.zarr"
-    monkeypatch.setattr(images_mod, "load_image", failing)
+    monkeypatch.setattr(image_source_mod, "load_image", failing)
     with pytest.raises(SourceError, match="simulated failure"):
         convert_images(src, dst, **kw)
-    monkeypatch.setattr(images_mod, "load_image", real)
+    monkeypatch.setattr(image_source_mod, "load_image", real)
     resumed = convert_images(src, dst, **kw)
     assert resumed.resumed_blocks >= 3 and resumed.written_blocks >= 1
     convert_images(src, ref, **kw)
@@ -336,6 +337,7 @@ def test_encoded_bytes_are_written_as_shards_of_whole_groups_and_resume_identica
     zarr-python reads every JPEG back byte for byte."""
     from benchmarks.data import make_natural_folder
     from chunkio import read_source_paths
+    from chunkio.convert import image_source as image_source_mod
     from chunkio.convert import images as images_mod
     from chunkio.convert import pipeline
     from chunkio.errors import SourceError
@@ -347,7 +349,7 @@ def test_encoded_bytes_are_written_as_shards_of_whole_groups_and_resume_identica
     monkeypatch.setattr("chunkio.backends._zarr_pack.SMALL_CHUNK_BYTES", 1024)
     kw: dict[str, Any] = {"encoding": "jpeg", "progress": False, "samples_per_chunk": 6}
     kw["shuffle"] = False
-    real = images_mod.image_bytes
+    real = image_source_mod.image_bytes
     last = sorted(p.name for p in src.rglob("*.jpg"))[-1]
 
     def failing(path: str, *args: Any, **kwargs: Any) -> Any:
@@ -356,10 +358,10 @@ def test_encoded_bytes_are_written_as_shards_of_whole_groups_and_resume_identica
         return real(path, *args, **kwargs)
 
     dst, ref, two = tmp_path / "resumed.zarr", tmp_path / "ref.zarr", tmp_path / "two.zarr"
-    monkeypatch.setattr(images_mod, "image_bytes", failing)
+    monkeypatch.setattr(image_source_mod, "image_bytes", failing)
     with pytest.raises(SourceError, match="simulated failure"):
         convert_images(src, dst, workers=1, **kw)
-    monkeypatch.setattr(images_mod, "image_bytes", real)
+    monkeypatch.setattr(image_source_mod, "image_bytes", real)
     resumed = convert_images(src, dst, workers=1, **kw)
     assert resumed.resumed_blocks >= 2 and resumed.written_blocks >= 1
     convert_images(src, ref, workers=1, **kw)

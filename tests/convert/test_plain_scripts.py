@@ -1,7 +1,7 @@
 """Conversions started from plain scripts: no main guard, worker pools, SIGKILL, progress.
 
 Under spawn and forkserver CPython re-runs the caller's script in every child; conversion
-workers must not (see :mod:`chunkio.convert.procpool`), or a script without
+workers must not (see :mod:`chunkio.convert.processes`), or a script without
 ``if __name__ == "__main__":`` converts again in each worker and the pool breaks. Workers
 must also exit with the converting process (RELIABILITY row 10: no orphans), and each
 progress bar must print its final line once.
@@ -55,14 +55,14 @@ import multiprocessing
 import sys
 
 sys.path[:0] = {TESTS!r}
-from chunkio.convert import image_check, procpool
+from chunkio.convert import image_check, processes
 
 if sys.argv[1] != "default":
     multiprocessing.set_start_method(sys.argv[1], force=True)
 image_check.POOL_MIN_SECONDS = 0.0  # pools even for small folders
 
 POOLS = []  # the start method of every pool the conversion opens
-_init = procpool.ConversionPool.__init__
+_init = processes.WorkerProcesses.__init__
 
 
 def _counting_init(self, *args, **kwargs):
@@ -70,7 +70,7 @@ def _counting_init(self, *args, **kwargs):
     POOLS.append(self.start_method)
 
 
-procpool.ConversionPool.__init__ = _counting_init
+processes.WorkerProcesses.__init__ = _counting_init
 print("start", flush=True)
 """
 
@@ -299,9 +299,9 @@ import os
 import time
 from multiprocessing import forkserver
 
-procpool.warm_up()
+processes.warm_up()
 server = forkserver._forkserver
-deadline = time.monotonic() + (60 if procpool.start_method() == "forkserver" else 0)
+deadline = time.monotonic() + (60 if processes.start_method() == "forkserver" else 0)
 loaded = False
 while not loaded and time.monotonic() < deadline:  # the server imports in the background
     pid = server._forkserver_pid
@@ -310,7 +310,7 @@ while not loaded and time.monotonic() < deadline:  # the server imports in the b
             loaded = "simplejpeg" in fh.read()
     time.sleep(0.02)
 print("preloaded", loaded)
-with procpool.process_pool(2) as pool:
+with processes.worker_processes(2) as pool:
     print("workers", len({pool.submit(os.getpid).result() for _ in range(8)}) >= 1)
 """
 
@@ -320,7 +320,7 @@ with procpool.process_pool(2) as pool:
 def test_the_warmed_up_forkserver_has_the_worker_modules_and_not_the_script(
     method: str, tmp_path: Path
 ) -> None:
-    """``procpool.warm_up``: imports done once in the server, the caller's script never run."""
+    """``processes.warm_up``: imports done once in the server, the caller's script never run."""
     lines, _ = run_script(tmp_path, WARM_UP, method=method)
     pools = pools_and_body_ran_once(lines, method)  # "start" once: no process ran the script
     assert len(pools) == 1 and "workers True" in lines, lines
@@ -378,12 +378,11 @@ def final_lines(err: str) -> list[str]:
 def test_each_progress_bar_prints_its_final_line_once(
     photos: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    from chunkio.convert import image_check, pipeline, volumes
+    from chunkio.convert import engine
 
     # Draw on every update (as a slow conversion does): the last update then reaches 100%.
     eager = functools.partial(tqdm, mininterval=0, miniters=1)
-    for module in (image_check, pipeline, volumes):
-        monkeypatch.setattr(module, "tqdm", eager)
+    monkeypatch.setattr(engine, "tqdm", eager)  # every bar of a conversion is the engine's
     convert_images(photos, tmp_path / "p.zarr", size=16, workers=1)
     lines = final_lines(capsys.readouterr().err)
     assert [x.split(":")[0] for x in lines] == ["check", "p.zarr"], lines

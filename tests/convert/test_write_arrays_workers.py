@@ -17,7 +17,8 @@ import pytest
 from conftest import source_array
 
 from chunkio import ChunkDataset
-from chunkio.convert import engine, image_check
+from chunkio.convert import engine
+from chunkio.convert import workers as pool_policy
 from chunkio.convert.arrays import ArraySource, write_arrays
 
 
@@ -25,13 +26,13 @@ from chunkio.convert.arrays import ArraySource, write_arrays
 def pools(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The worker count of every pool the engine starts."""
     started: list[int] = []
-    real = engine.process_pool
+    real = engine.worker_processes
 
     def counting(workers: int, **kw: Any) -> Any:
         started.append(workers)
         return real(workers, **kw)
 
-    monkeypatch.setattr(engine, "process_pool", counting)
+    monkeypatch.setattr(engine, "worker_processes", counting)
     return started
 
 
@@ -64,7 +65,7 @@ def test_the_pool_is_still_used_when_forced_or_when_inputs_must_be_read(
     kw: dict[str, Any] = {"samples_per_chunk": 10, "workers": 2, "shuffle": False}
     write_arrays(tmp_path / "h5.zarr", stored, **kw)  # in order: a block per chunk
     assert pools == [2]
-    monkeypatch.setattr(image_check, "POOL_MIN_SECONDS", 0.0)
+    monkeypatch.setattr(pool_policy, "POOL_MIN_SECONDS", 0.0)
     write_arrays(tmp_path / "forced.zarr", data(), **kw)
     assert pools == [2, 2]
     got, expected = read_all(tmp_path / "forced.zarr"), read_all(tmp_path / "h5.zarr")

@@ -313,9 +313,10 @@ def test_switching_shuffle_on_or_off_does_not_resume(
 
 IMAGES_SCRIPT = """
 import sys, time
+from chunkio.convert import image_source
 from chunkio.convert import images as images_mod
 
-real = images_mod.load_image
+real = image_source.load_image
 
 
 def slow(*args, **kw):
@@ -323,7 +324,7 @@ def slow(*args, **kw):
     return real(*args, **kw)
 
 
-images_mod.load_image = slow
+image_source.load_image = slow
 images_mod._BLOCK_BYTES = 1  # one chunk per block
 images_mod.convert_images(sys.argv[1], sys.argv[2], workers=1, progress=False,
                           samples_per_chunk=4)

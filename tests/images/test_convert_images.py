@@ -15,6 +15,7 @@ from PIL import Image, ImageOps
 
 from chunkio import ChunkDataset
 from chunkio.convert import image_check
+from chunkio.convert import image_source as image_source_mod
 from chunkio.convert import images as images_mod
 from chunkio.convert.decode import DecodePolicy, load_image
 from chunkio.convert.images import convert_images, source_paths
@@ -238,7 +239,7 @@ def test_an_interrupted_ragged_conversion_resumes(
     for i, hw in enumerate([(6, 7), (9, 4), (5, 5), (8, 8), (3, 10), (7, 6)]):
         write_image(tmp_path / "src" / f"{i}.png", hw, seed=i)
     dst = tmp_path / FORMATS[fmt]
-    real = images_mod.load_image
+    real = image_source_mod.load_image
 
     def failing(path: str, *args: Any, **kw: Any) -> Any:
         if path.endswith("4.png"):
@@ -247,11 +248,11 @@ def test_an_interrupted_ragged_conversion_resumes(
 
     kw: dict[str, Any] = {"workers": 1, "progress": False, "samples_per_chunk": 2}
     monkeypatch.setattr(images_mod, "_BLOCK_BYTES", 1)  # one chunk per block: 3 blocks
-    monkeypatch.setattr(images_mod, "load_image", failing)
+    monkeypatch.setattr(image_source_mod, "load_image", failing)
     with pytest.raises(SourceError, match="simulated failure"):
         convert_images(tmp_path / "src", dst, **kw)
     assert not dst.exists()
-    monkeypatch.setattr(images_mod, "load_image", real)
+    monkeypatch.setattr(image_source_mod, "load_image", real)
     result = convert_images(tmp_path / "src", dst, **kw)
     assert result.resumed_blocks >= 1 and result.fields[0].kind == "ragged"
     batch = ChunkDataset(dst, fields=("image", "source_index")).read_batch(range(6))

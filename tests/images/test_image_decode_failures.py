@@ -19,6 +19,7 @@ from PIL import Image
 
 from chunkio import ChunkDataset
 from chunkio.convert import decode, image_check
+from chunkio.convert import image_source as image_source_mod
 from chunkio.convert import images as images_mod
 from chunkio.convert.decode import DecodePolicy, UndecodableImage, probe_image
 from chunkio.convert.images import convert_images
@@ -160,7 +161,7 @@ def test_an_interrupted_second_attempt_resumes_to_the_same_dataset(
 ) -> None:
     kw: dict[str, Any] = {"workers": 1, "progress": False, "samples_per_chunk": 2}
     convert_images(folder, tmp_path / "ref.zarr", on_error="skip", **kw)
-    real = images_mod.load_image
+    real = image_source_mod.load_image
     after_bad: list[str] = []  # files loaded since the bad one failed: the second attempt
 
     def dies_in_the_second_attempt(path: str, *args: Any, **kwargs: Any) -> Any:
@@ -173,12 +174,12 @@ def test_an_interrupted_second_attempt_resumes_to_the_same_dataset(
         return real(path, *args, **kwargs)
 
     monkeypatch.setattr(images_mod, "_BLOCK_BYTES", 1)  # one chunk per block
-    monkeypatch.setattr(images_mod, "load_image", dies_in_the_second_attempt)
+    monkeypatch.setattr(image_source_mod, "load_image", dies_in_the_second_attempt)
     dst = tmp_path / "o.zarr"
     with pytest.raises(SourceError, match="simulated crash"):
         convert_images(folder, dst, on_error="skip", **kw)
     assert not dst.exists()
-    monkeypatch.setattr(images_mod, "load_image", real)
+    monkeypatch.setattr(image_source_mod, "load_image", real)
     result = convert_images(folder, dst, on_error="skip", **kw)
     assert [s.path for s in result.skipped] == [BAD]
     assert_same_rows(dst, tmp_path / "ref.zarr")

@@ -1,4 +1,5 @@
-"""Conversion process pools: workers skip the caller's script and die with the caller.
+"""The worker processes of the conversion engine (its process pool, :class:`WorkerProcesses`):
+they skip the caller's script and die with the caller.
 
 **Start method.** Never fork: zarr's event-loop thread, HDF5 state and the caller's threads
 must not cross a fork. Pools use ``spawn`` or ``forkserver`` when the caller chose one with
@@ -56,9 +57,9 @@ from typing import Any
 
 __all__ = [
     "MAIN_GUARD_HINT",
-    "ConversionPool",
+    "WorkerProcesses",
     "names_main",
-    "process_pool",
+    "worker_processes",
     "start_method",
     "warm_up",
 ]
@@ -88,7 +89,7 @@ def start_method() -> str:
     return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
 
 
-class ConversionPool(ProcessPoolExecutor):
+class WorkerProcesses(ProcessPoolExecutor):
     """A :class:`ProcessPoolExecutor` whose workers exit when the converting process dies."""
 
     def __init__(
@@ -111,18 +112,18 @@ class ConversionPool(ProcessPoolExecutor):
         )
 
 
-def process_pool(
+def worker_processes(
     workers: int,
     *,
     initializer: Callable[..., object] | None = None,
     initargs: tuple[Any, ...] = (),
-) -> ConversionPool:
+) -> WorkerProcesses:
     """A pool of ``workers`` processes for conversion tasks (see the module docstring).
 
     Tasks submitted to it must be picklable without ``__main__``: only the initializer and
     its arguments are checked.
     """
-    return ConversionPool(workers, initializer=initializer, initargs=initargs)
+    return WorkerProcesses(workers, initializer=initializer, initargs=initargs)
 
 
 #: What conversion workers import before their first task (about 0.45 s in all). A forkserver
