@@ -7,51 +7,41 @@ file's bytes depend only on its content (see :mod:`chunkio.convert.staging`).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import h5py
-import numpy as np
 import numpy.typing as npt
 
 from ..errors import FormatError
 from ._hdf5 import decode_attrs
-from .base import Compression
+from .base import ArraySpec, Writer
 from .codec_table import hdf5_filters
 
 __all__ = ["HDF5Writer", "write_canonical"]
 
 
-class HDF5Writer:
+class HDF5Writer(Writer):
     """Creates and fills a chunkio HDF5 file. HDF5 has one writer: the converting process."""
 
     def __init__(self, location: str) -> None:
         self.location = str(location)
         self._file = h5py.File(self.location, "a")
 
-    def create_array(
-        self,
-        name: str,
-        *,
-        shape: tuple[int, ...],
-        dtype: np.dtype[Any],
-        chunks: tuple[int, ...],
-        compression: Compression,
-        shard_chunks: int | None = None,
-    ) -> None:
-        if name in self._file:
-            del self._file[name]
+    def create(self, spec: ArraySpec) -> None:
+        if spec.name in self._file:
+            del self._file[spec.name]
         # HDF5 refuses chunks larger than a fixed-size dataset (e.g. an empty dataset, or
         # fewer samples than one chunk) unless the maximum shape leaves room for them.
-        maxshape = tuple(max(s, c) for s, c in zip(shape, chunks, strict=True))
+        maxshape = tuple(max(s, c) for s, c in zip(spec.shape, spec.chunks, strict=True))
         self._file.create_dataset(
-            name,
-            shape=shape,
-            dtype=dtype,
-            chunks=chunks,
+            spec.name,
+            shape=spec.shape,
+            dtype=spec.dtype,
+            chunks=spec.chunks,
             fillvalue=0,
-            maxshape=None if maxshape == tuple(shape) else maxshape,
-            **hdf5_filters(compression),
+            maxshape=None if maxshape == spec.shape else maxshape,
+            **hdf5_filters(spec.compression),
         )
 
     def flush(self) -> None:
@@ -60,9 +50,6 @@ class HDF5Writer:
 
     def write_block(self, name: str, start: int, data: npt.NDArray[Any]) -> None:
         self._file[name][start : start + len(data)] = data
-
-    def write_runs(self, name: str, runs: Sequence[tuple[int, npt.NDArray[Any]]]) -> bool:
-        return False  # no shards
 
     def write_region(self, name: str, region: tuple[Any, ...], data: npt.NDArray[Any]) -> None:
         self._file[name][region] = data

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import DatasetNotFoundError, FormatError, MissingChunkError
-from .base import ArrayInfo, CodecInfo, Compression, StageClock, check_region
+from .base import ArrayInfo, ArraySpec, CodecInfo, Compression, StageClock, Writer, check_region
 
 __all__ = ["MemoryReader", "MemoryStore", "MemoryWriter", "delete_memory_store", "memory_store"]
 
@@ -125,22 +125,14 @@ class MemoryReader:
         pass
 
 
-class MemoryWriter:
+class MemoryWriter(Writer):
     def __init__(self, location: str) -> None:
         self.location = location
         self._store = memory_store(location, create=True)
 
-    def create_array(
-        self,
-        name: str,
-        *,
-        shape: tuple[int, ...],
-        dtype: np.dtype[Any],
-        chunks: tuple[int, ...],
-        compression: Compression,
-        shard_chunks: int | None = None,
-    ) -> None:
-        self._store.arrays[name] = _Array(np.zeros(shape, dtype), chunks, compression)
+    def create(self, spec: ArraySpec) -> None:
+        data = np.zeros(spec.shape, spec.dtype)
+        self._store.arrays[spec.name] = _Array(data, spec.chunks, spec.compression)
 
     def write_block(self, name: str, start: int, data: npt.NDArray[Any]) -> None:
         a = self._store.arrays[name]
@@ -148,18 +140,12 @@ class MemoryWriter:
         step = a.chunks[0]
         a.written.update(range(start // step, -(-(start + len(data)) // step)))
 
-    def write_runs(self, name: str, runs: Sequence[tuple[int, npt.NDArray[Any]]]) -> bool:
-        return False  # no shards
-
     def write_region(self, name: str, region: tuple[Any, ...], data: npt.NDArray[Any]) -> None:
         a = self._store.arrays[name]
         a.data[region] = data
         first = region[0] if region else slice(None)
         rows = [first] if isinstance(first, int) else range(*first.indices(len(a.data)))
         a.written.update(r // a.chunks[0] for r in rows)
-
-    def flush(self) -> None:
-        pass
 
     def set_attrs(self, attrs: Mapping[str, Any]) -> None:
         self._store.attrs.update(attrs)

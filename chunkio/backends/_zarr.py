@@ -28,26 +28,12 @@ from ._zarr_documents import RemoteDocuments
 from ._zarr_engine import ArrayEngine
 from ._zarr_shard import shard_layout
 from ._zarr_shard_index import ShardIndexes
-from ._zarr_sources import ByteSource, LocalFiles, RemoteObjects, is_remote
-from ._zarr_writing import LocalChunkEncoder, LocalShardEncoder
-from .base import ArrayInfo, Compression, StageClock, check_region, coalesce
-from .codec_table import ZARR2_SAFE, ZARR_SAFE, zarr_codec_info, zarr_compressors
+from ._zarr_sources import ByteSource, LocalFiles, RemoteObjects, describe, is_remote
+from ._zarr_writing import CHUNK_KEY_ENCODING, ZarrWriter
+from .base import ArrayInfo, StageClock, check_region, coalesce
+from .codec_table import ZARR2_SAFE, ZARR_SAFE, zarr_codec_info
 
-__all__ = ["ZarrReader", "ZarrWriter"]
-
-#: Chunk files are named ``c.<i>.<j>...`` in the array's folder (Zarr v3's default encoding
-#: with its ``"."`` separator) rather than nested ``c/<i>/<j>/...`` folders: a new chunk costs
-#: a file, not a folder per chunk per field to create and fsync (measured: mkdir and directory
-#: fsyncs were ~20% of a 224 px image conversion). Any Zarr v3 reader reads both.
-CHUNK_KEY_ENCODING: dict[str, Any] = {"name": "default", "separator": "."}
-
-
-def _opts(storage_options: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    return None if storage_options is None else dict(storage_options)
-
-
-def _describe(location: Any) -> str:
-    return location if isinstance(location, str) else repr(location)
+__all__ = ["CHUNK_KEY_ENCODING", "ZarrReader", "ZarrWriter"]
 
 
 def _check_codecs(meta: Mapping[str, Any], name: str, where: str) -> tuple[str, ...]:
@@ -138,12 +124,12 @@ class ZarrReader:
         compare the engine with it). ``fill_missing``: chunks never written read as the fill
         value (Zarr's contract for data chunkio did not write) instead of raising
         :class:`~chunkio.errors.MissingChunkError`."""
-        self.location = _describe(location)
+        self.location = describe(location)
         self._trust = trust_codecs
         self._use_engine = use_engine
         self._fill_missing = fill_missing
         self._url = location
-        self._storage_options = _opts(storage_options)
+        self._storage_options = None if storage_options is None else dict(storage_options)
         self._remote: Any = None
         self._docs: RemoteDocuments | None = None
         self._zgroup: Any = None
@@ -446,101 +432,3 @@ class ZarrReader:
         self._shard_indexes.clear()
         if self._remote is not None:
             self._remote.close()
-
-
-class ZarrWriter:
-    """Creates and fills a chunkio Zarr v3 group (each process opens its own)."""
-
-    def __init__(self, location: Any, *, storage_options: Mapping[str, Any] | None = None) -> None:
-        self.location = _describe(location)
-        self._group = zarr.open_group(
-            store=location, mode="a", zarr_format=3, storage_options=_opts(storage_options)
-        )
-        self._arrays: dict[str, Any] = {}
-        self._encoders: dict[str, LocalChunkEncoder | LocalShardEncoder | None] = {}
-
-    def create_array(
-        self,
-        name: str,
-        *,
-        shape: tuple[int, ...],
-        dtype: np.dtype[Any],
-        chunks: tuple[int, ...],
-        compression: Compression,
-        shard_chunks: int | None = None,
-    ) -> None:
-        self._encoders.pop(name, None)
-        shards = None
-        if shard_chunks is not None and shard_chunks > 1:
-            shards = (shard_chunks * chunks[0], *chunks[1:])
-        self._arrays[name] = self._group.create_array(
-            name,
-            shape=shape,
-            dtype=dtype,
-            chunks=chunks,
-            shards=shards,
-            compressors=zarr_compressors(compression),
-            fill_value=0,
-            overwrite=True,
-            # An all-zero chunk must still be stored, so "missing" never means "zeros".
-            config={"write_empty_chunks": True},
-            chunk_key_encoding=CHUNK_KEY_ENCODING,
-        )
-
-    def _array(self, name: str) -> Any:
-        arr = self._arrays.get(name)
-        if arr is None:
-            arr = zarr.open_array(
-                self._group.store,
-                path=f"{self._group.path}/{name}".strip("/"),
-                mode="r+",
-            )
-            # open_array ignores `config` for an existing array (zarr 3.1): without this, a
-            # worker's writer would silently skip all-zero chunks, which then read as missing.
-            arr = arr.with_config({"write_empty_chunks": True})
-            self._arrays[name] = arr
-        return arr
-
-    def write_block(self, name: str, start: int, data: npt.NDArray[Any]) -> None:
-        encoder = self._encoder(name)
-        if encoder is not None and encoder.covers(start, data):
-            encoder.write_rows(start, data)
-        else:
-            self._array(name)[start : start + len(data)] = data
-
-    def write_runs(self, name: str, runs: Sequence[tuple[int, npt.NDArray[Any]]]) -> bool:
-        encoder = self._encoder(name)
-        return isinstance(encoder, LocalShardEncoder) and encoder.write_runs(runs)
-
-    def _encoder(self, name: str) -> LocalChunkEncoder | LocalShardEncoder | None:
-        """Whole chunks (or shards) of a local array are encoded and written here, not
-        through zarr."""
-        if name not in self._encoders:
-            arr = self._array(name)
-            store = arr.store
-            encoder: LocalChunkEncoder | LocalShardEncoder | None = None
-            if isinstance(store, LocalStore):
-                array_dir = os.path.join(str(store.root), *arr.path.split("/"))
-                meta = arr.metadata.to_dict()
-                if shard_layout(meta) is not None:
-                    encoder = LocalShardEncoder.build(array_dir, name, meta)
-                else:
-                    encoder = LocalChunkEncoder.build(array_dir, name, meta)
-            self._encoders[name] = encoder
-        return self._encoders[name]
-
-    def write_region(self, name: str, region: tuple[Any, ...], data: npt.NDArray[Any]) -> None:
-        self._array(name)[region] = data
-
-    def flush(self) -> None:
-        pass  # every write has reached its chunk files
-
-    def set_attrs(self, attrs: Mapping[str, Any]) -> None:
-        self._group.update_attributes(dict(attrs))
-
-    def attrs(self) -> dict[str, Any]:
-        return dict(self._group.attrs)
-
-    def close(self) -> None:
-        self._arrays.clear()
-        self._encoders.clear()

@@ -15,7 +15,15 @@ from typing import Protocol
 
 from ..remote import RangeFetcher
 
-__all__ = ["ByteSource", "LocalFiles", "RemoteObjects", "Request", "Version", "is_remote"]
+__all__ = [
+    "ByteSource",
+    "LocalFiles",
+    "RemoteObjects",
+    "Request",
+    "Version",
+    "describe",
+    "is_remote",
+]
 
 #: ``(key, start, stop)``: ``None, None`` the whole object; ``-n, None`` its last ``n`` bytes
 Request = tuple[str, int | None, int | None]
@@ -25,6 +33,11 @@ Version = tuple[Hashable, int | None]
 
 #: inner chunks of one remote shard at most this many bytes apart are fetched in one request
 REMOTE_MERGE_GAP = 256 << 10
+
+
+def describe(location: object) -> str:
+    """A store location as messages name it: its path or URL, else the store object's repr."""
+    return location if isinstance(location, str) else repr(location)
 
 
 def is_remote(location: object) -> bool:

@@ -8,6 +8,7 @@ travels is the location string they were opened from.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -21,6 +22,7 @@ __all__ = [
     "CODECS",
     "DEFAULT_CODEC",
     "ArrayInfo",
+    "ArraySpec",
     "CodecInfo",
     "Compression",
     "Reader",
@@ -149,9 +151,23 @@ def check_region(
     return 0 not in box
 
 
-@runtime_checkable
-class Writer(Protocol):
-    """Creates arrays and writes chunk-aligned blocks of one dataset."""
+@dataclass(frozen=True)
+class ArraySpec:
+    """One array a writer creates: its shape, dtype, chunks and encoding. ``shard_chunks``:
+    store that many chunks along axis 0 per object where the format has shards (Zarr v3
+    ``sharding_indexed``); other formats ignore it."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+    chunks: tuple[int, ...]
+    compression: Compression
+    shard_chunks: int | None = None
+
+
+class Writer(ABC):
+    """Creates arrays and writes chunk-aligned blocks of one dataset (one subclass per
+    format: the keyword call below is the same for all of them)."""
 
     location: str
 
@@ -165,30 +181,38 @@ class Writer(Protocol):
         compression: Compression,
         shard_chunks: int | None = None,
     ) -> None:
-        """Create (or replace) array ``name``. ``shard_chunks``: store that many chunks along
-        axis 0 per object where the format has shards (Zarr v3 ``sharding_indexed``); other
-        formats ignore it."""
-        ...
+        """Create (or replace) array ``name`` (see :class:`ArraySpec`)."""
+        shape, chunks = tuple(int(n) for n in shape), tuple(int(c) for c in chunks)
+        self.create(ArraySpec(name, shape, np.dtype(dtype), chunks, compression, shard_chunks))
 
+    @abstractmethod
+    def create(self, spec: ArraySpec) -> None:
+        """Create (or replace) the array ``spec`` describes."""
+
+    @abstractmethod
     def write_block(self, name: str, start: int, data: npt.NDArray[Any]) -> None: ...
 
     def write_runs(self, name: str, runs: Sequence[tuple[int, npt.NDArray[Any]]]) -> bool:
         """Write runs ``(start, values)`` of whole chunks that are all the shards they fall in
         will ever hold (the chunks between them stay empty): each shard once, whole. ``False``
-        when the array has no shards this writer writes itself: nothing was written, and the
-        caller writes each run with :meth:`write_block`."""
-        ...
+        when the array has no shards this writer writes itself (the default): nothing was
+        written, and the caller writes each run with :meth:`write_block`."""
+        return False
 
+    @abstractmethod
     def write_region(self, name: str, region: tuple[Any, ...], data: npt.NDArray[Any]) -> None:
         """Write ``data`` into ``array[region]`` (ints and slices); callers own whole chunks."""
 
-    def flush(self) -> None:
+    def flush(self) -> None:  # noqa: B027 - writers whose writes reach the OS at once
         """Push written chunks to the OS, so they survive this process dying."""
 
+    @abstractmethod
     def set_attrs(self, attrs: Mapping[str, Any]) -> None: ...
 
+    @abstractmethod
     def attrs(self) -> dict[str, Any]: ...
 
+    @abstractmethod
     def close(self) -> None: ...
 
 

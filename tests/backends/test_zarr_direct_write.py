@@ -125,14 +125,14 @@ def test_datasets_with_nested_chunk_keys_still_read_and_grow(
 ) -> None:
     """Datasets written before chunk keys were flat (``c/<i>/0``) read, verify and append."""
     from chunkio import ChunkDataset, append_arrays, write_arrays
-    from chunkio.backends import _zarr, storage_for
+    from chunkio.backends import _zarr_writing, storage_for
     from chunkio.backends._storage import chunk_files
 
     path = tmp_path / "old.zarr"
     rng = np.random.default_rng(1)
     first = {"image": rng.integers(0, 255, (10, 2, 3), np.uint8), "label": np.arange(10)}
     with monkeypatch.context() as m:
-        m.setattr(_zarr, "CHUNK_KEY_ENCODING", {"name": "default", "separator": "/"})
+        m.setattr(_zarr_writing, "CHUNK_KEY_ENCODING", {"name": "default", "separator": "/"})
         write_arrays(path, first, samples_per_chunk=4, shuffle=False, progress=False)
     assert (path / "image" / "c" / "2" / "0" / "0").is_file()
     assert chunk_files(str(path / "image"), range(3)) == [
