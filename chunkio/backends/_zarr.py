@@ -41,23 +41,23 @@ def _check_codecs(meta: Mapping[str, Any], name: str, where: str) -> tuple[str, 
         return _check_v2_codecs(meta, name, where)
     codecs = list(meta.get("codecs") or [])
     outer = [str(c.get("name")) for c in codecs if c.get("name") != "sharding_indexed"]
-    unsafe = [n for n in outer if n not in ZARR_SAFE]
-    if unsafe:
-        raise UnsafeInputError(
-            f"{where}: array {name!r} declares codec(s) {unsafe}; chunkio only decodes "
-            f"{sorted(ZARR_SAFE)} unless opened with trust_codecs=True"
-        )
+    _refuse_unsafe(outer, ZARR_SAFE, f"{where}: array {name!r}")
     layout = shard_layout(meta, where=f"{where}: array {name!r}")  # FormatError if unreadable
     if layout is not None:
         codecs = [*layout.inner_codecs, *layout.index_codecs]
     names = tuple(str(c.get("name")) for c in codecs)
-    unsafe = [n for n in names if n not in ZARR_SAFE]
+    _refuse_unsafe(names, ZARR_SAFE, f"{where}: array {name!r}")
+    return names
+
+
+def _refuse_unsafe(names: Sequence[str], safe: frozenset[str], what: str) -> None:
+    """Raise :class:`UnsafeInputError` naming the codecs of ``names`` outside ``safe``."""
+    unsafe = [n for n in names if n not in safe]
     if unsafe:
         raise UnsafeInputError(
-            f"{where}: array {name!r} declares codec(s) {unsafe}; chunkio only decodes "
-            f"{sorted(ZARR_SAFE)} unless opened with trust_codecs=True"
+            f"{what} declares codec(s) {unsafe}; chunkio only decodes {sorted(safe)} unless "
+            "opened with trust_codecs=True"
         )
-    return names
 
 
 def _declared_arrays(attrs: Mapping[str, Any]) -> list[str]:
@@ -75,12 +75,7 @@ def _check_v2_codecs(meta: Mapping[str, Any], name: str, where: str) -> tuple[st
     """A v2 array's compressor and filter ids, refused unless decoding them cannot run code."""
     configs = [meta.get("compressor"), *(meta.get("filters") or [])]
     ids = tuple(str(c.get("id")) for c in configs if isinstance(c, Mapping))
-    unsafe = [i for i in ids if i not in ZARR2_SAFE]
-    if unsafe:
-        raise UnsafeInputError(
-            f"{where}: array {name!r} (Zarr v2) declares codec(s) {unsafe}; chunkio only "
-            f"decodes {sorted(ZARR2_SAFE)} unless opened with trust_codecs=True"
-        )
+    _refuse_unsafe(ids, ZARR2_SAFE, f"{where}: array {name!r} (Zarr v2)")
     return ids
 
 

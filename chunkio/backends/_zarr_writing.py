@@ -9,7 +9,6 @@ then the index), byte for byte what zarr-python writes; each object is written a
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ import numpy.typing as npt
 import zarr
 from zarr.storage import LocalStore
 
+from .._atomic import write_atomically
 from ._checksum import crc32c
 from ._zarr_chunks import ChunkFiles
 from ._zarr_shard import InnerChunk, ShardLayout, inner_meta, shard_layout
@@ -106,22 +106,6 @@ class LocalChunkEncoder:
         return body, check
 
 
-#: buffers per writev (POSIX guarantees at least 16; Linux takes 1024)
-_IOV_MAX = 512
-
-
-def _write_all(fd: int, views: list[memoryview]) -> None:
-    """``writev`` the views, again from where a short write stopped."""
-    views = [v for v in views if v.nbytes]
-    while views:
-        done = os.writev(fd, views[:_IOV_MAX])
-        while views and done >= views[0].nbytes:
-            done -= views[0].nbytes
-            views.pop(0)
-        if done:
-            views[0] = views[0][done:]
-
-
 def whole_units(files: ChunkFiles, rows: int, start: int, data: npt.NDArray[Any]) -> bool:
     """Whether ``data`` written at row ``start`` of the array of ``files`` is whole units of
     ``rows`` rows (chunks or shards; the array's last may be short), of its dtype and shape."""
@@ -142,21 +126,10 @@ def write_file(path: str, body: Any, checksum: int | None) -> None:
     ``bytes``). A killed writer leaves the old file or the new one, never half of one (resume
     relies on it: see :attr:`chunkio.backends.Storage.atomic_chunks`).
     """
-    tmp = f"{path}.{os.urandom(8).hex()}.partial"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
-    try:
-        try:
-            parts = list(body) if isinstance(body, list) else [body]
-            if checksum is not None:
-                parts.append(checksum.to_bytes(4, "little"))
-            _write_all(fd, [memoryview(p).cast("B") for p in parts])
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    parts = list(body) if isinstance(body, list) else [body]
+    if checksum is not None:
+        parts.append(checksum.to_bytes(4, "little"))
+    write_atomically(path, parts, temp=f"{path}.{os.urandom(8).hex()}.partial")
 
 
 @dataclass(frozen=True)

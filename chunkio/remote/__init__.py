@@ -9,12 +9,7 @@
 
 from __future__ import annotations
 
-from chunkio.errors import (
-    RemoteAccessError,
-    RemoteError,
-    RemoteNotFoundError,
-    RemoteTimeoutError,
-)
+from chunkio.errors import RemoteAccessError, RemoteError, RemoteNotFoundError, RemoteTimeoutError
 
 from .fetcher import FetchStats, RangeFetcher
 

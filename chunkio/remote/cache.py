@@ -14,10 +14,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
+
+from .._atomic import write_atomically
 
 __all__ = ["DiskCache", "Fetch", "Range"]
 
@@ -98,15 +99,8 @@ class DiskCache:
         directory = os.path.dirname(path)
         try:
             os.makedirs(directory, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                os.replace(tmp, path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
+            temp = os.path.join(directory, f".tmp-{os.urandom(8).hex()}")
+            write_atomically(path, [data], temp=temp)  # processes share the directory
         except OSError:  # a full or read-only cache must not fail the read
             return
         with self._lock:

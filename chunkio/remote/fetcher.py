@@ -38,25 +38,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
-from chunkio.errors import (
-    OptionalDependencyError,
-    RemoteAccessError,
-    RemoteError,
-    RemoteNotFoundError,
-    RemoteTimeoutError,
-)
+from chunkio.errors import OptionalDependencyError, RemoteError, RemoteNotFoundError
 
 from .cache import DiskCache
 from .retry import RetryPolicy, describe_range
 
-__all__ = [
-    "FetchStats",
-    "RangeFetcher",
-    "RemoteAccessError",
-    "RemoteError",
-    "RemoteNotFoundError",
-    "RemoteTimeoutError",
-]
+__all__ = ["FetchStats", "RangeFetcher"]
 
 T = TypeVar("T")
 Range = tuple[str, int | None, int | None]
