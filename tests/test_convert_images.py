@@ -16,11 +16,11 @@ from PIL import Image, ImageOps
 from chunkio import ChunkDataset
 from chunkio.convert import image_check
 from chunkio.convert import images as images_mod
-from chunkio.convert.decode import DecodePolicy, load_image
 from chunkio.convert.images import convert_images, source_paths
 from chunkio.convert.ragged import RaggedPlan
 from chunkio.errors import DestinationExistsError, SourceError
 from chunkio.grid import SampleGrid
+from chunkio.images.pillow import DecodePolicy, load_image
 from chunkio.inspect import info, verify
 from chunkio.layout import FieldInfo
 

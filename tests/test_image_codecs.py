@@ -1,4 +1,4 @@
-"""chunkio.image_codecs with the real libraries on real photo crops."""
+"""chunkio.images.encodings with the real libraries on real photo crops."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from benchmarks.data import sample_photos
 from chunkio.errors import CorruptChunkError, OptionalDependencyError
-from chunkio.image_codecs import (
+from chunkio.images.encodings import (
     ENCODINGS,
     ImageDecoder,
     MissingDecoderError,

@@ -7,7 +7,7 @@ such a file with two system calls and hands the bytes to simplejpeg (libjpeg-tur
 library Pillow wraps):
 
 :func:`read_header`
-    The facts :func:`~chunkio.convert.decode.probe_image` needs (size, components, EXIF
+    The facts :func:`~chunkio.images.pillow.probe_image` needs (size, components, EXIF
     orientation, whether the file ends with its end-of-image marker), in ~10 us instead of
     Pillow's ~100 us. Anything it is not sure to read exactly as Pillow does (CMYK, Adobe or
     multi-picture segments, XMP, unusual EXIF, lossless or arithmetic coding, a header past the

@@ -34,7 +34,7 @@ PNG chunk CRCs are checked here (Pillow does not check them for image data).
 
 Plain JPEGs (one frame, gray or YCbCr, no EXIF rotation, kept at their size) take a shorter
 road to the same result: headers read and pixels decoded by libjpeg-turbo without Pillow
-(:mod:`chunkio.convert.jpeg_fast`), bit-exact with the steps above.
+(:mod:`chunkio.images.jpeg`), bit-exact with the steps above.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ import numpy.typing as npt
 from PIL import Image, ImageOps
 
 from ..errors import SourceError
-from .jpeg_fast import JpegHeader, decode_plain, parse_header, read_header
+from .jpeg import JpegHeader, decode_plain, parse_header, read_header
 
 __all__ = [
     "DecodePolicy",
@@ -237,7 +237,7 @@ def probe_image(path: str, policy: DecodePolicy, *, thorough: bool = False) -> P
     Huffman table, say, passes the cheap screen and fails only when pixels are decoded.
 
     Plain JPEGs ending with their end marker are screened from their headers alone
-    (:func:`~chunkio.convert.jpeg_fast.read_header`, same result, a tenth of the time).
+    (:func:`~chunkio.images.jpeg.read_header`, same result, a tenth of the time).
 
     Never raises for a bad file: the problem is returned in :attr:`Probe.error`.
     """
@@ -387,7 +387,7 @@ def load_image(path: str, policy: DecodePolicy, *, stored: str) -> npt.NDArray[A
 
 def _plain_jpeg(path: str, policy: DecodePolicy, stored: str) -> npt.NDArray[Any] | None:
     """The pixels of a plain JPEG kept at its size, decoded by libjpeg-turbo directly
-    (:func:`~chunkio.convert.jpeg_fast.decode_plain`); ``None``: decode with Pillow."""
+    (:func:`~chunkio.images.jpeg.decode_plain`); ``None``: decode with Pillow."""
     if policy.size is not None:
         return None
     try:

@@ -1,0 +1,21 @@
+"""Images, one home per concept: how image bytes are read, decoded, encoded and transformed.
+
+:mod:`chunkio.images.jpeg`
+    The one JPEG header parser (frame size, components, sampling factors, EXIF orientation,
+    the markers that leave a file to Pillow) and the one libjpeg-turbo (simplejpeg) path:
+    encode, strict decode (into a buffer or DCT-scaled), and the plain-JPEG fast path that
+    conversion takes, bit-exact with Pillow.
+:mod:`chunkio.images.pillow`
+    The Pillow decode policy of conversion: modes, 16-bit, EXIF orientation, decompression
+    bombs, truncation, resizing (:class:`~chunkio.images.pillow.DecodePolicy`).
+:mod:`chunkio.images.encodings`
+    The encodings of an encoded image field (raw, jpeg, png, webp): validation, encoding, and
+    the decoded shape read from a header.
+:mod:`chunkio.images.decoders`
+    The decoders of encoded fields, one per encoding and library, writing into batch rows.
+:mod:`chunkio.images.render`
+    Rendering a transform's plan: the one crop-and-resize into a batch row. The plans
+    themselves (pure functions of ``(seed, epoch, index)``) are :mod:`chunkio.transforms`.
+
+Nothing is imported here: each module pulls in only the libraries it needs.
+"""
