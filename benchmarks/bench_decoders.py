@@ -24,7 +24,8 @@ import numpy as np
 from PIL import Image
 
 from benchmarks.data import sample_photos
-from chunkio.images.encodings import encode_image, image_decoder
+from chunkio.images.decoders import image_decoder
+from chunkio.images.encodings import encode_image
 
 SIZE = 224
 

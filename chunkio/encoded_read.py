@@ -23,7 +23,7 @@ import numpy.typing as npt
 from .backends import Reader
 from .errors import CorruptChunkError
 from .grid import SampleGrid
-from .images.encodings import ImageDecoder, image_decoder
+from .images.decoders import ImageDecoder, image_decoder
 from .layout import FieldInfo
 from .sample_transforms import FieldTransform, channels_last
 

@@ -15,7 +15,8 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import CorruptChunkError, SourceError
-from ..images.encodings import ImageDecoder, encode_image, image_decoder
+from ..images.decoders import ImageDecoder, image_decoder
+from ..images.encodings import encode_image
 from ..images.pillow import UndecodableImage
 from .encoded import image_capacity
 from .image_check import Checked
