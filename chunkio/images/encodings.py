@@ -91,7 +91,7 @@ Encoding = Literal["raw", "jpeg", "png", "webp"]
 #: zlib level of PNG encoding (see the module docstring for the measurement)
 PNG_COMPRESS_LEVEL = 6
 
-_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 #: PNG colour type -> channels (0 gray, 2 RGB, 3 palette -> RGB(A), 4 gray+alpha, 6 RGBA)
 _PNG_CHANNELS = {0: 1, 2: 3, 3: 3, 4: 2, 6: 4}
 
@@ -243,7 +243,7 @@ def jpeg_shape(data: Any) -> tuple[int, int, int]:
 def png_header(data: Any) -> tuple[int, int, int, int]:
     """(height, width, channels, bit depth) from a PNG's IHDR."""
     head = bytes(memoryview(data)[:29])
-    if len(head) < 29 or head[:8] != _PNG_SIGNATURE or head[12:16] != b"IHDR":
+    if len(head) < 29 or head[:8] != PNG_SIGNATURE or head[12:16] != b"IHDR":
         raise CorruptChunkError("corrupt png image: no PNG signature and IHDR header")
     w, h, depth, colour = struct.unpack(">IIBB", head[16:26])
     if colour not in _PNG_CHANNELS or w == 0 or h == 0:

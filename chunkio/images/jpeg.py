@@ -41,8 +41,12 @@ __all__ = [
     "Buffer",
     "JpegHeader",
     "decode",
+    "EOI",
+    "ORIENTATION_TAG",
+    "SOI",
     "decode_plain",
     "encode",
+    "ends_with_eoi",
     "frame_shape",
     "parse_header",
     "read_header",
@@ -54,8 +58,9 @@ Buffer = bytes | bytearray | memoryview
 
 #: bytes read for the headers; a header that runs past them is left to Pillow
 HEAD_BYTES = 64 << 10
-_SOI = b"\xff\xd8\xff"
-_EOI = b"\xff\xd9"
+#: start of image (and the first marker's 0xFF), end of image
+SOI = b"\xff\xd8\xff"
+EOI = b"\xff\xd9"
 #: baseline, extended sequential, progressive (Huffman): what Pillow and simplejpeg both decode
 _SOF = frozenset({0xC0, 0xC1, 0xC2})
 #: markers after which the headers cannot be read here (other SOFs, Adobe, multi-picture, XMP)
@@ -65,7 +70,8 @@ _FRAMES = frozenset(range(0xC3, 0xD0)) - {0xC4, 0xC8, 0xCC}
 _EXIF = b"Exif\x00\x00"
 _XMP = b"http://ns.adobe.com/xap/1.0/"
 _MPF = b"MPF\x00"
-_ORIENTATION = 0x0112
+#: the EXIF tag of the orientation
+ORIENTATION_TAG = 0x0112
 
 
 @dataclass(frozen=True)
@@ -93,13 +99,23 @@ def read_header(path: str) -> JpegHeader | None:
         else:
             fh.seek(-2, 2)
             tail = fh.read(2)
-    return parse_header(head, ends_with_eoi=tail == _EOI)
+    return parse_header(head, ends_with_eoi=tail == EOI)
+
+
+def ends_with_eoi(path: str) -> bool:
+    """Whether the file's last two bytes are the JPEG end-of-image marker."""
+    with open(path, "rb") as fh:
+        fh.seek(0, 2)
+        if fh.tell() < 2:
+            return False
+        fh.seek(-2, 2)
+        return fh.read(2) == EOI
 
 
 def parse_header(data: Buffer, *, ends_with_eoi: bool) -> JpegHeader | None:
     """:func:`read_header` of bytes ``data`` (the start of a file); ``None`` if unsure."""
     view = memoryview(data)
-    if view[:3] != _SOI:
+    if view[:3] != SOI:
         return None
     orientation = 1
     sof: JpegHeader | None = None
@@ -148,7 +164,7 @@ def frame_shape(data: Buffer) -> tuple[int, int, int]:
         ``data`` does not start with a JPEG frame header.
     """
     view = memoryview(data)
-    if view[:3] == _SOI:
+    if view[:3] == SOI:
         for marker, start, end in _segments(view):
             if marker in _FRAMES or marker in _SOF:
                 if end - start >= 6:
@@ -213,7 +229,7 @@ def _exif_orientation(tiff: bytes) -> int | None:
     found = [
         struct.unpack_from(order + "HHIH", tiff, ifd + 2 + 12 * k)
         for k in range(count)
-        if struct.unpack_from(order + "H", tiff, ifd + 2 + 12 * k)[0] == _ORIENTATION
+        if struct.unpack_from(order + "H", tiff, ifd + 2 + 12 * k)[0] == ORIENTATION_TAG
     ]
     if not found:
         return 1
