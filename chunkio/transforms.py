@@ -17,6 +17,9 @@ Pillow's crop-then-resize, which torchvision's ``RandomResizedCrop`` does on PIL
 from torchvision's step-by-step resizes by rounding only. 4-channel images are resampled by
 Pillow on the exact box (premultiplied alpha).
 
+Planning is this module's (pure: no pixel is touched); rendering, the one resample into a batch
+row, is :mod:`chunkio.images.render`'s.
+
 Randomness comes from a counter-based hash (splitmix64 over ``(seed, epoch, index, op number,
 draw number)``), not from a generator per sample: a plan costs a few microseconds. The random
 ops follow torchvision's algorithms (``RandomResizedCrop.get_params``, ``CenterCrop``'s
@@ -51,6 +54,8 @@ import numpy as np
 import torch
 from PIL import Image
 
+from .images.render import resample_into
+
 __all__ = [
     "CenterCrop",
     "Compose",
@@ -80,23 +85,6 @@ _INTERPOLATIONS = {
     "bicubic": Image.Resampling.BICUBIC,
 }
 _CHANNELS = (1, 3, 4)
-#: torch's resampling modes for Pillow's filters ("nearest-exact" is Pillow's pixel centres)
-_TORCH_MODES = {
-    Image.Resampling.NEAREST: "nearest-exact",
-    Image.Resampling.BILINEAR: "bilinear",
-    Image.Resampling.BICUBIC: "bicubic",
-}
-
-
-def _pixel_span(start: float, stop: float, size: int) -> tuple[int, int]:
-    """``[start, stop)`` rounded to whole pixels inside ``[0, size)``, at least one wide.
-
-    >>> _pixel_span(2.4, 7.6, 10), _pixel_span(-0.3, 12.0, 10), _pixel_span(9.8, 9.9, 10)
-    ((2, 8), (0, 10), (9, 10))
-    """
-    a = min(max(0, round(start)), size - 1)
-    b = min(max(a + 1, round(stop)), size)
-    return a, b
 
 
 # --------------------------------------------------------------------------------------------
@@ -449,7 +437,6 @@ class Compose:
             if isinstance(op, (RandomResizedCrop, Resize)):
                 resample = _INTERPOLATIONS[op.interpolation]
         self._resample = resample
-        self._mode = _TORCH_MODES[resample]
         self._steps = tuple(op._step for op in self.ops)
         # plan()'s one-entry cache of (seed, epoch, _epoch_state(seed, epoch)), swapped whole.
         self._last_epoch: tuple[int, int, int] = (0, 0, _epoch_state(0, 0))
@@ -550,7 +537,7 @@ class Compose:
                 f"Compose.render: image dtype must be uint8, got {image.dtype} "
                 f"(supported: uint8 (H, W) or (H, W, C) with C in {_CHANNELS})"
             )
-        height, width = _hw(image.shape)
+        _hw(image.shape)  # checks it
         expected = (*plan.size, *image.shape[2:])
         if out.shape != expected or out.dtype != np.uint8:
             raise ValueError(
@@ -562,56 +549,7 @@ class Compose:
         left, top, right, bottom = plan.box
         if scale != 1.0:
             left, top, right, bottom = left * scale, top * scale, right * scale, bottom * scale
-        out_h, out_w = plan.size
-        channels = 1 if image.ndim == 2 else image.shape[2]
-        if channels != 4:  # torch's uint8 kernels (premultiplied alpha needs Pillow's)
-            self._render_torch(image, (left, top, right, bottom), plan, out)
-            return
-        left, right = max(0.0, left), min(float(width), right)
-        top, bottom = max(0.0, top), min(float(height), bottom)
-        if (left, top, right, bottom) == (0.0, 0.0, width, height) and (out_h, out_w) == (
-            height,
-            width,
-        ):
-            result = np.asarray(image)  # identity resample: copy straight into out
-        else:
-            resized = Image.fromarray(np.ascontiguousarray(image)).resize(
-                (out_w, out_h), self._resample, box=(left, top, right, bottom)
-            )
-            result = np.asarray(resized)
-        np.copyto(out, result[:, ::-1] if plan.flip else result)
-
-    def _render_torch(
-        self,
-        image: np.ndarray,
-        box: tuple[float, float, float, float],
-        plan: CropPlan,
-        out: np.ndarray,
-    ) -> None:
-        """Crop to the box rounded to whole pixels, then one antialiased resize with torch's
-        uint8 kernels (the ones torchvision's tensor transforms use: 4-7x faster than Pillow's
-        resample here, and crop-then-resize like torchvision's ``RandomResizedCrop``)."""
-        height, width = image.shape[:2]
-        left, right = _pixel_span(box[0], box[2], width)
-        top, bottom = _pixel_span(box[1], box[3], height)
-        pixels = image[top:bottom, left:right].reshape(bottom - top, right - left, -1)
-        if not pixels.flags.writeable:  # torch warns about read-only arrays (never written)
-            pixels = pixels.copy()
-        crop = torch.from_numpy(pixels)
-        out_h, out_w = plan.size
-        if (bottom - top, right - left) == (out_h, out_w):
-            result = crop  # no resample: copy straight into out
-        else:
-            nchw = crop.permute(2, 0, 1).unsqueeze(0).contiguous(memory_format=torch.channels_last)
-            result = torch.nn.functional.interpolate(
-                nchw,
-                size=(out_h, out_w),
-                antialias=self._mode != "nearest-exact",
-                mode=self._mode,
-            )[0].permute(1, 2, 0)
-        if plan.flip:  # torch's flip copy, then a plain one (numpy's reversed copy is slow)
-            result = result.flip(1)
-        np.copyto(out, result.numpy().reshape(out.shape))
+        resample_into(image, (left, top, right, bottom), plan.size, plan.flip, out, self._resample)
 
     def apply(self, image: np.ndarray, out: np.ndarray, key: Key) -> None:
         """Transform ``image`` into ``out``: :meth:`render` of :meth:`plan` for ``key``."""

@@ -11,6 +11,7 @@ import pytest
 from PIL import Image
 from sklearn.datasets import load_sample_images
 
+from chunkio.images.render import pixel_span as _pixel_span
 from chunkio.transforms import (
     CenterCrop,
     Compose,
@@ -19,7 +20,6 @@ from chunkio.transforms import (
     RandomResizedCrop,
     Resize,
     _key_state,
-    _pixel_span,
     _uniform,
     _uniform2,
 )
