@@ -51,9 +51,10 @@ from dataclasses import dataclass
 from typing import cast
 
 import numpy as np
-import torch
 from PIL import Image
 
+from .images.draws import GAMMA, M64, Key, epoch_state, fmix, uniform, uniform2
+from .images.normalize import IMAGENET_MEAN, IMAGENET_STD, normalize
 from .images.render import resample_into
 
 __all__ = [
@@ -69,71 +70,12 @@ __all__ = [
     "normalize",
 ]
 
-Key = tuple[int, int, int]
-"""``(seed, epoch, sample index)``: all randomness of a plan is a pure function of it."""
-
-_M64 = (1 << 64) - 1
-_GAMMA = 0x9E3779B97F4A7C15
-_TO_UNIT = 2.0**-53
-_M32 = (1 << 32) - 1
-_TO_UNIT32 = 2.0**-32
-_DRAWS_PER_OP = 64
-
 _INTERPOLATIONS = {
     "nearest": Image.Resampling.NEAREST,
     "bilinear": Image.Resampling.BILINEAR,
     "bicubic": Image.Resampling.BICUBIC,
 }
 _CHANNELS = (1, 3, 4)
-
-
-# --------------------------------------------------------------------------------------------
-# Counter-based randomness
-# --------------------------------------------------------------------------------------------
-
-
-def _fmix(z: int) -> int:
-    """splitmix64's finaliser: a bijective, well-avalanched 64-bit mix."""
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
-    return z ^ (z >> 31)
-
-
-def _epoch_state(seed: int, epoch: int) -> int:
-    """The first two links of :func:`_key_state`'s chain."""
-    h = _fmix(((seed & _M64) + _GAMMA) & _M64)
-    return _fmix(((h ^ (epoch & _M64)) + _GAMMA) & _M64)
-
-
-def _key_state(key: Key) -> int:
-    """64-bit stream state of one sample: the three key parts chained through the mix."""
-    seed, epoch, index = key
-    return _fmix(((_epoch_state(seed, epoch) ^ (index & _M64)) + _GAMMA) & _M64)
-
-
-def _hash(state: int, op: int, draw: int) -> int:
-    """Output ``draw`` of op ``op``'s splitmix64 stream: 64 well-mixed bits."""
-    z = (state + (op * _DRAWS_PER_OP + draw + 1) * _GAMMA) & _M64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
-    return z ^ (z >> 31)
-
-
-def _uniform(state: int, op: int, draw: int) -> float:
-    """Uniform float in [0, 1) with 53 random bits."""
-    return (_hash(state, op, draw) >> 11) * _TO_UNIT
-
-
-def _uniform2(state: int, op: int, draw: int) -> tuple[float, float]:
-    """Two independent uniform floats in [0, 1) with 32 random bits each (one hash).
-
-    32 bits is more than torchvision's float32 draws carry.
-    """
-    z = (state + (op * _DRAWS_PER_OP + draw + 1) * _GAMMA) & _M64  # _hash, inlined
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
-    z ^= z >> 31
-    return (z >> 32) * _TO_UNIT32, (z & _M32) * _TO_UNIT32
 
 
 # --------------------------------------------------------------------------------------------
@@ -264,13 +206,13 @@ class RandomResizedCrop:
         s_lo, s_hi = self.scale
         lr_lo, lr_hi = self._log_ratio
         for attempt in range(10):
-            u_area, u_ratio = _uniform2(state, op, attempt)
+            u_area, u_ratio = uniform2(state, op, attempt)
             target = area * (s_lo + (s_hi - s_lo) * u_area)
             aspect = math.exp(lr_lo + (lr_hi - lr_lo) * u_ratio)
             w = round(math.sqrt(target * aspect))
             h = round(math.sqrt(target / aspect))
             if 0 < w <= width and 0 < h <= height:
-                u_top, u_left = _uniform2(state, op, 10)
+                u_top, u_left = uniform2(state, op, 10)
                 top = min(int(u_top * (height - h + 1)), height - h)
                 left = min(int(u_left * (width - w + 1)), width - w)
                 return top, left, h, w
@@ -365,7 +307,7 @@ class RandomHorizontalFlip:
         object.__setattr__(self, "p", float(self.p))
 
     def _step(self, state: int, op: int, height: int, width: int) -> _Step:
-        return None, height, width, _uniform(state, op, 0) < self.p
+        return None, height, width, uniform(state, op, 0) < self.p
 
 
 _Op = RandomResizedCrop | CenterCrop | Resize | RandomHorizontalFlip
@@ -438,8 +380,8 @@ class Compose:
                 resample = _INTERPOLATIONS[op.interpolation]
         self._resample = resample
         self._steps = tuple(op._step for op in self.ops)
-        # plan()'s one-entry cache of (seed, epoch, _epoch_state(seed, epoch)), swapped whole.
-        self._last_epoch: tuple[int, int, int] = (0, 0, _epoch_state(0, 0))
+        # plan()'s one-entry cache of (seed, epoch, epoch_state(seed, epoch)), swapped whole.
+        self._last_epoch: tuple[int, int, int] = (0, 0, epoch_state(0, 0))
 
     def __repr__(self) -> str:
         return f"Compose({list(self.ops)!r}, field={self.field!r}, seed={self.seed})"
@@ -494,9 +436,9 @@ class Compose:
         if last[0] == seed and last[1] == epoch:
             h = last[2]
         else:
-            h = _epoch_state(seed, epoch)
+            h = epoch_state(seed, epoch)
             self._last_epoch = (seed, epoch, h)
-        state = _fmix(((h ^ (index & _M64)) + _GAMMA) & _M64)  # == _key_state(key)
+        state = fmix(((h ^ (index & M64)) + GAMMA) & M64)  # == key_state(key)
         h, w = height, width
         left, top, right, bottom = 0.0, 0.0, float(width), float(height)
         flip = False
@@ -561,40 +503,3 @@ class Compose:
         out = np.empty((*plan.size, *image.shape[2:]), np.uint8)
         self.render(image, plan, out)
         return out
-
-
-#: torchvision's ImageNet statistics, for :func:`normalize`
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
-
-
-def normalize(
-    images: torch.Tensor,
-    mean: Sequence[float] = IMAGENET_MEAN,
-    std: Sequence[float] = IMAGENET_STD,
-    *,
-    dtype: torch.dtype = torch.float32,
-) -> torch.Tensor:
-    """``(images / 255 - mean) / std`` per channel, as ``dtype``, on the batch's device.
-
-    The device-side end of an image pipeline: batches cross PCIe as uint8 ``(B, C, H, W)``
-    (a quarter of float32's bytes), and the conversion runs where the batch already is.
-
-    >>> x = torch.full((2, 3, 4, 4), 255, dtype=torch.uint8)
-    >>> [round(v, 3) for v in normalize(x, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5))[0, :, 0, 0].tolist()]
-    [1.0, 1.0, 1.0]
-    """
-    if images.ndim != 4 or images.dtype != torch.uint8:
-        raise ValueError(
-            f"normalize takes a uint8 (B, C, H, W) batch; got {images.dtype} of shape "
-            f"{tuple(images.shape)}"
-        )
-    c = images.shape[1]
-    if len(mean) != c or len(std) != c or any(s <= 0 for s in std):
-        raise ValueError(
-            f"normalize: mean and std need one value per channel ({c}), std > 0; got "
-            f"mean={tuple(mean)}, std={tuple(std)}"
-        )
-    m = torch.tensor([v * 255 for v in mean], dtype=dtype, device=images.device)
-    s = torch.tensor([v * 255 for v in std], dtype=dtype, device=images.device)
-    return images.to(dtype).sub_(m.view(1, c, 1, 1)).div_(s.view(1, c, 1, 1))

@@ -13,9 +13,15 @@
     the decoded shape read from a header.
 :mod:`chunkio.images.decoders`
     The decoders of encoded fields, one per encoding and library, writing into batch rows.
+:mod:`chunkio.images.draws`
+    The counter-based randomness of transform plans: uniform draws keyed by
+    ``(seed, epoch, index)``. The plans themselves (crop boxes, sizes, flips: pure functions
+    of that key) are made by the public :mod:`chunkio.transforms`.
 :mod:`chunkio.images.render`
-    Rendering a transform's plan: the one crop-and-resize into a batch row. The plans
-    themselves (pure functions of ``(seed, epoch, index)``) are :mod:`chunkio.transforms`.
+    Rendering a plan: the one crop-and-resize (torch, or Pillow for alpha) into a batch row.
+:mod:`chunkio.images.normalize`
+    The device-side end: a uint8 batch to normalized floats (re-exported by
+    :mod:`chunkio.transforms`).
 
 Nothing is imported here: each module pulls in only the libraries it needs.
 """
