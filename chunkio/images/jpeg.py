@@ -36,14 +36,14 @@ import numpy.typing as npt
 from ..numeric import ceil_div
 
 __all__ = [
+    "EOI",
     "JPEG_444_QUALITY",
     "JPEG_SCALE_DENOMINATORS",
+    "ORIENTATION_TAG",
+    "SOI",
     "Buffer",
     "JpegHeader",
     "decode",
-    "EOI",
-    "ORIENTATION_TAG",
-    "SOI",
     "decode_plain",
     "encode",
     "ends_with_eoi",
@@ -63,10 +63,11 @@ SOI = b"\xff\xd8\xff"
 EOI = b"\xff\xd9"
 #: baseline, extended sequential, progressive (Huffman): what Pillow and simplejpeg both decode
 _SOF = frozenset({0xC0, 0xC1, 0xC2})
-#: markers after which the headers cannot be read here (other SOFs, Adobe, multi-picture, XMP)
+#: markers without a length field (TEM, RST0-7)
 _STANDALONE = frozenset({0x01, *range(0xD0, 0xD8)})
 #: the other frame markers: lossless, hierarchical, arithmetic-coded (not DHT, JPG, DAC)
 _FRAMES = frozenset(range(0xC3, 0xD0)) - {0xC4, 0xC8, 0xCC}
+_ANY_SOF = _SOF | _FRAMES
 _EXIF = b"Exif\x00\x00"
 _XMP = b"http://ns.adobe.com/xap/1.0/"
 _MPF = b"MPF\x00"
@@ -166,7 +167,7 @@ def frame_shape(data: Buffer) -> tuple[int, int, int]:
     view = memoryview(data)
     if view[:3] == SOI:
         for marker, start, end in _segments(view):
-            if marker in _FRAMES or marker in _SOF:
+            if marker in _ANY_SOF:
                 if end - start >= 6:
                     _, height, width, components = struct.unpack_from(">BHHB", view, start)
                     if height and width and components:
