@@ -19,7 +19,7 @@ best round (the machine is shared: the best round is the least disturbed):
     ``convert / pillow >= 0.8``.
 ``turbo``
     The same files decoded by libjpeg-turbo without Pillow (simplejpeg): what chunkio
-    decodes plain JPEGs with (:mod:`chunkio.convert.jpeg_fast`), bit-exact with Pillow.
+    decodes plain JPEGs with (:mod:`chunkio.images.jpeg`), bit-exact with Pillow.
 ``floor``
     The Pillow decode, then the raw pixels written to files of about 1 MiB, each fsync'd:
     the least that any durable conversion decoding with Pillow does (no compression,
@@ -188,7 +188,7 @@ def _convert(
 
 
 def _check_vs_decode(paths: list[str], *, thorough: bool) -> float:
-    from chunkio.convert.decode import DecodePolicy, probe_image
+    from chunkio.images.pillow import DecodePolicy, probe_image
 
     policy = DecodePolicy()
     start = time.perf_counter()

@@ -1,4 +1,4 @@
-"""Image decoder measurements: pick the default library per encoding of chunkio.image_codecs.
+"""Image decoder measurements: pick the default library per encoding of chunkio.images.encodings.
 
 224x224 crops of the scikit-learn sample photos, encoded as JPEG q90, WebP q90 and PNG. For
 each library: images/s on one thread, and the speed-up of two threads over one (about 2 on two
@@ -24,7 +24,8 @@ import numpy as np
 from PIL import Image
 
 from benchmarks.data import sample_photos
-from chunkio.image_codecs import encode_image, image_decoder
+from chunkio.images.decoders import image_decoder
+from chunkio.images.encodings import encode_image
 
 SIZE = 224
 

@@ -371,7 +371,7 @@ def _verify_encoded(
 ) -> None:
     """An encoded field: spans and shapes whole; the bytes chunks the spans use (the unused
     rest of each region is never written); every image decoded to its recorded shape."""
-    from .image_codecs import image_decoder
+    from .images.decoders import image_decoder
 
     data_name, spans_name, shapes_name = f.array_names()
     spans = _read_chunks(reader, spans_name, report, on_chunk)

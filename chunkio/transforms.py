@@ -18,6 +18,9 @@ defaults"), then mirrored. Results can therefore differ
 from torchvision's step-by-step resizes by rounding only. 4-channel images are resampled by
 Pillow on the exact box (premultiplied alpha).
 
+Planning is this module's (pure: no pixel is touched); rendering, the one resample into a batch
+row, is :mod:`chunkio.images.render`'s.
+
 Randomness comes from a counter-based hash (splitmix64 over ``(seed, epoch, index, op number,
 draw number)``), not from a generator per sample: a plan costs a few microseconds. The random
 ops follow torchvision's algorithms (``RandomResizedCrop.get_params``, ``CenterCrop``'s
@@ -49,8 +52,11 @@ from dataclasses import dataclass
 from typing import cast
 
 import numpy as np
-import torch
 from PIL import Image
+
+from .images.draws import GAMMA, M64, Key, epoch_state, fmix, uniform, uniform2
+from .images.normalize import IMAGENET_MEAN, IMAGENET_STD, normalize
+from .images.render import resample_into
 
 __all__ = [
     "CenterCrop",
@@ -65,88 +71,12 @@ __all__ = [
     "normalize",
 ]
 
-Key = tuple[int, int, int]
-"""``(seed, epoch, sample index)``: all randomness of a plan is a pure function of it."""
-
-_M64 = (1 << 64) - 1
-_GAMMA = 0x9E3779B97F4A7C15
-_TO_UNIT = 2.0**-53
-_M32 = (1 << 32) - 1
-_TO_UNIT32 = 2.0**-32
-_DRAWS_PER_OP = 64
-
 _INTERPOLATIONS = {
     "nearest": Image.Resampling.NEAREST,
     "bilinear": Image.Resampling.BILINEAR,
     "bicubic": Image.Resampling.BICUBIC,
 }
 _CHANNELS = (1, 3, 4)
-#: torch's resampling modes for Pillow's filters ("nearest-exact" is Pillow's pixel centres)
-_TORCH_MODES = {
-    Image.Resampling.NEAREST: "nearest-exact",
-    Image.Resampling.BILINEAR: "bilinear",
-    Image.Resampling.BICUBIC: "bicubic",
-}
-
-
-def _pixel_span(start: float, stop: float, size: int) -> tuple[int, int]:
-    """``[start, stop)`` rounded to whole pixels inside ``[0, size)``, at least one wide.
-
-    >>> _pixel_span(2.4, 7.6, 10), _pixel_span(-0.3, 12.0, 10), _pixel_span(9.8, 9.9, 10)
-    ((2, 8), (0, 10), (9, 10))
-    """
-    a = min(max(0, round(start)), size - 1)
-    b = min(max(a + 1, round(stop)), size)
-    return a, b
-
-
-# --------------------------------------------------------------------------------------------
-# Counter-based randomness
-# --------------------------------------------------------------------------------------------
-
-
-def _fmix(z: int) -> int:
-    """splitmix64's finaliser: a bijective, well-avalanched 64-bit mix."""
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
-    return z ^ (z >> 31)
-
-
-def _epoch_state(seed: int, epoch: int) -> int:
-    """The first two links of :func:`_key_state`'s chain."""
-    h = _fmix(((seed & _M64) + _GAMMA) & _M64)
-    return _fmix(((h ^ (epoch & _M64)) + _GAMMA) & _M64)
-
-
-def _key_state(key: Key) -> int:
-    """64-bit stream state of one sample: the three key parts chained through the mix."""
-    seed, epoch, index = key
-    return _fmix(((_epoch_state(seed, epoch) ^ (index & _M64)) + _GAMMA) & _M64)
-
-
-def _hash(state: int, op: int, draw: int) -> int:
-    """Output ``draw`` of op ``op``'s splitmix64 stream: 64 well-mixed bits."""
-    z = (state + (op * _DRAWS_PER_OP + draw + 1) * _GAMMA) & _M64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
-    return z ^ (z >> 31)
-
-
-def _uniform(state: int, op: int, draw: int) -> float:
-    """Uniform float in [0, 1) with 53 random bits."""
-    return (_hash(state, op, draw) >> 11) * _TO_UNIT
-
-
-def _uniform2(state: int, op: int, draw: int) -> tuple[float, float]:
-    """Two independent uniform floats in [0, 1) with 32 random bits each (one hash).
-
-    32 bits is more than torchvision's float32 draws carry.
-    """
-    z = (state + (op * _DRAWS_PER_OP + draw + 1) * _GAMMA) & _M64  # _hash, inlined
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
-    z ^= z >> 31
-    return (z >> 32) * _TO_UNIT32, (z & _M32) * _TO_UNIT32
 
 
 # --------------------------------------------------------------------------------------------
@@ -277,13 +207,13 @@ class RandomResizedCrop:
         s_lo, s_hi = self.scale
         lr_lo, lr_hi = self._log_ratio
         for attempt in range(10):
-            u_area, u_ratio = _uniform2(state, op, attempt)
+            u_area, u_ratio = uniform2(state, op, attempt)
             target = area * (s_lo + (s_hi - s_lo) * u_area)
             aspect = math.exp(lr_lo + (lr_hi - lr_lo) * u_ratio)
             w = round(math.sqrt(target * aspect))
             h = round(math.sqrt(target / aspect))
             if 0 < w <= width and 0 < h <= height:
-                u_top, u_left = _uniform2(state, op, 10)
+                u_top, u_left = uniform2(state, op, 10)
                 top = min(int(u_top * (height - h + 1)), height - h)
                 left = min(int(u_left * (width - w + 1)), width - w)
                 return top, left, h, w
@@ -378,7 +308,7 @@ class RandomHorizontalFlip:
         object.__setattr__(self, "p", float(self.p))
 
     def _step(self, state: int, op: int, height: int, width: int) -> _Step:
-        return None, height, width, _uniform(state, op, 0) < self.p
+        return None, height, width, uniform(state, op, 0) < self.p
 
 
 _Op = RandomResizedCrop | CenterCrop | Resize | RandomHorizontalFlip
@@ -450,10 +380,9 @@ class Compose:
             if isinstance(op, (RandomResizedCrop, Resize)):
                 resample = _INTERPOLATIONS[op.interpolation]
         self._resample = resample
-        self._mode = _TORCH_MODES[resample]
         self._steps = tuple(op._step for op in self.ops)
-        # plan()'s one-entry cache of (seed, epoch, _epoch_state(seed, epoch)), swapped whole.
-        self._last_epoch: tuple[int, int, int] = (0, 0, _epoch_state(0, 0))
+        # plan()'s one-entry cache of (seed, epoch, epoch_state(seed, epoch)), swapped whole.
+        self._last_epoch: tuple[int, int, int] = (0, 0, epoch_state(0, 0))
 
     def __repr__(self) -> str:
         return f"Compose({list(self.ops)!r}, field={self.field!r}, seed={self.seed})"
@@ -506,9 +435,9 @@ class Compose:
         if last[0] == seed and last[1] == epoch:
             h = last[2]
         else:
-            h = _epoch_state(seed, epoch)
+            h = epoch_state(seed, epoch)
             self._last_epoch = (seed, epoch, h)
-        state = _fmix(((h ^ (index & _M64)) + _GAMMA) & _M64)  # == _key_state(key)
+        state = fmix(((h ^ (index & M64)) + GAMMA) & M64)  # == key_state(key)
         h, w = height, width
         left, top, right, bottom = 0.0, 0.0, float(width), float(height)
         flip = False
@@ -549,7 +478,7 @@ class Compose:
                 f"Compose.render: image dtype must be uint8, got {image.dtype} "
                 f"(supported: uint8 (H, W) or (H, W, C) with C in {_CHANNELS})"
             )
-        height, width = _hw(image.shape)
+        _hw(image.shape)  # checks it
         expected = (*plan.size, *image.shape[2:])
         if out.shape != expected or out.dtype != np.uint8:
             raise ValueError(
@@ -561,56 +490,7 @@ class Compose:
         left, top, right, bottom = plan.box
         if scale != 1.0:
             left, top, right, bottom = left * scale, top * scale, right * scale, bottom * scale
-        out_h, out_w = plan.size
-        channels = 1 if image.ndim == 2 else image.shape[2]
-        if channels != 4:  # torch's uint8 kernels (premultiplied alpha needs Pillow's)
-            self._render_torch(image, (left, top, right, bottom), plan, out)
-            return
-        left, right = max(0.0, left), min(float(width), right)
-        top, bottom = max(0.0, top), min(float(height), bottom)
-        if (left, top, right, bottom) == (0.0, 0.0, width, height) and (out_h, out_w) == (
-            height,
-            width,
-        ):
-            result = np.asarray(image)  # identity resample: copy straight into out
-        else:
-            resized = Image.fromarray(np.ascontiguousarray(image)).resize(
-                (out_w, out_h), self._resample, box=(left, top, right, bottom)
-            )
-            result = np.asarray(resized)
-        np.copyto(out, result[:, ::-1] if plan.flip else result)
-
-    def _render_torch(
-        self,
-        image: np.ndarray,
-        box: tuple[float, float, float, float],
-        plan: CropPlan,
-        out: np.ndarray,
-    ) -> None:
-        """Crop to the box rounded to whole pixels, then one antialiased resize with torch's
-        uint8 kernels (the ones torchvision's tensor transforms use: several times faster than
-        Pillow's resample, and crop-then-resize like torchvision's ``RandomResizedCrop``)."""
-        height, width = image.shape[:2]
-        left, right = _pixel_span(box[0], box[2], width)
-        top, bottom = _pixel_span(box[1], box[3], height)
-        pixels = image[top:bottom, left:right].reshape(bottom - top, right - left, -1)
-        if not pixels.flags.writeable:  # torch warns about read-only arrays (never written)
-            pixels = pixels.copy()
-        crop = torch.from_numpy(pixels)
-        out_h, out_w = plan.size
-        if (bottom - top, right - left) == (out_h, out_w):
-            result = crop  # no resample: copy straight into out
-        else:
-            nchw = crop.permute(2, 0, 1).unsqueeze(0).contiguous(memory_format=torch.channels_last)
-            result = torch.nn.functional.interpolate(
-                nchw,
-                size=(out_h, out_w),
-                antialias=self._mode != "nearest-exact",
-                mode=self._mode,
-            )[0].permute(1, 2, 0)
-        if plan.flip:  # torch's flip copy, then a plain one (numpy's reversed copy is slow)
-            result = result.flip(1)
-        np.copyto(out, result.numpy().reshape(out.shape))
+        resample_into(image, (left, top, right, bottom), plan.size, plan.flip, out, self._resample)
 
     def apply(self, image: np.ndarray, out: np.ndarray, key: Key) -> None:
         """Transform ``image`` into ``out``: :meth:`render` of :meth:`plan` for ``key``."""
@@ -622,40 +502,3 @@ class Compose:
         out = np.empty((*plan.size, *image.shape[2:]), np.uint8)
         self.render(image, plan, out)
         return out
-
-
-#: torchvision's ImageNet statistics, for :func:`normalize`
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
-
-
-def normalize(
-    images: torch.Tensor,
-    mean: Sequence[float] = IMAGENET_MEAN,
-    std: Sequence[float] = IMAGENET_STD,
-    *,
-    dtype: torch.dtype = torch.float32,
-) -> torch.Tensor:
-    """``(images / 255 - mean) / std`` per channel, as ``dtype``, on the batch's device.
-
-    The device-side end of an image pipeline: batches cross PCIe as uint8 ``(B, C, H, W)``
-    (a quarter of float32's bytes), and the conversion runs where the batch already is.
-
-    >>> x = torch.full((2, 3, 4, 4), 255, dtype=torch.uint8)
-    >>> [round(v, 3) for v in normalize(x, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5))[0, :, 0, 0].tolist()]
-    [1.0, 1.0, 1.0]
-    """
-    if images.ndim != 4 or images.dtype != torch.uint8:
-        raise ValueError(
-            f"normalize takes a uint8 (B, C, H, W) batch; got {images.dtype} of shape "
-            f"{tuple(images.shape)}"
-        )
-    c = images.shape[1]
-    if len(mean) != c or len(std) != c or any(s <= 0 for s in std):
-        raise ValueError(
-            f"normalize: mean and std need one value per channel ({c}), std > 0; got "
-            f"mean={tuple(mean)}, std={tuple(std)}"
-        )
-    m = torch.tensor([v * 255 for v in mean], dtype=dtype, device=images.device)
-    s = torch.tensor([v * 255 for v in std], dtype=dtype, device=images.device)
-    return images.to(dtype).sub_(m.view(1, c, 1, 1)).div_(s.view(1, c, 1, 1))

@@ -1,12 +1,12 @@
 """The check pass of :func:`~chunkio.convert.images.convert_images`.
 
-Every file is probed (:func:`chunkio.convert.decode.probe_image`: headers parsed, PNG CRCs
+Every file is probed (:func:`chunkio.images.pillow.probe_image`: headers parsed, PNG CRCs
 checked, JPEGs that lack their end marker decoded at 1/8 scale; or, ``thorough``, every JPEG
 decoded at 1/8 scale) and stat'ed. The pass starts in this process and hands the rest of the
 files to the conversion engine's process pool (:func:`chunkio.convert.engine.run_tasks`)
 only once it is clear that the remaining work outweighs starting the pool
 (:func:`chunkio.convert.workers.pool_pays`). The default probe of a plain JPEG reads its
-headers without Pillow (:mod:`chunkio.convert.jpeg_fast`) and costs 0.06 of a Pillow decode
+headers without Pillow (:mod:`chunkio.images.jpeg`) and costs 0.06 of a Pillow decode
 for 224-256 px JPEGs, 0.12 for 64-128 px ones (``check_vs_decode`` in
 ``benchmarks/bench_convert.py``), so only folders of hundreds of thousands of files ever pay
 for a pool here. With a ``dask.distributed`` client the cluster runs it all.
@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..images.pillow import DecodePolicy, Probe, probe_image
 from . import workers
-from .decode import DecodePolicy, Probe, probe_image
 from .engine import progress_bar, run_tasks
 from .options import Execution, Progress
 from .progress import advance

@@ -15,8 +15,9 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import CorruptChunkError, SourceError
-from ..image_codecs import ImageDecoder, encode_image, image_decoder
-from .decode import UndecodableImage
+from ..images.decoders import ImageDecoder, image_decoder
+from ..images.encodings import encode_image
+from ..images.pillow import UndecodableImage
 from .encoded import image_capacity
 from .image_check import Checked
 from .scan import ImageEntry

@@ -18,8 +18,8 @@ import numpy.typing as npt
 from ..backends import Format
 from ..errors import SourceError
 from ..grid import SampleGrid
+from ..images.pillow import DecodePolicy, Probe, fitted_size
 from ..layout import DatasetLayout
-from .decode import DecodePolicy, Probe, fitted_size
 from .image_check import Checked
 from .pipeline import ConversionResult
 from .rerun import file_listing

@@ -12,8 +12,8 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import SourceError
+from ..images.pillow import DecodePolicy, load_image
 from ..layout import FieldInfo
-from .decode import DecodePolicy, load_image
 from .image_check import Checked
 from .image_encoding import choose_encoding, image_bytes, stored_as_is
 from .image_plan import agreed_mode, stored_shapes

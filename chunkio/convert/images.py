@@ -2,21 +2,21 @@
 
 Two passes over the files:
 
-1. **Check** (:func:`chunkio.convert.decode.probe_image`): every file is opened and its
+1. **Check** (:func:`chunkio.images.pillow.probe_image`): every file is opened and its
    headers parsed - size, mode, frames, EXIF orientation, the decompression-bomb limit - PNG
    chunk CRCs are verified, and a JPEG that does not end with its end-of-image marker
    (truncated, or with bytes appended) is decoded at 1/8 scale to tell which. This yields
    each image's size after EXIF orientation and its stored mode, so the dataset's shape -
    dense, or ragged with every offset - is known before anything is written, and nearly
    every bad file is known too. Plain JPEGs are read from their headers without Pillow
-   (:mod:`chunkio.convert.jpeg_fast`): 0.06 of a Pillow decode for 224-256 px JPEGs and 0.12
+   (:mod:`chunkio.images.jpeg`): 0.06 of a Pillow decode for 224-256 px JPEGs and 0.12
    for 64-128 px ones, where opening a file costs as much as decoding it; the check that
    decoded every JPEG at 1/8 scale costs 0.55-0.7 (``check_vs_decode`` in
    ``benchmarks/bench_convert.py``).
 2. **Write** (:func:`chunkio.convert.run_conversion`): only the good files, decoded by the
    declared policy, in chunk-aligned blocks; atomic and resumable. Plain JPEGs kept at their
    size are decoded by libjpeg-turbo without Pillow, bit-exact with Pillow's decode (compared
-   once per coding kind; :func:`chunkio.convert.jpeg_fast.decode_plain`), at 0.6 of its time.
+   once per coding kind; :func:`chunkio.images.jpeg.decode_plain`), at 0.6 of its time.
 
 Why check first instead of writing and compacting afterwards: a file left out moves every
 later image, so a file found bad while writing would leave a hole in a chunk another process
@@ -90,11 +90,11 @@ import numpy.typing as npt
 from ..backends import Compression, Format, detect_format
 from ..backends.base import DEFAULT_CODEC
 from ..errors import SourceError
-from ..image_codecs import check_encoding
+from ..images.encodings import check_encoding
+from ..images.pillow import DecodePolicy, ImageMode, ResizeMode, UndecodableImage
 from ..numeric import ceil_div
 from ..provenance import decode_paths
 from .chunking import choose_samples_per_chunk
-from .decode import DecodePolicy, ImageMode, ResizeMode, UndecodableImage
 from .image_check import Checked, check_all
 from .image_plan import (
     ImageConversionResult,
@@ -179,7 +179,7 @@ def convert_images(
         ``"shorter-crop"`` (cover, then centre crop), ``"pad"`` (fit, then zero-pad, centred)
         or ``"stretch"``.
     mode
-        ``"RGB"``, ``"L"`` or ``"keep"``: see :mod:`chunkio.convert.decode` for the exact
+        ``"RGB"``, ``"L"`` or ``"keep"``: see :mod:`chunkio.images.pillow` for the exact
         conversions (alpha is dropped; 16-bit data is never clipped).
     on_error
         ``"raise"``: the first bad file stops the conversion before anything is written (or,

@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from ..errors import CorruptChunkError
 from ..grid import SampleGrid
-from ..image_codecs import ImageDecoder, image_decoder
+from ..images.decoders import ImageDecoder, image_decoder
 from ..layout import FieldInfo
 from ..numeric import IntArray, ceil_div
 from ..sample_transforms import FieldTransform, channels_last

@@ -17,12 +17,12 @@ from chunkio import ChunkDataset
 from chunkio.convert import image_check
 from chunkio.convert import image_source as image_source_mod
 from chunkio.convert import images as images_mod
-from chunkio.convert.decode import DecodePolicy, load_image
 from chunkio.convert.images import convert_images, source_paths
 from chunkio.convert.ragged import RaggedPlan
 from chunkio.dataset_report import info, verify
 from chunkio.errors import DestinationExistsError, SourceError
 from chunkio.grid import SampleGrid
+from chunkio.images.pillow import DecodePolicy, load_image
 from chunkio.layout import FieldInfo
 
 FORMATS = {"zarr": "out.zarr", "hdf5": "out.h5"}

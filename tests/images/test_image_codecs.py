@@ -1,4 +1,4 @@
-"""chunkio.image_codecs with the real libraries on real photo crops."""
+"""chunkio.images.encodings with the real libraries on real photo crops."""
 
 from __future__ import annotations
 
@@ -11,15 +11,8 @@ import pytest
 
 from benchmarks.data import sample_photos
 from chunkio.errors import CorruptChunkError, OptionalDependencyError
-from chunkio.image_codecs import (
-    ENCODINGS,
-    ImageDecoder,
-    MissingDecoderError,
-    check_encoding,
-    decoded_shape,
-    encode_image,
-    image_decoder,
-)
+from chunkio.images.decoders import ImageDecoder, MissingDecoderError, image_decoder
+from chunkio.images.encodings import ENCODINGS, check_encoding, decoded_shape, encode_image
 
 LIBRARIES = {
     "jpeg": ["simplejpeg", "imagecodecs", "Pillow"],

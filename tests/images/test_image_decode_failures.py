@@ -18,13 +18,14 @@ import pytest
 from PIL import Image
 
 from chunkio import ChunkDataset
-from chunkio.convert import decode, image_check
+from chunkio.convert import image_check
 from chunkio.convert import image_source as image_source_mod
 from chunkio.convert import images as images_mod
-from chunkio.convert.decode import DecodePolicy, UndecodableImage, probe_image
 from chunkio.convert.images import convert_images
 from chunkio.dataset_report import verify
 from chunkio.errors import SourceError
+from chunkio.images import pillow as decode
+from chunkio.images.pillow import DecodePolicy, UndecodableImage, probe_image
 
 BAD = "cls/03.jpg"
 

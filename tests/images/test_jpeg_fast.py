@@ -1,4 +1,4 @@
-"""The plain-JPEG fast path (:mod:`chunkio.convert.jpeg_fast`) gives what Pillow gives.
+"""The plain-JPEG fast path (:mod:`chunkio.images.jpeg`) gives what Pillow gives.
 
 Every file here is probed and decoded twice: through the fast path, and through Pillow with
 the fast path turned off; probes and pixels must be equal. Files the fast path must leave to
@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from chunkio.convert import decode, jpeg_fast
-from chunkio.convert.decode import DecodePolicy, UndecodableImage, load_image, probe_image
+from chunkio.images import jpeg as jpeg_fast
+from chunkio.images import pillow as decode
+from chunkio.images.pillow import DecodePolicy, UndecodableImage, load_image, probe_image
 
 
 def photo(hw: tuple[int, int] = (40, 56), seed: int = 0) -> np.ndarray:

@@ -11,6 +11,10 @@ import pytest
 from PIL import Image
 from sklearn.datasets import load_sample_images
 
+from chunkio.images.draws import key_state as _key_state
+from chunkio.images.draws import uniform as _uniform
+from chunkio.images.draws import uniform2 as _uniform2
+from chunkio.images.render import pixel_span as _pixel_span
 from chunkio.transforms import (
     CenterCrop,
     Compose,
@@ -18,10 +22,6 @@ from chunkio.transforms import (
     RandomHorizontalFlip,
     RandomResizedCrop,
     Resize,
-    _key_state,
-    _pixel_span,
-    _uniform,
-    _uniform2,
 )
 
 

@@ -34,7 +34,7 @@ PNG chunk CRCs are checked here (Pillow does not check them for image data).
 
 Plain JPEGs (one frame, gray or YCbCr, no EXIF rotation, kept at their size) take a shorter
 road to the same result: headers read and pixels decoded by libjpeg-turbo without Pillow
-(:mod:`chunkio.convert.jpeg_fast`), bit-exact with the steps above.
+(:mod:`chunkio.images.jpeg`), bit-exact with the steps above.
 """
 
 from __future__ import annotations
@@ -50,7 +50,17 @@ import numpy.typing as npt
 from PIL import Image, ImageOps
 
 from ..errors import SourceError
-from .jpeg_fast import JpegHeader, decode_plain, parse_header, read_header
+from .encodings import PNG_SIGNATURE
+from .jpeg import (
+    EOI,
+    ORIENTATION_TAG,
+    SOI,
+    JpegHeader,
+    decode_plain,
+    ends_with_eoi,
+    parse_header,
+    read_header,
+)
 
 __all__ = [
     "DecodePolicy",
@@ -84,10 +94,6 @@ _KEEP = {
     "I": "I;16",
 }
 _SWAPS_AXES = frozenset({5, 6, 7, 8})  # EXIF orientations that transpose the image
-_ORIENTATION = 0x0112
-_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-_JPEG_EOI = b"\xff\xd9"
-_JPEG_SOI = b"\xff\xd8\xff"
 _JPEG = frozenset({"JPEG", "MPO"})  # Pillow opens multi-picture JPEGs as MPO
 
 
@@ -210,7 +216,7 @@ def _check_png_crcs(path: str) -> None:
     """Verify every PNG chunk's CRC (Pillow skips the check for image data)."""
     with open(path, "rb") as fh:
         data = fh.read()
-    pos = len(_PNG_SIGNATURE)
+    pos = len(PNG_SIGNATURE)
     while pos + 12 <= len(data):
         length, kind = struct.unpack(">I4s", data[pos : pos + 8])
         end = pos + 8 + length
@@ -237,7 +243,7 @@ def probe_image(path: str, policy: DecodePolicy, *, thorough: bool = False) -> P
     Huffman table, say, passes the cheap screen and fails only when pixels are decoded.
 
     Plain JPEGs ending with their end marker are screened from their headers alone
-    (:func:`~chunkio.convert.jpeg_fast.read_header`, same result, a tenth of the time).
+    (:func:`~chunkio.images.jpeg.read_header`, same result, a tenth of the time).
 
     Never raises for a bad file: the problem is returned in :attr:`Probe.error`.
     """
@@ -252,9 +258,9 @@ def probe_image(path: str, policy: DecodePolicy, *, thorough: bool = False) -> P
             width, height = im.size  # before draft() shrinks it
             if im.format == "PNG":
                 _check_png_crcs(path)
-            elif im.format not in _JPEG or thorough or not _ends_with_eoi(path):
+            elif im.format not in _JPEG or thorough or not ends_with_eoi(path):
                 _load_first_frame(im, draft=True)
-            orientation = im.getexif().get(_ORIENTATION, 1)
+            orientation = im.getexif().get(ORIENTATION_TAG, 1)
             plain = (
                 im.format == "JPEG"
                 and frames == 1
@@ -291,16 +297,6 @@ def _bomb(header: JpegHeader) -> bool:
     """Whether Pillow would refuse (or warn about) this many pixels: its message is kept."""
     limit = Image.MAX_IMAGE_PIXELS
     return limit is not None and header.height * header.width > limit
-
-
-def _ends_with_eoi(path: str) -> bool:
-    """Whether the file's last two bytes are the JPEG end-of-image marker."""
-    with open(path, "rb") as fh:
-        fh.seek(0, 2)
-        if fh.tell() < 2:
-            return False
-        fh.seek(-2, 2)
-        return fh.read(2) == _JPEG_EOI
 
 
 def _reason(err: BaseException) -> str:
@@ -387,18 +383,18 @@ def load_image(path: str, policy: DecodePolicy, *, stored: str) -> npt.NDArray[A
 
 def _plain_jpeg(path: str, policy: DecodePolicy, stored: str) -> npt.NDArray[Any] | None:
     """The pixels of a plain JPEG kept at its size, decoded by libjpeg-turbo directly
-    (:func:`~chunkio.convert.jpeg_fast.decode_plain`); ``None``: decode with Pillow."""
+    (:func:`~chunkio.images.jpeg.decode_plain`); ``None``: decode with Pillow."""
     if policy.size is not None:
         return None
     try:
         with open(path, "rb") as fh:
             data = fh.read(3)
-            if data != _JPEG_SOI:  # not a JPEG: not read any further here
+            if data != SOI:  # not a JPEG: not read any further here
                 return None
             data += fh.read()
     except OSError:
         return None  # Pillow names the problem
-    header = parse_header(data, ends_with_eoi=data.endswith(_JPEG_EOI))
+    header = parse_header(data, ends_with_eoi=data.endswith(EOI))
     if header is None or header.orientation != 1 or header.mode != stored or _bomb(header):
         return None
     if fitted_size(header.height, header.width, policy.max_size) != (header.height, header.width):

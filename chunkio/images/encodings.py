@@ -49,12 +49,12 @@ from __future__ import annotations
 
 import io
 import struct
-from typing import Any, ClassVar, Literal, cast
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from chunkio.errors import CorruptChunkError, OptionalDependencyError
-from chunkio.numeric import ceil_div
+from ..errors import CorruptChunkError, OptionalDependencyError
+from . import jpeg
 
 __all__ = [
     "ENCODINGS",
@@ -64,7 +64,6 @@ __all__ = [
     "check_encoding",
     "decoded_shape",
     "encode_image",
-    "image_decoder",
 ]
 
 ENCODINGS = ("raw", "jpeg", "png", "webp")
@@ -72,26 +71,8 @@ Encoding = Literal["raw", "jpeg", "png", "webp"]
 
 #: zlib level of PNG encoding (see the module docstring for the measurement)
 PNG_COMPRESS_LEVEL = 6
-#: JPEG quality from which chroma is kept at full resolution (4:4:4); below it 4:2:0
-JPEG_444_QUALITY = 95
-#: DCT scale denominators libjpeg-turbo decodes fastest, largest output first
-JPEG_SCALE_DENOMINATORS = (1, 2, 4, 8)
 
-#: decoder libraries per encoding, preferred (measured default) first
-_LIBRARIES: dict[str, tuple[str, ...]] = {
-    "raw": ("numpy",),
-    "jpeg": ("simplejpeg", "imagecodecs", "Pillow"),
-    "png": ("imagecodecs", "Pillow"),
-    "webp": ("imagecodecs", "Pillow"),
-}
-#: library name -> (module to import, pip package that provides it)
-_PACKAGES = {
-    "numpy": ("numpy", "numpy"),
-    "simplejpeg": ("simplejpeg", "simplejpeg"),
-    "imagecodecs": ("imagecodecs", "imagecodecs"),
-    "Pillow": ("PIL.Image", "pillow"),
-}
-_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 #: PNG colour type -> channels (0 gray, 2 RGB, 3 palette -> RGB(A), 4 gray+alpha, 6 RGBA)
 _PNG_CHANNELS = {0: 1, 2: 3, 3: 3, 4: 2, 6: 4}
 
@@ -182,18 +163,7 @@ def encode_image(image: np.ndarray, encoding: Encoding, quality: int = 90) -> by
             raise ValueError(
                 "jpeg holds gray or RGB images; got 4 channels: use png or webp or raw"
             )
-        import simplejpeg
-
-        if channels == 1:
-            gray = np.ascontiguousarray(plane)[:, :, None]
-            return bytes(simplejpeg.encode_jpeg(gray, quality=int(quality), colorspace="GRAY"))
-        sub = "444" if quality >= JPEG_444_QUALITY else "420"
-        rgb = np.ascontiguousarray(plane)
-        return bytes(
-            simplejpeg.encode_jpeg(
-                rgb, quality=int(quality), colorspace="RGB", colorsubsampling=sub
-            )
-        )
+        return jpeg.encode(plane, quality)
     if encoding == "png" and plane.dtype == np.uint16 and channels > 1:
         try:
             import imagecodecs
@@ -216,7 +186,7 @@ def encode_image(image: np.ndarray, encoding: Encoding, quality: int = 90) -> by
     return buf.getvalue()
 
 
-def _as_buffer(data: Data) -> Any:
+def as_buffer(data: Data) -> Any:
     """Return encoded ``data`` as a contiguous bytes-like object (no copy when already one)."""
     if isinstance(data, np.ndarray):
         if data.dtype != np.uint8 or data.ndim != 1:
@@ -227,11 +197,11 @@ def _as_buffer(data: Data) -> Any:
     return data
 
 
-def _corrupt(encoding: str, library: str, err: BaseException) -> CorruptChunkError:
+def corrupt(encoding: str, library: str, err: BaseException) -> CorruptChunkError:
     return CorruptChunkError(f"corrupt {encoding} image: {library}: {err}")
 
 
-def _require_end(data: Any, marker: bytes, encoding: str, library: str) -> None:
+def require_end(data: Any, marker: bytes, encoding: str, library: str) -> None:
     """Raise CorruptChunkError unless ``marker`` (the end-of-image mark) is in the last 1 KiB.
 
     Catches a truncation that the library would decode without complaint (libjpeg pads a
@@ -243,20 +213,18 @@ def _require_end(data: Any, marker: bytes, encoding: str, library: str) -> None:
         )
 
 
-def _jpeg_header(data: Any) -> tuple[int, int, str]:
-    import simplejpeg
-
+def jpeg_shape(data: Any) -> tuple[int, int, int]:
+    """``(height, width, components)`` of a JPEG (:func:`chunkio.images.jpeg.frame_shape`)."""
     try:
-        h, w, colorspace, _ = simplejpeg.decode_jpeg_header(data)
+        return jpeg.frame_shape(data)
     except ValueError as err:
-        raise _corrupt("jpeg", "simplejpeg", err) from err
-    return int(h), int(w), str(colorspace)
+        raise corrupt("jpeg", "header", err) from err
 
 
-def _png_header(data: Any) -> tuple[int, int, int, int]:
+def png_header(data: Any) -> tuple[int, int, int, int]:
     """(height, width, channels, bit depth) from a PNG's IHDR."""
     head = bytes(memoryview(data)[:29])
-    if len(head) < 29 or head[:8] != _PNG_SIGNATURE or head[12:16] != b"IHDR":
+    if len(head) < 29 or head[:8] != PNG_SIGNATURE or head[12:16] != b"IHDR":
         raise CorruptChunkError("corrupt png image: no PNG signature and IHDR header")
     w, h, depth, colour = struct.unpack(">IIBB", head[16:26])
     if colour not in _PNG_CHANNELS or w == 0 or h == 0:
@@ -306,12 +274,12 @@ def decoded_shape(data: Data, encoding: str) -> tuple[int, ...]:
     ValueError
         ``raw`` or an unknown encoding.
     """
-    buf = _as_buffer(data)
+    buf = as_buffer(data)
     if encoding == "jpeg":
-        h, w, colorspace = _jpeg_header(buf)
-        return (h, w) if colorspace == "Gray" else (h, w, 3)
+        h, w, components = jpeg_shape(buf)
+        return (h, w) if components == 1 else (h, w, 3)
     if encoding == "png":
-        h, w, c, _ = _png_header(buf)
+        h, w, c, _ = png_header(buf)
         return (h, w) if c == 1 else (h, w, c)
     if encoding == "webp":
         return _webp_header(buf)
@@ -340,16 +308,6 @@ def _luminance(rgb: np.ndarray) -> np.ndarray:
     """ITU-R 601 luma of uint8 RGB, rounded exactly like Pillow's ``convert("L")``."""
     r, g, b = (rgb[..., i].astype(np.uint32) for i in range(3))
     return ((r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16).astype(np.uint8)
-
-
-def _scaled_size(h: int, w: int, min_height: int, min_width: int) -> tuple[int, int, int]:
-    """Largest denominator in :data:`JPEG_SCALE_DENOMINATORS` keeping the output >= the minima."""
-    best = (1, h, w)
-    for d in JPEG_SCALE_DENOMINATORS:
-        sh, sw = ceil_div(h, d), ceil_div(w, d)
-        if sh >= min_height and sw >= min_width:
-            best = (d, sh, sw)
-    return best
 
 
 class ImageDecoder:
@@ -386,9 +344,9 @@ class ImageDecoder:
 
     def shape_and_dtype(self, data: Data) -> tuple[tuple[int, ...], np.dtype[Any]]:
         """Decoded shape and dtype of ``data`` from its header."""
-        buf = _as_buffer(data)
+        buf = as_buffer(data)
         if self.encoding == "png":
-            h, w, c, depth = _png_header(buf)
+            h, w, c, depth = png_header(buf)
             return ((h, w) if c == 1 else (h, w, c)), np.dtype(
                 np.uint16 if depth == 16 else np.uint8
             )
@@ -414,7 +372,7 @@ class ImageDecoder:
         chunkio.errors.CorruptChunkError
             The bytes do not decode (truncated or corrupt).
         """
-        buf = _as_buffer(data)
+        buf = as_buffer(data)
         shape, dtype = self.shape_and_dtype(buf)
         if (
             self.encoding == "webp"
@@ -432,7 +390,7 @@ class ImageDecoder:
 
     def decode(self, data: Data) -> np.ndarray:
         """Decode ``data`` into a new array of :func:`decoded_shape` (``(H, W)`` if gray)."""
-        buf = _as_buffer(data)
+        buf = as_buffer(data)
         shape, dtype = self.shape_and_dtype(buf)
         out = np.empty(shape, dtype)
         self._decode_checked(buf, out)
@@ -452,15 +410,17 @@ class ImageDecoder:
 
     def _decode_checked(self, buf: Any, out: np.ndarray) -> None:
         if self.encoding == "png":
-            _require_end(buf, b"IEND", "png", self.library)
+            require_end(buf, b"IEND", "png", self.library)
         self._decode_into(buf, out)
 
 
-class _RawDecoder(ImageDecoder):
+class RawDecoder(ImageDecoder):
+    """``raw``: the bytes are the pixels."""
+
     library = "numpy"
 
     def decode_into(self, data: Data, out: np.ndarray) -> None:
-        buf = np.frombuffer(_as_buffer(data), np.uint8)
+        buf = np.frombuffer(as_buffer(data), np.uint8)
         if not isinstance(out, np.ndarray):
             raise TypeError(f"out must be a numpy array; got {type(out).__name__}")
         if buf.size != out.nbytes:
@@ -474,188 +434,3 @@ class _RawDecoder(ImageDecoder):
 
     def decode_scaled(self, data: Data, min_height: int, min_width: int) -> np.ndarray:
         return self.decode(data)
-
-
-class _SimplejpegDecoder(ImageDecoder):
-    library = "simplejpeg"
-
-    def __init__(self, encoding: str) -> None:
-        import simplejpeg  # noqa: F401  (fail here, not at the first decode)
-
-        super().__init__(encoding)
-
-    def _decode_into(self, buf: Any, out: np.ndarray) -> None:
-        import simplejpeg
-
-        colorspace = "GRAY" if out.ndim == 2 else "RGB"
-        target = out if out.flags.c_contiguous else np.empty(out.shape, np.uint8)
-        try:
-            simplejpeg.decode_jpeg(buf, colorspace=colorspace, buffer=target, strict=True)
-        except ValueError as err:
-            raise _corrupt("jpeg", self.library, err) from err
-        if target is not out:
-            out[...] = target
-
-    def decode_scaled(self, data: Data, min_height: int, min_width: int) -> np.ndarray:
-        import simplejpeg
-
-        buf = _as_buffer(data)
-        h, w, colorspace = _jpeg_header(buf)
-        d, sh, sw = _scaled_size(h, w, min_height, min_width)
-        if d == 1:
-            return self.decode(buf)
-        gray = colorspace == "Gray"
-        try:
-            img = simplejpeg.decode_jpeg(
-                buf,
-                colorspace="GRAY" if gray else "RGB",
-                min_height=sh,
-                min_width=sw,
-                min_factor=d,
-                strict=True,
-            )
-        except ValueError as err:
-            raise _corrupt("jpeg", self.library, err) from err
-        return cast(np.ndarray, img[:, :, 0] if gray else img)
-
-
-class _ImagecodecsDecoder(ImageDecoder):
-    library = "imagecodecs"
-
-    def __init__(self, encoding: str) -> None:
-        import imagecodecs  # noqa: F401
-
-        super().__init__(encoding)
-
-    def _decode_into(self, buf: Any, out: np.ndarray) -> None:
-        import imagecodecs
-
-        if self.encoding == "jpeg":
-            _require_end(buf, b"\xff\xd9", "jpeg", self.library)  # libjpeg pads silently
-        decode = {
-            "jpeg": imagecodecs.jpeg8_decode,
-            "png": imagecodecs.png_decode,
-            "webp": imagecodecs.webp_decode,
-        }[self.encoding]
-        target = out if out.flags.c_contiguous else np.empty(out.shape, out.dtype)
-        try:
-            decode(buf, out=target)
-        except Exception as err:  # imagecodecs raises <Codec>Error (RuntimeError) or ValueError
-            raise _corrupt(self.encoding, self.library, err) from err
-        if target is not out:
-            out[...] = target
-
-
-class _PillowDecoder(ImageDecoder):
-    library = "Pillow"
-    _FORMATS: ClassVar[dict[str, str]] = {"jpeg": "JPEG", "png": "PNG", "webp": "WEBP"}
-
-    def __init__(self, encoding: str) -> None:
-        import PIL.Image  # noqa: F401
-
-        super().__init__(encoding)
-
-    def _decode_into(self, buf: Any, out: np.ndarray) -> None:
-        from PIL import Image
-
-        if self.encoding == "png" and out.dtype == np.uint16 and out.ndim == 3:
-            # Pillow reads 16-bit colour PNGs as 8-bit: hand over to imagecodecs
-            try:
-                _ImagecodecsDecoder("png")._decode_into(buf, out)
-            except ImportError as err:
-                raise MissingDecoderError(
-                    "16-bit colour PNG needs imagecodecs (Pillow reads it as 8-bit): "
-                    "pip install imagecodecs"
-                ) from err
-            return
-        mode = {2: "L", 3: "RGB", 4: "RGBA"}.get(out.shape[2] if out.ndim == 3 else 1, "L")
-        try:
-            with Image.open(io.BytesIO(buf), formats=[self._FORMATS[self.encoding]]) as im:
-                im.load()
-                if out.dtype == np.uint16:
-                    arr = np.asarray(im)
-                else:
-                    if out.ndim == 3 and out.shape[2] == 2:
-                        mode = "LA"
-                    arr = np.asarray(im if im.mode == mode else im.convert(mode))
-        except Exception as err:  # Pillow raises OSError, SyntaxError, ValueError, ...
-            raise _corrupt(self.encoding, self.library, err) from err
-        if arr.shape != out.shape or arr.dtype.itemsize != out.dtype.itemsize:
-            raise _corrupt(
-                self.encoding, self.library, ValueError(f"decoded {arr.shape}, header {out.shape}")
-            )
-        out[...] = arr
-
-    def decode_scaled(self, data: Data, min_height: int, min_width: int) -> np.ndarray:
-        if self.encoding != "jpeg":
-            return self.decode(data)
-        from PIL import Image
-
-        buf = _as_buffer(data)
-        h, w, colorspace = _jpeg_header(buf)
-        d, sh, sw = _scaled_size(h, w, min_height, min_width)
-        mode = "L" if colorspace == "Gray" else "RGB"
-        try:
-            with Image.open(io.BytesIO(buf), formats=["JPEG"]) as im:
-                # Pillow scales by the largest of 8, 4, 2, 1 not above w // request_w (and h)
-                im.draft(mode, (max(1, w // d), max(1, h // d)))
-                im.load()
-                arr = np.asarray(im if im.mode == mode else im.convert(mode))
-        except Exception as err:
-            raise _corrupt("jpeg", self.library, err) from err
-        if arr.shape[:2] != (sh, sw):
-            raise _corrupt(
-                "jpeg", self.library, ValueError(f"scaled to {arr.shape}, not {sh}x{sw}")
-            )
-        return arr
-
-
-_CLASSES: dict[str, type[ImageDecoder]] = {
-    "numpy": _RawDecoder,
-    "simplejpeg": _SimplejpegDecoder,
-    "imagecodecs": _ImagecodecsDecoder,
-    "Pillow": _PillowDecoder,
-}
-
-
-def image_decoder(encoding: Encoding, library: str | None = None) -> ImageDecoder:
-    """Return a decoder for ``encoding``.
-
-    Parameters
-    ----------
-    encoding
-        One of :data:`ENCODINGS`.
-    library
-        ``"simplejpeg"`` (jpeg), ``"imagecodecs"`` (jpeg, png, webp), ``"Pillow"`` (jpeg, png,
-        webp) or ``"numpy"`` (raw); ``None`` picks the measured default among the installed
-        ones (see the module docstring).
-
-    Raises
-    ------
-    ValueError
-        Unknown encoding.
-    MissingDecoderError
-        ``library`` is not a decoder of ``encoding``, or is not installed (the message names
-        the pip package).
-    """
-    check_encoding(encoding, 90)
-    known = _LIBRARIES[encoding]
-    if library is None:
-        for name in known:
-            try:
-                return _CLASSES[name](encoding)
-            except ImportError:
-                continue
-        raise MissingDecoderError(
-            f"no {encoding} decoder is installed: pip install {_PACKAGES[known[-1]][1]}"
-        )
-    if library not in known:
-        raise MissingDecoderError(
-            f"no {encoding} decoder named {library!r}; choose one of {', '.join(known)}"
-        )
-    try:
-        return _CLASSES[library](encoding)
-    except ImportError as err:
-        raise MissingDecoderError(
-            f"{encoding} decoder {library!r} is not installed: pip install {_PACKAGES[library][1]}"
-        ) from err
