@@ -1,4 +1,4 @@
-"""Image decoder measurements: pick the default library per encoding of chunkio.images.encodings.
+"""Image decoder measurements: pick the default library per encoding of chunkio.images.encoding.
 
 224x224 crops of the scikit-learn sample photos, encoded as JPEG q90, WebP q90 and PNG. For
 each library: images/s on one thread, and the speed-up of two threads over one (about 2 on two
@@ -25,7 +25,7 @@ from PIL import Image
 
 from benchmarks.data import sample_photos
 from chunkio.images.decoders import image_decoder
-from chunkio.images.encodings import encode_image
+from chunkio.images.encoding import encode_image
 
 SIZE = 224
 

@@ -54,7 +54,7 @@ ATTR_KEY = "chunkio"
 COMPLETE_KEY = "chunkio_complete"
 
 FieldKind = Literal["dense", "ragged", "encoded"]
-#: what an encoded field may hold (see :mod:`chunkio.images.encodings`)
+#: what an encoded field may hold (see :mod:`chunkio.images.encoding`)
 FIELD_ENCODINGS = ("jpeg", "png", "webp")
 
 

@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from ..errors import CorruptChunkError, SourceError
 from ..images.decoders import ImageDecoder, image_decoder
-from ..images.encodings import encode_image
+from ..images.encoding import encode_image
 from ..images.pillow import UndecodableImage
 from .encoded import image_capacity
 from .image_check import Checked

@@ -90,7 +90,7 @@ import numpy.typing as npt
 from ..backends import Compression, Format, detect_format
 from ..backends.base import DEFAULT_CODEC
 from ..errors import SourceError
-from ..images.encodings import check_encoding
+from ..images.encoding import check_encoding
 from ..images.pillow import DecodePolicy, ImageMode, ResizeMode, UndecodableImage
 from ..numeric import ceil_div
 from ..provenance import decode_paths

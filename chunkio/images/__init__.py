@@ -8,7 +8,7 @@
 :mod:`chunkio.images.pillow`
     The Pillow decode policy of conversion: modes, 16-bit, EXIF orientation, decompression
     bombs, truncation, resizing (:class:`~chunkio.images.pillow.DecodePolicy`).
-:mod:`chunkio.images.encodings`
+:mod:`chunkio.images.encoding`
     The encodings of an encoded image field (raw, jpeg, png, webp): validation, encoding, and
     the decoded shape read from a header.
 :mod:`chunkio.images.decoders`

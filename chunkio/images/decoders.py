@@ -1,10 +1,10 @@
 """The decoder libraries of encoded image fields, and :func:`image_decoder`, which picks one.
 
-:func:`image_decoder` returns an :class:`~chunkio.images.encodings.ImageDecoder` whose
-:meth:`~chunkio.images.encodings.ImageDecoder.decode_into` writes sample ``i`` of a batch
+:func:`image_decoder` returns an :class:`~chunkio.images.encoding.ImageDecoder` whose
+:meth:`~chunkio.images.encoding.ImageDecoder.decode_into` writes sample ``i`` of a batch
 straight into row ``i`` of a preallocated array, possibly from several threads. The
 measurements behind the default library of each encoding are in
-:mod:`chunkio.images.encodings`; JPEG is decoded by libjpeg-turbo
+:mod:`chunkio.images.encoding`; JPEG is decoded by libjpeg-turbo
 (:func:`chunkio.images.jpeg.decode`) unless another library is asked for.
 """
 
@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from . import jpeg
-from .encodings import (
+from .encoding import (
     Data,
     Encoding,
     ImageDecoder,

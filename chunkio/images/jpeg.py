@@ -8,7 +8,7 @@ Header parsing
     Pillow does (CMYK, Adobe or multi-picture segments, XMP, unusual EXIF, lossless or
     arithmetic coding, a header past the first 64 KiB) gives ``None``, and the caller asks
     Pillow. :func:`frame_shape` walks the same markers leniently, to the frame header of any
-    JPEG: the decoded shape of a stored image (:func:`chunkio.images.encodings.decoded_shape`).
+    JPEG: the decoded shape of a stored image (:func:`chunkio.images.encoding.decoded_shape`).
 libjpeg-turbo
     :func:`encode` and :func:`decode` (strict: truncated or corrupt data raises; into a given
     buffer, or DCT-scaled to 1/2, 1/4, 1/8 with :func:`scaled_size`) are the only calls into
@@ -250,7 +250,7 @@ def encode(image: npt.NDArray[np.uint8], quality: int) -> bytes:
     """libjpeg-turbo's JPEG of a uint8 ``(H, W)`` gray or ``(H, W, 3)`` RGB image.
 
     Chroma is subsampled 4:2:0 below :data:`JPEG_444_QUALITY`, kept 4:4:4 from it up
-    (see :mod:`chunkio.images.encodings` for the measurement).
+    (see :mod:`chunkio.images.encoding` for the measurement).
     """
     import simplejpeg
 

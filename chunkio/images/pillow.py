@@ -50,7 +50,7 @@ import numpy.typing as npt
 from PIL import Image, ImageOps
 
 from ..errors import SourceError
-from .encodings import PNG_SIGNATURE
+from .encoding import PNG_SIGNATURE
 from .jpeg import (
     EOI,
     ORIENTATION_TAG,

@@ -1,4 +1,4 @@
-"""chunkio.images.encodings with the real libraries on real photo crops."""
+"""chunkio.images.encoding with the real libraries on real photo crops."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from benchmarks.data import sample_photos
 from chunkio.errors import CorruptChunkError, OptionalDependencyError
 from chunkio.images.decoders import ImageDecoder, MissingDecoderError, image_decoder
-from chunkio.images.encodings import ENCODINGS, check_encoding, decoded_shape, encode_image
+from chunkio.images.encoding import ENCODINGS, check_encoding, decoded_shape, encode_image
 
 LIBRARIES = {
     "jpeg": ["simplejpeg", "imagecodecs", "Pillow"],
