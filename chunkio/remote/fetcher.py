@@ -9,7 +9,7 @@
 * Concurrency: async filesystems (s3fs, HTTP) run up to ``max_concurrency`` requests at once on
   fsspec's event loop; others use that many threads. 16 by default: with 20 ms of latency per
   request, 16 in flight were 7-9x one at a time against a loopback S3 server, and more added
-  nothing there (range requests: ``python -m chunkio.testing.servers``; the loader end to end:
+  nothing there (range requests: ``python -m benchmarks.bench_ranges``; the loader end to end:
   ``benchmarks/bench_remote.py``; the figures are in README.md, "Choosing the defaults").
 * Retries: :class:`~chunkio.remote.retry.RetryPolicy`. s3fs's and botocore's own retries are
   switched off so that attempts are counted (``stats.requests``, ``stats.retries``) and bounded
