@@ -76,7 +76,15 @@ def _parser() -> argparse.ArgumentParser:
 
     convert = commands.add_parser("convert", help="convert images or volumes into a dataset")
     kinds = convert.add_subparsers(dest="kind", required=True)
-    images = kinds.add_parser("images", help="an ImageFolder or flat folder of images")
+    _images_options(kinds.add_parser("images", help="an ImageFolder or flat folder of images"))
+    _volumes_options(
+        kinds.add_parser("volumes", help="a folder of 3-D volumes (NIfTI, TIFF, NumPy)")
+    )
+    _dataset_commands(commands)
+    return parser
+
+
+def _images_options(images: argparse.ArgumentParser) -> None:
     _common_convert_options(images)
     _sizes_option(
         images, "--size", "target size: H W, or one number for a square (default: keep sizes)"
@@ -122,7 +130,8 @@ def _parser() -> argparse.ArgumentParser:
         "--max-size", type=_positive_int, help="shrink images whose longer side is larger"
     )
 
-    volumes = kinds.add_parser("volumes", help="a folder of 3-D volumes (NIfTI, TIFF, NumPy)")
+
+def _volumes_options(volumes: argparse.ArgumentParser) -> None:
     _common_convert_options(volumes)
     _sizes_option(
         volumes,
@@ -139,6 +148,9 @@ def _parser() -> argparse.ArgumentParser:
         "--nan-policy", choices=["error", "zero", "keep"], help="NaN/Inf values (default: error)"
     )
 
+
+def _dataset_commands(commands: Any) -> None:
+    """``info``, ``verify`` and ``doctor``: commands that look at an existing dataset."""
     info = commands.add_parser("info", help="describe a dataset")
     info.add_argument("path")
     info.add_argument("--json", action="store_true", help="machine-readable output")
@@ -158,7 +170,6 @@ def _parser() -> argparse.ArgumentParser:
         help="your training step time in seconds, to compare against",
     )
     _storage_options_argument(doctor)
-    return parser
 
 
 def _size(values: list[int] | None) -> tuple[int, int] | None:
