@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import numpy.typing as npt
 
@@ -23,11 +21,11 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def ceil_div_array(a: npt.ArrayLike, b: npt.ArrayLike) -> npt.NDArray[np.integer[Any]]:
+def ceil_div_array(a: npt.ArrayLike, b: npt.ArrayLike) -> IntArray:
     """:func:`ceil_div` elementwise, for integer arrays (broadcast like ``a // b``).
 
     >>> ceil_div_array([10, 8, 0], 4).tolist(), ceil_div_array((5, 9), (2, 3)).tolist()
     ([3, 2, 0], [3, 3])
     """
-    out: npt.NDArray[np.integer[Any]] = -(-np.asarray(a) // np.asarray(b))
+    out: IntArray = (-(-np.asarray(a) // np.asarray(b))).astype(np.int64, copy=False)
     return out

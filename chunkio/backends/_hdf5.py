@@ -28,6 +28,7 @@ from ..errors import (
     MissingChunkError,
     UnsafeInputError,
 )
+from ..numeric import ceil_div
 from ._hdf5_raw import RawChunks
 from .base import ArrayInfo, StageClock, check_region, coalesce
 from .codec_table import HDF5_SAFE, hdf5_codec_info
@@ -328,7 +329,7 @@ class HDF5Reader:
         if not missing:
             return
         # a box with fewer slices than axes (whole rows) leaves the other axes unconstrained
-        spans = [(s.start // c, -(-s.stop // c)) for s, c in zip(box, chunks, strict=False)]
+        spans = [(s.start // c, ceil_div(s.stop, c)) for s, c in zip(box, chunks, strict=False)]
         for coords in sorted(missing):
             if all(a <= x < b for x, (a, b) in zip(coords, spans, strict=False)):
                 chunk = coords[0] if not any(coords[1:]) else coords
@@ -386,7 +387,7 @@ def _open_same_file(path: str, before: os.stat_result) -> int | None:
 
 def _first_bad_chunk(d: h5py.Dataset, start: int, stop: int, step: int) -> int | None:
     """The first chunk of rows ``[start, stop)`` that fails to read (error path only)."""
-    for chunk in range(start // step, -(-stop // step)):
+    for chunk in range(start // step, ceil_div(stop, step)):
         a, b = max(start, chunk * step), min(stop, (chunk + 1) * step)
         try:
             d[a:b]
@@ -399,7 +400,7 @@ def _missing_chunks(d: Any) -> frozenset[tuple[int, ...]]:
     """Chunk grid coordinates of ``d`` that hold no stored chunk (one cheap call if none)."""
     if not isinstance(d, h5py.Dataset) or d.chunks is None or d.is_virtual:
         return frozenset()
-    grid = [-(-s // c) for s, c in zip(d.shape, d.chunks, strict=True)]
+    grid = [ceil_div(s, c) for s, c in zip(d.shape, d.chunks, strict=True)]
     stored = d.id.get_num_chunks()
     if stored >= int(np.prod(grid, dtype=np.int64)):
         return frozenset()

@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import CorruptChunkError, MissingChunkError
+from ..numeric import ceil_div
 from ._checksum import Fletcher32
 from .base import StageClock
 from .codec_table import HDF5_DECODERS, HDF5_SHUFFLE, Decode, unshuffle
@@ -141,7 +142,7 @@ class RawChunks:
         n = int(dset.shape[0])
         index = {
             c: (int(offset) + c * rows * row, min(rows, n - c * rows) * row)
-            for c in range(-(-n // rows))
+            for c in range(ceil_div(n, rows))
         }
         return cls(
             path=path,

@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import DatasetNotFoundError, FormatError, MissingChunkError
+from ..numeric import ceil_div
 from .base import ArrayInfo, ArraySpec, CodecInfo, Compression, StageClock, Writer, check_region
 
 __all__ = ["MemoryReader", "MemoryStore", "MemoryWriter", "delete_memory_store", "memory_store"]
@@ -95,7 +96,7 @@ class MemoryReader:
         step = a.chunks[0]
         offset = 0
         for start, stop in ranges:
-            for chunk in range(start // step, -(-stop // step)):
+            for chunk in range(start // step, ceil_div(stop, step)):
                 if chunk not in a.written:
                     raise MissingChunkError(
                         f"{self.location}: array {name!r}: chunk {chunk} is missing"
@@ -112,7 +113,7 @@ class MemoryReader:
         if not check_region(region, a.data.shape, out, where):
             return
         step = a.chunks[0]
-        for chunk in range(region[0].start // step, -(-region[0].stop // step)):
+        for chunk in range(region[0].start // step, ceil_div(region[0].stop, step)):
             if chunk not in a.written:
                 raise MissingChunkError(f"{where}: chunk {chunk} is missing")
             self._store.read_log.append((name, chunk))
@@ -138,7 +139,7 @@ class MemoryWriter(Writer):
         a = self._store.arrays[name]
         a.data[start : start + len(data)] = data
         step = a.chunks[0]
-        a.written.update(range(start // step, -(-(start + len(data)) // step)))
+        a.written.update(range(start // step, ceil_div(start + len(data), step)))
 
     def write_region(self, name: str, region: tuple[Any, ...], data: npt.NDArray[Any]) -> None:
         a = self._store.arrays[name]

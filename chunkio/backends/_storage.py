@@ -18,6 +18,7 @@ from typing import Any
 
 from .._fsync import fsync_path, fsync_tree
 from ..errors import ConversionError
+from ..numeric import ceil_div
 
 __all__ = ["HDF5Storage", "MemoryStorage", "ZarrStorage", "chunk_files"]
 
@@ -31,13 +32,13 @@ def chunk_files(array_dir: str, chunks: range) -> list[str]:
     st = os.stat(meta_path)
     sep, shape, inner, per_object = _chunk_naming(meta_path, st.st_ino, st.st_mtime_ns, st.st_size)
     if per_object > 1 and len(chunks):
-        chunks = range(chunks.start // per_object, -(-chunks.stop // per_object))
+        chunks = range(chunks.start // per_object, ceil_div(chunks.stop, per_object))
     if sep == "/":
         paths = (os.path.join(array_dir, "c", str(k)) for k in chunks)
         return [p for p in paths if os.path.exists(p)]
     # Each sample-axis chunk spans every chunk of the other axes: name them all (a listing of
     # the array's folder would grow with the dataset, once per synced task).
-    others = [range(-(-n // c)) for n, c in zip(shape[1:], inner[1:], strict=True)]
+    others = [range(ceil_div(n, c)) for n, c in zip(shape[1:], inner[1:], strict=True)]
     paths = (
         os.path.join(array_dir, sep.join(["c", *map(str, (k, *rest))]))
         for k in chunks

@@ -355,7 +355,7 @@ class ZarrReader:
         if self._fill_missing:
             return  # zarr-python reads them as the fill value, as asked
         # Missing chunks would read back as the fill value; a complete dataset has them all.
-        for chunk in range(start // step, -(-stop // step)):
+        for chunk in range(start // step, ceil_div(stop, step)):
             if not self._stored(name, arr, (chunk,) + (0,) * (arr.ndim - 1)):
                 raise MissingChunkError(
                     f"{self.location}: array {name!r}: chunk {chunk} is missing from the store"

@@ -32,6 +32,7 @@ from typing import Any
 from .._fsync import fsync_tree
 from ..errors import FormatError
 from ..layout import ATTR_KEY, encoded_array_names, ragged_array_names
+from ..numeric import ceil_div
 from ._zarr_chunks import ChunkFiles
 from ._zarr_shard import inner_range, shard_layout, sharding_codec
 from ._zarr_writing import write_file
@@ -108,7 +109,7 @@ def _merge(array_dir: str, name: str, meta: dict[str, Any]) -> bool:
     shape = [int(n) for n in meta["shape"]]
     if layout.shard_shape[1:] != tuple(shape[1:]):
         return False
-    num_shards = -(-shape[0] // layout.shard_shape[0])
+    num_shards = ceil_div(shape[0], layout.shard_shape[0])
     rest = ["0" for _ in shape[1:]]
     paths = [os.path.join(array_dir, ".".join(["c", str(i), *rest])) for i in range(num_shards)]
     sizes = [os.path.getsize(p) for p in paths if os.path.exists(p)]
@@ -134,7 +135,7 @@ def _merge(array_dir: str, name: str, meta: dict[str, Any]) -> bool:
     if merged is None:  # pragma: no cover - sharding_codec always makes one
         raise FormatError(f"{array_dir}: could not describe its shards")
     n = merged.n_inner
-    for shard in range(-(-len(inner) // n)):
+    for shard in range(ceil_div(len(inner), n)):
         part = inner[shard * n : (shard + 1) * n]
         part += [None] * (n - len(part))
         shard_path = os.path.join(array_dir, "c", str(shard), *rest)
@@ -152,14 +153,14 @@ def _pack(array_dir: str, name: str, meta: dict[str, Any], *, any_size: bool = F
     if files is None or files.chunks[1:] != files.shape[1:] or files.separator != ".":
         return False  # not a layout chunkio writes (chunked along other axes, nested keys)
     rows = files.chunks[0]
-    num_chunks = -(-files.shape[0] // rows)
+    num_chunks = ceil_div(files.shape[0], rows)
     paths = [files.path((c, *(0 for _ in files.shape[1:]))) for c in range(num_chunks)]
     sizes = [os.path.getsize(p) for p in paths if os.path.exists(p)]
     if len(sizes) < 2 or (not any_size and sum(sizes) / len(sizes) > SMALL_CHUNK_BYTES):
         return False
     # stored bytes per chunk of the array, counting the never-written ones (an encoded
     # field's regions are mostly unwritten): shards of about PACK_SHARD_BYTES each
-    density = -(-sum(sizes) // num_chunks)
+    density = ceil_div(sum(sizes), num_chunks)
     per_shard = max(1, min(num_chunks, PACK_SHARD_BYTES // max(1, density)))
     if per_shard == 1:
         return False
@@ -170,7 +171,7 @@ def _pack(array_dir: str, name: str, meta: dict[str, Any], *, any_size: bool = F
     layout = shard_layout({**meta, "codecs": [codec], "chunk_grid": _grid(per_shard * rows, meta)})
     if layout is None:  # pragma: no cover - sharding_codec always makes one
         raise FormatError(f"{array_dir}: could not describe its shards")
-    for shard in range(-(-num_chunks // per_shard)):
+    for shard in range(ceil_div(num_chunks, per_shard)):
         inner: list[bytes | None] = []
         for c in range(shard * per_shard, (shard + 1) * per_shard):
             inner.append(_read(paths[c]) if c < num_chunks else None)

@@ -36,7 +36,7 @@ import numpy.typing as npt
 from ..errors import SourceError
 from ..grid import SampleGrid
 from ..layout import FieldInfo, encoded_array_names
-from ..numeric import IntArray, ceil_div
+from ..numeric import IntArray, ceil_div, ceil_div_array
 from .ragged import checked_shapes, grouped_starts, per_chunk
 
 __all__ = ["EncodedPlan", "image_capacity"]
@@ -85,7 +85,7 @@ class EncodedPlan:
         chunk_len = max(_MIN_CHUNK, ceil_div(median // 4, 4096) * 4096)
         room = per_chunk(image_capacity(decoded), grid)
         group = max(1, min(int(group), grid.num_chunks))
-        region, shard_len = grouped_starts(-(-room // chunk_len), group)  # arrays
+        region, shard_len = grouped_starts(ceil_div_array(room, chunk_len), group)
         return cls(field, grid, shapes, region, chunk_len, group if shard_len else 1, shard_len)
 
     @property

@@ -34,7 +34,7 @@ import numpy.typing as npt
 from ..errors import SourceError
 from ..grid import SampleGrid
 from ..layout import FieldInfo, ragged_array_names
-from ..numeric import IntArray, ceil_div
+from ..numeric import IntArray, ceil_div, ceil_div_array
 
 __all__ = ["RaggedPlan", "checked_shapes", "grouped_starts", "per_chunk", "values_chunk_span"]
 
@@ -124,7 +124,7 @@ class RaggedPlan:
         chunk_len = 1
         if totals.size:
             chunk_len = int(max(1, min(totals.max(), 2 * int(np.median(totals)))))
-        chunks_each = -(-totals // chunk_len)  # arrays: ceil_div is for ints
+        chunks_each = ceil_div_array(totals, chunk_len)
         group = max(1, min(int(group), grid.num_chunks))
         starts, shard_len = grouped_starts(chunks_each, group)
         chunk_first = starts * chunk_len
