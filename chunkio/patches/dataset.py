@@ -164,7 +164,7 @@ class PatchDataset(PerProcessReader[ReadCore], Dataset[Any]):
     def read_patches(self, keys: Sequence[Any] | npt.ArrayLike) -> dict[str, npt.NDArray[Any]]:
         """Patches ``keys`` as NumPy arrays by field, plus ``volume`` and ``origin``."""
         plan = plan_patch_reads(keys, self.patch_size, self.volumes)
-        out = self._reader().read_patches(
+        out = self._reader().patches.read(
             self.volumes,
             self.fields,
             plan,
