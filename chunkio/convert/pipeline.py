@@ -142,17 +142,17 @@ class _Prepared:
     blocks: list[Block]
     request: Request
 
-    def result(self, path: str, todo: int, started: float, **more: Any) -> ConversionResult:
-        return ConversionResult(
-            path=path,
-            format=self.plan.format,
-            num_samples=self.layout.num_samples,
-            samples_per_chunk=self.layout.samples_per_chunk,
-            fields=self.layout.fields,
+    def result(
+        self, path: str, todo: int, started: float, *, unchanged: bool = False
+    ) -> ConversionResult:
+        return ConversionResult.of_layout(
+            path,
+            self.plan.format,
+            self.layout,
             resumed_blocks=len(self.blocks) - todo,
             written_blocks=todo,
             seconds=time.perf_counter() - started,
-            **more,
+            unchanged=unchanged,
         )
 
 
