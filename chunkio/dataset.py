@@ -21,9 +21,9 @@ from torch.utils.data import Dataset
 from .backends import Reader, detect_format, open_reader, reader_documents
 from .batch import SampleBatch, to_tensor
 from .grid import SampleGrid
-from .handles import PerProcessReader
 from .layout import DatasetLayout, check_arrays, validate_sequence_of_names
-from .read import ReadCore, ReadStats
+from .read import ReadCore
+from .read.core import ReadCoreDataset
 from .sample_transforms import FieldTransform, is_field_transform, stored_output_shape
 
 __all__ = ["DEFAULT_PRELOAD_BYTES", "ChunkDataset"]
@@ -32,7 +32,7 @@ __all__ = ["DEFAULT_PRELOAD_BYTES", "ChunkDataset"]
 DEFAULT_PRELOAD_BYTES = 16 * 2**20
 
 
-class ChunkDataset(PerProcessReader[ReadCore], Dataset[Any]):
+class ChunkDataset(ReadCoreDataset, Dataset[Any]):
     """Samples of a chunkio dataset, read chunk by chunk.
 
     Parameters
@@ -252,10 +252,6 @@ class ChunkDataset(PerProcessReader[ReadCore], Dataset[Any]):
         clone = self.with_cache(max(self.cache_bytes, cache_bytes))
         clone.reads_once = True
         return clone
-
-    def read_stats(self) -> ReadStats:
-        """Read counters of *this* process (workers keep their own)."""
-        return self._reader().stats
 
     def __repr__(self) -> str:
         return (

@@ -18,11 +18,11 @@ from torch.utils.data import Dataset
 
 from ..backends import detect_format, open_reader
 from ..batch import SampleBatch, to_tensor
-from ..handles import PerProcessReader
 from ..label_index import LabelIndex, read_label_index
 from ..layout import DatasetLayout, check_arrays
 from ..planning import plan_patch_reads
-from ..read import PadMode, ReadCore, ReadStats
+from ..read import PadMode, ReadCore
+from ..read.core import ReadCoreDataset
 from ..volume_layout import VOLUMES_KEY, VolumeSet
 from .samplers import GridSampler, PatchSampler
 
@@ -31,7 +31,7 @@ __all__ = ["PatchDataset"]
 KINDS = ("image", "label")
 
 
-class PatchDataset(PerProcessReader[ReadCore], Dataset[Any]):
+class PatchDataset(ReadCoreDataset, Dataset[Any]):
     """Patches of the volumes of a chunkio volume dataset (see :mod:`chunkio.volume_layout`).
 
     Items are addressed by *patch keys* ``(volume, *origin)``, which the bound ``sampler``
@@ -143,10 +143,6 @@ class PatchDataset(PerProcessReader[ReadCore], Dataset[Any]):
     def __len__(self) -> int:
         """Patches the bound sampler yields per epoch on this rank."""
         return len(self.sampler)
-
-    def read_stats(self) -> ReadStats:
-        """Read counters of *this* process (workers keep their own)."""
-        return self._reader().stats
 
     def __repr__(self) -> str:
         return (

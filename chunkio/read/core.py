@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from ..backends import open_reader
 from ..grid import SampleGrid
+from ..handles import PerProcessReader
 from ..layout import DatasetLayout, FieldInfo
 from ..planning import normalize_indices
 from ..sample_transforms import FieldTransform
@@ -27,7 +28,7 @@ from .encoded import EncodedField
 from .patches import PatchReads
 from .ragged import RaggedField
 
-__all__ = ["FIELD_KINDS", "ReadCore"]
+__all__ = ["FIELD_KINDS", "ReadCore", "ReadCoreDataset"]
 
 #: field kind -> the reader of one such field, made once per process on the field's first read
 FIELD_KINDS: dict[str, Callable[[ReadContext, FieldInfo], FieldReader]] = {
@@ -140,3 +141,12 @@ class ReadCore:
         if self._patches is None:
             self._patches = PatchReads(self.ctx, self.cache_bytes)
         return self._patches
+
+
+class ReadCoreDataset(PerProcessReader[ReadCore]):
+    """Mixin of the datasets that read through this process's :class:`ReadCore`
+    (:class:`chunkio.ChunkDataset`, :class:`chunkio.patches.PatchDataset`)."""
+
+    def read_stats(self) -> ReadStats:
+        """Read counters of *this* process (workers keep their own)."""
+        return self._reader().stats
