@@ -22,6 +22,7 @@ from .backends import Reader, detect_format, open_reader, reader_documents
 from .batch import SampleBatch, to_tensor
 from .grid import SampleGrid
 from .layout import DatasetLayout, check_arrays, validate_sequence_of_names
+from .order import check_int
 from .read import ReadCore
 from .read.core import ReadCoreDataset
 from .sample_transforms import FieldTransform, is_field_transform, stored_output_shape
@@ -123,10 +124,7 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
                 f"cache_bytes and preload_bytes must be >= 0; got {cache_bytes}, {preload_bytes}"
             )
         self.cache_bytes = int(cache_bytes)
-        if isinstance(decode_threads, bool) or not isinstance(decode_threads, int):
-            raise TypeError(f"decode_threads must be an int >= 1; got {decode_threads!r}")
-        if decode_threads < 1:
-            raise ValueError(f"decode_threads must be an int >= 1; got {decode_threads!r}")
+        decode_threads = check_int("decode_threads", decode_threads, 1)
         if download_cache_bytes < 0:
             raise ValueError(f"download_cache_bytes must be >= 0; got {download_cache_bytes}")
         cache = None
