@@ -21,9 +21,10 @@ from torch.utils.data import Dataset
 from .backends import Reader, detect_format, open_reader, reader_documents
 from .batch import SampleBatch, to_tensor
 from .grid import SampleGrid
-from .handles import PerProcessReader
 from .layout import DatasetLayout, check_arrays, validate_sequence_of_names
-from .read import ReadCore, ReadStats
+from .order import check_int
+from .read import ReadCore
+from .read.core import ReadCoreDataset
 from .sample_transforms import FieldTransform, is_field_transform, stored_output_shape
 
 __all__ = ["DEFAULT_PRELOAD_BYTES", "ChunkDataset"]
@@ -32,7 +33,7 @@ __all__ = ["DEFAULT_PRELOAD_BYTES", "ChunkDataset"]
 DEFAULT_PRELOAD_BYTES = 16 * 2**20
 
 
-class ChunkDataset(PerProcessReader[ReadCore], Dataset[Any]):
+class ChunkDataset(ReadCoreDataset, Dataset[Any]):
     """Samples of a chunkio dataset, read chunk by chunk.
 
     Parameters
@@ -123,10 +124,7 @@ class ChunkDataset(PerProcessReader[ReadCore], Dataset[Any]):
                 f"cache_bytes and preload_bytes must be >= 0; got {cache_bytes}, {preload_bytes}"
             )
         self.cache_bytes = int(cache_bytes)
-        if isinstance(decode_threads, bool) or not isinstance(decode_threads, int):
-            raise TypeError(f"decode_threads must be an int >= 1; got {decode_threads!r}")
-        if decode_threads < 1:
-            raise ValueError(f"decode_threads must be an int >= 1; got {decode_threads!r}")
+        decode_threads = check_int("decode_threads", decode_threads, 1)
         if download_cache_bytes < 0:
             raise ValueError(f"download_cache_bytes must be >= 0; got {download_cache_bytes}")
         cache = None
@@ -252,10 +250,6 @@ class ChunkDataset(PerProcessReader[ReadCore], Dataset[Any]):
         clone = self.with_cache(max(self.cache_bytes, cache_bytes))
         clone.reads_once = True
         return clone
-
-    def read_stats(self) -> ReadStats:
-        """Read counters of *this* process (workers keep their own)."""
-        return self._reader().stats
 
     def __repr__(self) -> str:
         return (

@@ -156,15 +156,9 @@ def append_arrays(
             blocks = _append(fmt, path, staging, layout, new, source)
     finally:
         lock.release()
-    return ConversionResult(
-        path=path,
-        format=fmt,
-        num_samples=new.num_samples,
-        samples_per_chunk=new.samples_per_chunk,
-        fields=new.fields,
-        resumed_blocks=0,
-        written_blocks=blocks,
-        seconds=time.perf_counter() - started,
+    seconds = time.perf_counter() - started
+    return ConversionResult.of_layout(
+        path, fmt, new, resumed_blocks=0, written_blocks=blocks, seconds=seconds
     )
 
 

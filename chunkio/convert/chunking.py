@@ -7,6 +7,8 @@ dominates; too large and random-access reads decode far more than a batch needs.
 
 from __future__ import annotations
 
+from ..order import check_int
+
 __all__ = ["DEFAULT_CHUNK_BYTES", "choose_samples_per_chunk"]
 
 #: Target uncompressed bytes per chunk. A starting point, to be tuned by measurement
@@ -51,13 +53,8 @@ def choose_samples_per_chunk(
     >>> choose_samples_per_chunk(4, num_samples=0)
     1
     """
-    for name, value in (("sample_nbytes", sample_nbytes), ("target_bytes", target_bytes)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{name} must be an int; got {value!r}")
-    if sample_nbytes < 0:
-        raise ValueError(f"sample_nbytes must be >= 0; got {sample_nbytes}")
-    if target_bytes < 1:
-        raise ValueError(f"target_bytes must be >= 1; got {target_bytes}")
+    sample_nbytes = check_int("sample_nbytes", sample_nbytes, 0)
+    target_bytes = check_int("target_bytes", target_bytes, 1)
     spc = max(1, target_bytes // max(1, sample_nbytes))
     if num_samples is not None:
         if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 0:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -22,6 +22,7 @@ from ..errors import SourceError
 from ..grid import SampleGrid
 from ..layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, FieldInfo
 from ..numeric import ceil_div
+from ..row_chunked import create_row_chunked
 from .blocks import Block, BlockJob, block_syncs, block_writes
 from .chunking import choose_samples_per_chunk
 from .encoded import EncodedPlan
@@ -141,17 +142,17 @@ class _Prepared:
     blocks: list[Block]
     request: Request
 
-    def result(self, path: str, todo: int, started: float, **more: Any) -> ConversionResult:
-        return ConversionResult(
-            path=path,
-            format=self.plan.format,
-            num_samples=self.layout.num_samples,
-            samples_per_chunk=self.layout.samples_per_chunk,
-            fields=self.layout.fields,
+    def result(
+        self, path: str, todo: int, started: float, *, unchanged: bool = False
+    ) -> ConversionResult:
+        return ConversionResult.of_layout(
+            path,
+            self.plan.format,
+            self.layout,
             resumed_blocks=len(self.blocks) - todo,
             written_blocks=todo,
             seconds=time.perf_counter() - started,
-            **more,
+            unchanged=unchanged,
         )
 
 
@@ -205,8 +206,8 @@ def _prepare(
         extra=dict(options.extra),
     )
     shard_chunks = _shard_chunks(layout, fmt, source) if options.pack else 1
-    ragged = _ragged_plans(source, layout, shard_chunks)
-    encoded = _encoded_plans(source, layout, shard_chunks)
+    ragged = _plans_of_kind("ragged", RaggedPlan.build, source, layout, shard_chunks)
+    encoded = _plans_of_kind("encoded", EncodedPlan.build, source, layout, shard_chunks)
     fingerprint = str(source.fingerprint())
     if ragged:  # the placement of ragged values is part of what resuming must agree on
         digest = hashlib.sha256(b"".join(p.offsets.tobytes() for p in ragged)).hexdigest()
@@ -360,25 +361,23 @@ def _blocks(plan: ConversionPlan, block_chunks: int) -> list[Block]:
     return out
 
 
-def _ragged_plans(
-    source: BlockSource, layout: DatasetLayout, shard_chunks: int = 1
-) -> tuple[RaggedPlan, ...]:
-    grid = SampleGrid(layout.num_samples, layout.samples_per_chunk)
-    return tuple(
-        RaggedPlan.build(f, source.ragged_shapes(f.name), grid, shard_chunks)  # type: ignore[attr-defined]
-        for f in layout.fields
-        if f.kind == "ragged"
-    )
+_Plan = TypeVar("_Plan", RaggedPlan, EncodedPlan)
 
 
-def _encoded_plans(
-    source: BlockSource, layout: DatasetLayout, shard_chunks: int = 1
-) -> tuple[EncodedPlan, ...]:
+def _plans_of_kind(
+    kind: str,
+    build: Callable[[FieldInfo, Any, SampleGrid, int], _Plan],
+    source: BlockSource,
+    layout: DatasetLayout,
+    shard_chunks: int,
+) -> tuple[_Plan, ...]:
+    """The plan of each ``kind`` field of ``layout`` (``build``: its plan class's ``build``),
+    from the samples' shapes that ``source`` reports."""
     grid = SampleGrid(layout.num_samples, layout.samples_per_chunk)
     return tuple(
-        EncodedPlan.build(f, source.ragged_shapes(f.name), grid, shard_chunks)  # type: ignore[attr-defined]
+        build(f, source.ragged_shapes(f.name), grid, shard_chunks)  # type: ignore[attr-defined]
         for f in layout.fields
-        if f.kind == "encoded"
+        if f.kind == kind
     )
 
 
@@ -410,14 +409,7 @@ def _create_encoded(
         compression=compression,
         shard_chunks=shard_chunks,
     )
-    writer.create_array(
-        shapes,
-        shape=plan.shapes.shape,
-        dtype=plan.shapes.dtype,
-        chunks=(spc, *plan.shapes.shape[1:]),
-        compression=compression,
-        shard_chunks=shard_chunks,
-    )
+    create_row_chunked(writer, shapes, plan.shapes, spc, compression, shard_chunks)
     return [(shapes, 0, plan.shapes)], [((shapes,), 0, plan.grid.num_chunks)]
 
 
@@ -436,14 +428,7 @@ def _create_ragged(writer: Writer, plan: RaggedPlan, compression: Compression) -
     )
     whole = [(offsets, 0, plan.offsets), (shapes, 0, plan.shapes)]
     for name, _, arr in whole:
-        writer.create_array(
-            name,
-            shape=arr.shape,
-            dtype=arr.dtype,
-            chunks=(spc, *arr.shape[1:]),
-            compression=compression,
-            shard_chunks=plan.group,
-        )
+        create_row_chunked(writer, name, arr, spc, compression, plan.group)
     return list(whole), [((offsets, shapes), 0, plan.grid.num_chunks + 1)]
 
 

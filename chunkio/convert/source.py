@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy.typing as npt
 
 from ..backends import Format
-from ..layout import FieldInfo
+from ..layout import DatasetLayout, FieldInfo
 
 __all__ = ["BlockSource", "ConversionResult"]
+
+_Result = TypeVar("_Result", bound="ConversionResult")
 
 
 @runtime_checkable
@@ -54,3 +56,29 @@ class ConversionResult:
     written_blocks: int
     seconds: float
     unchanged: bool = False
+
+    @classmethod
+    def of_layout(
+        cls: type[_Result],
+        path: str,
+        fmt: Format,
+        layout: DatasetLayout,
+        *,
+        resumed_blocks: int,
+        written_blocks: int,
+        seconds: float,
+        **more: Any,
+    ) -> _Result:
+        """The result of a conversion that left ``layout`` at ``path`` (``more``: the other
+        fields, e.g. ``unchanged`` or a subclass's)."""
+        return cls(
+            path=path,
+            format=fmt,
+            num_samples=layout.num_samples,
+            samples_per_chunk=layout.samples_per_chunk,
+            fields=layout.fields,
+            resumed_blocks=resumed_blocks,
+            written_blocks=written_blocks,
+            seconds=seconds,
+            **more,
+        )

@@ -29,8 +29,7 @@ class LabelBalancedSampler(_CountedSampler):
     Parameters
     ----------
     num_patches
-        Patches per epoch (all ranks together); default: as many as non-overlapping patches
-        tile the volumes.
+        As for :class:`~chunkio.patches.RandomPatchSampler`.
     foreground
         Fraction of patches centred on a labelled voxel (exactly ``round(foreground * n)``).
     classes

@@ -18,11 +18,11 @@ from torch.utils.data import Dataset
 
 from ..backends import detect_format, open_reader
 from ..batch import SampleBatch, to_tensor
-from ..handles import PerProcessReader
 from ..label_index import LabelIndex, read_label_index
 from ..layout import DatasetLayout, check_arrays
 from ..planning import plan_patch_reads
-from ..read import PadMode, ReadCore, ReadStats
+from ..read import PadMode, ReadCore
+from ..read.core import ReadCoreDataset
 from ..volume_layout import VOLUMES_KEY, VolumeSet
 from .samplers import GridSampler, PatchSampler
 
@@ -31,7 +31,7 @@ __all__ = ["PatchDataset"]
 KINDS = ("image", "label")
 
 
-class PatchDataset(PerProcessReader[ReadCore], Dataset[Any]):
+class PatchDataset(ReadCoreDataset, Dataset[Any]):
     """Patches of the volumes of a chunkio volume dataset (see :mod:`chunkio.volume_layout`).
 
     Items are addressed by *patch keys* ``(volume, *origin)``, which the bound ``sampler``
@@ -144,10 +144,6 @@ class PatchDataset(PerProcessReader[ReadCore], Dataset[Any]):
         """Patches the bound sampler yields per epoch on this rank."""
         return len(self.sampler)
 
-    def read_stats(self) -> ReadStats:
-        """Read counters of *this* process (workers keep their own)."""
-        return self._reader().stats
-
     def __repr__(self) -> str:
         return (
             f"PatchDataset({self.location!r}, patch_size={self.patch_size}, "
@@ -164,7 +160,7 @@ class PatchDataset(PerProcessReader[ReadCore], Dataset[Any]):
     def read_patches(self, keys: Sequence[Any] | npt.ArrayLike) -> dict[str, npt.NDArray[Any]]:
         """Patches ``keys`` as NumPy arrays by field, plus ``volume`` and ``origin``."""
         plan = plan_patch_reads(keys, self.patch_size, self.volumes)
-        out = self._reader().read_patches(
+        out = self._reader().patches.read(
             self.volumes,
             self.fields,
             plan,

@@ -29,6 +29,7 @@ __all__ = [
     "MapRows",
     "PatchReadStats",
     "ReadContext",
+    "ReadOptions",
     "ReadStats",
     "read_whole",
     "transformed_buffer",
@@ -114,20 +115,23 @@ class ReadContext:
     map_rows: MapRows = map
 
 
+@dataclass(frozen=True)
+class ReadOptions:
+    """How a field reader reads one batch of its field."""
+
+    #: no later read asks for these samples (a loader's epoch order)
+    once: bool = False
+    #: this field's transform, or ``None``
+    transform: FieldTransform | None = None
+    #: the epoch the batch belongs to (the transform is keyed by it)
+    epoch: int = 0
+
+
 class FieldReader(Protocol):
     """Serves one field of one process's dataset handle (one module per field kind)."""
 
-    def read(
-        self,
-        idx: IntArray,
-        out: npt.NDArray[Any] | None,
-        *,
-        once: bool,
-        transform: FieldTransform | None,
-        epoch: int,
-    ) -> Any:
-        """Samples ``idx`` (validated) into ``out`` when given; ``transform`` (this field's,
-        or ``None``) keyed by ``epoch``; ``once``: no later read asks for these samples."""
+    def read(self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadOptions) -> Any:
+        """Samples ``idx`` (validated) into ``out`` when given, read as ``how`` says."""
         ...
 
     def prefetch(self, idx: IntArray) -> None:

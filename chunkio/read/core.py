@@ -14,22 +14,21 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import numpy.typing as npt
 
 from ..backends import open_reader
 from ..grid import SampleGrid
+from ..handles import PerProcessReader
 from ..layout import DatasetLayout, FieldInfo
-from ..planning import PatchReadPlan, normalize_indices
+from ..planning import normalize_indices
 from ..sample_transforms import FieldTransform
-from ..volume_layout import VolumeSet
-from .base import DecodeThreads, FieldReader, ReadContext, ReadStats
+from .base import DecodeThreads, FieldReader, ReadContext, ReadOptions, ReadStats
 from .dense import dense_field
 from .encoded import EncodedField
-from .patches import PadMode, PatchReads
+from .patches import PatchReads
 from .ragged import RaggedField
 
-__all__ = ["FIELD_KINDS", "ReadCore"]
+__all__ = ["FIELD_KINDS", "ReadCore", "ReadCoreDataset"]
 
 #: field kind -> the reader of one such field, made once per process on the field's first read
 FIELD_KINDS: dict[str, Callable[[ReadContext, FieldInfo], FieldReader]] = {
@@ -121,9 +120,8 @@ class ReadCore:
         result: dict[str, Any] = {}
         for name in fields:
             mine = transform if transform is not None and transform.field == name else None
-            result[name] = self.field(name).read(
-                idx, None if out is None else out.get(name), once=once, transform=mine, epoch=epoch
-            )
+            how = ReadOptions(once=once, transform=mine, epoch=epoch)
+            result[name] = self.field(name).read(idx, None if out is None else out.get(name), how)
         self.stats.samples += len(idx)
         self.stats.batches += 1
         return result
@@ -137,26 +135,18 @@ class ReadCore:
         for name in fields:
             self.field(name).prefetch(idx)
 
-    def read_patches(
-        self,
-        volumes: VolumeSet,
-        kinds: Sequence[str],
-        plan: PatchReadPlan,
-        patch_size: tuple[int, ...],
-        *,
-        dtypes: Mapping[str, np.dtype[Any]],
-        pad_mode: PadMode,
-        pad_values: Mapping[str, float],
-    ) -> dict[str, npt.NDArray[Any]]:
-        """The patches of ``plan`` (made with pieces) for each of ``kinds``."""
+    @property
+    def patches(self) -> PatchReads:
+        """The patch reads of this process (made on first use)."""
         if self._patches is None:
             self._patches = PatchReads(self.ctx, self.cache_bytes)
-        return self._patches.read(
-            volumes,
-            kinds,
-            plan,
-            patch_size,
-            dtypes=dtypes,
-            pad_mode=pad_mode,
-            pad_values=pad_values,
-        )
+        return self._patches
+
+
+class ReadCoreDataset(PerProcessReader[ReadCore]):
+    """Mixin of the datasets that read through this process's :class:`ReadCore`
+    (:class:`chunkio.ChunkDataset`, :class:`chunkio.patches.PatchDataset`)."""
+
+    def read_stats(self) -> ReadStats:
+        """Read counters of *this* process (workers keep their own)."""
+        return self._reader().stats

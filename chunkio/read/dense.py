@@ -18,7 +18,7 @@ from ..layout import FieldInfo
 from ..numeric import IntArray
 from ..planning import BatchPlan, plan_batch
 from ..sample_transforms import FieldTransform, transform_rows
-from .base import ReadContext, read_whole, transformed_buffer
+from .base import ReadContext, ReadOptions, read_whole, transformed_buffer
 from .cache import DecodedChunkCache
 
 __all__ = ["DenseField", "PreloadedField", "dense_field"]
@@ -40,16 +40,12 @@ class PreloadedField:
         self.whole = read_whole(ctx.reader, info.name, ctx.stats)
 
     def read(
-        self,
-        idx: IntArray,
-        out: npt.NDArray[Any] | None,
-        *,
-        once: bool,
-        transform: FieldTransform | None,
-        epoch: int,
+        self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadOptions
     ) -> npt.NDArray[Any]:
-        if transform is not None:
-            return _transformed(self.ctx, self.info, transform, self.whole, idx, idx, out, epoch)
+        if how.transform is not None:
+            return _transformed(
+                self.ctx, self.info, how.transform, self.whole, idx, idx, out, how.epoch
+            )
         out = _checked_out(self.info, len(idx), out)
         # mode="clip": idx is already validated, and the default mode="raise" makes numpy
         # gather into a temporary and copy it over (about 3x slower)
@@ -106,23 +102,19 @@ class DenseField:
         )
 
     def read(
-        self,
-        idx: IntArray,
-        out: npt.NDArray[Any] | None,
-        *,
-        once: bool,
-        transform: FieldTransform | None,
-        epoch: int,
+        self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadOptions
     ) -> npt.NDArray[Any]:
-        if transform is not None:
+        if how.transform is not None:
             # decoded but not gathered: a transform reads each sample straight from its chunk
             plan = plan_batch(idx, self.ctx.grid)
             slots = self._admit(plan.chunks)
             rows = slots[plan.chunk_pos] * self.ctx.grid.samples_per_chunk + plan.offsets
             buffer = self.cache.buffer
-            return _transformed(self.ctx, self.info, transform, buffer, rows, idx, out, epoch)
+            return _transformed(
+                self.ctx, self.info, how.transform, buffer, rows, idx, out, how.epoch
+            )
         out = _checked_out(self.info, len(idx), out)
-        return self._gather(plan_batch(idx, self.ctx.grid), out, once)
+        return self._gather(plan_batch(idx, self.ctx.grid), out, how.once)
 
     def _gather(self, plan: BatchPlan, out: npt.NDArray[Any], once: bool) -> npt.NDArray[Any]:
         """Decode the chunks of ``plan`` the cache lacks, then gather the batch into ``out``."""

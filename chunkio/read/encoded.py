@@ -25,7 +25,7 @@ from ..images.decoders import ImageDecoder, image_decoder
 from ..layout import FieldInfo
 from ..numeric import IntArray, ceil_div
 from ..sample_transforms import FieldTransform, channels_last
-from .base import ReadContext, read_whole, transformed_buffer
+from .base import ReadContext, ReadOptions, read_whole, transformed_buffer
 
 __all__ = ["EncodedField"]
 
@@ -105,17 +105,12 @@ class EncodedField:
     # -- decoding ---------------------------------------------------------------------------
 
     def read(
-        self,
-        idx: IntArray,
-        out: npt.NDArray[Any] | None,
-        *,
-        once: bool,
-        transform: FieldTransform | None,
-        epoch: int,
+        self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadOptions
     ) -> npt.NDArray[Any] | list[npt.NDArray[Any]]:
         """Samples ``idx`` decoded (and transformed) into ``out``; a list of arrays when they
         have no common shape and no ``out`` was given. The samples may be spread over the
         core's decode threads (every decoder here releases the GIL)."""
+        transform, epoch = how.transform, how.epoch
         if out is None and transform is not None:
             fixed = self.info.sample_shape
             stored = (

@@ -11,8 +11,7 @@ import numpy.typing as npt
 from ..grid import SampleGrid
 from ..layout import FieldInfo
 from ..numeric import IntArray, ceil_div
-from ..sample_transforms import FieldTransform
-from .base import ReadContext, read_whole
+from .base import ReadContext, ReadOptions, read_whole
 
 __all__ = ["RaggedField"]
 
@@ -32,13 +31,7 @@ class RaggedField:
         self.grid = SampleGrid(int(values.shape[0]), self.step)
 
     def read(
-        self,
-        idx: IntArray,
-        out: npt.NDArray[Any] | None,
-        *,
-        once: bool,
-        transform: FieldTransform | None,
-        epoch: int,
+        self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadOptions
     ) -> list[npt.NDArray[Any]]:
         # A sample is prod(shape) values from its offset; offsets[i + 1] may lie further on
         # (writers pad each chunk's values to a values-chunk boundary, see convert.ragged).

@@ -17,6 +17,7 @@ import pytest
 from chunkio.backends import Compression, open_reader, open_writer
 from chunkio.backends.base import CODECS, Reader, StageClock, Writer
 from chunkio.errors import MissingChunkError
+from chunkio.row_chunked import create_row_chunked
 
 __all__ = ["BackendContract"]
 
@@ -33,14 +34,7 @@ def _fill(
     compression: Compression = Compression(),  # noqa: B008 - frozen value object
     shard_chunks: int | None = None,
 ) -> None:
-    writer.create_array(
-        name,
-        shape=data.shape,
-        dtype=data.dtype,
-        chunks=(step, *data.shape[1:]),
-        compression=compression,
-        shard_chunks=shard_chunks,
-    )
+    create_row_chunked(writer, name, data, step, compression, shard_chunks)
     for c, start in enumerate(range(0, len(data), step)):
         if c != skip:
             writer.write_block(name, start, data[start : start + step])
@@ -67,14 +61,19 @@ class BackendContract:
     def fill(self, writer: Writer, name: str, data: Any, step: int, **kw: Any) -> None:
         _fill(writer, name, data, step, shard_chunks=self.shard_chunks, **kw)
 
+    def write_and_open(self, location: Any, name: str, data: Any, step: int, **kw: Any) -> Reader:
+        """Write array ``name`` of ``data`` at ``location`` (:meth:`fill`), then open the reader
+        under test on it."""
+        writer = open_writer(location)
+        self.fill(writer, name, data, step, **kw)
+        writer.close()
+        return self.open(location)
+
     @pytest.mark.parametrize("dtype", DTYPES)
     def test_round_trip_of_chunk_ranges(self, location: Any, dtype: str) -> None:
         rng = np.random.default_rng(0)
         data = (rng.random((23, 3, 5)) * 200).astype(dtype)
-        writer = open_writer(location)
-        self.fill(writer, "x", data, 4)
-        writer.close()
-        reader = self.open(location)
+        reader = self.write_and_open(location, "x", data, 4)
         try:
             ranges = [(0, 4), (8, 12), (12, 16), (20, 23)]
             out = np.empty((4 + 4 + 4 + 3, 3, 5), dtype=dtype)
@@ -88,10 +87,9 @@ class BackendContract:
     @pytest.mark.parametrize("checksum", [True, False])
     def test_every_codec_round_trips(self, location: Any, codec: str, checksum: bool) -> None:
         data = np.arange(10 * 6, dtype=np.uint16).reshape(10, 6) * 7
-        writer = open_writer(location)
-        self.fill(writer, "x", data, 4, compression=Compression(codec, 3, checksum))
-        writer.close()
-        reader = self.open(location)
+        reader = self.write_and_open(
+            location, "x", data, 4, compression=Compression(codec, 3, checksum)
+        )
         out = np.empty_like(data)
         reader.read_into("x", [(0, 4), (4, 8), (8, 10)], out)
         reader.close()
@@ -99,10 +97,7 @@ class BackendContract:
 
     def test_declares_capabilities_and_times_its_stages(self, location: Any) -> None:
         data = np.arange(40, dtype=np.int64).reshape(10, 4)
-        writer = open_writer(location)
-        self.fill(writer, "x", data, 3)
-        writer.close()
-        reader = self.open(location)
+        reader = self.write_and_open(location, "x", data, 3)
         try:
             assert isinstance(reader.reports_missing_chunks, bool)
             assert isinstance(reader.clock, StageClock)
@@ -114,10 +109,7 @@ class BackendContract:
 
     def test_reads_into_a_view_of_a_larger_buffer(self, location: Any) -> None:
         data = np.arange(40, dtype=np.int64).reshape(10, 4)
-        writer = open_writer(location)
-        self.fill(writer, "x", data, 3)
-        writer.close()
-        reader = self.open(location)
+        reader = self.write_and_open(location, "x", data, 3)
         buf = np.full((12, 4), -1, dtype=np.int64)
         reader.read_into("x", [(3, 6), (9, 10)], buf[2:6])
         reader.close()
@@ -142,10 +134,7 @@ class BackendContract:
             reader.close()
 
     def test_all_zero_chunks_are_stored_and_read_back_as_zeros(self, location: Any) -> None:
-        writer = open_writer(location)
-        self.fill(writer, "z", np.zeros((6, 3), np.float32), 3)
-        writer.close()
-        reader = self.open(location)
+        reader = self.write_and_open(location, "z", np.zeros((6, 3), np.float32), 3)
         try:
             assert reader.chunk_exists("z", 0) and reader.chunk_exists("z", 1)
             out = np.ones((6, 3), np.float32)
@@ -155,10 +144,9 @@ class BackendContract:
             reader.close()
 
     def test_missing_chunk_is_reported_not_zeros(self, location: Any) -> None:
-        writer = open_writer(location)
-        self.fill(writer, "x", np.arange(12, dtype=np.int64).reshape(6, 2), 2, skip=1)
-        writer.close()
-        reader = self.open(location)
+        reader = self.write_and_open(
+            location, "x", np.arange(12, dtype=np.int64).reshape(6, 2), 2, skip=1
+        )
         try:
             assert not reader.chunk_exists("x", 1)
             out = np.empty((2, 2), np.int64)
