@@ -31,7 +31,6 @@ import numpy.typing as npt
 from .backends import Compression, Reader, Writer
 from .errors import FormatError
 from .numeric import IntArray, ceil_div
-from .row_chunked import create_row_chunked
 
 __all__ = [
     "POINTS_PER_ENTRY",
@@ -164,7 +163,7 @@ def write_label_index(
     r = len(index.rows)
     step = max(1, min(r, 1 << 16))
     for name, data in ((ROWS_ARRAY, index.rows), (POINTS_ARRAY, index.points)):
-        create_row_chunked(writer, name, data, step, compression)
+        writer.create_rows_like(name, data, step, compression)
         for start in range(0, r, step):
             writer.write_block(name, start, data[start : start + step])
     return {"rows": ROWS_ARRAY, "points": POINTS_ARRAY, **index.summary()}

@@ -185,6 +185,19 @@ class Writer(ABC):
         shape, chunks = tuple(int(n) for n in shape), tuple(int(c) for c in chunks)
         self.create(ArraySpec(name, shape, np.dtype(dtype), chunks, compression, shard_chunks))
 
+    def create_rows_like(
+        self,
+        name: str,
+        like: npt.NDArray[Any],
+        rows: int,
+        compression: Compression,
+        shard_chunks: int | None = None,
+    ) -> None:
+        """Create array ``name`` with the shape and dtype of ``like``, chunked every ``rows``
+        rows along axis 0 and whole along the others."""
+        chunks = (rows, *like.shape[1:])
+        self.create(ArraySpec(name, like.shape, like.dtype, chunks, compression, shard_chunks))
+
     @abstractmethod
     def create(self, spec: ArraySpec) -> None:
         """Create (or replace) the array ``spec`` describes."""

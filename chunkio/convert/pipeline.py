@@ -22,7 +22,6 @@ from ..errors import SourceError
 from ..grid import SampleGrid
 from ..layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, FieldInfo
 from ..numeric import ceil_div
-from ..row_chunked import create_row_chunked
 from .blocks import Block, BlockJob, block_syncs, block_writes
 from .chunking import choose_samples_per_chunk
 from .encoded import EncodedPlan
@@ -409,7 +408,7 @@ def _create_encoded(
         compression=compression,
         shard_chunks=shard_chunks,
     )
-    create_row_chunked(writer, shapes, plan.shapes, spc, compression, shard_chunks)
+    writer.create_rows_like(shapes, plan.shapes, spc, compression, shard_chunks)
     return [(shapes, 0, plan.shapes)], [((shapes,), 0, plan.grid.num_chunks)]
 
 
@@ -428,7 +427,7 @@ def _create_ragged(writer: Writer, plan: RaggedPlan, compression: Compression) -
     )
     whole = [(offsets, 0, plan.offsets), (shapes, 0, plan.shapes)]
     for name, _, arr in whole:
-        create_row_chunked(writer, name, arr, spc, compression, plan.group)
+        writer.create_rows_like(name, arr, spc, compression, plan.group)
     return list(whole), [((offsets, shapes), 0, plan.grid.num_chunks + 1)]
 
 

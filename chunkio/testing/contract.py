@@ -17,7 +17,6 @@ import pytest
 from chunkio.backends import Compression, open_reader, open_writer
 from chunkio.backends.base import CODECS, Reader, StageClock, Writer
 from chunkio.errors import MissingChunkError
-from chunkio.row_chunked import create_row_chunked
 
 __all__ = ["BackendContract"]
 
@@ -34,7 +33,7 @@ def _fill(
     compression: Compression = Compression(),  # noqa: B008 - frozen value object
     shard_chunks: int | None = None,
 ) -> None:
-    create_row_chunked(writer, name, data, step, compression, shard_chunks)
+    writer.create_rows_like(name, data, step, compression, shard_chunks)
     for c, start in enumerate(range(0, len(data), step)):
         if c != skip:
             writer.write_block(name, start, data[start : start + step])
