@@ -7,7 +7,7 @@ import itertools
 import json
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -312,16 +312,22 @@ class ZarrReader:
         """Bytes the array's chunks take in the store (remotely: a listing)."""
         return int(self._zarr_array(name).nbytes_stored())
 
+    @contextlib.contextmanager
+    def _errors_named(self) -> Iterator[None]:
+        """Chunk errors from the engine, re-raised with the dataset's location first."""
+        try:
+            yield
+        except ChunkReadError as err:
+            raise type(err)(f"{self.location}: {err}") from err
+
     def read_into(
         self, name: str, ranges: Sequence[tuple[int, int]], out: npt.NDArray[Any]
     ) -> None:
         arr = self._array(name)
         engine = self._fast[name]
         if engine is not None:
-            try:
+            with self._errors_named():
                 engine.read_rows(ranges, out, self.clock)
-            except ChunkReadError as err:
-                raise type(err)(f"{self.location}: {err}") from err
             return
         step = int(arr.chunks[0])
         start_time = time.perf_counter()
@@ -368,10 +374,8 @@ class ZarrReader:
             return
         engine = self._fast[name]
         if engine is not None:
-            try:
+            with self._errors_named():
                 engine.read_region(region, out, self.clock)
-            except ChunkReadError as err:
-                raise type(err)(f"{self.location}: {err}") from err
             return
         spans = [
             range(s.start // c, ceil_div(s.stop, c))
