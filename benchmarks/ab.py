@@ -85,16 +85,24 @@ WORKLOADS: dict[str, tuple[str, str]] = {
 }
 
 
+#: the child's last line: where its chunkio came from (checked against the tree)
+_WHICH = "\nimport os; print(os.path.dirname(chunkio.__file__))"
+
+
 def _child(tree: Path, root: Path, images: Path, code: str) -> float:
     env = {**os.environ, "PYTHONPATH": str(tree.resolve())}
     out = subprocess.run(
-        [sys.executable, "-c", _SETUP + code, str(root), str(images)],
+        [sys.executable, "-c", _SETUP + code + _WHICH, str(root), str(images)],
         env=env,
         capture_output=True,
         text=True,
         check=True,
+        cwd=root,  # not the caller's folder: "python -c" puts the cwd before PYTHONPATH
     )
-    return float(json.loads(out.stdout.strip().splitlines()[-1]))
+    used = Path(out.stdout.strip().splitlines()[-1])
+    if used.resolve() != (tree / "chunkio").resolve():
+        raise RuntimeError(f"the child imported chunkio from {used}, not from {tree}")
+    return float(json.loads(out.stdout.strip().splitlines()[-2]))
 
 
 def run(a: Path, b: Path, *, rounds: int = 3, images: int = 1500) -> list[dict[str, Any]]:

@@ -82,16 +82,17 @@ class ChunkFiles:
         data: bytes | memoryview,
         out: npt.NDArray[Any],
         *,
-        where: str,
+        where: Callable[[], str],
         clock: StageClock | None = None,
     ) -> None:
         """Verify and decode one stored chunk's bytes into ``out``: the whole chunk, or the
         valid rows of an edge chunk (stored padded to the full chunk shape, so decoded aside
-        and its rows copied; so is a non-contiguous ``out``)."""
+        and its rows copied; so is a non-contiguous ``out``). ``where()`` names the chunk in
+        errors (built only then: a read decodes thousands of chunks that need no name)."""
         whole = out.shape == self.chunks and out.flags.c_contiguous
         target = out if whole else np.empty(self.chunks, self.dtype)
         t1 = time.perf_counter()
-        payload = self._verified(data, f"array {self.array_name!r}: {where}")
+        payload = self._verified(data, where)
         t2 = time.perf_counter()
         flat = target.reshape(-1).view(np.uint8)
         try:
@@ -103,7 +104,7 @@ class ChunkFiles:
                 self.decompress(payload, flat)
         except Exception as err:
             raise CorruptChunkError(
-                f"array {self.array_name!r}: {where} cannot be decoded "
+                f"array {self.array_name!r}: {where()} cannot be decoded "
                 f"({type(err).__name__}: {err})"
             ) from err
         if not whole:
@@ -112,19 +113,24 @@ class ChunkFiles:
             clock.checksum += t2 - t1
             clock.decode += time.perf_counter() - t2
 
-    def _verified(self, data: bytes | memoryview, where: str) -> npt.NDArray[np.uint8]:
+    def _verified(
+        self, data: bytes | memoryview, where: Callable[[], str]
+    ) -> npt.NDArray[np.uint8]:
+        name = self.array_name
         if not self.checksum:
             if not data:
-                raise CorruptChunkError(f"{where} is empty")
+                raise CorruptChunkError(f"array {name!r}: {where()} is empty")
             return np.frombuffer(data, dtype=np.uint8)
         if len(data) < 4:
             raise CorruptChunkError(
-                f"{where} is truncated ({len(data)} bytes, a checksum alone takes 4)"
+                f"array {name!r}: {where()} is truncated ({len(data)} bytes, a checksum alone "
+                "takes 4)"
             )
         body = np.frombuffer(data, dtype=np.uint8)[:-4]
         if crc32c(body) != int.from_bytes(data[-4:], "little"):
             raise CorruptChunkError(
-                f"{where} fails its crc32c checksum (the file is corrupt or truncated)"
+                f"array {name!r}: {where()} fails its crc32c checksum (the file is corrupt or "
+                "truncated)"
             )
         return body
 

@@ -21,6 +21,7 @@ path; ``tests/backends`` check both return the same.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import threading
 import time
@@ -61,6 +62,8 @@ class Piece:
     coords: Coords
     inside: tuple[slice, ...]
     out: npt.NDArray[Any]
+    #: ``inside`` is the whole chunk
+    whole: bool
 
 
 def plan_pieces(
@@ -74,13 +77,14 @@ def plan_pieces(
     spans = [range(s.start // c, ceil_div(s.stop, c)) for s, c in zip(region, chunks, strict=True)]
     pieces = []
     for coords in itertools.product(*spans):
-        inside, dst = [], []
+        inside, dst, whole = [], [], True
         for s, c, n in zip(region, coords, chunks, strict=True):
             lo = c * n
             a, z = max(s.start, lo), min(s.stop, lo + n)
             inside.append(slice(a - lo, z - lo))
             dst.append(slice(a - s.start, z - s.start))
-        pieces.append(Piece(coords, tuple(inside), out[tuple(dst)]))
+            whole = whole and z - a == n
+        pieces.append(Piece(coords, tuple(inside), out[tuple(dst)], whole))
     return pieces
 
 
@@ -153,25 +157,44 @@ class ArrayEngine:
         self._read(plan_pieces(region, self.chunks, out), clock)
 
     def _read(self, pieces: list[Piece], clock: StageClock) -> None:
-        t0 = time.perf_counter()
-        payloads = self._payloads(list(dict.fromkeys(p.coords for p in pieces)))
-        clock.read += time.perf_counter() - t0
-        scratch: npt.NDArray[Any] | None = None
+        by_chunk: dict[Coords, list[Piece]] = {}
         for piece in pieces:
-            if piece.coords not in payloads:  # never written, and fill_missing
+            by_chunk.setdefault(piece.coords, []).append(piece)
+        scratch: list[npt.NDArray[Any]] = []
+        if self.source.batches:  # a network: every chunk of the read in one round
+            t0 = time.perf_counter()
+            payloads = self._payloads(list(by_chunk))
+            clock.read += time.perf_counter() - t0
+            for coords, group in by_chunk.items():
+                self._decode(payloads.get(coords), group, scratch, clock)
+            return
+        for coords, group in by_chunk.items():  # local: each chunk decoded right after its
+            t0 = time.perf_counter()  # read, while its bytes are still in the CPU's caches
+            payload = self._fetch([coords]).get(coords)
+            clock.read += time.perf_counter() - t0
+            self._decode(payload, group, scratch, clock)
+
+    def _decode(
+        self,
+        payload: Payload | None,
+        pieces: list[Piece],
+        scratch: list[npt.NDArray[Any]],
+        clock: StageClock,
+    ) -> None:
+        """One chunk's stored bytes into its pieces (``None``: never written, fill_missing)."""
+        if payload is None:
+            for piece in pieces:
                 piece.out[...] = self.files.fill_value
-                continue
-            where = self._describe(piece.coords)
-            whole = all(
-                s.start == 0 and s.stop == n for s, n in zip(piece.inside, self.chunks, strict=True)
-            )
-            if whole and piece.out.flags.c_contiguous:
-                self.files.decode_bytes(payloads[piece.coords], piece.out, where=where, clock=clock)
-                continue
-            if scratch is None:
-                scratch = np.empty(self.chunks, self.files.dtype)
-            self.files.decode_bytes(payloads[piece.coords], scratch, where=where, clock=clock)
-            piece.out[...] = scratch[piece.inside]
+            return
+        where = functools.partial(self._describe, pieces[0].coords)
+        if len(pieces) == 1 and pieces[0].whole and pieces[0].out.flags.c_contiguous:
+            self.files.decode_bytes(payload, pieces[0].out, where=where, clock=clock)
+            return
+        if not scratch:
+            scratch.append(np.empty(self.chunks, self.files.dtype))
+        self.files.decode_bytes(payload, scratch[0], where=where, clock=clock)
+        for piece in pieces:
+            piece.out[...] = scratch[0][piece.inside]
 
     # -- locating and fetching -----------------------------------------------------------
 
@@ -213,9 +236,10 @@ class ArrayEngine:
         rest = {s: inner for s, inner in by_shard.items() if s not in whole}
         requests: list[Request] = []
         members: list[tuple[Coords, int, list[int]]] = []  # (shard, start, inner chunks)
+        indexes: dict[Coords, npt.NDArray[np.uint64]] = {}
         for shard, inner in rest.items():
             try:
-                index = self._index.get(shard)
+                index = indexes[shard] = self._index.get(shard)
             except MissingChunkError:
                 if self.fill_missing:
                     continue
@@ -228,7 +252,7 @@ class ArrayEngine:
         for (shard, start, group), (key, _, end), blob in zip(
             members, requests, blobs, strict=True
         ):
-            index = self._index.get(shard)
+            index = indexes[shard]
             stop = end or start
             if blob is None or len(blob) < stop - start:
                 got = "nothing" if blob is None else f"{len(blob)} bytes"
@@ -281,7 +305,7 @@ class ArrayEngine:
     def _inner_in_array(self, shard: Coords) -> list[int]:
         """Index numbers of the inner chunks of ``shard`` inside the array (a partial last
         shard stores none past the array's end)."""
-        grid = self._index.layout.grid
+        grid = self._index.grid
         counts = [ceil_div(n, c) for n, c in zip(self.files.shape, self.chunks, strict=True)]
         inside = [
             range(min(g, total - s * g)) for s, g, total in zip(shard, grid, counts, strict=True)

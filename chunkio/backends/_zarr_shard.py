@@ -331,7 +331,7 @@ def inner_range(index: npt.NDArray[np.uint64], i: int) -> tuple[int, int] | None
 
 
 def merged_ranges(
-    index: npt.NDArray[np.uint64], wanted: Sequence[int], *, gap: int = 0
+    index: npt.NDArray[np.uint64], wanted: Sequence[int], *, gap: int | None = 0
 ) -> list[tuple[int, int, list[int]]]:
     """Byte ranges to fetch inner chunks ``wanted`` of a shard, neighbours merged.
 
@@ -343,14 +343,14 @@ def merged_ranges(
     >>> merged_ranges(index, [3, 0, 2]), merged_ranges(index, [3, 0], gap=2)
     ([(0, 2, [0]), (4, 6, [3])], [(0, 6, [0, 3])])
     """
-    if gap < 0:
-        raise ValueError(f"gap must be >= 0, not {gap}")
+    if gap is not None and gap < 0:
+        raise ValueError(f"gap must be >= 0 or None (no merging), not {gap}")
     spans = sorted(
         (r[0], r[1], i) for i in dict.fromkeys(wanted) if (r := inner_range(index, i)) is not None
     )
     out: list[tuple[int, int, list[int]]] = []
     for start, stop, i in spans:
-        if out and start - out[-1][1] <= gap:
+        if out and gap is not None and start - out[-1][1] <= gap:
             first, end, members = out[-1]
             members.append(i)
             out[-1] = (first, max(end, stop), members)

@@ -35,6 +35,7 @@ class ShardIndexes:
     ) -> None:
         self.source = source
         self.layout = layout
+        self.grid = layout.grid  # inner chunks per shard along each axis
         self.key = key
         self.name = name
         #: shard coords -> (the object's version, its index), this process's cache
@@ -42,16 +43,22 @@ class ShardIndexes:
         self._lock = threading.Lock()  # prefetch threads would otherwise read an index twice
 
     def shard_of(self, coords: Coords) -> tuple[Coords, int]:
-        """The shard holding chunk ``coords``, and the chunk's number in the shard's index."""
-        grid = self.layout.grid
-        shard = tuple(c // g for c, g in zip(coords, grid, strict=True))
-        local = tuple(c % g for c, g in zip(coords, grid, strict=True))
-        return shard, int(np.ravel_multi_index(local, grid))
+        """The shard holding chunk ``coords``, and the chunk's number in the shard's index
+        (C order of the shard's grid of inner chunks)."""
+        shard, number = [], 0
+        for c, g in zip(coords, self.grid, strict=True):
+            q, r = divmod(c, g)
+            shard.append(q)
+            number = number * g + r
+        return tuple(shard), number
 
     def coords_of(self, shard: Coords, number: int) -> Coords:
-        grid = self.layout.grid
-        local = np.unravel_index(number, grid)
-        return tuple(s * g + int(i) for s, g, i in zip(shard, grid, local, strict=True))
+        """The grid coordinates of inner chunk ``number`` of ``shard``."""
+        local = []
+        for g in reversed(self.grid):
+            number, r = divmod(number, g)
+            local.append(r)
+        return tuple(s * g + i for s, g, i in zip(shard, self.grid, reversed(local), strict=True))
 
     def known(self, shard: Coords) -> bool:
         return shard in self._cache
