@@ -347,6 +347,11 @@ class HDF5Reader:
             info = d.id.get_chunk_info_by_coord((chunk * step,) + (0,) * (d.ndim - 1))
             return info.byte_offset is not None
 
+    def read_path(self, name: str) -> str:
+        with self._lock:
+            self._dataset(name)
+            return "h5py" if self._raw.get(name) is None else "raw"
+
     def close(self) -> None:
         with self._lock:
             self._close_locked()

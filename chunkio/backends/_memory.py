@@ -122,6 +122,10 @@ class MemoryReader:
     def chunk_exists(self, name: str, chunk: int) -> bool:
         return chunk in self._get(name).written
 
+    def read_path(self, name: str) -> str:
+        self._get(name)
+        return "memory"
+
     def close(self) -> None:
         pass
 

@@ -422,6 +422,10 @@ class ZarrReader:
             return engine.exists(chunk)
         return self._stored(name, arr, (chunk,) + (0,) * (arr.ndim - 1))
 
+    def read_path(self, name: str) -> str:
+        self._array(name)
+        return "zarr-python" if self._fast[name] is None else "engine"
+
     def close(self) -> None:
         for engine in self._fast.values():
             if engine is not None:

@@ -114,6 +114,12 @@ class Reader(Protocol):
 
     def chunk_exists(self, name: str, chunk: int) -> bool: ...
 
+    def read_path(self, name: str) -> str:
+        """Which of the backend's read paths serves array ``name``: ``"engine"`` (chunkio's
+        Zarr engine), ``"zarr-python"``, ``"raw"`` (HDF5 chunks read and decoded by chunkio),
+        ``"h5py"`` or ``"memory"``. Tests and ``chunkio info`` use it; reads do not."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -48,6 +48,8 @@ class BackendContract:
 
     #: write arrays in shards of this many chunks (formats without shards ignore it)
     shard_chunks: int | None = None
+    #: the read path the reader under test must take (:meth:`~chunkio.backends.Reader.read_path`)
+    read_path = ""
 
     @pytest.fixture
     def location(self) -> Any:  # pragma: no cover - supplied by subclasses
@@ -79,6 +81,7 @@ class BackendContract:
             reader.read_into("x", ranges, out)
             expected = np.concatenate([data[a:b] for a, b in ranges])
             np.testing.assert_array_equal(out, expected)
+            assert reader.read_path("x") == self.read_path  # the engine under test read it
         finally:
             reader.close()
 

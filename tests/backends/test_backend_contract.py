@@ -22,6 +22,8 @@ _ids = itertools.count()
 
 
 class TestZarrBackend(BackendContract):
+    read_path = "engine"
+
     @pytest.fixture
     def location(self, tmp_path: Path) -> str:
         return str(tmp_path / "data.zarr")
@@ -48,6 +50,8 @@ class TestZarrRemoteSharded(TestZarrRemote):
 
 
 class TestZarrGeneralPath(TestZarrBackend):
+    read_path = "zarr-python"
+
     def open(self, location: Any) -> Reader:
         return ZarrReader(location, use_engine=False)
 
@@ -57,17 +61,23 @@ class TestZarrShardedGeneralPath(TestZarrGeneralPath):
 
 
 class TestHDF5Backend(BackendContract):
+    read_path = "raw"
+
     @pytest.fixture
     def location(self, tmp_path: Path) -> str:
         return str(tmp_path / "data.h5")
 
 
 class TestHDF5ThroughH5py(TestHDF5Backend):
+    read_path = "h5py"
+
     def open(self, location: Any) -> Reader:
         return HDF5Reader(location, raw_chunks=False)
 
 
 class TestMemoryBackend(BackendContract):
+    read_path = "memory"
+
     @pytest.fixture
     def location(self) -> Iterator[str]:
         name = f"memory://contract-{next(_ids)}"

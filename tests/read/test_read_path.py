@@ -79,7 +79,7 @@ def test_hdf5_chunks_chunkio_writes_are_read_raw(
         out = np.empty_like(data)
         reader.read_into("x", [(0, 23)], out)
         np.testing.assert_array_equal(out, data)
-        assert reader._raw["x"] is not None  # type: ignore[attr-defined]
+        assert reader.read_path("x") == "raw"
         assert reader.clock.total() > 0
     finally:
         reader.close()
@@ -95,7 +95,7 @@ def test_hdf5_with_a_filter_chunkio_does_not_decode_reads_through_h5py(tmp_path:
         out = np.empty_like(data)
         reader.read_into("x", [(0, 12)], out)
         np.testing.assert_array_equal(out, data)
-        assert reader._raw["x"] is None  # type: ignore[attr-defined]
+        assert reader.read_path("x") == "h5py"
     finally:
         reader.close()
 
@@ -182,7 +182,7 @@ def test_hdf5_raw_reads_accept_what_hdf5_accepts(tmp_path: Path) -> None:
         for name in ("x", "y") if libs else ("x",):
             out = np.empty_like(data)
             reader.read_into(name, [(0, 10)], out)
-            assert reader._raw[name] is not None  # type: ignore[attr-defined]
+            assert reader.read_path(name) == "raw"
             np.testing.assert_array_equal(out, data)
     finally:
         reader.close()
