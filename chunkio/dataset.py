@@ -20,6 +20,7 @@ from torch.utils.data import Dataset
 
 from .backends import Reader, detect_format, open_reader, reader_documents
 from .batch import SampleBatch, to_tensor
+from .foreign import foreign_layout, is_chunkio_dataset
 from .grid import SampleGrid
 from .layout import DatasetLayout, check_arrays, validate_sequence_of_names
 from .order import check_int
@@ -99,7 +100,7 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
     def __init__(
         self,
         path: Any,
-        fields: Sequence[str] | str | None = None,
+        fields: Sequence[str] | Mapping[str, str] | str | None = None,
         transform: Callable[[Any], Any] | None = None,
         *,
         batch_transform: Callable[[Any], Any] | None = None,
@@ -138,12 +139,18 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
             "trust_codecs": bool(trust_codecs),
             # a remote group's metadata, read once here and reused by every process's reader
             "documents": None,
+            "fill_missing": False,
         }
+        self._selection = fields  # a store chunkio did not write: its arrays, by field
         self.layout = self._read_layout()  # first: a missing path is DatasetNotFoundError
         self.format = detect_format(self.location)
         self.grid = SampleGrid(self.layout.num_samples, self.layout.samples_per_chunk)
         self._single = isinstance(fields, str)
-        names = [fields] if isinstance(fields, str) else fields
+        names: Sequence[str] | None
+        if self.layout.foreign or isinstance(fields, Mapping):
+            names = list(self.layout.field_names)  # fields named arrays: the layout's order
+        else:
+            names = [fields] if isinstance(fields, str) else fields
         self.fields = validate_sequence_of_names(names, self.layout, str(self.location))
         self._as_tuple = fields is not None and not self._single
         if self.field_transform is not None:
@@ -176,7 +183,11 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
         reader = lent if lent is not None else open_reader(self.location, **self._reader_options())
         try:
             where = reader.location
-            layout = DatasetLayout.from_attrs(reader.attrs(), where=where)
+            attrs = reader.attrs()
+            if not is_chunkio_dataset(attrs):
+                self._options["fill_missing"] = True  # never-written chunks hold the fill
+                return foreign_layout(reader, self._selection)
+            layout = DatasetLayout.from_attrs(attrs, where=where)
             arrays = {}
             for f in layout.fields:
                 for name in f.array_names():
@@ -383,6 +394,7 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
             "storage_options": self._options["storage_options"],
             "trust_codecs": bool(self._options["trust_codecs"]),
             "documents": self._options["documents"],
+            "fill_missing": bool(self._options["fill_missing"]),
         }
 
     def arrange(self, columns: dict[str, Any]) -> Any:

@@ -51,12 +51,13 @@ def labels_of(
     scalar_int = info.kind == "dense" and not info.sample_shape and info.dtype.kind in "iu"
     if not scalar_int or info.sample_nbytes * len(dataset) > _MAX_LABEL_BYTES:
         return None
+    array = info.array_names()[0]  # "label", or the array a store chunkio did not write names
     if reader is not None:
-        return np.asarray(read_whole(reader, "label"), dtype=np.int64)
+        return np.asarray(read_whole(reader, array), dtype=np.int64)
     # the user's storage options and trust, unchanged, and the metadata the dataset read
     own = open_reader(dataset.location, **dataset._reader_options())
     try:  # straight from the backend; the main process keeps no handle (workers fork later)
-        return np.asarray(read_whole(own, "label"), dtype=np.int64)
+        return np.asarray(read_whole(own, array), dtype=np.int64)
     finally:
         own.close()
 

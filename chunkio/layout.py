@@ -73,6 +73,10 @@ class FieldInfo:
     """One field: its element dtype, per-sample shape (``None`` if samples differ) and kind.
 
     ``encoding`` names the image encoding of an ``encoded`` field (``None`` otherwise).
+    A field of a store chunkio did not write (:mod:`chunkio.foreign`) names its stored
+    ``array`` (a path such as ``train/images``) and the ``rows_per_chunk`` of that array's
+    chunks along the sample axis; chunkio's own fields are stored under their name, chunked
+    like the dataset.
     """
 
     name: str
@@ -80,6 +84,8 @@ class FieldInfo:
     sample_shape: tuple[int, ...] | None
     kind: FieldKind = "dense"
     encoding: str | None = None
+    array: str | None = None
+    rows_per_chunk: int | None = None
 
     def __post_init__(self) -> None:
         validate_field_name(self.name)
@@ -112,7 +118,9 @@ class FieldInfo:
     def array_names(self) -> tuple[str, ...]:
         if self.kind == "encoded":
             return encoded_array_names(self.name)
-        return (self.name,) if self.kind == "dense" else ragged_array_names(self.name)
+        if self.kind == "dense":
+            return (self.array or self.name,)
+        return ragged_array_names(self.name)
 
     def to_json(self) -> dict[str, Any]:
         shape = None if self.sample_shape is None else list(self.sample_shape)
@@ -131,6 +139,9 @@ class DatasetLayout:
     fields: tuple[FieldInfo, ...]
     class_names: tuple[str, ...] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    #: a store chunkio did not write, read in place (:mod:`chunkio.foreign`): never-written
+    #: chunks read as the fill value, as Zarr and HDF5 define them
+    foreign: bool = False
 
     def __post_init__(self) -> None:
         if not self.fields:
@@ -147,6 +158,10 @@ class DatasetLayout:
     @property
     def field_names(self) -> tuple[str, ...]:
         return tuple(f.name for f in self.fields)
+
+    def rows_per_chunk(self, f: FieldInfo) -> int:
+        """Samples per chunk of field ``f``'s stored array."""
+        return f.rows_per_chunk or self.samples_per_chunk
 
     def field(self, name: str, *, where: str = "") -> FieldInfo:
         for f in self.fields:

@@ -113,13 +113,16 @@ def open_reader(
     trust_codecs: bool = False,
     download_cache: tuple[str, int] | None = None,
     documents: Mapping[str, Any] | None = None,
+    fill_missing: bool = False,
 ) -> Reader:
     """Open ``location`` read-only with the backend :func:`detect_format` picks.
 
     ``download_cache``: ``(folder, byte limit)`` where a remote dataset's fetched chunks are
     kept (shared by processes; least recently used dropped first). ``documents``: a remote Zarr
     group's metadata as another reader read it (:func:`reader_documents`), so that this one
-    opens without requests; ignored elsewhere."""
+    opens without requests; ignored elsewhere. ``fill_missing``: never-written chunks read as
+    the fill value (Zarr's and HDF5's contract, for stores chunkio did not write) instead of
+    raising :class:`~chunkio.errors.MissingChunkError`."""
     missing = _missing_local(location)
     if missing is not None:
         raise DatasetNotFoundError(f"no dataset at {missing}")
@@ -131,7 +134,7 @@ def open_reader(
     if fmt == "hdf5":
         from ._hdf5 import HDF5Reader
 
-        return HDF5Reader(os.fspath(location), trust_codecs=trust_codecs)
+        return HDF5Reader(os.fspath(location), trust_codecs=trust_codecs, fill_missing=fill_missing)
     from ._zarr import ZarrReader
 
     if isinstance(location, os.PathLike):
@@ -142,6 +145,7 @@ def open_reader(
         trust_codecs=trust_codecs,
         download_cache=download_cache,
         documents=documents,
+        fill_missing=fill_missing,
     )
 
 

@@ -103,13 +103,20 @@ class HDF5Reader:
     reports_missing_chunks = True
 
     def __init__(
-        self, location: str, *, trust_codecs: bool = False, raw_chunks: bool = True
+        self,
+        location: str,
+        *,
+        trust_codecs: bool = False,
+        raw_chunks: bool = True,
+        fill_missing: bool = False,
     ) -> None:
         """``raw_chunks=False`` reads everything through h5py, the general path (tests compare
-        the raw chunk reads with it)."""
+        the raw chunk reads with it). ``fill_missing``: never-written chunks read as the fill
+        value, as HDF5 defines them, instead of raising MissingChunkError."""
         self.location = str(location)
         self._trust = trust_codecs
         self._raw_chunks = raw_chunks
+        self._fill_missing = fill_missing
         self.clock = StageClock()
         #: per array, its raw chunk reader (None: read through h5py)
         self._raw: dict[str, RawChunks | None] = {}
@@ -150,8 +157,12 @@ class HDF5Reader:
         with self._lock:
             f = self._open()
             # Links are listed too (without resolving them), so that opening one is refused
-            # by _check_safe as unsafe rather than reported as a missing array.
-            return sorted(f.keys())
+            # by _check_safe as unsafe rather than reported as a missing array; arrays in
+            # groups by their path (visititems follows no links).
+            top = [k for k in f if not isinstance(f.get(k, getlink=True), h5py.HardLink)]
+            nested: list[str] = []
+            f.visititems(lambda path, obj: nested.append(path) if _is_array(obj) else None)
+            return sorted({*top, *nested})
 
     def _dataset(self, name: str) -> h5py.Dataset:
         f = self._open()
@@ -273,7 +284,8 @@ class HDF5Reader:
                 rows = min(step, stop - first)
                 chunk = first // step
                 part = out[offset : offset + rows]
-                if chunk in raw.masked:  # a filter was skipped when it was written
+                # a filter skipped when it was written, or never written (and filled): HDF5's
+                if chunk in raw.masked or (self._fill_missing and chunk not in raw.index):
                     started = time.perf_counter()
                     self._read_h5py(d, raw.name, first, first + rows, part)
                     self.clock.decode += time.perf_counter() - started  # HDF5: every stage
@@ -325,6 +337,8 @@ class HDF5Reader:
 
     def _require_chunks(self, name: str, box: tuple[slice, ...], chunks: tuple[int, ...]) -> None:
         """Raise if a chunk the box touches was never stored: it would read back as zeros."""
+        if self._fill_missing:
+            return  # as asked: HDF5's fill value
         missing = self._missing.get(name)
         if not missing:
             return
@@ -367,6 +381,10 @@ class HDF5Reader:
                 self._file.close()
             finally:
                 self._file = None
+
+
+def _is_array(obj: Any) -> bool:
+    return isinstance(obj, h5py.Dataset)
 
 
 def _open_same_file(path: str, before: os.stat_result) -> int | None:

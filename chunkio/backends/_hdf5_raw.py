@@ -138,7 +138,7 @@ class RawChunks:
         if plist.get_layout() != h5py.h5d.CONTIGUOUS or offset is None or not dset.shape[0]:
             return None  # compact, or never written (h5py reads the fill value)
         row = int(np.prod(dset.shape[1:], dtype=np.int64)) * dtype.itemsize
-        rows = max(1, CONTIGUOUS_RUN_BYTES // max(1, row))
+        rows = min(max(1, CONTIGUOUS_RUN_BYTES // max(1, row)), int(dset.shape[0]))
         n = int(dset.shape[0])
         index = {
             c: (int(offset) + c * rows * row, min(rows, n - c * rows) * row)

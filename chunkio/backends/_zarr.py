@@ -195,17 +195,43 @@ class ZarrReader:
 
         group = self._group  # opened here: zarr cannot open a group inside its own loop
 
-        async def children() -> list[str]:
-            return [k async for k in group.store.list_dir(group.path)]
+        async def children(prefix: str) -> list[str]:
+            path = "/".join(p for p in (group.path, prefix) if p)
+            return [k async for k in group.store.list_dir(path)]
 
-        try:
-            names = sync(children())
-        except Exception:  # e.g. HTTP: no listing
-            names = []
-        names = [n.rstrip("/") for n in names if n != "zarr.json"]  # HTTP names folders "x/"
-        if not names:  # a store that cannot list: the arrays the chunkio layout declares
-            names = _declared_arrays(self.attrs())
-        return sorted(n for n in names if (self._raw_meta(n) or {}).get("node_type") == "array")
+        found: list[str] = []
+        todo = [""]  # groups to list, by path below this one: arrays in groups by their path
+        while todo:
+            prefix = todo.pop()
+            try:
+                names = sync(children(prefix))
+            except Exception:  # e.g. HTTP: no listing
+                names = []
+            for n in names:
+                name = "/".join(p for p in (prefix, n.rstrip("/")) if p)  # HTTP: folders "x/"
+                if n in ("zarr.json", ".zgroup", ".zattrs", ".zarray", ".zmetadata"):
+                    continue
+                if (self._raw_meta(name) or {}).get("node_type") == "array":
+                    found.append(name)
+                elif self._is_group(name):
+                    todo.append(name)
+        if not found:  # a store that cannot list: the arrays the chunkio layout declares
+            declared = _declared_arrays(self.attrs())
+            found = [n for n in declared if (self._raw_meta(n) or {}).get("node_type") == "array"]
+        return sorted(found)
+
+    def _is_group(self, name: str) -> bool:
+        """Whether member ``name`` is a group (v3 ``zarr.json``, or a v2 ``.zgroup``)."""
+        from zarr.core.buffer import default_buffer_prototype
+        from zarr.core.sync import sync
+
+        for document in ("zarr.json", ".zgroup"):
+            key = "/".join(p for p in (self._group.path, name, document) if p)
+            buf = sync(self._group.store.get(key, prototype=default_buffer_prototype()))
+            if buf is not None:
+                meta = {} if document == ".zgroup" else json.loads(buf.to_bytes())
+                return document == ".zgroup" or meta.get("node_type") == "group"
+        return False
 
     def _raw_meta(self, name: str) -> dict[str, Any] | None:
         """The member's zarr.json as plain JSON (None if absent), read without zarr parsing it

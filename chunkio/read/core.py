@@ -58,6 +58,7 @@ class ReadCore:
         decode_threads: int = 1,
         download_cache: tuple[str, int] | None = None,
         documents: Mapping[str, Any] | None = None,
+        fill_missing: bool = False,
     ) -> None:
         self.pid = os.getpid()
         self.threads = DecodeThreads(decode_threads)
@@ -68,6 +69,7 @@ class ReadCore:
             trust_codecs=trust_codecs,
             download_cache=download_cache,
             documents=documents,
+            fill_missing=fill_missing,
         )
         self.stats = ReadStats(clock=self.reader.clock)
         self.ctx = ReadContext(

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..grid import SampleGrid
 from ..layout import FieldInfo
 from ..numeric import IntArray
 from ..planning import BatchPlan, plan_batch
@@ -37,7 +38,7 @@ class PreloadedField:
     def __init__(self, ctx: ReadContext, info: FieldInfo) -> None:
         self.ctx = ctx
         self.info = info
-        self.whole = read_whole(ctx.reader, info.name, ctx.stats)
+        self.whole = read_whole(ctx.reader, info.array_names()[0], ctx.stats)
 
     def read(
         self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadOptions
@@ -94,8 +95,11 @@ class DenseField:
     def __init__(self, ctx: ReadContext, info: FieldInfo) -> None:
         self.ctx = ctx
         self.info = info
+        #: the field's own chunks (a store chunkio did not write may chunk fields apart)
+        self.grid = SampleGrid(ctx.layout.num_samples, ctx.layout.rows_per_chunk(info))
+        self.array = info.array_names()[0]
         self.cache = DecodedChunkCache(
-            rows_per_chunk=ctx.grid.samples_per_chunk,
+            rows_per_chunk=self.grid.samples_per_chunk,
             sample_shape=tuple(info.sample_shape or ()),
             dtype=info.dtype,
             capacity=ctx.cache_chunks,
@@ -106,15 +110,15 @@ class DenseField:
     ) -> npt.NDArray[Any]:
         if how.transform is not None:
             # decoded but not gathered: a transform reads each sample straight from its chunk
-            plan = plan_batch(idx, self.ctx.grid)
+            plan = plan_batch(idx, self.grid)
             slots = self._admit(plan.chunks)
-            rows = slots[plan.chunk_pos] * self.ctx.grid.samples_per_chunk + plan.offsets
+            rows = slots[plan.chunk_pos] * self.grid.samples_per_chunk + plan.offsets
             buffer = self.cache.buffer
             return _transformed(
                 self.ctx, self.info, how.transform, buffer, rows, idx, out, how.epoch
             )
         out = _checked_out(self.info, len(idx), out)
-        return self._gather(plan_batch(idx, self.ctx.grid), out, how.once)
+        return self._gather(plan_batch(idx, self.grid), out, how.once)
 
     def _gather(self, plan: BatchPlan, out: npt.NDArray[Any], once: bool) -> npt.NDArray[Any]:
         """Decode the chunks of ``plan`` the cache lacks, then gather the batch into ``out``."""
@@ -133,7 +137,7 @@ class DenseField:
         slots = self._admit(chunks)
         stats = self.ctx.stats
         started = time.perf_counter()
-        where = slots[pos] * self.ctx.grid.samples_per_chunk + offsets
+        where = slots[pos] * self.grid.samples_per_chunk + offsets
         if rows is None or rows.all():
             np.take(self.cache.buffer, where, axis=0, out=out, mode="clip")  # always in range
         else:
@@ -143,13 +147,13 @@ class DenseField:
 
     def _admit(self, chunks: IntArray) -> IntArray:
         """The cache slot of each of ``chunks``, decoding those it lacks into their slots."""
-        ctx, cache, name = self.ctx, self.cache, self.info.name
+        ctx, cache, name, array = self.ctx, self.cache, self.info.name, self.array
         slots, runs = cache.admit(chunks)
         try:
             for run, first_slot in runs:
-                ranges = [ctx.grid.bounds(c) for c in run]
+                ranges = [self.grid.bounds(c) for c in run]
                 count = sum(b - a for a, b in ranges)
-                ctx.reader.read_into(name, ranges, cache.rows(first_slot, count))
+                ctx.reader.read_into(array, ranges, cache.rows(first_slot, count))
                 ctx.stats.rows_decoded += count
         except BaseException:
             cache.forget([c for run, _ in runs for c in run])  # never serve a bad slot
@@ -163,8 +167,8 @@ class DenseField:
     def prefetch(self, idx: IntArray) -> None:
         prefetch = getattr(self.ctx.reader, "prefetch", None)
         if callable(prefetch):
-            chunks = np.unique(idx // self.ctx.grid.samples_per_chunk).tolist()
-            prefetch(self.info.name, [c for c in chunks if c not in self.cache])
+            chunks = np.unique(idx // self.grid.samples_per_chunk).tolist()
+            prefetch(self.array, [c for c in chunks if c not in self.cache])
 
     def _direct_runs(self, plan: BatchPlan) -> list[tuple[int, int]]:
         """``(chunk, position)`` of chunks the cache lacks whose every sample the batch asks
@@ -172,7 +176,7 @@ class DenseField:
         decoded straight into the output (no cache slot, no gather copy). A shuffled batch
         rarely has one; a sequential one is mostly made of them."""
         counts = np.bincount(plan.chunk_pos, minlength=len(plan.chunks))
-        spc, n = self.ctx.grid.samples_per_chunk, self.ctx.grid.num_samples
+        spc, n = self.grid.samples_per_chunk, self.grid.num_samples
         sizes = np.minimum(spc, n - plan.chunks * spc)
         found = []
         for k in np.flatnonzero(counts == sizes).tolist():
@@ -189,8 +193,8 @@ class DenseField:
     def _read_direct(self, direct: list[tuple[int, int]], out: npt.NDArray[Any]) -> None:
         ctx, name = self.ctx, self.info.name
         for chunk, first in direct:
-            a, b = ctx.grid.bounds(chunk)
-            ctx.reader.read_into(name, [(a, b)], out[first : first + b - a])
+            a, b = self.grid.bounds(chunk)
+            ctx.reader.read_into(self.array, [(a, b)], out[first : first + b - a])
             ctx.stats.rows_decoded += b - a
         ctx.stats.chunks_read += len(direct)
         ctx.stats.direct_chunks += len(direct)
