@@ -1,0 +1,121 @@
+"""Your own HDF5 file and Zarr store, read in place, next to what users write today.
+
+A file as a user makes it with plain h5py: ``images`` (N, 3, 64, 64) uint8 in gzip chunks of
+32 samples (h5py's default compressor and level), ``labels`` (N,) contiguous, sorted by label.
+The same arrays as a zarr-python v3 group (Zstd chunks of 32 samples). Side by side, shuffled
+epochs, batch 256, 2 workers:
+
+* a naive per-sample ``Dataset`` (h5py / zarr-python, one ``__getitem__`` per sample);
+* chunkio reading the user's store in place (``make_loader(path, fields={...})``);
+* chunkio reading the same data converted by ``write_arrays`` with the same codec.
+
+Also the distinct labels per batch against a uniform shuffle's (the store is sorted by label).
+
+    python -m benchmarks.bench_foreign [--images 8192]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import zarr
+from torch.utils.data import DataLoader
+
+import chunkio
+from benchmarks.baselines import NaiveH5Dataset, NaiveZarrDataset
+from benchmarks.bench_loaders import timed_rate
+from benchmarks.data import sample_photos
+from chunkio.mixing import uniform_distinct_labels
+
+__all__ = ["run"]
+
+BATCH, WORKERS = 256, 2
+FIELDS = {"image": "images", "label": "labels"}
+
+
+def _arrays(n: int, seed: int = 0) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """``n`` 3x64x64 crops of natural photographs, labels sorted (10 classes)."""
+    rng = np.random.default_rng(seed)
+    photos = sample_photos()
+    images = np.empty((n, 3, 64, 64), np.uint8)
+    for i in range(n):
+        p = photos[i % len(photos)]
+        y, x = (int(rng.integers(0, s - 64)) for s in p.shape[:2])
+        images[i] = p[y : y + 64, x : x + 64].transpose(2, 0, 1)
+    return images, np.repeat(np.arange(10), -(-n // 10))[:n]
+
+
+def _user_files(root: Path, n: int) -> tuple[Path, Path]:
+    images, labels = _arrays(n)
+    h5 = root / "user.h5"
+    with h5py.File(h5, "w") as f:
+        f.create_dataset("images", data=images, chunks=(32, 3, 64, 64), compression="gzip")
+        f.create_dataset("labels", data=labels)
+    zs = root / "user.zarr"
+    g = zarr.open_group(zs, mode="w", zarr_format=3)
+    a = g.create_array("images", shape=images.shape, chunks=(32, 3, 64, 64), dtype="u1",
+                       compressors=zarr.codecs.ZstdCodec(level=3))  # fmt: skip
+    a[...] = images
+    g.create_array("labels", shape=labels.shape, chunks=(n,), dtype=labels.dtype)[...] = labels
+    return h5, zs
+
+
+def _mixing(loader: Any, labels: np.ndarray[Any, Any]) -> float:
+    got = [len(np.unique(np.asarray(y))) for _, y in loader]
+    return float(np.mean(got) / uniform_distinct_labels(np.bincount(labels), BATCH))
+
+
+def run(*, images: int = 8192, budget_s: float = 4.0) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        h5, zs = _user_files(root, images)
+        x, y = _arrays(images)
+        rows: dict[str, float] = {}
+        naive = {"h5": NaiveH5Dataset(str(h5), "images", "labels"),
+                 "zarr": NaiveZarrDataset(str(zs), "images", "labels")}  # fmt: skip
+        mixing = {}
+        for fmt, path, codec in (("h5", h5, "gzip"), ("zarr", zs, "zstd")):
+            dl = DataLoader(naive[fmt], batch_size=BATCH, shuffle=True, num_workers=WORKERS)
+            rows[f"naive per-sample {fmt}"] = timed_rate(dl, budget_s=budget_s, warmup=2)
+            loader = chunkio.make_loader(path, BATCH, fields=FIELDS, num_workers=WORKERS, seed=0)
+            rows[f"chunkio in place {fmt}"] = timed_rate(loader, budget_s=budget_s, warmup=True)
+            mixing[fmt] = _mixing(chunkio.make_loader(path, BATCH, fields=FIELDS, num_workers=0,
+                                                      seed=0, copy=True), y)  # fmt: skip
+            copy = root / f"copy.{fmt}"
+            chunkio.write_arrays(copy, {"image": x, "label": y}, compression=codec,
+                                 samples_per_chunk=32, progress=False)  # fmt: skip
+            converted = chunkio.make_loader(copy, BATCH, fields=["image", "label"],
+                                            num_workers=WORKERS, seed=0)  # fmt: skip
+            rows[f"chunkio converted {fmt}"] = timed_rate(converted, budget_s=budget_s, warmup=True)
+        return {"images": images, "samples_per_s": rows, "mixing_vs_uniform": mixing}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--images", type=int, default=8192)
+    args = parser.parse_args()
+    result = run(images=args.images)
+    r = result["samples_per_s"]
+    print(f"{args.images} images 3x64x64, batch {BATCH}, {WORKERS} workers, shuffled epochs")
+    print("| store | naive per-sample | chunkio in place | x naive | converted copy | "
+          "in place / converted | labels per batch vs uniform |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
+    for fmt in ("h5", "zarr"):
+        n, p, c = (
+            r[f"naive per-sample {fmt}"],
+            r[f"chunkio in place {fmt}"],
+            r[f"chunkio converted {fmt}"],
+        )
+        print(f"| {fmt} | {n:,.0f} | {p:,.0f} | {p / n:.1f}x | {c:,.0f} | {p / c:.2f} | "
+              f"{result['mixing_vs_uniform'][fmt]:.0%} |")  # fmt: skip
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
