@@ -347,6 +347,7 @@ def markdown(results: Mapping[str, Any]) -> str:
         ("codecs", "Codecs and chunk sizes (bench_codecs)"),
         ("images", "Training inputs at 224 px: augmented epochs and storage (bench_images)"),
         ("decoders", "Image decoders (bench_decoders)"),
+        ("foreign", "Your own HDF5 file and Zarr store, read in place (bench_foreign)"),
     ):
         if key in results:
             lines += _section(title, results[key])

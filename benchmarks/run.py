@@ -106,6 +106,8 @@ def checks(results: dict[str, Any]) -> list[dict[str, Any]]:
     out += results.get("convert", {}).get("checks", [])
     # bench_images' targets (augmented epochs vs ImageFolder + Pillow; JPEG storage), when it ran
     out += results.get("images", {}).get("checks", [])
+    # bench_foreign's targets (stores chunkio did not write, read in place), when it ran
+    out += results.get("foreign", {}).get("checks", [])
     return out
 
 
@@ -223,6 +225,9 @@ def _run_optional(
         "bench_images", quick, workers=workers, root=str(Path(root) / "images")
     )
     results["decoders"] = _optional("bench_decoders", quick)
+    # a user's own h5py file and zarr-python store, read in place, against a naive per-sample
+    # Dataset and chunkio on a converted copy (and label mixing on a label-sorted store)
+    results["foreign"] = _optional("bench_foreign", quick)
     results["mixing"] = _optional(
         "bench_mixing", quick, workers=max(workers, 1), root=str(Path(root) / "mixing")
     )
