@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 from torch.utils.data import Dataset
 
-from .backends import Reader, detect_format, open_reader, reader_documents
+from .backends import Reader, ReaderOptions, detect_format, open_reader, reader_documents
 from .batch import SampleBatch, to_tensor
 from .foreign import foreign_layout, is_chunkio_dataset
 from .grid import SampleGrid
@@ -272,7 +272,15 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
 
     def _open_reader(self) -> ReadCore:
         cache_chunks = self.cache_bytes // max(1, self.chunk_nbytes())
-        return ReadCore(self.location, self.layout, cache_chunks=cache_chunks, **self._options)
+        o = self._options
+        return ReadCore(
+            self.location,
+            self.layout,
+            cache_chunks=cache_chunks,
+            preload_bytes=o["preload_bytes"],
+            decode_threads=o["decode_threads"],
+            reader=ReaderOptions(**self._reader_options(), download_cache=o["download_cache"]),
+        )
 
     # -- reading ------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import DatasetNotFoundError, UnknownFormatError
@@ -24,6 +25,7 @@ __all__ = [
     "Compression",
     "Format",
     "Reader",
+    "ReaderOptions",
     "Storage",
     "UnknownFormatError",
     "Writer",
@@ -147,6 +149,28 @@ def open_reader(
         documents=documents,
         fill_missing=fill_missing,
     )
+
+
+@dataclass(frozen=True)
+class ReaderOptions:
+    """How a process opens its reader of a dataset (:func:`open_reader`'s keywords, kept
+    together: a dataset hands them to the read core it makes in each process)."""
+
+    storage_options: Mapping[str, Any] | None = None
+    trust_codecs: bool = False
+    download_cache: tuple[str, int] | None = None
+    documents: Mapping[str, Any] | None = None
+    fill_missing: bool = False
+
+    def open(self, location: Any) -> Reader:
+        return open_reader(
+            location,
+            storage_options=self.storage_options,
+            trust_codecs=self.trust_codecs,
+            download_cache=self.download_cache,
+            documents=self.documents,
+            fill_missing=self.fill_missing,
+        )
 
 
 def reader_documents(reader: Reader) -> dict[str, Any] | None:

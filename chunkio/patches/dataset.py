@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 from torch.utils.data import Dataset
 
-from ..backends import detect_format, open_reader
+from ..backends import ReaderOptions, detect_format, open_reader
 from ..batch import SampleBatch, to_tensor
 from ..label_index import LabelIndex, read_label_index
 from ..layout import DatasetLayout, check_arrays
@@ -84,7 +84,7 @@ class PatchDataset(ReadCoreDataset, Dataset[Any]):
         if cache_bytes < 0:
             raise ValueError(f"cache_bytes must be >= 0; got {cache_bytes}")
         self.transform, self.pad_mode = transform, pad_mode
-        self._options = {
+        self._options: dict[str, Any] = {
             "cache_bytes": int(cache_bytes),
             "storage_options": dict(storage_options) if storage_options else None,
             "trust_codecs": bool(trust_codecs),
@@ -103,7 +103,7 @@ class PatchDataset(ReadCoreDataset, Dataset[Any]):
         opts = self._options
         reader = open_reader(
             self.location,
-            storage_options=opts["storage_options"],  # type: ignore[arg-type]
+            storage_options=opts["storage_options"],
             trust_codecs=bool(opts["trust_codecs"]),
         )
         try:
@@ -154,7 +154,12 @@ class PatchDataset(ReadCoreDataset, Dataset[Any]):
     # -- per-process handles ------------------------------------------------------------------
     def _open_reader(self) -> ReadCore:
         # the same per-process read core as ChunkDataset's (plan, read, cache, scatter)
-        return ReadCore(self.location, self.layout, **self._options)  # type: ignore[arg-type]
+        opts = self._options
+        reader = ReaderOptions(
+            storage_options=opts["storage_options"],
+            trust_codecs=bool(opts["trust_codecs"]),
+        )
+        return ReadCore(self.location, self.layout, cache_bytes=opts["cache_bytes"], reader=reader)
 
     # -- reading ------------------------------------------------------------------------------
     def read_patches(self, keys: Sequence[Any] | npt.ArrayLike) -> dict[str, npt.NDArray[Any]]:

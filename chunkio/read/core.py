@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy.typing as npt
 
-from ..backends import open_reader
+from ..backends import ReaderOptions
 from ..grid import SampleGrid
 from ..handles import PerProcessReader
 from ..layout import DatasetLayout, FieldInfo
@@ -53,24 +53,13 @@ class ReadCore:
         cache_chunks: int = 0,
         cache_bytes: int = 0,
         preload_bytes: int = 0,
-        storage_options: Mapping[str, Any] | None = None,
-        trust_codecs: bool = False,
         decode_threads: int = 1,
-        download_cache: tuple[str, int] | None = None,
-        documents: Mapping[str, Any] | None = None,
-        fill_missing: bool = False,
+        reader: ReaderOptions = ReaderOptions(),  # noqa: B008 - a frozen value object
     ) -> None:
         self.pid = os.getpid()
         self.threads = DecodeThreads(decode_threads)
         self.layout = layout
-        self.reader = open_reader(
-            location,
-            storage_options=storage_options,
-            trust_codecs=trust_codecs,
-            download_cache=download_cache,
-            documents=documents,
-            fill_missing=fill_missing,
-        )
+        self.reader = reader.open(location)
         self.stats = ReadStats(clock=self.reader.clock)
         self.ctx = ReadContext(
             reader=self.reader,
