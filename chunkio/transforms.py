@@ -49,11 +49,20 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import cast
 
 import numpy as np
 from PIL import Image
 
+from .images.arguments import (
+    CHANNELS,
+    INTERPOLATIONS,
+    check_interpolation,
+    check_range,
+    check_size,
+    is_int,
+    is_real,
+    pair,
+)
 from .images.draws import GAMMA, M64, Key, epoch_state, fmix, uniform, uniform2
 from .images.normalize import IMAGENET_MEAN, IMAGENET_STD, normalize
 from .images.render import resample_into
@@ -70,67 +79,6 @@ __all__ = [
     "Resize",
     "normalize",
 ]
-
-_INTERPOLATIONS = {
-    "nearest": Image.Resampling.NEAREST,
-    "bilinear": Image.Resampling.BILINEAR,
-    "bicubic": Image.Resampling.BICUBIC,
-}
-_CHANNELS = (1, 3, 4)
-
-
-# --------------------------------------------------------------------------------------------
-# Argument checks
-# --------------------------------------------------------------------------------------------
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-
-
-def _is_real(value: object) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
-        value, (bool, np.bool_)
-    )
-
-
-def _check_size(op: str, size: object) -> tuple[int, int] | int:
-    """``size`` as a positive int or a ``(height, width)`` pair of positive ints."""
-    expected = "a positive int or a (height, width) pair of positive ints"
-    if _is_int(size):
-        value = int(cast(int, size))
-        if value <= 0:
-            raise ValueError(f"{op}: size must be {expected}, got {size!r}")
-        return value
-    if isinstance(size, (tuple, list)) and len(size) == 2 and all(_is_int(s) for s in size):
-        h, w = int(size[0]), int(size[1])
-        if h <= 0 or w <= 0:
-            raise ValueError(f"{op}: size must be {expected}, got {size!r}")
-        return (h, w)
-    raise TypeError(f"{op}: size must be {expected}, got {size!r}")
-
-
-def _check_range(op: str, name: str, value: object) -> tuple[float, float]:
-    """A ``(min, max)`` pair of finite reals with ``0 < min <= max``."""
-    expected = "a (min, max) pair of numbers with 0 < min <= max"
-    if not (isinstance(value, (tuple, list)) and len(value) == 2 and all(map(_is_real, value))):
-        raise TypeError(f"{op}: {name} must be {expected}, got {value!r}")
-    lo, hi = float(value[0]), float(value[1])
-    if not (math.isfinite(lo) and math.isfinite(hi) and 0.0 < lo <= hi):
-        raise ValueError(f"{op}: {name} must be {expected}, got {value!r}")
-    return (lo, hi)
-
-
-def _check_interpolation(op: str, interpolation: object) -> None:
-    if interpolation not in _INTERPOLATIONS:
-        raise ValueError(
-            f"{op}: interpolation must be one of {sorted(_INTERPOLATIONS)}, got {interpolation!r}"
-        )
-
-
-def _pair(size: int | tuple[int, int]) -> tuple[int, int]:
-    return (size, size) if isinstance(size, int) else size
-
 
 # --------------------------------------------------------------------------------------------
 # Ops
@@ -190,12 +138,12 @@ class RandomResizedCrop:
 
     def __post_init__(self) -> None:
         name = type(self).__name__
-        object.__setattr__(self, "size", _check_size(name, self.size))
-        object.__setattr__(self, "scale", _check_range(name, "scale", self.scale))
-        object.__setattr__(self, "ratio", _check_range(name, "ratio", self.ratio))
-        _check_interpolation(name, self.interpolation)
+        object.__setattr__(self, "size", check_size(name, self.size))
+        object.__setattr__(self, "scale", check_range(name, "scale", self.scale))
+        object.__setattr__(self, "ratio", check_range(name, "ratio", self.ratio))
+        check_interpolation(name, self.interpolation)
         object.__setattr__(self, "_log_ratio", (math.log(self.ratio[0]), math.log(self.ratio[1])))
-        object.__setattr__(self, "_out", _pair(self.size))
+        object.__setattr__(self, "_out", pair(self.size))
 
     def _step(self, state: int, op: int, height: int, width: int) -> _Step:
         top, left, h, w = self._params(state, op, height, width)
@@ -245,10 +193,10 @@ class CenterCrop:
     size: int | tuple[int, int]
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "size", _check_size(type(self).__name__, self.size))
+        object.__setattr__(self, "size", check_size(type(self).__name__, self.size))
 
     def _step(self, state: int, op: int, height: int, width: int) -> _Step:
-        h, w = _pair(self.size)
+        h, w = pair(self.size)
         if h > height or w > width:
             raise ValueError(
                 f"CenterCrop: size {(h, w)} is larger than its input {(height, width)} "
@@ -276,8 +224,8 @@ class Resize:
 
     def __post_init__(self) -> None:
         name = type(self).__name__
-        object.__setattr__(self, "size", _check_size(name, self.size))
-        _check_interpolation(name, self.interpolation)
+        object.__setattr__(self, "size", check_size(name, self.size))
+        check_interpolation(name, self.interpolation)
 
     def _step(self, state: int, op: int, height: int, width: int) -> _Step:
         size = self.size
@@ -301,7 +249,7 @@ class RandomHorizontalFlip:
     p: float = 0.5
 
     def __post_init__(self) -> None:
-        if not _is_real(self.p):
+        if not is_real(self.p):
             raise TypeError(f"RandomHorizontalFlip: p must be a number in [0, 1], got {self.p!r}")
         if not 0.0 <= float(self.p) <= 1.0:
             raise ValueError(f"RandomHorizontalFlip: p must be a number in [0, 1], got {self.p!r}")
@@ -323,10 +271,10 @@ _OP_TYPES = (RandomResizedCrop, CenterCrop, Resize, RandomHorizontalFlip)
 def _hw(input_shape: Sequence[int]) -> tuple[int, int]:
     """``(H, W)`` of an ``(H, W)`` or ``(H, W, C)`` shape (``C`` in 1, 3, 4)."""
     shape = tuple(input_shape)
-    ok = len(shape) in (2, 3) and all(_is_int(s) and s > 0 for s in shape)
-    if not ok or (len(shape) == 3 and shape[2] not in _CHANNELS):
+    ok = len(shape) in (2, 3) and all(is_int(s) and s > 0 for s in shape)
+    if not ok or (len(shape) == 3 and shape[2] not in CHANNELS):
         raise ValueError(
-            f"image shape must be (H, W) or (H, W, C) with C in {_CHANNELS}, got {shape!r}"
+            f"image shape must be (H, W) or (H, W, C) with C in {CHANNELS}, got {shape!r}"
         )
     return int(shape[0]), int(shape[1])
 
@@ -369,7 +317,7 @@ class Compose:
                 raise TypeError(f"Compose: ops[{i}] must be one of {names}, got {op!r}")
         if not isinstance(field, str) or not field:
             raise TypeError(f"Compose: field must be a non-empty str, got {field!r}")
-        if not _is_int(seed):
+        if not is_int(seed):
             raise TypeError(f"Compose: seed must be an int, got {seed!r}")
         self.ops: tuple[_Op, ...] = tuple(ops)
         self.field = field
@@ -378,7 +326,7 @@ class Compose:
         resample = Image.Resampling.BILINEAR
         for op in self.ops:
             if isinstance(op, (RandomResizedCrop, Resize)):
-                resample = _INTERPOLATIONS[op.interpolation]
+                resample = INTERPOLATIONS[op.interpolation]
         self._resample = resample
         self._steps = tuple(op._step for op in self.ops)
         # plan()'s one-entry cache of (seed, epoch, epoch_state(seed, epoch)), swapped whole.
@@ -412,7 +360,7 @@ class Compose:
                 continue
             if isinstance(op, Resize) and isinstance(op.size, int):
                 return None
-            return _pair(op.size)
+            return pair(op.size)
         return None
 
     def plan(self, key: Key, height: int, width: int) -> CropPlan:
@@ -476,7 +424,7 @@ class Compose:
         if image.dtype != np.uint8:
             raise TypeError(
                 f"Compose.render: image dtype must be uint8, got {image.dtype} "
-                f"(supported: uint8 (H, W) or (H, W, C) with C in {_CHANNELS})"
+                f"(supported: uint8 (H, W) or (H, W, C) with C in {CHANNELS})"
             )
         _hw(image.shape)  # checks it
         expected = (*plan.size, *image.shape[2:])
@@ -485,7 +433,7 @@ class Compose:
                 f"Compose.render: out must be uint8 of shape {expected}, "
                 f"got {out.dtype} of shape {out.shape}"
             )
-        if not (_is_real(scale) and 0.0 < scale < math.inf):
+        if not (is_real(scale) and 0.0 < scale < math.inf):
             raise ValueError(f"Compose.render: scale must be a positive number, got {scale!r}")
         left, top, right, bottom = plan.box
         if scale != 1.0:

@@ -234,7 +234,8 @@ class _BlockOutput:
     job: BlockJob
 
     def write(self, block: Block, data: dict[str, Any] | None) -> None:
-        assert data is not None  # a worker that wrote the block returns None
+        if data is None:  # the engine calls write only for blocks a worker did not write
+            raise RuntimeError(f"block {block.first_chunk}..{block.stop_chunk}: no data to write")
         writes = block_writes(self.job, block, data)
         write_here(self.dest, self.writer, writes, block_syncs(self.job, block))
 
