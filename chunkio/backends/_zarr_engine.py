@@ -170,9 +170,34 @@ class ArrayEngine:
             return
         for coords, group in by_chunk.items():  # local: each chunk decoded right after its
             t0 = time.perf_counter()  # read, while its bytes are still in the CPU's caches
-            payload = self._fetch([coords]).get(coords)
+            payload = self._fetch_one(coords)
             clock.read += time.perf_counter() - t0
             self._decode(payload, group, scratch, clock)
+
+    def _fetch_one(self, coords: Coords) -> Payload | None:
+        """One chunk's stored bytes, read alone (``None``: never written, fill_missing)."""
+        if self._shards is None:
+            return self._fetch([coords]).get(coords)
+        shard, number = self._shards.shard_of(coords)
+        try:
+            index = self._shards.get(shard)
+        except MissingChunkError:
+            if self.fill_missing:
+                return None
+            raise
+        span = inner_range(index, number)
+        if span is None:
+            self._check_stored(shard, index, [number])  # raises unless fill_missing
+            return None
+        key = self.files.key(shard)
+        (blob,) = self.source.fetch([(key, *span)])
+        if blob is None or len(blob) != span[1] - span[0]:
+            got = "nothing" if blob is None else f"{len(blob)} bytes"
+            raise CorruptChunkError(
+                f"array {self.name!r}: shard {self.source.where(key)}: read {got} of bytes "
+                f"{span[0]}..{span[1]} (the shard is truncated or was removed)"
+            )
+        return blob
 
     def _decode(
         self,

@@ -84,9 +84,15 @@ class LocalFiles:
 
     def __init__(self, array_dir: str) -> None:
         self.array_dir = array_dir
+        self._paths: dict[str, str] = {}  # key -> path: asked for every chunk read
 
     def where(self, key: str) -> str:
-        return os.path.join(self.array_dir, *key.split("/"))
+        path = self._paths.get(key)
+        if path is None:
+            if len(self._paths) >= 1 << 16:  # bounded: an array may have millions of chunks
+                self._paths.clear()
+            path = self._paths[key] = os.path.join(self.array_dir, *key.split("/"))
+        return path
 
     def fetch(self, requests: Sequence[Request]) -> list[bytes | None]:
         return [self._read(self.where(key), start, stop) for key, start, stop in requests]
