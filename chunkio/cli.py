@@ -63,6 +63,16 @@ def _common_convert_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing DST")
 
 
+def _common_convert_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments of :func:`_common_convert_options`' options."""
+    return {
+        "format": args.format,
+        "workers": args.workers,
+        "progress": not args.no_progress,
+        "overwrite": args.overwrite,
+    }
+
+
 def _sizes_option(p: argparse.ArgumentParser, flag: str, text: str) -> None:
     """An option taking one or more positive sizes (``N [N ...]``)."""
     p.add_argument(flag, type=_positive_int, nargs="+", metavar="N", help=text)
@@ -180,6 +190,19 @@ def _size(values: list[int] | None) -> tuple[int, int] | None:
     return (values[0], values[-1])
 
 
+#: ``convert images`` options that convert_images takes as they are, by the same names
+_IMAGE_ARGUMENTS = (
+    "resize",
+    "mode",
+    "on_error",
+    "samples_per_chunk",
+    "seed",
+    "encoding",
+    "quality",
+    "max_size",
+)
+
+
 def _convert_images(args: argparse.Namespace) -> int:
     from .convert.images import convert_images
 
@@ -187,19 +210,9 @@ def _convert_images(args: argparse.Namespace) -> int:
         args.src,
         args.dst,
         size=_size(args.size),
-        resize=args.resize,
-        mode=args.mode,
-        on_error=args.on_error,
-        format=args.format,
-        samples_per_chunk=args.samples_per_chunk,
-        workers=args.workers,
-        progress=not args.no_progress,
-        overwrite=args.overwrite,
         shuffle=not args.no_shuffle,
-        seed=args.seed,
-        encoding=args.encoding,
-        quality=args.quality,
-        max_size=args.max_size,
+        **{name: getattr(args, name) for name in _IMAGE_ARGUMENTS},
+        **_common_convert_arguments(args),
     )
     skipped = getattr(result, "skipped", ())
     print(_done(result, "images"))
@@ -217,15 +230,7 @@ def _convert_volumes(args: argparse.Namespace) -> int:
     for name in ("labels", "on_overflow", "nan_policy"):
         if getattr(args, name) is not None:
             options[name] = getattr(args, name)
-    result = convert_volumes(
-        args.src,
-        args.dst,
-        format=args.format,
-        workers=args.workers,
-        progress=not args.no_progress,
-        overwrite=args.overwrite,
-        **options,
-    )
+    result = convert_volumes(args.src, args.dst, **_common_convert_arguments(args), **options)
     print(_done(result, "volumes"))
     return EXIT_OK
 

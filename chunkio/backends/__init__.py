@@ -125,30 +125,13 @@ def open_reader(
     opens without requests; ignored elsewhere. ``fill_missing``: never-written chunks read as
     the fill value (Zarr's and HDF5's contract, for stores chunkio did not write) instead of
     raising :class:`~chunkio.errors.MissingChunkError`."""
-    missing = _missing_local(location)
-    if missing is not None:
-        raise DatasetNotFoundError(f"no dataset at {missing}")
-    fmt = detect_format(location)
-    if fmt == "memory":
-        from ._memory import MemoryReader
-
-        return MemoryReader(os.fspath(location), trust_codecs=trust_codecs)
-    if fmt == "hdf5":
-        from ._hdf5 import HDF5Reader
-
-        return HDF5Reader(os.fspath(location), trust_codecs=trust_codecs, fill_missing=fill_missing)
-    from ._zarr import ZarrReader
-
-    if isinstance(location, os.PathLike):
-        location = os.fspath(location)
-    return ZarrReader(
-        location,
+    return ReaderOptions(
         storage_options=storage_options,
         trust_codecs=trust_codecs,
         download_cache=download_cache,
         documents=documents,
         fill_missing=fill_missing,
-    )
+    ).open(location)
 
 
 @dataclass(frozen=True)
@@ -163,14 +146,26 @@ class ReaderOptions:
     fill_missing: bool = False
 
     def open(self, location: Any) -> Reader:
-        return open_reader(
-            location,
-            storage_options=self.storage_options,
-            trust_codecs=self.trust_codecs,
-            download_cache=self.download_cache,
-            documents=self.documents,
-            fill_missing=self.fill_missing,
-        )
+        """:func:`open_reader`: ``location`` read-only, with these options."""
+        missing = _missing_local(location)
+        if missing is not None:
+            raise DatasetNotFoundError(f"no dataset at {missing}")
+        fmt = detect_format(location)
+        if fmt == "memory":
+            from ._memory import MemoryReader
+
+            return MemoryReader(os.fspath(location), trust_codecs=self.trust_codecs)
+        if fmt == "hdf5":
+            from ._hdf5 import HDF5Reader
+
+            return HDF5Reader(
+                os.fspath(location), trust_codecs=self.trust_codecs, fill_missing=self.fill_missing
+            )
+        from ._zarr import ZarrReader
+
+        if isinstance(location, os.PathLike):
+            location = os.fspath(location)
+        return ZarrReader(location, self)
 
 
 def reader_documents(reader: Reader) -> dict[str, Any] | None:

@@ -18,7 +18,14 @@ from ..errors import DatasetNotFoundError, FormatError, MissingChunkError
 from ..numeric import ceil_div
 from .base import ArrayInfo, ArraySpec, CodecInfo, Compression, StageClock, Writer, check_region
 
-__all__ = ["MemoryReader", "MemoryStore", "MemoryWriter", "delete_memory_store", "memory_store"]
+__all__ = [
+    "MemoryReader",
+    "MemoryStore",
+    "MemoryWriter",
+    "delete_memory_store",
+    "has_memory_store",
+    "memory_store",
+]
 
 PREFIX = "memory://"
 
@@ -50,6 +57,11 @@ def memory_store(location: str, *, create: bool = False) -> MemoryStore:
         return _STORES[location]
     except KeyError as err:
         raise DatasetNotFoundError(f"no in-memory dataset at {location}") from err
+
+
+def has_memory_store(location: str) -> bool:
+    """Whether a store is registered at ``memory://NAME``."""
+    return location in _STORES
 
 
 def delete_memory_store(location: str) -> None:

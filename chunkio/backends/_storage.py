@@ -67,7 +67,21 @@ def _chunk_naming(
     return sep, shape, inner, per_object
 
 
-class ZarrStorage:
+class _Capabilities:
+    """What a format can do unless it says otherwise (each flag is described by
+    :class:`~chunkio.backends.base.Storage`): the cautious answers, so that a format claims
+    only what it has: one writer at a time, chunks a killed writer may have left half
+    written, written anywhere, on disk, without shards."""
+
+    format: str
+    concurrent_writers = False
+    atomic_chunks = False
+    local_only = False
+    in_memory = False
+    shards = False
+
+
+class ZarrStorage(_Capabilities):
     """Zarr v3: one file per chunk, so writers that own whole chunks never meet."""
 
     format = "zarr"
@@ -75,8 +89,6 @@ class ZarrStorage:
     #: every chunk file is written to a temporary file and renamed into place (zarr's
     #: LocalStore and chunkio's own writer, :class:`~._zarr_writing.LocalChunkEncoder`)
     atomic_chunks = True
-    local_only = False
-    in_memory = False
     #: many chunks in one object (``sharding_indexed``)
     shards = True
 
@@ -154,16 +166,13 @@ class ZarrStorage:
             arr.resize((new_samples, *arr.shape[1:]))
 
 
-class HDF5Storage:
-    """HDF5: one file with one writer, whose chunk placement depends on the write order."""
+class HDF5Storage(_Capabilities):
+    """HDF5: one file with one writer, whose chunk placement depends on the write order; a
+    writer killed mid-write can leave half-updated chunks (not ``atomic_chunks``: staged chunks
+    are read back)."""
 
     format = "hdf5"
-    concurrent_writers = False
-    #: a writer killed mid-write can leave half-updated chunks: read staged chunks back
-    atomic_chunks = False
     local_only = True
-    in_memory = False
-    shards = False
 
     def holds_data(self, location: Any) -> bool:
         return isinstance(location, (str, os.PathLike)) and os.path.exists(location)
@@ -211,30 +220,22 @@ class HDF5Storage:
                     out.id.write_direct_chunk((chunk * spc, *zeros), raw, mask)
 
 
-class MemoryStorage:
+class MemoryStorage(_Capabilities):
     """The in-memory reference backend: nothing on disk, nothing to sync."""
 
     format = "memory"
-    concurrent_writers = False
     atomic_chunks = True
-    local_only = False
     in_memory = True
-    shards = False
 
     def holds_data(self, location: Any) -> bool:
-        from ._memory import memory_store
+        from ._memory import has_memory_store
 
-        try:
-            memory_store(os.fspath(location))
-        except FileNotFoundError:
-            return False
-        return True
+        return has_memory_store(os.fspath(location))
 
     def clear(self, location: Any) -> None:
         from ._memory import delete_memory_store
 
-        if self.holds_data(location):
-            delete_memory_store(os.fspath(location))
+        delete_memory_store(os.fspath(location))
 
     def sync_chunks(self, path: str, arrays: Sequence[str], first: int, stop: int) -> None:
         pass

@@ -24,6 +24,7 @@ from ..errors import (
     UnsafeInputError,
 )
 from ..numeric import ceil_div
+from . import ReaderOptions
 from ._zarr_documents import RemoteDocuments
 from ._zarr_engine import ArrayEngine
 from ._zarr_shard import shard_layout
@@ -107,23 +108,19 @@ class ZarrReader:
     def __init__(
         self,
         location: Any,
+        options: ReaderOptions = ReaderOptions(),  # noqa: B008 - a frozen value object
         *,
-        storage_options: Mapping[str, Any] | None = None,
-        trust_codecs: bool = False,
-        download_cache: tuple[str, int] | None = None,
-        documents: Mapping[str, Any] | None = None,
         use_engine: bool = True,
-        fill_missing: bool = False,
     ) -> None:
-        """``use_engine=False`` reads every array through zarr-python, the general path (tests
-        compare the engine with it). ``fill_missing``: chunks never written read as the fill
-        value (Zarr's contract for data chunkio did not write) instead of raising
-        :class:`~chunkio.errors.MissingChunkError`."""
+        """``options``: as :func:`~chunkio.backends.open_reader` takes them. ``use_engine=False``
+        reads every array through zarr-python, the general path (tests compare the engine with
+        it)."""
         self.location = describe(location)
-        self._trust = trust_codecs
+        self._trust = options.trust_codecs
         self._use_engine = use_engine
-        self._fill_missing = fill_missing
+        self._fill_missing = options.fill_missing
         self._url = location
+        storage_options = options.storage_options
         self._storage_options = None if storage_options is None else dict(storage_options)
         self._remote: Any = None
         self._docs: RemoteDocuments | None = None
@@ -131,14 +128,14 @@ class ZarrReader:
         if is_remote(location):  # chunks and zarr.json documents fetched by chunkio itself
             from ..remote import RangeFetcher
 
-            cache_dir, cache_bytes = download_cache or (None, 0)
+            cache_dir, cache_bytes = options.download_cache or (None, 0)
             self._remote = RangeFetcher(
                 location.rstrip("/"),
                 storage_options=storage_options,
                 cache_dir=cache_dir,
                 cache_bytes=cache_bytes,
             )
-            self._docs = RemoteDocuments(self._remote, self.location, documents)
+            self._docs = RemoteDocuments(self._remote, self.location, options.documents)
         else:
             self._zgroup = self._open_group()
         self._arrays: dict[str, Any] = {}

@@ -35,9 +35,9 @@ import numpy.typing as npt
 
 from ..errors import SourceError
 from ..grid import SampleGrid
-from ..layout import FieldInfo, encoded_array_names
+from ..layout import FieldInfo
 from ..numeric import IntArray, ceil_div, ceil_div_array
-from .ragged import checked_shapes, grouped_starts, per_chunk
+from .ragged import PackedPlan, checked_shapes, grouped_starts, per_chunk
 
 __all__ = ["EncodedPlan", "image_capacity"]
 
@@ -60,19 +60,12 @@ def image_capacity(decoded_nbytes: _Size) -> _Size:
 
 
 @dataclass(frozen=True, eq=False)
-class EncodedPlan:
-    """Placement of one encoded field's bytes (see the module docstring)."""
+class EncodedPlan(PackedPlan):
+    """Placement of one encoded field's bytes (see the module docstring); ``shapes`` are the
+    decoded shapes."""
 
-    field: FieldInfo
-    grid: SampleGrid
-    shapes: IntArray
     #: bytes chunk where each sample chunk's region starts (num_chunks + 1 entries)
     region: IntArray
-    chunk_len: int
-    #: sample chunks per shard of the bytes (1: not sharded)
-    group: int = 1
-    #: bytes chunks per shard (0: not sharded)
-    shard_len: int = 0
 
     @classmethod
     def build(cls, field: FieldInfo, shapes: Any, grid: SampleGrid, group: int = 1) -> EncodedPlan:
@@ -86,12 +79,8 @@ class EncodedPlan:
         room = per_chunk(image_capacity(decoded), grid)
         group = max(1, min(int(group), grid.num_chunks))
         region, shard_len = grouped_starts(ceil_div_array(room, chunk_len), group)
-        return cls(field, grid, shapes, region, chunk_len, group if shard_len else 1, shard_len)
-
-    @property
-    def names(self) -> tuple[str, str, str]:
-        """Array names: bytes, spans, shapes."""
-        return encoded_array_names(self.field.name)
+        group = group if shard_len else 1
+        return cls(field, grid, shapes, chunk_len, region, group=group, shard_len=shard_len)
 
     @property
     def num_bytes(self) -> int:

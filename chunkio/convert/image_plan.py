@@ -155,12 +155,10 @@ def unchanged(
 ) -> ImageConversionResult:
     """The result of a conversion found complete at its destination."""
     extra = layout.extra
-    return ImageConversionResult(
-        path=path,
-        format=fmt,
-        num_samples=layout.num_samples,
-        samples_per_chunk=layout.samples_per_chunk,
-        fields=layout.fields,
+    return ImageConversionResult.of_layout(
+        path,
+        fmt,
+        layout,
         resumed_blocks=SampleGrid(layout.num_samples, layout.samples_per_chunk).num_chunks,
         written_blocks=0,
         seconds=seconds,

@@ -399,7 +399,7 @@ def _create_encoded(
         dtype=np.dtype(np.uint8),
         chunks=(plan.chunk_len,),
         compression=compression,
-        shard_chunks=plan.shard_len if plan.group > 1 else None,
+        shard_chunks=plan.shard_chunks,
     )
     writer.create_array(
         spans,
@@ -424,7 +424,7 @@ def _create_ragged(writer: Writer, plan: RaggedPlan, compression: Compression) -
         dtype=plan.field.dtype,
         chunks=(plan.chunk_len,),
         compression=compression,
-        shard_chunks=plan.shard_len if plan.group > 1 else None,
+        shard_chunks=plan.shard_chunks,
     )
     whole = [(offsets, 0, plan.offsets), (shapes, 0, plan.shapes)]
     for name, _, arr in whole:

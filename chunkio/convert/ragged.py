@@ -25,7 +25,7 @@ each compressed): one write per shard, and no small chunk files to pack afterwar
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 import numpy as np
@@ -33,10 +33,17 @@ import numpy.typing as npt
 
 from ..errors import SourceError
 from ..grid import SampleGrid
-from ..layout import FieldInfo, ragged_array_names
+from ..layout import FieldInfo
 from ..numeric import IntArray, ceil_div, ceil_div_array
 
-__all__ = ["RaggedPlan", "checked_shapes", "grouped_starts", "per_chunk", "values_chunk_span"]
+__all__ = [
+    "PackedPlan",
+    "RaggedPlan",
+    "checked_shapes",
+    "grouped_starts",
+    "per_chunk",
+    "values_chunk_span",
+]
 
 
 def values_chunk_span(
@@ -101,18 +108,43 @@ def grouped_starts(counts: IntArray, group: int) -> tuple[IntArray, int]:
 
 
 @dataclass(frozen=True, eq=False)
-class RaggedPlan:
-    """Placement of one ragged field's values (see the module docstring)."""
+class PackedPlan:
+    """What the placements of a ragged field's values and of an encoded field's bytes share:
+    the samples of ``shapes`` on ``grid``, packed into one flat array of ``chunk_len`` chunks,
+    each sample chunk's share starting on a chunk boundary (in shards of ``group`` sample
+    chunks when ``group`` > 1)."""
 
     field: FieldInfo
     grid: SampleGrid
+    #: each sample's shape (N x ndim)
     shapes: IntArray
-    offsets: IntArray
+    #: length of the flat array's chunks
     chunk_len: int
+    _: KW_ONLY
     #: sample chunks per shard (1: not sharded)
     group: int = 1
-    #: values chunks per shard (0: not sharded)
+    #: flat array chunks per shard (0: not sharded)
     shard_len: int = 0
+
+    @property
+    def names(self) -> tuple[str, str, str]:
+        """The field's arrays: the flat one (ragged: values, encoded: bytes), where each sample
+        lies in it (offsets, spans), and the shapes."""
+        flat, where, shapes = self.field.array_names()
+        return flat, where, shapes
+
+    @property
+    def shard_chunks(self) -> int | None:
+        """The flat array's chunks per shard, ``None`` when it is not sharded."""
+        return self.shard_len if self.group > 1 else None
+
+
+@dataclass(frozen=True, eq=False)
+class RaggedPlan(PackedPlan):
+    """Placement of one ragged field's values (see the module docstring)."""
+
+    #: where each sample's values start (N + 1 entries; the last: where the values end)
+    offsets: IntArray
 
     @classmethod
     def build(cls, field: FieldInfo, shapes: Any, grid: SampleGrid, group: int = 1) -> RaggedPlan:
@@ -134,12 +166,7 @@ class RaggedPlan:
         offsets = np.empty(len(sizes) + 1, np.int64)
         offsets[:-1] = np.repeat(chunk_first[:-1], grid.chunk_sizes()) + within
         offsets[-1] = chunk_first[-2] + totals[-1] if totals.size else 0
-        return cls(field, grid, shapes, offsets, chunk_len, group, shard_len)
-
-    @property
-    def names(self) -> tuple[str, str, str]:
-        """Array names: values, offsets, shapes."""
-        return ragged_array_names(self.field.name)
+        return cls(field, grid, shapes, chunk_len, offsets, group=group, shard_len=shard_len)
 
     @property
     def num_values(self) -> int:

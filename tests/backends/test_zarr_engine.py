@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from zarr.codecs import BloscCodec, Crc32cCodec, GzipCodec, ZstdCodec
 
+from chunkio.backends import ReaderOptions
 from chunkio.backends._zarr import ZarrReader
 from chunkio.errors import MissingChunkError
 
@@ -185,8 +186,9 @@ def test_engine_reads_zarr_v2_arrays_as_zarr_python_does(spec: dict[str, Any]) -
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "v2.zarr"
         expected = _write_v2(root, spec)
-        engine = ZarrReader(str(root), fill_missing=True)
-        general = ZarrReader(str(root), use_engine=False, fill_missing=True)
+        fill = ReaderOptions(fill_missing=True)
+        engine = ZarrReader(str(root), fill)
+        general = ZarrReader(str(root), fill, use_engine=False)
         try:
             assert engine.read_path("train/x") == "engine"
             assert general.read_path("train/x") == "zarr-python"
