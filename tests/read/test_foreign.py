@@ -12,7 +12,9 @@ import h5py
 import numcodecs
 import numpy as np
 import pytest
+import torch.utils.data
 import zarr
+from resume_harness import assert_resume_equals_uninterrupted
 
 import chunkio
 from chunkio.errors import FormatError, MissingFieldError
@@ -97,7 +99,7 @@ def test_batches_equal_the_arrays_and_the_source_is_untouched(tmp_path: Path, st
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("store", ["h5py", "zarr v2"])
-@pytest.mark.parametrize("context", ["fork", "spawn"])
+@pytest.mark.parametrize("context", ["fork", "spawn", "forkserver"])
 def test_make_loader_reads_every_sample_once_with_workers(
     tmp_path: Path, store: str, context: str
 ) -> None:
@@ -114,6 +116,29 @@ def test_make_loader_reads_every_sample_once_with_workers(
         distinct.append(len(np.unique(np.asarray(y))))
     assert sorted(seen) == list(range(N))
     assert np.mean(distinct) > 7  # a file sorted by label still gives mixed batches
+
+
+@pytest.mark.timeout(180)
+def test_a_loader_on_a_users_file_resumes_mid_epoch(tmp_path: Path) -> None:
+    path = _h5(tmp_path)
+
+    def make() -> Any:
+        return chunkio.make_loader(path, 32, fields=FIELDS, num_workers=0, seed=1, copy=True)
+
+    full, _ = assert_resume_equals_uninterrupted(make, stop=4)
+    assert len(full) == -(-N // 32)
+
+
+def test_a_parent_that_read_first_then_forks_workers(tmp_path: Path) -> None:
+    path = _h5(tmp_path)
+    images, labels = _data()
+    ds = chunkio.ChunkDataset(path, fields=FIELDS)
+    np.testing.assert_array_equal(ds.read_batch([1, 2])["image"], images[[1, 2]])  # parent
+    loader = torch.utils.data.DataLoader(
+        ds, batch_size=50, num_workers=2, multiprocessing_context="fork"
+    )
+    got = np.concatenate([np.asarray(y) for _, y in loader])
+    np.testing.assert_array_equal(got, labels)
 
 
 def test_a_list_of_paths_names_fields_by_their_last_part(tmp_path: Path) -> None:
