@@ -145,6 +145,12 @@ class HDF5Reader:
             except FileNotFoundError as err:
                 raise DatasetNotFoundError(f"no HDF5 dataset at {self.location}") from err
             except OSError as err:
+                if "unable to lock file" in str(err):  # HDF5 file locking: errno 11
+                    raise FormatError(
+                        f"{self.location}: another process has the file open for writing (HDF5 "
+                        "file locking); chunkio reads files nobody is writing: close the writer "
+                        f"and open it again ({err})"
+                    ) from err
                 raise FormatError(f"{self.location}: cannot open as HDF5: {err}") from err
             self._fd = _open_same_file(self.location, before)
         return self._file

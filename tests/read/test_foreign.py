@@ -4,6 +4,7 @@ sharded), with each field chunked its own way; nothing is written to the source.
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 import os
 from pathlib import Path
 from typing import Any
@@ -180,3 +181,26 @@ def test_bad_selections_are_typed_errors_naming_what_exists(tmp_path: Path) -> N
         chunkio.ChunkDataset(path, fields={"image": "train/images", "n": "short"})
     with pytest.raises(FormatError, match=r"'names' has dtype object"):
         chunkio.ChunkDataset(path, fields={"image": "train/images", "name": "names"})
+
+
+def _hold_open_for_writing(path: str, opened: Any, release: Any) -> None:
+    with h5py.File(path, "a"):
+        opened.set()
+        release.wait(30)
+
+
+@pytest.mark.timeout(60)
+def test_a_file_another_process_is_writing_is_a_typed_error(tmp_path: Path) -> None:
+    path = _h5(tmp_path)
+    ctx = multiprocessing.get_context("spawn")
+    opened, release = ctx.Event(), ctx.Event()
+    writer = ctx.Process(target=_hold_open_for_writing, args=(str(path), opened, release))
+    writer.start()
+    try:
+        assert opened.wait(30)
+        with pytest.raises(FormatError, match=r"user.h5: another process has the file open"):
+            chunkio.ChunkDataset(path, fields=FIELDS)
+    finally:
+        release.set()
+        writer.join(30)
+    assert chunkio.ChunkDataset(path, fields=FIELDS).read_batch([0])["label"].tolist() == [0]
