@@ -18,7 +18,7 @@ from chunkio.backends import Compression, open_reader, open_writer
 from chunkio.backends.base import CODECS, Reader, StageClock, Writer
 from chunkio.errors import MissingChunkError
 
-__all__ = ["BackendContract"]
+__all__ = ["BackendContract", "assert_row_reads_agree"]
 
 DTYPES = ["uint8", "uint16", "int64", "float32", "bool"]
 
@@ -218,3 +218,21 @@ class BackendContract:
                 reader.read_region("v", (slice(1, 2), slice(2, 4), slice(1, 3)), out)
         finally:
             reader.close()
+
+
+def assert_row_reads_agree(
+    fast: Reader, general: Reader, name: str, data: np.ndarray[Any, Any], rng: Any
+) -> None:
+    """A read path under test and the general one it must equal read the same random whole
+    chunks of rows of array ``name`` (holding ``data``) into differently pre-filled buffers;
+    both equal ``data``."""
+    step = fast.array_info(name).chunks[0]
+    chunks = sorted({int(c) for c in rng.integers(0, -(-len(data) // step), size=3)})
+    ranges = [(c * step, min((c + 1) * step, len(data))) for c in chunks]
+    rows = sum(b - a for a, b in ranges)
+    a = np.full((rows, *data.shape[1:]), 7, data.dtype)
+    b = np.full((rows, *data.shape[1:]), 9, data.dtype)
+    fast.read_into(name, ranges, a)
+    general.read_into(name, ranges, b)
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(a, np.concatenate([data[p:q] for p, q in ranges]))

@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chunkio.backends._hdf5 import HDF5Reader
+from chunkio.testing.contract import assert_row_reads_agree
 
 
 def _filters(name: str) -> dict[str, Any]:
@@ -70,17 +71,7 @@ def test_raw_chunk_reads_equal_h5py(spec: dict[str, Any]) -> None:
         try:
             assert raw.read_path("x") == "raw"  # the raw path is what is tested
             assert general.read_path("x") == "h5py"
-            step = raw.array_info("x").chunks[0]
-            n = -(-len(data) // step)
-            chunks = sorted({int(c) for c in rng.integers(0, n, size=3)})
-            ranges = [(c * step, min((c + 1) * step, len(data))) for c in chunks]
-            rows = sum(b - a for a, b in ranges)
-            a = np.full((rows, *data.shape[1:]), 7, data.dtype)
-            b = np.full((rows, *data.shape[1:]), 9, data.dtype)
-            raw.read_into("x", ranges, a)
-            general.read_into("x", ranges, b)
-            np.testing.assert_array_equal(a, b)
-            np.testing.assert_array_equal(a, np.concatenate([data[p:q] for p, q in ranges]))
+            assert_row_reads_agree(raw, general, "x", data, rng)
         finally:
             raw.close()
             general.close()

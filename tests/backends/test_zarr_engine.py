@@ -23,6 +23,7 @@ from zarr.codecs import BloscCodec, Crc32cCodec, GzipCodec, ZstdCodec
 from chunkio.backends import ReaderOptions
 from chunkio.backends._zarr import ZarrReader
 from chunkio.errors import MissingChunkError
+from chunkio.testing.contract import assert_row_reads_agree
 
 COMPRESSORS: dict[str, list[Any]] = {
     "none": [],
@@ -99,16 +100,7 @@ def test_engine_reads_what_zarr_python_reads(spec: dict[str, Any]) -> None:
                 general.read_region("x", region, b)
                 np.testing.assert_array_equal(a, b)
                 np.testing.assert_array_equal(a, data[region])
-            step = spec["chunks"][0]
-            starts = sorted({int(c) for c in rng.integers(0, -(-len(data) // step), size=3)})
-            ranges = [(c * step, min((c + 1) * step, len(data))) for c in starts]
-            rows = sum(b - a for a, b in ranges)
-            a = np.full((rows, *data.shape[1:]), 7, data.dtype)
-            b = np.full((rows, *data.shape[1:]), 9, data.dtype)
-            engine.read_into("x", ranges, a)
-            general.read_into("x", ranges, b)
-            np.testing.assert_array_equal(a, b)
-            np.testing.assert_array_equal(a, np.concatenate([data[p:q] for p, q in ranges]))
+            assert_row_reads_agree(engine, general, "x", data, rng)
         finally:
             engine.close()
             general.close()
