@@ -3,90 +3,37 @@ sharded), with each field chunked its own way; nothing is written to the source.
 
 from __future__ import annotations
 
-import hashlib
 import multiprocessing
-import os
 from pathlib import Path
 from typing import Any
 
 import h5py
-import numcodecs
 import numpy as np
 import pytest
 import torch.utils.data
 import zarr
+from foreign_stores import (
+    FIELDS,
+    STORES,
+    N,
+    data,
+    fields_of,
+    h5py_file,
+    snapshot,
+    zarr_v2,
+)
 from resume_harness import assert_resume_equals_uninterrupted
 
 import chunkio
 from chunkio.errors import FormatError, MissingFieldError
 
-N = 300
-
-
-def _data() -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    rng = np.random.default_rng(0)
-    images = rng.integers(0, 255, (N, 3, 8, 8), dtype=np.uint8)
-    labels = np.repeat(np.arange(10), N // 10)  # sorted by label, as users' files often are
-    return images, labels
-
-
-def _h5(tmp_path: Path) -> Path:
-    """As a user writes it with plain h5py: gzip chunks of 32 images, contiguous labels."""
-    images, labels = _data()
-    path = tmp_path / "user.h5"
-    with h5py.File(path, "w") as f:
-        g = f.create_group("train")
-        g.create_dataset("images", data=images, chunks=(32, 3, 8, 8), compression="gzip")
-        g.create_dataset("labels", data=labels)
-    return path
-
-
-def _zarr_v2(tmp_path: Path) -> Path:
-    """zarr-python v2 layout: nested group, Blosc, chunks splitting samples, labels apart."""
-    images, labels = _data()
-    path = tmp_path / "v2.zarr"
-    g = zarr.open_group(path, mode="w", zarr_format=2).require_group("train")
-    a = g.create_array("images", shape=images.shape, chunks=(16, 3, 4, 8), dtype="u1",
-                       compressors=numcodecs.Blosc(cname="zstd"))  # fmt: skip
-    a[...] = images
-    b = g.create_array("labels", shape=labels.shape, chunks=(100,), dtype=labels.dtype)
-    b[...] = labels
-    return path
-
-
-def _zarr_v3_sharded(tmp_path: Path) -> Path:
-    images, labels = _data()
-    path = tmp_path / "v3.zarr"
-    g = zarr.open_group(path, mode="w", zarr_format=3)
-    a = g.create_array("images", shape=images.shape, chunks=(8, 3, 8, 8), shards=(64, 3, 8, 8),
-                       dtype="u1")  # fmt: skip
-    a[...] = images
-    g.create_array("labels", shape=labels.shape, chunks=(N,), dtype=labels.dtype)[...] = labels
-    return path
-
-
-STORES = {"h5py": _h5, "zarr v2": _zarr_v2, "zarr v3 sharded": _zarr_v3_sharded}
-FIELDS = {"image": "train/images", "label": "train/labels"}
-
-
-def _fields(store: str) -> dict[str, str]:
-    return FIELDS if store != "zarr v3 sharded" else {"image": "images", "label": "labels"}
-
-
-def _snapshot(path: Path) -> dict[str, tuple[str, int]]:
-    """Every file's bytes (digest) and modification time, and the listing."""
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-    return {
-        str(p): (hashlib.sha256(p.read_bytes()).hexdigest(), os.stat(p).st_mtime_ns) for p in files
-    }
-
 
 @pytest.mark.parametrize("store", list(STORES))
 def test_batches_equal_the_arrays_and_the_source_is_untouched(tmp_path: Path, store: str) -> None:
     path = STORES[store](tmp_path)
-    before = _snapshot(path)
-    images, labels = _data()
-    ds = chunkio.ChunkDataset(path, fields=_fields(store))
+    before = snapshot(path)
+    images, labels = data()
+    ds = chunkio.ChunkDataset(path, fields=fields_of(store))
     idx = [299, 0, 17, 17, 150, -1]
     batch = ds.read_batch(idx)
     np.testing.assert_array_equal(batch["image"], images[idx])
@@ -95,7 +42,7 @@ def test_batches_equal_the_arrays_and_the_source_is_untouched(tmp_path: Path, st
     np.testing.assert_array_equal(np.asarray(x), images[150])
     assert int(y) == labels[150]
     assert len(ds) == N and ds.fields == ("image", "label")
-    assert _snapshot(path) == before
+    assert snapshot(path) == before
 
 
 @pytest.mark.timeout(180)
@@ -105,9 +52,9 @@ def test_make_loader_reads_every_sample_once_with_workers(
     tmp_path: Path, store: str, context: str
 ) -> None:
     path = STORES[store](tmp_path)
-    images, labels = _data()
+    images, labels = data()
     rows = {images[i].tobytes(): i for i in range(N)}
-    loader = chunkio.make_loader(path, 32, fields=_fields(store), num_workers=2, seed=0,
+    loader = chunkio.make_loader(path, 32, fields=fields_of(store), num_workers=2, seed=0,
                                  multiprocessing_context=context, copy=True)  # fmt: skip
     seen, distinct = [], []
     for x, y in loader:
@@ -121,7 +68,7 @@ def test_make_loader_reads_every_sample_once_with_workers(
 
 @pytest.mark.timeout(180)
 def test_a_loader_on_a_users_file_resumes_mid_epoch(tmp_path: Path) -> None:
-    path = _h5(tmp_path)
+    path = h5py_file(tmp_path)
 
     def make() -> Any:
         return chunkio.make_loader(path, 32, fields=FIELDS, num_workers=0, seed=1, copy=True)
@@ -131,8 +78,8 @@ def test_a_loader_on_a_users_file_resumes_mid_epoch(tmp_path: Path) -> None:
 
 
 def test_a_parent_that_read_first_then_forks_workers(tmp_path: Path) -> None:
-    path = _h5(tmp_path)
-    images, labels = _data()
+    path = h5py_file(tmp_path)
+    images, labels = data()
     ds = chunkio.ChunkDataset(path, fields=FIELDS)
     np.testing.assert_array_equal(ds.read_batch([1, 2])["image"], images[[1, 2]])  # parent
     loader = torch.utils.data.DataLoader(
@@ -143,7 +90,7 @@ def test_a_parent_that_read_first_then_forks_workers(tmp_path: Path) -> None:
 
 
 def test_a_list_of_paths_names_fields_by_their_last_part(tmp_path: Path) -> None:
-    ds = chunkio.ChunkDataset(_h5(tmp_path), fields=["train/images", "train/labels"])
+    ds = chunkio.ChunkDataset(h5py_file(tmp_path), fields=["train/images", "train/labels"])
     assert ds.fields == ("images", "labels")
     np.testing.assert_array_equal(ds.read_batch([3])["labels"], [0])
 
@@ -151,13 +98,13 @@ def test_a_list_of_paths_names_fields_by_their_last_part(tmp_path: Path) -> None
 def test_each_field_keeps_its_own_chunks_and_the_order_follows_the_costly_one(
     tmp_path: Path,
 ) -> None:
-    ds = chunkio.ChunkDataset(_zarr_v2(tmp_path), fields=FIELDS)
+    ds = chunkio.ChunkDataset(zarr_v2(tmp_path), fields=FIELDS)
     assert ds.samples_per_chunk == 16  # the compressed images' chunks, not the labels' 100
     assert ds.layout.field("label").rows_per_chunk == 100
 
 
 def test_missing_zarr_chunks_read_as_the_fill_value(tmp_path: Path) -> None:
-    images, labels = _data()
+    images, labels = data()
     path = tmp_path / "sparse.zarr"
     g = zarr.open_group(path, mode="w", zarr_format=2)
     a = g.create_array("x", shape=images.shape, chunks=(32, 3, 8, 8), dtype="u1", fill_value=7)
@@ -169,7 +116,7 @@ def test_missing_zarr_chunks_read_as_the_fill_value(tmp_path: Path) -> None:
 
 
 def test_bad_selections_are_typed_errors_naming_what_exists(tmp_path: Path) -> None:
-    path = _h5(tmp_path)
+    path = h5py_file(tmp_path)
     with pytest.raises(FormatError, match=r"not a chunkio dataset.*train/images \(300, 3, 8, 8\)"):
         chunkio.ChunkDataset(path)
     with pytest.raises(MissingFieldError, match=r"no array 'train/nope'.*train/labels"):
@@ -191,7 +138,7 @@ def _hold_open_for_writing(path: str, opened: Any, release: Any) -> None:
 
 @pytest.mark.timeout(60)
 def test_a_file_another_process_is_writing_is_a_typed_error(tmp_path: Path) -> None:
-    path = _h5(tmp_path)
+    path = h5py_file(tmp_path)
     ctx = multiprocessing.get_context("spawn")
     opened, release = ctx.Event(), ctx.Event()
     writer = ctx.Process(target=_hold_open_for_writing, args=(str(path), opened, release))
