@@ -21,7 +21,13 @@ from .errors import FormatError, MissingFieldError
 from .layout import DatasetLayout, FieldInfo
 from .names import validate_field_name
 
-__all__ = ["FieldSelection", "field_arrays", "foreign_layout", "list_arrays"]
+__all__ = [
+    "FieldSelection",
+    "field_arrays",
+    "fields_from_words",
+    "foreign_layout",
+    "list_arrays",
+]
 
 #: what ``fields`` may be for a store chunkio did not write
 FieldSelection = Mapping[str, str] | Sequence[str]
@@ -49,6 +55,29 @@ def field_arrays(fields: FieldSelection, where: str) -> dict[str, str]:
     if not out:
         raise FormatError(f"{where}: fields names no array")
     return out
+
+
+def fields_from_words(words: Sequence[str]) -> FieldSelection:
+    """``fields`` from command-line words: ``NAME=PATH`` pairs (a mapping, in that order) or
+    bare array paths (a list); one or the other, not both.
+
+    >>> fields_from_words(["image=train/images", "label=train/labels"])
+    {'image': 'train/images', 'label': 'train/labels'}
+    >>> fields_from_words(["train/images", "train/labels"])
+    ['train/images', 'train/labels']
+    """
+    named = ["=" in w for w in words]
+    if any(named) and not all(named):
+        raise FormatError(
+            "--fields: give every field as NAME=PATH or every one as a bare PATH; "
+            f"got {list(words)}"
+        )
+    if not all(named):
+        return list(words)
+    pairs = [w.split("=", 1) for w in words]
+    if any(not name or not path for name, path in pairs):
+        raise FormatError(f"--fields: NAME=PATH needs both parts; got {list(words)}")
+    return {name: path for name, path in pairs}
 
 
 def list_arrays(reader: Reader) -> str:
