@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from .batch import SampleBatch, collate
     from .convert import ConversionResult, append_arrays, write_arrays
     from .convert.images import convert_images
+    from .convert.stores import convert_arrays
     from .convert.volumes import convert_volumes
     from .dataset import ChunkDataset
     from .errors import ChunkioError
@@ -41,6 +42,7 @@ _LAZY = {
     "SampleBatch": ".batch",
     "append_arrays": ".convert",
     "collate": ".batch",
+    "convert_arrays": ".convert.stores",
     "convert_images": ".convert.images",
     "convert_volumes": ".convert.volumes",
     "label_mixing": ".mixing",
@@ -64,6 +66,7 @@ __all__ = [
     "SampleBatch",
     "append_arrays",
     "collate",
+    "convert_arrays",
     "convert_images",
     "convert_volumes",
     "label_mixing",

@@ -23,7 +23,13 @@ from .rerun import Request, compression_option
 from .shuffling import check_order_options, gather_rows, order_extra, shuffled
 from .workers import Work, check_workers, worker_count
 
-__all__ = ["SHUFFLED_BLOCK_BYTES", "ArraySource", "write_arrays"]
+__all__ = [
+    "SHUFFLED_BLOCK_BYTES",
+    "ArraySource",
+    "array_options",
+    "chunk_samples",
+    "write_arrays",
+]
 
 #: Least bytes per block of a shuffled write from dask, h5py or zarr arrays (see
 #: :meth:`ArraySource.block_chunks`); blocks in flight hold this much each.
@@ -314,18 +320,66 @@ def write_arrays(
     """
     check_order_options(shuffle, seed)
     source = ArraySource(arrays)
-    if samples_per_chunk is None:
-        largest = max(f.sample_nbytes for f in source.fields)
-        samples_per_chunk = choose_samples_per_chunk(
-            largest, target_bytes=chunk_bytes, num_samples=source.num_samples
-        )
-    if not isinstance(compression, Compression):
-        compression = Compression(codec=compression, checksum=checksum)
+    samples_per_chunk = chunk_samples(source.fields, source.num_samples, samples_per_chunk,
+                                      chunk_bytes)  # fmt: skip
     valid = isinstance(samples_per_chunk, int) and samples_per_chunk >= 1  # else: rejected below
     block_chunks = source.block_chunks(samples_per_chunk, shuffled=shuffle) if valid else 1
     check_workers(workers)
     # NumPy inputs: nothing to read, a pool cannot pay (see chunkio.convert.workers.Work)
     workers = worker_count(workers, client=client, work=lambda: Work(reads=not source.in_memory))
+    write = array_options(
+        source.fingerprint(),
+        dst,
+        format=format,
+        samples_per_chunk=samples_per_chunk,
+        compression=compression,
+        checksum=checksum,
+        class_names=class_names,
+        extra=extra,
+        overwrite=overwrite,
+        execution=Execution(workers, client),
+        progress=progress,
+        shuffle=shuffle,
+        seed=seed,
+        block_chunks=block_chunks,
+    )
+    return convert_source(shuffled(source, shuffle=shuffle, seed=seed), dst, write)
+
+
+def chunk_samples(
+    fields: Sequence[FieldInfo], num_samples: int, samples_per_chunk: int | None, chunk_bytes: int
+) -> int:
+    """``samples_per_chunk`` as given, or ``chunk_bytes`` of the largest field's samples."""
+    if samples_per_chunk is not None:
+        return samples_per_chunk
+    largest = max(f.sample_nbytes for f in fields)
+    return choose_samples_per_chunk(largest, target_bytes=chunk_bytes, num_samples=num_samples)
+
+
+def array_options(
+    fingerprint: str,
+    dst: Any,
+    *,
+    format: Format | None,
+    samples_per_chunk: int | None,
+    compression: str | Compression,
+    checksum: bool,
+    class_names: Sequence[str] | None,
+    extra: Mapping[str, Any] | None,
+    overwrite: bool,
+    execution: Execution,
+    progress: bool,
+    shuffle: bool,
+    seed: int,
+    block_chunks: int,
+    more: Mapping[str, Any] | None = None,
+) -> ConversionOptions:
+    """The options of an array conversion (``write_arrays``, ``convert_arrays``), with the
+    request a rerun compares: the source's ``fingerprint`` and every option that shapes the
+    result (``more``: a caller's own, such as the arrays a store's fields name)."""
+    if not isinstance(compression, Compression):
+        compression = Compression(codec=compression, checksum=checksum)
+    valid = isinstance(samples_per_chunk, int) and samples_per_chunk >= 1  # else: rejected below
     options = {
         "format": format or detect_format(dst),
         "samples_per_chunk": samples_per_chunk if valid else None,
@@ -334,21 +388,21 @@ def write_arrays(
         "seed": int(seed) if shuffle else None,
         "class_names": None if class_names is None else [str(c) for c in class_names],
         "extra": dict(extra or {}),
+        **dict(more or {}),
     }
     try:
-        request = Request("arrays", source.fingerprint(), options)
+        request = Request("arrays", fingerprint, options)
     except TypeError as err:  # extra that JSON cannot hold
         raise TypeError(f"extra must be JSON-serialisable; got {extra!r}: {err}") from err
-    write = ConversionOptions(
+    return ConversionOptions(
         format=format,
         samples_per_chunk=samples_per_chunk,
         compression=compression,
         class_names=None if class_names is None else tuple(class_names),
         extra=order_extra(extra, shuffle=shuffle, seed=seed),
         overwrite=overwrite,
-        execution=Execution(workers, client),
+        execution=execution,
         progress=progress,
         block_chunks=block_chunks,
         request=request,
     )
-    return convert_source(shuffled(source, shuffle=shuffle, seed=seed), dst, write)

@@ -31,6 +31,7 @@ from .plan import ConversionPlan
 from .ragged import RaggedPlan
 from .rerun import REQUEST_KEY, Request, compression_option, display, reuse_complete
 from .source import BlockSource, ConversionResult
+from .spill import staged_source
 from .staging import Destination, open_destination
 from .writing import Sync, start_writer, write_here, write_target
 
@@ -172,7 +173,9 @@ def convert_source(source: BlockSource, dst: Any, options: ConversionOptions) ->
                 for b in prep.blocks
                 if not dest.done_chunks.issuperset(range(b.first_chunk, b.stop_chunk))
             ]
-            _write_blocks(source, dest, writer, prep, todo, options)
+            # an external shuffle spills the source first (pass 1), then blocks read the spill
+            with staged_source(source, dest, todo, options) as reads:
+                _write_blocks(reads, dest, writer, prep, todo, options)
             # The layout again (class names and extra may differ from the first run's) with
             # the request that made it, then the completion marker, strictly last.
             layout = prep.layout

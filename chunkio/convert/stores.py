@@ -1,0 +1,141 @@
+"""``convert_arrays``: an existing HDF5 file or Zarr store -> a chunkio dataset, streamed.
+
+The source is anything ``ChunkDataset(src, fields=...)`` reads in place (HDF5, Zarr v2/v3,
+sharded or not, local or remote), read through chunkio's own readers
+(:class:`~chunkio.convert.store_source.StoreSource`) in source-order blocks, so each source
+chunk is decoded once. The write-time shuffle of a source larger than memory is external
+(:mod:`chunkio.convert.spill`): one pass spills the source, grouped by destination block, into
+the destination's staging directory; the blocks are then built from the spill. Everything
+else is the one conversion pipeline: parallel, resumable, atomic, idempotent on rerun.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..backends import Compression, Format
+from ..backends.base import DEFAULT_CODEC
+from ..foreign import FieldSelection, field_arrays
+from ..numeric import ceil_div
+from .arrays import array_options, chunk_samples
+from .chunking import DEFAULT_CHUNK_BYTES
+from .options import Execution
+from .pipeline import ConversionResult, convert_source
+from .shuffling import check_order_options
+from .spill import ExternalShuffle
+from .store_source import StoreSource, check_apart
+from .workers import Work, check_workers, worker_count
+
+__all__ = ["STORE_BLOCK_BYTES", "STORE_READ_BYTES", "convert_arrays"]
+
+#: Decoded bytes per block written (about; whole chunks): the unit of work, of resume and of
+#: memory, and in a shuffled conversion the bucket that each spill file is grouped by.
+STORE_BLOCK_BYTES = 32 << 20
+#: Decoded bytes per source block that the shuffle's first pass reads in order and spills
+#: (about; whole chunks of the source's costliest field). A worker holds it twice.
+STORE_READ_BYTES = 32 << 20
+
+
+def convert_arrays(
+    src: Any,
+    dst: Any,
+    *,
+    fields: FieldSelection,
+    storage_options: Mapping[str, Any] | None = None,
+    trust_codecs: bool = False,
+    format: Format | None = None,
+    samples_per_chunk: int | None = None,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    compression: str | Compression = DEFAULT_CODEC,
+    checksum: bool = True,
+    class_names: Sequence[str] | None = None,
+    extra: Mapping[str, Any] | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
+    workers: int | None = None,
+    client: Any = None,
+    shuffle: bool = True,
+    seed: int = 0,
+) -> ConversionResult:
+    """Rewrite the arrays ``fields`` names in an existing HDF5 file or Zarr store as a
+    chunkio dataset, streaming: a few blocks in memory, whatever the source's size.
+
+    Parameters
+    ----------
+    src
+        An HDF5 file, a Zarr v2 or v3 store (sharded or not), local or a URL (with
+        ``storage_options``): what ``ChunkDataset(src, fields=...)`` reads. Never written.
+    dst
+        As for :func:`~chunkio.convert.write_arrays`; not ``src``, nor inside it.
+    fields
+        Field name -> array path (``{"image": "train/images", "label": "train/labels"}``),
+        or a list of array paths (each field named by the path's last part). Axis 0 of every
+        array is the sample axis; all must have the same length.
+    storage_options, trust_codecs
+        As for :class:`~chunkio.ChunkDataset`, for reading ``src``.
+    format, samples_per_chunk, chunk_bytes, compression, checksum, class_names, extra, \
+overwrite, progress, client, shuffle, seed
+        As for :func:`~chunkio.convert.write_arrays`. ``shuffle`` stores source sample
+        ``perm[i]`` at row ``i`` and adds the field ``source_index``; it costs a first pass
+        that spills the source (its decoded size, on the destination's disk, in its staging
+        directory) and is removed at the end (:mod:`chunkio.convert.spill`).
+    workers
+        Processes that read, spill and write blocks; default: every core (one process when
+        the source is under :data:`~chunkio.convert.workers.POOL_MIN_BYTES`).
+
+    Returns
+    -------
+    ConversionResult
+        ``unchanged`` when ``dst`` already holds this conversion, complete. An interrupted
+        conversion (killed, disk full) resumes when called again: spilled source blocks and
+        written blocks are kept.
+
+    Examples
+    --------
+    >>> import h5py, numpy as np, os, tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> with h5py.File(os.path.join(folder, "user.h5"), "w") as f:
+    ...     _ = f.create_dataset("x", data=np.arange(40).reshape(20, 2), chunks=(4, 2))
+    ...     _ = f.create_dataset("y", data=np.arange(20))
+    >>> r = convert_arrays(os.path.join(folder, "user.h5"), os.path.join(folder, "out.zarr"),
+    ...                    fields={"x": "x", "y": "y"}, samples_per_chunk=8)
+    >>> r.num_samples, [f.name for f in r.fields]
+    (20, ['x', 'y', 'source_index'])
+    """
+    check_order_options(shuffle, seed)
+    check_workers(workers, optional=True)
+    check_apart(src, dst)
+    source = StoreSource(src, fields, storage_options=storage_options, trust_codecs=trust_codecs)
+    spc = chunk_samples(source.fields, source.num_samples, samples_per_chunk, chunk_bytes)
+    valid = isinstance(spc, int) and spc >= 1  # else: rejected by the options below
+    chunk_nbytes = max(1, spc if valid else 1) * sum(f.sample_nbytes for f in source.fields)
+    block_chunks = max(1, STORE_BLOCK_BYTES // chunk_nbytes)
+    nbytes = source.num_samples * sum(f.sample_nbytes for f in source.fields)
+    write = array_options(
+        source.fingerprint(),
+        dst,
+        format=format,
+        samples_per_chunk=spc,
+        compression=compression,
+        checksum=checksum,
+        class_names=class_names,
+        extra=extra,
+        overwrite=overwrite,
+        execution=Execution(
+            worker_count(workers, client=client, work=lambda: Work(nbytes=nbytes)), client
+        ),
+        progress=progress,
+        shuffle=shuffle,
+        seed=seed,
+        block_chunks=block_chunks,
+        more={"fields": field_arrays(fields, str(src))},
+    )
+    if not shuffle:
+        return convert_source(source, dst, write)
+    row = max(1, sum(f.sample_nbytes for f in source.fields))
+    read_samples = source.read_chunk * max(1, ceil_div(STORE_READ_BYTES // row, source.read_chunk))
+    spill = ExternalShuffle(
+        source, seed, read_samples=read_samples, spill_samples=block_chunks * max(1, spc)
+    )
+    return convert_source(spill, dst, write)
