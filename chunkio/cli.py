@@ -12,6 +12,12 @@
                                     [--on-overflow error|clip|scale]
                                     [--nan-policy error|zero|keep]
                                     [--workers N] [--no-progress] [--overwrite]
+    chunkio convert arrays SRC DST --fields NAME=PATH [NAME=PATH ...] (or PATH [PATH ...])
+                                   [--samples-per-chunk N] [--chunk-bytes B]
+                                   [--compression zstd|lz4|...] [--no-shuffle] [--seed S]
+                                   [--storage-options JSON] [--trust-codecs]
+                                   [--format zarr|hdf5] [--workers N] [--no-progress]
+                                   [--overwrite]
     chunkio info DST [--json] [--storage-options JSON]
     chunkio verify DST [--storage-options JSON]   exit status 1 when anything is wrong
     chunkio doctor DST [--step-time S] [--storage-options JSON]
@@ -28,6 +34,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .backends.codec_table import CODECS, DEFAULT_CODEC
+from .convert.chunking import DEFAULT_CHUNK_BYTES
 from .errors import ChunkioError
 
 __all__ = ["main"]
@@ -84,11 +92,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    convert = commands.add_parser("convert", help="convert images or volumes into a dataset")
+    convert = commands.add_parser(
+        "convert", help="convert images, volumes or an existing store into a dataset"
+    )
     kinds = convert.add_subparsers(dest="kind", required=True)
     _images_options(kinds.add_parser("images", help="an ImageFolder or flat folder of images"))
     _volumes_options(
         kinds.add_parser("volumes", help="a folder of 3-D volumes (NIfTI, TIFF, NumPy)")
+    )
+    _arrays_options(
+        kinds.add_parser("arrays", help="arrays of an existing HDF5 file or Zarr store")
     )
     _dataset_commands(commands)
     return parser
@@ -118,15 +131,7 @@ def _images_options(images: argparse.ArgumentParser) -> None:
         help="bad files: fail (default) or skip and list them",
     )
     images.add_argument("--samples-per-chunk", type=_positive_int, help="default: about 1 MiB")
-    images.add_argument(
-        "--no-shuffle",
-        action="store_true",
-        help="store images in listing order (default: a seeded random order, so every chunk "
-        "mixes classes; the field source_index maps rows back)",
-    )
-    images.add_argument(
-        "--seed", type=_non_negative_int, default=0, help="seed of the stored order (default 0)"
-    )
+    _shuffle_options(images, "images")
     images.add_argument(
         "--encoding",
         choices=["raw", "jpeg", "png", "webp", "auto"],
@@ -138,6 +143,45 @@ def _images_options(images: argparse.ArgumentParser) -> None:
     )
     images.add_argument(
         "--max-size", type=_positive_int, help="shrink images whose longer side is larger"
+    )
+
+
+def _shuffle_options(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument(
+        "--no-shuffle",
+        action="store_true",
+        help=f"store {what} in source order (default: a seeded random order, so every chunk "
+        "mixes classes; the field source_index maps rows back)",
+    )
+    p.add_argument(
+        "--seed", type=_non_negative_int, default=0, help="seed of the stored order (default 0)"
+    )
+
+
+def _arrays_options(arrays: argparse.ArgumentParser) -> None:
+    _common_convert_options(arrays)
+    arrays.add_argument(
+        "--fields",
+        nargs="+",
+        required=True,
+        metavar="NAME=PATH",
+        help="the arrays to convert: NAME=PATH pairs (e.g. image=train/images) or bare "
+        "array paths; axis 0 is the sample axis",
+    )
+    arrays.add_argument("--samples-per-chunk", type=_positive_int, help="default: --chunk-bytes")
+    arrays.add_argument(
+        "--chunk-bytes",
+        type=_positive_int,
+        default=DEFAULT_CHUNK_BYTES,
+        help="target decoded bytes per chunk (default 1 MiB)",
+    )
+    arrays.add_argument("--compression", choices=CODECS, default=DEFAULT_CODEC, help="chunk codec")
+    _shuffle_options(arrays, "samples")
+    _storage_options_argument(arrays)
+    arrays.add_argument(
+        "--trust-codecs",
+        action="store_true",
+        help="allow codecs and filters of SRC that chunkio does not consider safe",
     )
 
 
@@ -232,6 +276,27 @@ def _convert_volumes(args: argparse.Namespace) -> int:
             options[name] = getattr(args, name)
     result = convert_volumes(args.src, args.dst, **_common_convert_arguments(args), **options)
     print(_done(result, "volumes"))
+    return EXIT_OK
+
+
+def _convert_arrays(args: argparse.Namespace) -> int:
+    from .convert.stores import convert_arrays
+    from .foreign import fields_from_words
+
+    result = convert_arrays(
+        args.src,
+        args.dst,
+        fields=fields_from_words(args.fields),
+        storage_options=args.storage_options,
+        trust_codecs=args.trust_codecs,
+        samples_per_chunk=args.samples_per_chunk,
+        chunk_bytes=args.chunk_bytes,
+        compression=args.compression,
+        shuffle=not args.no_shuffle,
+        seed=args.seed,
+        **_common_convert_arguments(args),
+    )
+    print(_done(result, "samples"))
     return EXIT_OK
 
 
@@ -355,7 +420,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     handlers = {"info": _info, "verify": _verify, "doctor": _doctor}
     if args.command == "convert":
-        handler = _convert_images if args.kind == "images" else _convert_volumes
+        kinds = {"images": _convert_images, "volumes": _convert_volumes, "arrays": _convert_arrays}
+        handler = kinds[args.kind]
     else:
         handler = handlers[args.command]
     try:
