@@ -348,6 +348,7 @@ def markdown(results: Mapping[str, Any]) -> str:
         ("images", "Training inputs at 224 px: augmented epochs and storage (bench_images)"),
         ("decoders", "Image decoders (bench_decoders)"),
         ("foreign", "Your own HDF5 file and Zarr store, read in place (bench_foreign)"),
+        ("convert_arrays", "Streaming conversion of your own HDF5 file (bench_convert_arrays)"),
     ):
         if key in results:
             lines += _section(title, results[key])

@@ -108,6 +108,8 @@ def checks(results: dict[str, Any]) -> list[dict[str, Any]]:
     out += results.get("images", {}).get("checks", [])
     # bench_foreign's targets (stores chunkio did not write, read in place), when it ran
     out += results.get("foreign", {}).get("checks", [])
+    # bench_convert_arrays' target (peak memory of a streaming conversion), when it ran
+    out += results.get("convert_arrays", {}).get("checks", [])
     return out
 
 
@@ -228,6 +230,9 @@ def _run_optional(
     # a user's own h5py file and zarr-python store, read in place, against a naive per-sample
     # Dataset and chunkio on a converted copy (and label mixing on a label-sorted store)
     results["foreign"] = _optional("bench_foreign", quick)
+    # a gzip-chunked h5py file larger than the memory the conversion may use (1.2 GiB; quick:
+    # 256 MiB), converted shuffled and in order by 2 workers: time and peak tree RSS
+    results["convert_arrays"] = _optional("bench_convert_arrays", quick, root=root)
     results["mixing"] = _optional(
         "bench_mixing", quick, workers=max(workers, 1), root=str(Path(root) / "mixing")
     )
