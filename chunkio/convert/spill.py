@@ -321,7 +321,7 @@ def _spill(
     progress = Progress(
         total=plan.num_samples,
         unit="sample",
-        label="shuffle pass",
+        label=f"{os.path.basename(dest.display.rstrip('/')) or dest.display}: shuffle pass",
         show=options.progress,
         done=done,
         scale=True,
