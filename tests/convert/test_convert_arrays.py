@@ -8,18 +8,15 @@ row 10 (SIGKILL during conversion, then resume) in both passes of the shuffle.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import h5py
+import killed_converter
 import numpy as np
 import pytest
 from foreign_stores import STORES, data, fields_of, h5py_file, snapshot, zarr_v3_sharded
+from killed_converter import manifest_lines
 
 from chunkio import ChunkDataset, convert_arrays
 from chunkio.cli import main
@@ -168,38 +165,17 @@ convert_arrays(sys.argv[1], sys.argv[2], fields={{"image": "train/images",
 
 
 def run_and_kill(tmp_path: Path, src: Path, dst: Path, slow_pass: str) -> None:
-    """Start a conversion in a process; SIGKILL it in the middle of ``slow_pass``."""
-    script = tmp_path / "convert_script.py"
-    script.write_text(SCRIPT)
-    support = str(Path(__file__).parents[1] / "support")
-    proc = subprocess.Popen(
-        [sys.executable, "-W", "error", str(script), str(src), str(dst), support, slow_pass],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    """Run a conversion in a process; SIGKILL it in the middle of ``slow_pass``."""
     spilled = staging_of(dst) / "spill"
-    manifest = staging_of(dst) / "manifest.jsonl"
-    deadline = time.monotonic() + 60
-    try:
-        while time.monotonic() < deadline:
-            if slow_pass == "spill":
-                ready = spilled.is_dir() and len(list(spilled.glob("*.rows"))) >= 2
-            else:
-                ready = manifest.exists() and manifest.read_text().count("\n") >= 4
-            if ready:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.communicate()
-                assert not dst.exists(), "killed before the end: nothing published"
-                return
-            if proc.poll() is not None:
-                raise AssertionError(f"converter exited early: {proc.communicate()}")
-            time.sleep(0.02)
-        raise AssertionError("no progress from the converter within 60 s")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+
+    def ready() -> bool:
+        if slow_pass == "spill":
+            return spilled.is_dir() and len(list(spilled.glob("*.rows"))) >= 2
+        return manifest_lines(dst) >= 4
+
+    support = str(Path(__file__).parents[1] / "support")
+    args = [str(src), str(dst), support, slow_pass]
+    killed_converter.run_and_kill(SCRIPT, args, dst, tmp_path, ready)
 
 
 @pytest.mark.timeout(180)

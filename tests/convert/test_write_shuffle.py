@@ -10,15 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import os
 import pickle
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
+import killed_converter
 import numpy as np
 import pytest
 from conftest import source_array
@@ -231,31 +227,10 @@ def staging_of(dst: Path) -> Path:
 
 def run_and_kill(script: str, args: list[str], dst: Path, tmp_path: Path, lines: int) -> int:
     """Start ``script``, SIGKILL it once its manifest lists ``lines`` blocks; return them."""
-    path = tmp_path / "script.py"
-    path.write_text(script)
-    proc = subprocess.Popen(
-        [sys.executable, "-W", "error", str(path), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    killed_converter.run_and_kill(
+        script, args, dst, tmp_path, lambda: killed_converter.manifest_lines(dst) >= lines
     )
-    manifest = staging_of(dst) / "manifest.jsonl"
-    deadline = time.monotonic() + 60
-    try:
-        while time.monotonic() < deadline:
-            if manifest.exists() and manifest.read_text().count("\n") >= lines:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.communicate()
-                assert not dst.exists(), "killed before the end: nothing published"
-                return manifest.read_text().count("\n")
-            if proc.poll() is not None:
-                raise AssertionError(f"converter exited early: {proc.communicate()}")
-            time.sleep(0.02)
-        raise AssertionError("no progress from the converter within 60 s")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    return killed_converter.manifest_lines(dst)
 
 
 @pytest.mark.timeout(180)
