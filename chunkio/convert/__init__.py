@@ -1,6 +1,7 @@
 """The conversion pipeline: sources -> chunk-aligned blocks -> a chunkio dataset.
 
-:func:`write_arrays` writes in-memory or lazy arrays; :func:`run_conversion` drives any
+:func:`write_arrays` writes in-memory or lazy arrays; :func:`convert_arrays` streams the
+arrays of an existing HDF5 file or Zarr store; :func:`run_conversion` drives any
 :class:`BlockSource`. Local destinations are written atomically (built in a staging sibling,
 renamed into place when complete), resumably (a rerun skips finished blocks) and exclusively
 (a second converter fails fast); see :mod:`chunkio.convert.staging`. ``write_arrays``,
@@ -15,6 +16,7 @@ from .arrays import write_arrays
 from .chunking import DEFAULT_CHUNK_BYTES, choose_samples_per_chunk
 from .pipeline import run_conversion
 from .source import BlockSource, ConversionResult
+from .stores import convert_arrays
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
@@ -22,6 +24,7 @@ __all__ = [
     "ConversionResult",
     "append_arrays",
     "choose_samples_per_chunk",
+    "convert_arrays",
     "run_conversion",
     "write_arrays",
 ]

@@ -240,12 +240,11 @@ class ExternalShuffle(ShuffledSource):
     """A :class:`~chunkio.convert.shuffling.ShuffledSource` converted in two passes.
 
     Same order, fields and fingerprint; the conversion pipeline runs pass 1 through
-    :func:`staged_source` and writes from the :class:`SpilledSource` it returns.
-    ``read_block`` still reads rows directly (fine for small pieces, slow for whole blocks).
-
-    ``read_rows``'s source must also read blocks in order (``read_block``); ``read_samples``
-    and ``spill_samples``: samples per source block of pass 1 (a multiple of the source's
-    chunks) and per destination bucket of pass 2 (the conversion's block).
+    :func:`staged_source` and writes its blocks from the :class:`SpilledSource` it returns
+    (``read_block`` here still reads rows directly: fine for a few rows, slow for blocks).
+    ``source`` reads blocks in its own order (``read_block``); ``read_samples``: samples per
+    source block of pass 1 (whole chunks of the source); ``spill_samples``: samples per
+    destination bucket of pass 2 (the conversion's blocks).
     """
 
     def __init__(self, source: Any, seed: int, *, read_samples: int, spill_samples: int) -> None:
