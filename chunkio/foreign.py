@@ -20,12 +20,14 @@ from .backends import ArrayInfo, Reader
 from .errors import FormatError, MissingFieldError
 from .layout import DatasetLayout, FieldInfo
 from .names import validate_field_name
+from .volume_layout import VolumeSet
 
 __all__ = [
     "FieldSelection",
     "field_arrays",
     "fields_from_words",
     "foreign_layout",
+    "foreign_volumes",
     "list_arrays",
 ]
 
@@ -121,6 +123,67 @@ def foreign_layout(reader: Reader, fields: FieldSelection | None) -> DatasetLayo
     )
 
 
+def foreign_volumes(
+    reader: Reader, fields: FieldSelection | None, spatial: int
+) -> tuple[DatasetLayout, VolumeSet]:
+    """The volumes of a store chunkio did not write, for :class:`chunkio.patches.PatchDataset`.
+
+    ``fields`` names the arrays: ``{"image": PATH, "label": PATH}`` (label optional) or a
+    list of one or two paths, image first. ``spatial`` is the number of spatial axes (the
+    patch size's). An image array is one volume ``(*spatial)``, volumes ``(N, *spatial)``
+    along axis 0, or volumes with channels ``(N, C, *spatial)``; a label array has the
+    image's volumes and spatial shape, without channels.
+    """
+    where = reader.location
+    if fields is None or isinstance(fields, str):
+        raise FormatError(
+            f"{where}: not a chunkio dataset, so fields must name its volume arrays, e.g. "
+            "fields={'image': 'volumes/image', 'label': 'volumes/label'}; arrays found: "
+            f"{list_arrays(reader)}"
+        )
+    if isinstance(fields, Mapping):
+        arrays = {str(k): str(v).strip("/") for k, v in fields.items()}
+    else:
+        arrays = {k: str(v).strip("/") for k, v in zip(("image", "label"), fields, strict=False)}
+    if "image" not in arrays or not set(arrays) <= {"image", "label"} or len(fields) > 2:
+        raise FormatError(
+            f"{where}: fields of volumes name an 'image' array and optionally a 'label' array "
+            f"(a mapping, or a list: image first); got {fields!r}"
+        )
+    infos = {kind: _array_info(reader, path) for kind, path in arrays.items()}
+    image = infos["image"]
+    extra = len(image.shape) - spatial  # 0: one volume; 1: a volume axis; 2: and channels
+    if extra not in (0, 1, 2):
+        raise FormatError(
+            f"{where}: array {arrays['image']!r} of shape {image.shape} holds no "
+            f"{spatial}-D volumes: expected (*spatial), (volumes, *spatial) or "
+            f"(volumes, channels, *spatial) for a patch size of {spatial} sizes"
+        )
+    count = int(image.shape[0]) if extra else 1
+    shape = tuple(int(n) for n in image.shape[-spatial:])
+    label = infos.get("label")
+    if label is not None and tuple(label.shape) != ((count,) if extra else ()) + shape:
+        raise FormatError(
+            f"{where}: label array {arrays['label']!r} has shape {label.shape}; the image "
+            f"array {arrays['image']!r} {image.shape} needs labels of shape "
+            f"{((count,) if extra else ()) + shape}"
+        )
+    volumes = VolumeSet(
+        shapes=(shape,) * count,
+        chunks=tuple(int(c) for c in image.chunks[-spatial:]),
+        stacked=True,
+        channels=int(image.shape[1]) if extra == 2 else None,
+        label=None if label is None else "label",
+        volume_axis=extra > 0,
+    )
+    fields_info = tuple(
+        _field(kind, arrays[kind], info, where, volume_axis=extra > 0)
+        for kind, info in infos.items()
+    )
+    layout = DatasetLayout(num_samples=count, samples_per_chunk=1, fields=fields_info, foreign=True)
+    return layout, volumes
+
+
 def _array_info(reader: Reader, path: str) -> ArrayInfo:
     try:
         return reader.array_info(path)
@@ -132,20 +195,21 @@ def _array_info(reader: Reader, path: str) -> ArrayInfo:
         ) from err
 
 
-def _field(name: str, path: str, info: ArrayInfo, where: str) -> FieldInfo:
+def _field(
+    name: str, path: str, info: ArrayInfo, where: str, *, volume_axis: bool = True
+) -> FieldInfo:
+    """``volume_axis=False``: a single volume stored without axis 0, described as the one
+    sample of a volume axis."""
     dtype = np.dtype(info.dtype)
     if dtype.hasobject or dtype.fields is not None or dtype.kind in "OSUV":
         raise FormatError(
             f"{where}: array {path!r} has dtype {dtype}; chunkio reads numeric and boolean "
             "arrays (object, string, variable-length and compound dtypes cannot be batched)"
         )
-    return FieldInfo(
-        name,
-        dtype,
-        tuple(int(n) for n in info.shape[1:]),
-        array=path,
-        rows_per_chunk=max(1, int(info.chunks[0])),
-    )
+    shape, chunks = tuple(int(n) for n in info.shape), tuple(int(n) for n in info.chunks)
+    if not volume_axis:
+        shape, chunks = (1, *shape), (1, *chunks)
+    return FieldInfo(name, dtype, shape[1:], array=path, rows_per_chunk=max(1, chunks[0]))
 
 
 def _read_cost(info: ArrayInfo) -> tuple[bool, int]:
