@@ -81,12 +81,13 @@ def snapshot(path: Path) -> dict[str, tuple[str, int]]:
 
 def labelled(
     tmp_path: Path, store: str, n: int, classes: int, *, chunk: int = 32
-) -> tuple[Path, dict[str, str], np.ndarray[Any, Any]]:
+) -> tuple[Path, dict[str, str], dict[str, np.ndarray[Any, Any]]]:
     """``store`` (a key of :data:`STORES`) holding ``n`` images sorted by label over ``classes``
-    classes, with int64 sample ids; the images chunked ``chunk`` samples, gzip (h5py) or the
-    writer's default (zarr). Returns the path, the fields and the labels."""
+    classes, with int64 sample ids; the images ``(3, 8, 8)`` chunked ``chunk`` samples, gzip
+    (h5py) or the writer's default (zarr). Returns the path, the fields (``image``, ``label``,
+    ``id``) and the images and labels."""
     rng = np.random.default_rng(1)
-    images = rng.integers(0, 255, (n, 3, 4, 4), dtype=np.uint8)
+    images = rng.integers(0, 255, (n, 3, 8, 8), dtype=np.uint8)
     labels = np.sort(rng.integers(0, classes, n)).astype(np.int64)
     arrays = {"image": images, "label": labels, "id": np.arange(n, dtype=np.int64)}
     fields = {name: f"train/{name}s" for name in arrays}
@@ -99,7 +100,7 @@ def labelled(
                 else:
                     chunks = (chunk, *a.shape[1:])
                     f.create_dataset(fields[name], data=a, chunks=chunks, compression="gzip")
-        return path, fields, labels
+        return path, fields, arrays
     fmt = 2 if store == "zarr v2" else 3
     path = tmp_path / f"labelled-v{fmt}.zarr"
     g = zarr.open_group(path, mode="w", zarr_format=fmt)
@@ -108,7 +109,7 @@ def labelled(
         shards = (4 * chunk, *a.shape[1:]) if fmt == 3 and a.ndim > 1 else None
         z = g.create_array(fields[name], shape=a.shape, chunks=chunks, shards=shards, dtype=a.dtype)
         z[...] = a
-    return path, fields, labels
+    return path, fields, arrays
 
 
 def volume_data() -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
