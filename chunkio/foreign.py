@@ -95,8 +95,15 @@ def list_arrays(reader: Reader) -> str:
     return "; ".join(rows) or "none"
 
 
-def foreign_layout(reader: Reader, fields: FieldSelection | None) -> DatasetLayout:
-    """The layout of the arrays ``fields`` names in a store chunkio did not write."""
+def foreign_layout(
+    reader: Reader, fields: FieldSelection | None, *, preload_bytes: int = 0
+) -> DatasetLayout:
+    """The layout of the arrays ``fields`` names in a store chunkio did not write.
+
+    ``preload_bytes``: arrays this small are read whole once per process (the dataset's
+    ``preload_bytes``), so their chunks do not order reads, however large: labels stored as
+    one chunk of every sample must not make the whole dataset one chunk to the sampler.
+    """
     where = reader.location
     if fields is None or isinstance(fields, str):
         raise FormatError(
@@ -113,7 +120,9 @@ def foreign_layout(reader: Reader, fields: FieldSelection | None) -> DatasetLayo
             f"got {lengths}"
         )
     fields_info = tuple(_field(n, arrays[n], i, where) for n, i in infos.items())
-    costly = max(infos.values(), key=_read_cost)
+    per_batch = [i for i in infos.values() if _nbytes(i) > preload_bytes]
+    # nothing read per batch: order by the largest array, the first to be as data grows
+    costly = max(per_batch, key=_read_cost) if per_batch else max(infos.values(), key=_nbytes)
     num_samples = int(costly.shape[0])
     return DatasetLayout(
         num_samples=num_samples,
@@ -210,6 +219,10 @@ def _field(
     if not volume_axis:
         shape, chunks = (1, *shape), (1, *chunks)
     return FieldInfo(name, dtype, shape[1:], array=path, rows_per_chunk=max(1, chunks[0]))
+
+
+def _nbytes(info: ArrayInfo) -> int:
+    return int(np.prod(info.shape, dtype=np.int64)) * np.dtype(info.dtype).itemsize
 
 
 def _read_cost(info: ArrayInfo) -> tuple[bool, int]:

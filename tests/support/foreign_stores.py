@@ -80,15 +80,16 @@ def snapshot(path: Path) -> dict[str, tuple[str, int]]:
 
 
 def labelled(
-    tmp_path: Path, store: str, n: int, classes: int, *, chunk: int = 32
+    tmp_path: Path, store: str, n: int, classes: int, *, chunk: int = 32, sort: bool = True
 ) -> tuple[Path, dict[str, str], dict[str, np.ndarray[Any, Any]]]:
     """``store`` (a key of :data:`STORES`) holding ``n`` images sorted by label over ``classes``
     classes, with int64 sample ids; the images ``(3, 8, 8)`` chunked ``chunk`` samples, gzip
     (h5py) or the writer's default (zarr). Returns the path, the fields (``image``, ``label``,
-    ``id``) and the images and labels."""
+    ``id``) and the arrays. ``sort=False``: labels in random order."""
     rng = np.random.default_rng(1)
     images = rng.integers(0, 255, (n, 3, 8, 8), dtype=np.uint8)
-    labels = np.sort(rng.integers(0, classes, n)).astype(np.int64)
+    labels = rng.integers(0, classes, n).astype(np.int64)
+    labels = np.sort(labels) if sort else labels
     arrays = {"image": images, "label": labels, "id": np.arange(n, dtype=np.int64)}
     fields = {name: f"train/{name}s" for name in arrays}
     if store == "h5py":
