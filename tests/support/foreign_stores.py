@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -72,11 +73,29 @@ def fields_of(store: str) -> dict[str, str]:
 
 
 def snapshot(path: Path) -> dict[str, tuple[str, int]]:
-    """Every file's bytes (digest) and modification time, and the listing."""
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    """Every file's bytes (digest) and modification time, and the listing; directories by
+    their modification time, which a file made and removed again (a lock) changes too."""
+    found = [path] if path.is_file() else [path, *sorted(path.rglob("*"))]
     return {
-        str(p): (hashlib.sha256(p.read_bytes()).hexdigest(), os.stat(p).st_mtime_ns) for p in files
+        str(p): (
+            "dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest(),
+            os.stat(p).st_mtime_ns,
+        )
+        for p in found
     }
+
+
+def make_read_only(path: Path) -> None:
+    """Take write permission from ``path`` and everything under it, as on a read-only share."""
+    for p in [*sorted(path.rglob("*"), reverse=True), path] if path.is_dir() else [path]:
+        mode = p.stat().st_mode
+        p.chmod(mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+
+
+def make_writable(path: Path) -> None:
+    """Give write permission back (so that pytest can remove the folder)."""
+    for p in [path, *sorted(path.rglob("*"))] if path.is_dir() else [path]:
+        p.chmod(p.stat().st_mode | stat.S_IWUSR)
 
 
 def labelled(
