@@ -19,12 +19,13 @@ from torch.utils.data import Dataset
 from ..backends import ReaderOptions, detect_format, open_reader
 from ..batch import SampleBatch, to_tensor
 from ..foreign import FieldSelection, foreign_volumes, is_chunkio_dataset
-from ..label_index import LabelIndex, read_label_index
+from ..label_index import LabelIndex, index_label_volumes, read_label_index
 from ..layout import DatasetLayout, check_arrays
 from ..planning import plan_patch_reads
 from ..read import PadMode, ReadCore
 from ..read.core import ReadCoreDataset
 from ..volume_layout import VOLUMES_KEY, VolumeSet
+from .balanced import LabelBalancedSampler
 from .samplers import GridSampler, PatchSampler
 
 __all__ = ["PatchDataset"]
@@ -59,8 +60,9 @@ class PatchDataset(ReadCoreDataset, Dataset[Any]):
         patch_size)``): an image array of that many axes is one volume; one more axis is a
         volume axis (axis 0, as the sample axis of ``ChunkDataset``): ``(N, D, H, W)`` holds
         ``N`` 3-D volumes; two more are volumes with channels, ``(N, C, D, H, W)``. A label
-        array has the image's shape without channels. Nothing is written to the store (no
-        label index: :class:`~chunkio.patches.LabelBalancedSampler` needs a converted copy).
+        array has the image's shape without channels. Nothing is written to the store: a
+        :class:`~chunkio.patches.LabelBalancedSampler` gets its label index by reading each
+        label volume once here.
     transform
         Applied to each item (the batch is then stacked by torch's collate).
     pad_mode, pad_value, label_pad_value
@@ -101,7 +103,7 @@ class PatchDataset(ReadCoreDataset, Dataset[Any]):
             "trust_codecs": bool(trust_codecs),
         }
         self.patch_size = tuple(int(p) for p in patch_size)
-        self.layout, self.volumes, self.label_index = self._read_metadata(fields)
+        self.layout, self.volumes, self.label_index = self._read_metadata(fields, sampler)
         self.fields = self._select(None if self.layout.foreign else fields)
         self.dtypes = {k: self._dtype(k) for k in self.fields}
         self.pad_values = {"image": pad_value, "label": label_pad_value}
@@ -111,7 +113,7 @@ class PatchDataset(ReadCoreDataset, Dataset[Any]):
         self._local: ReadCore | None = None
 
     def _read_metadata(
-        self, fields: FieldSelection | None
+        self, fields: FieldSelection | None, sampler: PatchSampler | None
     ) -> tuple[DatasetLayout, VolumeSet, LabelIndex | None]:
         reader = open_reader(self.location, **self._reader_options())
         try:
@@ -119,7 +121,9 @@ class PatchDataset(ReadCoreDataset, Dataset[Any]):
             attrs = reader.attrs()
             if not is_chunkio_dataset(attrs):
                 self._options["fill_missing"] = True  # never-written chunks hold the fill
-                return (*foreign_volumes(reader, fields, len(self.patch_size)), None)
+                layout, volumes = foreign_volumes(reader, fields, len(self.patch_size))
+                balanced = isinstance(sampler, LabelBalancedSampler) and volumes.label is not None
+                return layout, volumes, self._index_labels(layout, volumes) if balanced else None
             layout = DatasetLayout.from_attrs(attrs, where=where)
             present = set(reader.array_names())
             arrays = {
@@ -133,6 +137,16 @@ class PatchDataset(ReadCoreDataset, Dataset[Any]):
             volumes = VolumeSet.from_extra(layout.extra, where=where)
             index = read_label_index(reader, layout.extra[VOLUMES_KEY].get("label_index"))
             return layout, volumes, index
+        finally:
+            reader.close()
+
+    def _index_labels(self, layout: DatasetLayout, volumes: VolumeSet) -> LabelIndex:
+        """The label index of a store chunkio did not write, read from its labels (as a
+        foreign store is read: never-written chunks hold the fill value)."""
+        label = layout.field("label")
+        reader = open_reader(self.location, **self._reader_options())
+        try:
+            return index_label_volumes(reader, volumes, label.array_names()[0], label.dtype)
         finally:
             reader.close()
 

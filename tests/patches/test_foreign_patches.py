@@ -14,7 +14,14 @@ from torch.utils.data import DataLoader
 
 from chunkio.batch import collate
 from chunkio.errors import FormatError, MissingFieldError
-from chunkio.patches import GridSampler, LabelBalancedSampler, PatchDataset, RandomPatchSampler
+from chunkio.patches import (
+    GridSampler,
+    LabelBalancedSampler,
+    LabelIndex,
+    PatchDataset,
+    RandomPatchSampler,
+    index_label_volume,
+)
 
 PATCH = (4, 5, 4)
 
@@ -103,6 +110,19 @@ def test_volumes_that_do_not_fit_are_typed_errors_naming_the_arrays(tmp_path: Pa
         PatchDataset(path, PATCH, fields={"image": "vol/image", "label": "vol/one"})
     with pytest.raises(FormatError, match=r"an 'image' array and optionally a 'label'"):
         PatchDataset(path, PATCH, fields={"img": "vol/image"})
-    with pytest.raises(FormatError, match=r"needs the per-chunk label index"):
-        PatchDataset(path, PATCH, fields=["vol/image", "vol/label"],
-                     sampler=LabelBalancedSampler(4))  # fmt: skip
+
+
+@pytest.mark.parametrize("case", ["h5py volumes", "zarr v3 channels"])
+def test_label_balanced_patches_index_the_labels_in_place(tmp_path: Path, case: str) -> None:
+    build, fields, image, label = CASES[case]
+    path = build(tmp_path)
+    before = snapshot(tmp_path)
+    sampler = LabelBalancedSampler(60, foreground=1.0, classes=[3], seed=2)
+    ds = PatchDataset(path, PATCH, fields=fields, sampler=sampler)
+    chunks = ds.volumes.chunks
+    want = LabelIndex.concat([index_label_volume(v, i, chunks) for i, v in enumerate(label)], 3)
+    assert ds.label_index is not None
+    np.testing.assert_array_equal(ds.label_index.rows, want.rows)
+    got = ds.read_patches(list(ds.sampler))
+    _assert_patches_are_the_source(got, image, label)
+    assert snapshot(tmp_path) == before  # the index is made in memory, never stored
