@@ -105,12 +105,7 @@ def foreign_layout(
     one chunk of every sample must not make the whole dataset one chunk to the sampler.
     """
     where = reader.location
-    if fields is None or isinstance(fields, str):
-        raise FormatError(
-            f"{where}: not a chunkio dataset, so fields must name its arrays, e.g. "
-            "fields={'image': 'train/images', 'label': 'train/labels'}; arrays found: "
-            f"{list_arrays(reader)}"
-        )
+    fields = _given(reader, fields, "arrays", "'train/images', 'label': 'train/labels'")
     arrays = field_arrays(fields, where)
     infos = {name: _array_info(reader, path) for name, path in arrays.items()}
     lengths = {arrays[n]: (i.shape[0] if i.shape else None) for n, i in infos.items()}
@@ -144,12 +139,7 @@ def foreign_volumes(
     image's volumes and spatial shape, without channels.
     """
     where = reader.location
-    if fields is None or isinstance(fields, str):
-        raise FormatError(
-            f"{where}: not a chunkio dataset, so fields must name its volume arrays, e.g. "
-            "fields={'image': 'volumes/image', 'label': 'volumes/label'}; arrays found: "
-            f"{list_arrays(reader)}"
-        )
+    fields = _given(reader, fields, "volume arrays", "'volumes/image', 'label': 'volumes/label'")
     if isinstance(fields, Mapping):
         arrays = {str(k): str(v).strip("/") for k, v in fields.items()}
     else:
@@ -191,6 +181,19 @@ def foreign_volumes(
     )
     layout = DatasetLayout(num_samples=count, samples_per_chunk=1, fields=fields_info, foreign=True)
     return layout, volumes
+
+
+def _given(
+    reader: Reader, fields: FieldSelection | None, what: str, example: str
+) -> FieldSelection:
+    """``fields``, which a store chunkio did not write needs: else an error listing its
+    arrays."""
+    if fields is None or isinstance(fields, str):
+        raise FormatError(
+            f"{reader.location}: not a chunkio dataset, so fields must name its {what}, e.g. "
+            f"fields={{'image': {example}}}; arrays found: {list_arrays(reader)}"
+        )
+    return fields
 
 
 def _array_info(reader: Reader, path: str) -> ArrayInfo:
