@@ -186,7 +186,8 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
             attrs = reader.attrs()
             if not is_chunkio_dataset(attrs):
                 self._options["fill_missing"] = True  # never-written chunks hold the fill
-                return foreign_layout(reader, self._selection)
+                preload = self._options["preload_bytes"]
+                return foreign_layout(reader, self._selection, preload_bytes=preload)
             layout = DatasetLayout.from_attrs(attrs, where=where)
             arrays = {}
             for f in layout.fields:

@@ -20,12 +20,14 @@ from .backends import ArrayInfo, Reader
 from .errors import FormatError, MissingFieldError
 from .layout import DatasetLayout, FieldInfo
 from .names import validate_field_name
+from .volume_layout import VolumeSet
 
 __all__ = [
     "FieldSelection",
     "field_arrays",
     "fields_from_words",
     "foreign_layout",
+    "foreign_volumes",
     "list_arrays",
 ]
 
@@ -93,15 +95,17 @@ def list_arrays(reader: Reader) -> str:
     return "; ".join(rows) or "none"
 
 
-def foreign_layout(reader: Reader, fields: FieldSelection | None) -> DatasetLayout:
-    """The layout of the arrays ``fields`` names in a store chunkio did not write."""
+def foreign_layout(
+    reader: Reader, fields: FieldSelection | None, *, preload_bytes: int = 0
+) -> DatasetLayout:
+    """The layout of the arrays ``fields`` names in a store chunkio did not write.
+
+    ``preload_bytes``: arrays this small are read whole once per process (the dataset's
+    ``preload_bytes``), so their chunks do not order reads, however large: labels stored as
+    one chunk of every sample must not make the whole dataset one chunk to the sampler.
+    """
     where = reader.location
-    if fields is None or isinstance(fields, str):
-        raise FormatError(
-            f"{where}: not a chunkio dataset, so fields must name its arrays, e.g. "
-            "fields={'image': 'train/images', 'label': 'train/labels'}; arrays found: "
-            f"{list_arrays(reader)}"
-        )
+    fields = _given(reader, fields, "arrays", "'train/images', 'label': 'train/labels'")
     arrays = field_arrays(fields, where)
     infos = {name: _array_info(reader, path) for name, path in arrays.items()}
     lengths = {arrays[n]: (i.shape[0] if i.shape else None) for n, i in infos.items()}
@@ -111,7 +115,9 @@ def foreign_layout(reader: Reader, fields: FieldSelection | None) -> DatasetLayo
             f"got {lengths}"
         )
     fields_info = tuple(_field(n, arrays[n], i, where) for n, i in infos.items())
-    costly = max(infos.values(), key=_read_cost)
+    per_batch = [i for i in infos.values() if _nbytes(i) > preload_bytes]
+    # nothing read per batch: order by the largest array, the first to be as data grows
+    costly = max(per_batch, key=_read_cost) if per_batch else max(infos.values(), key=_nbytes)
     num_samples = int(costly.shape[0])
     return DatasetLayout(
         num_samples=num_samples,
@@ -119,6 +125,75 @@ def foreign_layout(reader: Reader, fields: FieldSelection | None) -> DatasetLayo
         fields=fields_info,
         foreign=True,
     )
+
+
+def foreign_volumes(
+    reader: Reader, fields: FieldSelection | None, spatial: int
+) -> tuple[DatasetLayout, VolumeSet]:
+    """The volumes of a store chunkio did not write, for :class:`chunkio.patches.PatchDataset`.
+
+    ``fields`` names the arrays: ``{"image": PATH, "label": PATH}`` (label optional) or a
+    list of one or two paths, image first. ``spatial`` is the number of spatial axes (the
+    patch size's). An image array is one volume ``(*spatial)``, volumes ``(N, *spatial)``
+    along axis 0, or volumes with channels ``(N, C, *spatial)``; a label array has the
+    image's volumes and spatial shape, without channels.
+    """
+    where = reader.location
+    fields = _given(reader, fields, "volume arrays", "'volumes/image', 'label': 'volumes/label'")
+    if isinstance(fields, Mapping):
+        arrays = {str(k): str(v).strip("/") for k, v in fields.items()}
+    else:
+        arrays = {k: str(v).strip("/") for k, v in zip(("image", "label"), fields, strict=False)}
+    if "image" not in arrays or not set(arrays) <= {"image", "label"} or len(fields) > 2:
+        raise FormatError(
+            f"{where}: fields of volumes name an 'image' array and optionally a 'label' array "
+            f"(a mapping, or a list: image first); got {fields!r}"
+        )
+    infos = {kind: _array_info(reader, path) for kind, path in arrays.items()}
+    image = infos["image"]
+    extra = len(image.shape) - spatial  # 0: one volume; 1: a volume axis; 2: and channels
+    if extra not in (0, 1, 2):
+        raise FormatError(
+            f"{where}: array {arrays['image']!r} of shape {image.shape} holds no "
+            f"{spatial}-D volumes: expected (*spatial), (volumes, *spatial) or "
+            f"(volumes, channels, *spatial) for a patch size of {spatial} sizes"
+        )
+    count = int(image.shape[0]) if extra else 1
+    shape = tuple(int(n) for n in image.shape[-spatial:])
+    label = infos.get("label")
+    if label is not None and tuple(label.shape) != ((count,) if extra else ()) + shape:
+        raise FormatError(
+            f"{where}: label array {arrays['label']!r} has shape {label.shape}; the image "
+            f"array {arrays['image']!r} {image.shape} needs labels of shape "
+            f"{((count,) if extra else ()) + shape}"
+        )
+    volumes = VolumeSet(
+        shapes=(shape,) * count,
+        chunks=tuple(int(c) for c in image.chunks[-spatial:]),
+        stacked=True,
+        channels=int(image.shape[1]) if extra == 2 else None,
+        label=None if label is None else "label",
+        volume_axis=extra > 0,
+    )
+    fields_info = tuple(
+        _field(kind, arrays[kind], info, where, volume_axis=extra > 0)
+        for kind, info in infos.items()
+    )
+    layout = DatasetLayout(num_samples=count, samples_per_chunk=1, fields=fields_info, foreign=True)
+    return layout, volumes
+
+
+def _given(
+    reader: Reader, fields: FieldSelection | None, what: str, example: str
+) -> FieldSelection:
+    """``fields``, which a store chunkio did not write needs: else an error listing its
+    arrays."""
+    if fields is None or isinstance(fields, str):
+        raise FormatError(
+            f"{reader.location}: not a chunkio dataset, so fields must name its {what}, e.g. "
+            f"fields={{'image': {example}}}; arrays found: {list_arrays(reader)}"
+        )
+    return fields
 
 
 def _array_info(reader: Reader, path: str) -> ArrayInfo:
@@ -132,20 +207,25 @@ def _array_info(reader: Reader, path: str) -> ArrayInfo:
         ) from err
 
 
-def _field(name: str, path: str, info: ArrayInfo, where: str) -> FieldInfo:
+def _field(
+    name: str, path: str, info: ArrayInfo, where: str, *, volume_axis: bool = True
+) -> FieldInfo:
+    """``volume_axis=False``: a single volume stored without axis 0, described as the one
+    sample of a volume axis."""
     dtype = np.dtype(info.dtype)
     if dtype.hasobject or dtype.fields is not None or dtype.kind in "OSUV":
         raise FormatError(
             f"{where}: array {path!r} has dtype {dtype}; chunkio reads numeric and boolean "
             "arrays (object, string, variable-length and compound dtypes cannot be batched)"
         )
-    return FieldInfo(
-        name,
-        dtype,
-        tuple(int(n) for n in info.shape[1:]),
-        array=path,
-        rows_per_chunk=max(1, int(info.chunks[0])),
-    )
+    shape, chunks = tuple(int(n) for n in info.shape), tuple(int(n) for n in info.chunks)
+    if not volume_axis:
+        shape, chunks = (1, *shape), (1, *chunks)
+    return FieldInfo(name, dtype, shape[1:], array=path, rows_per_chunk=max(1, chunks[0]))
+
+
+def _nbytes(info: ArrayInfo) -> int:
+    return int(np.prod(info.shape, dtype=np.int64)) * np.dtype(info.dtype).itemsize
 
 
 def _read_cost(info: ArrayInfo) -> tuple[bool, int]:

@@ -3,7 +3,12 @@
 A dataset converted in class-folder order (before conversions shuffled by default, or with
 ``shuffle=False``) stores each chunk with one or two classes. The loader's mixing pool and
 lanes recover most of the mixing, but not always: :func:`warn_if_label_sorted` compares the
-labels of the loader's first batches with a uniform shuffle and says what to do.
+labels of the loader's first batches with a uniform shuffle and says what to do. A user's own
+HDF5 file or Zarr store read in place was never shuffled at all, and is often sorted by label.
+
+The labels are the dataset's first field named as in :data:`LABEL_FIELDS` that holds one
+integer per sample: ``label`` (what chunkio's converters write), or a name users' own files
+give their labels, so that ``fields=["train/images", "train/labels"]`` is checked too.
 """
 
 from __future__ import annotations
@@ -14,14 +19,20 @@ from typing import Any
 import numpy as np
 
 from .backends import Reader, open_reader
+from .layout import DatasetLayout, FieldInfo
 from .read import read_whole
 
 __all__ = [
+    "LABEL_FIELDS",
     "LabelMixingWarning",
     "check_label_mixing",
+    "label_field",
     "labels_of",
     "warn_if_label_sorted",
 ]
+
+#: names of a label field, in order of preference (the first the dataset has is its labels)
+LABEL_FIELDS = ("label", "labels", "target", "targets", "y")
 
 #: the loader's mean distinct labels per batch, as a fraction of a uniform shuffle's, below
 #: which it warns
@@ -31,25 +42,42 @@ SORTED_THRESHOLD = 0.5
 #: label fields larger than this are not read just to warn
 _MAX_LABEL_BYTES = 64 << 20
 _BATCHES_CHECKED = 64
-_warned: set[tuple[str, int, int]] = set()
+_warned: set[tuple[str, int, int, int]] = set()
 
 
 class LabelMixingWarning(UserWarning):
     """The loader's batches mix labels much worse than a uniform shuffle would."""
 
 
+def label_field(layout: DatasetLayout) -> FieldInfo | None:
+    """The field holding ``layout``'s labels: the first of :data:`LABEL_FIELDS` it has, if
+    that one holds one integer per sample; ``None`` otherwise.
+
+    >>> import numpy as np
+    >>> from chunkio.layout import FieldInfo as F
+    >>> i8 = np.dtype("int64")
+    >>> label_field(DatasetLayout(4, 2, (F("x", i8, (3,)), F("y", i8, ())))).name
+    'y'
+    >>> label_field(DatasetLayout(4, 2, (F("x", i8, (3,)), F("labels", i8, (2,))))) is None
+    True
+    """
+    names = [n for n in LABEL_FIELDS if n in layout.field_names]
+    if not names:
+        return None
+    info = layout.field(names[0])
+    scalar_int = info.kind == "dense" and not info.sample_shape and info.dtype.kind in "iu"
+    return info if scalar_int else None
+
+
 def labels_of(
     dataset: Any, reader: Reader | None = None
 ) -> np.ndarray[Any, np.dtype[np.int64]] | None:
-    """The integer ``label`` field of ``dataset``, read once; ``None`` if it has none.
+    """The integer labels of ``dataset`` (see :func:`label_field`), read once; ``None`` if it
+    has none.
 
     ``reader``: one already open on the dataset (else one is opened and closed here)."""
-    try:
-        info = dataset.layout.field("label")
-    except KeyError:
-        return None
-    scalar_int = info.kind == "dense" and not info.sample_shape and info.dtype.kind in "iu"
-    if not scalar_int or info.sample_nbytes * len(dataset) > _MAX_LABEL_BYTES:
+    info = label_field(dataset.layout)
+    if info is None or info.sample_nbytes * len(dataset) > _MAX_LABEL_BYTES:
         return None
     array = info.array_names()[0]  # "label", or the array a store chunkio did not write names
     if reader is not None:
@@ -77,7 +105,7 @@ def _distinct_ratio(groups: list[Any], labels: Any, counts: Any) -> tuple[float,
 def check_label_mixing(
     dataset: Any, sampler: Any, reader: Reader | None = None
 ) -> dict[str, float] | None:
-    """Stored and loader label mixing (``None`` without an integer ``label`` field).
+    """Stored and loader label mixing (``None`` without integer labels: :func:`label_field`).
 
     Keys: ``stored_ratio`` (distinct labels per chunk vs a random order) and, when the stored
     order is label-sorted, ``loader_ratio`` (distinct labels per batch of the sampler's first
@@ -107,7 +135,7 @@ def check_label_mixing(
 def warn_if_label_sorted(dataset: Any, sampler: Any, reader: Reader | None = None) -> None:
     """Warn once per dataset and setting if its stored order is label-sorted and batches suffer
     (``reader``: as for :func:`labels_of`)."""
-    key = (str(dataset.location), sampler.batch_size, sampler.pool)
+    key = (str(dataset.location), sampler.batch_size, sampler.pool, sampler.lanes)
     if key in _warned or not sampler.shuffle:
         return
     found = check_label_mixing(dataset, sampler, reader)
@@ -115,13 +143,22 @@ def warn_if_label_sorted(dataset: Any, sampler: Any, reader: Reader | None = Non
         return
     if found["stored_ratio"] < SORTED_THRESHOLD and found["loader_ratio"] < MIXING_THRESHOLD:
         _warned.add(key)
+        if dataset.layout.foreign:  # a user's own store, read in place: nothing shuffled it
+            todo = (
+                "Pass a larger pool_bytes to make_loader, or write a shuffled copy once with "
+                "chunkio.write_arrays(dst, {name: array, ...}, shuffle=True)."
+            )
+        else:
+            todo = (
+                "Reconvert with shuffle=True (the converters' default), or pass a larger "
+                "pool_bytes to make_loader."
+            )
         warnings.warn(
             f"{dataset.location!r} stores its samples sorted by label (each chunk holds "
             f"{found['stored_ratio']:.0%} of the distinct labels a random order would), and "
             f"this loader's batches hold {found['loader_distinct']:.1f} distinct labels against "
             f"{found['uniform_distinct']:.1f} for a uniform shuffle "
-            f"({found['loader_ratio']:.0%}): training may suffer. Reconvert with shuffle=True "
-            "(the converters' default), or pass a larger pool_bytes to make_loader.",
+            f"({found['loader_ratio']:.0%}): training may suffer. {todo}",
             LabelMixingWarning,
             stacklevel=3,
         )

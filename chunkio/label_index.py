@@ -31,11 +31,13 @@ import numpy.typing as npt
 from .backends import Compression, Reader, Writer
 from .errors import FormatError
 from .numeric import IntArray, ceil_div
+from .volume_layout import VolumeSet
 
 __all__ = [
     "POINTS_PER_ENTRY",
     "LabelIndex",
     "index_label_volume",
+    "index_label_volumes",
     "read_label_index",
     "write_label_index",
 ]
@@ -167,6 +169,21 @@ def write_label_index(
         for start in range(0, r, step):
             writer.write_block(name, start, data[start : start + step])
     return {"rows": ROWS_ARRAY, "points": POINTS_ARRAY, **index.summary()}
+
+
+def index_label_volumes(
+    reader: Reader, volumes: VolumeSet, array: str, dtype: np.dtype[Any]
+) -> LabelIndex:
+    """The index of the label volumes in ``array`` of a store chunkio did not write (which
+    has none stored): each volume read whole once, one at a time; nothing is written."""
+    parts = []
+    for v in range(volumes.count):
+        region = volumes.region("label", v, (0,) * volumes.ndim, volumes.shapes[v])
+        buf = np.empty(tuple(r.stop - r.start for r in region), dtype)
+        reader.read_region(array, region, buf)
+        label = buf[0] if volumes.volume_axis else buf
+        parts.append(index_label_volume(label, v, volumes.chunks))
+    return LabelIndex.concat(parts, volumes.ndim)
 
 
 def read_label_index(reader: Reader, meta: Mapping[str, Any] | None) -> LabelIndex | None:

@@ -17,6 +17,10 @@ A *volume dataset* is an ordinary chunkio dataset (see :mod:`chunkio.layout`) wr
 (see :mod:`chunkio.label_index`) and per-volume ``sources`` (file names, voxel
 spacing, affine and orientation) and ``scaling`` (``slope``/``inter``: original value =
 stored * slope + inter).
+
+The volumes of a store chunkio did not write (:func:`chunkio.foreign.foreign_volumes`) are
+described by a :class:`VolumeSet` too, never written: stacked, and, for a single volume
+stored as one spatial array, without the volume axis (``volume_axis=False``).
 """
 
 from __future__ import annotations
@@ -50,10 +54,18 @@ slice(3, 6, None)))
     channels: int | None = None
     image: str = "image"
     label: str | None = None
+    #: whether the arrays have a leading volume axis (a user's single ``(D, H, W)`` array
+    #: has none; chunkio writes one always)
+    volume_axis: bool = True
 
     def __post_init__(self) -> None:
         if not self.shapes:
             raise FormatError("a volume dataset needs at least one volume; got none")
+        if not self.volume_axis and (self.count != 1 or not self.stacked):
+            raise FormatError(
+                f"volumes stored without a volume axis are one stacked volume; got {self.count} "
+                f"volumes, stacked={self.stacked}"
+            )
         ndim = len(self.chunks)
         if ndim < 1 or any(c < 1 for c in self.chunks):
             raise FormatError(f"volume chunks must be positive; got {self.chunks}")
@@ -98,10 +110,13 @@ slice(3, 6, None)))
     def region(
         self, kind: str, volume: int, lo: tuple[int, ...], hi: tuple[int, ...]
     ) -> tuple[slice, ...]:
-        """The array region holding spatial box ``[lo, hi)`` of a volume (all channels)."""
+        """The array region holding spatial box ``[lo, hi)`` of a volume (all channels;
+        its row of the volume axis, when the arrays have one)."""
         _, row = self.array(kind, volume)
         channel = (slice(0, self.channels),) if kind == "image" and self.channels else ()
         box = tuple(slice(int(a), int(b)) for a, b in zip(lo, hi, strict=True))
+        if not self.volume_axis:
+            return (*channel, *box)
         return (slice(row, row + 1), *channel, *box)
 
     def item_shape(self, kind: str, spatial: tuple[int, ...]) -> tuple[int, ...]:

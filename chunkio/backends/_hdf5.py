@@ -141,7 +141,10 @@ class HDF5Reader:
         if self._file is None or not self._file.id.valid:
             try:
                 before = os.stat(self.location)
-                self._file = h5py.File(self.location, "r")
+                # a shared lock where the file system has locks: a writer holding the file
+                # is still refused below; a read-only mount without locks (NFS, Lustre) is
+                # read, whatever the HDF5 build's default
+                self._file = h5py.File(self.location, "r", locking="best-effort")
             except FileNotFoundError as err:
                 raise DatasetNotFoundError(f"no HDF5 dataset at {self.location}") from err
             except OSError as err:

@@ -1,7 +1,8 @@
 """Patch-based training and inference on chunked volumes.
 
 :class:`PatchDataset` serves patches of a volume dataset (written by
-:func:`chunkio.convert.volumes.convert_volumes`), :class:`GridSampler`,
+:func:`chunkio.convert.volumes.convert_volumes`, or a user's own HDF5 / Zarr volume arrays
+read in place), :class:`GridSampler`,
 :class:`RandomPatchSampler` and :class:`LabelBalancedSampler` choose them, and :func:`stitch`
 writes per-patch predictions back into full volumes.
 

@@ -18,12 +18,14 @@ from torch.utils.data import Dataset
 
 from ..backends import ReaderOptions, detect_format, open_reader
 from ..batch import SampleBatch, to_tensor
-from ..label_index import LabelIndex, read_label_index
+from ..foreign import FieldSelection, foreign_volumes, is_chunkio_dataset
+from ..label_index import LabelIndex, index_label_volumes, read_label_index
 from ..layout import DatasetLayout, check_arrays
 from ..planning import plan_patch_reads
 from ..read import PadMode, ReadCore
 from ..read.core import ReadCoreDataset
 from ..volume_layout import VOLUMES_KEY, VolumeSet
+from .balanced import LabelBalancedSampler
 from .samplers import GridSampler, PatchSampler
 
 __all__ = ["PatchDataset"]
@@ -32,7 +34,8 @@ KINDS = ("image", "label")
 
 
 class PatchDataset(ReadCoreDataset, Dataset[Any]):
-    """Patches of the volumes of a chunkio volume dataset (see :mod:`chunkio.volume_layout`).
+    """Patches of the volumes of a chunkio volume dataset (see :mod:`chunkio.volume_layout`),
+    or of volume arrays in a user's own HDF5 file or Zarr store, read in place.
 
     Items are addressed by *patch keys* ``(volume, *origin)``, which the bound ``sampler``
     yields; an item is ``{"image", "label" (when the dataset has labels), "volume",
@@ -42,14 +45,24 @@ class PatchDataset(ReadCoreDataset, Dataset[Any]):
     Parameters
     ----------
     path
-        A volume dataset (``.zarr`` directory, ``.h5`` file, URL or store).
+        A volume dataset (``.zarr`` directory, ``.h5`` file, URL or store), or an HDF5 file
+        or Zarr store chunkio did not write (then ``fields`` names its arrays).
     patch_size
         Spatial size of a patch, one int per spatial axis.
     sampler
         A :class:`~chunkio.patches.PatchSampler` (grid, random, label-balanced), bound here
         to the volumes; default: a non-overlapping :class:`~chunkio.patches.GridSampler`.
     fields
-        ``"image"`` and/or ``"label"``; default: both when the dataset has labels.
+        ``"image"`` and/or ``"label"``; default: both when the dataset has labels. For a store
+        chunkio did not write, the arrays, as for :class:`~chunkio.ChunkDataset`:
+        ``{"image": "vol/image", "label": "vol/label"}`` (label optional) or a list of paths,
+        image first. What a volume is follows from the number of spatial axes (``len(
+        patch_size)``): an image array of that many axes is one volume; one more axis is a
+        volume axis (axis 0, as the sample axis of ``ChunkDataset``): ``(N, D, H, W)`` holds
+        ``N`` 3-D volumes; two more are volumes with channels, ``(N, C, D, H, W)``. A label
+        array has the image's shape without channels. Nothing is written to the store: a
+        :class:`~chunkio.patches.LabelBalancedSampler` gets its label index by reading each
+        label volume once here.
     transform
         Applied to each item (the batch is then stacked by torch's collate).
     pad_mode, pad_value, label_pad_value
@@ -68,7 +81,7 @@ class PatchDataset(ReadCoreDataset, Dataset[Any]):
         patch_size: Sequence[int],
         *,
         sampler: PatchSampler | None = None,
-        fields: Sequence[str] | None = None,
+        fields: FieldSelection | None = None,
         transform: Callable[[Any], Any] | None = None,
         pad_mode: PadMode = "constant",
         pad_value: float = 0,
@@ -89,9 +102,9 @@ class PatchDataset(ReadCoreDataset, Dataset[Any]):
             "storage_options": dict(storage_options) if storage_options else None,
             "trust_codecs": bool(trust_codecs),
         }
-        self.layout, self.volumes, self.label_index = self._read_metadata()
         self.patch_size = tuple(int(p) for p in patch_size)
-        self.fields = self._select(fields)
+        self.layout, self.volumes, self.label_index = self._read_metadata(fields, sampler)
+        self.fields = self._select(None if self.layout.foreign else fields)
         self.dtypes = {k: self._dtype(k) for k in self.fields}
         self.pad_values = {"image": pad_value, "label": label_pad_value}
         self.sampler = (sampler if sampler is not None else GridSampler()).bind(
@@ -99,16 +112,19 @@ class PatchDataset(ReadCoreDataset, Dataset[Any]):
         )
         self._local: ReadCore | None = None
 
-    def _read_metadata(self) -> tuple[DatasetLayout, VolumeSet, LabelIndex | None]:
-        opts = self._options
-        reader = open_reader(
-            self.location,
-            storage_options=opts["storage_options"],
-            trust_codecs=bool(opts["trust_codecs"]),
-        )
+    def _read_metadata(
+        self, fields: FieldSelection | None, sampler: PatchSampler | None
+    ) -> tuple[DatasetLayout, VolumeSet, LabelIndex | None]:
+        reader = open_reader(self.location, **self._reader_options())
         try:
             where = reader.location
-            layout = DatasetLayout.from_attrs(reader.attrs(), where=where)
+            attrs = reader.attrs()
+            if not is_chunkio_dataset(attrs):
+                self._options["fill_missing"] = True  # never-written chunks hold the fill
+                layout, volumes = foreign_volumes(reader, fields, len(self.patch_size))
+                balanced = isinstance(sampler, LabelBalancedSampler) and volumes.label is not None
+                return layout, volumes, self._index_labels(layout, volumes) if balanced else None
+            layout = DatasetLayout.from_attrs(attrs, where=where)
             present = set(reader.array_names())
             arrays = {
                 name: (i.shape, i.dtype, i.chunks)
@@ -124,7 +140,17 @@ class PatchDataset(ReadCoreDataset, Dataset[Any]):
         finally:
             reader.close()
 
-    def _select(self, fields: Sequence[str] | None) -> tuple[str, ...]:
+    def _index_labels(self, layout: DatasetLayout, volumes: VolumeSet) -> LabelIndex:
+        """The label index of a store chunkio did not write, read from its labels (as a
+        foreign store is read: never-written chunks hold the fill value)."""
+        label = layout.field("label")
+        reader = open_reader(self.location, **self._reader_options())
+        try:
+            return index_label_volumes(reader, volumes, label.array_names()[0], label.dtype)
+        finally:
+            reader.close()
+
+    def _select(self, fields: FieldSelection | None) -> tuple[str, ...]:
         available = KINDS if self.volumes.label is not None else KINDS[:1]
         if fields is None:
             return available
@@ -154,12 +180,18 @@ class PatchDataset(ReadCoreDataset, Dataset[Any]):
     # -- per-process handles ------------------------------------------------------------------
     def _open_reader(self) -> ReadCore:
         # the same per-process read core as ChunkDataset's (plan, read, cache, scatter)
-        opts = self._options
-        reader = ReaderOptions(
-            storage_options=opts["storage_options"],
-            trust_codecs=bool(opts["trust_codecs"]),
+        reader = ReaderOptions(**self._reader_options())
+        return ReadCore(
+            self.location, self.layout, cache_bytes=self._options["cache_bytes"], reader=reader
         )
-        return ReadCore(self.location, self.layout, cache_bytes=opts["cache_bytes"], reader=reader)
+
+    def _reader_options(self) -> dict[str, Any]:
+        opts = self._options
+        return {
+            "storage_options": opts["storage_options"],
+            "trust_codecs": bool(opts["trust_codecs"]),
+            "fill_missing": bool(opts.get("fill_missing", False)),
+        }
 
     # -- reading ------------------------------------------------------------------------------
     def read_patches(self, keys: Sequence[Any] | npt.ArrayLike) -> dict[str, npt.NDArray[Any]]:

@@ -129,20 +129,22 @@ class PatchReads:
             keys = map(tuple, chunks[mine, 1:].tolist())
             slot_of = dict(zip(keys, slots[mine].tolist(), strict=True))
             name, shape = volumes.array(kind, v)[0], volumes.shapes[v]
+            array = self.ctx.layout.field(name).array_names()[0]  # a foreign store's path
             for c_lo, c_hi in chunk_boxes(chunks[mine, 1:]):
                 lo = tuple(a * c for a, c in zip(c_lo, size, strict=True))
                 hi = tuple(min(b * c, n) for b, c, n in zip(c_hi, size, shape, strict=True))
                 region = volumes.region(kind, v, lo, hi)
                 buf = np.empty(tuple(r.stop - r.start for r in region), cache.buffer.dtype)
-                self.ctx.reader.read_region(name, region, buf)
+                self.ctx.reader.read_region(array, region, buf)
                 self.ctx.stats.bytes_decoded += buf.nbytes
-                data = buf[0]
+                data: npt.NDArray[Any] = buf[0] if volumes.volume_axis else buf
                 for coords in itertools.product(*map(range, c_lo, c_hi)):
                     a = [x * c - o for x, c, o in zip(coords, size, lo, strict=True)]
                     z = [min(p + c, h - o) for p, c, h, o in zip(a, size, hi, lo, strict=True)]
                     src = tuple(slice(p, q) for p, q in zip(a, z, strict=True))
                     dst = tuple(slice(0, q - p) for p, q in zip(a, z, strict=True))
-                    cache.buffer[(slot_of[coords], Ellipsis, *dst)] = data[(Ellipsis, *src)]
+                    part: tuple[Any, ...] = (Ellipsis, *src)
+                    cache.buffer[(slot_of[coords], Ellipsis, *dst)] = data[part]
 
 
 def _pad_edges(batch: npt.NDArray[Any], inner: IntArray, patch_size: tuple[int, ...]) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from ddp_launch import run_ranks
+from foreign_stores import labelled
 
 import chunkio
 
@@ -77,3 +78,30 @@ def test_resume_onto_another_world_size_and_worker_count(dataset: str, tmp_path:
     assert first["state"]["sampler"]["batches_done"] == STOP_AT
     rest = _run_job(dataset, 4, 0, tmp_path / "b.json", resume=state)
     _same_up_to_padding(first["steps"][:STOP_AT] + rest["steps"], ref)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("store", ["h5py", "zarr v3 sharded"])
+def test_ranks_share_a_users_own_store_disjointly_each_epoch(tmp_path: Path, store: str) -> None:
+    """2 ranks (a ring worker each) over a user's h5py file or zarr store read in place: per
+    epoch every sample once across ranks, and the steps are the single-process sequence of
+    that (seed, epoch)."""
+    n = 301  # a last partial global batch
+    path, arrays, _ = labelled(tmp_path, store, n, classes=10, chunk=16)
+    fields = {"image": arrays["image"], "sample_id": arrays["id"]}
+    args = [str(path), str(GLOBAL_BATCH), "1", str(tmp_path / "out.json")]
+    run_ranks("ddp_rank.py", 2, [*args, f"--fields={json.dumps(fields)}", "--epochs=0,1"],
+              timeout=150)  # fmt: skip
+    got = json.loads((tmp_path / "out.json").read_text())["epochs"]
+    loader = chunkio.make_loader(path, GLOBAL_BATCH, fields=fields, num_workers=0, seed=7,
+                                 pool_bytes=1 << 20)  # fmt: skip
+    for epoch in (0, 1):
+        loader.set_epoch(epoch)
+        ref = [ids.tolist() for _, ids in loader]
+        steps = got[str(epoch)]
+        _same_up_to_padding(steps, ref)
+        for step in steps[:-1]:  # each rank's half of a step: disjoint
+            assert len(set(step)) == len(step) == GLOBAL_BATCH
+        flat = [i for step in steps for i in step]
+        assert set(flat) == set(range(n)) and len(flat) - n < 2  # padding only
+    assert got["0"] != got["1"]  # another epoch, another order

@@ -2,13 +2,15 @@
 of reading data chunkio did not write; and a snapshot proving the source is left untouched.
 
 The data: ``N`` images ``(3, 8, 8)`` uint8 and their labels, sorted by label as users' files
-often are.
+often are (:func:`labelled` makes more samples and classes, with sample ids); and volumes
+for patch reads (:func:`volume_data`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -71,8 +73,91 @@ def fields_of(store: str) -> dict[str, str]:
 
 
 def snapshot(path: Path) -> dict[str, tuple[str, int]]:
-    """Every file's bytes (digest) and modification time, and the listing."""
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    """Every file's bytes (digest) and modification time, and the listing; directories by
+    their modification time, which a file made and removed again (a lock) changes too."""
+    found = [path] if path.is_file() else [path, *sorted(path.rglob("*"))]
     return {
-        str(p): (hashlib.sha256(p.read_bytes()).hexdigest(), os.stat(p).st_mtime_ns) for p in files
+        str(p): (
+            "dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest(),
+            os.stat(p).st_mtime_ns,
+        )
+        for p in found
     }
+
+
+def make_read_only(path: Path) -> None:
+    """Take write permission from ``path`` and everything under it, as on a read-only share."""
+    for p in [*sorted(path.rglob("*"), reverse=True), path] if path.is_dir() else [path]:
+        mode = p.stat().st_mode
+        p.chmod(mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+
+
+def make_writable(path: Path) -> None:
+    """Give write permission back (so that pytest can remove the folder)."""
+    for p in [path, *sorted(path.rglob("*"))] if path.is_dir() else [path]:
+        p.chmod(p.stat().st_mode | stat.S_IWUSR)
+
+
+def labelled(
+    tmp_path: Path, store: str, n: int, classes: int, *, chunk: int = 32, sort: bool = True
+) -> tuple[Path, dict[str, str], dict[str, np.ndarray[Any, Any]]]:
+    """``store`` (a key of :data:`STORES`) holding ``n`` images sorted by label over ``classes``
+    classes, with int64 sample ids; the images ``(3, 8, 8)`` chunked ``chunk`` samples, gzip
+    (h5py) or the writer's default (zarr). Returns the path, the fields (``image``, ``label``,
+    ``id``) and the arrays. ``sort=False``: labels in random order."""
+    rng = np.random.default_rng(1)
+    images = rng.integers(0, 255, (n, 3, 8, 8), dtype=np.uint8)
+    labels = rng.integers(0, classes, n).astype(np.int64)
+    labels = np.sort(labels) if sort else labels
+    arrays = {"image": images, "label": labels, "id": np.arange(n, dtype=np.int64)}
+    fields = {name: f"train/{name}s" for name in arrays}
+    if store == "h5py":
+        path = tmp_path / "labelled.h5"
+        with h5py.File(path, "w") as f:
+            for name, a in arrays.items():
+                if a.ndim == 1:  # contiguous, as h5py writes it by default
+                    f.create_dataset(fields[name], data=a)
+                else:
+                    chunks = (chunk, *a.shape[1:])
+                    f.create_dataset(fields[name], data=a, chunks=chunks, compression="gzip")
+        return path, fields, arrays
+    fmt = 2 if store == "zarr v2" else 3
+    path = tmp_path / f"labelled-v{fmt}.zarr"
+    g = zarr.open_group(path, mode="w", zarr_format=fmt)
+    for name, a in arrays.items():
+        chunks = (chunk, *a.shape[1:]) if a.ndim > 1 else (n,)
+        shards = (4 * chunk, *a.shape[1:]) if fmt == 3 and a.ndim > 1 else None
+        z = g.create_array(fields[name], shape=a.shape, chunks=chunks, shards=shards, dtype=a.dtype)
+        z[...] = a
+    return path, fields, arrays
+
+
+def volume_data() -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """Three 2-channel int16 volumes ``(3, 2, 10, 12, 9)`` and their uint8 labels."""
+    rng = np.random.default_rng(2)
+    images = rng.integers(-3000, 30000, (3, 2, 10, 12, 9)).astype(np.int16)
+    return images, (images[:, 0] % 5).astype(np.uint8)
+
+
+def volumes_h5py(tmp_path: Path) -> Path:
+    """``vol/image`` ``(N, D, H, W)`` (channel 0) gzip-chunked across volumes, ``vol/label``
+    chunked otherwise, and ``vol/one``, a single ``(D, H, W)`` volume."""
+    images, labels = volume_data()
+    path = tmp_path / "volumes.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("vol/image", data=images[:, 0], chunks=(2, 4, 5, 3), compression="gzip")
+        f.create_dataset("vol/label", data=labels, chunks=(1, 5, 6, 9))
+        f.create_dataset("vol/one", data=images[0, 0], chunks=(3, 12, 4))
+    return path
+
+
+def volumes_zarr_v3(tmp_path: Path) -> Path:
+    """``image`` ``(N, C, D, H, W)`` sharded, ``label`` ``(N, D, H, W)``."""
+    images, labels = volume_data()
+    path = tmp_path / "volumes.zarr"
+    g = zarr.open_group(path, mode="w", zarr_format=3)
+    chunks, shards = (1, 2, 4, 4, 4), (1, 2, 8, 8, 8)
+    z = g.create_array("image", shape=images.shape, chunks=chunks, shards=shards, dtype="i2")
+    z[...] = images
+    g.create_array("label", shape=labels.shape, chunks=(1, 5, 5, 5), dtype="u1")[...] = labels
+    return path
