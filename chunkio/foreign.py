@@ -23,10 +23,13 @@ from .names import validate_field_name
 
 __all__ = [
     "FieldSelection",
+    "batchable",
     "field_arrays",
     "fields_from_words",
+    "foreign_arrays",
     "foreign_layout",
     "list_arrays",
+    "order_field",
 ]
 
 #: what ``fields`` may be for a store chunkio did not write
@@ -95,6 +98,22 @@ def list_arrays(reader: Reader) -> str:
 
 def foreign_layout(reader: Reader, fields: FieldSelection | None) -> DatasetLayout:
     """The layout of the arrays ``fields`` names in a store chunkio did not write."""
+    infos = foreign_arrays(reader, fields)
+    where = reader.location
+    fields_info = tuple(_field(n, i.name, i, where) for n, i in infos.items())
+    costly = infos[order_field(infos)]
+    num_samples = int(costly.shape[0])
+    return DatasetLayout(
+        num_samples=num_samples,
+        samples_per_chunk=max(1, min(int(costly.chunks[0]), num_samples)),
+        fields=fields_info,
+        foreign=True,
+    )
+
+
+def foreign_arrays(reader: Reader, fields: FieldSelection | None) -> dict[str, ArrayInfo]:
+    """Field name -> the array ``fields`` names (its path is ``info.name``), checked: every
+    array exists and all have the same length along axis 0."""
     where = reader.location
     if fields is None or isinstance(fields, str):
         raise FormatError(
@@ -110,15 +129,13 @@ def foreign_layout(reader: Reader, fields: FieldSelection | None) -> DatasetLayo
             f"{where}: the arrays must have the same length along axis 0 (the sample axis); "
             f"got {lengths}"
         )
-    fields_info = tuple(_field(n, arrays[n], i, where) for n, i in infos.items())
-    costly = max(infos.values(), key=_read_cost)
-    num_samples = int(costly.shape[0])
-    return DatasetLayout(
-        num_samples=num_samples,
-        samples_per_chunk=max(1, min(int(costly.chunks[0]), num_samples)),
-        fields=fields_info,
-        foreign=True,
-    )
+    return infos
+
+
+def order_field(infos: Mapping[str, ArrayInfo]) -> str:
+    """The field whose chunks the chunk-aware order follows: the one that costs most to read
+    (see :func:`_read_cost`); the first of equals."""
+    return max(infos, key=lambda name: _read_cost(infos[name]))
 
 
 def _array_info(reader: Reader, path: str) -> ArrayInfo:
@@ -134,7 +151,7 @@ def _array_info(reader: Reader, path: str) -> ArrayInfo:
 
 def _field(name: str, path: str, info: ArrayInfo, where: str) -> FieldInfo:
     dtype = np.dtype(info.dtype)
-    if dtype.hasobject or dtype.fields is not None or dtype.kind in "OSUV":
+    if not batchable(dtype):
         raise FormatError(
             f"{where}: array {path!r} has dtype {dtype}; chunkio reads numeric and boolean "
             "arrays (object, string, variable-length and compound dtypes cannot be batched)"
@@ -146,6 +163,17 @@ def _field(name: str, path: str, info: ArrayInfo, where: str) -> FieldInfo:
         array=path,
         rows_per_chunk=max(1, int(info.chunks[0])),
     )
+
+
+def batchable(dtype: Any) -> bool:
+    """Whether arrays of ``dtype`` can be read into batches: numeric and boolean ones (not
+    object, string, variable-length or compound dtypes).
+
+    >>> batchable("f4"), batchable("U3"), batchable([("a", "i4")])
+    (True, False, False)
+    """
+    d = np.dtype(dtype)
+    return not (d.hasobject or d.fields is not None or d.kind in "OSUV")
 
 
 def _read_cost(info: ArrayInfo) -> tuple[bool, int]:

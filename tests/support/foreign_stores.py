@@ -76,3 +76,76 @@ def snapshot(path: Path) -> dict[str, tuple[str, int]]:
     return {
         str(p): (hashlib.sha256(p.read_bytes()).hexdigest(), os.stat(p).st_mtime_ns) for p in files
     }
+
+
+# -- chunkings that make training slow (and one that does not), and stores with holes ------
+
+
+def images(n: int, side: int) -> np.ndarray[Any, Any]:
+    """``n`` random images ``(3, side, side)`` uint8 (incompressible: no codec flatters)."""
+    return np.random.default_rng(1).integers(0, 255, (n, 3, side, side), dtype=np.uint8)
+
+
+def h5py_chunked(tmp_path: Path, rows: int, *, n: int = N, side: int = 8) -> Path:
+    """An h5py file whose gzip images come in chunks of ``rows`` samples (``rows=n``: one chunk
+    of every sample), with contiguous labels."""
+    path = tmp_path / f"chunks{rows}.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset(
+            "images", data=images(n, side), chunks=(rows, 3, side, side), compression="gzip"
+        )
+        f.create_dataset("labels", data=np.arange(n) % 10)
+    return path
+
+
+def zarr_v3_chunked(tmp_path: Path, rows: int, *, n: int = N, side: int = 8) -> Path:
+    """A zarr-python v3 group whose images come in chunks of ``rows`` samples, sharded by
+    64 chunks."""
+    path = tmp_path / f"chunks{rows}.zarr"
+    g = zarr.open_group(path, mode="w", zarr_format=3)
+    chunks = (rows, 3, side, side)
+    g.create_array("images", shape=(n, *chunks[1:]), chunks=chunks,
+                   shards=(64 * rows, *chunks[1:]), dtype="u1")[...] = images(n, side)  # fmt: skip
+    g.create_array("labels", shape=(n,), chunks=(n,), dtype="i8")[...] = np.arange(n) % 10
+    return path
+
+
+#: samples written to the stores with holes (the rest of each array was never written)
+WRITTEN = 100
+
+
+def zarr_v2_with_holes(tmp_path: Path) -> Path:
+    """As :func:`zarr_v2`, but only the first :data:`WRITTEN` images written: the chunks past
+    them were never written (they read as the fill value, 0)."""
+    images, labels = data()
+    path = tmp_path / "holes.zarr"
+    g = zarr.open_group(path, mode="w", zarr_format=2).require_group("train")
+    a = g.create_array("images", shape=images.shape, chunks=(16, 3, 4, 8), dtype="u1",
+                       compressors=numcodecs.Blosc(cname="zstd"))  # fmt: skip
+    a[:WRITTEN] = images[:WRITTEN]
+    g.create_array("labels", shape=labels.shape, chunks=(100,), dtype=labels.dtype)[...] = labels
+    return path
+
+
+def zarr_v3_sharded_with_holes(tmp_path: Path) -> Path:
+    """As :func:`zarr_v3_sharded`, with only the first :data:`WRITTEN` images written."""
+    images, labels = data()
+    path = tmp_path / "holes3.zarr"
+    g = zarr.open_group(path, mode="w", zarr_format=3)
+    a = g.create_array("images", shape=images.shape, chunks=(8, 3, 8, 8), shards=(64, 3, 8, 8),
+                       dtype="u1")  # fmt: skip
+    a[:WRITTEN] = images[:WRITTEN]
+    g.create_array("labels", shape=labels.shape, chunks=(N,), dtype=labels.dtype)[...] = labels
+    return path
+
+
+def h5py_with_holes(tmp_path: Path) -> Path:
+    """An h5py file whose chunked images were written only up to :data:`WRITTEN`: the chunks
+    past them are unallocated (HDF5 reads them as the fill value)."""
+    images, labels = data()
+    path = tmp_path / "holes.h5"
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("images", shape=images.shape, dtype="u1", chunks=(32, 3, 8, 8))
+        d[:WRITTEN] = images[:WRITTEN]
+        f.create_dataset("labels", data=labels)
+    return path
