@@ -38,26 +38,28 @@ def h5py_file(tmp_path: Path) -> Path:
     return path
 
 
-def zarr_v2(tmp_path: Path) -> Path:
-    """zarr-python v2 layout: nested group, Blosc, chunks splitting samples, labels apart."""
+def zarr_v2(tmp_path: Path, *, written: int = N, name: str = "v2.zarr") -> Path:
+    """zarr-python v2 layout: nested group, Blosc, chunks splitting samples, labels apart;
+    only the first ``written`` images written (the chunks past them never are)."""
     images, labels = data()
-    path = tmp_path / "v2.zarr"
+    path = tmp_path / name
     g = zarr.open_group(path, mode="w", zarr_format=2).require_group("train")
     a = g.create_array("images", shape=images.shape, chunks=(16, 3, 4, 8), dtype="u1",
                        compressors=numcodecs.Blosc(cname="zstd"))  # fmt: skip
-    a[...] = images
+    a[:written] = images[:written]
     b = g.create_array("labels", shape=labels.shape, chunks=(100,), dtype=labels.dtype)
     b[...] = labels
     return path
 
 
-def zarr_v3_sharded(tmp_path: Path) -> Path:
+def zarr_v3_sharded(tmp_path: Path, *, written: int = N, name: str = "v3.zarr") -> Path:
+    """A zarr-python v3 group, images sharded; only the first ``written`` images written."""
     images, labels = data()
-    path = tmp_path / "v3.zarr"
+    path = tmp_path / name
     g = zarr.open_group(path, mode="w", zarr_format=3)
     a = g.create_array("images", shape=images.shape, chunks=(8, 3, 8, 8), shards=(64, 3, 8, 8),
                        dtype="u1")  # fmt: skip
-    a[...] = images
+    a[:written] = images[:written]
     g.create_array("labels", shape=labels.shape, chunks=(N,), dtype=labels.dtype)[...] = labels
     return path
 
@@ -115,28 +117,14 @@ WRITTEN = 100
 
 
 def zarr_v2_with_holes(tmp_path: Path) -> Path:
-    """As :func:`zarr_v2`, but only the first :data:`WRITTEN` images written: the chunks past
+    """:func:`zarr_v2` with only the first :data:`WRITTEN` images written: the chunks past
     them were never written (they read as the fill value, 0)."""
-    images, labels = data()
-    path = tmp_path / "holes.zarr"
-    g = zarr.open_group(path, mode="w", zarr_format=2).require_group("train")
-    a = g.create_array("images", shape=images.shape, chunks=(16, 3, 4, 8), dtype="u1",
-                       compressors=numcodecs.Blosc(cname="zstd"))  # fmt: skip
-    a[:WRITTEN] = images[:WRITTEN]
-    g.create_array("labels", shape=labels.shape, chunks=(100,), dtype=labels.dtype)[...] = labels
-    return path
+    return zarr_v2(tmp_path, written=WRITTEN, name="holes.zarr")
 
 
 def zarr_v3_sharded_with_holes(tmp_path: Path) -> Path:
-    """As :func:`zarr_v3_sharded`, with only the first :data:`WRITTEN` images written."""
-    images, labels = data()
-    path = tmp_path / "holes3.zarr"
-    g = zarr.open_group(path, mode="w", zarr_format=3)
-    a = g.create_array("images", shape=images.shape, chunks=(8, 3, 8, 8), shards=(64, 3, 8, 8),
-                       dtype="u1")  # fmt: skip
-    a[:WRITTEN] = images[:WRITTEN]
-    g.create_array("labels", shape=labels.shape, chunks=(N,), dtype=labels.dtype)[...] = labels
-    return path
+    """:func:`zarr_v3_sharded` with only the first :data:`WRITTEN` images written."""
+    return zarr_v3_sharded(tmp_path, written=WRITTEN, name="holes3.zarr")
 
 
 def h5py_with_holes(tmp_path: Path) -> Path:
