@@ -402,6 +402,7 @@ def run_doctor(
             ds,
             fields,
             batch_size=ref,
+            samples_read=ref * (batches_per_setting + 2),
             measure=lambda dataset: _pace(measure(dataset, 0, ref)),
             source=_pace(serial[0]) if serial else None,
             preload_bytes=preload_bytes,

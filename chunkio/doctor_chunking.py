@@ -53,8 +53,8 @@ LARGE_CHUNK_BYTES = 8 << 20
 SPAN_SAMPLES = 1000
 #: the rewrite must read at least this much faster to be recommended
 MIN_GAIN = 1.5
-#: decoded bytes of the sample copy the rewrite is measured on
-COPY_BYTES = 64 << 20
+#: at most this many decoded bytes of the store are copied to measure the rewrite on
+COPY_BYTES = 128 << 20
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,8 @@ class ChunkingAdvice:
     issues: tuple[ChunkingIssue, ...]
     samples_per_chunk: int
     batch_size: int
+    #: the store's first samples copied and rewritten for the measurement
+    samples_copied: int
     #: (seconds to a fresh loader's first batch, then seconds per batch), 0 workers: read
     #: from the store, and from its first samples rewritten
     source: tuple[float, float]
@@ -96,8 +98,9 @@ class ChunkingAdvice:
         lines = ["  chunking:"]
         lines += [f"    field {i.field!r} (array {i.array!r}): {i.why}" for i in self.issues]
         lines += [
-            f"    measured (batch {self.batch_size}, 0 workers), here vs the same samples "
-            f"rewritten with {self.samples_per_chunk} samples per chunk:",
+            f"    measured (batch {self.batch_size}, 0 workers), here vs its first "
+            f"{self.samples_copied} samples rewritten as the command below writes them "
+            f"({self.samples_per_chunk} per chunk, chunkio's default codec):",
             f"      first batch of an epoch {_ms(f0)} vs {_ms(f1)} ({first:.1f}x), "
             f"then {_ms(p0)} vs {_ms(p1)} per batch ({pace:.1f}x)",
         ]
@@ -216,6 +219,7 @@ def advise_chunking(
     fields: FieldSelection,
     *,
     batch_size: int,
+    samples_read: int,
     measure: Callable[[ChunkDataset], tuple[float, float]],
     source: tuple[float, float] | None = None,
     preload_bytes: int,
@@ -223,6 +227,9 @@ def advise_chunking(
 ) -> ChunkingAdvice | None:
     """Measure the chunking issues of the store ``ds`` reads (``None`` when there are none).
 
+    ``samples_read``: how many samples one ``measure`` reads; the copy holds as many (within
+    :data:`COPY_BYTES`), so that its chunks are decoded once each, as in an epoch, rather than
+    served again from the loader's pool by a copy read round and round.
     ``measure(dataset)`` returns (seconds to a fresh loader's first batch, then seconds per
     batch) at ``batch_size`` with 0 workers (``source``: one such timing of ``ds`` already
     taken).
@@ -241,8 +248,7 @@ def advise_chunking(
     # whatever else the machine runs
     here = _best(measure(ds), measure(ds) if source is None else source)
     sample = sum(ds.layout.field(f).sample_nbytes for f in ds.fields)
-    rows = max(batch_size * 4, 2 * target)
-    rows = min(len(ds), rows, max(1, COPY_BYTES // max(1, sample)))
+    rows = min(len(ds), max(samples_read, 2 * target), max(1, COPY_BYTES // max(1, sample)))
     with tempfile.TemporaryDirectory(prefix="chunkio-doctor-") as scratch:
         copy = os.path.join(scratch, "rewritten.zarr")
         columns = ds.read_batch(np.arange(rows))
@@ -253,6 +259,7 @@ def advise_chunking(
         issues=tuple(issues),
         samples_per_chunk=target,
         batch_size=batch_size,
+        samples_copied=rows,
         source=here,
         rewritten=rewritten,
         command=rewrite_command(location, arrays, target, storage_options),
