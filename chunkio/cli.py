@@ -18,9 +18,13 @@
                                    [--storage-options JSON] [--trust-codecs]
                                    [--format zarr|hdf5] [--workers N] [--no-progress]
                                    [--overwrite]
-    chunkio info DST [--json] [--storage-options JSON]
-    chunkio verify DST [--storage-options JSON]   exit status 1 when anything is wrong
-    chunkio doctor DST [--step-time S] [--storage-options JSON]
+    chunkio info PATH [--json] [--fields NAME=PATH ...] [--storage-options JSON]
+    chunkio verify PATH [--fields NAME=PATH ...] [--storage-options JSON]
+                                                  exit status 1 when anything is wrong
+    chunkio doctor PATH [--step-time S] [--fields NAME=PATH ...] [--storage-options JSON]
+
+``info``, ``verify`` and ``doctor`` also take any HDF5 file or Zarr store chunkio did not
+write; ``--fields`` names its arrays (``NAME=PATH`` pairs, or bare array paths).
 
 Expected failures (bad input, missing files, an existing destination) print one line on
 stderr and exit with status 2; usage errors too (argparse).
@@ -205,15 +209,15 @@ def _volumes_options(volumes: argparse.ArgumentParser) -> None:
 
 def _dataset_commands(commands: Any) -> None:
     """``info``, ``verify`` and ``doctor``: commands that look at an existing dataset."""
-    info = commands.add_parser("info", help="describe a dataset")
+    info = commands.add_parser("info", help="describe a dataset, HDF5 file or Zarr store")
     info.add_argument("path")
     info.add_argument("--json", action="store_true", help="machine-readable output")
-    _storage_options_argument(info)
+    _path_options(info)
 
     verify = commands.add_parser("verify", help="read every chunk; exit 1 on any problem")
     verify.add_argument("path")
     verify.add_argument("--no-progress", action="store_true", help="no progress bar")
-    _storage_options_argument(verify)
+    _path_options(verify)
 
     doctor = commands.add_parser("doctor", help="diagnose loading speed for a dataset")
     doctor.add_argument("path")
@@ -223,7 +227,26 @@ def _dataset_commands(commands: Any) -> None:
         metavar="S",
         help="your training step time in seconds, to compare against",
     )
-    _storage_options_argument(doctor)
+    _path_options(doctor)
+
+
+def _path_options(parser: argparse.ArgumentParser) -> None:
+    """``--fields`` and ``--storage-options``: which arrays of a store, and how to reach it."""
+    parser.add_argument(
+        "--fields",
+        nargs="+",
+        metavar="NAME=PATH",
+        help="for a store chunkio did not write: its arrays, as NAME=PATH pairs "
+        "(image=train/images label=train/labels) or bare array paths",
+    )
+    _storage_options_argument(parser)
+
+
+def _fields(args: argparse.Namespace) -> Any:
+    """``--fields`` as ChunkDataset's ``fields`` (None when not given)."""
+    from .foreign import fields_from_words
+
+    return None if args.fields is None else fields_from_words(args.fields)
 
 
 def _size(values: list[int] | None) -> tuple[int, int] | None:
@@ -317,8 +340,21 @@ def _human_bytes(n: int | None) -> str:
     return f"{n} B"  # pragma: no cover - the loop always returns
 
 
+def _table(header: tuple[str, ...], body: Sequence[Sequence[str]]) -> list[str]:
+    """Rows as lines of left-aligned columns."""
+    rows = [header, *body]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+
+
+def _shape(values: list[int]) -> str:
+    return "x".join(map(str, values)) or "()"
+
+
 def format_info(d: dict[str, Any]) -> str:
     """The human-readable table ``chunkio info`` prints."""
+    if not d.get("chunkio_dataset", True):
+        return format_foreign_info(d)
     classes = d["class_names"]
     if classes is not None and len(classes) > 10:
         classes = [*classes[:10], f"... ({len(classes)} in all)"]
@@ -339,21 +375,71 @@ def format_info(d: dict[str, Any]) -> str:
     if skipped:
         lines.append(f"skipped sources:   {len(skipped)}")
     header = ("array", "shape", "dtype", "chunks", "compression", "stored")
-    rows = [header] + [
+    rows = [
         (
             name,
-            "x".join(map(str, a["shape"])),
+            _shape(a["shape"]),
             a["dtype"],
-            "x".join(map(str, a["chunks"])),
+            _shape(a["chunks"]),
             a["compression"]["name"] if a.get("compression") else ",".join(a["codecs"]) or "-",
             _human_bytes(a["stored_nbytes"]),
         )
         for name, a in d["arrays"].items()
     ]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines.append("")
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-    return "\n".join(lines)
+    return "\n".join([*lines, "", *_table(header, rows)])
+
+
+def format_foreign_info(d: dict[str, Any]) -> str:
+    """What ``chunkio info`` prints for a store chunkio did not write: every array (codec
+    chain, stored bytes, compression ratio), then the fields ``--fields`` names, or how to
+    name them."""
+    ratio = d["compression_ratio"]
+    lines = [
+        f"path:              {d['path']}",
+        f"format:            {d['format']} (not a chunkio dataset: read in place)",
+        f"size on disk:      {_human_bytes(d['size_on_disk'])}",
+        f"decoded size:      {_human_bytes(d['nbytes'])}"
+        + ("" if ratio is None else f" (compression ratio {ratio:.2f})"),
+        "",
+    ]
+    header = ("array", "shape", "dtype", "chunks", "codecs", "stored", "ratio")
+    rows = [
+        (
+            name,
+            _shape(a["shape"]),
+            a["dtype"],
+            _shape(a["chunks"]),
+            ",".join(a["codecs"]) or "-",
+            _human_bytes(a["stored_nbytes"]),
+            "-" if a["compression_ratio"] is None else f"{a['compression_ratio']:.2f}",
+        )
+        for name, a in d["arrays"].items()
+    ]
+    lines += _table(header, rows)
+    lines += [f"{name}  not readable: {why}" for name, why in d["unreadable"].items()]
+    if d["fields"] is None:
+        return "\n".join([*lines, "", d["hint"]])
+    lines += [
+        "",
+        f"samples:           {d['num_samples']}",
+        f"chunk-aware order: follows field {d['order_field']!r}, {d['samples_per_chunk']} "
+        f"samples per chunk ({d['num_chunks']} chunks)",
+        "",
+    ]
+    header = ("field", "array", "dtype", "sample shape", "chunks", "samples/chunk", "chunk")
+    rows = [
+        (
+            name,
+            f["array"],
+            f["dtype"],
+            _shape(f["sample_shape"]),
+            _shape(f["chunks"]),
+            str(f["samples_per_chunk"]),
+            _human_bytes(f["chunk_nbytes"]),
+        )
+        for name, f in d["fields"].items()
+    ]
+    return "\n".join(lines + _table(header, rows))
 
 
 def _storage_options_argument(parser: argparse.ArgumentParser) -> None:
@@ -378,7 +464,7 @@ def _json_object(text: str) -> dict[str, Any]:
 def _info(args: argparse.Namespace) -> int:
     from .dataset_report import info
 
-    d = info(args.path, storage_options=args.storage_options)
+    d = info(args.path, fields=_fields(args), storage_options=args.storage_options)
     print(json.dumps(d, indent=2) if args.json else format_info(d))
     return EXIT_OK
 
@@ -396,7 +482,9 @@ def _verify(args: argparse.Namespace) -> int:
             bar.update()
 
     try:
-        report = verify(args.path, on_chunk=tick, storage_options=args.storage_options)
+        report = verify(
+            args.path, fields=_fields(args), on_chunk=tick, storage_options=args.storage_options
+        )
     finally:
         if tick is not None:
             bar.close()
@@ -407,7 +495,13 @@ def _verify(args: argparse.Namespace) -> int:
 def _doctor(args: argparse.Namespace) -> int:
     from .doctor import main_doctor
 
-    print(main_doctor(args.path, step_time=args.step_time, storage_options=args.storage_options))
+    text = main_doctor(
+        args.path,
+        step_time=args.step_time,
+        fields=_fields(args),
+        storage_options=args.storage_options,
+    )
+    print(text)
     return EXIT_OK
 
 

@@ -1,4 +1,7 @@
-"""Look inside a chunkio dataset: :func:`info` describes it, :func:`verify` reads all of it.
+"""Look inside a dataset: :func:`info` describes it, :func:`verify` reads all of it.
+
+Both also take stores chunkio did not write (any HDF5 file or Zarr store), whose arrays
+``fields`` names as :class:`~chunkio.ChunkDataset` takes it (:mod:`chunkio.foreign_report`).
 
 ``verify`` is the check to run after copying a dataset or when a training job reports a bad
 chunk: it decodes every chunk of every array through the same backend reader training uses
@@ -10,56 +13,20 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from .backends import ArrayInfo, Reader, detect_format, open_reader
 from .errors import ChunkReadError, FormatError
+from .foreign import is_chunkio_dataset
 from .grid import SampleGrid
 from .layout import COMPLETE_KEY, DatasetLayout, FieldInfo, check_arrays
 from .numeric import ceil_div
+from .verify_report import MissingChunks, Problem, VerifyReport
 
-__all__ = ["Problem", "VerifyReport", "info", "verify"]
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong with a dataset: where (array, chunk) and what."""
-
-    message: str
-    array: str | None = None
-    chunk: int | None = None
-
-    def __str__(self) -> str:
-        where = "" if self.array is None else f"array {self.array!r}"
-        if self.chunk is not None:
-            where += f", chunk {self.chunk}"
-        return f"{where}: {self.message}" if where else self.message
-
-
-@dataclass
-class VerifyReport:
-    """The outcome of :func:`verify`: ``ok`` when no problem was found."""
-
-    path: str
-    arrays: int = 0
-    chunks: int = 0
-    problems: list[Problem] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    def __str__(self) -> str:
-        head = f"{self.path}: {self.arrays} arrays, {self.chunks} chunks read"
-        if self.ok:
-            return f"{head}: OK"
-        lines = [f"{head}: {len(self.problems)} problem(s)"]
-        lines += [f"  - {p}" for p in self.problems]
-        return "\n".join(lines)
+__all__ = ["MissingChunks", "Problem", "VerifyReport", "describe_array", "info", "verify"]
 
 
 def _open(
@@ -97,13 +64,23 @@ def _codec_names(info: ArrayInfo) -> list[str]:
         except ValueError:
             names.append(codec)
             continue
-        conf = spec.get("configuration") or {}
-        level = conf.get("level", conf.get("clevel"))
-        names.append(spec["name"] + ("" if level is None else f"({level})"))
+        names.append(_codec_label(spec))
     return names
 
 
-def _size_on_disk(path: Any) -> int | None:
+def _codec_label(spec: Mapping[str, Any]) -> str:
+    """``zstd(5)``; a sharded array's inner codecs in brackets:
+    ``sharding_indexed[bytes+zstd(0)]``."""
+    conf = spec.get("configuration") or {}
+    if spec["name"] == "sharding_indexed":
+        inner = "+".join(_codec_label(c) for c in conf.get("codecs") or [])
+        return f"sharding_indexed[{inner}]"
+    level = conf.get("level", conf.get("clevel"))
+    return str(spec["name"]) + ("" if level is None else f"({level})")
+
+
+def size_on_disk(path: Any) -> int | None:
+    """Bytes of every file at a local ``path`` (metadata included); ``None`` for a URL."""
     if not isinstance(path, (str, os.PathLike)) or "://" in os.fspath(path):
         return None
     text = os.fspath(path)
@@ -115,8 +92,37 @@ def _size_on_disk(path: Any) -> int | None:
     return total
 
 
-def info(path: Any, *, storage_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def describe_array(reader: Reader, name: str) -> dict[str, Any]:
+    """Array ``name`` as :func:`info` lists it: shape, dtype, chunks, ``compression``,
+    ``codecs``, ``checksum``, ``nbytes`` (decoded) and ``stored_nbytes``."""
+    a = reader.array_info(name)
+    codecs = _codec_names(a)
+    compression = _compression(a)
+    return {
+        "shape": list(a.shape),
+        "dtype": str(a.dtype),
+        "chunks": list(a.chunks),
+        "compression": compression,
+        "codecs": codecs,
+        "checksum": any(c.startswith(("crc32c", "fletcher32")) for c in codecs)
+        or bool(compression and compression["checksum"]),
+        "nbytes": a.nbytes,
+        "stored_nbytes": a.stored_nbytes if a.stored_nbytes is not None else _stored(reader, name),
+    }
+
+
+def info(
+    path: Any,
+    *,
+    fields: Mapping[str, str] | Sequence[str] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """Describe the dataset at ``path`` as a JSON-ready dict.
+
+    A store chunkio did not write (any HDF5 file or Zarr store) is described by
+    :func:`chunkio.foreign_report.foreign_info`: every array, and with ``fields`` (as
+    :class:`~chunkio.ChunkDataset` takes it) the fields a dataset would read. On a chunkio
+    dataset ``fields`` is not used: every field is described.
 
     Keys: ``path``, ``format``, ``complete``, ``num_samples``, ``samples_per_chunk``,
     ``num_chunks``, ``class_names``, ``fields`` (name -> dtype, sample shape, kind),
@@ -145,30 +151,18 @@ def info(path: Any, *, storage_options: Mapping[str, Any] | None = None) -> dict
     """
     reader, attrs = _open(path, storage_options)
     try:
+        if not is_chunkio_dataset(attrs):
+            from .foreign_report import foreign_info
+
+            return foreign_info(reader, path, fields)
         layout = DatasetLayout.from_attrs(attrs, where=reader.location, require_complete=False)
-        arrays: dict[str, Any] = {}
-        for name in reader.array_names():
-            a = reader.array_info(name)
-            codecs = _codec_names(a)
-            compression = _compression(a)
-            arrays[name] = {
-                "shape": list(a.shape),
-                "dtype": str(a.dtype),
-                "chunks": list(a.chunks),
-                "compression": compression,
-                "codecs": codecs,
-                "checksum": any(c.startswith(("crc32c", "fletcher32")) for c in codecs)
-                or bool(compression and compression["checksum"]),
-                "nbytes": a.nbytes,
-                "stored_nbytes": a.stored_nbytes
-                if a.stored_nbytes is not None
-                else _stored(reader, name),
-            }
+        arrays = {name: describe_array(reader, name) for name in reader.array_names()}
         nbytes = sum(a["nbytes"] for a in arrays.values())
         stored = sum(a["stored_nbytes"] or 0 for a in arrays.values())
         return {
             "path": reader.location,
             "format": detect_format(path),
+            "chunkio_dataset": True,
             "complete": attrs.get(COMPLETE_KEY) is True,
             "num_samples": layout.num_samples,
             "samples_per_chunk": layout.samples_per_chunk,
@@ -182,7 +176,7 @@ def info(path: Any, *, storage_options: Mapping[str, Any] | None = None) -> dict
             "nbytes": nbytes,
             "stored_nbytes": stored,
             "compression_ratio": round(nbytes / stored, 3) if stored else None,
-            "size_on_disk": _size_on_disk(path),
+            "size_on_disk": size_on_disk(path),
             "extra": dict(layout.extra),
         }
     finally:
@@ -192,10 +186,18 @@ def info(path: Any, *, storage_options: Mapping[str, Any] | None = None) -> dict
 def verify(
     path: Any,
     *,
+    fields: Mapping[str, str] | Sequence[str] | None = None,
     on_chunk: Callable[[], None] | None = None,
     storage_options: Mapping[str, Any] | None = None,
 ) -> VerifyReport:
     """Read every chunk of every array of the dataset at ``path`` and report all problems.
+
+    A store chunkio did not write is read by
+    :func:`chunkio.foreign_report.verify_foreign`: every chunk of the arrays ``fields`` names
+    (default: every numeric array), each decode error named by array and chunk coordinates;
+    never-written chunks are listed in ``report.missing`` (they read as the fill value, which
+    is valid there). On a chunkio dataset ``fields`` (a list of field names) restricts the
+    check to those fields.
 
     Checks, in order: the format attributes parse; the completion marker is set; every
     declared array exists with the declared shape, dtype and chunking; every chunk is present
@@ -207,6 +209,8 @@ def verify(
     ----------
     path
         The dataset (a ``.zarr`` directory, an ``.h5`` file, ...).
+    fields
+        The arrays (or fields) to read, as :class:`~chunkio.ChunkDataset` takes them.
     on_chunk
         Called after each chunk is read (for a progress bar).
 
@@ -219,10 +223,17 @@ def verify(
     ------
     DatasetNotFoundError
         Nothing exists at ``path``.
+    MissingFieldError
+        ``fields`` names an array or field that is not there (the message lists them).
     """
     reader, attrs = _open(path, storage_options)
     report = VerifyReport(reader.location)
     try:
+        if not is_chunkio_dataset(attrs):
+            from .foreign_report import verify_foreign
+
+            verify_foreign(reader, fields, report, on_chunk)
+            return report
         try:
             layout = DatasetLayout.from_attrs(attrs, where=reader.location, require_complete=False)
         except FormatError as err:
@@ -233,7 +244,10 @@ def verify(
                 Problem(f"no {COMPLETE_KEY!r} marker: the conversion did not finish")
             )
         present = set(reader.array_names())
-        for f in layout.fields:
+        chosen = layout.fields
+        if fields is not None:
+            chosen = tuple(layout.field(str(n), where=reader.location) for n in fields)
+        for f in chosen:
             _verify_field(reader, layout, f, present, report, on_chunk)
     finally:
         reader.close()

@@ -9,6 +9,9 @@ pool what it costs and what training sees: read amplification, chunk mixing and,
 (:func:`chunkio.sampling.describe_sampler`). :func:`main_doctor` renders
 the report as text (the ``chunkio doctor`` command prints it).
 
+On a store chunkio did not write (``fields`` names its arrays) it also judges the store's
+chunking and measures what a rewrite would gain (:mod:`chunkio.doctor_chunking`).
+
 The step time is taken to scale with the batch size (a constant number of samples per second
 for the model), which holds for compute-bound steps of the batch sizes measured here.
 """
@@ -21,7 +24,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .dataset import ChunkDataset
+from .dataset import DEFAULT_PRELOAD_BYTES, ChunkDataset
+from .doctor_chunking import ChunkingAdvice, advise_chunking
+from .foreign import FieldSelection
 from .label_check import labels_of
 from .loader import DEFAULT_POOL_BYTES, default_num_workers, make_loader, pool_samples
 from .sampling import describe_sampler
@@ -52,6 +57,8 @@ class Measurement:
     seconds: float
     samples_per_s: float
     mb_per_s: float
+    #: seconds from a fresh loader to its first batch (worker start-up and cold chunk reads)
+    first_batch_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,8 @@ class DoctorReport:
     recommended_batch_size: int
     recommended_pool_bytes: int
     notes: tuple[str, ...]
+    #: a store chunkio did not write whose chunking slows reads: measured, with the rewrite
+    chunking: ChunkingAdvice | None = None
 
     def best(self, batch_size: int | None = None) -> Measurement:
         """The fastest measurement (at ``batch_size`` if given)."""
@@ -118,6 +127,8 @@ class DoctorReport:
                 f"{p.chunk_diversity:13.2f}  {labels:>27}"
             )
         lines += ["", *_verdict(self), *(f"  note: {n}" for n in self.notes)]
+        if self.chunking is not None:
+            lines += ["", *self.chunking.render()]
         return "\n".join(lines)
 
 
@@ -173,12 +184,17 @@ def _measure(
     batches: int,
     budget_s: float,
     nbytes: int,
+    pool_bytes: int = DEFAULT_POOL_BYTES,
 ) -> Measurement:
-    """Time ``batches`` batches (or ``budget_s``) after two untimed ones (worker start-up)."""
-    with make_loader(ds, batch_size, num_workers=num_workers, seed=0) as loader:
+    """Time ``batches`` batches (or ``budget_s``) after two untimed ones (worker start-up),
+    and the first one apart. The pool holds at least one decoded chunk (make_loader's floor)."""
+    pool = max(pool_bytes, ds.chunk_nbytes())
+    with make_loader(ds, batch_size, num_workers=num_workers, seed=0, pool_bytes=pool) as loader:
         it = _endless(loader)
-        for _ in range(2):
-            next(it)
+        start = time.perf_counter()
+        next(it)
+        first = time.perf_counter() - start
+        next(it)
         n = done = 0
         start = time.perf_counter()
         while done < batches and time.perf_counter() - start < budget_s:
@@ -187,7 +203,7 @@ def _measure(
         seconds = max(time.perf_counter() - start, 1e-9)
         it.close()
     rate = n / seconds
-    return Measurement(num_workers, batch_size, done, seconds, rate, rate * nbytes / 1e6)
+    return Measurement(num_workers, batch_size, done, seconds, rate, rate * nbytes / 1e6, first)
 
 
 def _endless(loader: Any) -> Any:
@@ -278,6 +294,11 @@ def _recommend(
     return True, fastest.num_workers, step_batch_size, notes
 
 
+def _pace(m: Measurement) -> tuple[float, float]:
+    """(seconds to the first batch, then seconds per batch) of a measurement."""
+    return m.first_batch_s, m.batch_size / max(m.samples_per_s, 1e-12)
+
+
 def _rate(x: float) -> str:
     return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
 
@@ -291,6 +312,9 @@ def run_doctor(
     batch_sizes: Sequence[int] | None = None,
     batches_per_setting: int = 20,
     budget_s_per_setting: float = 3.0,
+    fields: FieldSelection | None = None,
+    preload_bytes: int = DEFAULT_PRELOAD_BYTES,
+    pool_bytes: int = DEFAULT_POOL_BYTES,
     storage_options: Mapping[str, Any] | None = None,
 ) -> DoctorReport:
     """Measure read throughput of the dataset at ``path`` and judge it against ``step_time``.
@@ -299,7 +323,7 @@ def run_doctor(
     ----------
     path
         A chunkio dataset (``.zarr`` directory or ``.h5`` file, or a Zarr URL such as
-        ``s3://bucket/train.zarr``); every field is read.
+        ``s3://bucket/train.zarr``), or any HDF5 file or Zarr store with ``fields``.
     step_time
         The model's seconds per training step at ``step_batch_size``; ``None``: no verdict.
     step_batch_size
@@ -311,6 +335,15 @@ def run_doctor(
     batches_per_setting, budget_s_per_setting
         Each setting times this many batches, stopping early after this many seconds (plus
         the loader's start-up and two untimed batches), which bounds the runtime.
+    fields
+        The fields to read, as :class:`~chunkio.ChunkDataset` takes them (default: every
+        field); required for a store chunkio did not write, whose chunking is then judged.
+    preload_bytes
+        As for :class:`~chunkio.ChunkDataset`: fields at most this large are read once per
+        process (their chunking is not judged).
+    pool_bytes
+        The mixing pool throughput is measured with (:func:`~chunkio.make_loader`'s); a
+        chunk larger than a reader's share of it is decoded again for every batch.
     storage_options
         For a URL: fsspec options (as for :class:`~chunkio.ChunkDataset`).
 
@@ -334,25 +367,47 @@ def run_doctor(
     if ref not in sizes:
         raise ValueError(f"step_batch_size must be one of batch_sizes {sizes}, got {ref!r}")
     location = os.fspath(path)
-    ds = ChunkDataset(location, storage_options=storage_options)
+    ds = ChunkDataset(
+        location, fields=fields, preload_bytes=preload_bytes, storage_options=storage_options
+    )
     nbytes = ds.chunk_nbytes() // ds.samples_per_chunk
-    measurements = tuple(
-        _measure(
-            ds,
+
+    def measure(dataset: ChunkDataset, w: int, b: int) -> Measurement:
+        return _measure(
+            dataset,
             num_workers=w,
             batch_size=b,
             batches=batches_per_setting,
             budget_s=budget_s_per_setting,
             nbytes=nbytes,
+            pool_bytes=pool_bytes,
         )
-        for b in sizes
-        for w in workers
-    )
+
+    measurements = tuple(measure(ds, w, b) for b in sizes for w in workers)
     required = None if step_time is None else ref / step_time
     data_bound, rec_workers, rec_batch, notes = _recommend(measurements, required, ref)
     if any(ds.layout.field(f).kind == "ragged" for f in ds.fields):
         notes.append("ragged fields are not counted in MB/s and cache sizes")
+    if ds.chunk_nbytes() > pool_bytes:
+        notes.append(
+            f"one decoded chunk ({ds.chunk_nbytes() / 2**20:.1f} MiB) is larger than pool_bytes "
+            f"({pool_bytes / 2**20:.1f} MiB): make_loader needs pool_bytes >= one chunk, and it "
+            "was measured so"
+        )
     pools = _pools(ds, rec_batch, rec_workers)
+    chunking = None
+    if ds.layout.foreign and fields is not None:
+        serial = [m for m in measurements if (m.num_workers, m.batch_size) == (0, ref)]
+        chunking = advise_chunking(
+            ds,
+            fields,
+            batch_size=ref,
+            samples_read=ref * (batches_per_setting + 2),
+            measure=lambda dataset: _pace(measure(dataset, 0, ref)),
+            source=_pace(serial[0]) if serial else None,
+            preload_bytes=preload_bytes,
+            storage_options=storage_options,
+        )
     return DoctorReport(
         path=location,
         format=ds.format,
@@ -370,6 +425,7 @@ def run_doctor(
         recommended_batch_size=rec_batch,
         recommended_pool_bytes=_pick_pool(pools, data_bound=data_bound),
         notes=tuple(notes),
+        chunking=chunking,
     )
 
 
@@ -379,6 +435,7 @@ def main_doctor(
     step_time: float | None = None,
     worker_counts: Sequence[int] | None = None,
     batch_sizes: Sequence[int] | None = None,
+    fields: FieldSelection | None = None,
     storage_options: Mapping[str, Any] | None = None,
 ) -> str:
     """Run :func:`run_doctor` with its defaults and return the rendered text report."""
@@ -387,6 +444,7 @@ def main_doctor(
         step_time=step_time,
         worker_counts=worker_counts,
         batch_sizes=batch_sizes,
+        fields=fields,
         storage_options=storage_options,
     )
     return report.render()

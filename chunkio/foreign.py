@@ -24,11 +24,14 @@ from .volume_layout import VolumeSet
 
 __all__ = [
     "FieldSelection",
+    "batchable",
     "field_arrays",
     "fields_from_words",
+    "foreign_arrays",
     "foreign_layout",
     "foreign_volumes",
     "list_arrays",
+    "order_field",
 ]
 
 #: what ``fields`` may be for a store chunkio did not write
@@ -104,6 +107,22 @@ def foreign_layout(
     ``preload_bytes``), so their chunks do not order reads, however large: labels stored as
     one chunk of every sample must not make the whole dataset one chunk to the sampler.
     """
+    infos = foreign_arrays(reader, fields)
+    where = reader.location
+    fields_info = tuple(_field(n, i.name, i, where) for n, i in infos.items())
+    costly = infos[order_field(infos, preload_bytes=preload_bytes)]
+    num_samples = int(costly.shape[0])
+    return DatasetLayout(
+        num_samples=num_samples,
+        samples_per_chunk=max(1, min(int(costly.chunks[0]), num_samples)),
+        fields=fields_info,
+        foreign=True,
+    )
+
+
+def foreign_arrays(reader: Reader, fields: FieldSelection | None) -> dict[str, ArrayInfo]:
+    """Field name -> the array ``fields`` names (its path is ``info.name``), checked: every
+    array exists and all have the same length along axis 0."""
     where = reader.location
     fields = _given(reader, fields, "arrays", "'train/images', 'label': 'train/labels'")
     arrays = field_arrays(fields, where)
@@ -114,17 +133,18 @@ def foreign_layout(
             f"{where}: the arrays must have the same length along axis 0 (the sample axis); "
             f"got {lengths}"
         )
-    fields_info = tuple(_field(n, arrays[n], i, where) for n, i in infos.items())
-    per_batch = [i for i in infos.values() if _nbytes(i) > preload_bytes]
-    # nothing read per batch: order by the largest array, the first to be as data grows
-    costly = max(per_batch, key=_read_cost) if per_batch else max(infos.values(), key=_nbytes)
-    num_samples = int(costly.shape[0])
-    return DatasetLayout(
-        num_samples=num_samples,
-        samples_per_chunk=max(1, min(int(costly.chunks[0]), num_samples)),
-        fields=fields_info,
-        foreign=True,
-    )
+    return infos
+
+
+def order_field(infos: Mapping[str, ArrayInfo], *, preload_bytes: int = 0) -> str:
+    """The field whose chunks the chunk-aware order follows: of the arrays read per batch
+    (larger than ``preload_bytes``), the one that costs most to read (see :func:`_read_cost`);
+    when every array is preloaded, the largest (the first to be read per batch as data grows).
+    The first of equals."""
+    per_batch = [name for name, info in infos.items() if _nbytes(info) > preload_bytes]
+    if per_batch:
+        return max(per_batch, key=lambda name: _read_cost(infos[name]))
+    return max(infos, key=lambda name: _nbytes(infos[name]))
 
 
 def foreign_volumes(
@@ -213,7 +233,7 @@ def _field(
     """``volume_axis=False``: a single volume stored without axis 0, described as the one
     sample of a volume axis."""
     dtype = np.dtype(info.dtype)
-    if dtype.hasobject or dtype.fields is not None or dtype.kind in "OSUV":
+    if not batchable(dtype):
         raise FormatError(
             f"{where}: array {path!r} has dtype {dtype}; chunkio reads numeric and boolean "
             "arrays (object, string, variable-length and compound dtypes cannot be batched)"
@@ -226,6 +246,17 @@ def _field(
 
 def _nbytes(info: ArrayInfo) -> int:
     return int(np.prod(info.shape, dtype=np.int64)) * np.dtype(info.dtype).itemsize
+
+
+def batchable(dtype: Any) -> bool:
+    """Whether arrays of ``dtype`` can be read into batches: numeric and boolean ones (not
+    object, string, variable-length or compound dtypes).
+
+    >>> batchable("f4"), batchable("U3"), batchable([("a", "i4")])
+    (True, False, False)
+    """
+    d = np.dtype(dtype)
+    return not (d.hasobject or d.fields is not None or d.kind in "OSUV")
 
 
 def _read_cost(info: ArrayInfo) -> tuple[bool, int]:

@@ -361,11 +361,13 @@ class HDF5Reader:
                     "(HDF5 would read it back as zeros)"
                 )
 
-    def chunk_exists(self, name: str, chunk: int) -> bool:
+    def chunk_exists(self, name: str, chunk: int | tuple[int, ...]) -> bool:
         with self._lock:
             d = self._dataset(name)
             if d.chunks is None:  # contiguous or compact: written once, whole
                 return d.id.get_offset() is not None or d.id.get_storage_size() > 0
+            if not isinstance(chunk, int):  # grid coordinates: listed when the array opened
+                return tuple(chunk) not in self._missing.get(name, frozenset())
             step = d.chunks[0]
             info = d.id.get_chunk_info_by_coord((chunk * step,) + (0,) * (d.ndim - 1))
             return info.byte_offset is not None

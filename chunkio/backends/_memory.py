@@ -131,8 +131,8 @@ class MemoryReader:
             self._store.read_log.append((name, chunk))
         out[...] = a.data[region]
 
-    def chunk_exists(self, name: str, chunk: int) -> bool:
-        return chunk in self._get(name).written
+    def chunk_exists(self, name: str, chunk: int | tuple[int, ...]) -> bool:
+        return (chunk if isinstance(chunk, int) else chunk[0]) in self._get(name).written
 
     def read_path(self, name: str) -> str:
         self._get(name)

@@ -32,7 +32,7 @@ from ._zarr_shard_index import ShardIndexes
 from ._zarr_sources import ByteSource, LocalFiles, RemoteObjects, describe, is_remote
 from ._zarr_writing import CHUNK_KEY_ENCODING, ZarrWriter
 from .base import ArrayInfo, StageClock, check_region, coalesce
-from .codec_table import ZARR2_SAFE, ZARR_SAFE, zarr_codec_info
+from .codec_table import ZARR2_SAFE, ZARR_SAFE, zarr2_codec_info, zarr2_codecs, zarr_codec_info
 
 __all__ = ["CHUNK_KEY_ENCODING", "ZarrReader", "ZarrWriter"]
 
@@ -318,15 +318,17 @@ class ZarrReader:
         if info is None:
             arr = self._array(name)
             meta = arr.metadata.to_dict()
+            v2 = meta.get("zarr_format") == 2
+            codecs = zarr2_codecs(meta) if v2 else meta.get("codecs") or []
             info = ArrayInfo(
                 name=name,
                 shape=tuple(arr.shape),
                 dtype=np.dtype(arr.dtype),
                 chunks=tuple(arr.chunks),
-                codecs=tuple(json.dumps(c, sort_keys=True) for c in meta.get("codecs") or []),
+                codecs=tuple(json.dumps(c, sort_keys=True) for c in codecs),
                 # remotely a listing of every chunk: asked for separately (stored_nbytes)
                 stored_nbytes=None if self._remote is not None else int(arr.nbytes_stored()),
-                compression=zarr_codec_info(meta.get("codecs") or []),
+                compression=zarr2_codec_info(meta) if v2 else zarr_codec_info(codecs),
             )
             self._infos[name] = info
         return info
@@ -438,12 +440,13 @@ class ZarrReader:
 
         return bool(sync(arr.store.exists(key)))
 
-    def chunk_exists(self, name: str, chunk: int) -> bool:
+    def chunk_exists(self, name: str, chunk: int | tuple[int, ...]) -> bool:
         arr = self._array(name)
         engine = self._fast[name]
         if engine is not None:
             return engine.exists(chunk)
-        return self._stored(name, arr, (chunk,) + (0,) * (arr.ndim - 1))
+        coords = (chunk,) + (0,) * (arr.ndim - 1) if isinstance(chunk, int) else chunk
+        return self._stored(name, arr, coords)
 
     def read_path(self, name: str) -> str:
         self._array(name)

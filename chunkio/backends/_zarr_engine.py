@@ -373,9 +373,9 @@ class ArrayEngine:
     def _row_chunk(self, chunk: int) -> Coords:
         return (chunk, *(0 for _ in self.files.shape[1:]))
 
-    def exists(self, chunk: int) -> bool:
-        """Whether sample-axis chunk ``chunk`` is stored."""
-        coords = self._row_chunk(chunk)
+    def exists(self, chunk: int | Coords) -> bool:
+        """Whether sample-axis chunk ``chunk`` (or the chunk at grid coordinates) is stored."""
+        coords = self._row_chunk(chunk) if isinstance(chunk, int) else tuple(chunk)
         if self.layout is None:
             return self.source.exists(self.files.key(coords))
         return self._index.stored(coords)

@@ -112,7 +112,10 @@ class Reader(Protocol):
         """
         ...
 
-    def chunk_exists(self, name: str, chunk: int) -> bool: ...
+    def chunk_exists(self, name: str, chunk: int | tuple[int, ...]) -> bool:
+        """Whether a chunk is stored: ``chunk`` is its number along the sample axis (the
+        first chunk of that row of the grid), or its grid coordinates along every axis."""
+        ...
 
     def read_path(self, name: str) -> str:
         """Which of the backend's read paths serves array ``name``: ``"engine"`` (chunkio's

@@ -45,6 +45,8 @@ __all__ = [
     "zarr_codec_info",
     "zarr_compressors",
     "zarr2_codec",
+    "zarr2_codec_info",
+    "zarr2_codecs",
     "zarr2_decoder",
     "zarr_decoder",
     "zarr_encoder",
@@ -390,6 +392,42 @@ def zarr_codec_info(codecs: Sequence[Mapping[str, Any]]) -> CodecInfo:
     if name == "blosc":
         name = _blosc_name(str(conf.get("cname")), conf.get("shuffle"))
     return CodecInfo(name, None if level is None else int(level), checksum)
+
+
+def zarr2_codecs(meta: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A Zarr v2 array's filters, then its compressor, as Zarr v3-style codec entries
+    (``name``, ``configuration``), for descriptions (``chunkio info``).
+
+    >>> chain = zarr2_codecs({"filters": [{"id": "delta", "dtype": "<i4"}],
+    ...                       "compressor": {"id": "zlib", "level": 1}})
+    >>> chain[0], chain[1]["name"]
+    ({'name': 'delta', 'configuration': {'dtype': '<i4'}}, 'zlib')
+    """
+    compressor = meta.get("compressor")
+    chain = [*(meta.get("filters") or []), *([compressor] if compressor else [])]
+    return [
+        {"name": str(c.get("id")), "configuration": {k: v for k, v in c.items() if k != "id"}}
+        for c in chain
+    ]
+
+
+def zarr2_codec_info(meta: Mapping[str, Any]) -> CodecInfo:
+    """A Zarr v2 array's compressor in chunkio's names (v2 has no checksum codec).
+
+    >>> str(zarr2_codec_info({"compressor": {"id": "zlib", "level": 1}}))
+    'gzip(1)'
+    >>> str(zarr2_codec_info({"compressor": None}))
+    'none'
+    """
+    c = meta.get("compressor")
+    if not c:
+        return CodecInfo("none", None, None)
+    cid = str(c.get("id"))
+    name = next((d.zarr for d in DECODED if cid in d.zarr2 and d.zarr is not None), cid)
+    if cid == "blosc":
+        name = _blosc_name(str(c.get("cname")), c.get("shuffle"))
+    level = c.get("level", c.get("clevel"))
+    return CodecInfo(name, None if level is None else int(level), None)
 
 
 #: Blosc's compressor codes, as the HDF5 Blosc filter stores them (its 7th cd_value)

@@ -175,8 +175,11 @@ def test_volumes_and_doctor_pass_their_options_through(
         calls["volumes"] = (src, dst, kw)
         return types.SimpleNamespace(num_samples=3, path=dst, seconds=0.5)
 
-    def main_doctor(path: str, *, step_time: float | None = None, storage_options: Any) -> str:
+    def main_doctor(
+        path: str, *, step_time: float | None = None, fields: Any, storage_options: Any
+    ) -> str:
         calls["doctor"] = (path, step_time, storage_options)
+        calls["fields"] = fields
         return "doctor report"
 
     monkeypatch.setattr("chunkio.convert.volumes.convert_volumes", convert_volumes)
@@ -217,6 +220,9 @@ def test_volumes_and_doctor_pass_their_options_through(
     assert calls["doctor"] == ("d.zarr", 0.25, None)
     assert cli.main(["doctor", "s3://b/d.zarr", "--storage-options", '{"anon": true}']) == 0
     assert calls["doctor"] == ("s3://b/d.zarr", None, {"anon": True})
+    assert calls["fields"] is None
+    assert cli.main(["doctor", "u.h5", "--fields", "image=a/x", "label=a/y"]) == 0
+    assert calls["fields"] == {"image": "a/x", "label": "a/y"}
     out = capsys.readouterr().out
     assert "wrote 3 volumes to v.h5" in out and "doctor report" in out
 

@@ -40,26 +40,28 @@ def h5py_file(tmp_path: Path) -> Path:
     return path
 
 
-def zarr_v2(tmp_path: Path) -> Path:
-    """zarr-python v2 layout: nested group, Blosc, chunks splitting samples, labels apart."""
+def zarr_v2(tmp_path: Path, *, written: int = N, name: str = "v2.zarr") -> Path:
+    """zarr-python v2 layout: nested group, Blosc, chunks splitting samples, labels apart;
+    only the first ``written`` images written (the chunks past them never are)."""
     images, labels = data()
-    path = tmp_path / "v2.zarr"
+    path = tmp_path / name
     g = zarr.open_group(path, mode="w", zarr_format=2).require_group("train")
     a = g.create_array("images", shape=images.shape, chunks=(16, 3, 4, 8), dtype="u1",
                        compressors=numcodecs.Blosc(cname="zstd"))  # fmt: skip
-    a[...] = images
+    a[:written] = images[:written]
     b = g.create_array("labels", shape=labels.shape, chunks=(100,), dtype=labels.dtype)
     b[...] = labels
     return path
 
 
-def zarr_v3_sharded(tmp_path: Path) -> Path:
+def zarr_v3_sharded(tmp_path: Path, *, written: int = N, name: str = "v3.zarr") -> Path:
+    """A zarr-python v3 group, images sharded; only the first ``written`` images written."""
     images, labels = data()
-    path = tmp_path / "v3.zarr"
+    path = tmp_path / name
     g = zarr.open_group(path, mode="w", zarr_format=3)
     a = g.create_array("images", shape=images.shape, chunks=(8, 3, 8, 8), shards=(64, 3, 8, 8),
                        dtype="u1")  # fmt: skip
-    a[...] = images
+    a[:written] = images[:written]
     g.create_array("labels", shape=labels.shape, chunks=(N,), dtype=labels.dtype)[...] = labels
     return path
 
@@ -160,4 +162,63 @@ def volumes_zarr_v3(tmp_path: Path) -> Path:
     z = g.create_array("image", shape=images.shape, chunks=chunks, shards=shards, dtype="i2")
     z[...] = images
     g.create_array("label", shape=labels.shape, chunks=(1, 5, 5, 5), dtype="u1")[...] = labels
+    return path
+
+
+# -- chunkings that make training slow (and one that does not), and stores with holes ------
+
+
+def images(n: int, side: int) -> np.ndarray[Any, Any]:
+    """``n`` random images ``(3, side, side)`` uint8 (incompressible: no codec flatters)."""
+    return np.random.default_rng(1).integers(0, 255, (n, 3, side, side), dtype=np.uint8)
+
+
+def h5py_chunked(tmp_path: Path, rows: int, *, n: int = N, side: int = 8) -> Path:
+    """An h5py file whose gzip images come in chunks of ``rows`` samples (``rows=n``: one chunk
+    of every sample), with contiguous labels."""
+    path = tmp_path / f"chunks{rows}.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset(
+            "images", data=images(n, side), chunks=(rows, 3, side, side), compression="gzip"
+        )
+        f.create_dataset("labels", data=np.arange(n) % 10)
+    return path
+
+
+def zarr_v3_chunked(tmp_path: Path, rows: int, *, n: int = N, side: int = 8) -> Path:
+    """A zarr-python v3 group whose images come in chunks of ``rows`` samples, sharded by
+    64 chunks."""
+    path = tmp_path / f"chunks{rows}.zarr"
+    g = zarr.open_group(path, mode="w", zarr_format=3)
+    chunks = (rows, 3, side, side)
+    g.create_array("images", shape=(n, *chunks[1:]), chunks=chunks,
+                   shards=(64 * rows, *chunks[1:]), dtype="u1")[...] = images(n, side)  # fmt: skip
+    g.create_array("labels", shape=(n,), chunks=(n,), dtype="i8")[...] = np.arange(n) % 10
+    return path
+
+
+#: samples written to the stores with holes (the rest of each array was never written)
+WRITTEN = 100
+
+
+def zarr_v2_with_holes(tmp_path: Path) -> Path:
+    """:func:`zarr_v2` with only the first :data:`WRITTEN` images written: the chunks past
+    them were never written (they read as the fill value, 0)."""
+    return zarr_v2(tmp_path, written=WRITTEN, name="holes.zarr")
+
+
+def zarr_v3_sharded_with_holes(tmp_path: Path) -> Path:
+    """:func:`zarr_v3_sharded` with only the first :data:`WRITTEN` images written."""
+    return zarr_v3_sharded(tmp_path, written=WRITTEN, name="holes3.zarr")
+
+
+def h5py_with_holes(tmp_path: Path) -> Path:
+    """An h5py file whose chunked images were written only up to :data:`WRITTEN`: the chunks
+    past them are unallocated (HDF5 reads them as the fill value)."""
+    images, labels = data()
+    path = tmp_path / "holes.h5"
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("images", shape=images.shape, dtype="u1", chunks=(32, 3, 8, 8))
+        d[:WRITTEN] = images[:WRITTEN]
+        f.create_dataset("labels", data=labels)
     return path
