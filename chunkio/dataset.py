@@ -186,7 +186,9 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
             attrs = reader.attrs()
             if not is_chunkio_dataset(attrs):
                 self._options["fill_missing"] = True  # never-written chunks hold the fill
-                return foreign_layout(reader, self._selection)
+                foreign = foreign_layout(reader, self._selection)
+                self._options["documents"] = reader_documents(reader)
+                return foreign
             layout = DatasetLayout.from_attrs(attrs, where=where)
             arrays = {}
             for f in layout.fields:
