@@ -169,3 +169,33 @@ def test_a_missing_array_or_object_is_a_typed_error_naming_the_url(
     gone = url.replace(BUCKET, f"{BUCKET}/gone", 1)
     with pytest.raises(DatasetNotFoundError, match=gone):
         chunkio.ChunkDataset(gone, fields=fields_of(store), storage_options=options)
+
+
+@pytest.mark.timeout(180)
+def test_hdf5_that_chunkio_does_not_decode_is_read_by_h5py_through_the_file_object(
+    s3_server: S3Server, tmp_path: Path
+) -> None:
+    """Chunks that split samples and scale-offset: h5py reads them through the remote file
+    object, in the parent (which read first) and in forked workers (its file closed before
+    the fork)."""
+    import h5py
+    import torch.utils.data
+
+    images, labels = data()
+    path = tmp_path / "split.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("images", data=images, chunks=(16, 3, 4, 8), compression="gzip",
+                         shuffle=True)  # fmt: skip
+        f.create_dataset("labels", data=labels, chunks=(50,), scaleoffset=0)
+    s3_server.put(BUCKET, "split/split.h5", path.read_bytes())
+    url = f"s3://{BUCKET}/split/split.h5"
+    ds = chunkio.ChunkDataset(url, fields=["images", "labels"],
+                              storage_options=s3_server.storage_options())  # fmt: skip
+    assert ds._reader().reader.read_path("images") == "h5py"
+    batch = ds.read_batch([299, 3, 150])
+    np.testing.assert_array_equal(batch["images"], images[[299, 3, 150]])
+    loader = torch.utils.data.DataLoader(ds, batch_size=50, num_workers=2,
+                                         multiprocessing_context="fork")  # fmt: skip
+    got = [(np.asarray(x), np.asarray(y)) for x, y in loader]
+    np.testing.assert_array_equal(np.concatenate([x for x, _ in got]), images)
+    np.testing.assert_array_equal(np.concatenate([y for _, y in got]), labels)
