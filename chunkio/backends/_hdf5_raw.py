@@ -188,11 +188,13 @@ class RawChunks:
             self._verified.clear()
             self._file_state = state
 
+    def _samples(self, chunk: int) -> str:
+        step = self.chunk_rows
+        return f"{chunk * step}..{min(step, self.shape[0] - chunk * step) + chunk * step - 1}"
+
     def where(self, chunk: int) -> str:
         """Chunk ``chunk`` as messages name it."""
-        step = self.chunk_rows
-        last = min(step, self.shape[0] - chunk * step) + chunk * step - 1
-        return f"array {self.name!r}: chunk {chunk} (samples {chunk * step}..{last})"
+        return f"array {self.name!r}: chunk {chunk} (samples {self._samples(chunk)})"
 
     def locate(self, chunk: int) -> tuple[int, int]:
         """``(byte offset, stored size)`` of chunk ``chunk`` in the file;
@@ -200,8 +202,8 @@ class RawChunks:
         found = self.index.get(chunk)
         if found is None:
             raise MissingChunkError(
-                f"{self.where(chunk)} is missing from the file (HDF5 would read it back as the "
-                "fill value)"
+                f"array {self.name!r}: chunk {chunk} is missing from the file (samples "
+                f"{self._samples(chunk)}; HDF5 would read it back as the fill value)"
             )
         return found
 
