@@ -33,19 +33,41 @@ __all__ = [
 
 
 class NaiveH5Dataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
-    def __init__(self, path: str, image: str = "image", label: str = "label") -> None:
+    """h5py, one sample per ``__getitem__``. A URL (``s3://...``) is opened as users open one:
+    ``h5py.File`` on an fsspec file object (``storage_options`` go to fsspec; a readahead
+    cache of ``block_size`` bytes, fsspec's default kind of cache)."""
+
+    def __init__(
+        self,
+        path: str,
+        image: str = "image",
+        label: str = "label",
+        *,
+        storage_options: dict[str, Any] | None = None,
+        block_size: int = 2 << 20,
+    ) -> None:
         self.path, self.image, self.label = path, image, label
-        with h5py.File(path, "r") as f:
+        self.storage_options, self.block_size = storage_options, block_size
+        with self._open() as f:
             self.n = len(f[image])
         self._file: Any = None
         self._pid = -1
+
+    def _open(self) -> h5py.File:
+        if "://" not in self.path:
+            return h5py.File(self.path, "r")
+        import fsspec
+
+        fs, path = fsspec.core.url_to_fs(self.path, **(self.storage_options or {}))
+        fileobj = fs.open(path, "rb", block_size=self.block_size)
+        return h5py.File(fileobj, "r")
 
     def __len__(self) -> int:
         return self.n
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self._file is None or self._pid != os.getpid():
-            self._file, self._pid = h5py.File(self.path, "r"), os.getpid()
+            self._file, self._pid = self._open(), os.getpid()
         f = self._file
         return torch.from_numpy(f[self.image][i]), torch.tensor(int(f[self.label][i]))
 
@@ -54,18 +76,31 @@ class NaiveH5Dataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
 
 
 class NaiveZarrDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
-    def __init__(self, path: str, image: str = "image", label: str = "label") -> None:
+    """zarr-python, one sample per ``__getitem__`` (a URL with ``storage_options``)."""
+
+    def __init__(
+        self,
+        path: str,
+        image: str = "image",
+        label: str = "label",
+        *,
+        storage_options: dict[str, Any] | None = None,
+    ) -> None:
         self.path, self.image, self.label = path, image, label
-        self.n = zarr.open_group(path, mode="r")[image].shape[0]
+        self.storage_options = storage_options
+        self.n = self._open()[image].shape[0]
         self._group: Any = None
         self._pid = -1
+
+    def _open(self) -> Any:
+        return zarr.open_group(self.path, mode="r", storage_options=self.storage_options)
 
     def __len__(self) -> int:
         return int(self.n)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self._group is None or self._pid != os.getpid():
-            self._group, self._pid = zarr.open_group(self.path, mode="r"), os.getpid()
+            self._group, self._pid = self._open(), os.getpid()
         g = self._group
         return torch.from_numpy(np.asarray(g[self.image][i])), torch.tensor(int(g[self.label][i]))
 

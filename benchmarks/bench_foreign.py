@@ -11,7 +11,15 @@ epochs, batch 256, 2 workers:
 
 Also the distinct labels per batch against a uniform shuffle's (the store is sorted by label).
 
-    python -m benchmarks.bench_foreign [--images 8192]
+``--remote``: the same two stores read in place from S3 (a moto server on loopback, every
+request delayed 20 ms by :mod:`chunkio.testing.servers`' ``LatencyProxy``), batch 64, 2 workers:
+chunkio (``make_loader(url, fields=..., storage_options=...)``), one whole cold shuffled epoch
+timed from ``make_loader`` on (opening the store and starting the workers included; also the
+rate after its first batch), next to a naive per-sample ``Dataset`` (h5py on an fsspec file
+object with 2 MiB readahead blocks; zarr-python's ``open_group(url)``), its rate after 2
+batches over about 8 s (an epoch would take minutes).
+
+    python -m benchmarks.bench_foreign [--images 8192] [--remote]
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +43,11 @@ from benchmarks.data import sample_photos
 from benchmarks.report import check
 from chunkio.mixing import uniform_distinct_labels
 
-__all__ = ["run"]
+__all__ = ["run", "run_remote"]
 
 BATCH, WORKERS = 256, 2
+#: batch of the remote rows (a naive per-sample reader pays round trips per sample)
+REMOTE_BATCH = 64
 FIELDS = {"image": "images", "label": "labels"}
 
 
@@ -104,6 +115,56 @@ def run(*, images: int = 8192, budget_s: float = 4.0, quick: bool = False) -> di
         }
 
 
+def _remote_epoch(url: str, options: dict[str, Any]) -> tuple[float, float]:
+    """Seconds of one whole shuffled epoch from ``make_loader`` on (opening the store and
+    starting the workers included), and of its first batch."""
+    start = time.perf_counter()
+    first = 0.0
+    loader = chunkio.make_loader(url, REMOTE_BATCH, fields=FIELDS, seed=0,
+                                 num_workers=WORKERS, storage_options=options)  # fmt: skip
+    for _ in loader:
+        first = first or time.perf_counter() - start
+    return time.perf_counter() - start, first
+
+
+def run_remote(*, images: int = 2048, latency_s: float = 0.02) -> dict[str, Any]:
+    """The user's h5py file and zarr-python v3 store read in place from loopback S3."""
+    from chunkio.testing.servers import LatencyProxy, S3Server  # needs pytest, moto, s3fs
+
+    rows: dict[str, float] = {}
+    requests: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp, S3Server() as s3:
+        h5, zs = _user_files(Path(tmp), images)
+        s3.put("bench", "user.h5", h5.read_bytes())
+        urls = {"h5": "s3://bench/user.h5", "zarr": s3.upload_dir(zs, "bench", "user.zarr")}
+        with LatencyProxy(s3.endpoint_url, latency_s) as proxy:
+            opts = s3.storage_options(endpoint_url=proxy.url)
+            naive = {"h5": NaiveH5Dataset(urls["h5"], "images", "labels", storage_options=opts),
+                     "zarr": NaiveZarrDataset(urls["zarr"], "images", "labels",
+                                              storage_options=opts)}  # fmt: skip
+            for fmt in ("h5", "zarr"):
+                dl = DataLoader(naive[fmt], batch_size=REMOTE_BATCH, shuffle=True,
+                                num_workers=WORKERS)  # fmt: skip
+                rows[f"naive per-sample {fmt}"] = timed_rate(dl, budget_s=8.0, warmup=2)
+                proxy.reset_counts()
+                epoch, first = _remote_epoch(urls[fmt], opts)
+                rows[f"chunkio in place {fmt}"] = images / epoch
+                rows[f"chunkio after its first batch {fmt}"] = (images - REMOTE_BATCH) / (
+                    epoch - first
+                )
+                requests[fmt] = proxy.requests / images  # the whole epoch, opening included
+    ratios = {fmt: rows[f"chunkio in place {fmt}"] / rows[f"naive per-sample {fmt}"]
+              for fmt in ("h5", "zarr")}  # fmt: skip
+    return {
+        "images": images,
+        "latency_s": latency_s,
+        "batch": REMOTE_BATCH,
+        "samples_per_s": rows,
+        "x_naive": ratios,
+        "chunkio_requests_per_sample": requests,
+    }
+
+
 def _checks(rows: dict[str, float], mixing: dict[str, float]) -> list[dict[str, Any]]:
     """The targets of reading data in place (the issue that asked for it)."""
     r = rows
@@ -134,7 +195,23 @@ def _checks(rows: dict[str, float], mixing: dict[str, float]) -> list[dict[str, 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--images", type=int, default=8192)
+    parser.add_argument("--remote", action="store_true", help="read from S3, 20 ms latency")
     args = parser.parse_args()
+    if args.remote:
+        remote = run_remote(images=min(args.images, 2048))
+        rr = remote["samples_per_s"]
+        print(f"{remote['images']} images 3x64x64 on S3 (moto, +20 ms per request), batch "
+              f"{REMOTE_BATCH}, {WORKERS} workers, one cold shuffled epoch")  # fmt: skip
+        print("| store | naive per-sample | chunkio in place (whole epoch) | x naive | "
+              "chunkio after its first batch | chunkio requests/sample |")  # fmt: skip
+        print("|---|---|---|---|---|---|")
+        for fmt in ("h5", "zarr"):
+            print(f"| {fmt} | {rr[f'naive per-sample {fmt}']:,.0f} | "
+                  f"{rr[f'chunkio in place {fmt}']:,.0f} | {remote['x_naive'][fmt]:.0f}x | "
+                  f"{rr[f'chunkio after its first batch {fmt}']:,.0f} | "
+                  f"{remote['chunkio_requests_per_sample'][fmt]:.3f} |")  # fmt: skip
+        print(json.dumps(remote))
+        return
     result = run(images=args.images)
     r = result["samples_per_s"]
     print(f"{args.images} images 3x64x64, batch {BATCH}, {WORKERS} workers, shuffled epochs")

@@ -187,7 +187,9 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
             if not is_chunkio_dataset(attrs):
                 self._options["fill_missing"] = True  # never-written chunks hold the fill
                 preload = self._options["preload_bytes"]
-                return foreign_layout(reader, self._selection, preload_bytes=preload)
+                foreign = foreign_layout(reader, self._selection, preload_bytes=preload)
+                self._options["documents"] = reader_documents(reader)
+                return foreign
             layout = DatasetLayout.from_attrs(attrs, where=where)
             arrays = {}
             for f in layout.fields:

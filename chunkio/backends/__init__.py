@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import DatasetNotFoundError, UnknownFormatError
+from ._zarr_sources import is_remote
 from .base import ArrayInfo, CodecInfo, Compression, Reader, Storage, Writer
 
 __all__ = [
@@ -155,6 +156,17 @@ class ReaderOptions:
             from ._memory import MemoryReader
 
             return MemoryReader(os.fspath(location), trust_codecs=self.trust_codecs)
+        if fmt == "hdf5" and is_remote(location):
+            from ._hdf5_remote import RemoteHDF5Reader
+
+            return RemoteHDF5Reader(
+                os.fspath(location),
+                storage_options=self.storage_options,
+                trust_codecs=self.trust_codecs,
+                fill_missing=self.fill_missing,
+                download_cache=self.download_cache,
+                documents=self.documents,
+            )
         if fmt == "hdf5":
             from ._hdf5 import HDF5Reader
 

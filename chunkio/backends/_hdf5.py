@@ -7,13 +7,14 @@ reopens lazily on its next read. Readers never pickle; datasets carry the path i
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import os
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import h5py
@@ -109,11 +110,16 @@ class HDF5Reader:
         trust_codecs: bool = False,
         raw_chunks: bool = True,
         fill_missing: bool = False,
+        file_object: Callable[[], io.IOBase] | None = None,
     ) -> None:
         """``raw_chunks=False`` reads everything through h5py, the general path (tests compare
         the raw chunk reads with it). ``fill_missing``: never-written chunks read as the fill
-        value, as HDF5 defines them, instead of raising MissingChunkError."""
+        value, as HDF5 defines them, instead of raising MissingChunkError. ``file_object``:
+        makes the file object h5py reads instead of the path (a remote file's bytes; raw chunk
+        reads are then the caller's, see :mod:`._hdf5_remote`)."""
         self.location = str(location)
+        self._file_object = file_object
+        self._fileobj: io.IOBase | None = None
         self._trust = trust_codecs
         self._raw_chunks = raw_chunks
         self._fill_missing = fill_missing
@@ -127,7 +133,7 @@ class HDF5Reader:
         self._missing: dict[str, frozenset[tuple[int, ...]]] = {}
         self._datasets: dict[str, h5py.Dataset] = {}
         self._lock = threading.Lock()
-        if not os.path.exists(self.location):
+        if file_object is None and not os.path.exists(self.location):
             raise DatasetNotFoundError(f"no HDF5 dataset at {self.location}")
         self._open()
         with _readers_lock:
@@ -139,6 +145,8 @@ class HDF5Reader:
 
     def _open(self) -> h5py.File:
         if self._file is None or not self._file.id.valid:
+            if self._file_object is not None:
+                return self._open_file_object()
             try:
                 before = os.stat(self.location)
                 # a shared lock where the file system has locks: a writer holding the file
@@ -157,6 +165,29 @@ class HDF5Reader:
                 raise FormatError(f"{self.location}: cannot open as HDF5: {err}") from err
             self._fd = _open_same_file(self.location, before)
         return self._file
+
+    def _open_file_object(self) -> h5py.File:
+        if self._file_object is None:  # pragma: no cover - only called with one
+            raise TypeError("no file object to open")
+        try:
+            self._fileobj = self._file_object()
+        except FileNotFoundError as err:
+            raise DatasetNotFoundError(f"no HDF5 dataset at {self.location}") from err
+        try:
+            self._file = h5py.File(self._fileobj, "r")
+        except OSError as err:
+            raise FormatError(f"{self.location}: cannot open as HDF5: {err}") from err
+        return self._file
+
+    def describe_raw(self, name: str) -> tuple[RawChunks | None, Any]:
+        """Where array ``name``'s stored chunks lie and how they decode, for a reader of the
+        file's bytes by other means (byte ranges; None: only h5py reads it), and its fill
+        value."""
+        with self._lock:
+            d = self._dataset(name)
+            hard = isinstance(self._open().get(name, getlink=True), h5py.HardLink)
+            raw = RawChunks.build(d, self.location, name) if hard else None
+            return raw, d.fillvalue
 
     def attrs(self) -> dict[str, Any]:
         with self._lock:
@@ -392,6 +423,9 @@ class HDF5Reader:
                 self._file.close()
             finally:
                 self._file = None
+        if self._fileobj is not None:
+            self._fileobj.close()
+            self._fileobj = None
 
 
 def _is_array(obj: Any) -> bool:

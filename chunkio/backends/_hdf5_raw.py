@@ -188,21 +188,30 @@ class RawChunks:
             self._verified.clear()
             self._file_state = state
 
+    def _samples(self, chunk: int) -> str:
+        step = self.chunk_rows
+        return f"{chunk * step}..{min(step, self.shape[0] - chunk * step) + chunk * step - 1}"
+
+    def where(self, chunk: int) -> str:
+        """Chunk ``chunk`` as messages name it."""
+        return f"array {self.name!r}: chunk {chunk} (samples {self._samples(chunk)})"
+
+    def locate(self, chunk: int) -> tuple[int, int]:
+        """``(byte offset, stored size)`` of chunk ``chunk`` in the file;
+        :class:`MissingChunkError` if it was never written."""
+        found = self.index.get(chunk)
+        if found is None:
+            raise MissingChunkError(
+                f"array {self.name!r}: chunk {chunk} is missing from the file (samples "
+                f"{self._samples(chunk)}; HDF5 would read it back as the fill value)"
+            )
+        return found
+
     def read_chunk_into(
         self, fd: int, chunk: int, out: npt.NDArray[Any], clock: StageClock
     ) -> None:
         """Read, check and decode chunk ``chunk`` into ``out`` (its valid rows)."""
-        step = self.chunk_rows
-        rows = min(step, self.shape[0] - chunk * step)
-        name, last = self.name, chunk * step + rows - 1
-        where = f"array {name!r}: chunk {chunk} (samples {chunk * step}..{last})"
-        found = self.index.get(chunk)
-        if found is None:
-            raise MissingChunkError(
-                f"array {name!r}: chunk {chunk} is missing from the file (samples "
-                f"{chunk * step}..{last}; HDF5 would read it back as the fill value)"
-            )
-        offset, size = found
+        offset, size = self.locate(chunk)
         t0 = time.perf_counter()
         if self._buffer.size < size:
             self._buffer = np.empty(max(size, 2 * self._buffer.size), np.uint8)
@@ -213,25 +222,36 @@ class RawChunks:
             if n <= 0:
                 break
             got += n
-        t1 = time.perf_counter()
-        clock.read += t1 - t0
+        clock.read += time.perf_counter() - t0
         if got != size:
-            raise CorruptChunkError(f"{where}: the file ends inside the chunk ({got} of {size})")
+            raise CorruptChunkError(
+                f"{self.where(chunk)}: the file ends inside the chunk ({got} of {size})"
+            )
+        self.decode_into(raw, chunk, out, clock)
+
+    def decode_into(
+        self, raw: npt.NDArray[np.uint8], chunk: int, out: npt.NDArray[Any], clock: StageClock
+    ) -> None:
+        """Check and decode chunk ``chunk``'s stored bytes ``raw`` (writable: some decoders
+        work in place) into ``out``, its first ``len(out)`` rows."""
+        t1 = time.perf_counter()
+        size = raw.size
         body = raw
         if self.checksum:
+            offset = self.index.get(chunk, (-1, size))[0]
             if size < 4:
-                raise CorruptChunkError(f"{where} is truncated ({size} bytes)")
+                raise CorruptChunkError(f"{self.where(chunk)} is truncated ({size} bytes)")
             body = raw[:-4]
             stored = int.from_bytes(raw[-4:].tobytes(), "little")
             if self._verified.get(chunk) != (offset, size, stored):
                 if not _fletcher_matches(self._fletcher(body), stored):
                     raise CorruptChunkError(
-                        f"{where} fails its fletcher32 checksum (the file is corrupt)"
+                        f"{self.where(chunk)} fails its fletcher32 checksum (the file is corrupt)"
                     )
                 self._verified[chunk] = (offset, size, stored)
         t2 = time.perf_counter()
         clock.checksum += t2 - t1
-        full = rows == step and out.flags.c_contiguous
+        full = len(out) == self.chunk_rows and out.flags.c_contiguous
         target = out if full else np.empty(self.chunks, self.dtype)
         flat = target.reshape(-1).view(np.uint8)
         try:
@@ -243,8 +263,8 @@ class RawChunks:
                 self._decode_into(body, flat)
         except Exception as err:
             raise CorruptChunkError(
-                f"{where} cannot be decoded ({type(err).__name__}: {err})"
+                f"{self.where(chunk)} cannot be decoded ({type(err).__name__}: {err})"
             ) from err
         if not full:
-            out[...] = target[:rows]
+            out[...] = target[: len(out)]
         clock.decode += time.perf_counter() - t2

@@ -25,7 +25,7 @@ from ..errors import (
 )
 from ..numeric import ceil_div
 from . import ReaderOptions
-from ._zarr_documents import RemoteDocuments
+from ._zarr_documents import RemoteDocuments, v2_array_document
 from ._zarr_engine import ArrayEngine
 from ._zarr_shard import shard_layout
 from ._zarr_shard_index import ShardIndexes
@@ -82,13 +82,13 @@ def _check_v2_codecs(meta: Mapping[str, Any], name: str, where: str) -> tuple[st
 
 class _Described:
     """What a reader needs of an array it reads itself (a remote one): shape, dtype, chunks
-    and its ``zarr.json``, without zarr opening it."""
+    and its ``zarr.json`` (or v2 ``.zarray``), without zarr opening it."""
 
-    def __init__(self, meta: dict[str, Any], chunks: tuple[int, ...]) -> None:
+    def __init__(self, meta: dict[str, Any], engine: ArrayEngine) -> None:
         self.meta = meta
-        self.shape = tuple(int(n) for n in meta["shape"])
-        self.dtype = np.dtype(meta["data_type"])
-        self.chunks = tuple(chunks)
+        self.shape = tuple(engine.files.shape)
+        self.dtype = engine.files.dtype
+        self.chunks = tuple(engine.chunks)
         self.ndim = len(self.shape)
 
     @property
@@ -150,7 +150,15 @@ class ZarrReader:
 
     def _open_group(self) -> Any:
         try:
-            return zarr.open_group(store=self._url, mode="r", storage_options=self._storage_options)
+            # Not through a consolidation: chunkio reads the members' documents itself (remote:
+            # the consolidated ones, :mod:`._zarr_documents`), and zarr opening an array a
+            # stale consolidation does not list would fail ("not found in consolidated metadata")
+            return zarr.open_group(
+                store=self._url,
+                mode="r",
+                storage_options=self._storage_options,
+                use_consolidated=False,
+            )
         except FileNotFoundError as err:
             raise DatasetNotFoundError(f"no Zarr v3 dataset at {self.location}") from err
         except Exception as err:  # zarr raises several types for "not a v3 group"
@@ -180,6 +188,9 @@ class ZarrReader:
 
     def _list_arrays(self) -> list[str]:
         if self._docs is not None:
+            consolidated = self._docs.arrays()
+            if consolidated is not None:  # every member's document came with the root's
+                return sorted(consolidated)
             declared = _declared_arrays(self.attrs())
             if declared:  # a chunkio dataset: its arrays' documents in one round, no listing
                 self._docs.load(declared)
@@ -258,9 +269,7 @@ class ZarrReader:
             raise FormatError(f"{self.location}: {key} is not valid JSON: {err}") from err
         if not isinstance(meta, dict):
             return None
-        if document == ".zarray":
-            meta = {**meta, "zarr_format": 2, "node_type": "array"}
-        return meta
+        return v2_array_document(meta) if document == ".zarray" else meta
 
     def _array(self, name: str) -> Any:
         arr = self._arrays.get(name)
@@ -276,7 +285,7 @@ class ZarrReader:
             engine = self._engine(name, raw) if self._remote is not None else None
             if engine is not None:  # no zarr array needed (nor its metadata requests)
                 self._fast[name] = engine
-                self._arrays[name] = arr = _Described(raw, engine.chunks)
+                self._arrays[name] = arr = _Described(raw, engine)
                 return arr
             try:
                 arr = self._group[name]

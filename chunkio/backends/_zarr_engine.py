@@ -20,13 +20,10 @@ path; ``tests/backends`` check both return the same.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import itertools
-import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +32,7 @@ import numpy.typing as npt
 
 from ..errors import CorruptChunkError, MissingChunkError
 from ..numeric import ceil_div
+from ..remote.ahead import FetchAhead
 from ._zarr_chunks import ChunkFiles
 from ._zarr_shard import (
     ShardLayout,
@@ -47,10 +45,7 @@ from ._zarr_shard_index import Coords, ShardIndexes
 from ._zarr_sources import ByteSource, Request
 from .base import StageClock, coalesce
 
-__all__ = ["PREFETCH_BATCHES", "ArrayEngine", "Piece"]
-
-#: announced batches fetched at the same time (each one's requests are concurrent already)
-PREFETCH_BATCHES = 4
+__all__ = ["ArrayEngine", "Piece"]
 
 Payload = bytes | memoryview
 
@@ -112,9 +107,7 @@ class ArrayEngine:
         self._shards = (
             None if layout is None else ShardIndexes(source, layout, files.key, files.array_name)
         )
-        self._ahead: dict[Coords, Future[dict[Coords, Payload]]] = {}
-        self._ahead_lock = threading.Lock()
-        self._pool: ThreadPoolExecutor | None = None
+        self._ahead: FetchAhead[Coords, Payload] = FetchAhead(self._fetch)
 
     @classmethod
     def build(
@@ -225,17 +218,7 @@ class ArrayEngine:
 
     def _payloads(self, wanted: list[Coords]) -> dict[Coords, Payload]:
         """The stored bytes of chunks ``wanted``: those fetched ahead, the rest now."""
-        got: dict[Coords, Payload] = {}
-        if self._ahead:
-            with self._ahead_lock:
-                ahead = {c: self._ahead.pop(c) for c in wanted if c in self._ahead}
-            for c, future in ahead.items():
-                with contextlib.suppress(Exception):  # fetched again below, raising its error
-                    got[c] = future.result()[c]
-        todo = [c for c in wanted if c not in got]
-        if todo:
-            got.update(self._fetch(todo))
-        return got
+        return self._ahead.take(wanted)
 
     def _fetch(self, wanted: Sequence[Coords]) -> dict[Coords, Payload]:
         if self.layout is None:
@@ -383,22 +366,8 @@ class ArrayEngine:
     def prefetch(self, chunks: list[int]) -> None:
         """Start fetching sample-axis ``chunks`` in the background where that pays (a read
         that needs them waits for them)."""
-        if not self.source.prefetches:
-            return
-        with self._ahead_lock:
-            todo = sorted({self._row_chunk(c) for c in chunks} - set(self._ahead))
-            if not todo:
-                return
-            if self._pool is None:
-                # several announced batches in flight at once: with a slow link one at a time
-                # left a worker ~1 batch of requests outstanding (bench_remote, 20 ms)
-                self._pool = ThreadPoolExecutor(PREFETCH_BATCHES, "chunkio-prefetch")
-            future = self._pool.submit(self._fetch, todo)
-            for coords in todo:
-                self._ahead[coords] = future
+        if self.source.prefetches:
+            self._ahead.start(self._row_chunk(c) for c in chunks)
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
-        self._ahead.clear()
+        self._ahead.close()

@@ -1,6 +1,7 @@
 """Every read engine runs the same contract suite: chunkio's Zarr engine on chunk files and on
 shards, locally and from a loopback S3 server (moto, started by the session fixture), zarr-python's
-general path, HDF5 raw chunk reads and h5py, and the in-memory reference."""
+general path, HDF5 raw chunk reads (local, and byte ranges from S3) and h5py, and the in-memory
+reference."""
 
 from __future__ import annotations
 
@@ -73,6 +74,22 @@ class TestHDF5ThroughH5py(TestHDF5Backend):
 
     def open(self, location: Any) -> Reader:
         return HDF5Reader(location, raw_chunks=False)
+
+
+class TestHDF5Remote(TestHDF5Backend):
+    """An HDF5 file on S3: h5py reads its metadata through a block-cached file object, chunks
+    come as byte ranges decoded by the raw chunk path (each open a new copy)."""
+
+    read_path = "remote raw"
+
+    @pytest.fixture(autouse=True)
+    def _s3(self, s3_server: S3Server) -> None:
+        self.s3 = s3_server
+
+    def open(self, location: Any) -> Reader:
+        key = f"d{next(_ids)}.h5"
+        self.s3.put("contract", key, Path(location).read_bytes())
+        return open_reader(f"s3://contract/{key}", storage_options=self.s3.storage_options())
 
 
 class TestMemoryBackend(BackendContract):

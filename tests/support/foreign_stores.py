@@ -222,3 +222,39 @@ def h5py_with_holes(tmp_path: Path) -> Path:
         d[:WRITTEN] = images[:WRITTEN]
         f.create_dataset("labels", data=labels)
     return path
+
+
+def zarr_v3(tmp_path: Path) -> Path:
+    """zarr-python v3 defaults (zstd), unsharded, in a nested group."""
+    images, labels = data()
+    path = tmp_path / "v3plain.zarr"
+    g = zarr.open_group(path, mode="w", zarr_format=3).require_group("train")
+    g.create_array("images", shape=images.shape, chunks=(32, 3, 8, 8), dtype="u1")[...] = images
+    g.create_array("labels", shape=labels.shape, chunks=(64,), dtype=labels.dtype)[...] = labels
+    return path
+
+
+def consolidate(path: Path) -> Path:
+    """``zarr.consolidate_metadata`` on a store (v3: into the root zarr.json, a zarr-python
+    extension it warns about; v2: ``.zmetadata``)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Consolidated metadata", UserWarning)
+        zarr.consolidate_metadata(str(path))
+    return path
+
+
+def zarr_v2_consolidated(tmp_path: Path) -> Path:
+    return consolidate(zarr_v2(tmp_path))
+
+
+def zarr_v3_consolidated(tmp_path: Path) -> Path:
+    return consolidate(zarr_v3(tmp_path))
+
+
+STORES |= {
+    "zarr v3": zarr_v3,
+    "zarr v2 consolidated": zarr_v2_consolidated,
+    "zarr v3 consolidated": zarr_v3_consolidated,
+}
