@@ -289,10 +289,14 @@ class RemoteHDF5Reader:
         finally:
             self.clock.decode += time.perf_counter() - started
 
-    def chunk_exists(self, name: str, chunk: int) -> bool:
+    def chunk_exists(self, name: str, chunk: int | tuple[int, ...]) -> bool:
         raw = self._array(name).raw
         if raw is None:
             return self._general().chunk_exists(name, chunk)
+        if not isinstance(chunk, int):  # grid coordinates: raw chunks hold whole samples
+            if any(chunk[1:]):
+                return False
+            chunk = chunk[0]
         return chunk in raw.index
 
     def close(self) -> None:

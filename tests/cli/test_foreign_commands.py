@@ -55,7 +55,7 @@ def words(fields: dict[str, str]) -> list[str]:
     return [f"{name}={path}" for name, path in fields.items()]
 
 
-@pytest.mark.parametrize("store", list(STORES))
+@pytest.mark.parametrize("store", list(EXPECTED))
 def test_info_lists_every_array_and_says_how_to_name_fields(
     tmp_path: Path, store: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -79,7 +79,7 @@ def test_info_lists_every_array_and_says_how_to_name_fields(
     assert snapshot(path) == before
 
 
-@pytest.mark.parametrize("store", list(STORES))
+@pytest.mark.parametrize("store", list(EXPECTED))
 def test_info_with_fields_describes_what_the_dataset_reads(
     tmp_path: Path, store: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -100,7 +100,7 @@ def test_info_with_fields_describes_what_the_dataset_reads(
     assert f"samples:           {N}" in out and "chunk-aware order: follows field" in out
 
 
-@pytest.mark.parametrize("store", list(STORES))
+@pytest.mark.parametrize("store", list(EXPECTED))
 def test_verify_reads_every_chunk_of_every_array(
     tmp_path: Path, store: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
