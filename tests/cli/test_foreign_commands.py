@@ -234,6 +234,15 @@ def test_doctor_measures_a_bad_chunking_and_prints_the_rewrite(
     text = report.render()
     assert advice.command in text and "first batch of an epoch" in text
     assert snapshot(path) == before and sorted(tmp_path.iterdir()) == [path]  # nothing beside
+    # the advice runs as printed, and gives what it promised
+    assert cli.main([*argv[1:], "--no-progress"]) == 0
+    rewritten = chunkio.ChunkDataset(dst)
+    assert rewritten.samples_per_chunk == n and len(rewritten) == samples
+    got = rewritten.read_batch([0, samples // 2, samples - 1])
+    source = chunkio.ChunkDataset(path, fields=FLAT).read_batch(got["source_index"].tolist())
+    np.testing.assert_array_equal(got["image"], source["image"])
+    np.testing.assert_array_equal(got["label"], source["label"])
+    assert snapshot(path) == before
 
 
 @pytest.mark.timeout(180)
