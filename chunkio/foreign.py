@@ -5,8 +5,8 @@ A user's own HDF5 file or Zarr store (v2 or v3, sharded or not) has no ``chunkio
 name -> array path) or a list of array paths (each field named by the path's last part).
 Axis 0 of every named array is the sample axis and all must have the same length. Each field
 keeps its own chunking; the dataset's chunk-aware order follows the chunks of the field that
-costs most to read (the largest chunks in bytes), so every batch still decodes each chunk it
-needs once. Nothing is written to the store.
+costs most to read (compressed, and the most bytes, of those not preloaded whole), so every
+batch still decodes each chunk it needs once. Nothing is written to the store.
 """
 
 from __future__ import annotations
@@ -262,9 +262,12 @@ def batchable(dtype: Any) -> bool:
 def _read_cost(info: ArrayInfo) -> tuple[bool, int]:
     """What makes a field's chunks the ones to order reads by: compressed first (a chunk is
     decoded whole, however few of its samples a batch wants; uncompressed rows are read as
-    they are), then the bytes of one chunk."""
+    they are), then the array's bytes. The bulk of the data (images) orders reads, whatever
+    its chunks: ordered by coarser chunks of a small array (labels in chunks of 100,000), a
+    batch would touch a different image chunk for nearly every sample; ordered by the images'
+    chunks, it touches a few label chunks, which the decoded-chunk cache keeps."""
     compressed = info.compression is not None and info.compression.codec != "none"
-    return compressed, int(np.prod(info.chunks, dtype=np.int64)) * np.dtype(info.dtype).itemsize
+    return compressed, _nbytes(info)
 
 
 def is_chunkio_dataset(attrs: Mapping[str, Any]) -> bool:

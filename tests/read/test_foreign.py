@@ -103,6 +103,22 @@ def test_each_field_keeps_its_own_chunks_and_the_order_follows_the_costly_one(
     assert ds.layout.field("label").rows_per_chunk == 100
 
 
+def test_the_order_follows_the_bulk_of_the_data_not_the_largest_chunks(tmp_path: Path) -> None:
+    """Labels in chunks of 1,000 (8 KB) beside images in chunks of 32 (6 KB): ordered by the
+    labels' chunks, a batch would touch a different image chunk for nearly every sample."""
+    n = 2000
+    g = zarr.open_group(tmp_path / "bulk.zarr", mode="w", zarr_format=3)
+    images = np.random.default_rng(0).integers(0, 255, (n, 3, 8, 8), dtype=np.uint8)
+    g.create_array("images", shape=images.shape, chunks=(32, 3, 8, 8), dtype="u1")[...] = images
+    g.create_array("labels", shape=(n,), chunks=(1000,), dtype="i8")[...] = np.arange(n)
+    fields = {"image": "images", "label": "labels"}
+    ds = chunkio.ChunkDataset(tmp_path / "bulk.zarr", fields=fields, preload_bytes=0)
+    assert ds.samples_per_chunk == 32
+    batch = ds.read_batch([1999, 0, 1000])
+    np.testing.assert_array_equal(batch["label"], [1999, 0, 1000])
+    np.testing.assert_array_equal(batch["image"], images[[1999, 0, 1000]])
+
+
 def test_missing_zarr_chunks_read_as_the_fill_value(tmp_path: Path) -> None:
     images, labels = data()
     path = tmp_path / "sparse.zarr"
