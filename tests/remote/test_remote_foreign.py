@@ -5,6 +5,8 @@ the metadata read once in the main process and handed to the workers."""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -199,3 +201,30 @@ def test_hdf5_that_chunkio_does_not_decode_is_read_by_h5py_through_the_file_obje
     got = [(np.asarray(x), np.asarray(y)) for x, y in loader]
     np.testing.assert_array_equal(np.concatenate([x for x, _ in got]), images)
     np.testing.assert_array_equal(np.concatenate([y for _, y in got]), labels)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("store", ["h5py", "zarr v2 consolidated", "zarr v3 sharded"])
+def test_info_verify_and_doctor_on_a_remote_store(
+    s3_server: S3Server,
+    urls: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+    store: str,
+) -> None:
+    """The CLI on a URL with --storage-options, as on a local path: arrays listed, every chunk
+    verified, doctor's measurements."""
+    from chunkio import cli
+
+    options = ["--storage-options", json.dumps(s3_server.storage_options())]
+    fields = [f"{name}={path}" for name, path in fields_of(store).items()]
+    image = fields_of(store)["image"]
+    assert cli.main(["info", urls[store], *options]) == 0
+    listed = capsys.readouterr().out
+    assert "not a chunkio dataset" in listed and image in listed
+    assert cli.main(["info", urls[store], "--fields", *fields, *options]) == 0
+    assert f"samples:           {N}" in capsys.readouterr().out
+    assert cli.main(["verify", urls[store], "--fields", *fields, "--no-progress", *options]) == 0
+    assert re.search(r": 2 arrays, \d+ chunks read: OK$", capsys.readouterr().out.strip())
+    argv = ["doctor", urls[store], "--fields", *fields, "--step-time", "0.01", *options]
+    assert cli.main(argv) == 0
+    assert "samples/s" in capsys.readouterr().out
