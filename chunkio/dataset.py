@@ -174,6 +174,12 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
             dataset = cls.__new__(cls)
             dataset._lent = reader  # taken by _read_layout instead of opening another
             cls.__init__(dataset, path, fields, transform, storage_options=storage_options)
+            if dataset._options["fill_missing"]:
+                # A store chunkio did not write: chunks never written (xarray and zarr skip
+                # those equal to the fill value) read as the fill value, the caller's reads
+                # too (make_loader's labels), so the reader is reopened as the dataset reads.
+                reader.close()
+                reader = open_reader(dataset.location, **dataset._reader_options())
             yield dataset, reader
         finally:
             reader.close()

@@ -1,20 +1,24 @@
-"""Stores as users' own tools write them (h5py, zarr-python v2 and v3 sharded), for the tests
-of reading data chunkio did not write; and a snapshot proving the source is left untouched.
+"""Stores as users' own tools write them (h5py, zarr-python v2 and v3 sharded, xarray's
+``to_zarr``), for the tests of reading data chunkio did not write; and a snapshot proving the
+source is left untouched.
 
 The data: ``N`` images ``(3, 8, 8)`` uint8 and their labels, sorted by label as users' files
-often are.
+often are; for xarray, an ERA5-like ``t2m (time, lat, lon)`` and a label per time step.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
 import h5py
 import numcodecs
 import numpy as np
+import pandas as pd
+import xarray as xr
 import zarr
 
 N = 300
@@ -76,3 +80,68 @@ def snapshot(path: Path) -> dict[str, tuple[str, int]]:
     return {
         str(p): (hashlib.sha256(p.read_bytes()).hexdigest(), os.stat(p).st_mtime_ns) for p in files
     }
+
+
+# -- xarray ------------------------------------------------------------------------------------
+
+#: ERA5-like grid: time steps (the sample axis), latitudes, longitudes
+TIMES, LATS, LONS = 96, 12, 16
+#: the CF encoding xarray stores t2m with: int16 counts of 0.01 K above 280 K
+T2M_ENCODING = {"dtype": "int16", "scale_factor": 0.01, "add_offset": 280.0, "_FillValue": -32768}
+
+
+def era5_like(times: int = TIMES) -> xr.Dataset:
+    """Surface temperature ``t2m (time, lat, lon)`` float32 (some NaN: missing values) and a
+    per-time ``label`` sorted as the weather regime of a season would be, with coordinates."""
+    rng = np.random.default_rng(1)
+    t2m = rng.normal(285.0, 8.0, (times, LATS, LONS)).astype("float32")
+    t2m[3, 2, 5] = np.nan  # stored as _FillValue
+    return xr.Dataset(
+        {
+            "t2m": (("time", "lat", "lon"), t2m, {"units": "K"}),
+            "label": (("time",), np.repeat(np.arange(8), -(-times // 8))[:times]),
+        },
+        coords={
+            "time": pd.date_range("2020-01-01", periods=times, freq="6h"),
+            "lat": np.linspace(90.0, -90.0, LATS),
+            "lon": np.linspace(0.0, 360.0, LONS, endpoint=False),
+        },
+    )
+
+
+def to_zarr(ds: xr.Dataset, path: Path, zarr_format: int, **kwargs: Any) -> Path:
+    """``ds.to_zarr`` as a user calls it (consolidated metadata, xarray's default), t2m
+    CF-encoded; zarr's warning that v3 consolidated metadata is not in the spec is the
+    writer's, not chunkio's concern."""
+    ds = ds.copy()
+    ds["t2m"].encoding.update(T2M_ENCODING)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Consolidated metadata", UserWarning)
+        ds.to_zarr(path, zarr_format=zarr_format, **kwargs)
+    return path
+
+
+def xarray_store(tmp_path: Path, zarr_format: int, chunks: dict[str, int] | None = None) -> Path:
+    """An ERA5-like Dataset written by ``to_zarr`` (dask-chunked first when ``chunks``)."""
+    ds = era5_like()
+    return to_zarr(ds.chunk(chunks) if chunks else ds, tmp_path / f"era5.v{zarr_format}.zarr",
+                   zarr_format, mode="w")  # fmt: skip
+
+
+def xarray_appended(tmp_path: Path, zarr_format: int, first: int = 40) -> Path:
+    """The same Dataset written in two goes: the first ``first`` time steps (``mode="w"``),
+    then the rest appended along time (``append_dim="time"``), chunks of 16 time steps, so
+    the append rewrites the chunk the first write left partial."""
+    ds, step = era5_like(), 16
+    path = tmp_path / f"appended.v{zarr_format}.zarr"
+    to_zarr(ds.isel(time=slice(0, first)).chunk({"time": step}), path, zarr_format, mode="w")
+    rest = ds.isel(time=slice(first, None))
+    head = -first % step  # the appended dask chunks start where the zarr chunks do
+    pieces = [head] * bool(head) + [step] * ((rest.sizes["time"] - head) // step)
+    pieces += [rest.sizes["time"] - sum(pieces)] * bool(rest.sizes["time"] - sum(pieces))
+    return to_zarr(rest.chunk({"time": tuple(pieces)}), path, zarr_format, append_dim="time")
+
+
+def stored(path: Path, name: str) -> np.ndarray[Any, Any]:
+    """Array ``name`` as stored (zarr-python, no CF decoding)."""
+    return np.asarray(zarr.open_array(path / name, mode="r")[...])
