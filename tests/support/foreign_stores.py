@@ -82,6 +82,53 @@ def snapshot(path: Path) -> dict[str, tuple[str, int]]:
     }
 
 
+# -- chunks that split samples -----------------------------------------------------------------
+
+
+def photos_64(n: int = 40) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """``n`` images ``(3, 64, 64)`` uint8 and their sorted labels."""
+    rng = np.random.default_rng(2)
+    return rng.integers(0, 255, (n, 3, 64, 64), dtype=np.uint8), np.repeat(np.arange(4), n // 4)
+
+
+def compact_dataset(group: h5py.Group, name: str, values: np.ndarray[Any, Any]) -> None:
+    """``values`` as an HDF5 compact dataset (stored in the object header; at most 64 KiB)."""
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_layout(h5py.h5d.COMPACT)
+    space = h5py.h5s.create_simple(values.shape)
+    dtype = h5py.h5t.py_create(values.dtype)
+    dsid = h5py.h5d.create(group.id, name.encode(), dtype, space, dcpl=dcpl)
+    h5py.Dataset(dsid)[...] = values
+
+
+def h5py_split(tmp_path: Path, chunks: tuple[int, ...]) -> Path:
+    """Images in gzip ``chunks`` (which may split a sample), labels compact, ids contiguous."""
+    images, labels = photos_64()
+    path = tmp_path / "split.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("images", data=images, chunks=chunks, compression="gzip")
+        compact_dataset(f, "labels", labels)
+        f["ids"] = np.arange(len(labels), dtype=np.int32)  # contiguous
+    return path
+
+
+def zarr_split(tmp_path: Path, chunks: tuple[int, ...], zarr_format: int) -> Path:
+    """Images in Zstd ``chunks`` (which may split a sample), labels and ids in one chunk."""
+    images, labels = photos_64()
+    path = tmp_path / f"split.v{zarr_format}.zarr"
+    g = zarr.open_group(path, mode="w", zarr_format=zarr_format)
+    compressor = numcodecs.Zstd(level=3) if zarr_format == 2 else zarr.codecs.ZstdCodec(level=3)
+    a = g.create_array("images", shape=images.shape, chunks=chunks, dtype="u1",
+                       compressors=compressor)  # fmt: skip
+    a[...] = images
+    g.create_array("labels", shape=labels.shape, chunks=labels.shape, dtype=labels.dtype)[...] = (
+        labels
+    )
+    ids = np.arange(len(labels), dtype=np.int32)
+    g.create_array("ids", shape=ids.shape, chunks=ids.shape, dtype=ids.dtype)[...] = ids
+    return path
+
+
 # -- xarray ------------------------------------------------------------------------------------
 
 #: ERA5-like grid: time steps (the sample axis), latitudes, longitudes
