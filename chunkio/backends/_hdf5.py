@@ -7,6 +7,7 @@ reopens lazily on its next read. Readers never pickle; datasets carry the path i
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import json
 import os
@@ -64,6 +65,20 @@ os.register_at_fork(
     after_in_parent=_release_after_fork,
     after_in_child=_release_after_fork,
 )
+
+
+def _close_all_at_exit() -> None:
+    # h5py objects still alive when the HDF5 library terminates (its own exit handler, after
+    # Python's) are closed by HDF5 itself, in no particular order: a virtual dataset's creation
+    # property list closed after the lists it refers to crashes the process (a segfault as a
+    # spawned DataLoader worker exits). Closing every reader first releases them in order.
+    with _readers_lock:
+        readers = list(_readers)
+    for reader in readers:
+        reader.close()
+
+
+atexit.register(_close_all_at_exit)
 
 
 def open_hdf5_readers() -> int:
