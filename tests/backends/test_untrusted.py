@@ -112,11 +112,6 @@ def test_an_unsafe_codec_inside_shards_is_refused_before_anything_is_decoded(
         ChunkDataset(path)
 
 
-def _soft_link(f: h5py.File, other: Path) -> None:
-    f.move("image", "hidden")
-    f["image"] = h5py.SoftLink("/hidden")
-
-
 def _external_link(f: h5py.File, other: Path) -> None:
     with h5py.File(other, "w") as g:
         g.create_dataset("image", data=f["image"][...], chunks=(SPC, 4))
