@@ -45,6 +45,10 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
         ``None``: every field, samples are ``{name: tensor}`` dicts. A sequence of names:
         samples are tuples in that order (``for x, y in loader``). A single name: samples are
         that field's tensor.
+        For an HDF5 file or Zarr store chunkio did not write (h5py, zarr-python, xarray's
+        ``to_zarr``), ``fields`` names its arrays: ``{"image": "train/images", ...}`` or a
+        list of array paths (see :mod:`chunkio.foreign`). Their values come back as stored:
+        CF attributes (``scale_factor``, ``add_offset``, ``_FillValue``) are not applied.
     transform
         Applied to each sample. A :class:`~chunkio.sample_transforms.FieldTransform` such
         as :class:`chunkio.transforms.Compose` (a declared output shape, one field, random
@@ -174,6 +178,12 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
             dataset = cls.__new__(cls)
             dataset._lent = reader  # taken by _read_layout instead of opening another
             cls.__init__(dataset, path, fields, transform, storage_options=storage_options)
+            if dataset._options["fill_missing"]:
+                # A store chunkio did not write: chunks never written (xarray and zarr skip
+                # those equal to the fill value) read as the fill value, the caller's reads
+                # too (make_loader's labels), so the reader is reopened as the dataset reads.
+                reader.close()
+                reader = open_reader(dataset.location, **dataset._reader_options())
             yield dataset, reader
         finally:
             reader.close()

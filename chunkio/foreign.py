@@ -7,6 +7,19 @@ Axis 0 of every named array is the sample axis and all must have the same length
 keeps its own chunking; the dataset's chunk-aware order follows the chunks of the field that
 costs most to read (compressed, and the most bytes, of those not preloaded whole), so every
 batch still decodes each chunk it needs once. Nothing is written to the store.
+
+Values are returned as stored, as h5py and zarr-python return them: attributes are not
+applied. A variable xarray wrote with a CF encoding (``scale_factor``, ``add_offset``,
+``_FillValue`` attributes; time as int64 counts of ``units``) comes back as its stored
+integers, e.g. ``t2m`` as int16: decode a batch with those attributes where the model needs
+physical values (``x * scale_factor + add_offset``, the fill value masked). Chunks a Zarr store
+never wrote (xarray and zarr skip chunks equal to the fill value) read as the fill value.
+
+HDF5: soft links inside the file are followed; external links, external raw storage and
+virtual datasets with sources in other files are refused unless ``trust_codecs=True``; a
+filter or Zarr codec this installation cannot decode is an ``OptionalDependencyError`` naming
+the package to install. All of it is checked when the dataset is made, before any worker
+starts.
 """
 
 from __future__ import annotations

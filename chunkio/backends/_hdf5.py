@@ -7,6 +7,7 @@ reopens lazily on its next read. Readers never pickle; datasets carry the path i
 
 from __future__ import annotations
 
+import atexit
 import io
 import itertools
 import json
@@ -30,6 +31,7 @@ from ..errors import (
     UnsafeInputError,
 )
 from ..numeric import ceil_div
+from ._hdf5_checks import check_array, in_file_path
 from ._hdf5_raw import RawChunks
 from .base import ArrayInfo, StageClock, check_region, coalesce
 from .codec_table import HDF5_SAFE, hdf5_codec_info
@@ -64,6 +66,20 @@ os.register_at_fork(
     after_in_parent=_release_after_fork,
     after_in_child=_release_after_fork,
 )
+
+
+def _close_all_at_exit() -> None:
+    # h5py objects still alive when the HDF5 library terminates (its own exit handler, after
+    # Python's) are closed by HDF5 itself, in no particular order: a virtual dataset's creation
+    # property list closed after the lists it refers to crashes the process (a segfault as a
+    # spawned DataLoader worker exits). Closing every reader first releases them in order.
+    with _readers_lock:
+        readers = list(_readers)
+    for reader in readers:
+        reader.close()
+
+
+atexit.register(_close_all_at_exit)
 
 
 def open_hdf5_readers() -> int:
@@ -129,6 +145,9 @@ class HDF5Reader:
         self._fd: int | None = None
         self._file: h5py.File | None = None
         self._checked: set[str] = set()
+        #: per array, its path through hard links (its soft links followed), or None when
+        #: an external link (trusted) leads to it
+        self._paths: dict[str, str | None] = {}
         #: per array, chunk grid coordinates with no stored chunk (HDF5 reads them as zeros)
         self._missing: dict[str, frozenset[tuple[int, ...]]] = {}
         self._datasets: dict[str, h5py.Dataset] = {}
@@ -197,7 +216,7 @@ class HDF5Reader:
         with self._lock:
             f = self._open()
             # Links are listed too (without resolving them), so that opening one is refused
-            # by _check_safe as unsafe rather than reported as a missing array; arrays in
+            # by _dataset as unsafe rather than reported as a missing array; arrays in
             # groups by their path (visititems follows no links).
             top = [k for k in f if not isinstance(f.get(k, getlink=True), h5py.HardLink)]
             nested: list[str] = []
@@ -211,58 +230,33 @@ class HDF5Reader:
             # Reopening a dataset per read costs its object header and, worse, its chunk
             # cache: HDF5 keeps one per open dataset.
             return cached
-        link = f.get(name, getlink=True)
-        if link is None:
-            raise FormatError(f"{self.location}: array {name!r} is missing")
         if name not in self._checked:
-            self._check_safe(f, name, link)
-            self._missing[name] = _missing_chunks(f[name])
+            path, link = in_file_path(f, name, self.location)
+            if path is None and not self._trust:
+                raise UnsafeInputError(
+                    f"{self.location}: {name!r} is (or passes through) a "
+                    f"{type(link).__name__}; chunkio follows soft links inside the file but "
+                    "refuses links that may point outside it unless trust_codecs=True"
+                )
+            self._paths[name] = path  # None: through an external link, trusted
+            check_array(f[path or name], name, self.location, trust=self._trust)
+            self._missing[name] = _missing_chunks(f[path or name])
             self._checked.add(name)
-        dset = f[name]
+        path = self._paths[name]
+        dset = f[path or name]
         self._datasets[name] = dset
         if name not in self._raw:
-            # Raw reads use this file's descriptor, so only for data stored in this file: a
-            # hard link (an external link, trusted, points into another file) and the chunk
-            # index read through the same open file (see _open).
+            # Raw reads use this file's descriptor, so only for data stored in this file: not
+            # through an external link (trusted, it points into another file), and with the
+            # chunk index read through the same open file (see _open).
             usable = (
                 self._raw_chunks
-                and isinstance(link, h5py.HardLink)
+                and path is not None
                 and isinstance(dset, h5py.Dataset)
                 and self._fd is not None
             )
             self._raw[name] = RawChunks.build(dset, self.location, name) if usable else None
         return dset
-
-    def _check_safe(self, f: h5py.File, name: str, link: Any) -> None:
-        if self._trust:
-            return
-        if not isinstance(link, h5py.HardLink):
-            raise UnsafeInputError(
-                f"{self.location}: {name!r} is a {type(link).__name__}; chunkio refuses links "
-                "that may point outside the file unless trust_codecs=True"
-            )
-        dset = f[name]
-        if not isinstance(dset, h5py.Dataset):
-            raise FormatError(f"{self.location}: {name!r} is a group, expected an array")
-        if dset.id.get_create_plist().get_external_count() > 0:
-            raise UnsafeInputError(
-                f"{self.location}: array {name!r} keeps its data in external raw files named "
-                "inside the HDF5 file (H5Pset_external), which may lie anywhere on disk; "
-                "refused unless trust_codecs=True"
-            )
-        if dset.is_virtual:
-            raise UnsafeInputError(
-                f"{self.location}: array {name!r} is a virtual dataset whose sources may lie "
-                "outside the file; refused unless trust_codecs=True"
-            )
-        plist = dset.id.get_create_plist()
-        for i in range(plist.get_nfilters()):
-            fid = plist.get_filter(i)[0]
-            if fid not in HDF5_SAFE:
-                raise UnsafeInputError(
-                    f"{self.location}: array {name!r} uses HDF5 filter id {fid}; chunkio only "
-                    f"decodes {sorted(HDF5_SAFE.values())} unless trust_codecs=True"
-                )
 
     def array_info(self, name: str) -> ArrayInfo:
         with self._lock:

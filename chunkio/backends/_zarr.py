@@ -21,6 +21,7 @@ from ..errors import (
     DatasetNotFoundError,
     FormatError,
     MissingChunkError,
+    OptionalDependencyError,
     UnsafeInputError,
 )
 from ..numeric import ceil_div
@@ -32,32 +33,55 @@ from ._zarr_shard_index import ShardIndexes
 from ._zarr_sources import ByteSource, LocalFiles, RemoteObjects, describe, is_remote
 from ._zarr_writing import CHUNK_KEY_ENCODING, ZarrWriter
 from .base import ArrayInfo, StageClock, check_region, coalesce
+from .codec_packages import missing_zarr_codecs, zarr_install_hint
 from .codec_table import ZARR2_SAFE, ZARR_SAFE, zarr2_codec_info, zarr2_codecs, zarr_codec_info
 
 __all__ = ["CHUNK_KEY_ENCODING", "ZarrReader", "ZarrWriter"]
 
 
-def _check_codecs(meta: Mapping[str, Any], name: str, where: str) -> tuple[str, ...]:
-    if meta.get("zarr_format") == 2:
-        return _check_v2_codecs(meta, name, where)
-    codecs = list(meta.get("codecs") or [])
-    outer = [str(c.get("name")) for c in codecs if c.get("name") != "sharding_indexed"]
-    _refuse_unsafe(outer, ZARR_SAFE, f"{where}: array {name!r}")
-    layout = shard_layout(meta, where=f"{where}: array {name!r}")  # FormatError if unreadable
-    if layout is not None:
-        codecs = [*layout.inner_codecs, *layout.index_codecs]
-    names = tuple(str(c.get("name")) for c in codecs)
-    _refuse_unsafe(names, ZARR_SAFE, f"{where}: array {name!r}")
-    return names
+def _check_codecs(
+    meta: Mapping[str, Any], name: str, where: str, *, trust: bool = False
+) -> tuple[str, ...]:
+    """The array's codec names (v2: its compressor and filter ids; v3: its codecs, those
+    inside shards included), refused unless decoding them cannot run code (or ``trust``),
+    and unless a codec registry here knows each (:class:`OptionalDependencyError` naming the
+    package to install), before zarr parses or decodes anything."""
+    fmt = 2 if meta.get("zarr_format") == 2 else 3
+    what = f"{where}: array {name!r}" + (" (Zarr v2)" if fmt == 2 else "")
+    if fmt == 2:
+        configs = [meta.get("compressor"), *(meta.get("filters") or [])]
+        names = [str(c.get("id")) for c in configs if isinstance(c, Mapping)]
+    else:
+        codecs = list(meta.get("codecs") or [])
+        names = [str(c.get("name")) for c in codecs if c.get("name") != "sharding_indexed"]
+        if not trust:  # before the shard configuration is parsed
+            _refuse_unsafe(names, ZARR_SAFE, what, fmt)
+        layout = shard_layout(meta, where=what)  # FormatError if unreadable
+        if layout is not None:
+            names += [str(c.get("name")) for c in (*layout.inner_codecs, *layout.index_codecs)]
+    if not trust:
+        _refuse_unsafe(names, ZARR2_SAFE if fmt == 2 else ZARR_SAFE, what, fmt)
+    missing = missing_zarr_codecs(names, fmt)
+    if missing:
+        registry = "numcodecs" if fmt == 2 else "zarr-python"
+        hints = "; ".join(f"{c!r}: {zarr_install_hint(c)}" for c in missing)
+        raise OptionalDependencyError(
+            f"{what} declares codec(s) {missing} that this installation cannot decode (no "
+            f"{registry} codec of that name is registered): {hints}"
+        )
+    return tuple(names)
 
 
-def _refuse_unsafe(names: Sequence[str], safe: frozenset[str], what: str) -> None:
-    """Raise :class:`UnsafeInputError` naming the codecs of ``names`` outside ``safe``."""
+def _refuse_unsafe(names: Sequence[str], safe: frozenset[str], what: str, fmt: int) -> None:
+    """Raise :class:`UnsafeInputError` naming the codecs of ``names`` outside ``safe`` (and
+    what to install for those no registry knows either)."""
     unsafe = [n for n in names if n not in safe]
     if unsafe:
+        missing = missing_zarr_codecs(unsafe, fmt)
+        hints = "".join(f"; {c!r} is not installed either: {zarr_install_hint(c)}" for c in missing)
         raise UnsafeInputError(
             f"{what} declares codec(s) {unsafe}; chunkio only decodes {sorted(safe)} unless "
-            "opened with trust_codecs=True"
+            f"opened with trust_codecs=True{hints}"
         )
 
 
@@ -70,14 +94,6 @@ def _declared_arrays(attrs: Mapping[str, Any]) -> list[str]:
     except (FormatError, KeyError, TypeError, ValueError):
         return list((attrs.get(ATTR_KEY) or {}).get("fields") or {})
     return [a for f in layout.fields for a in f.array_names()]
-
-
-def _check_v2_codecs(meta: Mapping[str, Any], name: str, where: str) -> tuple[str, ...]:
-    """A v2 array's compressor and filter ids, refused unless decoding them cannot run code."""
-    configs = [meta.get("compressor"), *(meta.get("filters") or [])]
-    ids = tuple(str(c.get("id")) for c in configs if isinstance(c, Mapping))
-    _refuse_unsafe(ids, ZARR2_SAFE, f"{where}: array {name!r} (Zarr v2)")
-    return ids
 
 
 class _Described:
@@ -277,11 +293,8 @@ class ZarrReader:
             raw = self._raw_meta(name)
             if raw is None:
                 raise FormatError(f"{self.location}: array {name!r} is missing")
-            if self._trust:  # before zarr builds (or a reader decodes) anything
-                with contextlib.suppress(UnsafeInputError):
-                    _check_codecs(raw, name, self.location)  # still refuse sharding
-            else:
-                _check_codecs(raw, name, self.location)
+            # before zarr builds (or a reader decodes) anything
+            _check_codecs(raw, name, self.location, trust=self._trust)
             engine = self._engine(name, raw) if self._remote is not None else None
             if engine is not None:  # no zarr array needed (nor its metadata requests)
                 self._fast[name] = engine

@@ -22,6 +22,7 @@ from typing import Any
 import deflate
 import numcodecs
 import numcodecs.blosc
+import numcodecs.registry
 import numcodecs.zstd
 import numpy as np
 import numpy.typing as npt
@@ -41,8 +42,10 @@ __all__ = [
     "Decode",
     "hdf5_codec_info",
     "hdf5_filters",
+    "hdf5plugin_filters",
     "unshuffle",
     "zarr_codec_info",
+    "zarr_codec_registered",
     "zarr_compressors",
     "zarr2_codec",
     "zarr2_codec_info",
@@ -216,6 +219,30 @@ HDF5_SAFE: dict[int, str] = {
 }
 #: the HDF5 byte shuffle filter, undone by :func:`unshuffle`
 HDF5_SHUFFLE = 2
+
+
+def hdf5plugin_filters() -> dict[int, str]:
+    """The HDF5 filters hdf5plugin provides (registered with HDF5 when it is imported), by id."""
+    import hdf5plugin
+
+    return {int(fid): name for name, fid in hdf5plugin.FILTERS.items()}
+
+
+def zarr_codec_registered(name: str, zarr_format: int) -> bool:
+    """Whether a codec registry here knows codec ``name``: numcodecs' for a Zarr v2 id,
+    zarr-python's for a Zarr v3 name (and numcodecs' too for its ``numcodecs.<id>`` names,
+    which zarr-python registers whether or not the package decoding one is installed)."""
+    if zarr_format == 2:
+        registry = numcodecs.registry
+        return name in registry.codec_registry or name in registry.entries
+    from zarr.registry import get_codec_class
+
+    try:
+        get_codec_class(name)
+    except KeyError:
+        return False
+    bare = name.removeprefix("numcodecs.")
+    return bare == name or zarr_codec_registered(bare, 2)
 
 
 # -- what a conversion writes -----------------------------------------------------------------

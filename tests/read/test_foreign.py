@@ -19,7 +19,10 @@ from foreign_stores import (
     data,
     fields_of,
     h5py_file,
+    h5py_split,
+    photos_64,
     snapshot,
+    zarr_split,
     zarr_v2,
 )
 from resume_harness import assert_resume_equals_uninterrupted
@@ -167,3 +170,32 @@ def test_a_file_another_process_is_writing_is_a_typed_error(tmp_path: Path) -> N
         release.set()
         writer.join(30)
     assert chunkio.ChunkDataset(path, fields=FIELDS).read_batch([0])["label"].tolist() == [0]
+
+
+SPLIT = {
+    "h5py": h5py_split,
+    "zarr v2": lambda tmp, chunks: zarr_split(tmp, chunks, 2),
+    "zarr v3": lambda tmp, chunks: zarr_split(tmp, chunks, 3),
+}
+
+
+@pytest.mark.parametrize("chunks", [(1, 3, 64, 64), (16, 3, 32, 32)])
+@pytest.mark.parametrize("store", list(SPLIT))
+def test_chunks_that_split_samples_beside_compact_and_contiguous_fields(
+    tmp_path: Path, store: str, chunks: tuple[int, ...]
+) -> None:
+    path = SPLIT[store](tmp_path, chunks)
+    images, labels = photos_64()
+    fields = {"image": "images", "label": "labels", "id": "ids"}
+    ds = chunkio.ChunkDataset(path, fields=fields)
+    assert ds.samples_per_chunk == chunks[0]  # the images' chunks (compressed) set the order
+    idx = [*np.random.default_rng(0).permutation(len(labels)).tolist(), 0, 39, 0]
+    batch = ds.read_batch(idx)
+    np.testing.assert_array_equal(batch["image"], images[idx])
+    np.testing.assert_array_equal(batch["label"], labels[idx])
+    np.testing.assert_array_equal(batch["id"], idx)
+    loader = chunkio.make_loader(path, 16, fields=fields, num_workers=0, seed=3, copy=True)
+    seen = [(np.asarray(x), np.asarray(i)) for x, _, i in loader]
+    order = np.concatenate([i for _, i in seen])
+    assert sorted(order.tolist()) == list(range(len(labels)))
+    np.testing.assert_array_equal(np.concatenate([x for x, _ in seen]), images[order])

@@ -1,9 +1,11 @@
-"""Stores as users' own tools write them (h5py, zarr-python v2 and v3 sharded), for the tests
-of reading data chunkio did not write; and a snapshot proving the source is left untouched.
+"""Stores as users' own tools write them (h5py, zarr-python v2 and v3 sharded, xarray's
+``to_zarr``), for the tests of reading data chunkio did not write; and a snapshot proving the
+source is left untouched.
 
 The data: ``N`` images ``(3, 8, 8)`` uint8 and their labels, sorted by label as users' files
-often are (:func:`labelled` makes more samples and classes, with sample ids); and volumes
-for patch reads (:func:`volume_data`).
+often are (:func:`labelled` makes more samples and classes, with sample ids); volumes for patch
+reads (:func:`volume_data`); for xarray, an ERA5-like ``t2m (time, lat, lon)`` and a label per
+time step.
 """
 
 from __future__ import annotations
@@ -11,12 +13,15 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import warnings
 from pathlib import Path
 from typing import Any
 
 import h5py
 import numcodecs
 import numpy as np
+import pandas as pd
+import xarray as xr
 import zarr
 
 N = 300
@@ -258,3 +263,115 @@ STORES |= {
     "zarr v2 consolidated": zarr_v2_consolidated,
     "zarr v3 consolidated": zarr_v3_consolidated,
 }
+
+
+# -- chunks that split samples -----------------------------------------------------------------
+
+
+def photos_64(n: int = 40) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """``n`` images ``(3, 64, 64)`` uint8 and their sorted labels."""
+    rng = np.random.default_rng(2)
+    return rng.integers(0, 255, (n, 3, 64, 64), dtype=np.uint8), np.repeat(np.arange(4), n // 4)
+
+
+def compact_dataset(group: h5py.Group, name: str, values: np.ndarray[Any, Any]) -> None:
+    """``values`` as an HDF5 compact dataset (stored in the object header; at most 64 KiB)."""
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_layout(h5py.h5d.COMPACT)
+    space = h5py.h5s.create_simple(values.shape)
+    dtype = h5py.h5t.py_create(values.dtype)
+    dsid = h5py.h5d.create(group.id, name.encode(), dtype, space, dcpl=dcpl)
+    h5py.Dataset(dsid)[...] = values
+
+
+def h5py_split(tmp_path: Path, chunks: tuple[int, ...]) -> Path:
+    """Images in gzip ``chunks`` (which may split a sample), labels compact, ids contiguous."""
+    images, labels = photos_64()
+    path = tmp_path / "split.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("images", data=images, chunks=chunks, compression="gzip")
+        compact_dataset(f, "labels", labels)
+        f["ids"] = np.arange(len(labels), dtype=np.int32)  # contiguous
+    return path
+
+
+def zarr_split(tmp_path: Path, chunks: tuple[int, ...], zarr_format: int) -> Path:
+    """Images in Zstd ``chunks`` (which may split a sample), labels and ids in one chunk."""
+    images, labels = photos_64()
+    path = tmp_path / f"split.v{zarr_format}.zarr"
+    g = zarr.open_group(path, mode="w", zarr_format=zarr_format)
+    compressor = numcodecs.Zstd(level=3) if zarr_format == 2 else zarr.codecs.ZstdCodec(level=3)
+    a = g.create_array("images", shape=images.shape, chunks=chunks, dtype="u1",
+                       compressors=compressor)  # fmt: skip
+    a[...] = images
+    g.create_array("labels", shape=labels.shape, chunks=labels.shape, dtype=labels.dtype)[...] = (
+        labels
+    )
+    ids = np.arange(len(labels), dtype=np.int32)
+    g.create_array("ids", shape=ids.shape, chunks=ids.shape, dtype=ids.dtype)[...] = ids
+    return path
+
+
+# -- xarray ------------------------------------------------------------------------------------
+
+#: ERA5-like grid: time steps (the sample axis), latitudes, longitudes
+TIMES, LATS, LONS = 96, 12, 16
+#: the CF encoding xarray stores t2m with: int16 counts of 0.01 K above 280 K
+T2M_ENCODING = {"dtype": "int16", "scale_factor": 0.01, "add_offset": 280.0, "_FillValue": -32768}
+
+
+def era5_like(times: int = TIMES) -> xr.Dataset:
+    """Surface temperature ``t2m (time, lat, lon)`` float32 (some NaN: missing values) and a
+    per-time ``label`` sorted as the weather regime of a season would be, with coordinates."""
+    rng = np.random.default_rng(1)
+    t2m = rng.normal(285.0, 8.0, (times, LATS, LONS)).astype("float32")
+    t2m[3, 2, 5] = np.nan  # stored as _FillValue
+    return xr.Dataset(
+        {
+            "t2m": (("time", "lat", "lon"), t2m, {"units": "K"}),
+            "label": (("time",), np.repeat(np.arange(8), -(-times // 8))[:times]),
+        },
+        coords={
+            "time": pd.date_range("2020-01-01", periods=times, freq="6h"),
+            "lat": np.linspace(90.0, -90.0, LATS),
+            "lon": np.linspace(0.0, 360.0, LONS, endpoint=False),
+        },
+    )
+
+
+def to_zarr(ds: xr.Dataset, path: Path, zarr_format: int, **kwargs: Any) -> Path:
+    """``ds.to_zarr`` as a user calls it (consolidated metadata, xarray's default), t2m
+    CF-encoded; zarr's warning that v3 consolidated metadata is not in the spec is the
+    writer's, not chunkio's concern."""
+    ds = ds.copy()
+    ds["t2m"].encoding.update(T2M_ENCODING)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Consolidated metadata", UserWarning)
+        ds.to_zarr(path, zarr_format=zarr_format, **kwargs)
+    return path
+
+
+def xarray_store(tmp_path: Path, zarr_format: int, chunks: dict[str, int] | None = None) -> Path:
+    """An ERA5-like Dataset written by ``to_zarr`` (dask-chunked first when ``chunks``)."""
+    ds = era5_like()
+    return to_zarr(ds.chunk(chunks) if chunks else ds, tmp_path / f"era5.v{zarr_format}.zarr",
+                   zarr_format, mode="w")  # fmt: skip
+
+
+def xarray_appended(tmp_path: Path, zarr_format: int, first: int = 40) -> Path:
+    """The same Dataset written in two goes: the first ``first`` time steps (``mode="w"``),
+    then the rest appended along time (``append_dim="time"``), chunks of 16 time steps, so
+    the append rewrites the chunk the first write left partial."""
+    ds, step = era5_like(), 16
+    path = tmp_path / f"appended.v{zarr_format}.zarr"
+    to_zarr(ds.isel(time=slice(0, first)).chunk({"time": step}), path, zarr_format, mode="w")
+    rest = ds.isel(time=slice(first, None))
+    head = -first % step  # the appended dask chunks start where the zarr chunks do
+    pieces = [head] * bool(head) + [step] * ((rest.sizes["time"] - head) // step)
+    pieces += [rest.sizes["time"] - sum(pieces)] * bool(rest.sizes["time"] - sum(pieces))
+    return to_zarr(rest.chunk({"time": tuple(pieces)}), path, zarr_format, append_dim="time")
+
+
+def stored(path: Path, name: str) -> np.ndarray[Any, Any]:
+    """Array ``name`` as stored (zarr-python, no CF decoding)."""
+    return np.asarray(zarr.open_array(path / name, mode="r")[...])
