@@ -29,7 +29,6 @@ from torch.utils.data import DataLoader
 
 from chunkio import ChunkDataset, append_arrays, collate, make_loader, write_arrays
 from chunkio.backends import UnknownFormatError, detect_format
-from chunkio.cli import format_info
 from chunkio.convert import images as images_mod
 from chunkio.convert import pipeline, run_conversion
 from chunkio.convert.arrays import ArraySource
@@ -37,6 +36,7 @@ from chunkio.convert.images import convert_images
 from chunkio.convert.volumes import convert_volumes
 from chunkio.dataset_report import info
 from chunkio.errors import DatasetNotFoundError, DestinationExistsError, FormatError
+from chunkio.info_text import format_info
 from converters import imagefolder
 
 ROOT = Path(__file__).resolve().parents[2]
