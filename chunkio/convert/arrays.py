@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,7 @@ from .workers import Work, check_workers, worker_count
 __all__ = [
     "SHUFFLED_BLOCK_BYTES",
     "ArraySource",
-    "array_options",
+    "ArrayWrite",
     "chunk_samples",
     "write_arrays",
 ]
@@ -327,21 +328,10 @@ def write_arrays(
     check_workers(workers)
     # NumPy inputs: nothing to read, a pool cannot pay (see chunkio.convert.workers.Work)
     workers = worker_count(workers, client=client, work=lambda: Work(reads=not source.in_memory))
-    write = array_options(
-        source.fingerprint(),
-        dst,
-        format=format,
-        samples_per_chunk=samples_per_chunk,
-        compression=compression,
-        checksum=checksum,
-        class_names=class_names,
-        extra=extra,
-        overwrite=overwrite,
-        execution=Execution(workers, client),
-        progress=progress,
-        shuffle=shuffle,
-        seed=seed,
-        block_chunks=block_chunks,
+    asked = ArrayWrite(format, samples_per_chunk, compression, checksum, class_names, extra,
+                       overwrite, progress, shuffle, seed)  # fmt: skip
+    write = asked.options(
+        source.fingerprint(), dst, execution=Execution(workers, client), block_chunks=block_chunks
     )
     return convert_source(shuffled(source, shuffle=shuffle, seed=seed), dst, write)
 
@@ -356,53 +346,63 @@ def chunk_samples(
     return choose_samples_per_chunk(largest, target_bytes=chunk_bytes, num_samples=num_samples)
 
 
-def array_options(
-    fingerprint: str,
-    dst: Any,
-    *,
-    format: Format | None,
-    samples_per_chunk: int | None,
-    compression: str | Compression,
-    checksum: bool,
-    class_names: Sequence[str] | None,
-    extra: Mapping[str, Any] | None,
-    overwrite: bool,
-    execution: Execution,
-    progress: bool,
-    shuffle: bool,
-    seed: int,
-    block_chunks: int,
-    more: Mapping[str, Any] | None = None,
-) -> ConversionOptions:
-    """The options of an array conversion (``write_arrays``, ``convert_arrays``), with the
-    request a rerun compares: the source's ``fingerprint`` and every option that shapes the
-    result (``more``: a caller's own, such as the arrays a store's fields name)."""
-    if not isinstance(compression, Compression):
-        compression = Compression(codec=compression, checksum=checksum)
-    valid = isinstance(samples_per_chunk, int) and samples_per_chunk >= 1  # else: rejected below
-    options = {
-        "format": format or detect_format(dst),
-        "samples_per_chunk": samples_per_chunk if valid else None,
-        "compression": compression_option(compression),
-        "shuffle": bool(shuffle),
-        "seed": int(seed) if shuffle else None,
-        "class_names": None if class_names is None else [str(c) for c in class_names],
-        "extra": dict(extra or {}),
-        **dict(more or {}),
-    }
-    try:
-        request = Request("arrays", fingerprint, options)
-    except TypeError as err:  # extra that JSON cannot hold
-        raise TypeError(f"extra must be JSON-serialisable; got {extra!r}: {err}") from err
-    return ConversionOptions(
-        format=format,
-        samples_per_chunk=samples_per_chunk,
-        compression=compression,
-        class_names=None if class_names is None else tuple(class_names),
-        extra=order_extra(extra, shuffle=shuffle, seed=seed),
-        overwrite=overwrite,
-        execution=execution,
-        progress=progress,
-        block_chunks=block_chunks,
-        request=request,
-    )
+@dataclass(frozen=True)
+class ArrayWrite:
+    """What the caller of an array conversion asked for (the keywords ``write_arrays`` and
+    ``convert_arrays`` share), before the source and the workers are known."""
+
+    format: Format | None
+    samples_per_chunk: int | None
+    compression: str | Compression
+    checksum: bool
+    class_names: Sequence[str] | None
+    extra: Mapping[str, Any] | None
+    overwrite: bool
+    progress: bool
+    shuffle: bool
+    seed: int
+
+    def options(
+        self,
+        fingerprint: str,
+        dst: Any,
+        *,
+        execution: Execution,
+        block_chunks: int,
+        more: Mapping[str, Any] | None = None,
+    ) -> ConversionOptions:
+        """The conversion's options, with the request a rerun compares: the source's
+        ``fingerprint`` and every option that shapes the result (``more``: a caller's own,
+        such as the arrays a store's fields name)."""
+        compression = self.compression
+        if not isinstance(compression, Compression):
+            compression = Compression(codec=compression, checksum=self.checksum)
+        spc = self.samples_per_chunk
+        valid = isinstance(spc, int) and spc >= 1  # else: rejected by ConversionOptions
+        shuffle, seed, extra = self.shuffle, self.seed, self.extra
+        options = {
+            "format": self.format or detect_format(dst),
+            "samples_per_chunk": spc if valid else None,
+            "compression": compression_option(compression),
+            "shuffle": bool(shuffle),
+            "seed": int(seed) if shuffle else None,
+            "class_names": None if self.class_names is None else [str(c) for c in self.class_names],
+            "extra": dict(extra or {}),
+            **dict(more or {}),
+        }
+        try:
+            request = Request("arrays", fingerprint, options)
+        except TypeError as err:  # extra that JSON cannot hold
+            raise TypeError(f"extra must be JSON-serialisable; got {extra!r}: {err}") from err
+        return ConversionOptions(
+            format=self.format,
+            samples_per_chunk=spc,
+            compression=compression,
+            class_names=None if self.class_names is None else tuple(self.class_names),
+            extra=order_extra(extra, shuffle=shuffle, seed=seed),
+            overwrite=self.overwrite,
+            execution=execution,
+            progress=self.progress,
+            block_chunks=block_chunks,
+            request=request,
+        )

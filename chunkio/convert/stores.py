@@ -18,7 +18,7 @@ from ..backends import Compression, Format
 from ..backends.base import DEFAULT_CODEC
 from ..foreign import FieldSelection, field_arrays
 from ..numeric import ceil_div
-from .arrays import array_options, chunk_samples
+from .arrays import ArrayWrite, chunk_samples
 from .chunking import DEFAULT_CHUNK_BYTES
 from .options import Execution
 from .pipeline import ConversionResult, convert_source
@@ -112,22 +112,13 @@ overwrite, progress, client, shuffle, seed
     chunk_nbytes = max(1, spc if valid else 1) * sum(f.sample_nbytes for f in source.fields)
     block_chunks = max(1, STORE_BLOCK_BYTES // chunk_nbytes)
     nbytes = source.num_samples * sum(f.sample_nbytes for f in source.fields)
-    write = array_options(
+    asked = ArrayWrite(format, spc, compression, checksum, class_names, extra, overwrite,
+                       progress, shuffle, seed)  # fmt: skip
+    workers = worker_count(workers, client=client, work=lambda: Work(nbytes=nbytes))
+    write = asked.options(
         source.fingerprint(),
         dst,
-        format=format,
-        samples_per_chunk=spc,
-        compression=compression,
-        checksum=checksum,
-        class_names=class_names,
-        extra=extra,
-        overwrite=overwrite,
-        execution=Execution(
-            worker_count(workers, client=client, work=lambda: Work(nbytes=nbytes)), client
-        ),
-        progress=progress,
-        shuffle=shuffle,
-        seed=seed,
+        execution=Execution(workers, client),
         block_chunks=block_chunks,
         more={"fields": field_arrays(fields, str(src))},
     )
