@@ -202,27 +202,33 @@ def test_doctor_on_a_store_chunkio_did_not_write_needs_fields(tmp_path: Path) ->
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize(
-    ("build", "samples", "side", "why"),
+    ("build", "samples", "side", "why", "clear"),
     [
-        (lambda t: h5py_chunked(t, 1, n=512, side=16), 512, 16, "chunks of 1 sample"),
-        (lambda t: zarr_v3_chunked(t, 1, n=512, side=16), 512, 16, "chunks of 1 sample"),
+        (lambda t: h5py_chunked(t, 1, n=512, side=16), 512, 16, "chunks of 1 sample", True),
+        (lambda t: zarr_v3_chunked(t, 1, n=512, side=16), 512, 16, "chunks of 1 sample", True),
         (
             lambda t: h5py_chunked(t, 4096, n=4096, side=32),
             4096,
             32,
             "compressed chunks spanning 4096 samples (12.0 MiB",
+            False,  # one 12 MiB chunk costs a few ms per epoch here: the measurement decides
         ),
     ],
     ids=["h5py 1 sample", "zarr v3 1 sample", "h5py one chunk of all"],
 )
 def test_doctor_measures_a_bad_chunking_and_prints_the_rewrite(
-    tmp_path: Path, build: Callable[[Path], Path], samples: int, side: int, why: str
+    tmp_path: Path, build: Callable[[Path], Path], samples: int, side: int, why: str, clear: bool
 ) -> None:
+    """Chunks of one sample cost ~10x per batch: always advised. Whether one big chunk is
+    worth a rewrite is what the measurement says (timings are not asserted on); the report
+    follows the measurement either way."""
     path = build(tmp_path)
     before = snapshot(path)
     report = run_doctor(path, fields=FLAT, preload_bytes=0, **TINY)
     advice = report.chunking
-    assert advice is not None and advice.recommended, report.render()
+    assert advice is not None, report.render()
+    assert advice.recommended or not clear, report.render()
+    assert advice.recommended == (max(advice.speedup) >= 1.5)
     ((issue),) = advice.issues
     assert (issue.field, issue.array) == ("image", "images") and why in issue.why
     n = choose_samples_per_chunk(3 * side * side, num_samples=samples)
@@ -232,7 +238,9 @@ def test_doctor_measures_a_bad_chunking_and_prints_the_rewrite(
     assert argv[:6] == ["chunkio", "convert", "arrays", str(path), str(dst), "--fields"]
     assert fields_from_words(argv[6:8]) == FLAT and argv[8:] == ["--samples-per-chunk", str(n)]
     text = report.render()
-    assert advice.command in text and "first batch of an epoch" in text
+    assert "first batch of an epoch" in text
+    assert (advice.command in text) == advice.recommended
+    assert ("not worth a rewritten copy" in text) == (not advice.recommended)
     assert snapshot(path) == before and sorted(tmp_path.iterdir()) == [path]  # nothing beside
     # the advice runs as printed, and gives what it promised
     assert cli.main([*argv[1:], "--no-progress"]) == 0
