@@ -212,7 +212,7 @@ def test_info_verify_and_doctor_on_a_remote_store(
     store: str,
 ) -> None:
     """The CLI on a URL with --storage-options, as on a local path: arrays listed, every chunk
-    verified, doctor's measurements."""
+    verified, doctor's measurements (on the h5py file)."""
     from chunkio import cli
 
     options = ["--storage-options", json.dumps(s3_server.storage_options())]
@@ -225,6 +225,7 @@ def test_info_verify_and_doctor_on_a_remote_store(
     assert f"samples:           {N}" in capsys.readouterr().out
     assert cli.main(["verify", urls[store], "--fields", *fields, "--no-progress", *options]) == 0
     assert re.search(r": 2 arrays, \d+ chunks read: OK$", capsys.readouterr().out.strip())
-    argv = ["doctor", urls[store], "--fields", *fields, "--step-time", "0.01", *options]
-    assert cli.main(argv) == 0
-    assert "samples/s" in capsys.readouterr().out
+    if store == "h5py":  # doctor times loaders for seconds: once is enough here
+        argv = ["doctor", urls[store], "--fields", *fields, "--step-time", "0.01", *options]
+        assert cli.main(argv) == 0
+        assert "samples/s" in capsys.readouterr().out
