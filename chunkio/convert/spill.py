@@ -24,9 +24,11 @@ blocks in memory whatever the source's size:
    manifest of the conversion records finished blocks as for any conversion.
 
 The spill lives in the destination's staging directory (``<staging>/spill``, never beside the
-source), or in a temporary directory for destinations written in place (URLs, memory): there
-it is not resumable. It is removed once every block is written. It holds the source's decoded
-size on disk while the conversion runs.
+source), or, for destinations written in place (URLs, memory), in the temporary directory under
+a name made from the source, the destination and the plan (:func:`spill_folder`), so that a
+rerun finds it there too. It is removed once every block is written; an interrupted
+conversion leaves it for its rerun. It holds the source's decoded size on disk while the
+conversion runs.
 
 Memory: a pass-1 task holds its source block twice (decoded, then one field sorted at a time);
 a pass-2 task holds its destination block and one piece. Besides, every process holds the
@@ -36,6 +38,7 @@ permutation and its inverse (16 bytes per sample).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -56,7 +59,14 @@ from .options import ConversionOptions, Progress
 from .shuffling import SOURCE_INDEX, ShuffledSource
 from .staging import Destination, StagedDestination
 
-__all__ = ["ExternalShuffle", "SpillJob", "SpillPlan", "SpilledSource", "staged_source"]
+__all__ = [
+    "ExternalShuffle",
+    "SpillJob",
+    "SpillPlan",
+    "SpilledSource",
+    "spill_folder",
+    "staged_source",
+]
 
 _SUFFIX = ".rows"
 
@@ -248,14 +258,17 @@ class ExternalShuffle(ShuffledSource):
     """
 
     def __init__(self, source: Any, seed: int, *, read_samples: int, spill_samples: int) -> None:
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise TypeError(f"ExternalShuffle needs an int seed (a shuffled order); got {seed!r}")
         super().__init__(source, seed)
+        self.spill_seed = seed
         self.read_samples, self.spill_samples = int(read_samples), int(spill_samples)
 
     def spill_plan(self) -> SpillPlan:
         n = self.num_samples
         bounds = (*range(0, n, self.read_samples), n) if n else (0, 0)
         row_bytes = tuple(f.sample_nbytes for f in self.source.fields)
-        return SpillPlan(n, int(self.seed or 0), bounds, self.spill_samples, row_bytes)
+        return SpillPlan(n, self.spill_seed, bounds, self.spill_samples, row_bytes)
 
 
 @contextlib.contextmanager
@@ -269,17 +282,23 @@ def staged_source(
         yield source
         return
     plan = source.spill_plan()
-    staged = dest.staging if isinstance(dest, StagedDestination) else None
-    folder = os.path.join(staged, "spill") if staged else tempfile.mkdtemp(prefix="chunkio-spill-")
-    try:
-        _open_spill(folder, plan)
-        _spill(source, plan, folder, dest, options)
-        yield SpilledSource(source, plan, folder)
-    except BaseException:
-        if not staged:
-            shutil.rmtree(folder, ignore_errors=True)
-        raise
-    shutil.rmtree(folder, ignore_errors=True)
+    folder = spill_folder(source, dest, plan)
+    _open_spill(folder, plan)
+    _spill(source, plan, folder, dest, options)
+    yield SpilledSource(source, plan, folder)
+    shutil.rmtree(folder, ignore_errors=True)  # kept when the writes fail: a rerun resumes
+
+
+def spill_folder(source: ExternalShuffle, dest: Destination, plan: SpillPlan) -> str:
+    """Where pass 1 spills: the destination's staging folder; for a destination written in
+    place (a URL, ``memory://``), a folder in the temporary directory named by the source,
+    the destination and the plan, so that a rerun of an interrupted conversion finds it (and
+    removes it when done) instead of leaving one spill per attempt."""
+    if isinstance(dest, StagedDestination):
+        return os.path.join(dest.staging, "spill")
+    key = json.dumps([source.fingerprint(), repr(dest.location), plan.to_json()])
+    digest = hashlib.sha256(key.encode()).hexdigest()[:24]
+    return os.path.join(tempfile.gettempdir(), f"chunkio-spill-{digest}")
 
 
 def _open_spill(folder: str, plan: SpillPlan) -> None:
@@ -288,6 +307,9 @@ def _open_spill(folder: str, plan: SpillPlan) -> None:
     try:
         with open(record, encoding="utf-8") as fh:
             if json.load(fh) == plan.to_json():
+                for name in os.listdir(folder):  # a killed pass 1's partial files
+                    if name.endswith(".tmp"):
+                        os.remove(os.path.join(folder, name))
                 return
     except (OSError, ValueError):
         pass

@@ -8,6 +8,7 @@ row 10 (SIGKILL during conversion, then resume) in both passes of the shuffle.
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,10 @@ from chunkio.cli import main
 from chunkio.convert import spill, stores
 from chunkio.convert import workers as pool_policy
 from chunkio.convert.shuffling import permutation
+from chunkio.convert.spill import SpilledSource
 from chunkio.convert.store_source import StoreSource
 from chunkio.errors import (
+    ConversionError,
     DestinationExistsError,
     FormatError,
     MissingFieldError,
@@ -124,6 +127,32 @@ def test_workers_give_the_same_dataset(
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
     if fmt == "hdf5":  # canonical HDF5: equal content, equal bytes
         assert one.read_bytes() == two.read_bytes()
+
+
+def test_an_unstaged_destination_keeps_its_spill_for_the_rerun_then_removes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A destination written in place (memory://, URLs) spills to the temporary directory,
+    under a name the rerun finds: a failed pass 2 leaves one spill, the rerun reuses it (the
+    source is not read again) and removes it."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    src, fields = h5py_file(tmp_path), fields_of("h5py")
+    real = SpilledSource.read_block
+
+    def fail(self: SpilledSource, start: int, stop: int) -> Any:
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(SpilledSource, "read_block", fail)
+    with pytest.raises(ConversionError, match="disk gone"):
+        convert_arrays(src, "memory://unstaged", fields=fields, samples_per_chunk=7)
+    (left,) = (tmp_path / "tmp").iterdir()
+    assert left.name.startswith("chunkio-spill-") and len(list(left.glob("*.rows"))) == 5
+    monkeypatch.setattr(SpilledSource, "read_block", real)
+    monkeypatch.setattr(StoreSource, "read_block", None)  # pass 1 must not run again
+    convert_arrays(src, "memory://unstaged", fields=fields, samples_per_chunk=7, overwrite=True)
+    assert list((tmp_path / "tmp").iterdir()) == []
+    assert_equals_source("memory://unstaged", shuffled=True, seed=0)
 
 
 def test_a_rerun_is_unchanged_and_reads_nothing(
