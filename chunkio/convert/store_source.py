@@ -109,20 +109,24 @@ class StoreSource(PerProcessReader[ReadCore]):
 
 
 def _stamp(location: Any, reader: Any, layout: DatasetLayout) -> str:
-    parts = [repr(location)]
+    path = is_local(location)
+    # a local store by its real path: a rerun from another folder, through a symlink or with
+    # an absolute path is the same conversion
+    root = None if path is None else os.path.realpath(path)
+    parts = [repr(location if root is None else root)]
     for f in layout.fields:
         info = reader.array_info(f.array_names()[0])
         parts.append(repr((f.name, f.array, info.shape, info.dtype.str, info.chunks, info.codecs)))
-    path = is_local(location)
-    if path is not None:
+    if root is not None:
         # An HDF5 file: its size and mtime; a Zarr directory: those of its metadata files.
-        files = [path] if os.path.isfile(path) else _metadata_files(path, layout)
+        files = [root] if os.path.isfile(root) else _metadata_files(root, layout)
         for name in files:
+            where = os.path.relpath(name, root)
             try:
                 st = os.stat(name)
-                parts.append(repr((name, st.st_size, st.st_mtime_ns)))
+                parts.append(repr((where, st.st_size, st.st_mtime_ns)))
             except OSError:
-                parts.append(repr((name, None)))
+                parts.append(repr((where, None)))
     return hashlib.sha256("|".join(parts).encode("utf-8", "surrogateescape")).hexdigest()
 
 

@@ -155,6 +155,18 @@ def test_an_unstaged_destination_keeps_its_spill_for_the_rerun_then_removes_it(
     assert_equals_source("memory://unstaged", shuffled=True, seed=0)
 
 
+def test_a_rerun_names_the_source_any_way_it_likes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Relative, absolute or through a symlink: the same source, the same conversion."""
+    src, dst = h5py_file(tmp_path), tmp_path / "o.zarr"
+    (tmp_path / "link.h5").symlink_to(src)
+    monkeypatch.chdir(tmp_path)
+    convert_arrays(src.name, dst, fields=fields_of("h5py"), samples_per_chunk=7)
+    for again in (src, tmp_path / "link.h5"):
+        assert convert_arrays(again, dst, fields=fields_of("h5py"), samples_per_chunk=7).unchanged
+
+
 def test_a_rerun_is_unchanged_and_reads_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
