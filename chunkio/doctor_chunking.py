@@ -196,10 +196,11 @@ def suggested_destination(location: str) -> str:
 def rewrite_command(
     location: str,
     arrays: Mapping[str, str],
-    samples_per_chunk: int,
+    samples_per_chunk: int | None,
     storage_options: Mapping[str, Any] | None = None,
 ) -> str:
-    """The ``chunkio convert arrays`` command that rewrites the fields (name -> array path).
+    """The ``chunkio convert arrays`` command that rewrites the fields (name -> array path);
+    ``samples_per_chunk=None``: the converter's default chunking.
 
     >>> print(rewrite_command("s3://b/u.zarr", {"image": "x"}, 85, {"anon": True}))
     ... # doctest: +NORMALIZE_WHITESPACE
@@ -208,7 +209,8 @@ def rewrite_command(
     """
     words = ["chunkio", "convert", "arrays", location, suggested_destination(location), "--fields"]
     words += [f"{name}={path}" for name, path in arrays.items()]
-    words += ["--samples-per-chunk", str(samples_per_chunk)]
+    if samples_per_chunk is not None:
+        words += ["--samples-per-chunk", str(samples_per_chunk)]
     if storage_options:
         words += ["--storage-options", json.dumps(dict(storage_options))]
     return " ".join(shlex.quote(w) for w in words)

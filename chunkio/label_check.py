@@ -144,9 +144,14 @@ def warn_if_label_sorted(dataset: Any, sampler: Any, reader: Reader | None = Non
     if found["stored_ratio"] < SORTED_THRESHOLD and found["loader_ratio"] < MIXING_THRESHOLD:
         _warned.add(key)
         if dataset.layout.foreign:  # a user's own store, read in place: nothing shuffled it
+            from .doctor_chunking import rewrite_command
+
+            arrays = {f.name: f.array or f.name for f in dataset.layout.fields}
+            command = rewrite_command(str(dataset.location), arrays, None)
+            remote = " (with --storage-options as for the dataset)" if dataset.remote else ""
             todo = (
-                "Pass a larger pool_bytes to make_loader, or write a shuffled copy once with "
-                "chunkio.write_arrays(dst, {name: array, ...}, shuffle=True)."
+                "Pass a larger pool_bytes to make_loader, or write a shuffled copy once "
+                f"(streamed, the source left as it is){remote}: {command}"
             )
         else:
             todo = (

@@ -4,6 +4,7 @@ and the warning fires exactly when the settings make them mix worse than 90% of 
 
 from __future__ import annotations
 
+import shlex
 import warnings
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 from foreign_stores import labelled
 
 import chunkio
+from chunkio import cli
 from chunkio.label_check import LabelMixingWarning
 
 N, CLASSES, BATCH, CHUNK = 4000, 100, 64, 32
@@ -65,9 +67,16 @@ def test_a_label_sorted_users_store_mixes_like_a_uniform_shuffle(
 def test_the_warning_names_what_to_do_with_a_users_store(tmp_path: Path) -> None:
     path, arrays, _ = labelled(tmp_path, "zarr v2", N, CLASSES, chunk=CHUNK)
     small = {"pool_bytes": CHUNK * SAMPLE, "lanes": 1}
-    with pytest.raises(LabelMixingWarning, match=r"sorted by label.*pool_bytes.*write_arrays"):
-        chunkio.make_loader(path, BATCH, fields={"x": arrays["image"], "y": arrays["label"]},
-                            num_workers=0, **small)  # fmt: skip
+    fields = {"x": arrays["image"], "y": arrays["label"]}
+    with pytest.raises(LabelMixingWarning, match=r"sorted by label.*pool_bytes") as caught:
+        chunkio.make_loader(path, BATCH, fields=fields, num_workers=0, **small)
+    # the copy it advises is a command that runs as printed and mixes the labels
+    command = str(caught.value).split(": ")[-1]
+    argv = shlex.split(command)
+    assert argv[:4] == ["chunkio", "convert", "arrays", str(path)]
+    assert cli.main([*argv[1:], "--no-progress"]) == 0
+    copy = chunkio.make_loader(argv[4], BATCH, num_workers=0)  # shuffled: no warning
+    assert len(copy.dataset) == N and copy.dataset.fields[:2] == ("x", "y")
     # no labels field under any name it goes by: nothing to check, no warning
     chunkio.make_loader(path, BATCH, fields={"x": arrays["image"], "c": arrays["label"]},
                         num_workers=0, **small)  # fmt: skip
