@@ -204,8 +204,8 @@ class HDF5Reader:
         value."""
         with self._lock:
             d = self._dataset(name)
-            hard = isinstance(self._open().get(name, getlink=True), h5py.HardLink)
-            raw = RawChunks.build(d, self.location, name) if hard else None
+            in_file = self._paths.get(name) is not None  # soft links resolved, not external
+            raw = RawChunks.build(d, self.location, name) if in_file else None
             return raw, d.fillvalue
 
     def attrs(self) -> dict[str, Any]:

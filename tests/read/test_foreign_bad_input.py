@@ -51,6 +51,9 @@ def test_soft_links_inside_the_file_are_followed(tmp_path: Path) -> None:
     reader = open_reader(path)
     try:
         assert reader.read_path("chain") == "raw"  # data in this file: chunkio's own reads
+        # and where its chunks lie, for a remote reader of the file's bytes
+        raw, _ = reader.describe_raw("chain")  # type: ignore[attr-defined]
+        assert raw is not None and raw.index
     finally:
         reader.close()
     ds = chunkio.ChunkDataset(path, fields={"image": "links/images", "label": "train/alias"})
