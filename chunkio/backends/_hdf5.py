@@ -32,7 +32,7 @@ from ..errors import (
 )
 from ..numeric import ceil_div
 from ._hdf5_checks import check_array, in_file_path
-from ._hdf5_raw import RawChunks
+from ._hdf5_raw import RawChunks, run_rows
 from .base import ArrayInfo, StageClock, check_region, coalesce
 from .codec_table import HDF5_SAFE, hdf5_codec_info
 
@@ -274,7 +274,7 @@ class HDF5Reader:
             name=name,
             shape=tuple(d.shape),
             dtype=np.dtype(d.dtype),
-            chunks=raw.chunks if raw is not None else tuple(d.chunks or d.shape),
+            chunks=raw.chunks if raw is not None else _chunks_of(d),
             codecs=filters,
             stored_nbytes=int(d.id.get_storage_size()),
             compression=hdf5_codec_info(
@@ -471,3 +471,12 @@ def _missing_chunks(d: Any) -> frozenset[tuple[int, ...]]:
         for i in range(stored)
     }
     return frozenset(itertools.product(*map(range, grid))) - have
+
+
+def _chunks_of(d: h5py.Dataset) -> tuple[int, ...]:
+    """An array's chunks; contiguous and compact data by runs of rows, as raw reads do."""
+    if d.chunks is not None:
+        return tuple(d.chunks)
+    if not d.shape:
+        return ()
+    return (run_rows(d.shape, d.dtype), *d.shape[1:])

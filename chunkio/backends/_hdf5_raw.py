@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,17 @@ __all__ = ["RawChunks"]
 _FLETCHER32 = 3
 #: a contiguous dataset is read in runs of rows of about this many bytes (its "chunks")
 CONTIGUOUS_RUN_BYTES = 1 << 20
+
+
+def run_rows(shape: Sequence[int], dtype: np.dtype[Any]) -> int:
+    """Rows per run of :data:`CONTIGUOUS_RUN_BYTES` of a contiguous (or compact) array: the
+    chunks it is read, and ordered, by (never the whole array as one chunk).
+
+    >>> run_rows((100_000, 3, 64, 64), np.dtype("u1")), run_rows((10,), np.dtype("i8"))
+    (85, 10)
+    """
+    row = int(np.prod(shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize
+    return min(max(1, CONTIGUOUS_RUN_BYTES // max(1, row)), max(1, int(shape[0])))
 
 
 def _fletcher_matches(computed: int, stored: int) -> bool:
@@ -138,7 +150,7 @@ class RawChunks:
         if plist.get_layout() != h5py.h5d.CONTIGUOUS or offset is None or not dset.shape[0]:
             return None  # compact, or never written (h5py reads the fill value)
         row = int(np.prod(dset.shape[1:], dtype=np.int64)) * dtype.itemsize
-        rows = min(max(1, CONTIGUOUS_RUN_BYTES // max(1, row)), int(dset.shape[0]))
+        rows = run_rows(dset.shape, dtype)
         n = int(dset.shape[0])
         index = {
             c: (int(offset) + c * rows * row, min(rows, n - c * rows) * row)

@@ -95,6 +95,24 @@ def test_links_out_of_the_file_are_refused_when_the_loader_is_made(
     np.testing.assert_array_equal(trusted.read_batch([7])["image"], data()[0][[7]])
 
 
+def test_contiguous_data_h5py_reads_is_ordered_by_runs_not_as_one_chunk(tmp_path: Path) -> None:
+    """Through a trusted external link chunkio's raw reads stand aside and h5py reads a
+    contiguous array: it is still ordered by runs of about 1 MiB (as raw reads cut it), never
+    as one chunk of the whole array (a pool that must hold all of it)."""
+    rng = np.random.default_rng(3)
+    images = rng.integers(0, 255, (2000, 3, 32, 32), dtype=np.uint8)  # 3,072 bytes a row
+    with h5py.File(tmp_path / "other.h5", "w") as g:
+        g["images"] = images  # contiguous, uncompressed
+    path = tmp_path / "user.h5"
+    with h5py.File(path, "w") as f:
+        f["images"] = h5py.ExternalLink(str(tmp_path / "other.h5"), "/images")
+        f["labels"] = np.arange(2000)
+    ds = chunkio.ChunkDataset(path, fields=["images", "labels"], trust_codecs=True)
+    assert ds.samples_per_chunk == (1 << 20) // 3072  # 341
+    batch = ds.read_batch([1999, 0, 341])
+    np.testing.assert_array_equal(batch["images"], images[[1999, 0, 341]])
+
+
 def test_dangling_and_looping_soft_links_are_typed_errors(tmp_path: Path) -> None:
     path = h5py_file(tmp_path)
     with h5py.File(path, "a") as f:
