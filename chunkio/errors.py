@@ -84,7 +84,8 @@ class UnknownFormatError(FormatError):
 
 
 class MissingFieldError(FormatError, KeyError):
-    """A field is declared or requested but its array is absent."""
+    """A field is declared or requested but its array is absent (a reader raises it where an
+    array path names nothing; a group there is a plain :class:`FormatError`)."""
 
     def __str__(self) -> str:  # KeyError would repr() the message
         return str(self.args[0]) if self.args else ""

@@ -230,11 +230,11 @@ def _given(
 
 
 def _array_info(reader: Reader, path: str) -> ArrayInfo:
+    """The reader's description of array ``path``; a reader's :class:`MissingFieldError` (no
+    object by that path: told by type, never by its message) again, listing the arrays."""
     try:
         return reader.array_info(path)
-    except (FormatError, KeyError) as err:
-        if isinstance(err, FormatError) and "missing" not in str(err):
-            raise
+    except MissingFieldError as err:
         raise MissingFieldError(
             f"{reader.location}: no array {path!r}; arrays found: {list_arrays(reader)}"
         ) from err

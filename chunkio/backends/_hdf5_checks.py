@@ -22,7 +22,7 @@ from typing import Any
 
 import h5py
 
-from ..errors import FormatError, OptionalDependencyError, UnsafeInputError
+from ..errors import FormatError, MissingFieldError, OptionalDependencyError, UnsafeInputError
 from .codec_packages import hdf5_filter_hint, hdf5_filter_name
 from .codec_table import HDF5_SAFE
 
@@ -36,7 +36,8 @@ def in_file_path(f: h5py.File, name: str, where: str) -> tuple[str | None, Any]:
     """The path of ``name`` through hard links only, its soft links followed:
     ``(path, None)``, or ``(None, link)`` at the first link of another kind (an external
     link) on the way, which HDF5 would follow out of the file. Nothing outside the file is
-    opened: each step is looked up from a path already known to be in the file."""
+    opened: each step is looked up from a path already known to be in the file. A name
+    with no object (a dangling soft link included) is a :class:`MissingFieldError`."""
     todo = [p for p in name.split("/") if p not in ("", ".")]
     done, hops = "", 0
     while todo:
@@ -46,7 +47,7 @@ def in_file_path(f: h5py.File, name: str, where: str) -> tuple[str | None, Any]:
         except (KeyError, ValueError, TypeError):  # a step through a dataset
             link = None
         if link is None:
-            raise FormatError(f"{where}: array {name!r} is missing")
+            raise MissingFieldError(f"{where}: array {name!r} is missing")
         if isinstance(link, h5py.SoftLink):
             hops += 1
             if hops > _MAX_SOFT_LINKS:
@@ -67,7 +68,7 @@ def in_file_path(f: h5py.File, name: str, where: str) -> tuple[str | None, Any]:
 def check_array(dset: Any, name: str, where: str, *, trust: bool) -> None:
     """Raise unless ``dset`` (array ``name`` of file ``where``) can be read safely here."""
     if not isinstance(dset, h5py.Dataset):
-        raise FormatError(f"{where}: {name!r} is a group, expected an array")
+        raise FormatError(f"{where}: {name!r} is a group, not an array")
     plist = dset.id.get_create_plist()
     if plist.get_external_count() > 0 and not trust:
         raise UnsafeInputError(

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import DatasetNotFoundError, FormatError, MissingChunkError
+from ..errors import DatasetNotFoundError, MissingChunkError, MissingFieldError
 from ..numeric import ceil_div
 from .base import ArrayInfo, ArraySpec, CodecInfo, Compression, StageClock, Writer, check_region
 
@@ -87,7 +87,7 @@ class MemoryReader:
         try:
             return self._store.arrays[name]
         except KeyError as err:
-            raise FormatError(f"{self.location}: array {name!r} is missing") from err
+            raise MissingFieldError(f"{self.location}: array {name!r} is missing") from err
 
     def array_info(self, name: str) -> ArrayInfo:
         a = self._get(name)

@@ -21,6 +21,7 @@ from ..errors import (
     DatasetNotFoundError,
     FormatError,
     MissingChunkError,
+    MissingFieldError,
     OptionalDependencyError,
     UnsafeInputError,
 )
@@ -291,8 +292,12 @@ class ZarrReader:
         arr = self._arrays.get(name)
         if arr is None:
             raw = self._raw_meta(name)
+            if raw is None and self._docs is None and self._is_group(name):  # v2: a .zgroup
+                raw = {"node_type": "group"}
             if raw is None:
-                raise FormatError(f"{self.location}: array {name!r} is missing")
+                raise MissingFieldError(f"{self.location}: array {name!r} is missing")
+            if raw.get("node_type") == "group":
+                raise FormatError(f"{self.location}: {name!r} is a group, not an array")
             # before zarr builds (or a reader decodes) anything
             _check_codecs(raw, name, self.location, trust=self._trust)
             engine = self._engine(name, raw) if self._remote is not None else None

@@ -6,6 +6,7 @@ virtual datasets over the same file simply read."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ import hdf5plugin
 import numpy as np
 import pytest
 import torch.utils.data
-from foreign_stores import FIELDS, N, data, h5py_file, zarr_v2, zarr_v3_sharded
+from foreign_stores import FIELDS, N, data, h5py_file, zarr_v2, zarr_v3, zarr_v3_sharded
 
 import chunkio
 from chunkio.backends import open_reader
@@ -123,6 +124,24 @@ def test_dangling_and_looping_soft_links_are_typed_errors(tmp_path: Path) -> Non
         chunkio.ChunkDataset(path, fields={"image": "dangling", "label": "train/labels"})
     with pytest.raises(FormatError, match=r"user.h5: array 'a'.*loop of soft links"):
         chunkio.ChunkDataset(path, fields={"image": "a", "label": "train/labels"})
+
+
+@pytest.mark.parametrize("make", [h5py_file, zarr_v3, zarr_v2], ids=["h5py", "zarr v3", "zarr v2"])
+def test_a_group_is_not_an_array_and_a_missing_array_is_told_by_type(
+    tmp_path: Path, make: Callable[[Path], Path]
+) -> None:
+    """Under a folder whose name says "missing", a group named as a field is a FormatError
+    saying it is a group (not a MissingFieldError); only an absent array is one, listing the
+    arrays found."""
+    folder = tmp_path / "missing_runs"
+    folder.mkdir()
+    path = make(folder)
+    where = re.escape(str(path))
+    with pytest.raises(FormatError, match=rf"{where}: 'train' is a group, not an array") as err:
+        chunkio.ChunkDataset(path, fields=["train/images", "train"])
+    assert not isinstance(err.value, MissingFieldError)
+    with pytest.raises(MissingFieldError, match=rf"{where}: no array 'grp'; arrays found: train/"):
+        chunkio.ChunkDataset(path, fields=["train/images", "grp"])
 
 
 # -- virtual datasets ------------------------------------------------------------------------
