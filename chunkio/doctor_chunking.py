@@ -198,6 +198,8 @@ def rewrite_command(
     arrays: Mapping[str, str],
     samples_per_chunk: int | None,
     storage_options: Mapping[str, Any] | None = None,
+    *,
+    trust_codecs: bool = False,
 ) -> str:
     """The ``chunkio convert arrays`` command that rewrites the fields (name -> array path);
     ``samples_per_chunk=None``: the converter's default chunking.
@@ -206,6 +208,8 @@ def rewrite_command(
     ... # doctest: +NORMALIZE_WHITESPACE
     chunkio convert arrays s3://b/u.zarr u.chunkio.zarr --fields image=x
         --samples-per-chunk 85 --storage-options '{"anon": true}'
+    >>> print(rewrite_command("user.h5", {"x": "a/x"}, None, trust_codecs=True))
+    chunkio convert arrays user.h5 user.chunkio.zarr --fields x=a/x --trust-codecs
     """
     words = ["chunkio", "convert", "arrays", location, suggested_destination(location), "--fields"]
     words += [f"{name}={path}" for name, path in arrays.items()]
@@ -213,6 +217,8 @@ def rewrite_command(
         words += ["--samples-per-chunk", str(samples_per_chunk)]
     if storage_options:
         words += ["--storage-options", json.dumps(dict(storage_options))]
+    if trust_codecs:
+        words.append("--trust-codecs")
     return " ".join(shlex.quote(w) for w in words)
 
 

@@ -147,7 +147,8 @@ def warn_if_label_sorted(dataset: Any, sampler: Any, reader: Reader | None = Non
             from .doctor_chunking import rewrite_command
 
             arrays = {f.name: f.array or f.name for f in dataset.layout.fields}
-            command = rewrite_command(str(dataset.location), arrays, None)
+            trusted = bool(dataset._reader_options()["trust_codecs"])
+            command = rewrite_command(str(dataset.location), arrays, None, trust_codecs=trusted)
             remote = " (with --storage-options as for the dataset)" if dataset.remote else ""
             todo = (
                 "Pass a larger pool_bytes to make_loader, or write a shuffled copy once "
