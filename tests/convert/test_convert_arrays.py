@@ -258,6 +258,16 @@ def test_killed_then_rerun_equals_uninterrupted(
     assert again.unchanged
 
 
+def test_the_external_shuffle_needs_a_seed(tmp_path: Path) -> None:
+    """``seed=None`` is the identity order to ShuffledSource; spilled as a seed-0 permutation
+    it would disagree with the recorded order, so it is refused."""
+    source = StoreSource(h5py_file(tmp_path), fields_of("h5py"))
+    sizes = {"read_samples": 64, "spill_samples": 14}
+    with pytest.raises(TypeError, match="int seed"):
+        spill.ExternalShuffle(source, None, **sizes)  # type: ignore[arg-type]
+    assert spill.ExternalShuffle(source, 3, **sizes).spill_plan().seed == 3
+
+
 def test_a_spill_of_another_plan_is_discarded(tmp_path: Path) -> None:
     """A staged spill whose record differs (other block sizes) is not reused."""
     src, dst = h5py_file(tmp_path), tmp_path / "o.zarr"
