@@ -17,7 +17,7 @@ from ..errors import SourceError
 from ..layout import FieldInfo
 from ..names import validate_field_name
 from ..numeric import ceil_div
-from .chunking import DEFAULT_CHUNK_BYTES, choose_samples_per_chunk
+from .chunking import DEFAULT_CHUNK_BYTES, chunk_samples
 from .options import ConversionOptions, Execution
 from .pipeline import ConversionResult, convert_source
 from .rerun import Request, compression_option
@@ -28,7 +28,6 @@ __all__ = [
     "SHUFFLED_BLOCK_BYTES",
     "ArraySource",
     "ArrayWrite",
-    "chunk_samples",
     "write_arrays",
 ]
 
@@ -334,16 +333,6 @@ def write_arrays(
         source.fingerprint(), dst, execution=Execution(workers, client), block_chunks=block_chunks
     )
     return convert_source(shuffled(source, shuffle=shuffle, seed=seed), dst, write)
-
-
-def chunk_samples(
-    fields: Sequence[FieldInfo], num_samples: int, samples_per_chunk: int | None, chunk_bytes: int
-) -> int:
-    """``samples_per_chunk`` as given, or ``chunk_bytes`` of the largest field's samples."""
-    if samples_per_chunk is not None:
-        return samples_per_chunk
-    largest = max(f.sample_nbytes for f in fields)
-    return choose_samples_per_chunk(largest, target_bytes=chunk_bytes, num_samples=num_samples)
 
 
 @dataclass(frozen=True)

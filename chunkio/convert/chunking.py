@@ -7,9 +7,12 @@ dominates; too large and random-access reads decode far more than a batch needs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from ..layout import FieldInfo
 from ..order import check_int
 
-__all__ = ["DEFAULT_CHUNK_BYTES", "choose_samples_per_chunk"]
+__all__ = ["DEFAULT_CHUNK_BYTES", "chunk_samples", "choose_samples_per_chunk"]
 
 #: Target uncompressed bytes per chunk. A starting point, to be tuned by measurement
 #: (benchmarks/): kept as one named constant so that tuning touches one line.
@@ -61,3 +64,16 @@ def choose_samples_per_chunk(
             raise ValueError(f"num_samples must be an int >= 0; got {num_samples!r}")
         spc = max(1, min(spc, num_samples))
     return spc
+
+
+def chunk_samples(
+    fields: Sequence[FieldInfo],
+    num_samples: int,
+    samples_per_chunk: int | None,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+) -> int:
+    """``samples_per_chunk`` as given, or ``chunk_bytes`` of the largest field's samples."""
+    if samples_per_chunk is not None:
+        return samples_per_chunk
+    largest = max(f.sample_nbytes for f in fields)
+    return choose_samples_per_chunk(largest, target_bytes=chunk_bytes, num_samples=num_samples)

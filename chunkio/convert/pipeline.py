@@ -23,7 +23,7 @@ from ..grid import SampleGrid
 from ..layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, FieldInfo
 from ..numeric import ceil_div
 from .blocks import Block, BlockJob, block_syncs, block_writes
-from .chunking import choose_samples_per_chunk
+from .chunking import chunk_samples
 from .encoded import EncodedPlan
 from .engine import drive
 from .options import ConversionOptions, Execution, Progress
@@ -196,10 +196,7 @@ def _prepare(
     fields: tuple[FieldInfo, ...],
     options: ConversionOptions,
 ) -> _Prepared:
-    samples_per_chunk = options.samples_per_chunk
-    if samples_per_chunk is None:
-        largest = max(f.sample_nbytes for f in fields)
-        samples_per_chunk = choose_samples_per_chunk(largest, num_samples=num_samples)
+    samples_per_chunk = chunk_samples(fields, num_samples, options.samples_per_chunk)
     layout = DatasetLayout(
         num_samples=num_samples,
         samples_per_chunk=samples_per_chunk,

@@ -18,8 +18,8 @@ from ..backends import Compression, Format
 from ..backends.base import DEFAULT_CODEC
 from ..foreign import FieldSelection, field_arrays
 from ..numeric import ceil_div
-from .arrays import ArrayWrite, chunk_samples
-from .chunking import DEFAULT_CHUNK_BYTES
+from .arrays import ArrayWrite
+from .chunking import DEFAULT_CHUNK_BYTES, chunk_samples
 from .options import Execution
 from .pipeline import ConversionResult, convert_source
 from .shuffling import check_order_options
