@@ -243,7 +243,7 @@ def advise_chunking(
     taken).
     """
     location = str(ds.location)
-    reader = open_reader(location, storage_options=storage_options)
+    reader = open_reader(location, **ds._reader_options())  # its metadata, its trust
     try:
         infos = foreign_arrays(reader, fields)
     finally:

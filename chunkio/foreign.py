@@ -43,6 +43,7 @@ __all__ = [
     "foreign_arrays",
     "foreign_layout",
     "foreign_volumes",
+    "layout_of",
     "list_arrays",
     "order_field",
 ]
@@ -121,7 +122,13 @@ def foreign_layout(
     one chunk of every sample must not make the whole dataset one chunk to the sampler.
     """
     infos = foreign_arrays(reader, fields)
-    where = reader.location
+    return layout_of(infos, reader.location, preload_bytes=preload_bytes)
+
+
+def layout_of(
+    infos: Mapping[str, ArrayInfo], where: str, *, preload_bytes: int = 0
+) -> DatasetLayout:
+    """:func:`foreign_layout` of arrays already looked up (:func:`foreign_arrays`)."""
     fields_info = tuple(_field(n, i.name, i, where) for n, i in infos.items())
     costly = infos[order_field(infos, preload_bytes=preload_bytes)]
     num_samples = int(costly.shape[0])

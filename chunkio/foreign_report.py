@@ -19,7 +19,14 @@ import numpy as np
 from .backends import ArrayInfo, Reader, detect_format
 from .dataset import DEFAULT_PRELOAD_BYTES
 from .dataset_report import describe_array, size_on_disk
-from .foreign import FieldSelection, batchable, foreign_arrays, foreign_layout, order_field
+from .foreign import (
+    FieldSelection,
+    batchable,
+    foreign_arrays,
+    foreign_layout,
+    layout_of,
+    order_field,
+)
 from .grid import SampleGrid
 from .numeric import ceil_div
 from .verify_report import MissingChunks, Problem, VerifyReport
@@ -86,8 +93,8 @@ def _fields_info(reader: Reader, fields: FieldSelection | None) -> dict[str, Any
             ("num_samples", "samples_per_chunk", "num_chunks", "order_field", "fields")
         )
     # the dataset's own checks, errors and order (with its default preload_bytes)
-    layout = foreign_layout(reader, fields, preload_bytes=DEFAULT_PRELOAD_BYTES)
     infos = foreign_arrays(reader, fields)
+    layout = layout_of(infos, reader.location, preload_bytes=DEFAULT_PRELOAD_BYTES)
     described = {}
     for f in layout.fields:
         a = infos[f.name]
