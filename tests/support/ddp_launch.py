@@ -7,13 +7,34 @@ none outlives it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 HERE = Path(__file__).parent
+
+
+@contextlib.contextmanager
+def gloo_group(rank: int, world: int, port: int) -> Iterator[None]:
+    """A rank's side of :func:`run_ranks`: join the gloo group on loopback; leave it after."""
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=60),
+    )
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
 
 
 def free_port() -> int:

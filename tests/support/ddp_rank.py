@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import timedelta
 
 import torch.distributed as dist
+from ddp_launch import gloo_group
 
 import chunkio
 
@@ -36,14 +36,7 @@ def main(argv: list[str]) -> int:
     resume = next((a for a in argv[7:] if not a.startswith("--")), None)
     fields = json.loads(options["fields"]) if "fields" in options else "sample_id"
     epochs = [int(e) for e in options.get("epochs", str(EPOCH)).split(",")]
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=world,
-        timeout=timedelta(seconds=60),
-    )
-    try:
+    with gloo_group(rank, world, port):
         loader = chunkio.make_loader(
             path,
             global_batch // world,
@@ -72,8 +65,6 @@ def main(argv: list[str]) -> int:
             with open(out, "w") as f:
                 first = by_epoch[str(epochs[0])]
                 json.dump({"steps": first, "state": state, "epochs": by_epoch}, f)
-    finally:
-        dist.destroy_process_group()
     return 0
 
 

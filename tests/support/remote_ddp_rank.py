@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch.distributed as dist
+from ddp_launch import gloo_group
 
 import chunkio
 
@@ -51,14 +51,7 @@ def main(argv: list[str]) -> int:
     rank, world, port = int(argv[0]), int(argv[1]), int(argv[2])
     config = json.loads(Path(argv[3]).read_text())
     out = Path(argv[4])
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=world,
-        timeout=timedelta(seconds=60),
-    )
-    try:
+    with gloo_group(rank, world, port):
         assert (dist.get_rank(), dist.get_world_size()) == (rank, world)
         for job in config["jobs"]:
             fields = list(job["fields"])
@@ -89,8 +82,6 @@ def main(argv: list[str]) -> int:
             if rank == 0:
                 (out / f"{job['name']}.gathered.json").write_text(json.dumps(gathered))
             dist.barrier()
-    finally:
-        dist.destroy_process_group()
     return 0
 
 
