@@ -113,3 +113,19 @@ def zarr_chunk_file(path: str | Path, field: str, *coords: int) -> Path:
     sep = (meta["chunk_key_encoding"].get("configuration") or {}).get("separator", "/")
     key = sep.join(["c", *map(str, (*coords, *(0 for _ in range(ndim - len(coords)))))])
     return Path(path, field, *key.split("/"))
+
+
+@pytest.fixture
+def recorded_dask() -> tuple[Any, list[int]]:
+    """A lazy dask array ``(100, 10)`` int32 (``arange + 1``) in chunks of 10 rows, and the
+    list its blocks append their lengths to when computed: how a conversion computes it."""
+    import dask.array as da
+
+    seen: list[int] = []
+
+    def record(block: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        seen.append(len(block))
+        return block + 1
+
+    base = da.from_array(np.arange(1000, dtype=np.int32).reshape(100, 10), chunks=(10, 10))
+    return base.map_blocks(record, dtype=np.int32, meta=np.empty((0, 0), np.int32)), seen

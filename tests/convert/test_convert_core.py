@@ -194,17 +194,10 @@ def test_default_chunking_and_checksums(tmp_path: Path) -> None:
     assert not out["v"].any()
 
 
-def test_dask_input_is_computed_block_by_block(tmp_path: Path) -> None:
-    import dask.array as da
-
-    seen: list[int] = []
-
-    def record(block: np.ndarray) -> np.ndarray:
-        seen.append(len(block))
-        return block + 1
-
-    base = da.from_array(np.arange(1000, dtype=np.int32).reshape(100, 10), chunks=(10, 10))
-    lazy = base.map_blocks(record, dtype=np.int32, meta=np.empty((0, 0), np.int32))
+def test_dask_input_is_computed_block_by_block(
+    tmp_path: Path, recorded_dask: tuple[Any, list[int]]
+) -> None:
+    lazy, seen = recorded_dask
     write_arrays(tmp_path / "d.zarr", {"v": lazy}, samples_per_chunk=10, shuffle=False)
     assert seen and max(seen) <= 10, "never materialised whole"
     assert len(seen) == 10, "each dask chunk computed once"

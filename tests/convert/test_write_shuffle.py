@@ -126,17 +126,10 @@ def test_every_chunk_is_a_random_subset(tmp_path: Path) -> None:
     assert max(len(set(chunk)) for chunk in plain.tolist()) <= 2
 
 
-def test_shuffled_dask_input_computes_each_dask_chunk_once(tmp_path: Path) -> None:
-    import dask.array as da
-
-    seen: list[int] = []
-
-    def record(block: np.ndarray) -> np.ndarray:
-        seen.append(len(block))
-        return block + 1
-
-    base = da.from_array(np.arange(1000, dtype=np.int32).reshape(100, 10), chunks=(10, 10))
-    lazy = base.map_blocks(record, dtype=np.int32, meta=np.empty((0, 0), np.int32))
+def test_shuffled_dask_input_computes_each_dask_chunk_once(
+    tmp_path: Path, recorded_dask: tuple[Any, list[int]]
+) -> None:
+    lazy, seen = recorded_dask
     result = write_arrays(tmp_path / "d.zarr", {"v": lazy}, samples_per_chunk=10)
     # Every shuffled block reads rows from all over the array, so blocks are large
     # (SHUFFLED_BLOCK_BYTES): here one block, and each dask chunk is computed once.
