@@ -70,7 +70,10 @@ def run(n_images: int = 4096, root: str | None = None) -> dict[str, Any]:
             path = str(base / f"{name}.{'zarr' if fmt == 'zarr' else 'h5'}")
             t = time.perf_counter()
             chunkio.write_arrays(
-                path, {"image": images, "label": labels}, compression=compression, overwrite=True
+                path,
+                {"image": images, "label": labels},
+                output=chunkio.Output(compression=compression),
+                execution=chunkio.Execution(overwrite=True),
             )
             enc = raw_mb / (time.perf_counter() - t)
             stored = (
@@ -97,7 +100,10 @@ def run(n_images: int = 4096, root: str | None = None) -> dict[str, Any]:
     for nbytes in CHUNK_BYTES:
         path = str(base / f"chunk-{nbytes}.zarr")
         chunkio.write_arrays(
-            path, {"image": images, "label": labels}, chunk_bytes=nbytes, overwrite=True
+            path,
+            {"image": images, "label": labels},
+            output=chunkio.Output(chunk_bytes=nbytes),
+            execution=chunkio.Execution(overwrite=True),
         )
         chunk_sizes = chunkio.ChunkDataset(path).chunk_sizes()
         model = describe_sampler(

@@ -61,6 +61,8 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageOps
 
+from chunkio import Execution, ImageOptions
+
 __all__ = ["make_mixed_jpegs", "run"]
 
 ROOT = Path("/tmp/chunkio-bench-convert")
@@ -179,7 +181,12 @@ def _convert(
         pool_policy.POOL_MIN_SECONDS = 0.0
     try:
         start = time.perf_counter()
-        result = convert_images(root, dst, workers=workers, progress=False, encoding=encoding)
+        result = convert_images(
+            root,
+            dst,
+            images=ImageOptions(encoding=encoding),
+            execution=Execution(workers=workers, progress=False),
+        )
         total = time.perf_counter() - start
     finally:
         pool_policy.POOL_MIN_SECONDS = saved
@@ -273,7 +280,7 @@ def _write_arrays(mib: int, workers: int, rounds: int) -> dict[str, Any]:
         dst = ROOT / f"arrays-{w}.zarr"
         shutil.rmtree(dst, ignore_errors=True)
         start = time.perf_counter()
-        write_arrays(dst, data, workers=w)
+        write_arrays(dst, data, execution=Execution(workers=w))
         seconds = time.perf_counter() - start
         shutil.rmtree(dst, ignore_errors=True)
         return seconds

@@ -41,13 +41,14 @@ _SLICE = 4096  # samples generated and written at a time
 
 _CHILD = """
 import json, sys, time
-from chunkio import convert_arrays
+from chunkio import Execution, convert_arrays
 from chunkio.convert import workers
 
 workers.POOL_MIN_SECONDS = 0.0  # the pool also for the --quick source
 started = time.perf_counter()
 r = convert_arrays(sys.argv[1], sys.argv[2], fields={"image": "images", "label": "labels"},
-                   shuffle=sys.argv[3] == "1", workers=int(sys.argv[4]), progress=False)
+                   shuffle=sys.argv[3] == "1",
+                   execution=Execution(workers=int(sys.argv[4]), progress=False))
 print(json.dumps({"seconds": time.perf_counter() - started, "blocks": r.written_blocks}))
 """
 

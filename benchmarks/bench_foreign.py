@@ -124,7 +124,9 @@ def _xarray_rows(root: Path, x: Any, y: Any, budget_s: float) -> tuple[dict[str,
     rows["chunkio in place xarray"] = timed_rate(loader, budget_s=budget_s, warmup=True)
     xb = _xbatcher(path)
     rows["xbatcher xarray"] = timed_rate(xb, budget_s=budget_s, warmup=2)
-    once = chunkio.make_loader(path, BATCH, fields=fields, num_workers=0, seed=0, copy=True)
+    once = chunkio.make_loader(
+        path, BATCH, fields=fields, num_workers=0, seed=0, workers=chunkio.Workers(copy=True)
+    )
     mixing = {"chunkio": _mixing(once, y), "xbatcher": _mixing(xb, y)}
     return rows, mixing
 
@@ -150,11 +152,24 @@ def run(*, images: int = 8192, budget_s: float = 4.0, quick: bool = False) -> di
             rows[f"naive per-sample {fmt}"] = timed_rate(dl, budget_s=budget_s, warmup=2)
             loader = chunkio.make_loader(path, BATCH, fields=FIELDS, num_workers=WORKERS, seed=0)
             rows[f"chunkio in place {fmt}"] = timed_rate(loader, budget_s=budget_s, warmup=True)
-            mixing[fmt] = _mixing(chunkio.make_loader(path, BATCH, fields=FIELDS, num_workers=0,
-                                                      seed=0, copy=True), y)  # fmt: skip
+            mixing[fmt] = _mixing(
+                chunkio.make_loader(
+                    path,
+                    BATCH,
+                    fields=FIELDS,
+                    num_workers=0,
+                    seed=0,
+                    workers=chunkio.Workers(copy=True),
+                ),
+                y,
+            )
             copy = root / f"copy.{fmt}"
-            chunkio.write_arrays(copy, {"image": x, "label": y}, compression=codec,
-                                 samples_per_chunk=32, progress=False)  # fmt: skip
+            chunkio.write_arrays(
+                copy,
+                {"image": x, "label": y},
+                output=chunkio.Output(compression=codec, chunks=32),
+                execution=chunkio.Execution(progress=False),
+            )
             converted = chunkio.make_loader(copy, BATCH, fields=["image", "label"],
                                             num_workers=WORKERS, seed=0)  # fmt: skip
             rows[f"chunkio converted {fmt}"] = timed_rate(converted, budget_s=budget_s, warmup=True)

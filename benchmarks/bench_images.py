@@ -136,11 +136,8 @@ def _convert(folder: Path, dst: Path, encoding: str, workers: int) -> dict[str, 
     chunkio.convert_images(
         folder,
         dst,
-        encoding=encoding,
-        quality=90,
-        workers=max(1, workers),
-        progress=False,
-        overwrite=True,
+        images=chunkio.ImageOptions(encoding=encoding, quality=90),
+        execution=chunkio.Execution(workers=max(1, workers), progress=False, overwrite=True),
     )
     return {"convert_s": time.perf_counter() - start, **disk_usage(dst)}
 

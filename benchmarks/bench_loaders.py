@@ -100,11 +100,14 @@ def prepare(root: str | Path, *, n_images: int, workers: int) -> BenchData:
     for fmt, dst in paths.items():
         start = time.perf_counter()
         if convert is not None:
-            convert(jpegs, dst, workers=max(1, workers), progress=False, overwrite=True)
+            execution = chunkio.Execution(workers=max(1, workers), progress=False, overwrite=True)
+            convert(jpegs, dst, execution=execution)
         else:
             decoded = decoded or _decode_folder(jpegs)
             arrays = {"image": decoded[0], "label": decoded[1]}
-            chunkio.write_arrays(dst, arrays, overwrite=True, workers=max(1, workers))
+            chunkio.write_arrays(
+                dst, arrays, execution=chunkio.Execution(overwrite=True, workers=max(1, workers))
+            )
         seconds[fmt] = time.perf_counter() - start
     whole = chunkio.ChunkDataset(paths["zarr"], fields=FIELDS).read_batch(np.arange(n_images))
     return BenchData(
@@ -165,7 +168,11 @@ def _make_loader_rows(
     for fmt, path in (("zarr", data.zarr), ("hdf5", data.hdf5)):
         for transport in ("ring", "dataloader"):
             with chunkio.make_loader(
-                path, batch_size, fields=FIELDS, num_workers=workers, transport=transport
+                path,
+                batch_size,
+                fields=FIELDS,
+                num_workers=workers,
+                workers=chunkio.Workers(transport=transport),
             ) as loader:
                 rate = timed_rate(loader, budget_s=budget_s, warmup=True, min_s=min_s)
                 route = loader.transport

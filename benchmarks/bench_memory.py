@@ -76,7 +76,11 @@ def run(
     peak: dict[int, int] = {}
     pids: tuple[int, ...] = ()
     with chunkio.make_loader(
-        path, batch_size, fields=["image", "label"], num_workers=num_workers, transport=transport
+        path,
+        batch_size,
+        fields=["image", "label"],
+        num_workers=num_workers,
+        workers=chunkio.Workers(transport=transport),
     ) as loader:
         for _ in range(epochs):
             for _batch in loader:

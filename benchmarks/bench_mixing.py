@@ -49,7 +49,9 @@ def _convert(src: Path, dst: Path, **kw: Any) -> float:
     import chunkio
 
     start = time.perf_counter()
-    chunkio.convert_images(src, dst, progress=False, overwrite=True, **kw)
+    chunkio.convert_images(
+        src, dst, **kw, execution=chunkio.Execution(progress=False, overwrite=True)
+    )
     return time.perf_counter() - start
 
 
@@ -118,8 +120,9 @@ def _row(
 
     total, kw = _dataset_bytes(path), {}
     if pool is not None:
-        kw["pool_bytes"] = max(int(total * pool), chunkio.ChunkDataset(path).chunk_nbytes())
-    pool_bytes = kw.get("pool_bytes", _default_pool_bytes())
+        pool_bytes = max(int(total * pool), chunkio.ChunkDataset(path).chunk_nbytes())
+        kw["ordering"] = chunkio.Ordering(pool_bytes=pool_bytes)
+    pool_bytes = kw["ordering"].pool_bytes if "ordering" in kw else _default_pool_bytes()
     start = time.perf_counter()
     labels, warned = _epoch_labels(path, batch_size=batch_size, workers=workers, **kw)
     return {
@@ -134,8 +137,7 @@ def _row(
 def _default_pool_bytes() -> int:
     import chunkio
 
-    default = inspect.signature(chunkio.make_loader).parameters.get("pool_bytes")
-    return int(default.default) if default is not None else 0
+    return chunkio.Ordering().pool_bytes
 
 
 def _settings(workers: int) -> list[tuple[int, int, float | None]]:

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from chunkio import Execution, Output
 from chunkio.convert.volumes import convert_volumes
 from chunkio.patches import GridSampler, PatchDataset, RandomPatchSampler
 
@@ -133,10 +134,8 @@ def run(
             images,
             paths[fmt],
             labels=labels,
-            chunks=chunk,
-            progress=False,
-            overwrite=True,
-            workers=1,
+            output=Output(chunks=chunk),
+            execution=Execution(progress=False, overwrite=True, workers=1),
         )
     samplers = {
         "random": RandomPatchSampler(patches, seed=0),

@@ -257,7 +257,7 @@ def _chunkio_row(
         fields=FIELDS,
         seed=0,
         storage_options=storage_options,
-        prefetch=prefetch,
+        workers=chunkio.Workers(prefetch=prefetch),
     ) as loader:
         row["route"] = loader.transport
         for k, (indices, (_, y)) in enumerate(zip(_epoch_indices(loader, 0), loader, strict=True)):
@@ -411,11 +411,8 @@ def run(
     chunkio.convert_images(
         folder,
         dst,
-        encoding="jpeg",
-        quality=90,
-        workers=max(1, workers),
-        progress=False,
-        overwrite=True,
+        images=chunkio.ImageOptions(encoding="jpeg", quality=90),
+        execution=chunkio.Execution(workers=max(1, workers), progress=False, overwrite=True),
     )
     convert_s = time.perf_counter() - t
     local = chunkio.ChunkDataset(dst, fields=FIELDS)

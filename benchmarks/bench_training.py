@@ -126,7 +126,9 @@ def _convert(tree: Path, dst: Path, **kw: Any) -> float:
     import chunkio
 
     start = time.perf_counter()
-    chunkio.convert_images(tree, dst, progress=False, overwrite=True, **kw)
+    chunkio.convert_images(
+        tree, dst, **kw, execution=chunkio.Execution(progress=False, overwrite=True)
+    )
     return time.perf_counter() - start
 
 

@@ -107,7 +107,10 @@ def run(
     labels = (np.arange(num_samples) % 10).astype(np.int64)
     path = workdir / f"transport-{num_samples}{'.zarr' if fmt == 'zarr' else '.h5'}"
     result = chunkio.write_arrays(
-        path, {"image": images, "label": labels}, compression="zstd", overwrite=True
+        path,
+        {"image": images, "label": labels},
+        output=chunkio.Output(compression="zstd"),
+        execution=chunkio.Execution(overwrite=True),
     )
     loaders = {}
     for transport in ("ring", "dataloader"):
@@ -119,10 +122,9 @@ def run(
                 source,
                 batch_size,
                 fields=["image", "label"],
-                transport=transport,
                 num_workers=num_workers,
                 seed=0,
-                multiprocessing_context=context,
+                workers=chunkio.Workers(transport=transport, context=context),
             )
     order = [list(b) for b in loaders["ring_zstd"].sampler]
     sources: dict[str, Iterable[Any]] = dict(loaders)

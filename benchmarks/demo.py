@@ -52,7 +52,11 @@ def main(argv: list[str] | None = None) -> None:
     for fmt, suffix in (("zarr", ".zarr"), ("hdf5", ".h5")):
         dst = root / f"images{suffix}"
         t = time.perf_counter()
-        chunkio.convert_images(jpegs, dst, workers=args.workers, progress=False, overwrite=True)
+        chunkio.convert_images(
+            jpegs,
+            dst,
+            execution=chunkio.Execution(workers=args.workers, progress=False, overwrite=True),
+        )
         print(f"converted {args.images} JPEGs -> {dst} in {time.perf_counter() - t:.1f} s")
         outputs[fmt] = str(dst)
 

@@ -17,14 +17,15 @@ from ._lazy import lazy_names
 if TYPE_CHECKING:
     from .backends import Compression
     from .batch import SampleBatch, collate
-    from .convert import ConversionResult, append_arrays, write_arrays
-    from .convert.images import convert_images
+    from .convert import ConversionResult, Execution, Output, append_arrays, write_arrays
+    from .convert.images import ImageOptions, convert_images
     from .convert.stores import convert_arrays
     from .convert.volumes import convert_volumes
     from .dataset import ChunkDataset
     from .errors import ChunkioError
     from .label_check import LabelMixingWarning
     from .loader import ChunkLoader, make_loader
+    from .loader_options import Ordering, Workers
     from .mixing import label_mixing, stored_label_order
     from .patches import PatchDataset
     from .provenance import read_source_paths
@@ -37,9 +38,14 @@ _LAZY = {
     "ChunkioError": ".errors",
     "Compression": ".backends",
     "ConversionResult": ".convert",
+    "Execution": ".convert",
+    "ImageOptions": ".convert.images",
     "LabelMixingWarning": ".label_check",
+    "Ordering": ".loader_options",
+    "Output": ".convert",
     "PatchDataset": ".patches",
     "SampleBatch": ".batch",
+    "Workers": ".loader_options",
     "append_arrays": ".convert",
     "collate": ".batch",
     "convert_arrays": ".convert.stores",
@@ -61,9 +67,14 @@ __all__ = [
     "ChunkioError",
     "Compression",
     "ConversionResult",
+    "Execution",
+    "ImageOptions",
     "LabelMixingWarning",
+    "Ordering",
+    "Output",
     "PatchDataset",
     "SampleBatch",
+    "Workers",
     "append_arrays",
     "collate",
     "convert_arrays",

@@ -76,14 +76,11 @@ def _common_convert_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing DST")
 
 
-def _common_convert_arguments(args: argparse.Namespace) -> dict[str, Any]:
-    """The keyword arguments of :func:`_common_convert_options`' options."""
-    return {
-        "format": args.format,
-        "workers": args.workers,
-        "progress": not args.no_progress,
-        "overwrite": args.overwrite,
-    }
+def _execution(args: argparse.Namespace) -> Any:
+    """The :class:`~chunkio.Execution` of :func:`_common_convert_options`' options."""
+    from .convert.options import Execution
+
+    return Execution(workers=args.workers, progress=not args.no_progress, overwrite=args.overwrite)
 
 
 def _sizes_option(p: argparse.ArgumentParser, flag: str, text: str) -> None:
@@ -258,29 +255,26 @@ def _size(values: list[int] | None) -> tuple[int, int] | None:
     return (values[0], values[-1])
 
 
-#: ``convert images`` options that convert_images takes as they are, by the same names
-_IMAGE_ARGUMENTS = (
-    "resize",
-    "mode",
-    "on_error",
-    "samples_per_chunk",
-    "seed",
-    "encoding",
-    "quality",
-    "max_size",
-)
-
-
 def _convert_images(args: argparse.Namespace) -> int:
-    from .convert.images import convert_images
+    from .convert.images import ImageOptions, convert_images
+    from .convert.options import Output
 
     result = convert_images(
         args.src,
         args.dst,
         size=_size(args.size),
+        on_error=args.on_error,
         shuffle=not args.no_shuffle,
-        **{name: getattr(args, name) for name in _IMAGE_ARGUMENTS},
-        **_common_convert_arguments(args),
+        seed=args.seed,
+        images=ImageOptions(
+            resize=args.resize,
+            mode=args.mode,
+            max_size=args.max_size,
+            encoding=args.encoding,
+            quality=args.quality,
+        ),
+        output=Output(format=args.format, chunks=args.samples_per_chunk),
+        execution=_execution(args),
     )
     skipped = getattr(result, "skipped", ())
     print(_done(result, "images"))
@@ -290,20 +284,29 @@ def _convert_images(args: argparse.Namespace) -> int:
 
 
 def _convert_volumes(args: argparse.Namespace) -> int:
+    from .convert.options import Output
     from .convert.volumes import convert_volumes
 
     options: dict[str, Any] = {}
-    if args.chunks is not None:
-        options["chunks"] = args.chunks[0] if len(args.chunks) == 1 else tuple(args.chunks)
     for name in ("labels", "on_overflow", "nan_policy"):
         if getattr(args, name) is not None:
             options[name] = getattr(args, name)
-    result = convert_volumes(args.src, args.dst, **_common_convert_arguments(args), **options)
+    chunks = None
+    if args.chunks is not None:
+        chunks = args.chunks[0] if len(args.chunks) == 1 else tuple(args.chunks)
+    result = convert_volumes(
+        args.src,
+        args.dst,
+        output=Output(format=args.format, chunks=chunks),
+        execution=_execution(args),
+        **options,
+    )
     print(_done(result, "volumes"))
     return EXIT_OK
 
 
 def _convert_arrays(args: argparse.Namespace) -> int:
+    from .convert.options import Output
     from .convert.stores import convert_arrays
     from .foreign import fields_from_words
 
@@ -313,12 +316,15 @@ def _convert_arrays(args: argparse.Namespace) -> int:
         fields=fields_from_words(args.fields),
         storage_options=args.storage_options,
         trust_codecs=args.trust_codecs,
-        samples_per_chunk=args.samples_per_chunk,
-        chunk_bytes=args.chunk_bytes,
-        compression=args.compression,
         shuffle=not args.no_shuffle,
         seed=args.seed,
-        **_common_convert_arguments(args),
+        output=Output(
+            format=args.format,
+            chunks=args.samples_per_chunk,
+            chunk_bytes=args.chunk_bytes,
+            compression=args.compression,
+        ),
+        execution=_execution(args),
     )
     print(_done(result, "samples"))
     return EXIT_OK

@@ -141,8 +141,9 @@ def info(
     Examples
     --------
     >>> import numpy as np
-    >>> from chunkio import write_arrays
-    >>> _ = write_arrays("memory://info-doc", {"x": np.zeros((8, 4), "u1")}, samples_per_chunk=4)
+    >>> from chunkio import Output, write_arrays
+    >>> _ = write_arrays("memory://info-doc", {"x": np.zeros((8, 4), "u1")},
+    ...                  output=Output(chunks=4))
     >>> d = info("memory://info-doc")
     >>> d["num_samples"], d["num_chunks"], d["arrays"]["x"]["chunks"], d["complete"]
     (8, 2, [4, 4], True)

@@ -28,7 +28,7 @@ from .dataset import DEFAULT_PRELOAD_BYTES, ChunkDataset
 from .doctor_chunking import ChunkingAdvice, advise_chunking
 from .foreign import FieldSelection
 from .label_check import labels_of
-from .loader import DEFAULT_POOL_BYTES, default_num_workers, make_loader, pool_samples
+from .loader import DEFAULT_POOL_BYTES, Ordering, default_num_workers, make_loader, pool_samples
 from .sampling import describe_sampler
 
 __all__ = ["DoctorReport", "Measurement", "PoolOption", "main_doctor", "run_doctor"]
@@ -153,7 +153,7 @@ def _verdict(report: DoctorReport) -> list[str]:
     lines.append(
         f"  recommended: make_loader(..., batch_size={report.recommended_batch_size}, "
         f"num_workers={report.recommended_workers}, "
-        f"pool_bytes={report.recommended_pool_bytes})"
+        f"ordering=chunkio.Ordering(pool_bytes={report.recommended_pool_bytes}))"
     )
     return lines
 
@@ -189,7 +189,8 @@ def _measure(
     """Time ``batches`` batches (or ``budget_s``) after two untimed ones (worker start-up),
     and the first one apart. The pool holds at least one decoded chunk (make_loader's floor)."""
     pool = max(pool_bytes, ds.chunk_nbytes())
-    with make_loader(ds, batch_size, num_workers=num_workers, seed=0, pool_bytes=pool) as loader:
+    ordering = Ordering(pool_bytes=pool)
+    with make_loader(ds, batch_size, num_workers=num_workers, seed=0, ordering=ordering) as loader:
         it = _endless(loader)
         start = time.perf_counter()
         next(it)

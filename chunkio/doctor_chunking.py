@@ -27,6 +27,7 @@ import numpy as np
 from .backends import ArrayInfo, open_reader
 from .convert.arrays import write_arrays
 from .convert.chunking import choose_samples_per_chunk
+from .convert.options import Output
 from .dataset import ChunkDataset
 from .foreign import FieldSelection, foreign_arrays
 
@@ -260,7 +261,7 @@ def advise_chunking(
     with tempfile.TemporaryDirectory(prefix="chunkio-doctor-") as scratch:
         copy = os.path.join(scratch, "rewritten.zarr")
         columns = ds.read_batch(np.arange(rows))
-        write_arrays(copy, columns, samples_per_chunk=min(target, rows), shuffle=False)
+        write_arrays(copy, columns, shuffle=False, output=Output(chunks=min(target, rows)))
         rewritten_ds = ChunkDataset(copy, fields=list(ds.fields), preload_bytes=preload_bytes)
         rewritten = _best(measure(rewritten_ds), measure(rewritten_ds))
     return ChunkingAdvice(

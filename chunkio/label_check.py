@@ -151,13 +151,14 @@ def warn_if_label_sorted(dataset: Any, sampler: Any, reader: Reader | None = Non
             command = rewrite_command(str(dataset.location), arrays, None, trust_codecs=trusted)
             remote = " (with --storage-options as for the dataset)" if dataset.remote else ""
             todo = (
-                "Pass a larger pool_bytes to make_loader, or write a shuffled copy once "
+                "Pass make_loader a larger pool (ordering=chunkio.Ordering(pool_bytes=...)), "
+                "or write a shuffled copy once "
                 f"(streamed, the source left as it is){remote}: {command}"
             )
         else:
             todo = (
-                "Reconvert with shuffle=True (the converters' default), or pass a larger "
-                "pool_bytes to make_loader."
+                "Reconvert with shuffle=True (the converters' default), or pass make_loader "
+                "a larger pool (ordering=chunkio.Ordering(pool_bytes=...))."
             )
         warnings.warn(
             f"{dataset.location!r} stores its samples sorted by label (each chunk holds "

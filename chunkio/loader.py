@@ -10,7 +10,7 @@ Routes (``ChunkLoader.transport`` tells which one a loader took):
     reused buffer.
 ``"dataloader"``
     A torch ``DataLoader`` with the chunk-aware batch sampler. Chosen with
-    ``transport="dataloader"``, and automatically for datasets with a per-sample
+    ``workers=Workers(transport="dataloader")``, and automatically for datasets with a per-sample
     ``transform`` that does not declare its output shape, a ``batch_transform``, or samples
     of different shapes (ragged fields, images of several sizes without a fixed-size
     transform): there is no batch shape to preallocate.
@@ -26,13 +26,21 @@ from typing import Any, Protocol
 import torch
 from torch.utils.data import DataLoader
 
+from ._deprecated import Moved, moved_keywords, user_stacklevel
 from .backends import Reader
 from .batch import collate
 from .dataset import ChunkDataset
 from .gpu import DevicePrefetcher, copy_stream_for, map_tensors, pin_ring, pinned_empty
 from .label_check import warn_if_label_sorted
-from .loader_options import DEFAULT_POOL_BYTES, LoaderOptions, Transport, pool_samples
-from .order import DEFAULT_LANES
+from .loader_options import (
+    DEFAULT_ORDERING,
+    DEFAULT_POOL_BYTES,
+    DEFAULT_WORKERS,
+    LoaderOptions,
+    Ordering,
+    Workers,
+    pool_samples,
+)
 from .sampling import ChunkBatchSampler
 from .transport import Lease, LocalTransport, RingTransport
 from .transport.iterator import Indices, Parts
@@ -41,7 +49,9 @@ __all__ = [
     "DEFAULT_POOL_BYTES",
     "ChunkLoader",
     "LoaderOptions",
+    "Ordering",
     "RingFallbackWarning",
+    "Workers",
     "default_num_workers",
     "make_loader",
     "pool_samples",
@@ -131,8 +141,9 @@ class ChunkLoader:
 
     **Batch lifetime (ring and local routes, host delivery).** A batch's tensors view memory
     that is reused for a later batch: a batch is valid until you ask for the next one. Keep
-    one longer with ``.clone()``, or build the loader with ``copy=True``. Batches delivered to
-    a device (``device=...``) and batches of the DataLoader route are fresh memory.
+    one longer with ``.clone()``, or build the loader with ``workers=Workers(copy=True)``.
+    Batches delivered to a device (``device=...``) and batches of the DataLoader route are
+    fresh memory.
     """
 
     def __init__(
@@ -258,45 +269,68 @@ def _ring_compatible(dataset: ChunkDataset) -> bool:
     return all(dataset.output_shape(f) is not None for f in dataset.fields)
 
 
+_MOVED = {
+    **{
+        old: Moved("ordering", Ordering, new)
+        for old, new in (
+            ("pool_bytes", "pool_bytes"),
+            ("lanes", "lanes"),
+            ("rank", "rank"),
+            ("world_size", "world_size"),
+        )
+    },
+    **{
+        old: Moved("workers", Workers, new)
+        for old, new in (
+            ("prefetch", "prefetch"),
+            ("persistent_workers", "persistent"),
+            ("pin_memory", "pin_memory"),
+            ("multiprocessing_context", "context"),
+            ("timeout", "timeout"),
+            ("transport", "transport"),
+            ("copy", "copy"),
+        )
+    },
+}
+
+
+@moved_keywords("make_loader", _MOVED)
 def make_loader(
     path_or_dataset: Any,
     batch_size: int,
     *,
+    fields: Any = None,
     shuffle: bool = True,
     seed: int = 0,
-    num_workers: int | None = None,
-    pool_bytes: int = DEFAULT_POOL_BYTES,
-    lanes: int = DEFAULT_LANES,
-    fields: Any = None,
     drop_last: bool = False,
-    prefetch: int = 2,
-    persistent_workers: bool = True,
-    pin_memory: bool | None = None,
-    multiprocessing_context: Any = None,
-    timeout: float = 0,
-    rank: int | None = None,
-    world_size: int | None = None,
-    transport: Transport = "ring",
+    num_workers: int | None = None,
     device: torch.device | str | None = None,
-    copy: bool = False,
     transform: Any = None,
     storage_options: Any = None,
+    ordering: Ordering | None = None,
+    workers: Workers | None = None,
 ) -> ChunkLoader:
     """A loader over a chunkio dataset with chunk-aware shuffling and sensible defaults.
 
     By default batches come through a shared-memory ring and are views of reused memory: a
-    batch is valid until you ask for the next one (``copy=True`` or ``.clone()`` to keep one).
+    batch is valid until you ask for the next one (``workers=Workers(copy=True)`` or
+    ``.clone()`` to keep one).
 
     **Order.** The sequence of global batches is fixed by ``(seed, epoch, data, batch_size x
     world_size, pool, lanes, shuffle, drop_last)`` (:mod:`chunkio.order`): the same for every
     ``num_workers`` and world size, which only split the reading. Each batch draws from about
     ``pool_bytes / chunk bytes`` chunks through a sliding mixing pool, while each chunk is
-    decoded about once per epoch.
+    decoded about once per epoch (:class:`Ordering`).
 
     **Memory.** Readers hold the decoded chunks of the pool: about ``pool_bytes`` in all (the
     ring's workers each hold their lanes' share), plus two chunks per lane for the pool's
     edges. A ``transport="dataloader"`` worker reads whole batches, so each holds all of it and
     decodes every chunk (read amplification up to ``num_workers`` on that route).
+
+    The keywords that moved into :class:`Ordering` (``pool_bytes``, ``lanes``, ``rank``,
+    ``world_size``) and :class:`Workers` (``prefetch``, ``persistent_workers``,
+    ``pin_memory``, ``multiprocessing_context``, ``timeout``, ``transport``, ``copy``) are
+    still accepted for one release, with a ``DeprecationWarning`` naming the new spelling.
 
     Parameters
     ----------
@@ -305,80 +339,64 @@ def make_loader(
         which the loader reads through a copy (``ChunkLoader.dataset``): yours is not changed.
     batch_size
         Samples per batch *on this rank* (the global batch is ``batch_size * world_size``).
-    shuffle, seed, drop_last, rank, world_size
-        Passed to :class:`ChunkBatchSampler`.
-    pool_bytes
-        Decoded bytes of the mixing pool (default 64 MiB; at least one chunk). The pool in
-        samples, ``pool_bytes // bytes per sample`` over all of the dataset's fields, is part
-        of the order.
-    lanes
-        Independent chunk streams each batch draws from; ranks and ring workers own whole
-        lanes, so a multiple of ``world_size * num_workers`` reads every chunk once (24 by
-        default: divisible by 1, 2, 3, 4, 6, 8, 12 and 24). Part of the order.
+    fields
+        With a path: the fields to read, as for :class:`ChunkDataset` (a name, a list of
+        names, or for a store chunkio did not write, a mapping field name -> array path);
+        ``None``: every field.
+    shuffle, seed, drop_last
+        Passed to :class:`ChunkBatchSampler`: shuffle chunk-aware (seeded), and whether to
+        drop the last, short batch.
     num_workers
         Reader processes; default one per core (max 8). On the ring every worker reads its
-        lanes' rows of every batch.
-    prefetch
-        Batches in flight per worker.
-    persistent_workers
-        Keep workers (and the ring) across epochs; stopped by :meth:`ChunkLoader.close` or
-        when the loader is garbage collected.
-    pin_memory
-        Page-lock host batches (default: ``torch.cuda.is_available()``). Pinning needs CUDA:
-        ``True`` without it warns once (``UserWarning``) and is skipped.
-    multiprocessing_context
-        ``"fork"``, ``"spawn"``, ``"forkserver"``, a context, or ``None`` for the default.
-    timeout
-        Seconds to wait for one batch before raising :class:`~chunkio.errors.LoaderError`
-        (0: no limit; a dead worker is reported at once either way).
-    transport
-        ``"ring"`` (shared-memory batch slots) or ``"dataloader"`` (a torch DataLoader). The
-        ring falls back to the DataLoader for transforms and ragged fields.
+        lanes' rows of every batch. ``0`` reads in this process.
     device
         ``None``/``"cpu"``: batches in host memory. A CUDA device: batches arrive on it, copied
         on a side stream one batch ahead from page-locked memory. Raises ``ValueError`` if
         CUDA is requested but unavailable. Other devices get blocking copies.
-    copy
-        Host delivery only: hand out copies instead of views of reused memory, so batches may
-        be kept (costs one copy per batch).
-    storage_options
-        With a URL (``s3://...``, ``https://...``): options for its filesystem (fsspec, e.g.
-        s3fs's ``key``, ``secret``, ``client_kwargs``); chunks are then fetched by byte ranges,
-        concurrently (see the README).
     transform
         With a path: the dataset's per-sample ``transform``. :mod:`chunkio.transforms` (e.g.
         ``Compose([RandomResizedCrop(224), RandomHorizontalFlip()])``) are applied while
         reading, on the ring; a transform of unknown output shape falls back to the
         DataLoader route with a :class:`RingFallbackWarning`.
+    storage_options
+        With a URL (``s3://...``, ``https://...``): options for its filesystem (fsspec, e.g.
+        s3fs's ``key``, ``secret``, ``client_kwargs``); chunks are then fetched by byte ranges,
+        concurrently (see the README).
+    ordering
+        The mixing pool, lanes, rank and world size (:class:`Ordering`; default
+        ``Ordering()``: a 64 MiB pool, 24 lanes, rank and world size from
+        ``torch.distributed``).
+    workers
+        How the reader processes run and deliver batches (:class:`Workers`; default
+        ``Workers()``: the shared-memory ring, 2 batches prefetched per worker, persistent
+        workers, the default start method, no timeout, pinned when CUDA is available, views).
+
+    Returns
+    -------
+    ChunkLoader
 
     Examples
     --------
     >>> import numpy as np, tempfile, os
-    >>> from chunkio import write_arrays
+    >>> from chunkio import Output, write_arrays
     >>> path = os.path.join(tempfile.mkdtemp(), "toy.zarr")
-    >>> _ = write_arrays(path, {"x": np.arange(40).reshape(20, 2)}, samples_per_chunk=4)
+    >>> _ = write_arrays(path, {"x": np.arange(40).reshape(20, 2)}, output=Output(chunks=4))
     >>> loader = make_loader(path, 8, fields="x", num_workers=0)
     >>> [tuple(b.shape) for b in loader], loader.transport
     ([(8, 2), (8, 2), (4, 2)], 'local')
+    >>> loader = make_loader(path, 8, fields="x", num_workers=0,
+    ...                      ordering=Ordering(pool_bytes=1 << 20, lanes=4),
+    ...                      workers=Workers(copy=True))
     """
     options = LoaderOptions(
         batch_size=batch_size,
         num_workers=default_num_workers() if num_workers is None else num_workers,
         shuffle=shuffle,
         seed=seed,
-        pool_bytes=pool_bytes,
-        lanes=lanes,
         drop_last=drop_last,
-        rank=rank,
-        world_size=world_size,
-        prefetch=prefetch,
-        persistent_workers=persistent_workers,
-        pin_memory=pin_memory,
-        multiprocessing_context=multiprocessing_context,
-        timeout=timeout,
-        transport=transport,
         device=device,
-        copy=copy,
+        ordering=DEFAULT_ORDERING if ordering is None else ordering,
+        workers=DEFAULT_WORKERS if workers is None else workers,
     )
     if isinstance(path_or_dataset, ChunkDataset):
         if transform is not None or storage_options is not None:
@@ -422,7 +440,7 @@ def _assemble(
             "transform the chunkio.sample_transforms.FieldTransform members) to stay on "
             "the ring",
             RingFallbackWarning,
-            stacklevel=3,  # make_loader's caller
+            stacklevel=user_stacklevel(),  # make_loader's caller
         )
     route = _make_route(name, dataset, sampler, options)
     return ChunkLoader(

@@ -1,4 +1,5 @@
-"""make_loader()'s options: its keyword arguments validated once, and the mixing pool they ask
+"""make_loader()'s options: the public option objects :class:`Ordering` and :class:`Workers`,
+the keyword arguments validated once (:class:`LoaderOptions`), and the mixing pool they ask
 for (:func:`pool_samples`)."""
 
 from __future__ import annotations
@@ -9,13 +10,21 @@ from typing import Any, Literal
 
 import torch
 
+from ._deprecated import user_stacklevel
 from .dataset import ChunkDataset
 from .gpu import resolve_device
-from .order import DEFAULT_LANES
+from .order import DEFAULT_LANES, check_int
 from .sampling import DEFAULT_POOL_BATCHES, ChunkBatchSampler
 from .transport import RingOptions
 
-__all__ = ["DEFAULT_POOL_BYTES", "LoaderOptions", "Transport", "pool_samples"]
+__all__ = [
+    "DEFAULT_POOL_BYTES",
+    "LoaderOptions",
+    "Ordering",
+    "Transport",
+    "Workers",
+    "pool_samples",
+]
 
 Transport = Literal["ring", "dataloader"]
 
@@ -27,30 +36,132 @@ REMOTE_LOOKAHEAD = 8
 
 
 @dataclass(frozen=True)
+class Ordering:
+    """How :func:`~chunkio.make_loader` orders samples beyond ``shuffle`` and ``seed``: the
+    mixing pool, the lanes, and this process's share in distributed training.
+
+    The sequence of *global* batches is a pure function of ``(seed, epoch, data,
+    batch_size x world_size, pool_bytes, lanes, shuffle, drop_last)`` (:mod:`chunkio.order`):
+    the same for every ``num_workers`` and world size, which only split the reading.
+    (:class:`chunkio.order.OrderSpec` is the same order resolved against a dataset: the
+    pool in samples and the global batch size.)
+
+    Parameters
+    ----------
+    pool_bytes
+        Decoded bytes of the mixing pool (default 64 MiB; at least one chunk). Each batch
+        draws from about ``pool_bytes / chunk bytes`` chunks through a sliding pool, while
+        each chunk is decoded about once per epoch. The pool in samples, ``pool_bytes //
+        bytes per sample`` over all of the dataset's fields, is part of the order.
+    lanes
+        Independent chunk streams each batch draws from; ranks and ring workers own whole
+        lanes, so a multiple of ``world_size * num_workers`` reads every chunk once (24 by
+        default: divisible by 1, 2, 3, 4, 6, 8, 12 and 24). Part of the order.
+    rank, world_size
+        This process's rank and the number of ranks (``None``: from ``torch.distributed``
+        when it is initialised, else 0 and 1). ``batch_size`` is per rank.
+
+    Examples
+    --------
+    >>> Ordering()
+    Ordering(pool_bytes=67108864, lanes=24, rank=None, world_size=None)
+    >>> Ordering(pool_bytes=256 << 20, rank=1, world_size=4).pool_bytes
+    268435456
+    """
+
+    pool_bytes: int = DEFAULT_POOL_BYTES
+    lanes: int = DEFAULT_LANES
+    rank: int | None = None
+    world_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.pool_bytes, bool) or not isinstance(self.pool_bytes, int):
+            raise TypeError(f"pool_bytes must be an int, got {self.pool_bytes!r}")
+        check_int("lanes", self.lanes, 1)
+        if self.world_size is not None:
+            check_int("world_size", self.world_size, 1)
+        if self.rank is not None:
+            check_int("rank", self.rank, 0)
+
+
+@dataclass(frozen=True)
+class Workers:
+    """How :func:`~chunkio.make_loader`'s ``num_workers`` reader processes run and deliver
+    batches: the transport, prefetching, process start method, timeout, pinning, copies.
+
+    Parameters
+    ----------
+    transport
+        ``"ring"`` (default: workers read each batch straight into a shared-memory slot)
+        or ``"dataloader"`` (a torch DataLoader). The ring falls back to the DataLoader for
+        transforms of unknown output shape and ragged fields; ``ChunkLoader.transport``
+        tells the route taken.
+    prefetch
+        Batches in flight per worker (default 2).
+    persistent
+        Keep workers (and the ring) across epochs (default); stopped by
+        :meth:`ChunkLoader.close` or when the loader is garbage collected.
+    context
+        ``"fork"``, ``"spawn"``, ``"forkserver"``, a multiprocessing context, or ``None``
+        for the default.
+    timeout
+        Seconds to wait for one batch before raising :class:`~chunkio.errors.LoaderError`
+        (0: no limit; a dead worker is reported at once either way).
+    pin_memory
+        Page-lock host batches (default ``None``: ``torch.cuda.is_available()``). Pinning
+        needs CUDA: ``True`` without it warns once (``UserWarning``) and is skipped.
+    copy
+        Host delivery only: hand out copies instead of views of reused memory, so batches
+        may be kept (costs one copy per batch).
+
+    Examples
+    --------
+    >>> Workers()
+    Workers(transport='ring', prefetch=2, persistent=True, context=None, timeout=0.0, \
+pin_memory=None, copy=False)
+    >>> Workers(context="spawn", timeout=60).timeout
+    60
+    """
+
+    transport: Transport = "ring"
+    prefetch: int = 2
+    persistent: bool = True
+    context: Any = None
+    timeout: float = 0.0
+    pin_memory: bool | None = None
+    copy: bool = False
+
+    def __post_init__(self) -> None:
+        if self.transport not in ("ring", "dataloader"):
+            raise ValueError(f"transport must be 'ring' or 'dataloader'; got {self.transport!r}")
+        check_int("prefetch", self.prefetch, 1)
+        if isinstance(self.timeout, bool) or not isinstance(self.timeout, int | float):
+            raise TypeError(f"timeout must be a number of seconds; got {self.timeout!r}")
+        if self.timeout < 0:
+            raise ValueError(f"timeout must be >= 0 seconds; got {self.timeout}")
+
+
+#: The defaults, shared (the objects are frozen)
+DEFAULT_ORDERING = Ordering()
+DEFAULT_WORKERS = Workers()
+
+
+@dataclass(frozen=True)
 class LoaderOptions:
     """:func:`make_loader`'s keyword arguments, validated once; what everything behind it gets.
 
     ``target`` (the device batches are delivered to, ``None`` for host memory) and ``pin``
-    (page-lock host batches) are resolved from ``device`` and ``pin_memory``.
+    (page-lock host batches) are resolved from ``device`` and ``workers.pin_memory``.
     """
 
     batch_size: int
     num_workers: int
     shuffle: bool = True
     seed: int = 0
-    pool_bytes: int = DEFAULT_POOL_BYTES
-    lanes: int = DEFAULT_LANES
     drop_last: bool = False
-    rank: int | None = None
-    world_size: int | None = None
-    prefetch: int = 2
-    persistent_workers: bool = True
-    pin_memory: bool | None = None
-    multiprocessing_context: Any = None
-    timeout: float = 0
-    transport: Transport = "ring"
     device: torch.device | str | None = None
-    copy: bool = False
+    ordering: Ordering = DEFAULT_ORDERING
+    workers: Workers = DEFAULT_WORKERS
     target: torch.device | None = field(init=False)
     pin: bool = field(init=False)
 
@@ -58,42 +169,58 @@ class LoaderOptions:
         workers = self.num_workers
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
             raise ValueError(f"num_workers must be an int >= 0; got {workers!r}")
-        if self.transport not in ("ring", "dataloader"):
-            raise ValueError(f"transport must be 'ring' or 'dataloader'; got {self.transport!r}")
+        if not isinstance(self.ordering, Ordering):
+            raise TypeError(f"ordering must be a chunkio.Ordering; got {self.ordering!r}")
+        if not isinstance(self.workers, Workers):
+            raise TypeError(
+                f"workers must be a chunkio.Workers; got {self.workers!r} (the number of "
+                "worker processes is num_workers)"
+            )
         target = resolve_device(self.device)
         object.__setattr__(self, "target", target)
-        if self.pin_memory and not torch.cuda.is_available():
+        pin_memory = self.workers.pin_memory
+        if pin_memory and not torch.cuda.is_available():
             warnings.warn(
-                "make_loader(pin_memory=True): pinning page-locks memory for CUDA copies, and "
-                "CUDA is not available here; batches are not pinned",
+                "make_loader(workers=Workers(pin_memory=True)): pinning page-locks memory for "
+                "CUDA copies, and CUDA is not available here; batches are not pinned",
                 UserWarning,
-                stacklevel=4,  # make_loader's caller (through __init__ and __post_init__)
+                stacklevel=user_stacklevel(),  # make_loader's caller
             )
         to_cuda = target is not None and target.type == "cuda"
-        pin = torch.cuda.is_available() and (self.pin_memory is not False or to_cuda)
+        pin = torch.cuda.is_available() and (pin_memory is not False or to_cuda)
         object.__setattr__(self, "pin", pin)
 
+    @property
+    def transport(self) -> Transport:
+        """The transport asked for (:attr:`Workers.transport`)."""
+        return self.workers.transport
+
+    @property
+    def copy(self) -> bool:
+        """Whether host batches are handed out as copies (:attr:`Workers.copy`)."""
+        return self.workers.copy
+
     def sampler(self, dataset: ChunkDataset) -> ChunkBatchSampler:
-        """This rank's batch sampler over ``dataset``, its mixing pool from ``pool_bytes``."""
+        """This rank's batch sampler over ``dataset``, its mixing pool from ``ordering``."""
         return ChunkBatchSampler(
             dataset.chunk_sizes(),
             self.batch_size,
-            pool=_mixing_pool(dataset, self.pool_bytes),
-            lanes=self.lanes,
+            pool=_mixing_pool(dataset, self.ordering.pool_bytes),
+            lanes=self.ordering.lanes,
             seed=self.seed,
             shuffle=self.shuffle,
             drop_last=self.drop_last,
-            rank=self.rank,
-            world_size=self.world_size,
+            rank=self.ordering.rank,
+            world_size=self.ordering.world_size,
         )
 
     def ring(self, *, remote: bool) -> RingOptions:
         return RingOptions(
             num_workers=max(1, self.num_workers),
-            prefetch=self.prefetch,
-            persistent=self.persistent_workers,
-            context=self.multiprocessing_context,
-            timeout=float(self.timeout),
+            prefetch=self.workers.prefetch,
+            persistent=self.workers.persistent,
+            context=self.workers.context,
+            timeout=float(self.workers.timeout),
             lookahead=REMOTE_LOOKAHEAD if remote else 0,
         )
 

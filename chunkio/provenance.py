@@ -71,14 +71,14 @@ def read_source_paths(
     --------
     >>> import numpy as np, tempfile, os
     >>> from PIL import Image
-    >>> from chunkio import convert_images
+    >>> from chunkio import Execution, convert_images
     >>> src = tempfile.mkdtemp()
     >>> for cls in ("cat", "dog"):
     ...     os.mkdir(os.path.join(src, cls))
     ...     for i in range(2):
     ...         Image.new("RGB", (4, 4)).save(os.path.join(src, cls, f"{i}.png"))
     >>> dst = os.path.join(tempfile.mkdtemp(), "pets.zarr")
-    >>> _ = convert_images(src, dst, progress=False, workers=1)
+    >>> _ = convert_images(src, dst, execution=Execution(workers=1, progress=False))
     >>> read_source_paths(dst)
     ['dog/0.png', 'cat/0.png', 'cat/1.png', 'dog/1.png']
     >>> read_source_paths(dst, [0, -1])

@@ -14,6 +14,7 @@ refused with :class:`~chunkio.errors.UnsafeInputError` before it could run.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 import pickle
@@ -23,6 +24,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from chunkio import Output
 from chunkio.convert import ConversionResult, write_arrays
 from chunkio.errors import SourceError, UnsafeInputError
 
@@ -123,7 +125,7 @@ def convert(
         published files keep a fixed order; ``source_index`` maps back to it), or in file
         order with ``shuffle=False``.
     **kw
-        Passed to :func:`chunkio.write_arrays` (``overwrite``, ``samples_per_chunk``, ...).
+        Passed to :func:`chunkio.write_arrays` (``output``, ``execution``, ...).
     """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {sorted(SPLITS)}; got {split!r}")
@@ -146,8 +148,15 @@ def convert(
         dst,
         {"image": images, "label": labels},
         class_names=[str(n) for n in names],
-        extra=extra,
         shuffle=shuffle,
         seed=seed,
+        output=_with_extra(kw.pop("output", None), extra),
         **kw,
     )
+
+
+def _with_extra(output: Output | None, extra: dict[str, Any]) -> Output:
+    """The caller's :class:`~chunkio.Output` (or the default) with this converter's ``extra``
+    (the caller's own keys kept beside it)."""
+    output = Output() if output is None else output
+    return dataclasses.replace(output, extra={**extra, **dict(output.extra or {})})

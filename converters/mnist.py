@@ -10,6 +10,7 @@ every chunkio image dataset, and ``label`` int64, with class names ``"0"`` .. ``
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import os
 import struct
@@ -18,6 +19,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from chunkio import Output
 from chunkio.convert import ConversionResult, write_arrays
 from chunkio.errors import SourceError
 
@@ -84,7 +86,7 @@ def convert(
         published files keep a fixed order; ``source_index`` maps back to it), or in file
         order with ``shuffle=False``.
     **kw
-        Passed to :func:`chunkio.write_arrays` (``overwrite``, ``samples_per_chunk``, ...).
+        Passed to :func:`chunkio.write_arrays` (``output``, ``execution``, ...).
     """
     if split not in _PREFIX:
         raise ValueError(f"split must be one of {sorted(_PREFIX)}; got {split!r}")
@@ -111,8 +113,15 @@ def convert(
         dst,
         {"image": images[:, None], "label": labels},
         class_names=[str(i) for i in range(10)],
-        extra=extra,
         shuffle=shuffle,
         seed=seed,
+        output=_with_extra(kw.pop("output", None), extra),
         **kw,
     )
+
+
+def _with_extra(output: Output | None, extra: dict[str, Any]) -> Output:
+    """The caller's :class:`~chunkio.Output` (or the default) with this converter's ``extra``
+    (the caller's own keys kept beside it)."""
+    output = Output() if output is None else output
+    return dataclasses.replace(output, extra={**extra, **dict(output.extra or {})})

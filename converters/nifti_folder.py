@@ -39,7 +39,8 @@ def convert(
 
     Examples
     --------
-    ``convert("Task02_Heart", "heart.zarr", chunks=64, workers=4)``
+    ``convert("Task02_Heart", "heart.zarr", output=Output(chunks=64),
+    execution=Execution(workers=4))`` (:class:`chunkio.Output`, :class:`chunkio.Execution`)
     """
     root = os.fspath(src)
     image_dir = os.path.join(root, images)

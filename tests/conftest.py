@@ -9,6 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from chunkio import Execution, Output
+
 FORMATS = ["zarr", "hdf5"]
 SUFFIX = {"zarr": ".zarr", "hdf5": ".h5"}
 
@@ -49,7 +51,13 @@ def make_dataset(tmp_path: Path) -> Callable[..., tuple[str, dict[str, np.ndarra
         arrays = sample_arrays() if arrays is None else arrays
         path = str(tmp_path / f"ds{next(counter)}{SUFFIX[fmt]}")
         kw.setdefault("shuffle", False)
-        write_arrays(path, arrays, samples_per_chunk=samples_per_chunk, progress=False, **kw)
+        write_arrays(
+            path,
+            arrays,
+            **kw,
+            output=Output(chunks=samples_per_chunk),
+            execution=Execution(progress=False),
+        )
         return path, arrays
 
     return make

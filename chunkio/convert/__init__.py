@@ -1,5 +1,8 @@
 """The conversion pipeline: sources -> chunk-aligned blocks -> a chunkio dataset.
 
+Every converter takes how the dataset is stored as one :class:`Output` and how the
+conversion runs as one :class:`Execution`, with one set of defaults.
+
 :func:`write_arrays` writes in-memory or lazy arrays; :func:`convert_arrays` streams the
 arrays of an existing HDF5 file or Zarr store; :func:`run_conversion` drives any
 :class:`BlockSource`. Local destinations are written atomically (built in a staging sibling,
@@ -14,6 +17,7 @@ from __future__ import annotations
 from .append import append_arrays
 from .arrays import write_arrays
 from .chunking import DEFAULT_CHUNK_BYTES, choose_samples_per_chunk
+from .options import Execution, Output
 from .pipeline import run_conversion
 from .source import BlockSource, ConversionResult
 from .stores import convert_arrays
@@ -22,6 +26,8 @@ __all__ = [
     "DEFAULT_CHUNK_BYTES",
     "BlockSource",
     "ConversionResult",
+    "Execution",
+    "Output",
     "append_arrays",
     "choose_samples_per_chunk",
     "convert_arrays",

@@ -112,9 +112,9 @@ def append_arrays(
     Examples
     --------
     >>> import numpy as np, tempfile, os
-    >>> from chunkio import ChunkDataset, write_arrays
+    >>> from chunkio import ChunkDataset, Output, write_arrays
     >>> path = os.path.join(tempfile.mkdtemp(), "a.zarr")
-    >>> _ = write_arrays(path, {"x": np.arange(5)}, samples_per_chunk=2, shuffle=False)
+    >>> _ = write_arrays(path, {"x": np.arange(5)}, shuffle=False, output=Output(chunks=2))
     >>> append_arrays(path, {"x": np.arange(5, 8)}).num_samples
     8
     >>> ChunkDataset(path, fields="x").read_batch(range(8))["x"].tolist()
@@ -123,7 +123,7 @@ def append_arrays(
     Shuffled (``write_arrays``' default), ``source_index`` continues across appends:
 
     >>> path = os.path.join(tempfile.mkdtemp(), "b.zarr")
-    >>> _ = write_arrays(path, {"x": np.arange(5) * 10}, samples_per_chunk=2)
+    >>> _ = write_arrays(path, {"x": np.arange(5) * 10}, output=Output(chunks=2))
     >>> _ = append_arrays(path, {"x": np.arange(5, 8) * 10})
     >>> b = ChunkDataset(path, fields=("x", "source_index")).read_batch(range(8))
     >>> b["source_index"].tolist(), b["x"].tolist()
@@ -392,7 +392,7 @@ def _build(
         drive(
             _AppendJob(source, old, tail),
             blocks,
-            execution=Execution(),
+            execution=Execution(workers=1),
             output=_AppendOutput(writer),
             progress=Progress(len(blocks), "block", "append", show=False),
             destination=None,  # errors as they are: the old dataset is intact

@@ -5,26 +5,27 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from ..backends import Compression, Format, detect_format
-from ..backends.base import DEFAULT_CODEC
+from .._deprecated import Moved, moved_keywords
+from ..backends import detect_format
 from ..errors import SourceError
 from ..layout import FieldInfo
 from ..names import validate_field_name
 from ..numeric import ceil_div
-from .chunking import DEFAULT_CHUNK_BYTES, chunk_samples
-from .options import ConversionOptions, Execution
+from .chunking import chunk_samples
+from .options import DEFAULT_EXECUTION, DEFAULT_OUTPUT, ConversionOptions, Execution, Output
 from .pipeline import ConversionResult, convert_source
 from .rerun import Request, compression_option
 from .shuffling import check_order_options, gather_rows, order_extra, shuffled
-from .workers import Work, check_workers, worker_count
+from .workers import Work, worker_count
 
 __all__ = [
+    "ARRAY_MOVES",
     "SHUFFLED_BLOCK_BYTES",
     "ArraySource",
     "ArrayWrite",
@@ -242,25 +243,43 @@ class ArraySource:
         return all(isinstance(a, np.ndarray) for a in self._arrays.values())
 
 
+#: write_arrays' and convert_arrays' keywords that moved into the option objects
+ARRAY_MOVES = {
+    **{
+        old: Moved("output", Output, new)
+        for old, new in (
+            ("format", "format"),
+            ("samples_per_chunk", "chunks"),
+            ("chunk_bytes", "chunk_bytes"),
+            ("compression", "compression"),
+            ("checksum", "checksum"),
+            ("extra", "extra"),
+        )
+    },
+    **{
+        old: Moved("execution", Execution, old)
+        for old in ("workers", "client", "progress", "overwrite")
+    },
+}
+
+
+@moved_keywords("write_arrays", ARRAY_MOVES)
 def write_arrays(
     dst: Any,
     arrays: Mapping[str, Any],
     *,
-    format: Format | None = None,
-    samples_per_chunk: int | None = None,
-    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-    compression: str | Compression = DEFAULT_CODEC,
-    checksum: bool = True,
     class_names: Sequence[str] | None = None,
-    extra: Mapping[str, Any] | None = None,
-    overwrite: bool = False,
-    progress: bool = False,
-    workers: int = 1,
-    client: Any = None,
     shuffle: bool = True,
     seed: int = 0,
+    output: Output | None = None,
+    execution: Execution | None = None,
 ) -> ConversionResult:
     """Write named arrays (same length along axis 0) as a chunkio dataset.
+
+    The keywords that moved into :class:`~chunkio.Output` (``format``,
+    ``samples_per_chunk`` -> ``chunks``, ``chunk_bytes``, ``compression``, ``checksum``,
+    ``extra``) and :class:`~chunkio.Execution` (``workers``, ``client``, ``progress``,
+    ``overwrite``) are still accepted for one release, with a ``DeprecationWarning``.
 
     Parameters
     ----------
@@ -270,27 +289,8 @@ def write_arrays(
     arrays
         Field name -> array: NumPy (or anything :func:`numpy.asarray` takes), dask (computed
         block by block), h5py dataset or zarr array. Axis 0 indexes samples.
-    format
-        ``"zarr"``, ``"hdf5"`` or ``"memory"``; by default from ``dst``.
-    samples_per_chunk
-        The same for every field; by default ``chunk_bytes`` of the largest field's samples.
-    chunk_bytes
-        Target uncompressed chunk size when ``samples_per_chunk`` is not given.
-    compression
-        A codec name (``"zstd"``, ``"lz4"``, ``"blosc-zstd"``, ``"blosc-lz4"``, ``"gzip"``,
-        ``"none"``) or a :class:`~chunkio.backends.Compression` (then ``checksum`` is unused).
-    checksum
-        Guard every chunk with crc32c (Zarr) or fletcher32 (HDF5).
-    class_names, extra, overwrite, progress, client
-        As for :func:`~chunkio.convert.run_conversion`.
-    workers
-        Processes that read, compress and write blocks (h5py files are reopened read-only
-        there, so they must not be open for writing). When every input is a NumPy array
-        the write runs in this process whatever ``workers`` says: there is nothing to read,
-        and a pool was measured slower (1 GiB on 2 cores, when zarr-python still wrote the
-        chunks: 3.2x the time with the arrays pickled to each worker, 1.2x with them in
-        shared memory; not measured again since chunkio writes them). Setting
-        :data:`chunkio.convert.workers.POOL_MIN_SECONDS` to ``0.0`` forces the pool.
+    class_names
+        Names of the label values 0, 1, ... (stored in the layout).
     shuffle, seed
         Store the samples in the order ``perm = np.random.default_rng(seed).permutation(N)``
         (stored row ``i`` holds sample ``perm[i]``), so that every chunk is a random subset,
@@ -298,6 +298,20 @@ def write_arrays(
         (time series, volumes) and adds no field. See :mod:`chunkio.convert.shuffling`. Shuffled
         reads of dask, h5py and zarr arrays are random-access: each block of at least
         :data:`SHUFFLED_BLOCK_BYTES` reads rows from all over the source.
+    output
+        How the dataset is stored (:class:`~chunkio.Output`: format, ``chunks`` = samples
+        per chunk, the same for every field, by default ``chunk_bytes`` (1 MiB) of the
+        largest field's samples; compression, checksums, ``extra`` attributes).
+    execution
+        How the conversion runs (:class:`~chunkio.Execution`). Worker processes read,
+        compress and write blocks (h5py files are reopened read-only there, so they must not
+        be open for writing); by default, up to one per core for inputs of at least
+        :data:`~chunkio.convert.workers.POOL_MIN_BYTES`. When every input is a NumPy array
+        the write runs in this process whatever ``workers`` says: there is nothing to read,
+        and a pool was measured slower (1 GiB on 2 cores, when zarr-python still wrote the
+        chunks: 3.2x the time with the arrays pickled to each worker, 1.2x with them in
+        shared memory; not measured again since chunkio writes them). Setting
+        :data:`chunkio.convert.workers.POOL_MIN_SECONDS` to ``0.0`` forces the pool.
 
     Returns
     -------
@@ -305,49 +319,51 @@ def write_arrays(
         ``unchanged`` when ``dst`` already holds this very dataset: the same arrays (NumPy
         content; h5py files by size and modification time; zarr and dask arrays by their
         metadata and graph) written with the same options. Anything else at ``dst`` raises
-        :class:`~chunkio.errors.DestinationExistsError` unless ``overwrite``.
+        :class:`~chunkio.errors.DestinationExistsError` unless ``Execution(overwrite=True)``.
 
     Examples
     --------
     >>> import numpy as np
+    >>> from chunkio import Output
     >>> r = write_arrays("memory://doc", {"x": np.zeros((10, 3), "f4"), "y": np.arange(10)},
-    ...                  samples_per_chunk=4)
+    ...                  output=Output(chunks=4))
     >>> r.num_samples, r.samples_per_chunk, [f.name for f in r.fields]
     (10, 4, ['x', 'y', 'source_index'])
     >>> r = write_arrays("memory://doc2", {"y": np.arange(10)}, shuffle=False)
     >>> [f.name for f in r.fields]
     ['y']
     """
+    output = DEFAULT_OUTPUT if output is None else output
+    execution = DEFAULT_EXECUTION if execution is None else execution
     check_order_options(shuffle, seed)
     source = ArraySource(arrays)
-    samples_per_chunk = chunk_samples(source.fields, source.num_samples, samples_per_chunk,
-                                      chunk_bytes)  # fmt: skip
-    valid = isinstance(samples_per_chunk, int) and samples_per_chunk >= 1  # else: rejected below
-    block_chunks = source.block_chunks(samples_per_chunk, shuffled=shuffle) if valid else 1
-    check_workers(workers)
-    # NumPy inputs: nothing to read, a pool cannot pay (see chunkio.convert.workers.Work)
-    workers = worker_count(workers, client=client, work=lambda: Work(reads=not source.in_memory))
-    asked = ArrayWrite(format, samples_per_chunk, compression, checksum, class_names, extra,
-                       overwrite, progress, shuffle, seed)  # fmt: skip
-    write = asked.options(
-        source.fingerprint(), dst, execution=Execution(workers, client), block_chunks=block_chunks
+    asked = output.samples_per_chunk("write_arrays")
+    spc = chunk_samples(source.fields, source.num_samples, asked, output.chunk_bytes)
+    block_chunks = source.block_chunks(spc, shuffled=shuffle)
+    nbytes = source.num_samples * sum(f.sample_nbytes for f in source.fields)
+    # NumPy inputs: nothing to read, a pool cannot pay (see chunkio.convert.workers.Work);
+    # by default (no workers asked for) a pool only for enough bytes to read
+    given = execution.workers is not None
+    work = Work(nbytes=None if given else nbytes, reads=not source.in_memory)
+    workers = worker_count(execution.workers, client=execution.client, work=lambda: work)
+    write = ArrayWrite(output, spc, class_names, shuffle, seed).options(
+        source.fingerprint(),
+        dst,
+        execution=replace(execution, workers=workers),
+        block_chunks=block_chunks,
     )
     return convert_source(shuffled(source, shuffle=shuffle, seed=seed), dst, write)
 
 
 @dataclass(frozen=True)
 class ArrayWrite:
-    """What the caller of an array conversion asked for (the keywords ``write_arrays`` and
-    ``convert_arrays`` share), before the source and the workers are known."""
+    """What the caller of an array conversion asked for (what ``write_arrays`` and
+    ``convert_arrays`` share), with the samples per chunk resolved, before the workers are
+    known."""
 
-    format: Format | None
-    samples_per_chunk: int | None
-    compression: str | Compression
-    checksum: bool
+    output: Output
+    samples_per_chunk: int
     class_names: Sequence[str] | None
-    extra: Mapping[str, Any] | None
-    overwrite: bool
-    progress: bool
     shuffle: bool
     seed: int
 
@@ -363,15 +379,12 @@ class ArrayWrite:
         """The conversion's options, with the request a rerun compares: the source's
         ``fingerprint`` and every option that shapes the result (``more``: a caller's own,
         such as the arrays a store's fields name)."""
-        compression = self.compression
-        if not isinstance(compression, Compression):
-            compression = Compression(codec=compression, checksum=self.checksum)
+        compression = self.output.compression_codec()
         spc = self.samples_per_chunk
-        valid = isinstance(spc, int) and spc >= 1  # else: rejected by ConversionOptions
-        shuffle, seed, extra = self.shuffle, self.seed, self.extra
+        shuffle, seed, extra = self.shuffle, self.seed, self.output.extra
         options = {
-            "format": self.format or detect_format(dst),
-            "samples_per_chunk": spc if valid else None,
+            "format": self.output.format or detect_format(dst),
+            "samples_per_chunk": spc,
             "compression": compression_option(compression),
             "shuffle": bool(shuffle),
             "seed": int(seed) if shuffle else None,
@@ -379,19 +392,13 @@ class ArrayWrite:
             "extra": dict(extra or {}),
             **dict(more or {}),
         }
-        try:
-            request = Request("arrays", fingerprint, options)
-        except TypeError as err:  # extra that JSON cannot hold
-            raise TypeError(f"extra must be JSON-serialisable; got {extra!r}: {err}") from err
         return ConversionOptions(
-            format=self.format,
+            format=self.output.format,
             samples_per_chunk=spc,
             compression=compression,
             class_names=None if self.class_names is None else tuple(self.class_names),
             extra=order_extra(extra, shuffle=shuffle, seed=seed),
-            overwrite=self.overwrite,
             execution=execution,
-            progress=self.progress,
             block_chunks=block_chunks,
-            request=request,
+            request=Request("arrays", fingerprint, options),
         )

@@ -178,7 +178,8 @@ def progress_bar(progress: Progress) -> tqdm[Any]:
         unit=progress.unit,
         unit_scale=progress.scale,
         desc=progress.label,
-        disable=not progress.show,
+        # None: tqdm's own rule, shown when the output is a terminal (Execution.progress)
+        disable=None if progress.show is None else not progress.show,
         dynamic_ncols=True,
     )
 
@@ -241,7 +242,7 @@ def run_tasks(
     """
     kept = f"finished {unit}s are kept: rerun to resume" if resumable else ""
     where = None if destination is None else _Where(destination, kept)
-    workers, client = execution.workers, execution.client
+    workers, client = execution.workers or 1, execution.client
     if client is not None:
         require_distributed()
         if _has_tasks(tasks):

@@ -86,14 +86,14 @@ def check_all(
     policy: DecodePolicy,
     *,
     execution: Execution,
-    progress: bool,
+    progress: bool | None,
     thorough: bool = False,
 ) -> list[Checked]:
     """Probe every file of ``paths``; results in input order. Without a client, batches are
     checked here until the rest is worth the pool (:func:`~chunkio.convert.engine.run_tasks`
     with ``start_here``)."""
     job = _CheckJob(policy, thorough)
-    batches = _batches(paths, execution.workers)
+    batches = _batches(paths, execution.workers or 1)
     results: list[list[Checked]] = [[] for _ in batches]
     with progress_bar(Progress(len(paths), "image", "check", progress)) as bar:
 

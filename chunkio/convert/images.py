@@ -87,14 +87,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..backends import Compression, Format, detect_format
-from ..backends.base import DEFAULT_CODEC
+from .._deprecated import Moved, moved_keywords
+from ..backends import Format, detect_format
 from ..errors import SourceError
 from ..images.encoding import check_encoding
 from ..images.pillow import DecodePolicy, ImageMode, ResizeMode, UndecodableImage
 from ..numeric import ceil_div
 from ..provenance import decode_paths
-from .chunking import choose_samples_per_chunk
+from .arrays import ARRAY_MOVES
+from .chunking import DEFAULT_CHUNK_BYTES, choose_samples_per_chunk
 from .image_check import Checked, check_all
 from .image_plan import (
     ImageConversionResult,
@@ -106,16 +107,17 @@ from .image_plan import (
     unchanged,
 )
 from .image_source import ImageSource
-from .options import ConversionOptions, Execution
+from .options import DEFAULT_EXECUTION, DEFAULT_OUTPUT, ConversionOptions, Execution, Output
 from .pipeline import convert_source
 from .processes import warm_up
 from .rerun import Request, compression_option, display, reuse_complete
 from .scan import OnError, ScanResult
 from .shuffling import SOURCE_INDEX, check_order_options, order_extra, shuffled
-from .workers import Work, available_cores, check_workers, worker_count
+from .workers import Work, available_cores, worker_count
 
 __all__ = [
     "ImageConversionResult",
+    "ImageOptions",
     "ImageSource",
     "convert_images",
     "source_paths",
@@ -134,32 +136,97 @@ _CALIBRATION_FILES = 8
 _WARM_UP_FILES = 1000
 #: Decoded bytes per block (the unit of work, resume and fsync) to aim for.
 _BLOCK_BYTES = 8 << 20
+#: The fields of ImageOptions (convert_images' keywords of the same names before it)
+_IMAGE_FIELDS = ("resize", "mode", "max_size", "encoding", "quality")
 
 
+@dataclass(frozen=True)
+class ImageOptions:
+    """How :func:`convert_images` decodes and stores images, besides their ``size``.
+
+    Parameters
+    ----------
+    resize
+        How images reach ``size``: ``"shorter-crop"`` (default: cover, then centre crop),
+        ``"pad"`` (fit, then zero-pad, centred) or ``"stretch"``.
+    mode
+        ``"RGB"`` (default), ``"L"`` or ``"keep"``: see :mod:`chunkio.images.pillow` for the
+        exact conversions (alpha is dropped; 16-bit data is never clipped).
+    max_size
+        Shrink images whose longer side exceeds it, keeping the aspect ratio (Lanczos);
+        smaller images are kept as they are. Exclusive with ``size``.
+    encoding
+        How ``image`` is stored: ``"raw"`` (default: pixels, compressed by the
+        :class:`~chunkio.Output`'s compression; bit-exact with Pillow's decode), ``"jpeg"``,
+        ``"webp"`` or ``"png"`` (each image's encoded bytes, an *encoded* field:
+        ``ChunkDataset`` decodes each sample straight into its place in the batch), or
+        ``"auto"`` (JPEG for folders of JPEGs, raw otherwise). Images are encoded after
+        ``mode``, ``size`` and ``max_size``; a JPEG file those leave unchanged is stored as
+        it is (checked by a 1/8-scale decode, which reads every coefficient; bit-exact with
+        the raw conversion, see :meth:`ImageSource.encoded`).
+    quality
+        JPEG/WebP quality, 1-100 (default 90; WebP 100 is lossless; PNG is always lossless).
+
+    Examples
+    --------
+    >>> ImageOptions()
+    ImageOptions(resize='shorter-crop', mode='RGB', max_size=None, encoding='raw', quality=90)
+    >>> ImageOptions(encoding="jpeg", quality=95).quality
+    95
+    """
+
+    resize: ResizeMode = "shorter-crop"
+    mode: ImageMode = "RGB"
+    max_size: int | None = None
+    encoding: str = "raw"
+    quality: int = 90
+
+    def __post_init__(self) -> None:
+        if self.encoding != "auto":
+            check_encoding(self.encoding, self.quality)
+        elif (
+            isinstance(self.quality, bool)
+            or not isinstance(self.quality, int)
+            or not 1 <= self.quality <= 100
+        ):
+            raise ValueError(f"quality must be an int in 1..100; got {self.quality!r}")
+        self.policy(None)  # mode, resize and max_size are checked here
+
+    def policy(self, size: tuple[int, int] | None) -> DecodePolicy:
+        """The decode policy with every image resized to ``size`` (``None``: kept)."""
+        return DecodePolicy(self.mode, size, self.resize, self.max_size)
+
+
+DEFAULT_IMAGES = ImageOptions()
+
+#: convert_images' keywords that moved into the option objects
+_MOVED = {
+    **{old: Moved("images", ImageOptions, old) for old in _IMAGE_FIELDS},
+    **{k: m for k, m in ARRAY_MOVES.items() if k not in ("chunk_bytes", "extra")},
+}
+
+
+@moved_keywords("convert_images", _MOVED)
 def convert_images(
     src: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     dst: Any,
     *,
     labels: Sequence[int] | None = None,
     size: int | Sequence[int] | None = None,
-    resize: ResizeMode = "shorter-crop",
-    mode: ImageMode = "RGB",
     on_error: OnError = "raise",
-    format: Format | None = None,
-    samples_per_chunk: int | None = None,
-    compression: str | Compression = DEFAULT_CODEC,
-    checksum: bool = True,
-    workers: int | None = None,
-    client: Any = None,
-    progress: bool = True,
-    overwrite: bool = False,
     shuffle: bool = True,
     seed: int = 0,
-    encoding: str = "raw",
-    quality: int = 90,
-    max_size: int | None = None,
+    images: ImageOptions | None = None,
+    output: Output | None = None,
+    execution: Execution | None = None,
 ) -> ImageConversionResult:
     """Convert a folder (or list) of images into a chunkio dataset at ``dst``.
+
+    The keywords that moved into :class:`ImageOptions` (``resize``, ``mode``, ``max_size``,
+    ``encoding``, ``quality``), :class:`~chunkio.Output` (``format``, ``samples_per_chunk``
+    -> ``chunks``, ``compression``, ``checksum``) and :class:`~chunkio.Execution`
+    (``workers``, ``client``, ``progress``, ``overwrite``) are still accepted for one
+    release, with a ``DeprecationWarning``.
 
     Parameters
     ----------
@@ -173,48 +240,30 @@ def convert_images(
     labels
         One int per path, with a sequence ``src`` only.
     size
-        ``(H, W)`` or ``N`` for ``(N, N)``: resize every image by ``resize``. ``None``: keep
-        sizes (a ragged ``image`` field if they differ).
-    resize
-        ``"shorter-crop"`` (cover, then centre crop), ``"pad"`` (fit, then zero-pad, centred)
-        or ``"stretch"``.
-    mode
-        ``"RGB"``, ``"L"`` or ``"keep"``: see :mod:`chunkio.images.pillow` for the exact
-        conversions (alpha is dropped; 16-bit data is never clipped).
+        ``(H, W)`` or ``N`` for ``(N, N)``: resize every image by ``images.resize``.
+        ``None``: keep sizes (a ragged ``image`` field if they differ).
     on_error
         ``"raise"``: the first bad file stops the conversion before anything is written (or,
         for damage only a full decode reveals, when the write pass meets it; nothing is
         published). ``"skip"``: bad files are left out and listed in the result and
         ``extra["skipped"]`` (see the module docstring for files the write pass refuses).
-    format, samples_per_chunk, overwrite, client, progress
-        As for :func:`~chunkio.convert.run_conversion`. ``samples_per_chunk`` defaults to
-        about 1 MiB of stored bytes per chunk: decoded pixels for ``encoding="raw"``,
-        estimated encoded sizes (:attr:`ImageSource.mean_stored_nbytes`) otherwise.
-    compression, checksum
-        Codec name or :class:`~chunkio.backends.Compression`; checksums are on by default.
-    workers
-        At most this many processes in each pass (``None``: one per core); small jobs run
-        in this process (see the module docstring).
     shuffle, seed
         Store the images in the order ``perm = np.random.default_rng(seed).permutation(N)``
         of the N good files in listing order (stored row ``i`` is file ``perm[i]``), with a
         ``source_index`` field (= ``perm``); ``path`` and ``label`` follow their images.
         ``shuffle=False`` keeps the listing order (class by class) and adds no field. See
         :mod:`chunkio.convert.shuffling`.
-    encoding
-        How ``image`` is stored: ``"raw"`` (pixels, compressed by ``compression``; bit-exact
-        with Pillow's decode), ``"jpeg"``, ``"webp"`` or ``"png"`` (each image's encoded
-        bytes, an *encoded* field: ``ChunkDataset`` decodes each sample straight into its
-        place in the batch), or ``"auto"`` (:func:`choose_encoding`: JPEG for folders of JPEGs,
-        raw otherwise). Images are encoded after ``mode``, ``size`` and ``max_size``; a JPEG
-        file those leave unchanged is stored as it is (checked by a 1/8-scale decode, which
-        reads every coefficient; bit-exact with the raw conversion, see
-        :meth:`ImageSource.encoded`).
-    quality
-        JPEG/WebP quality, 1-100 (WebP 100 is lossless; PNG is always lossless).
-    max_size
-        Shrink images whose longer side exceeds it, keeping the aspect ratio (Lanczos);
-        smaller images are kept as they are. Exclusive with ``size``.
+    images
+        Resizing, colour mode, ``max_size``, and how ``image`` is stored (raw pixels or
+        encoded bytes): :class:`ImageOptions`.
+    output
+        :class:`~chunkio.Output`. ``chunks`` (samples per chunk) defaults to about
+        ``chunk_bytes`` (1 MiB) of stored bytes per chunk: decoded pixels for
+        ``encoding="raw"``, estimated encoded sizes (:attr:`ImageSource.mean_stored_nbytes`)
+        otherwise. Checksums are on by default. No ``extra``: the converter writes its own.
+    execution
+        :class:`~chunkio.Execution`. ``workers``: at most this many processes in each pass
+        (``None``: one per core); small jobs run in this process (see the module docstring).
 
     Returns
     -------
@@ -230,30 +279,28 @@ def convert_images(
         images whose modes or bit depths cannot share one array.
     DestinationExistsError
         ``dst`` holds anything but this conversion's complete result (the message names what
-        differs), and ``overwrite`` is false.
+        differs), and not ``Execution(overwrite=True)``.
     """
     started = time.perf_counter()
+    images = DEFAULT_IMAGES if images is None else images
+    output = DEFAULT_OUTPUT if output is None else output
+    execution = DEFAULT_EXECUTION if execution is None else execution
     check_order_options(shuffle, seed)
-    if encoding != "auto":
-        check_encoding(encoding, quality)
-    elif isinstance(quality, bool) or not isinstance(quality, int) or not 1 <= quality <= 100:
-        raise ValueError(f"quality must be an int in 1..100; got {quality!r}")
-    policy = DecodePolicy(mode, normalise_size(size), resize, max_size)
-    check_workers(workers, optional=True)
-    workers = available_cores() if workers is None else workers
-    if not isinstance(compression, Compression):
-        compression = Compression(codec=compression, checksum=checksum)
+    output.no_extra("convert_images")
+    samples_per_chunk = output.samples_per_chunk("convert_images")
+    policy = images.policy(normalise_size(size))
+    encoding, quality = images.encoding, images.quality
+    workers = available_cores() if execution.workers is None else execution.workers
+    compression = output.compression_codec()
     write = ConversionOptions(
-        format=format,
+        format=output.format,
         samples_per_chunk=samples_per_chunk,
         compression=compression,
-        overwrite=overwrite,
-        execution=Execution(workers, client),
-        progress=progress,
+        execution=replace(execution, workers=workers),
         pack=True,
     )
     scan, layout_kind = scan_source(src, labels, on_error)
-    fmt: Format = format or detect_format(dst)
+    fmt: Format = output.format or detect_format(dst)
     options = {
         "format": fmt,
         "size": policy.size,
@@ -266,15 +313,20 @@ def convert_images(
         "seed": int(seed) if shuffle else None,
         "encoding": encoding,
         "quality": int(quality),
-        "max_size": max_size,
+        "max_size": policy.max_size,
     }
+    if output.chunk_bytes != DEFAULT_CHUNK_BYTES:  # recorded only when asked: older records
+        options["chunk_bytes"] = output.chunk_bytes  # (without it) still match their rerun
     request = Request("images", listing(scan, layout_kind), options)
-    done = reuse_complete(dst, fmt, request, overwrite=overwrite)
+    done = reuse_complete(dst, fmt, request, overwrite=execution.overwrite)
     if done is not None:  # this very conversion, complete: nothing to check or write
         return unchanged(display(dst), fmt, done, time.perf_counter() - started)
-    if workers > 1 and client is None and len(scan.entries) >= _WARM_UP_FILES:
+    if workers > 1 and execution.client is None and len(scan.entries) >= _WARM_UP_FILES:
         warm_up()  # the workers' process server starts while the files are checked
-    job = _Job(scan, layout_kind, policy, on_error, dst, encoding, int(quality), shuffle, seed)
+    job = _Job(
+        scan, layout_kind, policy, on_error, dst, encoding, int(quality), shuffle, seed,
+        output.chunk_bytes,
+    )  # fmt: skip
     return _check_and_write(job, replace(write, request=request))
 
 
@@ -292,6 +344,7 @@ class _Job:
     quality: int
     shuffle: bool
     seed: int
+    chunk_bytes: int
 
 
 def _check_and_write(job: _Job, options: ConversionOptions) -> ImageConversionResult:
@@ -314,7 +367,7 @@ def _check_and_write(job: _Job, options: ConversionOptions) -> ImageConversionRe
                 paths,
                 job.policy,
                 execution=options.execution,
-                progress=options.progress,
+                progress=options.execution.progress,
                 thorough=thorough,
             )
         try:
@@ -362,7 +415,9 @@ def _write(
     )
     skipped = (*scan.skipped, *bad)
     spc = options.samples_per_chunk or choose_samples_per_chunk(
-        max(1, int(source.mean_stored_nbytes)), num_samples=source.num_samples
+        max(1, int(source.mean_stored_nbytes)),
+        target_bytes=job.chunk_bytes,
+        num_samples=source.num_samples,
     )
     execution = options.execution
     workers = worker_count(

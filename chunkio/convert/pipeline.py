@@ -121,9 +121,7 @@ def run_conversion(
         compression=compression,
         class_names=None if class_names is None else tuple(class_names),
         extra=extra or {},
-        overwrite=overwrite,
-        execution=Execution(workers, client),
-        progress=progress,
+        execution=Execution(workers, client, progress, overwrite),
         block_chunks=block_chunks,
         request=request,
         pack=pack,
@@ -163,9 +161,9 @@ def convert_source(source: BlockSource, dst: Any, options: ConversionOptions) ->
     fmt: Format = options.format or detect_format(dst)
     storage_for(fmt)  # a ValueError naming the formats for any other
     prep = _prepare(source, fmt, num_samples, fields, options)
-    if reuse_complete(dst, fmt, prep.request, overwrite=options.overwrite) is not None:
+    if reuse_complete(dst, fmt, prep.request, overwrite=options.execution.overwrite) is not None:
         return prep.result(display(dst), 0, started, unchanged=True)
-    with open_destination(dst, prep.plan, overwrite=options.overwrite) as dest:
+    with open_destination(dst, prep.plan, overwrite=options.execution.overwrite) as dest:
         writer = start_writer(dest, prep.layout.to_attrs(), lambda w: _create_arrays(w, dest, prep))
         try:
             todo = [
@@ -260,7 +258,7 @@ def _write_blocks(
         total=num_samples,
         unit="sample",
         label=_label(dest.location),
-        show=options.progress,
+        show=options.execution.progress,
         done=num_samples - sum(b.stop - b.start for b in todo),
         scale=True,
     )

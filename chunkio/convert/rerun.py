@@ -164,7 +164,7 @@ def reuse_complete(
     where = display(dst)
     if overwrite or not _holds_something(location or dst, fmt):
         return None
-    refuse = "; pass overwrite=True to replace it"
+    refuse = "; pass execution=chunkio.Execution(overwrite=True) to replace it"
     try:
         reader = open_reader(location or dst)
         try:

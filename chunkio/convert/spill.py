@@ -343,7 +343,7 @@ def _spill(
         total=plan.num_samples,
         unit="sample",
         label=f"{os.path.basename(dest.display.rstrip('/')) or dest.display}: shuffle pass",
-        show=options.progress,
+        show=options.execution.progress,
         done=done,
         scale=True,
     )

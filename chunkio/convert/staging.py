@@ -116,7 +116,8 @@ class Destination:
             self.storage.clear(self.location)
         if exists and not overwrite:
             raise DestinationExistsError(
-                f"{self.display} already holds data; pass overwrite=True to replace it"
+                f"{self.display} already holds data; pass "
+                "execution=chunkio.Execution(overwrite=True) to replace it"
             )
 
     def reset(self) -> None:
@@ -172,7 +173,8 @@ class StagedDestination(Destination):
     def _check_replaceable(self, overwrite: bool) -> None:
         if not overwrite:
             raise DestinationExistsError(
-                f"{self.location} already exists; pass overwrite=True to replace it"
+                f"{self.location} already exists; pass "
+                "execution=chunkio.Execution(overwrite=True) to replace it"
             )
         path = self.location
         if os.path.isdir(path) and not os.path.islink(path):

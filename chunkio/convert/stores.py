@@ -12,20 +12,20 @@ else is the one conversion pipeline: parallel, resumable, atomic, idempotent on 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
-from ..backends import Compression, Format
-from ..backends.base import DEFAULT_CODEC
+from .._deprecated import moved_keywords
 from ..foreign import FieldSelection, field_arrays
 from ..numeric import ceil_div
-from .arrays import ArrayWrite
-from .chunking import DEFAULT_CHUNK_BYTES, chunk_samples
-from .options import Execution
+from .arrays import ARRAY_MOVES, ArrayWrite
+from .chunking import chunk_samples
+from .options import DEFAULT_EXECUTION, DEFAULT_OUTPUT, Execution, Output
 from .pipeline import ConversionResult, convert_source
 from .shuffling import check_order_options
 from .spill import ExternalShuffle
 from .store_source import StoreSource, check_apart
-from .workers import Work, check_workers, worker_count
+from .workers import Work, worker_count
 
 __all__ = ["STORE_BLOCK_BYTES", "STORE_READ_BYTES", "convert_arrays"]
 
@@ -37,6 +37,7 @@ STORE_BLOCK_BYTES = 32 << 20
 STORE_READ_BYTES = 32 << 20
 
 
+@moved_keywords("convert_arrays", ARRAY_MOVES)
 def convert_arrays(
     src: Any,
     dst: Any,
@@ -44,22 +45,18 @@ def convert_arrays(
     fields: FieldSelection,
     storage_options: Mapping[str, Any] | None = None,
     trust_codecs: bool = False,
-    format: Format | None = None,
-    samples_per_chunk: int | None = None,
-    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-    compression: str | Compression = DEFAULT_CODEC,
-    checksum: bool = True,
     class_names: Sequence[str] | None = None,
-    extra: Mapping[str, Any] | None = None,
-    overwrite: bool = False,
-    progress: bool = False,
-    workers: int | None = None,
-    client: Any = None,
     shuffle: bool = True,
     seed: int = 0,
+    output: Output | None = None,
+    execution: Execution | None = None,
 ) -> ConversionResult:
     """Rewrite the arrays ``fields`` names in an existing HDF5 file or Zarr store as a
     chunkio dataset, streaming: a few blocks in memory, whatever the source's size.
+
+    The keywords that moved into :class:`~chunkio.Output` and :class:`~chunkio.Execution`
+    are accepted for one release with a ``DeprecationWarning``, as for
+    :func:`~chunkio.convert.write_arrays`.
 
     Parameters
     ----------
@@ -74,15 +71,15 @@ def convert_arrays(
         array is the sample axis; all must have the same length.
     storage_options, trust_codecs
         As for :class:`~chunkio.ChunkDataset`, for reading ``src``.
-    format, samples_per_chunk, chunk_bytes, compression, checksum, class_names, extra, \
-overwrite, progress, client, shuffle, seed
+    class_names, shuffle, seed, output
         As for :func:`~chunkio.convert.write_arrays`. ``shuffle`` stores source sample
         ``perm[i]`` at row ``i`` and adds the field ``source_index``; it costs a first pass
         that spills the source (its decoded size, on the destination's disk, in its staging
         directory) and is removed at the end (:mod:`chunkio.convert.spill`).
-    workers
-        Processes that read, spill and write blocks; default: every core (one process when
-        the source is under :data:`~chunkio.convert.workers.POOL_MIN_BYTES`).
+    execution
+        :class:`~chunkio.Execution`: processes that read, spill and write blocks (by
+        default every core; one process when the source is under
+        :data:`~chunkio.convert.workers.POOL_MIN_BYTES`), a client, progress, overwriting.
 
     Returns
     -------
@@ -94,31 +91,33 @@ overwrite, progress, client, shuffle, seed
     Examples
     --------
     >>> import h5py, numpy as np, os, tempfile
+    >>> from chunkio import Output
     >>> folder = tempfile.mkdtemp()
     >>> with h5py.File(os.path.join(folder, "user.h5"), "w") as f:
     ...     _ = f.create_dataset("x", data=np.arange(40).reshape(20, 2), chunks=(4, 2))
     ...     _ = f.create_dataset("y", data=np.arange(20))
     >>> r = convert_arrays(os.path.join(folder, "user.h5"), os.path.join(folder, "out.zarr"),
-    ...                    fields={"x": "x", "y": "y"}, samples_per_chunk=8)
+    ...                    fields={"x": "x", "y": "y"}, output=Output(chunks=8))
     >>> r.num_samples, [f.name for f in r.fields]
     (20, ['x', 'y', 'source_index'])
     """
+    output = DEFAULT_OUTPUT if output is None else output
+    execution = DEFAULT_EXECUTION if execution is None else execution
     check_order_options(shuffle, seed)
-    check_workers(workers, optional=True)
     check_apart(src, dst)
     source = StoreSource(src, fields, storage_options=storage_options, trust_codecs=trust_codecs)
-    spc = chunk_samples(source.fields, source.num_samples, samples_per_chunk, chunk_bytes)
-    valid = isinstance(spc, int) and spc >= 1  # else: rejected by the options below
-    chunk_nbytes = max(1, spc if valid else 1) * sum(f.sample_nbytes for f in source.fields)
+    asked = output.samples_per_chunk("convert_arrays")
+    spc = chunk_samples(source.fields, source.num_samples, asked, output.chunk_bytes)
+    chunk_nbytes = max(1, spc * sum(f.sample_nbytes for f in source.fields))
     block_chunks = max(1, STORE_BLOCK_BYTES // chunk_nbytes)
     nbytes = source.num_samples * sum(f.sample_nbytes for f in source.fields)
-    asked = ArrayWrite(format, spc, compression, checksum, class_names, extra, overwrite,
-                       progress, shuffle, seed)  # fmt: skip
-    workers = worker_count(workers, client=client, work=lambda: Work(nbytes=nbytes))
-    write = asked.options(
+    workers = worker_count(
+        execution.workers, client=execution.client, work=lambda: Work(nbytes=nbytes)
+    )
+    write = ArrayWrite(output, spc, class_names, shuffle, seed).options(
         source.fingerprint(),
         dst,
-        execution=Execution(workers, client),
+        execution=replace(execution, workers=workers),
         block_chunks=block_chunks,
         more={"fields": field_arrays(fields, str(src))},
     )

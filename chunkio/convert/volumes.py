@@ -39,13 +39,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .._deprecated import Moved, moved_keywords
 from ..backends import Compression, Format, Writer, detect_format, storage_for
 from ..errors import SourceError
 from ..label_index import LabelIndex, write_label_index
 from ..layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, FieldInfo
 from ..volume_layout import VOLUMES_KEY, VolumeSet
+from .arrays import ARRAY_MOVES
 from .engine import drive
-from .options import Execution, Progress
+from .options import DEFAULT_EXECUTION, DEFAULT_OUTPUT, Execution, Output, Progress
 from .plan import ConversionPlan
 from .rerun import REQUEST_KEY, Request, compression_option, display, reuse_complete
 from .source import ConversionResult
@@ -57,33 +59,43 @@ from .volume_values import NanPolicy, OnOverflow, choose_dtype
 from .workers import VOLUME_WORKERS, Work, worker_count
 from .writing import start_writer, write_here, write_target
 
-__all__ = ["DEFAULT_VOLUME_CHUNKS", "convert_volumes"]
+__all__ = ["DEFAULT_VOLUME_CHUNKS", "convert_volumes", "volume_chunks"]
 
-#: spatial chunk shape: 64^3 voxels (256 KiB of uint8, 1 MiB of float32) per chunk
+#: spatial chunk shape: 64^3 voxels (256 KiB of uint8, 1 MiB of float32) per chunk; what
+#: :func:`volume_chunks` gives for the default chunk_bytes
 DEFAULT_VOLUME_CHUNKS = (64, 64, 64)
-_DEFAULT_COMPRESSION = Compression()
 Paths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
 
+#: convert_volumes' keywords that moved into the option objects (``chunks``, the spatial
+#: chunk shape, keeps its name in Output)
+_MOVED = {
+    **{k: m for k, m in ARRAY_MOVES.items() if k in ("format", "compression")},
+    "chunks": Moved("output", Output, "chunks"),
+    **{k: m for k, m in ARRAY_MOVES.items() if m.param == "execution"},
+}
+
+
+@moved_keywords("convert_volumes", _MOVED)
 def convert_volumes(
     src: Paths,
     dst: Any,
     *,
     labels: Paths | None = None,
-    format: Format | None = None,
-    chunks: int | Sequence[int] | None = None,
     dtype: npt.DTypeLike | None = None,
     label_dtype: npt.DTypeLike | None = None,
     on_overflow: OnOverflow = "error",
     nan_policy: NanPolicy = "error",
     class_names: Sequence[str] | None = None,
-    compression: Compression = _DEFAULT_COMPRESSION,
-    workers: int | None = None,
-    client: Any = None,
-    progress: bool = True,
-    overwrite: bool = False,
+    output: Output | None = None,
+    execution: Execution | None = None,
 ) -> ConversionResult:
     """Convert volume files into a chunkio volume dataset; resume an interrupted run.
+
+    The keywords that moved into :class:`~chunkio.Output` (``format``, ``chunks``,
+    ``compression``) and :class:`~chunkio.Execution` (``workers``, ``client``,
+    ``progress``, ``overwrite``) are still accepted for one release, with a
+    ``DeprecationWarning``.
 
     Parameters
     ----------
@@ -94,25 +106,22 @@ def convert_volumes(
         URL zarr understands or a zarr store.
     labels
         Label volumes: a list aligned with the images, or a folder matched by file name.
-    format
-        ``"zarr"``, ``"hdf5"`` or ``"memory"``; default from ``dst``.
-    chunks
-        Spatial chunk shape (an int or three); default 64^3, clipped to the largest volume.
     dtype, label_dtype
         Stored dtypes; default: one that holds every source (float labels: int16).
     on_overflow, nan_policy
         Value policies, see :mod:`chunkio.convert.volume_values`.
     class_names
         Names of the label values 0, 1, ... (stored in the layout).
-    compression
-        Codec, level and checksum of every chunk.
-    workers
-        Processes converting volumes in parallel (default: up to 4, never more than volumes
-        left, and none for less than 256 MiB of images: see :mod:`chunkio.convert.workers`);
-        ``client``: a
-        ``dask.distributed.Client`` to use instead.
-    progress, overwrite
-        Show a progress bar (volumes); replace an existing dataset.
+    output
+        :class:`~chunkio.Output`: ``chunks`` is the spatial chunk shape (an int or three;
+        default 64^3, the largest power-of-two cube of at most ``chunk_bytes`` of float32
+        voxels), clipped to the largest volume; one volume per chunk. Format, and the codec,
+        level and checksum of every chunk. No ``extra``: the converter writes its own.
+    execution
+        :class:`~chunkio.Execution`: processes converting volumes in parallel (default: up
+        to :data:`~chunkio.convert.workers.VOLUME_WORKERS`, never more than volumes left,
+        and none for less than 256 MiB of images: see :mod:`chunkio.convert.workers`), or a
+        ``dask.distributed.Client``; a progress bar (volumes); overwriting.
 
     Returns
     -------
@@ -127,12 +136,18 @@ def convert_volumes(
         A file is unreadable, an image and its label differ in shape (both files are named),
         or values break the dtype or NaN policy.
     """
+    output = DEFAULT_OUTPUT if output is None else output
+    execution = DEFAULT_EXECUTION if execution is None else execution
+    output.no_extra("convert_volumes")
+    compression = output.compression_codec()
+    overwrite = execution.overwrite
     started = time.perf_counter()
+    chunks = output.chunks if output.chunks is not None else volume_chunks(output.chunk_bytes)
     values = VoxelOptions(chunks, dtype, label_dtype, on_overflow, nan_policy)
     job = _plan(src, labels, values)
     if class_names is not None:
         job = replace(job, class_names=tuple(str(c) for c in class_names))
-    fmt: Format = format or detect_format(dst)
+    fmt: Format = output.format or detect_format(dst)
     storage_for(fmt)  # a ValueError naming the formats for any other
     plan = ConversionPlan(fmt, (), job.volumes.count, 1, compression, job.fingerprint())
     request = job.request(fmt, compression)
@@ -161,7 +176,7 @@ def convert_volumes(
             done.clear()
         try:
             todo = [t for t in job.tasks if t.volume not in done]
-            _execute(dest, writer, todo, done, workers=workers, client=client, progress=progress)
+            _execute(dest, writer, todo, done, execution)
             ordered = [done[v] for v in range(job.volumes.count)]
             index = None
             if job.volumes.label is not None:
@@ -256,6 +271,22 @@ class _Job:
             "dtypes": [str(self.image_dtype), str(self.label_dtype)],
         }
         return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
+
+
+def volume_chunks(chunk_bytes: int) -> tuple[int, int, int]:
+    """The default spatial chunk shape for ``Output(chunk_bytes=...)``: the largest cube of
+    power-of-two side holding at most ``chunk_bytes`` of float32 voxels (at least 1).
+
+    Counted in float32 whatever the stored dtype, so that the default stays the 64^3 cube
+    that a 64^3 patch reads whole (256 KiB of uint8, 1 MiB of float32).
+
+    >>> volume_chunks(1 << 20), volume_chunks(8 << 20), volume_chunks(1)
+    ((64, 64, 64), (128, 128, 128), (1, 1, 1))
+    """
+    side = 1
+    while (2 * side) ** 3 * 4 <= chunk_bytes:
+        side *= 2
+    return (side, side, side)
 
 
 def _json_meta(meta: dict[str, Any]) -> dict[str, Any]:
@@ -398,24 +429,22 @@ def _execute(
     writer: Writer,
     todo: list[VolumeTask],
     done: dict[int, VolumeResult],
-    *,
-    workers: int | None,
-    client: Any,
-    progress: bool,
+    asked: Execution,
 ) -> None:
     def work() -> Work:  # an explicit worker count is used as it is
-        if workers is not None:
+        if asked.workers is not None:
             return Work()
         return Work(nbytes=sum(int(np.prod(t.image.shape)) * t.image_dtype.itemsize for t in todo))
 
-    count = worker_count(workers, client=client, work=work, cap=min(VOLUME_WORKERS, len(todo)))
-    execution = Execution(count, client)
+    cap = min(VOLUME_WORKERS, len(todo))
+    count = worker_count(asked.workers, client=asked.client, work=work, cap=cap)
+    execution = replace(asked, workers=count)
     label = os.path.basename(dest.display.rstrip("/"))
     drive(
         VolumeJob(write_target(dest, parallel=execution.parallel)),
         todo,
         execution=execution,
         output=_VolumeOutput(dest, writer, done),
-        progress=Progress(len(todo) + len(done), "volume", label, progress, len(done)),
+        progress=Progress(len(todo) + len(done), "volume", label, execution.progress, len(done)),
         destination=dest.display,
     )

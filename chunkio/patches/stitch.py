@@ -97,7 +97,7 @@ def stitch(
         drive(
             _Averaged(),
             _chunks(acc, first, stream, volumes.ndim),
-            execution=Execution(),
+            execution=Execution(workers=1),
             output=_Written(target),
             progress=Progress(0, "chunk", "stitch", show=False),
             destination=None,  # errors as they are

@@ -210,7 +210,8 @@ class _Session:
                         return
                     raise LoaderError(
                         f"the ring has no free slot: the consumer holds more than "
-                        f"{self.opts.held} batches; release them (or pass copy=True)"
+                        f"{self.opts.held} batches; release them (or pass "
+                        "workers=chunkio.Workers(copy=True))"
                     )
                 seq = order.popleft()
                 slot, n = self._wait(seq)

@@ -193,7 +193,7 @@ def _check_space(nbytes: int) -> None:
         raise LoaderError(
             f"the batch ring needs {nbytes / 2**20:.1f} MiB of shared memory but /dev/shm has "
             f"{free / 2**20:.1f} MiB free; lower prefetch, batch_size or num_workers, enlarge "
-            "/dev/shm (docker: --shm-size), or use transport='dataloader'"
+            "/dev/shm (docker: --shm-size), or use workers=chunkio.Workers(transport='dataloader')"
         )
 
 

@@ -161,7 +161,7 @@ def resolve_context(context: Any) -> BaseContext:
     if isinstance(context, BaseContext):
         return context
     raise TypeError(
-        f"multiprocessing_context must be None, 'fork', 'spawn', 'forkserver' or a "
+        f"the start method (Workers(context=...)) must be None, 'fork', 'spawn', 'forkserver' or a "
         f"multiprocessing context; got {context!r}"
     )
 

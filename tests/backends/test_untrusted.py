@@ -21,7 +21,7 @@ import pytest
 import torch
 from conftest import zarr_chunk_file
 
-from chunkio import ChunkDataset, write_arrays
+from chunkio import ChunkDataset, Output, write_arrays
 from chunkio.backends import open_reader
 from chunkio.dataset_report import verify
 from chunkio.errors import OptionalDependencyError, UnsafeInputError
@@ -77,7 +77,7 @@ def test_zarr_unsafe_codec_is_refused_before_decoding(
     tmp_path: Path, edit: Callable[[dict[str, Any]], None]
 ) -> None:
     path = tmp_path / "d.zarr"
-    write_arrays(path, arrays(), samples_per_chunk=SPC, shuffle=False)  # just image, label
+    write_arrays(path, arrays(), shuffle=False, output=Output(chunks=SPC))  # just image, label
     meta_path = path / "image" / "zarr.json"
     meta = json.loads(meta_path.read_text())
     edit(meta)
@@ -103,7 +103,7 @@ def test_an_unsafe_codec_inside_shards_is_refused_before_anything_is_decoded(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "d.zarr"
-    write_arrays(path, arrays(), samples_per_chunk=SPC)
+    write_arrays(path, arrays(), output=Output(chunks=SPC))
     meta_path = path / "image" / "zarr.json"
     meta = json.loads(meta_path.read_text())
     _pickle_inside_shard(meta)
@@ -145,7 +145,7 @@ def _plugin_filter(f: h5py.File, other: Path) -> None:
 
 def test_plugin_compressors_that_cannot_run_code_open_without_trust(tmp_path: Path) -> None:
     path = tmp_path / "d.h5"
-    write_arrays(path, arrays(), samples_per_chunk=SPC, shuffle=False)  # row i = arrays()[i]
+    write_arrays(path, arrays(), shuffle=False, output=Output(chunks=SPC))  # row i = arrays()[i]
     with h5py.File(path, "a") as f:
         _plugin_filter(f, tmp_path)  # bzip2, decoded by h5py through hdf5plugin
     ds = ChunkDataset(path, fields=["image"])
@@ -177,7 +177,7 @@ HDF5_CASES = {
 def test_hdf5_links_and_filters_are_refused(tmp_path: Path, case: str) -> None:
     edit, what = HDF5_CASES[case]
     path = tmp_path / "d.h5"
-    write_arrays(path, arrays(), samples_per_chunk=SPC, shuffle=False)  # row i = arrays()[i]
+    write_arrays(path, arrays(), shuffle=False, output=Output(chunks=SPC))  # row i = arrays()[i]
     with h5py.File(path, "a") as f:
         edit(f, tmp_path / "other.h5")
 
@@ -206,7 +206,7 @@ def test_bad_field_names_are_refused_on_write(tmp_path: Path, fmt: str, name: st
     before = listing(tmp_path)
     dst = root / ("d.zarr" if fmt == "zarr" else "d.h5")
     with pytest.raises(UnsafeInputError, match="field name"):
-        write_arrays(dst, {"ok": np.arange(4), name: np.arange(4)}, samples_per_chunk=2)
+        write_arrays(dst, {"ok": np.arange(4), name: np.arange(4)}, output=Output(chunks=2))
     assert listing(tmp_path) == before, "nothing written anywhere"
 
 
@@ -230,7 +230,7 @@ def test_bad_field_names_are_refused_on_open(tmp_path: Path, fmt: str, name: str
     root = tmp_path / "root"
     root.mkdir()
     path = root / ("d.zarr" if fmt == "zarr" else "d.h5")
-    write_arrays(path, arrays(), samples_per_chunk=SPC)
+    write_arrays(path, arrays(), output=Output(chunks=SPC))
     (_tamper_zarr if fmt == "zarr" else _tamper_hdf5)(path, name)
     before = listing(tmp_path)
     with pytest.raises(UnsafeInputError, match="field name") as info:

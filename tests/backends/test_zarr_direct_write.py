@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import zarr
 
+from chunkio import Execution, Output
 from chunkio.backends import Compression, open_reader, open_writer
 from chunkio.backends._zarr import CHUNK_KEY_ENCODING, ZarrWriter
 from chunkio.backends.base import CODECS
@@ -133,7 +134,9 @@ def test_datasets_with_nested_chunk_keys_still_read_and_grow(
     first = {"image": rng.integers(0, 255, (10, 2, 3), np.uint8), "label": np.arange(10)}
     with monkeypatch.context() as m:
         m.setattr(_zarr_writing, "CHUNK_KEY_ENCODING", {"name": "default", "separator": "/"})
-        write_arrays(path, first, samples_per_chunk=4, shuffle=False, progress=False)
+        write_arrays(
+            path, first, shuffle=False, output=Output(chunks=4), execution=Execution(progress=False)
+        )
     assert (path / "image" / "c" / "2" / "0" / "0").is_file()
     assert chunk_files(str(path / "image"), range(3)) == [
         str(path / "image" / "c" / str(k)) for k in range(3)

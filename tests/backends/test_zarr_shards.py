@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import zarr
 
-from chunkio import ChunkDataset, convert_images, write_arrays
+from chunkio import ChunkDataset, Execution, ImageOptions, Output, convert_images, write_arrays
 from chunkio.backends import Compression, open_reader, open_writer
 from chunkio.backends._zarr import CHUNK_KEY_ENCODING
 from chunkio.backends._zarr_pack import pack_arrays
@@ -74,7 +74,7 @@ def packed(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
         "label": rng.integers(0, 10, 300),
     }
     dst = tmp_path / "d.zarr"
-    write_arrays(dst, data, samples_per_chunk=16, shuffle=False)
+    write_arrays(dst, data, shuffle=False, output=Output(chunks=16))
     assert pack_arrays(str(dst)) == ["label", "x"]  # what convert_images does before publishing
     return dst, data
 
@@ -104,7 +104,7 @@ def test_a_pack_killed_at_any_point_leaves_a_readable_array_and_finishes_later(
     shards; killed at the switch, the array reads the same and the next pack finishes."""
     data = {"label": np.arange(200)}
     src = tmp_path / "src.zarr"
-    write_arrays(src, data, samples_per_chunk=8, shuffle=False)
+    write_arrays(src, data, shuffle=False, output=Output(chunks=8))
     # unpack it again: a staged dataset, as a conversion leaves it before sealing
     plain = tmp_path / "plain.zarr"
     g = zarr.open_group(str(plain), mode="w")
@@ -187,7 +187,9 @@ def test_an_image_conversion_is_a_few_files(tmp_path: Path) -> None:
     src = make_jpeg_folder(tmp_path / "src", n_images=300, size=64, n_classes=4, seed=2)
     for encoding in ("jpeg", "raw"):
         dst = tmp_path / f"{encoding}.zarr"
-        convert_images(src, dst, encoding=encoding, progress=False)
+        convert_images(
+            src, dst, images=ImageOptions(encoding=encoding), execution=Execution(progress=False)
+        )
         ds = ChunkDataset(dst, fields=("image", "label"))
         files = _files(dst)
         small = [p for p in files if "image" not in p.relative_to(dst).parts[0]]
@@ -214,7 +216,9 @@ def test_encoded_chunks_hold_a_mib_of_jpegs_and_are_packed_into_one_shard(tmp_pa
 
     src = make_natural_folder(tmp_path / "src", n_images=400, size=160, seed=1)
     dst = tmp_path / "jpeg.zarr"
-    result = convert_images(src, dst, encoding="jpeg", progress=False)
+    result = convert_images(
+        src, dst, images=ImageOptions(encoding="jpeg"), execution=Execution(progress=False)
+    )
     ds = ChunkDataset(dst, fields=("image", "label"))
     spans = zarr.open_group(str(dst))["image__spans"][:]
     per_chunk = float((spans[:, 1] - spans[:, 0]).mean()) * result.samples_per_chunk
@@ -249,7 +253,7 @@ def test_ragged_pixels_of_an_image_folder_of_mixed_sizes_are_packed(tmp_path: Pa
         Image.fromarray(arr).save(src / f"c{i % 3}" / f"{i:03d}.png")
         pixels.append(arr)
     dst = tmp_path / "ragged.zarr"
-    convert_images(src, dst, progress=False, shuffle=False)
+    convert_images(src, dst, shuffle=False, execution=Execution(progress=False))
     ds = ChunkDataset(dst, fields="image")
     assert ds.layout.field("image").kind == "ragged" and len(ds.chunk_sizes()) >= 4
     values = [p for p in _files(dst) if p.relative_to(dst).parts[0] == "image__values"]
@@ -287,7 +291,10 @@ def test_ragged_values_are_written_as_shards_of_whole_groups_and_resume_identica
     monkeypatch.setattr(images_mod, "_BLOCK_BYTES", 1)
     # shards of values (~13 kB here) count as large, of labels (~100 B) as small: merged
     monkeypatch.setattr("chunkio.backends._zarr_pack.SMALL_CHUNK_BYTES", 4096)
-    kw: dict[str, Any] = {"workers": 1, "progress": False, "samples_per_chunk": 3}
+    kw: dict[str, Any] = {
+        "execution": Execution(workers=1, progress=False),
+        "output": Output(chunks=3),
+    }
     kw["shuffle"] = False  # c1/47.png, the file that fails once, is the last sample
     real = image_source_mod.load_image
 
@@ -346,7 +353,7 @@ def test_encoded_bytes_are_written_as_shards_of_whole_groups_and_resume_identica
     monkeypatch.setattr(pipeline, "SHARD_BYTES", 2 * 6 * 64 * 64 * 3)  # 2 chunks per shard
     monkeypatch.setattr(images_mod, "_BLOCK_BYTES", 1)
     monkeypatch.setattr("chunkio.backends._zarr_pack.SMALL_CHUNK_BYTES", 1024)
-    kw: dict[str, Any] = {"encoding": "jpeg", "progress": False, "samples_per_chunk": 6}
+    kw: dict[str, Any] = {"images": ImageOptions(encoding="jpeg"), "output": Output(chunks=6)}
     kw["shuffle"] = False
     real = image_source_mod.image_bytes
     last = sorted(p.name for p in src.rglob("*.jpg"))[-1]
@@ -359,13 +366,13 @@ def test_encoded_bytes_are_written_as_shards_of_whole_groups_and_resume_identica
     dst, ref, two = tmp_path / "resumed.zarr", tmp_path / "ref.zarr", tmp_path / "two.zarr"
     monkeypatch.setattr(image_source_mod, "image_bytes", failing)
     with pytest.raises(SourceError, match="simulated failure"):
-        convert_images(src, dst, workers=1, **kw)
+        convert_images(src, dst, **kw, execution=Execution(workers=1, progress=False))
     monkeypatch.setattr(image_source_mod, "image_bytes", real)
-    resumed = convert_images(src, dst, workers=1, **kw)
+    resumed = convert_images(src, dst, **kw, execution=Execution(workers=1, progress=False))
     assert resumed.resumed_blocks >= 2 and resumed.written_blocks >= 1
-    convert_images(src, ref, workers=1, **kw)
+    convert_images(src, ref, **kw, execution=Execution(workers=1, progress=False))
     monkeypatch.setattr("chunkio.convert.image_check.POOL_MIN_SECONDS", 0.0)
-    convert_images(src, two, workers=2, **kw)
+    convert_images(src, two, **kw, execution=Execution(workers=2, progress=False))
 
     meta = json.loads((dst / "image__bytes" / "zarr.json").read_text())
     assert meta["codecs"][0]["name"] == "sharding_indexed"
@@ -381,7 +388,9 @@ def test_encoded_bytes_are_written_as_shards_of_whole_groups_and_resume_identica
     for row, rel in enumerate(read_source_paths(dst)):
         a, b = (int(v) for v in spans[row])
         assert z["image__bytes"][a:b].tobytes() == (src / rel).read_bytes()
-    raw = convert_images(src, tmp_path / "raw.zarr", workers=1, progress=False, shuffle=False)
+    raw = convert_images(
+        src, tmp_path / "raw.zarr", shuffle=False, execution=Execution(workers=1, progress=False)
+    )
     got = ChunkDataset(dst, fields="image").read_batch(list(range(48)))["image"]
     want = ChunkDataset(raw.path, fields="image").read_batch(list(range(48)))["image"]
     for g, w in zip(got, want, strict=True):

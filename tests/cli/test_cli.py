@@ -19,7 +19,7 @@ import pytest
 from conftest import zarr_chunk_file
 from PIL import Image
 
-from chunkio import cli
+from chunkio import Execution, Output, cli
 
 
 def chunkio(*args: str | Path) -> subprocess.CompletedProcess[str]:
@@ -205,17 +205,14 @@ def test_volumes_and_doctor_pass_their_options_through(
         "vols",
         "v.h5",
         {
-            "format": None,
-            "workers": 3,
-            "progress": False,
-            "overwrite": True,
-            "chunks": 32,
+            "output": Output(chunks=32),
+            "execution": Execution(workers=3, progress=False, overwrite=True),
             "labels": "segs",
             "nan_policy": "zero",
         },
     )
     assert cli.main(["convert", "volumes", "vols", "v.zarr", "--chunks", "8", "16", "16"]) == 0
-    assert calls["volumes"][2]["chunks"] == (8, 16, 16)
+    assert calls["volumes"][2]["output"].chunks == (8, 16, 16)
     assert cli.main(["doctor", "d.zarr", "--step-time", "0.25"]) == 0
     assert calls["doctor"] == ("d.zarr", 0.25, None)
     assert cli.main(["doctor", "s3://b/d.zarr", "--storage-options", '{"anon": true}']) == 0

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from chunkio import Output
 from chunkio.doctor import (
     HEADROOM,
     SERIAL_FACTOR,
@@ -36,7 +37,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> DoctorReport:
     from chunkio import write_arrays
 
     path = tmp_path_factory.mktemp("doctor") / "tiny.zarr"
-    write_arrays(path, sample_arrays(300), samples_per_chunk=25, shuffle=False)  # image, label
+    write_arrays(path, sample_arrays(300), shuffle=False, output=Output(chunks=25))  # image, label
     return run_doctor(path, step_time=1e6, worker_counts=[0, 1], batch_sizes=[16, 32], **TINY)
 
 

@@ -19,7 +19,7 @@ import pytest
 from foreign_stores import STORES, data, fields_of, h5py_file, snapshot, zarr_v3_sharded
 from killed_converter import manifest_lines
 
-from chunkio import ChunkDataset, convert_arrays
+from chunkio import ChunkDataset, Execution, Output, convert_arrays
 from chunkio.cli import main
 from chunkio.convert import spill, stores
 from chunkio.convert import workers as pool_policy
@@ -78,7 +78,7 @@ def test_round_trip_equals_the_source(store: str, fmt: str, shuffle: bool, tmp_p
     before = snapshot(src)
     dst = tmp_path / f"out{SUFFIX[fmt]}"
     result = convert_arrays(
-        src, dst, fields=fields_of(store), samples_per_chunk=7, shuffle=shuffle, seed=4
+        src, dst, fields=fields_of(store), shuffle=shuffle, seed=4, output=Output(chunks=7)
     )
     assert result.written_blocks == 22 and result.num_samples == 300
     assert_equals_source(dst, shuffled=shuffle, seed=4)
@@ -104,7 +104,7 @@ def test_the_shuffle_reads_each_source_block_once_in_order(
     monkeypatch.setattr(StoreSource, "read_block", counted)
     monkeypatch.setattr(StoreSource, "read_rows", random_access)
     src = h5py_file(tmp_path)
-    convert_arrays(src, tmp_path / "o.zarr", fields=fields_of("h5py"), samples_per_chunk=7)
+    convert_arrays(src, tmp_path / "o.zarr", fields=fields_of("h5py"), output=Output(chunks=7))
     # source blocks of 2 chunks of 32 rows (the images' gzip chunks): aligned, so each
     # compressed chunk is decoded once
     assert calls == [(a, min(a + 64, 300)) for a in range(0, 300, 64)]
@@ -119,8 +119,14 @@ def test_workers_give_the_same_dataset(
     src = zarr_v3_sharded(tmp_path)
     one, two = tmp_path / f"one{SUFFIX[fmt]}", tmp_path / f"two{SUFFIX[fmt]}"
     for dst, workers in ((one, 1), (two, 2)):
-        convert_arrays(src, dst, fields=fields_of("zarr v3 sharded"), samples_per_chunk=7,
-                       workers=workers, seed=1)  # fmt: skip
+        convert_arrays(
+            src,
+            dst,
+            fields=fields_of("zarr v3 sharded"),
+            seed=1,
+            output=Output(chunks=7),
+            execution=Execution(workers=workers),
+        )
     assert_equals_source(two, shuffled=True, seed=1)
     a, b = read_all(one), read_all(two)
     for name in a:
@@ -145,12 +151,18 @@ def test_an_unstaged_destination_keeps_its_spill_for_the_rerun_then_removes_it(
 
     monkeypatch.setattr(SpilledSource, "read_block", fail)
     with pytest.raises(ConversionError, match="disk gone"):
-        convert_arrays(src, "memory://unstaged", fields=fields, samples_per_chunk=7)
+        convert_arrays(src, "memory://unstaged", fields=fields, output=Output(chunks=7))
     (left,) = (tmp_path / "tmp").iterdir()
     assert left.name.startswith("chunkio-spill-") and len(list(left.glob("*.rows"))) == 5
     monkeypatch.setattr(SpilledSource, "read_block", real)
     monkeypatch.setattr(StoreSource, "read_block", None)  # pass 1 must not run again
-    convert_arrays(src, "memory://unstaged", fields=fields, samples_per_chunk=7, overwrite=True)
+    convert_arrays(
+        src,
+        "memory://unstaged",
+        fields=fields,
+        output=Output(chunks=7),
+        execution=Execution(overwrite=True),
+    )
     assert list((tmp_path / "tmp").iterdir()) == []
     assert_equals_source("memory://unstaged", shuffled=True, seed=0)
 
@@ -162,21 +174,23 @@ def test_a_rerun_names_the_source_any_way_it_likes(
     src, dst = h5py_file(tmp_path), tmp_path / "o.zarr"
     (tmp_path / "link.h5").symlink_to(src)
     monkeypatch.chdir(tmp_path)
-    convert_arrays(src.name, dst, fields=fields_of("h5py"), samples_per_chunk=7)
+    convert_arrays(src.name, dst, fields=fields_of("h5py"), output=Output(chunks=7))
     for again in (src, tmp_path / "link.h5"):
-        assert convert_arrays(again, dst, fields=fields_of("h5py"), samples_per_chunk=7).unchanged
+        assert convert_arrays(
+            again, dst, fields=fields_of("h5py"), output=Output(chunks=7)
+        ).unchanged
 
 
 def test_a_rerun_is_unchanged_and_reads_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     src, dst = h5py_file(tmp_path), tmp_path / "o.zarr"
-    convert_arrays(src, dst, fields=fields_of("h5py"), samples_per_chunk=7)
+    convert_arrays(src, dst, fields=fields_of("h5py"), output=Output(chunks=7))
     monkeypatch.setattr(StoreSource, "read_block", None)  # a read would fail
-    again = convert_arrays(src, dst, fields=fields_of("h5py"), samples_per_chunk=7)
+    again = convert_arrays(src, dst, fields=fields_of("h5py"), output=Output(chunks=7))
     assert again.unchanged and again.written_blocks == 0
     with pytest.raises(DestinationExistsError, match="option seed was 0, now 1"):
-        convert_arrays(src, dst, fields=fields_of("h5py"), samples_per_chunk=7, seed=1)
+        convert_arrays(src, dst, fields=fields_of("h5py"), seed=1, output=Output(chunks=7))
 
 
 # -- kill and resume --------------------------------------------------------------------------
@@ -184,7 +198,7 @@ def test_a_rerun_is_unchanged_and_reads_nothing(
 SCRIPT = """
 import sys, time
 sys.path.insert(0, sys.argv[3])
-from chunkio import convert_arrays
+from chunkio import Execution, Output, convert_arrays
 from chunkio.convert import stores
 from chunkio.convert.spill import SpilledSource
 from chunkio.convert.store_source import StoreSource
@@ -201,7 +215,8 @@ def slow(self, start, stop):
 
 slowed.read_block = slow
 convert_arrays(sys.argv[1], sys.argv[2], fields={{"image": "train/images",
-               "label": "train/labels"}}, samples_per_chunk=7, seed=3, workers=1)
+               "label": "train/labels"}}, seed=3, output=Output(chunks=7),
+               execution=Execution(workers=1))
 """.format(block=SMALL["STORE_BLOCK_BYTES"], read=SMALL["STORE_READ_BYTES"])
 
 
@@ -240,13 +255,13 @@ def test_killed_then_rerun_equals_uninterrupted(
 
     monkeypatch.setattr(StoreSource, "read_block", counted)
     fields = fields_of("h5py")
-    result = convert_arrays(src, dst, fields=fields, samples_per_chunk=7, seed=3)
+    result = convert_arrays(src, dst, fields=fields, seed=3, output=Output(chunks=7))
     assert len(reads) == 5 - len(spilled), "spill files of the killed run are kept"
     if slow_pass == "gather":
         assert result.resumed_blocks >= 4, "blocks of the killed run are kept"
     assert result.resumed_blocks + result.written_blocks == 22
     ref = tmp_path / f"ref{SUFFIX[fmt]}"
-    convert_arrays(src, ref, fields=fields, samples_per_chunk=7, seed=3)
+    convert_arrays(src, ref, fields=fields, seed=3, output=Output(chunks=7))
     got, want = read_all(dst), read_all(ref)
     for name in want:
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
@@ -254,7 +269,7 @@ def test_killed_then_rerun_equals_uninterrupted(
         assert dst.read_bytes() == ref.read_bytes()
     assert not staging_of(dst).exists()
     assert snapshot(src) == before
-    again = convert_arrays(src, dst, fields=fields, samples_per_chunk=7, seed=3)
+    again = convert_arrays(src, dst, fields=fields, seed=3, output=Output(chunks=7))
     assert again.unchanged
 
 
@@ -278,7 +293,7 @@ def test_a_spill_of_another_plan_is_discarded(tmp_path: Path) -> None:
     plan = spill.SpillPlan(300, 0, (0, 150, 300), 14, (192, 8))
     spill._open_spill(str(folder), plan)
     assert sorted(p.name for p in folder.iterdir()) == ["spill.json"]
-    convert_arrays(src, dst, fields=fields_of("h5py"), samples_per_chunk=7)
+    convert_arrays(src, dst, fields=fields_of("h5py"), output=Output(chunks=7))
     assert_equals_source(dst, shuffled=True)
 
 
@@ -314,7 +329,7 @@ def test_an_existing_destination_needs_overwrite(tmp_path: Path) -> None:
     convert_arrays(src, dst, fields=fields_of("h5py"), shuffle=False)
     with pytest.raises(DestinationExistsError, match="pass overwrite=True"):
         convert_arrays(src, dst, fields=fields_of("h5py"))
-    convert_arrays(src, dst, fields=fields_of("h5py"), overwrite=True)
+    convert_arrays(src, dst, fields=fields_of("h5py"), execution=Execution(overwrite=True))
     assert_equals_source(dst, shuffled=True)
 
 
@@ -351,6 +366,10 @@ def test_a_remote_store_converts_like_a_local_one(http_server_factory: Any, tmp_
     src = zarr_v3_sharded(tmp_path)
     server: HTTPServer = http_server_factory(tmp_path)
     dst = tmp_path / "from_http.zarr"
-    convert_arrays(f"{server.url}/{src.name}", dst, fields=fields_of("zarr v3 sharded"),
-                   samples_per_chunk=7)  # fmt: skip
+    convert_arrays(
+        f"{server.url}/{src.name}",
+        dst,
+        fields=fields_of("zarr v3 sharded"),
+        output=Output(chunks=7),
+    )
     assert_equals_source(dst, shuffled=True)

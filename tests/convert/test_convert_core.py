@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from conftest import source_array, zarr_chunk_file
 
-from chunkio import ChunkDataset
+from chunkio import ChunkDataset, Execution, Output
 from chunkio.backends import open_reader
 from chunkio.convert import (
     DEFAULT_CHUNK_BYTES,
@@ -157,7 +157,7 @@ def test_round_trip(fmt: str, kind: str, tmp_path: Path) -> None:
     inputs = {k: as_kind(kind, v, tmp_path, k) for k, v in data.items()}
     dst = f"memory://rt-{kind}" if fmt == "memory" else str(tmp_path / f"out{SUFFIX[fmt]}")
     result = write_arrays(
-        dst, inputs, samples_per_chunk=16, class_names=["a", "b"], extra={"source": kind}
+        dst, inputs, class_names=["a", "b"], output=Output(chunks=16, extra={"source": kind})
     )
     assert (result.num_samples, result.samples_per_chunk, result.format) == (100, 16, fmt)
     # Shuffled reads of lazy/on-disk arrays touch the whole source per block: blocks of at
@@ -198,7 +198,7 @@ def test_dask_input_is_computed_block_by_block(
     tmp_path: Path, recorded_dask: tuple[Any, list[int]]
 ) -> None:
     lazy, seen = recorded_dask
-    write_arrays(tmp_path / "d.zarr", {"v": lazy}, samples_per_chunk=10, shuffle=False)
+    write_arrays(tmp_path / "d.zarr", {"v": lazy}, shuffle=False, output=Output(chunks=10))
     assert seen and max(seen) <= 10, "never materialised whole"
     assert len(seen) == 10, "each dask chunk computed once"
     np.testing.assert_array_equal(
@@ -207,8 +207,8 @@ def test_dask_input_is_computed_block_by_block(
 
 
 def test_hdf5_fewer_samples_than_a_chunk_and_empty(tmp_path: Path) -> None:
-    write_arrays(tmp_path / "s.h5", {"v": np.arange(3)}, samples_per_chunk=8, shuffle=False)
-    write_arrays(tmp_path / "e.h5", {"v": np.zeros((0, 2))}, samples_per_chunk=8)
+    write_arrays(tmp_path / "s.h5", {"v": np.arange(3)}, shuffle=False, output=Output(chunks=8))
+    write_arrays(tmp_path / "e.h5", {"v": np.zeros((0, 2))}, output=Output(chunks=8))
     assert read_all(str(tmp_path / "s.h5"))[1]["v"].tolist() == [0, 1, 2]
     assert read_all(str(tmp_path / "e.h5"))[0].num_samples == 0
 
@@ -341,17 +341,19 @@ def test_existing_destination(tmp_path: Path) -> None:
         with pytest.raises(SourceError):
             run_conversion(SlowSource(fail_at=100), dst, overwrite=True, progress=False)
         assert read_all(str(dst))[1]["v"].tolist() == list(range(10))
-        write_arrays(dst, {"w": np.arange(20)}, overwrite=True, shuffle=False)
+        write_arrays(dst, {"w": np.arange(20)}, shuffle=False, execution=Execution(overwrite=True))
         layout, out = read_all(str(dst))
         assert layout.field_names == ("w",) and out["w"].tolist() == list(range(20))
     write_arrays("memory://exists", {"v": np.arange(3)})
     with pytest.raises(DestinationExistsError):  # other data (the same: see test_rerun_...)
         write_arrays("memory://exists", {"v": np.arange(4)})
-    write_arrays("memory://exists", {"v": np.arange(5)}, overwrite=True)
+    write_arrays("memory://exists", {"v": np.arange(5)}, execution=Execution(overwrite=True))
     (tmp_path / "notes.zarr").mkdir()
     (tmp_path / "notes.zarr" / "todo.txt").write_text("keep me")
     with pytest.raises(DestinationExistsError, match="refusing"):
-        write_arrays(tmp_path / "notes.zarr", {"v": np.arange(3)}, overwrite=True)
+        write_arrays(
+            tmp_path / "notes.zarr", {"v": np.arange(3)}, execution=Execution(overwrite=True)
+        )
     assert (tmp_path / "notes.zarr" / "todo.txt").read_text() == "keep me"
 
 
@@ -363,8 +365,8 @@ def test_existing_destination(tmp_path: Path) -> None:
 def test_process_pool_matches_in_process(fmt: str, tmp_path: Path) -> None:
     data = arrays(300)
     one, two = tmp_path / f"w1{SUFFIX[fmt]}", tmp_path / f"w2{SUFFIX[fmt]}"
-    write_arrays(one, data, samples_per_chunk=7)
-    result = write_arrays(two, data, samples_per_chunk=7, workers=2)
+    write_arrays(one, data, output=Output(chunks=7))
+    result = write_arrays(two, data, output=Output(chunks=7), execution=Execution(workers=2))
     assert result.written_blocks == 43
     assert_same_dataset(str(one), str(two))
 
@@ -396,7 +398,7 @@ def test_worker_error_is_typed_and_resumable(tmp_path: Path) -> None:
 def test_dask_distributed_matches_in_process(tmp_path: Path) -> None:
     distributed = pytest.importorskip("distributed")
     data = arrays(200)
-    write_arrays(tmp_path / "ref.zarr", data, samples_per_chunk=9)
+    write_arrays(tmp_path / "ref.zarr", data, output=Output(chunks=9))
     with (
         distributed.LocalCluster(
             n_workers=2,
@@ -408,7 +410,9 @@ def test_dask_distributed_matches_in_process(tmp_path: Path) -> None:
         distributed.Client(cluster) as client,
     ):
         for name in ("dd.zarr", "dd.h5"):
-            write_arrays(tmp_path / name, data, samples_per_chunk=9, client=client)
+            write_arrays(
+                tmp_path / name, data, output=Output(chunks=9), execution=Execution(client=client)
+            )
             assert_same_dataset(str(tmp_path / "ref.zarr"), str(tmp_path / name))
 
 
@@ -469,7 +473,7 @@ def test_missing_distributed_is_an_optional_dependency_error(
 ) -> None:
     monkeypatch.setitem(sys.modules, "distributed", None)
     with pytest.raises(OptionalDependencyError, match="pip install"):
-        write_arrays(tmp_path / "x.zarr", {"v": np.arange(4)}, client=object())
+        write_arrays(tmp_path / "x.zarr", {"v": np.arange(4)}, execution=Execution(client=object()))
 
 
 # -- bad input -----------------------------------------------------------------------------
@@ -506,11 +510,11 @@ def test_bad_source_data_and_options(tmp_path: Path) -> None:
     assert isinstance(SlowSource(), BlockSource)
     with pytest.raises(SourceError, match=r"samples 50\.\.59 .*'x': expected shape"):
         run_conversion(BadShapeSource(), tmp_path / "b.zarr", samples_per_chunk=10, progress=False)
-    with pytest.raises(ValueError, match="samples_per_chunk"):
-        write_arrays(tmp_path / "c.zarr", {"v": np.arange(3)}, samples_per_chunk=0)
+    with pytest.raises(ValueError, match="chunks must be an int >= 1; got 0"):
+        write_arrays(tmp_path / "c.zarr", {"v": np.arange(3)}, output=Output(chunks=0))
     with pytest.raises(ValueError, match="workers"):
-        write_arrays(tmp_path / "c.zarr", {"v": np.arange(3)}, workers=0)
+        write_arrays(tmp_path / "c.zarr", {"v": np.arange(3)}, execution=Execution(workers=0))
     with pytest.raises(ValueError, match="codec"):
-        write_arrays(tmp_path / "c.zarr", {"v": np.arange(3)}, compression="brotli")
+        write_arrays(tmp_path / "c.zarr", {"v": np.arange(3)}, output=Output(compression="brotli"))
     with pytest.raises(ConversionError, match="local path"):
-        write_arrays("s3://bucket/x.h5", {"v": np.arange(3)}, format="hdf5")
+        write_arrays("s3://bucket/x.h5", {"v": np.arange(3)}, output=Output(format="hdf5"))

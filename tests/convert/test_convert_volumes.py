@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tifffile
 
+from chunkio import Execution, Output
 from chunkio.backends import open_reader
 from chunkio.convert.volume_sources import match_labels
 from chunkio.convert.volumes import convert_volumes
@@ -73,7 +74,11 @@ def test_nifti_with_labels_stacks_and_keeps_affine_spacing_and_index(tmp_path, s
         _nifti(tmp_path / "lab" / f"case{i}.nii.gz", lab)
     dst = str(tmp_path / f"out{suffix}")
     result = convert_volumes(
-        tmp_path / "img", dst, labels=tmp_path / "lab", chunks=4, workers=1, progress=False
+        tmp_path / "img",
+        dst,
+        labels=tmp_path / "lab",
+        output=Output(chunks=4),
+        execution=Execution(workers=1, progress=False),
     )
     assert (result.num_samples, result.written_blocks) == (3, 3)
     np.testing.assert_array_equal(_read(dst, "image"), np.stack(images))
@@ -121,7 +126,13 @@ def test_different_shapes_give_one_array_per_volume(tmp_path):
     for i in range(3):
         np.save(img[i], images[i]), np.save(lab[i], labels[i])
     dst = str(tmp_path / "out.zarr")
-    result = convert_volumes(img, dst, labels=lab, chunks=(4, 4, 4), workers=1, progress=False)
+    result = convert_volumes(
+        img,
+        dst,
+        labels=lab,
+        output=Output(chunks=(4, 4, 4)),
+        execution=Execution(workers=1, progress=False),
+    )
     assert [f.name for f in result.fields] == [
         "image_000",
         "image_001",
@@ -151,14 +162,14 @@ def test_tiff_stacks_keep_resolution_and_move_channels_first(tmp_path):
         metadata={"spacing": 2.0, "unit": "um", "axes": "ZYX"},
     )
     dst = str(tmp_path / "g.zarr")
-    convert_volumes([tmp_path / "a.tif"], dst, workers=1, progress=False)
+    convert_volumes([tmp_path / "a.tif"], dst, execution=Execution(workers=1, progress=False))
     np.testing.assert_array_equal(_read(dst, "image")[0], gray)
     src = _meta(dst)["sources"][0]
     assert src["spacing"] == pytest.approx([2.0, 0.25, 0.5]) and src["unit"] == "um"
     rgb = np.random.default_rng(0).integers(0, 255, (3, 4, 5, 3)).astype(np.uint8)
     tifffile.imwrite(tmp_path / "rgb.tif", rgb, photometric="rgb")
     dst = str(tmp_path / "rgb.zarr")
-    convert_volumes([tmp_path / "rgb.tif"], dst, workers=1, progress=False)
+    convert_volumes([tmp_path / "rgb.tif"], dst, execution=Execution(workers=1, progress=False))
     np.testing.assert_array_equal(_read(dst, "image")[0], np.moveaxis(rgb, -1, 0))
     assert _meta(dst)["channels"] == 3
 
@@ -167,12 +178,12 @@ def test_npz_volume_and_nifti_channels(tmp_path):
     vol = np.random.default_rng(2).random((5, 4, 3)).astype(np.float32)
     np.savez(tmp_path / "a.npz", image=vol, other=np.zeros(2))
     dst = str(tmp_path / "a.zarr")
-    convert_volumes([tmp_path / "a.npz"], dst, workers=1, progress=False)
+    convert_volumes([tmp_path / "a.npz"], dst, execution=Execution(workers=1, progress=False))
     np.testing.assert_array_equal(_read(dst, "image")[0], vol)
     four = np.random.default_rng(3).random((5, 4, 3, 2)).astype(np.float32)
     _nifti(tmp_path / "m.nii", four)
     dst = str(tmp_path / "m.zarr")
-    convert_volumes([tmp_path / "m.nii"], dst, workers=1, progress=False)
+    convert_volumes([tmp_path / "m.nii"], dst, execution=Execution(workers=1, progress=False))
     np.testing.assert_array_equal(_read(dst, "image")[0], np.moveaxis(four, -1, 0))
 
 
@@ -183,7 +194,9 @@ def test_label_of_another_shape_names_both_files(tmp_path):
     img = _nifti(tmp_path / "img.nii.gz", np.zeros((4, 5, 6), np.int16))
     lab = _nifti(tmp_path / "lab.nii.gz", np.zeros((4, 5, 7), np.uint8))
     with pytest.raises(SourceError, match=r"lab\.nii\.gz.*\(4, 5, 7\).*img\.nii\.gz.*\(4, 5, 6\)"):
-        convert_volumes([img], tmp_path / "x.zarr", labels=[lab], progress=False)
+        convert_volumes(
+            [img], tmp_path / "x.zarr", labels=[lab], execution=Execution(progress=False)
+        )
     assert not os.path.exists(tmp_path / "x.zarr")
 
 
@@ -203,13 +216,19 @@ def test_nan_and_inf_are_an_error_by_default(tmp_path, bad):
     vol[1, 2, 3] = bad
     np.save(tmp_path / "v.npy", vol)
     with pytest.raises(SourceError, match=r"v\.npy.*1 NaN/Inf value.*\(1, 2, 3\)"):
-        convert_volumes([tmp_path / "v.npy"], tmp_path / "x.zarr", progress=False)
+        convert_volumes(
+            [tmp_path / "v.npy"], tmp_path / "x.zarr", execution=Execution(progress=False)
+        )
     dst = str(tmp_path / "z.zarr")
-    convert_volumes([tmp_path / "v.npy"], dst, nan_policy="zero", progress=False)
+    convert_volumes(
+        [tmp_path / "v.npy"], dst, nan_policy="zero", execution=Execution(progress=False)
+    )
     got = _read(dst, "image")[0]
     assert got[1, 2, 3] == 0 and np.isfinite(got).all()
     dst = str(tmp_path / "k.zarr")
-    convert_volumes([tmp_path / "v.npy"], dst, nan_policy="keep", progress=False)
+    convert_volumes(
+        [tmp_path / "v.npy"], dst, nan_policy="keep", execution=Execution(progress=False)
+    )
     np.testing.assert_array_equal(_read(dst, "image")[0], vol)
     with pytest.raises(SourceError, match="NaN/Inf"):  # an integer dtype cannot keep NaN
         convert_volumes(
@@ -217,7 +236,7 @@ def test_nan_and_inf_are_an_error_by_default(tmp_path, bad):
             tmp_path / "i.zarr",
             dtype="int16",
             nan_policy="keep",
-            progress=False,
+            execution=Execution(progress=False),
         )
 
 
@@ -226,12 +245,18 @@ def test_narrowing_never_wraps_around(tmp_path):
     np.save(tmp_path / "v.npy", vol.astype(np.int32))
     src = [tmp_path / "v.npy"]
     with pytest.raises(SourceError, match=r"v\.npy: values -20\.\.1000 do not fit uint8"):
-        convert_volumes(src, tmp_path / "e.zarr", dtype="uint8", progress=False)
+        convert_volumes(
+            src, tmp_path / "e.zarr", dtype="uint8", execution=Execution(progress=False)
+        )
     dst = str(tmp_path / "c.zarr")
-    convert_volumes(src, dst, dtype="uint8", on_overflow="clip", progress=False)
+    convert_volumes(
+        src, dst, dtype="uint8", on_overflow="clip", execution=Execution(progress=False)
+    )
     assert _read(dst, "image")[0, 0, 0].tolist() == [0, 0, 100, 255, 255]
     dst = str(tmp_path / "s.zarr")
-    convert_volumes(src, dst, dtype="uint8", on_overflow="scale", progress=False)
+    convert_volumes(
+        src, dst, dtype="uint8", on_overflow="scale", execution=Execution(progress=False)
+    )
     stored = _read(dst, "image")[0].astype(np.float64)
     scaling = _meta(dst)["scaling"][0]
     assert stored.min() == 0 and stored.max() == 255
@@ -242,14 +267,30 @@ def test_narrowing_never_wraps_around(tmp_path):
 def test_fractions_to_integers_and_float_overflow(tmp_path):
     np.save(tmp_path / "f.npy", np.full((2, 2, 2), 0.5, np.float32))
     with pytest.raises(SourceError, match="non-integer values cannot be stored as int16"):
-        convert_volumes([tmp_path / "f.npy"], tmp_path / "e.zarr", dtype="int16", progress=False)
+        convert_volumes(
+            [tmp_path / "f.npy"],
+            tmp_path / "e.zarr",
+            dtype="int16",
+            execution=Execution(progress=False),
+        )
     big = np.full((2, 2, 2), 1e39, np.float64)
     big[0, 0, 0] = -1e39
     np.save(tmp_path / "b.npy", big)
     with pytest.raises(SourceError, match="do not fit float32"):
-        convert_volumes([tmp_path / "b.npy"], tmp_path / "b.zarr", dtype="float32", progress=False)
+        convert_volumes(
+            [tmp_path / "b.npy"],
+            tmp_path / "b.zarr",
+            dtype="float32",
+            execution=Execution(progress=False),
+        )
     dst = str(tmp_path / "bs.zarr")
-    convert_volumes([tmp_path / "b.npy"], dst, dtype="float32", on_overflow="scale", progress=False)
+    convert_volumes(
+        [tmp_path / "b.npy"],
+        dst,
+        dtype="float32",
+        on_overflow="scale",
+        execution=Execution(progress=False),
+    )
     got, scaling = _read(dst, "image")[0], _meta(dst)["scaling"][0]
     assert np.isfinite(got).all()
     np.testing.assert_allclose(got.astype(np.float64) * scaling["slope"], big, rtol=1e-6)
@@ -260,7 +301,10 @@ def test_labels_must_be_integers_and_fit(tmp_path):
     np.save(tmp_path / "l.npy", np.full((2, 2, 2), 1.5, np.float32))
     with pytest.raises(SourceError, match=r"l\.npy: labels must be integers; got 1\.5"):
         convert_volumes(
-            [tmp_path / "i.npy"], tmp_path / "x.zarr", labels=[tmp_path / "l.npy"], progress=False
+            [tmp_path / "i.npy"],
+            tmp_path / "x.zarr",
+            labels=[tmp_path / "l.npy"],
+            execution=Execution(progress=False),
         )
     np.save(tmp_path / "l.npy", np.full((2, 2, 2), 300, np.int32))
     with pytest.raises(SourceError, match=r"label values 300\.\.300 do not fit uint8"):
@@ -269,7 +313,7 @@ def test_labels_must_be_integers_and_fit(tmp_path):
             tmp_path / "x.zarr",
             labels=[tmp_path / "l.npy"],
             label_dtype="uint8",
-            progress=False,
+            execution=Execution(progress=False),
         )
 
 
@@ -301,13 +345,32 @@ def test_a_failed_conversion_resumes_and_equals_an_uninterrupted_one(tmp_path, s
     np.save(img[2], np.full((6, 7, 5), np.nan, np.float32))  # volume 2 fails
     dst = str(tmp_path / f"out{suffix}")
     with pytest.raises(SourceError, match=r"volume 2 .*v2\.npy"):
-        convert_volumes(img, dst, labels=lab, chunks=4, dtype="int16", workers=1, progress=False)
+        convert_volumes(
+            img,
+            dst,
+            labels=lab,
+            dtype="int16",
+            output=Output(chunks=4),
+            execution=Execution(workers=1, progress=False),
+        )
     assert not os.path.exists(dst)  # nothing published
     np.save(img[2], good)
-    result = convert_volumes(img, dst, labels=lab, chunks=4, workers=1, progress=False)
+    result = convert_volumes(
+        img,
+        dst,
+        labels=lab,
+        output=Output(chunks=4),
+        execution=Execution(workers=1, progress=False),
+    )
     assert (result.resumed_blocks, result.written_blocks) == (2, 2)
     ref = str(tmp_path / f"ref{suffix}")
-    convert_volumes(img, ref, labels=lab, chunks=4, workers=1, progress=False)
+    convert_volumes(
+        img,
+        ref,
+        labels=lab,
+        output=Output(chunks=4),
+        execution=Execution(workers=1, progress=False),
+    )
     _same_dataset(dst, ref)
 
 
@@ -315,10 +378,17 @@ def test_reading_an_unfinished_conversion_says_incomplete(tmp_path):
     img, lab = _case_files(tmp_path, 2)
     np.save(img[1], np.zeros((6, 7, 6), np.int16))  # a shape mismatch is found up front
     with pytest.raises(SourceError):
-        convert_volumes(img, "memory://vol-incomplete", labels=lab, progress=False)
+        convert_volumes(
+            img, "memory://vol-incomplete", labels=lab, execution=Execution(progress=False)
+        )
     np.save(img[1], np.full((6, 7, 5), np.inf, np.float32))
     with pytest.raises(SourceError):  # written in place: arrays exist, no completion marker
-        convert_volumes(img, "memory://vol-incomplete", labels=lab, workers=1, progress=False)
+        convert_volumes(
+            img,
+            "memory://vol-incomplete",
+            labels=lab,
+            execution=Execution(workers=1, progress=False),
+        )
     with pytest.raises(IncompleteDatasetError):
         PatchDataset("memory://vol-incomplete", (2, 2, 2))
 
@@ -327,8 +397,12 @@ def test_reading_an_unfinished_conversion_says_incomplete(tmp_path):
 def test_parallel_workers_write_the_same_dataset(tmp_path):
     img, lab = _case_files(tmp_path, 4)
     a, b = str(tmp_path / "a.zarr"), str(tmp_path / "b.zarr")
-    convert_volumes(img, a, labels=lab, chunks=4, workers=2, progress=False)
-    convert_volumes(img, b, labels=lab, chunks=4, workers=1, progress=False)
+    convert_volumes(
+        img, a, labels=lab, output=Output(chunks=4), execution=Execution(workers=2, progress=False)
+    )
+    convert_volumes(
+        img, b, labels=lab, output=Output(chunks=4), execution=Execution(workers=1, progress=False)
+    )
     _same_dataset(a, b)
 
 
@@ -341,7 +415,7 @@ def test_nifti_folder_in_one_call(tmp_path):
         _nifti(root / "labelsTr" / f"toy_{i:03d}.nii.gz", np.eye(4, 5)[:, :, None].repeat(6, 2))
     (root / "imagesTr" / "._toy_000.nii.gz").write_bytes(b"\x00\x05macOS junk")
     dst = str(tmp_path / "toy.zarr")
-    result = nifti_folder.convert(root, dst, workers=1, progress=False)
+    result = nifti_folder.convert(root, dst, execution=Execution(workers=1, progress=False))
     assert result.written_blocks == 2
     meta = _meta(dst)
     assert meta["class_names"] == ("background", "cyst") and meta["label_index"]["values"] == [0, 1]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from chunkio import ChunkDataset
+from chunkio import ChunkDataset, Execution
 from chunkio.errors import SourceError, UnsafeInputError
 from converters import cifar10, imagefolder, mnist
 
@@ -28,7 +28,8 @@ def test_imagefolder(tmp_path: Path) -> None:
             path.parent.mkdir(parents=True, exist_ok=True)
             Image.fromarray(arr).save(path)
             pixels[(cls, i)] = arr
-    result = imagefolder.convert(tmp_path / "train", tmp_path / "t.h5", workers=1, progress=False)
+    execution = Execution(workers=1, progress=False)
+    result = imagefolder.convert(tmp_path / "train", tmp_path / "t.h5", execution=execution)
     assert result.class_names == ("church", "tench")
     batch = ChunkDataset(tmp_path / "t.h5").read_batch(range(4))
     listing = [("church", 0), ("church", 1), ("tench", 0), ("tench", 1)]
@@ -37,9 +38,7 @@ def test_imagefolder(tmp_path: Path) -> None:
     assert batch["label"].tolist() == [k // 2 for k in order]
     for j, k in enumerate(order):
         np.testing.assert_array_equal(batch["image"][j], pixels[listing[k]].transpose(2, 0, 1))
-    imagefolder.convert(
-        tmp_path / "train", tmp_path / "u.zarr", workers=1, progress=False, shuffle=False
-    )
+    imagefolder.convert(tmp_path / "train", tmp_path / "u.zarr", execution=execution, shuffle=False)
     batch = ChunkDataset(tmp_path / "u.zarr").read_batch([0, 3])
     assert batch["label"].tolist() == [0, 1] and "source_index" not in batch
     np.testing.assert_array_equal(batch["image"][1], pixels[("tench", 1)].transpose(2, 0, 1))

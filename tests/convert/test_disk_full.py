@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from chunkio import ChunkDataset, write_arrays
+from chunkio import ChunkDataset, Output, write_arrays
 from chunkio.backends._hdf5_write import HDF5Writer
 from chunkio.backends._zarr import ZarrWriter
 from chunkio.errors import ConversionError
@@ -76,12 +76,12 @@ def test_enospc_is_a_clear_error_and_resume_matches_an_uninterrupted_run(
 ) -> None:
     data = arrays()
     reference = tmp_path / f"reference{SUFFIX[fmt]}"
-    write_arrays(reference, data, samples_per_chunk=SPC)
+    write_arrays(reference, data, output=Output(chunks=SPC))
 
     dst = tmp_path / f"out{SUFFIX[fmt]}"
     disk = DiskFull(monkeypatch, WRITER[fmt], fail_at)
     with pytest.raises(ConversionError) as info:
-        write_arrays(dst, data, samples_per_chunk=SPC)
+        write_arrays(dst, data, output=Output(chunks=SPC))
     err = info.value
     text = str(err)
     assert "No space left on device" in text or "ENOSPC" in text, text
@@ -92,7 +92,7 @@ def test_enospc_is_a_clear_error_and_resume_matches_an_uninterrupted_run(
     assert not dst.exists(), "no final artifact while the conversion is unfinished"
 
     disk.full = False  # space is back
-    result = write_arrays(dst, data, samples_per_chunk=SPC)
+    result = write_arrays(dst, data, output=Output(chunks=SPC))
     # blocks with all 3 fields written: the 2 given and source_index (shuffled by default)
     finished_before = (fail_at - 1) // (len(data) + 1)
     assert result.resumed_blocks == finished_before, result
@@ -129,11 +129,11 @@ def test_enospc_while_recording_progress_is_resumable(
 
     monkeypatch.setattr(staging.StagedDestination, "record", record)
     with pytest.raises(ConversionError, match="No space left") as info:
-        write_arrays(dst, data, samples_per_chunk=SPC)
+        write_arrays(dst, data, output=Output(chunks=SPC))
     assert dst.name in str(info.value)
     assert not dst.exists()
     monkeypatch.setattr(staging.StagedDestination, "record", original)
-    result = write_arrays(dst, data, samples_per_chunk=SPC)
+    result = write_arrays(dst, data, output=Output(chunks=SPC))
     assert result.resumed_blocks == 2
     got = read_everything(dst)
     for name in data:

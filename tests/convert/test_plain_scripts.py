@@ -40,6 +40,7 @@ from test_convert_core import (
 from test_convert_volumes import _case_files, _same_dataset
 from tqdm.auto import tqdm
 
+from chunkio import Execution, Output
 from chunkio.convert import images, run_conversion, write_arrays
 from chunkio.convert.images import convert_images
 from chunkio.convert.volumes import convert_volumes
@@ -82,24 +83,26 @@ print("done")
 IMAGES = """
 import chunkio
 
-chunkio.convert_images(sys.argv[2], sys.argv[3], size=16, workers=2)
+chunkio.convert_images(sys.argv[2], sys.argv[3], size=16, execution=chunkio.Execution(workers=2))
 """
 
 ARRAYS = """
 import numpy as np
-from chunkio import write_arrays
+from chunkio import Execution, Output, write_arrays
 
 rng = np.random.default_rng(0)
 data = {"x": rng.integers(0, 255, (300, 3, 4), dtype=np.uint8), "y": np.arange(300)}
-write_arrays(sys.argv[3], data, samples_per_chunk=10, workers=2)
+write_arrays(sys.argv[3], data, output=Output(chunks=10), execution=Execution(workers=2))
 """
 
 VOLUMES = """
+from chunkio import Execution, Output
 from chunkio.convert.volumes import convert_volumes
 
 n = len(sys.argv[2:]) // 2
 img, lab = sys.argv[2 : 2 + n], sys.argv[2 + n : -1]
-convert_volumes(img, sys.argv[-1], labels=lab, chunks=4, workers=2, progress=False)
+convert_volumes(img, sys.argv[-1], labels=lab, output=Output(chunks=4),
+                execution=Execution(workers=2, progress=False))
 """
 
 SLOW = """
@@ -225,7 +228,7 @@ def test_images_from_a_plain_script(method: str, photos: Path, tmp_path: Path) -
     lines, _ = run_script(tmp_path, IMAGES, str(photos), str(dst), method=method)
     assert len(pools_and_body_ran_once(lines, method)) == 2, "check and write passes: pools"
     ref = tmp_path / "ref.zarr"
-    convert_images(photos, ref, size=16, workers=1, progress=False)
+    convert_images(photos, ref, size=16, execution=Execution(workers=1, progress=False))
     assert_same_dataset(str(dst), str(ref))
     assert read_all(str(dst))[0].num_samples == images._WARM_UP_FILES
     assert not staging_of(dst).exists()
@@ -240,7 +243,7 @@ def test_write_arrays_from_a_plain_script(method: str, tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     data = {"x": rng.integers(0, 255, (300, 3, 4), dtype=np.uint8), "y": np.arange(300)}
     ref = tmp_path / "ref.h5"
-    write_arrays(ref, data, samples_per_chunk=10, progress=False)
+    write_arrays(ref, data, output=Output(chunks=10), execution=Execution(progress=False))
     assert_same_dataset(str(dst), str(ref))
 
 
@@ -251,7 +254,13 @@ def test_volumes_from_a_plain_script(tmp_path: Path) -> None:
     lines, _ = run_script(tmp_path, VOLUMES, *img, *lab, str(dst))
     assert len(pools_and_body_ran_once(lines, "default")) == 1
     ref = tmp_path / "ref.zarr"
-    convert_volumes(img, ref, labels=lab, chunks=4, workers=1, progress=False)
+    convert_volumes(
+        img,
+        ref,
+        labels=lab,
+        output=Output(chunks=4),
+        execution=Execution(workers=1, progress=False),
+    )
     _same_dataset(str(dst), str(ref))
 
 
@@ -383,13 +392,21 @@ def test_each_progress_bar_prints_its_final_line_once(
     # Draw on every update (as a slow conversion does): the last update then reaches 100%.
     eager = functools.partial(tqdm, mininterval=0, miniters=1)
     monkeypatch.setattr(engine, "tqdm", eager)  # every bar of a conversion is the engine's
-    convert_images(photos, tmp_path / "p.zarr", size=16, workers=1)
+    convert_images(
+        photos, tmp_path / "p.zarr", size=16, execution=Execution(workers=1, progress=True)
+    )
     lines = final_lines(capsys.readouterr().err)
     assert [x.split(":")[0] for x in lines] == ["check", "p.zarr"], lines
     run_conversion(SlowSource(40), tmp_path / "s.zarr", samples_per_chunk=5)
     lines = final_lines(capsys.readouterr().err)
     assert [x.split(":")[0] for x in lines] == ["s.zarr"], lines
     img, lab = _case_files(tmp_path, 3)
-    convert_volumes(img, tmp_path / "v.zarr", labels=lab, chunks=4, workers=1)
+    convert_volumes(
+        img,
+        tmp_path / "v.zarr",
+        labels=lab,
+        output=Output(chunks=4),
+        execution=Execution(workers=1, progress=True),
+    )
     lines = final_lines(capsys.readouterr().err)
     assert [x.split(":")[0] for x in lines] == ["v.zarr"], lines

@@ -27,7 +27,17 @@ from PIL import Image
 from test_convert_core import SlowSource, staging_of, start_converter, wait_for_manifest
 from torch.utils.data import DataLoader
 
-from chunkio import ChunkDataset, append_arrays, collate, make_loader, write_arrays
+from chunkio import (
+    ChunkDataset,
+    Execution,
+    ImageOptions,
+    Output,
+    Workers,
+    append_arrays,
+    collate,
+    make_loader,
+    write_arrays,
+)
 from chunkio.backends import UnknownFormatError, detect_format
 from chunkio.convert import images as images_mod
 from chunkio.convert import pipeline, run_conversion
@@ -97,13 +107,13 @@ def test_rerun_of_write_arrays_returns_unchanged(
     fmt: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dst = location(fmt, tmp_path)
-    first = write_arrays(dst, arrays(), samples_per_chunk=8)
+    first = write_arrays(dst, arrays(), output=Output(chunks=8))
     assert not first.unchanged and first.written_blocks == 8
     before = None if fmt == "memory" else snapshot(dst)
     forbid(monkeypatch, pipeline, "open_destination")  # nothing is opened for writing
     forbid(monkeypatch, ArraySource, "read_block")
     forbid(monkeypatch, ArraySource, "read_rows")
-    again = write_arrays(dst, arrays(), samples_per_chunk=8)
+    again = write_arrays(dst, arrays(), output=Output(chunks=8))
     assert again.unchanged and (again.written_blocks, again.resumed_blocks) == (0, 8)
     for name in ("path", "format", "num_samples", "samples_per_chunk", "fields"):
         assert getattr(again, name) == getattr(first, name), name
@@ -111,10 +121,14 @@ def test_rerun_of_write_arrays_returns_unchanged(
         assert snapshot(dst) == before, "not a byte rewritten"
 
 
+#: the options of Output among a test's changes (the others are write_arrays' own keywords)
+OUTPUT_FIELDS = ("chunks", "compression", "checksum", "extra", "format")
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"samples_per_chunk": 10}, "option samples_per_chunk was 8, now 10"),
+        ({"chunks": 10}, "option samples_per_chunk was 8, now 10"),
         ({"seed": 3}, "option seed was 0, now 3"),
         ({"shuffle": False}, "option shuffle was true, now false"),
         ({"compression": "zstd"}, r'option compression was \{.*"lz4".*now \{.*"zstd"'),
@@ -129,15 +143,17 @@ def test_rerun_with_other_sources_or_options_is_refused(
     change: dict[str, Any], message: str, tmp_path: Path
 ) -> None:
     dst = str(tmp_path / "d.h5")
-    write_arrays(dst, arrays(), samples_per_chunk=8)
+    write_arrays(dst, arrays(), output=Output(chunks=8))
     before = snapshot(dst)
-    kw: dict[str, Any] = {"samples_per_chunk": 8, **change}
+    output = {"chunks": 8, **{k: v for k, v in change.items() if k in OUTPUT_FIELDS}}
+    kw: dict[str, Any] = {k: v for k, v in change.items() if k not in OUTPUT_FIELDS}
+    kw["output"] = Output(**output)
     data = arrays(seed=kw.pop("data_seed", 0))
     with pytest.raises(DestinationExistsError, match=message) as err:
         write_arrays(dst, data, **kw)
     assert "overwrite=True" in str(err.value)
     assert snapshot(dst) == before
-    replaced = write_arrays(dst, data, overwrite=True, **kw)
+    replaced = write_arrays(dst, data, **kw, execution=Execution(overwrite=True))
     assert not replaced.unchanged and replaced.written_blocks > 0
 
 
@@ -159,24 +175,24 @@ def test_run_conversion_rerun_and_records_that_never_match(tmp_path: Path) -> No
 
 def test_rerun_refuses_an_appended_or_legacy_hdf5_dataset(tmp_path: Path) -> None:
     dst = str(tmp_path / "a.h5")
-    write_arrays(dst, arrays(), samples_per_chunk=8, shuffle=False)
+    write_arrays(dst, arrays(), shuffle=False, output=Output(chunks=8))
     append_arrays(dst, arrays(8, seed=1), shuffle=False)
     with pytest.raises(DestinationExistsError, match="changed after it was made"):
-        write_arrays(dst, arrays(), samples_per_chunk=8, shuffle=False)
+        write_arrays(dst, arrays(), shuffle=False, output=Output(chunks=8))
     with h5py.File(dst, "r+") as f:
         del f.attrs["chunkio_request"]
     with pytest.raises(DestinationExistsError, match="no record"):
-        write_arrays(dst, arrays(), samples_per_chunk=8, shuffle=False)
+        write_arrays(dst, arrays(), shuffle=False, output=Output(chunks=8))
 
 
 def test_incomplete_in_place_dataset_is_not_reused() -> None:
     dst = f"memory://incomplete-{next(_ids)}"
-    write_arrays(dst, arrays(), samples_per_chunk=8)
+    write_arrays(dst, arrays(), output=Output(chunks=8))
     from chunkio.backends._memory import memory_store
 
     memory_store(dst).attrs["chunkio_complete"] = False
     with pytest.raises(DestinationExistsError, match="incomplete"):
-        write_arrays(dst, arrays(), samples_per_chunk=8)
+        write_arrays(dst, arrays(), output=Output(chunks=8))
 
 
 @pytest.mark.parametrize("fmt", ["zarr", "hdf5"])
@@ -186,7 +202,11 @@ def test_rerun_of_convert_images_skips_the_check_pass(
     src = image_folder(tmp_path / "src", [(10, 12)] * 5)
     (src / "b" / "broken.png").write_bytes(b"\x89PNG not really")
     dst = str(tmp_path / f"img{SUFFIX[fmt]}")
-    kw: dict[str, Any] = {"size": 8, "on_error": "skip", "workers": 1, "progress": False}
+    kw: dict[str, Any] = {
+        "size": 8,
+        "on_error": "skip",
+        "execution": Execution(workers=1, progress=False),
+    }
     first = convert_images(src, dst, **kw)
     assert [s.path for s in first.skipped] == ["b/broken.png"]
     before = snapshot(dst)
@@ -200,9 +220,9 @@ def test_rerun_of_convert_images_skips_the_check_pass(
     with pytest.raises(DestinationExistsError, match=r"option size was \[8, 8\], now \[6, 6\]"):
         convert_images(src, dst, **{**kw, "size": 6})
     with pytest.raises(DestinationExistsError, match='option resize was "shorter-crop", now "pad"'):
-        convert_images(src, dst, **kw, resize="pad")
+        convert_images(src, dst, **kw, images=ImageOptions(resize="pad"))
     with pytest.raises(DestinationExistsError, match='option mode was "RGB", now "L"'):
-        convert_images(src, dst, **kw, mode="L")
+        convert_images(src, dst, **kw, images=ImageOptions(mode="L"))
     os.utime(src / "a" / "0.png", ns=(1, 1))  # same bytes, another mtime: a changed listing
     with pytest.raises(DestinationExistsError, match="the source listing changed"):
         convert_images(src, dst, **kw)
@@ -215,21 +235,48 @@ def test_rerun_of_convert_volumes_and_a_converter(tmp_path: Path) -> None:
     for i in range(2):
         np.save(tmp_path / "vol" / f"v{i}.npy", rng.integers(0, 100, (6, 5, 4)).astype(np.int16))
     dst = str(tmp_path / "v.h5")
-    first = convert_volumes(tmp_path / "vol", dst, chunks=4, workers=1, progress=False)
-    again = convert_volumes(tmp_path / "vol", dst, chunks=4, workers=1, progress=False)
+    first = convert_volumes(
+        tmp_path / "vol",
+        dst,
+        output=Output(chunks=4),
+        execution=Execution(workers=1, progress=False),
+    )
+    again = convert_volumes(
+        tmp_path / "vol",
+        dst,
+        output=Output(chunks=4),
+        execution=Execution(workers=1, progress=False),
+    )
     assert again.unchanged and (again.resumed_blocks, again.written_blocks) == (2, 0)
     assert again.fields == first.fields and again.num_samples == first.num_samples
     with pytest.raises(DestinationExistsError, match=r"option chunks was \[4, 4, 4\], now"):
-        convert_volumes(tmp_path / "vol", dst, chunks=2, workers=1, progress=False)
+        convert_volumes(
+            tmp_path / "vol",
+            dst,
+            output=Output(chunks=2),
+            execution=Execution(workers=1, progress=False),
+        )
     with pytest.raises(DestinationExistsError, match='option dtype was "int16", now "float32"'):
-        convert_volumes(tmp_path / "vol", dst, chunks=4, dtype="float32", progress=False)
+        convert_volumes(
+            tmp_path / "vol",
+            dst,
+            dtype="float32",
+            output=Output(chunks=4),
+            execution=Execution(progress=False),
+        )
     np.save(tmp_path / "vol" / "v2.npy", np.zeros((6, 5, 4), np.int16))
     with pytest.raises(DestinationExistsError, match="the source listing changed"):
-        convert_volumes(tmp_path / "vol", dst, chunks=4, workers=1, progress=False)
+        convert_volumes(
+            tmp_path / "vol",
+            dst,
+            output=Output(chunks=4),
+            execution=Execution(workers=1, progress=False),
+        )
 
     src = image_folder(tmp_path / "imgs", [(9, 9)] * 4)
-    done = imagefolder.convert(src, tmp_path / "f.zarr", workers=1, progress=False)
-    again = imagefolder.convert(src, tmp_path / "f.zarr", workers=1, progress=False)
+    execution = Execution(workers=1, progress=False)
+    done = imagefolder.convert(src, tmp_path / "f.zarr", execution=execution)
+    again = imagefolder.convert(src, tmp_path / "f.zarr", execution=execution)
     assert again.unchanged and again.num_samples == done.num_samples == 4
 
 
@@ -239,8 +286,10 @@ def test_rerun_of_convert_volumes_and_a_converter(tmp_path: Path) -> None:
 def test_hdf5_bytes_identical_across_runs_and_worker_counts(tmp_path: Path) -> None:
     data = arrays(150)
     (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
-    write_arrays(tmp_path / "a" / "x.h5", data, samples_per_chunk=7)
-    write_arrays(tmp_path / "b" / "x.h5", data, samples_per_chunk=7, workers=2)
+    write_arrays(tmp_path / "a" / "x.h5", data, output=Output(chunks=7))
+    write_arrays(
+        tmp_path / "b" / "x.h5", data, output=Output(chunks=7), execution=Execution(workers=2)
+    )
     assert (tmp_path / "a" / "x.h5").read_bytes() == (tmp_path / "b" / "x.h5").read_bytes()
 
 
@@ -249,7 +298,9 @@ def test_hdf5_bytes_identical_for_convert_images(sizes: list[tuple[int, int]], t
     src = image_folder(tmp_path / "src", sizes)  # equal sizes: dense; different: ragged
     outs = [tmp_path / d / "x.h5" for d in ("a", "b")]
     for out in outs:
-        convert_images(src, out, workers=1, progress=False, samples_per_chunk=4)
+        convert_images(
+            src, out, output=Output(chunks=4), execution=Execution(workers=1, progress=False)
+        )
     assert outs[0].read_bytes() == outs[1].read_bytes()
 
 
@@ -262,7 +313,11 @@ def test_hdf5_bytes_identical_for_convert_volumes(tmp_path: Path) -> None:
     outs = [str(tmp_path / f"{d}.h5") for d in ("a", "b")]
     for out in outs:
         convert_volumes(
-            tmp_path / "vol", out, labels=tmp_path / "lab", chunks=4, workers=1, progress=False
+            tmp_path / "vol",
+            out,
+            labels=tmp_path / "lab",
+            output=Output(chunks=4),
+            execution=Execution(workers=1, progress=False),
         )
     assert Path(outs[0]).read_bytes() == Path(outs[1]).read_bytes()
 
@@ -332,7 +387,7 @@ def _tensors(batch: Any) -> list[tuple[str, torch.Tensor]]:
 @pytest.fixture(scope="module")
 def loader_dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
     path = str(tmp_path_factory.mktemp("loader") / "d.zarr")
-    write_arrays(path, arrays(36), samples_per_chunk=8, shuffle=False)
+    write_arrays(path, arrays(36), shuffle=False, output=Output(chunks=8))
     return path
 
 
@@ -398,7 +453,12 @@ def test_info_names_codecs_as_users_know_them(
     fmt: str, codec: str, checksum: bool, tmp_path: Path
 ) -> None:
     dst = str(tmp_path / f"c{SUFFIX[fmt]}")
-    write_arrays(dst, {"x": np.arange(40)}, compression=codec, checksum=checksum, shuffle=False)
+    write_arrays(
+        dst,
+        {"x": np.arange(40)},
+        shuffle=False,
+        output=Output(compression=codec, checksum=checksum),
+    )
     d = info(dst)
     got = d["arrays"]["x"]["compression"]
     levels = {"lz4": 5, "zstd": 3, "blosc-lz4": 5, "blosc-zstd": 3, "gzip": 6, "none": None}
@@ -421,7 +481,9 @@ def test_unknown_destination_suffix_is_refused(name: str, tmp_path: Path) -> Non
     dst = tmp_path / name
     for convert in (
         lambda: write_arrays(dst, {"x": np.arange(4)}),
-        lambda: convert_images(image_folder(tmp_path / "src", [(8, 8)] * 2), dst, progress=False),
+        lambda: convert_images(
+            image_folder(tmp_path / "src", [(8, 8)] * 2), dst, execution=Execution(progress=False)
+        ),
     ):
         with pytest.raises(UnknownFormatError, match=r"'\.zarr' directory, an HDF5 file \('\.h5'"):
             convert()
@@ -434,7 +496,7 @@ def test_unknown_destination_suffix_is_refused(name: str, tmp_path: Path) -> Non
 def test_known_locations_keep_working(tmp_path: Path) -> None:
     data = {"x": np.arange(12).reshape(6, 2)}
     for dst in ("a.zarr", "a.zarr/", "b.h5", "c.hdf5", "file.HDF5"):
-        write_arrays(str(tmp_path / dst), data, shuffle=False, overwrite=True)
+        write_arrays(str(tmp_path / dst), data, shuffle=False, execution=Execution(overwrite=True))
     write_arrays(f"file://{tmp_path}/url.zarr", data, shuffle=False)
     write_arrays(f"memory://suffix-{next(_ids)}", data)
     store = zarr.storage.MemoryStore()
@@ -451,11 +513,11 @@ def test_known_locations_keep_working(tmp_path: Path) -> None:
         assert ChunkDataset(tmp_path / path).read_batch([5])["x"].tolist() == [[10, 11]]
         assert info(tmp_path / path)["num_samples"] == 6
     # ... and an explicit format= names one for a new destination.
-    write_arrays(tmp_path / "raw", data, format="zarr")
+    write_arrays(tmp_path / "raw", data, output=Output(format="zarr"))
     assert detect_format(str(tmp_path / "raw")) == "zarr"
     (tmp_path / "notes").mkdir()
     with pytest.raises(UnknownFormatError, match="not a Zarr v3 group"):
-        write_arrays(tmp_path / "notes", data, overwrite=True)
+        write_arrays(tmp_path / "notes", data, execution=Execution(overwrite=True))
     (tmp_path / "x.npz").write_bytes(b"PK")
     with pytest.raises(UnknownFormatError, match="not an HDF5 file"):
         info(tmp_path / "x.npz")
@@ -467,7 +529,7 @@ def test_known_locations_keep_working(tmp_path: Path) -> None:
 @pytest.mark.skipif(torch.cuda.is_available(), reason="pinning works where CUDA is available")
 def test_pin_memory_without_cuda_warns_once(loader_dataset: str) -> None:
     with pytest.warns(UserWarning, match="CUDA is not available") as record:
-        loader = make_loader(loader_dataset, 8, num_workers=0, pin_memory=True)
+        loader = make_loader(loader_dataset, 8, num_workers=0, workers=Workers(pin_memory=True))
         batches = list(loader)
     assert len(batches) == 5 and not batches[0]["image"].is_pinned()
     assert len([w for w in record if "pin" in str(w.message)]) == 1

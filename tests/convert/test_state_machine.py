@@ -24,7 +24,7 @@ from conftest import zarr_chunk_file
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from chunkio import ChunkDataset, append_arrays, write_arrays
+from chunkio import ChunkDataset, Execution, Output, append_arrays, write_arrays
 from chunkio.backends._hdf5_write import HDF5Writer
 from chunkio.backends._zarr import ZarrWriter
 from chunkio.convert import run_conversion
@@ -75,7 +75,13 @@ class DatasetMachine(RuleBasedStateMachine):
 
     def _convert(self, seed: int, n: int, spc: int, shuffle: bool) -> None:
         data = make_arrays(seed, n)
-        write_arrays(self.path, data, samples_per_chunk=spc, overwrite=True, shuffle=shuffle)
+        write_arrays(
+            self.path,
+            data,
+            shuffle=shuffle,
+            output=Output(chunks=spc),
+            execution=Execution(overwrite=True),
+        )
         if shuffle:
             order = perm(n)
             data = {**{f: v[order] for f, v in data.items()}, "source_index": order}
@@ -207,7 +213,7 @@ def test_failed_append_leaves_the_dataset_unchanged(
 ) -> None:
     path = tmp_path / ("d.zarr" if fmt == "zarr" else "d.h5")
     old = make_arrays(0, 23)
-    write_arrays(path, old, samples_per_chunk=5)  # shuffled: x, y and source_index
+    write_arrays(path, old, output=Output(chunks=5))  # shuffled: x, y and source_index
     before = digest(path)
     reader = ChunkDataset(path, preload_bytes=0)  # a reader already open keeps working
     reader.read_batch([0])
@@ -238,7 +244,7 @@ def test_failed_append_leaves_the_dataset_unchanged(
 def test_leftovers_of_a_killed_append_are_discarded_or_restored(tmp_path: Path) -> None:
     path = tmp_path / "d.zarr"
     old = make_arrays(0, 12)
-    write_arrays(path, old, samples_per_chunk=5)
+    write_arrays(path, old, output=Output(chunks=5))
     staging = tmp_path / ".d.zarr.chunkio-append"
     # Killed while building the copy: a half-built copy that was never published.
     (staging / "data" / "x").mkdir(parents=True)
@@ -256,7 +262,7 @@ def test_leftovers_of_a_killed_append_are_discarded_or_restored(tmp_path: Path) 
 
 def test_append_rejects_mismatched_samples(tmp_path: Path) -> None:
     path = tmp_path / "d.h5"
-    write_arrays(path, make_arrays(0, 6), samples_per_chunk=4)
+    write_arrays(path, make_arrays(0, 6), output=Output(chunks=4))
     before = digest(path)
     good = make_arrays(1, 2)
     bad_inputs = [
@@ -282,7 +288,7 @@ def test_append_without_renameat2_swaps_with_two_renames(
     monkeypatch.setattr(publish_module, "_exchange", lambda a, b: False)
     path = tmp_path / "d.zarr"
     old = make_arrays(0, 7)
-    write_arrays(path, old, samples_per_chunk=3, shuffle=False)  # about the swap, not order
+    write_arrays(path, old, shuffle=False, output=Output(chunks=3))  # about the swap, not order
     append_arrays(path, make_arrays(1, 5))
     got = ChunkDataset(path, preload_bytes=0).read_batch(range(12))
     np.testing.assert_array_equal(got["x"], np.concatenate([old["x"], make_arrays(1, 5)["x"]]))
@@ -296,7 +302,12 @@ def test_append_never_shares_the_chunk_it_rewrites(tmp_path):
     from chunkio.backends import storage_for
 
     src = str(tmp_path / "d.zarr")
-    write_arrays(src, {"x": np.arange(10, dtype=np.int64)}, samples_per_chunk=4, progress=False)
+    write_arrays(
+        src,
+        {"x": np.arange(10, dtype=np.int64)},
+        output=Output(chunks=4),
+        execution=Execution(progress=False),
+    )
     dst = str(tmp_path / "copy")
     storage_for("zarr").copy_for_growth(src, dst, ["x"], 10, 13)
     links = {c: os.stat(zarr_chunk_file(dst, "x", c)).st_nlink for c in range(3)}
@@ -310,7 +321,9 @@ def test_identical_appends_give_identical_bytes(tmp_path: Path, suffix: str) -> 
     digests = []
     for run in ("a", "b"):
         path = tmp_path / run / f"d{suffix}"
-        write_arrays(path, make_arrays(0, 7), samples_per_chunk=3, progress=False)
+        write_arrays(
+            path, make_arrays(0, 7), output=Output(chunks=3), execution=Execution(progress=False)
+        )
         append_arrays(path, make_arrays(1, 5))
         append_arrays(path, make_arrays(2, 4))
         digests.append(digest(path))  # names relative to the run folder

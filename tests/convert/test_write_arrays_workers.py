@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from conftest import source_array
 
-from chunkio import ChunkDataset
+from chunkio import ChunkDataset, Execution, Output
 from chunkio.convert import engine
 from chunkio.convert import workers as pool_policy
 from chunkio.convert.arrays import ArraySource, write_arrays
@@ -49,8 +49,10 @@ def read_all(path: Path) -> dict[str, Any]:
 def test_numpy_inputs_are_written_here_whatever_workers_says(
     tmp_path: Path, pools: list[int]
 ) -> None:
-    one = write_arrays(tmp_path / "one.zarr", data(), samples_per_chunk=10)
-    two = write_arrays(tmp_path / "two.zarr", data(), samples_per_chunk=10, workers=2)
+    one = write_arrays(tmp_path / "one.zarr", data(), output=Output(chunks=10))
+    two = write_arrays(
+        tmp_path / "two.zarr", data(), output=Output(chunks=10), execution=Execution(workers=2)
+    )
     assert pools == [] and two.written_blocks == one.written_blocks == 12
     got, expected = read_all(tmp_path / "two.zarr"), read_all(tmp_path / "one.zarr")
     for name, values in expected.items():
@@ -62,7 +64,11 @@ def test_the_pool_is_still_used_when_forced_or_when_inputs_must_be_read(
     tmp_path: Path, pools: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     stored = {k: source_array("h5py", v, tmp_path, k, dask_rows=30) for k, v in data().items()}
-    kw: dict[str, Any] = {"samples_per_chunk": 10, "workers": 2, "shuffle": False}
+    kw: dict[str, Any] = {
+        "output": Output(chunks=10),
+        "execution": Execution(workers=2),
+        "shuffle": False,
+    }
     write_arrays(tmp_path / "h5.zarr", stored, **kw)  # in order: a block per chunk
     assert pools == [2]
     monkeypatch.setattr(pool_policy, "POOL_MIN_SECONDS", 0.0)

@@ -21,7 +21,7 @@ from conftest import source_array
 from PIL import Image
 
 import chunkio
-from chunkio import ChunkDataset, append_arrays, read_source_paths, write_arrays
+from chunkio import ChunkDataset, Execution, Output, append_arrays, read_source_paths, write_arrays
 from chunkio.convert.arrays import ArraySource
 from chunkio.convert.images import convert_images
 from chunkio.convert.shuffling import ShuffledSource, permutation
@@ -72,7 +72,7 @@ def test_stored_row_i_is_source_sample_perm_i(fmt: str, kind: str, tmp_path: Pat
     data = source_arrays()
     inputs = {k: as_kind(kind, v, tmp_path, k) for k, v in data.items()}
     dst = tmp_path / f"out{SUFFIX[fmt]}"
-    result = write_arrays(dst, inputs, samples_per_chunk=16, seed=3)
+    result = write_arrays(dst, inputs, seed=3, output=Output(chunks=16))
     assert [f.name for f in result.fields] == ["image", "label", "value", "source_index"]
     out = read_all(dst)
     np.testing.assert_array_equal(out["source_index"], perm(150, 3))
@@ -88,7 +88,7 @@ def test_stored_row_i_is_source_sample_perm_i(fmt: str, kind: str, tmp_path: Pat
 
 def test_shuffle_false_keeps_the_source_order(tmp_path: Path) -> None:
     data = source_arrays()
-    result = write_arrays(tmp_path / "o.zarr", data, samples_per_chunk=16, shuffle=False)
+    result = write_arrays(tmp_path / "o.zarr", data, shuffle=False, output=Output(chunks=16))
     assert "source_index" not in [f.name for f in result.fields]
     out = read_all(tmp_path / "o.zarr")
     assert out.keys() == data.keys()
@@ -104,9 +104,9 @@ def test_shuffle_false_keeps_the_source_order(tmp_path: Path) -> None:
 def test_same_seed_same_bytes_other_seed_other_order(fmt: str, tmp_path: Path) -> None:
     data = source_arrays()
     a, b, c = (tmp_path / f"{n}{SUFFIX[fmt]}" for n in "abc")
-    write_arrays(a, data, samples_per_chunk=16, seed=11)
-    write_arrays(b, data, samples_per_chunk=16, seed=11)
-    write_arrays(c, data, samples_per_chunk=16, seed=12)
+    write_arrays(a, data, seed=11, output=Output(chunks=16))
+    write_arrays(b, data, seed=11, output=Output(chunks=16))
+    write_arrays(c, data, seed=12, output=Output(chunks=16))
     ra, rb, rc = read_all(a), read_all(b), read_all(c)
     for name in ra:
         np.testing.assert_array_equal(ra[name], rb[name])
@@ -118,8 +118,8 @@ def test_same_seed_same_bytes_other_seed_other_order(fmt: str, tmp_path: Path) -
 
 def test_every_chunk_is_a_random_subset(tmp_path: Path) -> None:
     labels = np.repeat(np.arange(10), 50)  # class-sorted, like an ImageFolder listing
-    write_arrays(tmp_path / "s.zarr", {"label": labels}, samples_per_chunk=25)
-    write_arrays(tmp_path / "u.zarr", {"label": labels}, samples_per_chunk=25, shuffle=False)
+    write_arrays(tmp_path / "s.zarr", {"label": labels}, output=Output(chunks=25))
+    write_arrays(tmp_path / "u.zarr", {"label": labels}, shuffle=False, output=Output(chunks=25))
     stored = read_all(tmp_path / "s.zarr")["label"].reshape(-1, 25)
     plain = read_all(tmp_path / "u.zarr")["label"].reshape(-1, 25)
     assert min(len(set(chunk)) for chunk in stored.tolist()) >= 5
@@ -130,7 +130,7 @@ def test_shuffled_dask_input_computes_each_dask_chunk_once(
     tmp_path: Path, recorded_dask: tuple[Any, list[int]]
 ) -> None:
     lazy, seen = recorded_dask
-    result = write_arrays(tmp_path / "d.zarr", {"v": lazy}, samples_per_chunk=10)
+    result = write_arrays(tmp_path / "d.zarr", {"v": lazy}, output=Output(chunks=10))
     # Every shuffled block reads rows from all over the array, so blocks are large
     # (SHUFFLED_BLOCK_BYTES): here one block, and each dask chunk is computed once.
     assert result.written_blocks == 1 and len(seen) == 10 and max(seen) <= 10
@@ -150,8 +150,8 @@ def test_empty_and_single_sample_arrays(tmp_path: Path) -> None:
 def test_process_pool_equals_in_process(fmt: str, tmp_path: Path) -> None:
     data = source_arrays(120)
     one, two = tmp_path / f"one{SUFFIX[fmt]}", tmp_path / f"two{SUFFIX[fmt]}"
-    write_arrays(one, data, samples_per_chunk=8, seed=4)
-    write_arrays(two, data, samples_per_chunk=8, seed=4, workers=2)
+    write_arrays(one, data, seed=4, output=Output(chunks=8))
+    write_arrays(two, data, seed=4, output=Output(chunks=8), execution=Execution(workers=2))
     ra, rb = read_all(one), read_all(two)
     for name in ra:
         np.testing.assert_array_equal(ra[name], rb[name])
@@ -164,7 +164,7 @@ def test_dask_distributed_equals_in_process(tmp_path: Path) -> None:
 
     data = source_arrays(200)
     lazy = {**data, "image": da.from_array(data["image"], chunks=(64, 3, 4, 5))}
-    write_arrays(tmp_path / "ref.zarr", data, samples_per_chunk=9, seed=2)
+    write_arrays(tmp_path / "ref.zarr", data, seed=2, output=Output(chunks=9))
     with (
         distributed.LocalCluster(
             n_workers=2,
@@ -176,7 +176,13 @@ def test_dask_distributed_equals_in_process(tmp_path: Path) -> None:
         distributed.Client(cluster) as client,
     ):
         for name in ("dd.zarr", "dd.h5"):
-            write_arrays(tmp_path / name, lazy, samples_per_chunk=9, seed=2, client=client)
+            write_arrays(
+                tmp_path / name,
+                lazy,
+                seed=2,
+                output=Output(chunks=9),
+                execution=Execution(client=client),
+            )
     ref = read_all(tmp_path / "ref.zarr")
     for name in ("dd.zarr", "dd.h5"):
         got = read_all(tmp_path / name)
@@ -190,7 +196,7 @@ def test_dask_distributed_equals_in_process(tmp_path: Path) -> None:
 ARRAYS_SCRIPT = """
 import sys, time
 import numpy as np
-from chunkio import write_arrays
+from chunkio import Execution, Output, write_arrays
 from chunkio.convert.arrays import ArraySource
 
 real = ArraySource.read_rows
@@ -205,7 +211,8 @@ def slow(self, indices):
 ArraySource.read_rows = slow
 rng = np.random.default_rng(0)
 data = {"x": rng.integers(0, 255, (200, 3, 4), dtype=np.uint8), "y": np.arange(200) * 3}
-write_arrays(sys.argv[1], data, samples_per_chunk=5, seed=int(sys.argv[3]), progress=False)
+write_arrays(sys.argv[1], data, seed=int(sys.argv[3]), output=Output(chunks=5),
+             execution=Execution(progress=False))
 """
 
 
@@ -231,11 +238,15 @@ def run_and_kill(script: str, args: list[str], dst: Path, tmp_path: Path, lines:
 def test_sigkill_then_resume_of_a_shuffled_write(fmt: str, tmp_path: Path) -> None:
     dst = tmp_path / f"k{SUFFIX[fmt]}"
     done = run_and_kill(ARRAYS_SCRIPT, [str(dst), "0.05", "5"], dst, tmp_path, lines=5)
-    result = write_arrays(dst, script_arrays(), samples_per_chunk=5, seed=5, progress=False)
+    result = write_arrays(
+        dst, script_arrays(), seed=5, output=Output(chunks=5), execution=Execution(progress=False)
+    )
     assert result.resumed_blocks >= done and result.written_blocks > 0
     assert result.resumed_blocks + result.written_blocks == 40
     ref = tmp_path / f"ref{SUFFIX[fmt]}"
-    write_arrays(ref, script_arrays(), samples_per_chunk=5, seed=5, progress=False)
+    write_arrays(
+        ref, script_arrays(), seed=5, output=Output(chunks=5), execution=Execution(progress=False)
+    )
     got, want = read_all(dst), read_all(ref)
     for name in want:
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
@@ -248,7 +259,9 @@ def test_sigkill_then_resume_of_a_shuffled_write(fmt: str, tmp_path: Path) -> No
 def test_a_different_seed_does_not_resume_the_other_order(tmp_path: Path) -> None:
     dst = tmp_path / "k.zarr"
     run_and_kill(ARRAYS_SCRIPT, [str(dst), "0.05", "5"], dst, tmp_path, lines=5)
-    result = write_arrays(dst, script_arrays(), samples_per_chunk=5, seed=6, progress=False)
+    result = write_arrays(
+        dst, script_arrays(), seed=6, output=Output(chunks=5), execution=Execution(progress=False)
+    )
     assert (result.resumed_blocks, result.written_blocks) == (0, 40)
     np.testing.assert_array_equal(read_all(dst)["y"], script_arrays()["y"][perm(200, 6)])
 
@@ -269,10 +282,10 @@ def test_switching_shuffle_on_or_off_does_not_resume(
 
         monkeypatch.setattr(ArraySource, method, failing)
         with pytest.raises(SourceError, match="injected"):
-            write_arrays(dst, data, samples_per_chunk=5, shuffle=first)
+            write_arrays(dst, data, shuffle=first, output=Output(chunks=5))
         assert staging_of(dst).exists()
         monkeypatch.setattr(ArraySource, method, real)
-        result = write_arrays(dst, data, samples_per_chunk=5, shuffle=not first)
+        result = write_arrays(dst, data, shuffle=not first, output=Output(chunks=5))
         assert (result.resumed_blocks, result.written_blocks) == (0, 40), method
         out = read_all(dst)
         order = perm(200) if first is False else np.arange(200)
@@ -294,8 +307,8 @@ def slow(*args, **kw):
 
 image_source.load_image = slow
 images_mod._BLOCK_BYTES = 1  # one chunk per block
-images_mod.convert_images(sys.argv[1], sys.argv[2], workers=1, progress=False,
-                          samples_per_chunk=4)
+images_mod.convert_images(sys.argv[1], sys.argv[2], output=images_mod.Output(chunks=4),
+                          execution=images_mod.Execution(workers=1, progress=False))
 """
 
 
@@ -320,7 +333,10 @@ def test_sigkill_then_resume_of_a_shuffled_image_conversion(
     dst = tmp_path / f"k{SUFFIX[fmt]}"
     done = run_and_kill(IMAGES_SCRIPT, [str(src), str(dst)], dst, tmp_path, lines=3)
     monkeypatch.setattr(images_mod, "_BLOCK_BYTES", 1)
-    kw: dict[str, Any] = {"workers": 1, "progress": False, "samples_per_chunk": 4}
+    kw: dict[str, Any] = {
+        "execution": Execution(workers=1, progress=False),
+        "output": Output(chunks=4),
+    }
     result = convert_images(src, dst, **kw)
     assert result.resumed_blocks >= done and result.resumed_blocks + result.written_blocks == 10
     ref = tmp_path / f"ref{SUFFIX[fmt]}"
@@ -342,7 +358,9 @@ def test_sigkill_then_resume_of_a_shuffled_image_conversion(
 def test_class_sorted_folder_gives_mixed_chunks(fmt: str, tmp_path: Path) -> None:
     src = class_sorted_folder(tmp_path / "src", 10, 30, (8, 8))
     dst = tmp_path / f"o{SUFFIX[fmt]}"
-    result = convert_images(src, dst, samples_per_chunk=20, progress=False, workers=1)
+    result = convert_images(
+        src, dst, output=Output(chunks=20), execution=Execution(progress=False, workers=1)
+    )
     assert result.num_samples == 300
     out = read_all(dst)
     listing = [f"class{c:02d}/{i:03d}.png" for c in range(10) for i in range(30)]
@@ -362,7 +380,13 @@ def test_class_sorted_folder_gives_mixed_chunks(fmt: str, tmp_path: Path) -> Non
     assert "source_index" in extra["source"]["fields"]
 
     plain = tmp_path / f"plain{SUFFIX[fmt]}"
-    convert_images(src, plain, samples_per_chunk=20, progress=False, workers=1, shuffle=False)
+    convert_images(
+        src,
+        plain,
+        shuffle=False,
+        output=Output(chunks=20),
+        execution=Execution(progress=False, workers=1),
+    )
     plain_out = read_all(plain)
     assert "source_index" not in plain_out and read_source_paths(plain) == listing
     assert max(len(set(c)) for c in plain_out["label"].reshape(-1, 20).tolist()) <= 2
@@ -371,7 +395,9 @@ def test_class_sorted_folder_gives_mixed_chunks(fmt: str, tmp_path: Path) -> Non
 def test_read_source_paths(tmp_path: Path) -> None:
     src = class_sorted_folder(tmp_path / "src", 2, 3, (4, 4))
     dst = tmp_path / "o.h5"
-    convert_images(src, dst, samples_per_chunk=2, progress=False, workers=1, seed=9)
+    convert_images(
+        src, dst, seed=9, output=Output(chunks=2), execution=Execution(progress=False, workers=1)
+    )
     listing = [f"class{c:02d}/{i:03d}.png" for c in range(2) for i in range(3)]
     order = perm(6, 9).tolist()
     assert read_source_paths(dst) == [listing[k] for k in order]
@@ -395,7 +421,7 @@ def test_read_source_paths(tmp_path: Path) -> None:
 def test_append_shuffles_the_new_block_and_continues_source_index(fmt: str, tmp_path: Path) -> None:
     path = tmp_path / f"d{SUFFIX[fmt]}"
     old, new, more = np.arange(23) * 10, np.arange(23, 40) * 10, np.arange(40, 45) * 10
-    write_arrays(path, {"v": old}, samples_per_chunk=5)
+    write_arrays(path, {"v": old}, output=Output(chunks=5))
     append_arrays(path, {"v": new}, seed=4)
     append_arrays(path, {"v": more}, shuffle=False)
     out = read_all(path)
@@ -415,7 +441,7 @@ def test_append_shuffles_the_new_block_and_continues_source_index(fmt: str, tmp_
 
 def test_append_to_an_unshuffled_dataset(tmp_path: Path) -> None:
     path = tmp_path / "d.zarr"
-    write_arrays(path, {"v": np.arange(7)}, samples_per_chunk=3, shuffle=False)
+    write_arrays(path, {"v": np.arange(7)}, shuffle=False, output=Output(chunks=3))
     with pytest.raises(ValueError, match=r"shuffle=True needs a 'source_index' field.*got"):
         append_arrays(path, {"v": np.arange(7, 10)}, shuffle=True)
     append_arrays(path, {"v": np.arange(7, 10)})  # default: no shuffle without source_index
@@ -427,7 +453,7 @@ def test_append_to_an_unshuffled_dataset(tmp_path: Path) -> None:
 
 def test_append_refuses_a_given_source_index(tmp_path: Path) -> None:
     path = tmp_path / "d.zarr"
-    write_arrays(path, {"v": np.arange(7)}, samples_per_chunk=3)
+    write_arrays(path, {"v": np.arange(7)}, output=Output(chunks=3))
     before = file_digests(path)
     with pytest.raises(SourceError, match="do not pass 'source_index'"):
         append_arrays(path, {"v": np.arange(2), "source_index": np.arange(2)})
@@ -454,7 +480,7 @@ def test_bad_order_options_are_refused(
         write_arrays(tmp_path / "a.zarr", {"v": np.arange(4)}, **kw)
     src = class_sorted_folder(tmp_path / "src", 1, 1, (4, 4))
     with pytest.raises(error, match=match):
-        convert_images(src, tmp_path / "b.zarr", progress=False, **kw)
+        convert_images(src, tmp_path / "b.zarr", **kw, execution=Execution(progress=False))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["src"], "nothing written"
     write_arrays(tmp_path / "c.zarr", {"v": np.arange(4)})
     before = file_digests(tmp_path / "c.zarr")
@@ -468,7 +494,9 @@ def test_reserved_names_are_refused(tmp_path: Path) -> None:
         write_arrays(tmp_path / "a.zarr", {"v": np.arange(4), "source_index": np.arange(4)})
     write_arrays(tmp_path / "b.zarr", {"source_index": np.arange(4)}, shuffle=False)
     with pytest.raises(ValueError, match=r"extra\['order'\] is reserved.*got"):
-        write_arrays(tmp_path / "c.zarr", {"v": np.arange(4)}, extra={"order": "mine"})
+        write_arrays(
+            tmp_path / "c.zarr", {"v": np.arange(4)}, output=Output(extra={"order": "mine"})
+        )
 
 
 # -- the wrapper itself ----------------------------------------------------------------------

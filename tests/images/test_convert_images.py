@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from chunkio import ChunkDataset
+from chunkio import ChunkDataset, Execution, ImageOptions, Output
 from chunkio.convert import image_check
 from chunkio.convert import image_source as image_source_mod
 from chunkio.convert import images as images_mod
@@ -59,7 +59,9 @@ def folder(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 def test_imagefolder_reads_back_the_pillow_pixels(folder: Path, tmp_path: Path, fmt: str) -> None:
     dst = tmp_path / FORMATS[fmt]
-    result = convert_images(folder, dst, workers=1, progress=False, samples_per_chunk=4)
+    result = convert_images(
+        folder, dst, output=Output(chunks=4), execution=Execution(workers=1, progress=False)
+    )
     assert result.num_samples == 6 and result.class_names == ("cat", "dog")
     assert result.skipped == () and result.ignored == 2
     ds = ChunkDataset(dst)
@@ -83,18 +85,35 @@ def test_imagefolder_reads_back_the_pillow_pixels(folder: Path, tmp_path: Path, 
 
 def test_rejects_an_existing_destination(folder: Path, tmp_path: Path) -> None:
     dst = tmp_path / "out.zarr"
-    convert_images(folder, dst, workers=1, progress=False)
-    assert convert_images(folder, dst, workers=1, progress=False).unchanged  # the same rerun
+    convert_images(folder, dst, execution=Execution(workers=1, progress=False))
+    assert convert_images(
+        folder, dst, execution=Execution(workers=1, progress=False)
+    ).unchanged  # the same rerun
     with pytest.raises(DestinationExistsError, match='option mode was "RGB", now "L"'):
-        convert_images(folder, dst, workers=1, progress=False, mode="L")
-    convert_images(folder, dst, workers=1, progress=False, overwrite=True, mode="L")
+        convert_images(
+            folder,
+            dst,
+            images=ImageOptions(mode="L"),
+            execution=Execution(workers=1, progress=False),
+        )
+    convert_images(
+        folder,
+        dst,
+        images=ImageOptions(mode="L"),
+        execution=Execution(workers=1, progress=False, overwrite=True),
+    )
     assert ChunkDataset(dst).layout.field("image").sample_shape == (1, 24, 32)
 
 
 def test_flat_folder_has_no_labels(tmp_path: Path) -> None:
     for i in range(3):
         write_image(tmp_path / "flat" / f"im {i}.png", (8, 8), seed=i)
-    convert_images(tmp_path / "flat", tmp_path / "o.zarr", workers=1, progress=False, shuffle=False)
+    convert_images(
+        tmp_path / "flat",
+        tmp_path / "o.zarr",
+        shuffle=False,
+        execution=Execution(workers=1, progress=False),
+    )
     ds = ChunkDataset(tmp_path / "o.zarr")
     assert "label" not in ds.layout.field_names and ds.class_names is None
     assert source_paths(ds.read_batch([0, 1, 2])["path"]) == ["im 0.png", "im 1.png", "im 2.png"]
@@ -106,15 +125,16 @@ def test_a_list_of_paths_with_labels(tmp_path: Path) -> None:
         [paths[2], paths[0]],
         tmp_path / "o.h5",
         labels=[7, 3],
-        workers=1,
-        progress=False,
         shuffle=False,
+        execution=Execution(workers=1, progress=False),
     )
     batch = ChunkDataset(tmp_path / "o.h5").read_batch([0, 1])
     assert batch["label"].tolist() == [7, 3]
     np.testing.assert_array_equal(batch["image"][0], pillow_reference(paths[2]))
     with pytest.raises(ValueError, match="labels must match"):
-        convert_images(paths, tmp_path / "x.zarr", labels=[1], workers=1, progress=False)
+        convert_images(
+            paths, tmp_path / "x.zarr", labels=[1], execution=Execution(workers=1, progress=False)
+        )
 
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
@@ -123,7 +143,12 @@ def test_mixed_sizes_become_a_ragged_field(tmp_path: Path, fmt: str) -> None:
     for i, hw in enumerate(sizes):
         write_image(tmp_path / "src" / f"{i}.png", hw, seed=i)
     dst = tmp_path / FORMATS[fmt]
-    result = convert_images(tmp_path / "src", dst, workers=1, progress=False, samples_per_chunk=2)
+    result = convert_images(
+        tmp_path / "src",
+        dst,
+        output=Output(chunks=2),
+        execution=Execution(workers=1, progress=False),
+    )
     assert result.fields[0].kind == "ragged"
     ds = ChunkDataset(dst, fields=["image", "orig_size", "source_index"])
     images, orig, where = ds.read_batch([4, 0, 3, 1, 2]).values()
@@ -159,7 +184,12 @@ def test_mixed_sizes_with_a_target_size_are_dense(tmp_path: Path, how: Any) -> N
         write_image(tmp_path / "src" / f"{i}.png", hw, seed=i)
     dst = tmp_path / "o.zarr"
     convert_images(
-        tmp_path / "src", dst, size=(8, 6), resize=how, workers=1, progress=False, shuffle=False
+        tmp_path / "src",
+        dst,
+        size=(8, 6),
+        shuffle=False,
+        images=ImageOptions(resize=how),
+        execution=Execution(workers=1, progress=False),
     )
     ds = ChunkDataset(dst, fields=["image", "orig_size"])
     images, orig = ds.read_batch([0, 1, 2]).values()
@@ -176,7 +206,7 @@ def test_bad_file_with_raise_stops_before_writing(folder: Path, tmp_path: Path) 
     bad.write_bytes(bad.read_bytes()[:200])
     dst = tmp_path / "o.zarr"
     with pytest.raises(SourceError, match=r"cat/1\.jpg") as err:
-        convert_images(folder, dst, workers=1, progress=False)
+        convert_images(folder, dst, execution=Execution(workers=1, progress=False))
     assert "on_error='skip'" in str(err.value)
     assert not dst.exists() and not any(p.name.startswith(".o.zarr") for p in tmp_path.iterdir())
 
@@ -193,10 +223,14 @@ def test_process_pools_write_ragged_chunks_without_sharing_them(
     for i, hw in enumerate(sizes):
         write_image(tmp_path / "src" / f"{i:02d}.png", hw, seed=i)
     (tmp_path / "src" / "99.png").write_bytes(b"\x89PNG\r\n\x1a\n truncated")
-    kw: dict[str, Any] = {"on_error": "skip", "progress": False, "samples_per_chunk": 2}
-    pooled = convert_images(tmp_path / "src", tmp_path / "p.zarr", workers=2, **kw)
+    kw: dict[str, Any] = {"on_error": "skip", "output": Output(chunks=2)}
+    pooled = convert_images(
+        tmp_path / "src", tmp_path / "p.zarr", **kw, execution=Execution(workers=2, progress=False)
+    )
     assert [s.path for s in pooled.skipped] == ["99.png"] and pooled.written_blocks > 1
-    serial = convert_images(tmp_path / "src", tmp_path / "s.zarr", workers=1, **kw)
+    serial = convert_images(
+        tmp_path / "src", tmp_path / "s.zarr", **kw, execution=Execution(workers=1, progress=False)
+    )
     assert serial.skipped == pooled.skipped
     for dst in ("p.zarr", "s.zarr"):
         ds = ChunkDataset(tmp_path / dst, fields=("image", "source_index"))
@@ -246,7 +280,10 @@ def test_an_interrupted_ragged_conversion_resumes(
             raise SourceError(f"{path}: simulated failure")
         return real(path, *args, **kw)
 
-    kw: dict[str, Any] = {"workers": 1, "progress": False, "samples_per_chunk": 2}
+    kw: dict[str, Any] = {
+        "execution": Execution(workers=1, progress=False),
+        "output": Output(chunks=2),
+    }
     monkeypatch.setattr(images_mod, "_BLOCK_BYTES", 1)  # one chunk per block: 3 blocks
     monkeypatch.setattr(image_source_mod, "load_image", failing)
     with pytest.raises(SourceError, match="simulated failure"):
@@ -273,8 +310,10 @@ def test_dask_client_runs_both_passes(folder: Path, tmp_path: Path) -> None:
     with distributed.Client(
         processes=False, n_workers=1, threads_per_worker=2, dashboard_address=None
     ) as client:
-        convert_images(folder, tmp_path / "d.zarr", client=client, progress=False)
-    convert_images(folder, tmp_path / "local.zarr", workers=1, progress=False)
+        convert_images(
+            folder, tmp_path / "d.zarr", execution=Execution(client=client, progress=False)
+        )
+    convert_images(folder, tmp_path / "local.zarr", execution=Execution(workers=1, progress=False))
     batch = ChunkDataset(tmp_path / "d.zarr").read_batch(range(6))
     row = batch["source_index"].tolist().index(5)  # dog/2.jpg, the last file listed
     assert source_paths(batch["path"][row : row + 1]) == ["dog/2.jpg"]
@@ -285,14 +324,14 @@ def test_dask_client_runs_both_passes(folder: Path, tmp_path: Path) -> None:
 
 
 def test_bad_options_are_refused(folder: Path, tmp_path: Path) -> None:
-    for kw, match in (
-        ({"mode": "CMYK"}, "mode must be"),
-        ({"resize": "crop"}, "resize must be"),
-        ({"size": (0, 4)}, "size must be"),
-        ({"on_error": "ignore"}, "on_error must be"),
-        ({"workers": 0}, "workers must be"),
+    for make, match in (
+        (lambda: {"images": ImageOptions(mode="CMYK")}, "mode must be"),  # type: ignore[arg-type]
+        (lambda: {"images": ImageOptions(resize="crop")}, "resize must be"),  # type: ignore[arg-type]
+        (lambda: {"size": (0, 4)}, "size must be"),
+        (lambda: {"on_error": "ignore"}, "on_error must be"),
+        (lambda: {"execution": Execution(workers=0)}, "workers must be"),
     ):
         with pytest.raises(ValueError, match=match):
-            convert_images(folder, tmp_path / "x.zarr", progress=False, **kw)
+            convert_images(folder, tmp_path / "x.zarr", **make())
     with pytest.raises(TypeError, match="labels="):
-        convert_images(folder, tmp_path / "x.zarr", labels=[0], progress=False)
+        convert_images(folder, tmp_path / "x.zarr", labels=[0], execution=Execution(progress=False))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from PIL import Image
 from torch.utils.data import DataLoader
 
 from benchmarks.data import make_jpeg_folder
-from chunkio import ChunkDataset, convert_images, make_loader
+from chunkio import ChunkDataset, Execution, ImageOptions, Workers, convert_images, make_loader
 from chunkio.dataset_report import verify
 from chunkio.errors import CorruptChunkError, SourceError
 from chunkio.layout import DatasetLayout
@@ -47,8 +48,11 @@ def _size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def _convert(src: Path, dst: Path, **kw: object) -> ChunkDataset:
-    convert_images(src, dst, progress=False, workers=1, **kw)  # type: ignore[arg-type]
+def _convert(src: Path, dst: Path, size: int | None = None, **image: Any) -> ChunkDataset:
+    options = ImageOptions(**image)
+    convert_images(
+        src, dst, size=size, images=options, execution=Execution(progress=False, workers=1)
+    )
     return ChunkDataset(dst, fields=("image", "label"))
 
 
@@ -87,7 +91,13 @@ def test_images_of_several_sizes_become_a_list_or_a_transformed_batch(tmp_path: 
         img = rng.integers(0, 255, (*hw, 3), dtype=np.uint8)
         Image.fromarray(img).save(src / f"c{i % 2}" / f"{i}.png")
     dst = tmp_path / "var.zarr"
-    convert_images(src, dst, encoding="png", progress=False, shuffle=False)
+    convert_images(
+        src,
+        dst,
+        shuffle=False,
+        images=ImageOptions(encoding="png"),
+        execution=Execution(progress=False),
+    )
     ds = ChunkDataset(dst, fields=("image", "label"))
     assert ds.layout.field("image").sample_shape is None
     images = ds.read_batch(range(6))["image"]
@@ -111,7 +121,9 @@ def test_compose_keeps_the_ring_and_is_keyed_by_seed_epoch_and_index(
     photos: Path, tmp_path: Path
 ) -> None:
     dst = tmp_path / "jpg.zarr"
-    convert_images(photos, dst, encoding="jpeg", progress=False)
+    convert_images(
+        photos, dst, images=ImageOptions(encoding="jpeg"), execution=Execution(progress=False)
+    )
     t = Compose([RandomResizedCrop(32), RandomHorizontalFlip()], seed=7)
 
     def epoch(loader_workers: int, epoch: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -134,10 +146,15 @@ def test_compose_keeps_the_ring_and_is_keyed_by_seed_epoch_and_index(
 
 def test_the_dataloader_route_sees_the_epoch_too(photos: Path, tmp_path: Path) -> None:
     dst = tmp_path / "jpg.h5"
-    convert_images(photos, dst, encoding="jpeg", progress=False)
+    convert_images(
+        photos, dst, images=ImageOptions(encoding="jpeg"), execution=Execution(progress=False)
+    )
     t = Compose([RandomResizedCrop(16)])
     kw = {"fields": ("image", "label"), "transform": t, "num_workers": 0}
-    ring, plain = make_loader(dst, 12, **kw), make_loader(dst, 12, transport="dataloader", **kw)
+    ring, plain = (
+        make_loader(dst, 12, **kw),
+        make_loader(dst, 12, **kw, workers=Workers(transport="dataloader")),
+    )
     for e in (0, 3):
         ring.set_epoch(e)
         plain.set_epoch(e)
@@ -149,7 +166,13 @@ def test_the_dataloader_route_sees_the_epoch_too(photos: Path, tmp_path: Path) -
 def test_jpeg_crops_decoded_at_reduced_scale_stay_close_to_full_decodes(tmp_path: Path) -> None:
     src = make_jpeg_folder(tmp_path / "big", n_images=8, size=200, n_classes=2, seed=1)
     dst = tmp_path / "big.zarr"
-    convert_images(src, dst, encoding="jpeg", progress=False, shuffle=False)
+    convert_images(
+        src,
+        dst,
+        shuffle=False,
+        images=ImageOptions(encoding="jpeg"),
+        execution=Execution(progress=False),
+    )
     t = Compose([CenterCrop(180), RandomResizedCrop(48, scale=(0.5, 1.0))])
     fused = ChunkDataset(dst, fields="image", transform=t).read_batch(range(8), epoch=2)["image"]
     other = ChunkDataset(dst, fields="image", transform=t).read_batch(range(8), epoch=3)["image"]
@@ -168,7 +191,7 @@ def test_a_raw_field_with_compose_matches_compose_on_the_stored_pixels(
     photos: Path, tmp_path: Path
 ) -> None:
     dst = tmp_path / "raw.zarr"
-    convert_images(photos, dst, progress=False)
+    convert_images(photos, dst, execution=Execution(progress=False))
     t = Compose([RandomResizedCrop(40), RandomHorizontalFlip()], seed=2)
     plain = ChunkDataset(dst, fields="image").read_batch(range(10))["image"]
     with make_loader(dst, 10, shuffle=False, num_workers=1, fields="image", transform=t) as ld:
@@ -183,7 +206,9 @@ def test_a_raw_field_with_compose_matches_compose_on_the_stored_pixels(
 
 def test_default_collate_with_an_encoded_field(photos: Path, tmp_path: Path) -> None:
     dst = tmp_path / "jpg.zarr"
-    convert_images(photos, dst, encoding="jpeg", progress=False)
+    convert_images(
+        photos, dst, images=ImageOptions(encoding="jpeg"), execution=Execution(progress=False)
+    )
     ds = ChunkDataset(dst, fields=("image", "label"), transform=Compose([CenterCrop(32)]))
     x, y = next(iter(DataLoader(ds, batch_size=5)))
     assert tuple(x.shape) == (5, 3, 32, 32) and tuple(y.shape) == (5,)
@@ -195,7 +220,9 @@ def test_a_transform_without_a_declared_shape_warns_and_falls_back(
     photos: Path, tmp_path: Path
 ) -> None:
     dst = tmp_path / "jpg.zarr"
-    convert_images(photos, dst, encoding="jpeg", progress=False)
+    convert_images(
+        photos, dst, images=ImageOptions(encoding="jpeg"), execution=Execution(progress=False)
+    )
     with pytest.warns(RingFallbackWarning, match="declares no output shape"):
         loader = make_loader(dst, 8, num_workers=0, fields="image", transform=lambda x: x[:, :8])
     assert loader.transport == "dataloader"
@@ -206,7 +233,13 @@ def test_corrupt_encoded_bytes_name_the_field_and_sample(photos: Path, tmp_path:
     import zarr
 
     dst = tmp_path / "jpg.zarr"
-    convert_images(photos, dst, encoding="jpeg", progress=False, shuffle=False)
+    convert_images(
+        photos,
+        dst,
+        shuffle=False,
+        images=ImageOptions(encoding="jpeg"),
+        execution=Execution(progress=False),
+    )
     ds = ChunkDataset(dst, fields="image")
     assert verify(dst).ok, verify(dst).problems
     spans = zarr.open_array(str(dst / "image__spans"), mode="r")[:]
@@ -223,22 +256,45 @@ def test_corrupt_encoded_bytes_name_the_field_and_sample(photos: Path, tmp_path:
 def test_bad_encoding_options_fail_before_anything_is_written(photos: Path, tmp_path: Path) -> None:
     dst = tmp_path / "x.zarr"
     with pytest.raises(ValueError, match="encoding"):
-        convert_images(photos, dst, encoding="gif", progress=False)
+        convert_images(
+            photos, dst, images=ImageOptions(encoding="gif"), execution=Execution(progress=False)
+        )
     with pytest.raises(ValueError, match="quality"):
-        convert_images(photos, dst, encoding="jpeg", quality=0, progress=False)
+        convert_images(
+            photos,
+            dst,
+            images=ImageOptions(encoding="jpeg", quality=0),
+            execution=Execution(progress=False),
+        )
     with pytest.raises(ValueError, match="max_size"):
-        convert_images(photos, dst, size=32, max_size=40, progress=False)
+        convert_images(
+            photos,
+            dst,
+            size=32,
+            images=ImageOptions(max_size=40),
+            execution=Execution(progress=False),
+        )
     assert not dst.exists()
 
 
 def test_auto_picks_jpeg_for_jpegs_and_raw_for_pngs(photos: Path, tmp_path: Path) -> None:
-    convert_images(photos, tmp_path / "a.zarr", encoding="auto", progress=False)
+    convert_images(
+        photos,
+        tmp_path / "a.zarr",
+        images=ImageOptions(encoding="auto"),
+        execution=Execution(progress=False),
+    )
     assert ChunkDataset(tmp_path / "a.zarr").layout.field("image").encoding == "jpeg"
     src = tmp_path / "png"
     for i in range(4):
         (src / "c").mkdir(parents=True, exist_ok=True)
         Image.fromarray(np.full((8, 8, 3), i * 40, np.uint8)).save(src / "c" / f"{i}.png")
-    convert_images(src, tmp_path / "b.zarr", encoding="auto", progress=False)
+    convert_images(
+        src,
+        tmp_path / "b.zarr",
+        images=ImageOptions(encoding="auto"),
+        execution=Execution(progress=False),
+    )
     assert ChunkDataset(tmp_path / "b.zarr").layout.field("image").kind == "dense"
 
 
@@ -247,7 +303,12 @@ def test_max_size_shrinks_only_larger_images(tmp_path: Path) -> None:
     src.mkdir(parents=True)
     Image.new("RGB", (300, 200), (10, 20, 30)).save(src / "big.png")
     Image.new("RGB", (50, 40), (10, 20, 30)).save(src / "small.png")
-    convert_images(tmp_path / "src", tmp_path / "m.zarr", max_size=120, progress=False)
+    convert_images(
+        tmp_path / "src",
+        tmp_path / "m.zarr",
+        images=ImageOptions(max_size=120),
+        execution=Execution(progress=False),
+    )
     images = ChunkDataset(tmp_path / "m.zarr", fields="image").read_batch([0, 1])["image"]
     assert sorted(im.shape for im in images) == [(3, 40, 50), (3, 80, 120)]
 
@@ -257,11 +318,22 @@ def test_an_encoded_conversion_reruns_unchanged_and_hdf5_bytes_repeat(
     photos: Path, tmp_path: Path, fmt: str
 ) -> None:
     one, two = tmp_path / f"1{FORMATS[fmt]}", tmp_path / f"2{FORMATS[fmt]}"
-    convert_images(photos, one, encoding="jpeg", progress=False)
-    assert convert_images(photos, one, encoding="jpeg", progress=False).unchanged
+    convert_images(
+        photos, one, images=ImageOptions(encoding="jpeg"), execution=Execution(progress=False)
+    )
+    assert convert_images(
+        photos, one, images=ImageOptions(encoding="jpeg"), execution=Execution(progress=False)
+    ).unchanged
     with pytest.raises(FileExistsError, match="encoding"):
-        convert_images(photos, one, encoding="png", progress=False)
-    convert_images(photos, two, encoding="jpeg", progress=False, workers=2)
+        convert_images(
+            photos, one, images=ImageOptions(encoding="png"), execution=Execution(progress=False)
+        )
+    convert_images(
+        photos,
+        two,
+        images=ImageOptions(encoding="jpeg"),
+        execution=Execution(progress=False, workers=2),
+    )
     if fmt == "hdf5":
         assert one.read_bytes() == two.read_bytes()
     else:
@@ -288,7 +360,9 @@ def _attrs(path: Path) -> dict[str, object]:
 @pytest.mark.parametrize("encoding", ["jpeg", "raw"])
 def test_decode_threads_give_the_same_batches(photos: Path, tmp_path: Path, encoding: str) -> None:
     dst = tmp_path / f"{encoding}.zarr"
-    convert_images(photos, dst, encoding=encoding, progress=False)
+    convert_images(
+        photos, dst, images=ImageOptions(encoding=encoding), execution=Execution(progress=False)
+    )
     t = Compose([RandomResizedCrop(24), RandomHorizontalFlip()])
     idx = list(range(0, 48, 2))
     one = ChunkDataset(dst, fields="image", transform=t).read_batch(idx, epoch=5)["image"]
@@ -305,9 +379,19 @@ def test_sixteen_bit_images_are_refused_by_lossy_encodings_before_writing(tmp_pa
         Image.fromarray(np.full((6, 6), 1000 * i, np.uint16)).save(src / f"{i}.png")
     dst = tmp_path / "d.zarr"
     with pytest.raises(SourceError, match="use encoding='png'"):
-        convert_images(tmp_path / "src", dst, mode="keep", encoding="jpeg", progress=False)
+        convert_images(
+            tmp_path / "src",
+            dst,
+            images=ImageOptions(mode="keep", encoding="jpeg"),
+            execution=Execution(progress=False),
+        )
     assert not dst.exists()
-    convert_images(tmp_path / "src", dst, mode="keep", encoding="png", progress=False)
+    convert_images(
+        tmp_path / "src",
+        dst,
+        images=ImageOptions(mode="keep", encoding="png"),
+        execution=Execution(progress=False),
+    )
     images = ChunkDataset(dst, fields="image").read_batch([0, 1, 2])["image"]
     assert images.dtype == np.uint16 and sorted(int(im.max()) for im in images) == [0, 1000, 2000]
 
@@ -350,7 +434,12 @@ def test_a_jpeg_too_large_for_its_region_is_encoded_again(tmp_path: Path) -> Non
         data = (src / f"{i}.jpg").read_bytes()
         (src / f"{i}.jpg").write_bytes(data[:2] + b"\xff\xfe\xea\x62" + b"y" * 60000 + data[2:])
     dst = tmp_path / "d.zarr"
-    convert_images(tmp_path / "src", dst, encoding="jpeg", progress=False)
+    convert_images(
+        tmp_path / "src",
+        dst,
+        images=ImageOptions(encoding="jpeg"),
+        execution=Execution(progress=False),
+    )
     ds = ChunkDataset(dst, fields="image")
     assert ds.layout.extra["source"]["jpeg_files_stored_as_is"] == 0
     assert verify(dst).ok
@@ -364,7 +453,9 @@ def test_decoded_batches_are_channels_last_unless_asked_otherwise(
     photos: Path, tmp_path: Path, workers: int
 ) -> None:
     dst = tmp_path / "jpg.zarr"
-    convert_images(photos, dst, encoding="jpeg", progress=False)
+    convert_images(
+        photos, dst, images=ImageOptions(encoding="jpeg"), execution=Execution(progress=False)
+    )
     t = Compose([RandomResizedCrop(32)])
     batches = {}
     for last in (True, False):

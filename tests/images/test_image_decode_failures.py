@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from chunkio import ChunkDataset
+from chunkio import ChunkDataset, Execution, Output
 from chunkio.convert import image_check
 from chunkio.convert import image_source as image_source_mod
 from chunkio.convert import images as images_mod
@@ -121,7 +121,9 @@ def test_bytes_after_the_end_marker_cost_a_decode_but_are_no_error(
 def test_raise_names_the_file_and_publishes_nothing(folder: Path, tmp_path: Path, fmt: str) -> None:
     dst = tmp_path / ("o.zarr" if fmt == "zarr" else "o.h5")
     with pytest.raises(SourceError, match=r"cls/03\.jpg: cannot decode.*on_error='skip'") as err:
-        convert_images(folder, dst, workers=1, progress=False, samples_per_chunk=2)
+        convert_images(
+            folder, dst, output=Output(chunks=2), execution=Execution(workers=1, progress=False)
+        )
     assert isinstance(err.value, UndecodableImage) and err.value.path == str(folder / BAD)
     assert not dst.exists()
 
@@ -131,7 +133,10 @@ def test_skip_leaves_the_file_out_as_if_it_was_never_there(
     folder: Path, without_bad: Path, tmp_path: Path, fmt: str
 ) -> None:
     suffix = ".zarr" if fmt == "zarr" else ".h5"
-    kw: dict[str, Any] = {"workers": 1, "progress": False, "samples_per_chunk": 2}
+    kw: dict[str, Any] = {
+        "execution": Execution(workers=1, progress=False),
+        "output": Output(chunks=2),
+    }
     result = convert_images(folder, tmp_path / f"o{suffix}", on_error="skip", **kw)
     assert [s.path for s in result.skipped] == [BAD]
     assert "cannot decode" in result.skipped[0].reason
@@ -150,17 +155,28 @@ def test_skip_works_when_a_pool_worker_meets_the_file(
     folder: Path, without_bad: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(image_check, "POOL_MIN_SECONDS", 0.0)  # pools even for 9 files
-    kw: dict[str, Any] = {"progress": False, "samples_per_chunk": 2}
-    result = convert_images(folder, tmp_path / "p.zarr", on_error="skip", workers=2, **kw)
+    kw: dict[str, Any] = {"output": Output(chunks=2)}
+    result = convert_images(
+        folder,
+        tmp_path / "p.zarr",
+        on_error="skip",
+        **kw,
+        execution=Execution(workers=2, progress=False),
+    )
     assert [s.path for s in result.skipped] == [BAD]
-    convert_images(without_bad, tmp_path / "ref.zarr", workers=1, **kw)
+    convert_images(
+        without_bad, tmp_path / "ref.zarr", **kw, execution=Execution(workers=1, progress=False)
+    )
     assert_same_rows(tmp_path / "p.zarr", tmp_path / "ref.zarr")
 
 
 def test_an_interrupted_second_attempt_resumes_to_the_same_dataset(
     folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    kw: dict[str, Any] = {"workers": 1, "progress": False, "samples_per_chunk": 2}
+    kw: dict[str, Any] = {
+        "execution": Execution(workers=1, progress=False),
+        "output": Output(chunks=2),
+    }
     convert_images(folder, tmp_path / "ref.zarr", on_error="skip", **kw)
     real = image_source_mod.load_image
     after_bad: list[str] = []  # files loaded since the bad one failed: the second attempt

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from chunkio import ChunkDataset
+from chunkio import ChunkDataset, Execution, ImageOptions
 from chunkio.convert.images import convert_images, source_paths
 from chunkio.convert.scan import scan_folder
 from chunkio.errors import SourceError
@@ -33,10 +33,16 @@ def save(path: Path, im: Image.Image, **kw: Any) -> Path:
     return path
 
 
-def convert(src: Path, tmp_path: Path, name: str = "o.zarr", **kw: Any) -> Any:
+def convert(src: Path, tmp_path: Path, name: str = "o.zarr", mode: Any = "RGB", **kw: Any) -> Any:
     # Listing order (no write-time shuffle): these tests check decoding, file by file.
     kw.setdefault("shuffle", False)
-    return convert_images(src, tmp_path / name, workers=1, progress=False, **kw)
+    return convert_images(
+        src,
+        tmp_path / name,
+        **kw,
+        images=ImageOptions(mode=mode),
+        execution=Execution(workers=1, progress=False),
+    )
 
 
 def read_all(path: Path) -> dict[str, Any]:

@@ -28,8 +28,8 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
     chunkio.write_arrays(
         path,
         {"sample_id": ids, "x": np.zeros((N, 64), np.float32)},
-        samples_per_chunk=16,
         shuffle=False,
+        output=chunkio.Output(chunks=16),
     )
     return path
 
@@ -44,7 +44,12 @@ def _run_job(dataset: str, world: int, workers: int, out: Path, resume: Path | N
 
 def _reference(dataset: str) -> list[list[int]]:
     loader = chunkio.make_loader(
-        dataset, GLOBAL_BATCH, fields="sample_id", num_workers=0, seed=7, pool_bytes=1 << 20
+        dataset,
+        GLOBAL_BATCH,
+        fields="sample_id",
+        num_workers=0,
+        seed=7,
+        ordering=chunkio.Ordering(pool_bytes=1 << 20),
     )
     loader.set_epoch(1)
     return [b.tolist() for b in loader]
@@ -93,8 +98,14 @@ def test_ranks_share_a_users_own_store_disjointly_each_epoch(tmp_path: Path, sto
     run_ranks("ddp_rank.py", 2, [*args, f"--fields={json.dumps(fields)}", "--epochs=0,1"],
               timeout=150)  # fmt: skip
     got = json.loads((tmp_path / "out.json").read_text())["epochs"]
-    loader = chunkio.make_loader(path, GLOBAL_BATCH, fields=fields, num_workers=0, seed=7,
-                                 pool_bytes=1 << 20)  # fmt: skip
+    loader = chunkio.make_loader(
+        path,
+        GLOBAL_BATCH,
+        fields=fields,
+        num_workers=0,
+        seed=7,
+        ordering=chunkio.Ordering(pool_bytes=1 << 20),
+    )
     for epoch in (0, 1):
         loader.set_epoch(epoch)
         ref = [ids.tolist() for _, ids in loader]

@@ -27,7 +27,7 @@ import pytest
 from conftest import sample_arrays
 from torch.utils.data import DataLoader
 
-from chunkio import ChunkDataset, collate, make_loader
+from chunkio import ChunkDataset, Workers, collate, make_loader
 from chunkio.errors import LoaderError
 from chunkio.read import ReadCore
 
@@ -193,9 +193,8 @@ def test_make_loader_worker_killed_mid_epoch(dataset_path: str, persistent: bool
         BATCH,
         num_workers=2,
         fields=["image", "label"],
-        persistent_workers=persistent,
-        copy=True,
         seed=1,
+        workers=Workers(persistent=persistent, copy=True),
     )
     try:
         expected = sorted((np.arange(N) % 7).tolist())
@@ -249,7 +248,7 @@ def test_make_loader_timeout_is_prompt_and_clear(
     # Forked workers inherit the patched read path; the parent never reads.
     monkeypatch.setattr(ReadCore, "read", _slow_read)
     loader = make_loader(
-        path, BATCH, num_workers=1, timeout=2, multiprocessing_context="fork", fields=["image"]
+        path, BATCH, num_workers=1, fields=["image"], workers=Workers(timeout=2, context="fork")
     )
     started = time.monotonic()
     try:

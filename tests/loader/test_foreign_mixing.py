@@ -14,7 +14,7 @@ import pytest
 from foreign_stores import labelled
 
 import chunkio
-from chunkio import cli
+from chunkio import Ordering, cli
 from chunkio.label_check import LabelMixingWarning
 
 N, CLASSES, BATCH, CHUNK = 4000, 100, 64, 32
@@ -49,9 +49,9 @@ def test_a_label_sorted_users_store_mixes_like_a_uniform_shuffle(
     fields = [arrays["image"], arrays["label"]]
     settings: dict[str, dict[str, Any]] = {
         "defaults": {},
-        "pool of all the data": {"pool_bytes": N * SAMPLE},
-        "pool of 1/16 of the data": {"pool_bytes": N // 16 * SAMPLE},
-        "one chunk, one lane": {"pool_bytes": CHUNK * SAMPLE, "lanes": 1},
+        "pool of all the data": {"ordering": Ordering(pool_bytes=N * SAMPLE)},
+        "pool of 1/16 of the data": {"ordering": Ordering(pool_bytes=N // 16 * SAMPLE)},
+        "one chunk, one lane": {"ordering": Ordering(pool_bytes=CHUNK * SAMPLE, lanes=1)},
     }
     ratios = {}
     for name, kw in settings.items():
@@ -66,7 +66,7 @@ def test_a_label_sorted_users_store_mixes_like_a_uniform_shuffle(
 
 def test_the_warning_names_what_to_do_with_a_users_store(tmp_path: Path) -> None:
     path, arrays, _ = labelled(tmp_path, "zarr v2", N, CLASSES, chunk=CHUNK)
-    small = {"pool_bytes": CHUNK * SAMPLE, "lanes": 1}
+    small = {"ordering": Ordering(pool_bytes=CHUNK * SAMPLE, lanes=1)}
     fields = {"x": arrays["image"], "y": arrays["label"]}
     with pytest.raises(LabelMixingWarning, match=r"sorted by label.*pool_bytes") as caught:
         chunkio.make_loader(path, BATCH, fields=fields, num_workers=0, **small)
@@ -85,7 +85,7 @@ def test_the_warning_names_what_to_do_with_a_users_store(tmp_path: Path) -> None
 def test_a_shuffled_users_store_does_not_warn_even_with_a_small_pool(tmp_path: Path) -> None:
     path, arrays, source = labelled(tmp_path, "h5py", N, CLASSES, chunk=CHUNK, sort=False)
     seen, warned = _epoch(path, [arrays["image"], arrays["label"]],
-                          pool_bytes=CHUNK * SAMPLE, lanes=1)  # fmt: skip
+                          ordering=Ordering(pool_bytes=CHUNK * SAMPLE, lanes=1))  # fmt: skip
     assert not warned and seen >= 0.9 * _uniform_distinct(source["label"])
 
 
@@ -93,9 +93,17 @@ def test_a_native_dataset_names_its_labels_the_same_way(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     arrays = {"x": rng.random((N, 4), np.float32), "labels": np.repeat(np.arange(100), N // 100)}
     path = tmp_path / "native.zarr"
-    chunkio.write_arrays(path, arrays, samples_per_chunk=CHUNK, shuffle=False, progress=False)
+    chunkio.write_arrays(
+        path,
+        arrays,
+        shuffle=False,
+        output=chunkio.Output(chunks=CHUNK),
+        execution=chunkio.Execution(progress=False),
+    )
     with pytest.raises(LabelMixingWarning, match=r"sorted by label.*Reconvert with shuffle=True"):
-        chunkio.make_loader(path, BATCH, num_workers=0, pool_bytes=CHUNK * 24, lanes=1)
+        chunkio.make_loader(
+            path, BATCH, num_workers=0, ordering=chunkio.Ordering(pool_bytes=CHUNK * 24, lanes=1)
+        )
 
 
 def test_labels_stored_as_one_chunk_do_not_make_the_store_one_chunk(tmp_path: Path) -> None:
@@ -107,5 +115,11 @@ def test_labels_stored_as_one_chunk_do_not_make_the_store_one_chunk(tmp_path: Pa
     # images too large to preload, labels not: as with a real store
     ds = chunkio.ChunkDataset(path, fields=fields, preload_bytes=N * 8)
     assert ds.samples_per_chunk == CHUNK  # not N: the labels' one chunk
-    loader = chunkio.make_loader(ds, BATCH, num_workers=0, pool_bytes=N // 4 * SAMPLE, copy=True)
+    loader = chunkio.make_loader(
+        ds,
+        BATCH,
+        num_workers=0,
+        ordering=chunkio.Ordering(pool_bytes=N // 4 * SAMPLE),
+        workers=chunkio.Workers(copy=True),
+    )
     assert sorted(np.concatenate([y.numpy() for _, y in loader])) == sorted(source["label"])

@@ -16,7 +16,7 @@ import pytest
 import torch
 from resume_harness import assert_resume_equals_uninterrupted
 
-from chunkio import ChunkDataset, make_loader
+from chunkio import ChunkDataset, Workers, make_loader
 from chunkio.gpu import DevicePrefetcher, map_tensors, pin_ring, resolve_device
 from chunkio.transport import Lease, RingLayout, SlotRing
 
@@ -146,9 +146,12 @@ def test_device_route_through_ring_workers_equals_reference_and_resumes(make_dat
     def make() -> Any:
         ds = ChunkDataset(path, fields=["image", "label"], preload_bytes=0)
         return make_loader(
-            ds, 16, num_workers=2, prefetch=1, multiprocessing_context="fork", device="gpu-ish",
-            persistent_workers=False,
-        )  # fmt: skip
+            ds,
+            16,
+            num_workers=2,
+            device="gpu-ish",
+            workers=Workers(prefetch=1, context="fork", persistent=False),
+        )
 
     loader = make()
     assert loader.device is not None

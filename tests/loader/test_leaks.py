@@ -20,7 +20,7 @@ import psutil
 import pytest
 from conftest import sample_arrays
 
-from chunkio import make_loader
+from chunkio import Output, make_loader
 
 BATCH, SPC = 16, 16
 
@@ -90,9 +90,8 @@ def run_epochs(path: str, *, epochs: int, persistent: bool, transport: str) -> l
         path,
         BATCH,
         num_workers=2,
-        persistent_workers=persistent,
         fields=["image", "label"],
-        transport=transport,  # type: ignore[arg-type]
+        # type: ignore[arg-type], workers=Workers(persistent=persistent, transport=transport)
     )
     samples = []
     try:
@@ -130,7 +129,7 @@ def datasets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     out = {}
     for fmt, suffix in (("zarr", ".zarr"), ("hdf5", ".h5")):
         out[fmt] = str(root / f"d{suffix}")
-        write_arrays(out[fmt], sample_arrays(256), samples_per_chunk=SPC)
+        write_arrays(out[fmt], sample_arrays(256), output=Output(chunks=SPC))
     return out
 
 

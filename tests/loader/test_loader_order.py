@@ -25,7 +25,7 @@ def ids_dataset(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
         "sample_id": np.arange(N, dtype=np.int64),
         "x": np.arange(N * 48, dtype=np.float32).reshape(N, 3, 4, 4),
     }
-    chunkio.write_arrays(path, arrays, samples_per_chunk=25, shuffle=False)
+    chunkio.write_arrays(path, arrays, shuffle=False, output=chunkio.Output(chunks=25))
     return path
 
 
@@ -43,7 +43,7 @@ def test_global_sequence_is_the_same_for_0_1_2_3_workers(ids_dataset: str) -> No
             fields=["sample_id", "x"],
             num_workers=workers,
             seed=3,
-            pool_bytes=8 << 10,
+            ordering=chunkio.Ordering(pool_bytes=8 << 10),
         ) as loader:
             assert loader.transport == ("local" if workers == 0 else "ring")
             runs[workers] = [_epoch(loader), _epoch(loader)]  # two epochs: they differ
@@ -58,8 +58,8 @@ def test_global_sequence_is_the_same_for_0_1_2_3_workers(ids_dataset: str) -> No
         fields=["sample_id", "x"],
         num_workers=2,
         seed=3,
-        pool_bytes=8 << 10,
-        transport="dataloader",
+        ordering=chunkio.Ordering(pool_bytes=8 << 10),
+        workers=chunkio.Workers(transport="dataloader"),
     ) as loader:
         assert [_epoch(loader), _epoch(loader)] == runs[0]
 
@@ -74,7 +74,7 @@ def test_resume_onto_another_worker_count(ids_dataset: str, before: int, after: 
             fields=["sample_id", "x"],
             num_workers=workers,
             seed=1,
-            pool_bytes=8 << 10,
+            ordering=chunkio.Ordering(pool_bytes=8 << 10),
         )
 
     with make(0) as ref_loader:
@@ -99,9 +99,13 @@ def test_bad_pool_seed_and_state_are_clear_errors(ids_dataset: str) -> None:
     with pytest.raises(
         ValueError, match=r"pool_bytes must hold at least one decoded chunk.*got 100"
     ):
-        chunkio.make_loader(ids_dataset, 8, num_workers=0, pool_bytes=100)
+        chunkio.make_loader(
+            ids_dataset, 8, num_workers=0, ordering=chunkio.Ordering(pool_bytes=100)
+        )
     with pytest.raises(TypeError, match=r"pool_bytes must be an int, got '1M'"):
-        chunkio.make_loader(ids_dataset, 8, num_workers=0, pool_bytes="1M")  # type: ignore[arg-type]
+        chunkio.make_loader(
+            ids_dataset, 8, num_workers=0, ordering=chunkio.Ordering(pool_bytes="1M")
+        )  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"seed must be an int, got '0'"):
         chunkio.make_loader(ids_dataset, 8, num_workers=0, seed="0")  # type: ignore[arg-type]
     a = chunkio.make_loader(ids_dataset, 8, num_workers=0)
@@ -118,8 +122,8 @@ def class_sorted(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     image = np.random.default_rng(0).integers(0, 255, (N, 3, 8, 8), dtype=np.uint8)
     arrays = {"image": image, "label": labels}
     sorted_path, shuffled_path = str(root / "sorted.zarr"), str(root / "shuffled.zarr")
-    chunkio.write_arrays(sorted_path, arrays, samples_per_chunk=60, shuffle=False)
-    chunkio.write_arrays(shuffled_path, arrays, samples_per_chunk=60)
+    chunkio.write_arrays(sorted_path, arrays, shuffle=False, output=chunkio.Output(chunks=60))
+    chunkio.write_arrays(shuffled_path, arrays, output=chunkio.Output(chunks=60))
     return sorted_path, shuffled_path
 
 
@@ -141,10 +145,20 @@ def test_class_sorted_store_warns_once_with_what_to_do(class_sorted: tuple[str, 
     sorted_path, shuffled_path = class_sorted
     small_pool = 60 * (3 * 8 * 8 + 8)  # one chunk: batches draw from few chunks
     with pytest.warns(LabelMixingWarning, match=r"sorted by label.*shuffle=True.*pool_bytes"):
-        chunkio.make_loader(sorted_path, 64, num_workers=0, pool_bytes=small_pool, lanes=1)
+        chunkio.make_loader(
+            sorted_path,
+            64,
+            num_workers=0,
+            ordering=chunkio.Ordering(pool_bytes=small_pool, lanes=1),
+        )
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # once: not again for the same setting
-        chunkio.make_loader(sorted_path, 64, num_workers=0, pool_bytes=small_pool, lanes=1)
+        chunkio.make_loader(
+            sorted_path,
+            64,
+            num_workers=0,
+            ordering=chunkio.Ordering(pool_bytes=small_pool, lanes=1),
+        )
         chunkio.make_loader(shuffled_path, 64, num_workers=0)  # shuffled data: no warning
         # the default pool and lanes mix even a class-sorted store well enough: no warning
         chunkio.make_loader(sorted_path, 256, num_workers=0)

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from resume_harness import assert_resume_equals_uninterrupted
 from torch.utils.data import DataLoader
 
+from chunkio import Execution, Output
 from chunkio.backends import open_reader
 from chunkio.backends._memory import delete_memory_store
 from chunkio.backends._zarr import ZarrReader
@@ -68,9 +69,8 @@ def make_volumes(
         img_files,
         dst,
         labels=lab_files if labels else None,
-        chunks=chunks,
-        workers=1,
-        progress=False,
+        output=Output(chunks=chunks),
+        execution=Execution(workers=1, progress=False),
     )
     return dst, images, labs
 
@@ -435,7 +435,7 @@ def test_bad_keys_and_datasets_are_refused(tmp_path):
     from chunkio import write_arrays
 
     plain = str(tmp_path / "plain.zarr")
-    write_arrays(plain, {"x": np.zeros((4, 2))}, progress=False)
+    write_arrays(plain, {"x": np.zeros((4, 2))}, execution=Execution(progress=False))
     with pytest.raises(FormatError, match="not a volume dataset"):
         PatchDataset(plain, (1,))
 

@@ -18,7 +18,7 @@ import pytest
 from conftest import sample_arrays
 from conftest import zarr_chunk_file as conftest_chunk_file
 
-from chunkio import ChunkDataset, make_loader, write_arrays
+from chunkio import ChunkDataset, Output, Workers, make_loader, write_arrays
 from chunkio.dataset_report import verify
 from chunkio.errors import ChunkioError, ChunkReadError, CorruptChunkError, MissingChunkError
 
@@ -121,15 +121,15 @@ def test_verify_lists_every_damaged_chunk(
 
 def test_checksums_on_by_default(tmp_path: Path) -> None:
     data = sample_arrays(40)
-    write_arrays(tmp_path / "d.zarr", data, samples_per_chunk=SPC)
-    write_arrays(tmp_path / "d.h5", data, samples_per_chunk=SPC)
+    write_arrays(tmp_path / "d.zarr", data, output=Output(chunks=SPC))
+    write_arrays(tmp_path / "d.h5", data, output=Output(chunks=SPC))
     for field in data:
         meta = json.loads((tmp_path / "d.zarr" / field / "zarr.json").read_text())
         assert meta["codecs"][-1]["name"] == "crc32c", meta["codecs"]
     with h5py.File(tmp_path / "d.h5", "r") as f:
         assert all(f[field].fletcher32 for field in data)
     # Switching them off is possible, and then visible in the metadata.
-    write_arrays(tmp_path / "n.zarr", data, samples_per_chunk=SPC, checksum=False)
+    write_arrays(tmp_path / "n.zarr", data, output=Output(chunks=SPC, checksum=False))
     meta = json.loads((tmp_path / "n.zarr" / "image" / "zarr.json").read_text())
     assert "crc32c" not in [c["name"] for c in meta["codecs"]]
 
@@ -203,7 +203,7 @@ def test_loader_workers_surface_the_corrupt_chunk(
     path, _ = make_dataset("zarr", sample_arrays(64), samples_per_chunk=SPC)
     damage_zarr(path, "image", 2, 4, "flip")
     ds = ChunkDataset(path, fields=["image", "label"], preload_bytes=0)
-    loader = make_loader(ds, 8, shuffle=False, num_workers=1, transport=transport)  # type: ignore[arg-type]
+    loader = make_loader(ds, 8, shuffle=False, num_workers=1, workers=Workers(transport=transport))  # type: ignore[arg-type]
     try:
         with pytest.raises(CorruptChunkError) as info:  # same type on both routes
             for _ in loader:

@@ -57,8 +57,14 @@ def test_make_loader_reads_every_sample_once_with_workers(
     path = STORES[store](tmp_path)
     images, labels = data()
     rows = {images[i].tobytes(): i for i in range(N)}
-    loader = chunkio.make_loader(path, 32, fields=fields_of(store), num_workers=2, seed=0,
-                                 multiprocessing_context=context, copy=True)  # fmt: skip
+    loader = chunkio.make_loader(
+        path,
+        32,
+        fields=fields_of(store),
+        num_workers=2,
+        seed=0,
+        workers=chunkio.Workers(context=context, copy=True),
+    )
     seen, distinct = [], []
     for x, y in loader:
         got = [rows[im.tobytes()] for im in np.asarray(x)]
@@ -74,7 +80,9 @@ def test_a_loader_on_a_users_file_resumes_mid_epoch(tmp_path: Path) -> None:
     path = h5py_file(tmp_path)
 
     def make() -> Any:
-        return chunkio.make_loader(path, 32, fields=FIELDS, num_workers=0, seed=1, copy=True)
+        return chunkio.make_loader(
+            path, 32, fields=FIELDS, num_workers=0, seed=1, workers=chunkio.Workers(copy=True)
+        )
 
     full, _ = assert_resume_equals_uninterrupted(make, stop=4)
     assert len(full) == -(-N // 32)
@@ -197,7 +205,9 @@ def test_chunks_that_split_samples_beside_compact_and_contiguous_fields(
     np.testing.assert_array_equal(batch["image"], images[idx])
     np.testing.assert_array_equal(batch["label"], labels[idx])
     np.testing.assert_array_equal(batch["id"], idx)
-    loader = chunkio.make_loader(path, 16, fields=fields, num_workers=0, seed=3, copy=True)
+    loader = chunkio.make_loader(
+        path, 16, fields=fields, num_workers=0, seed=3, workers=chunkio.Workers(copy=True)
+    )
     seen = [(np.asarray(x), np.asarray(i)) for x, _, i in loader]
     order = np.concatenate([i for _, i in seen])
     assert sorted(order.tolist()) == list(range(len(labels)))

@@ -52,7 +52,9 @@ def test_a_read_only_store_reads_with_workers_and_nothing_is_written(
     before = snapshot(share)
     images, labels = data()
     ids = {images[i].tobytes(): i for i in range(N)}
-    loader = chunkio.make_loader(path, 32, fields=fields_of(store), num_workers=2, copy=True)
+    loader = chunkio.make_loader(
+        path, 32, fields=fields_of(store), num_workers=2, workers=chunkio.Workers(copy=True)
+    )
     seen = []
     with loader:
         assert loader.transport == "ring"

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from chunkio import ChunkDataset, write_arrays
+from chunkio import ChunkDataset, Execution, Output, write_arrays
 from chunkio.grid import SampleGrid
 from chunkio.planning import plan_batch
 
@@ -54,7 +54,9 @@ def test_getitems_equals_per_sample_reads_memory(case) -> None:
     fields, spc, indices = case
     path = f"memory://prop-{next(_ids)}"
     # shuffle=False: stored row i is fields[...][i] (about reads, not the write order)
-    write_arrays(path, fields, samples_per_chunk=spc, progress=False, shuffle=False)
+    write_arrays(
+        path, fields, shuffle=False, output=Output(chunks=spc), execution=Execution(progress=False)
+    )
     _check(path, fields, indices)
 
 
@@ -64,7 +66,13 @@ def test_getitems_equals_per_sample_reads_on_disk(case, suffix) -> None:
     fields, spc, indices = case
     with tempfile.TemporaryDirectory() as tmp:
         path = str(Path(tmp) / f"d{suffix}")
-        write_arrays(path, fields, samples_per_chunk=spc, progress=False, shuffle=False)
+        write_arrays(
+            path,
+            fields,
+            shuffle=False,
+            output=Output(chunks=spc),
+            execution=Execution(progress=False),
+        )
         _check(path, fields, indices)
 
 

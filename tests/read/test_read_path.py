@@ -15,7 +15,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunkio import ChunkDataset, make_loader, write_arrays
+from chunkio import ChunkDataset, Execution, Output, Workers, make_loader, write_arrays
 from chunkio.backends import Compression, open_reader, open_writer
 from chunkio.backends._checksum import Fletcher32, fletcher32, fletcher32_reference
 from chunkio.backends._hdf5_raw import RawChunks
@@ -261,7 +261,7 @@ def test_read_stats_split_time_by_stage(make_dataset: Any, fmt: str) -> None:
 def test_sequential_loader_decodes_whole_chunks_into_the_batch(make_dataset: Any, fmt: str) -> None:
     path, arrays = make_dataset(fmt)
     ds = ChunkDataset(path, fields=["image", "label"], preload_bytes=0)
-    loader = make_loader(ds, 40, shuffle=False, num_workers=0, copy=True)
+    loader = make_loader(ds, 40, shuffle=False, num_workers=0, workers=Workers(copy=True))
     got = torch.cat([b[0] for b in loader]).numpy()
     np.testing.assert_array_equal(got, arrays["image"])
     stats = loader.dataset.read_stats()  # the copy the loader reads
@@ -320,7 +320,12 @@ def test_patch_transform_keeps_tuples(tmp_path: Path) -> None:
     images = [np.arange(6**3, dtype=np.int16).reshape(6, 6, 6)]
     np.save(tmp_path / "img0.npy", images[0])
     dst = str(tmp_path / "v.zarr")
-    convert_volumes([str(tmp_path / "img0.npy")], dst, chunks=(3, 3, 3), workers=1, progress=False)
+    convert_volumes(
+        [str(tmp_path / "img0.npy")],
+        dst,
+        output=Output(chunks=(3, 3, 3)),
+        execution=Execution(workers=1, progress=False),
+    )
     ds = PatchDataset(dst, (2, 2, 2), transform=lambda item: (item["image"], item["volume"]))
     for collate_fn in (collate, None):
         kwargs = {"collate_fn": collate_fn} if collate_fn else {}
@@ -341,7 +346,12 @@ def test_samples_and_patches_share_one_reader_class(tmp_path: Path, make_dataset
     from chunkio.convert.volumes import convert_volumes
 
     dst = str(tmp_path / "v.zarr")
-    convert_volumes([str(tmp_path / "img0.npy")], dst, chunks=(2, 2, 2), workers=1, progress=False)
+    convert_volumes(
+        [str(tmp_path / "img0.npy")],
+        dst,
+        output=Output(chunks=(2, 2, 2)),
+        execution=Execution(workers=1, progress=False),
+    )
     patches = PatchDataset(dst, (2, 2, 2))
     patches.read_patches([(0, 1, 1, 1)])
     samples = ChunkDataset(path)
@@ -353,7 +363,13 @@ def test_write_arrays_fixture_round_trip_guard(tmp_path: Path) -> None:
     # the raw HDF5 path reads a dataset whose last chunk is partial
     path = str(tmp_path / "p.h5")
     data = np.arange(10 * 3, dtype=np.float32).reshape(10, 3)
-    write_arrays(path, {"x": data}, samples_per_chunk=4, shuffle=False, progress=False)
+    write_arrays(
+        path,
+        {"x": data},
+        shuffle=False,
+        output=Output(chunks=4),
+        execution=Execution(progress=False),
+    )
     np.testing.assert_array_equal(ChunkDataset(path, fields="x").read_batch([9, 0, 5])["x"],
                                   data[[9, 0, 5]])  # fmt: skip
 
@@ -362,7 +378,7 @@ def test_write_arrays_fixture_round_trip_guard(tmp_path: Path) -> None:
 @pytest.mark.parametrize("workers", [0, 1])
 def test_editing_a_batch_never_edits_a_later_one(make_dataset: Any, workers: int) -> None:
     path, arrays = make_dataset("zarr")
-    loader = make_loader(path, 16, shuffle=False, num_workers=workers, prefetch=1)
+    loader = make_loader(path, 16, shuffle=False, num_workers=workers, workers=Workers(prefetch=1))
     try:
         seen: list[int] = []
         for batch in loader:

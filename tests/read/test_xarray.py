@@ -78,7 +78,9 @@ def test_dask_chunks_that_split_lat_and_lon_read_with_workers(
     assert ds.samples_per_chunk == 8  # t2m's chunks, not the labels' one of 96
     rows = {t2m[i].tobytes(): i for i in range(TIMES)}
     assert len(rows) == TIMES
-    loader = chunkio.make_loader(path, 16, fields=FIELDS, num_workers=2, seed=0, copy=True)
+    loader = chunkio.make_loader(
+        path, 16, fields=FIELDS, num_workers=2, seed=0, workers=chunkio.Workers(copy=True)
+    )
     seen, distinct = [], []
     for x, y in loader:
         got = [rows[np.asarray(row).tobytes()] for row in x]

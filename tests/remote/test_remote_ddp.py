@@ -39,7 +39,11 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("remote_ddp")
     src = make_jpeg_folder(root / "src", n_images=N_IMAGES, size=32, n_classes=4, seed=2)
     chunkio.convert_images(
-        src, root / "images.zarr", encoding="jpeg", samples_per_chunk=16, progress=False
+        src,
+        root / "images.zarr",
+        images=chunkio.ImageOptions(encoding="jpeg"),
+        output=chunkio.Output(chunks=16),
+        execution=chunkio.Execution(progress=False),
     )
     rng = np.random.default_rng(0)
     chunkio.write_arrays(
@@ -48,9 +52,9 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "sample_id": np.arange(N_ARRAYS, dtype=np.int64),
             "x": rng.standard_normal((N_ARRAYS, 8), dtype=np.float32),
         },
-        samples_per_chunk=16,
         shuffle=True,  # stored rows are not sample ids
         seed=4,
+        output=chunkio.Output(chunks=16),
     )
     return root
 
@@ -101,12 +105,10 @@ def _local_batches(
     loader = chunkio.make_loader(
         str(path),
         job["batch_size"],
-        rank=rank,
-        world_size=world,
         fields=tuple(job["fields"]),
         num_workers=0,
         seed=job["seed"],
-        pool_bytes=job["pool_bytes"],
+        ordering=chunkio.Ordering(rank=rank, world_size=world, pool_bytes=job["pool_bytes"]),
     )
     with loader:
         loader.set_epoch(epoch)

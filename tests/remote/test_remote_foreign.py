@@ -96,8 +96,9 @@ def test_make_loader_reads_a_remote_store_in_place(
     proxy.reset_counts()
     context = "forkserver" if store == "h5py" else None  # the documents pickled, not inherited
     seen = []
-    with chunkio.make_loader(ds, 32, num_workers=2, seed=0, copy=True,
-                             multiprocessing_context=context) as loader:  # fmt: skip
+    with chunkio.make_loader(
+        ds, 32, num_workers=2, seed=0, workers=chunkio.Workers(copy=True, context=context)
+    ) as loader:
         for x, y in loader:
             got = [rows[im.tobytes()] for im in np.asarray(x)]
             np.testing.assert_array_equal(np.asarray(y), labels[got])  # each with its label

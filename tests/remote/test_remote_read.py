@@ -16,7 +16,15 @@ import pytest
 import torch
 
 from benchmarks.data import make_jpeg_folder
-from chunkio import ChunkDataset, convert_images, make_loader
+from chunkio import (
+    ChunkDataset,
+    Execution,
+    ImageOptions,
+    Output,
+    Workers,
+    convert_images,
+    make_loader,
+)
 from chunkio.errors import MissingChunkError
 from chunkio.remote import RemoteNotFoundError
 from chunkio.testing.servers import (  # noqa: F401 (pytest fixtures)
@@ -36,8 +44,14 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("remote")
     src = make_jpeg_folder(root / "src", n_images=240, size=48, n_classes=4, seed=5)
     # 16 per chunk: many inner chunks per shard (by stored bytes all 240 would fit one chunk)
-    convert_images(src, root / "jpeg.zarr", encoding="jpeg", samples_per_chunk=16, progress=False)
-    convert_images(src, root / "raw.zarr", progress=False)
+    convert_images(
+        src,
+        root / "jpeg.zarr",
+        images=ImageOptions(encoding="jpeg"),
+        output=Output(chunks=16),
+        execution=Execution(progress=False),
+    )
+    convert_images(src, root / "raw.zarr", execution=Execution(progress=False))
     return root
 
 
@@ -150,7 +164,7 @@ def test_ring_workers_fetch_queued_batches_ahead(
 
     assert requests_for(True) == requests_for(False)  # the read used the prefetched bytes
     ds = ChunkDataset(f"s3://{bucket}/raw.zarr", fields=("image", "label"), storage_options=options)
-    with make_loader(ds, 16, num_workers=1, prefetch=4, shuffle=True) as loader:
+    with make_loader(ds, 16, num_workers=1, shuffle=True, workers=Workers(prefetch=4)) as loader:
         assert sum(len(y) for _, y in loader) == 240
 
 

@@ -43,7 +43,7 @@ def main(argv: list[str]) -> int:
             fields=fields,
             num_workers=workers,
             seed=7,
-            pool_bytes=1 << 20,
+            ordering=chunkio.Ordering(pool_bytes=1 << 20),
         )
         assert (loader.sampler.rank, loader.sampler.world_size) == (rank, world)
         by_epoch, state = {}, None

@@ -58,13 +58,13 @@ def main(argv: list[str]) -> int:
             loader = chunkio.make_loader(
                 job["url"],
                 job["batch_size"],
-                rank=rank,
-                world_size=world,
                 storage_options=config["storage_options"],
                 fields=tuple(fields),
                 num_workers=job["num_workers"],
                 seed=job["seed"],
-                pool_bytes=job["pool_bytes"],
+                ordering=chunkio.Ordering(
+                    rank=rank, world_size=world, pool_bytes=job["pool_bytes"]
+                ),
             )
             expected_transport = "ring" if job["num_workers"] else "local"
             assert loader.transport == expected_transport, loader.transport

@@ -26,8 +26,15 @@ def test_ring_batches_are_the_transformed_source(tmp_path: Path, store: str, con
     path, arrays, source = labelled(tmp_path, store, N, classes=5, chunk=16)
     t = Compose([RandomResizedCrop(6, scale=(0.3, 1.0)), RandomHorizontalFlip()], seed=3)
     fields = {"image": arrays["image"], "label": arrays["label"], "id": arrays["id"]}
-    loader = chunkio.make_loader(path, 24, fields=fields, transform=t, num_workers=2, seed=1,
-                                 multiprocessing_context=context, copy=True)  # fmt: skip
+    loader = chunkio.make_loader(
+        path,
+        24,
+        fields=fields,
+        transform=t,
+        num_workers=2,
+        seed=1,
+        workers=chunkio.Workers(context=context, copy=True),
+    )
     assert loader.transport == "ring"  # a field transform keeps the ring on foreign data too
     with loader:
         for epoch in (0, 1):

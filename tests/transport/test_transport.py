@@ -21,7 +21,7 @@ import pytest
 import torch
 from resume_harness import assert_resume_equals_uninterrupted
 
-from chunkio import ChunkDataset, make_loader
+from chunkio import ChunkDataset, Workers, make_loader
 from chunkio.backends import Compression, open_writer
 from chunkio.errors import LoaderError
 from chunkio.layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, FieldInfo
@@ -104,7 +104,7 @@ def test_ring_batches_equal_read_batch(make_dataset, start, fmt, persistent):
     ds = _dataset(path)
     ds.read_batch([0, 150])  # the parent holds a handle when the workers start
     loader = make_loader(
-        ds, BATCH, num_workers=2, multiprocessing_context=start, persistent_workers=persistent
+        ds, BATCH, num_workers=2, workers=Workers(context=start, persistent=persistent)
     )
     assert loader.transport == "ring"
     pids = []
@@ -123,7 +123,7 @@ def test_ring_batches_equal_read_batch(make_dataset, start, fmt, persistent):
 @pytest.mark.timeout(60)
 def test_output_structures_and_in_process_route(make_dataset):
     path, arrays = make_dataset("zarr")
-    by_dict = make_loader(path, 50, shuffle=False, num_workers=1, multiprocessing_context="fork")
+    by_dict = make_loader(path, 50, shuffle=False, num_workers=1, workers=Workers(context="fork"))
     batch = next(iter(by_dict))
     assert set(batch) == {"image", "label"}
     assert torch.equal(batch["label"], torch.from_numpy(arrays["label"][:50]))
@@ -135,7 +135,11 @@ def test_output_structures_and_in_process_route(make_dataset):
         assert torch.equal(x, torch.from_numpy(arrays["image"][i * 64 : (i + 1) * 64]))
         pointers.add(x.data_ptr())
     assert len(pointers) == 1  # one reused buffer
-    kept = list(make_loader(path, 64, fields="image", shuffle=False, num_workers=0, copy=True))
+    kept = list(
+        make_loader(
+            path, 64, fields="image", shuffle=False, num_workers=0, workers=Workers(copy=True)
+        )
+    )
     assert torch.equal(torch.cat(kept), torch.from_numpy(arrays["image"]))
 
 
@@ -144,7 +148,7 @@ def test_copy_true_batches_can_be_kept_and_views_outlive_close(make_dataset):
     path, _ = make_dataset("hdf5", samples_per_chunk=10)
     before = _workers()
     loader = make_loader(
-        _dataset(path), BATCH, num_workers=2, multiprocessing_context="fork", copy=True
+        _dataset(path), BATCH, num_workers=2, workers=Workers(context="fork", copy=True)
     )
     kept = list(loader)
     expected = _expected(path, loader, 0)
@@ -154,7 +158,7 @@ def test_copy_true_batches_can_be_kept_and_views_outlive_close(make_dataset):
         for (x, _), w in zip(kept, expected, strict=True)
     )
     loader.close()
-    views = make_loader(_dataset(path), BATCH, num_workers=1, multiprocessing_context="fork")
+    views = make_loader(_dataset(path), BATCH, num_workers=1, workers=Workers(context="fork"))
     x, _ = next(iter(views))
     want = x.clone()
     views.close()
@@ -171,8 +175,7 @@ def test_resume_mid_epoch_with_workers_equals_uninterrupted_run(make_dataset):
             _dataset(path),
             BATCH,
             num_workers=2,
-            multiprocessing_context="fork",
-            persistent_workers=False,
+            workers=Workers(context="fork", persistent=False),
         )
         loader.set_epoch(1)
         return loader
@@ -218,7 +221,7 @@ def test_worker_exception_is_raised_in_batch_order_with_its_traceback(make_datas
     path, _ = make_dataset("zarr", samples_per_chunk=10)
     before = _workers()
     ds = _dataset(path, FailingDataset)
-    loader = make_loader(ds, BATCH, num_workers=2, multiprocessing_context="fork")
+    loader = make_loader(ds, BATCH, num_workers=2, workers=Workers(context="fork"))
     # batch 5 (worker 1's third) fails long before worker 0 has read batches 2 and 4
     ds = loader.dataset  # the copy the loader reads (the dataset passed in stays as it was)
     ds.bad, ds.delay = _batches(loader)[5][0], 0.3
@@ -240,7 +243,7 @@ def test_sigkilled_worker_is_reported_promptly_and_nothing_is_left(make_dataset)
     path, _ = make_dataset("hdf5", samples_per_chunk=10)
     before = _workers()
     loader = make_loader(
-        _dataset(path, SlowDataset), 8, num_workers=2, multiprocessing_context="fork"
+        _dataset(path, SlowDataset), 8, num_workers=2, workers=Workers(context="fork")
     )
     it = iter(loader)
     next(it)
@@ -265,8 +268,7 @@ def test_timeout_raises_and_stops_the_stuck_worker(make_dataset):
         _dataset(path, StuckDataset),
         BATCH,
         num_workers=1,
-        timeout=0.5,
-        multiprocessing_context="fork",
+        workers=Workers(timeout=0.5, context="fork"),
     )
     start = time.monotonic()
     with pytest.raises(LoaderError, match=r"no batch within timeout=0.5 s"):
@@ -285,8 +287,7 @@ def test_dropped_iterator_and_consumer_interrupt_leave_nothing(make_dataset, per
         _dataset(path, SlowDataset),
         8,
         num_workers=2,
-        multiprocessing_context="fork",
-        persistent_workers=persistent,
+        workers=Workers(context="fork", persistent=persistent),
     )
     it = iter(loader)
     next(it), next(it)
@@ -316,7 +317,7 @@ def test_ctrl_c_while_waiting_stops_even_persistent_workers(make_dataset):
     path, _ = make_dataset("zarr", samples_per_chunk=10)
     before = _workers()
     loader = make_loader(
-        _dataset(path, StuckDataset), BATCH, num_workers=1, multiprocessing_context="fork"
+        _dataset(path, StuckDataset), BATCH, num_workers=1, workers=Workers(context="fork")
     )
     # Ctrl-C after 1 s, and again every 5 s if it got lost, as a user presses it again:
     # CPython drops a KeyboardInterrupt raised inside a finalizer that the garbage collector
@@ -354,7 +355,10 @@ def test_transforms_and_ragged_fields_fall_back_to_the_dataloader(make_dataset, 
     assert make_loader(batched, 8, num_workers=0).transport == "dataloader"
     ragged = _write_ragged(str(tmp_path / "ragged.zarr"))
     assert make_loader(ragged, 4, num_workers=0).transport == "dataloader"
-    assert make_loader(path, 8, num_workers=0, transport="dataloader").transport == "dataloader"
+    assert (
+        make_loader(path, 8, num_workers=0, workers=Workers(transport="dataloader")).transport
+        == "dataloader"
+    )
 
 
 def _write_ragged(path: str) -> str:
@@ -400,7 +404,7 @@ def test_ring_layout_and_clear_error_when_shared_memory_is_short(monkeypatch):
 @pytest.mark.timeout(60)
 def test_a_new_pass_supersedes_an_open_iterator_on_persistent_workers(make_dataset):
     path, _ = make_dataset("zarr", samples_per_chunk=10)
-    loader = make_loader(_dataset(path), BATCH, num_workers=2, multiprocessing_context="fork")
+    loader = make_loader(_dataset(path), BATCH, num_workers=2, workers=Workers(context="fork"))
     loader.set_epoch(0)
     old = iter(loader)
     next(old), next(old)  # more batches of this pass are in flight
@@ -421,8 +425,7 @@ def test_twenty_epochs_keep_fds_processes_and_shared_memory_bounded(make_dataset
         _dataset(path),
         BATCH,
         num_workers=2,
-        multiprocessing_context="fork",
-        persistent_workers=persistent,
+        workers=Workers(context="fork", persistent=persistent),
     )
     me = psutil.Process()
     fds = []
@@ -445,7 +448,7 @@ def test_workers_failing_to_start_are_reported(make_dataset, monkeypatch):
 
     # fork: the children inherit these patches
     monkeypatch.setattr("chunkio.transport.workers.SlotRing.attach", no_segment)
-    loader = make_loader(path, 50, num_workers=1, multiprocessing_context="fork")
+    loader = make_loader(path, 50, num_workers=1, workers=Workers(context="fork"))
     with pytest.raises(LoaderError, match=r"raised while starting(.|\n)*is gone \(injected\)"):
         next(iter(loader))
     _assert_clean(before)
@@ -487,7 +490,7 @@ def test_remote_ring_workers_hear_of_batches_beyond_their_slots(make_dataset, tm
     path, _ = make_dataset("zarr", samples_per_chunk=10)
     ds = _dataset(path, HintedDataset)
     ds.log = str(tmp_path / "log.txt")
-    loader = make_loader(ds, 8, num_workers=1, prefetch=1, multiprocessing_context="fork")
+    loader = make_loader(ds, 8, num_workers=1, workers=Workers(prefetch=1, context="fork"))
     batches = _batches(loader)
     assert len(batches) > REMOTE_LOOKAHEAD + 3
     _check_epoch(loader, _expected(path, loader, 0))

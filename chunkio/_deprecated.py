@@ -1,0 +1,106 @@
+"""Keyword arguments moved into option objects: still accepted for one release, with a warning.
+
+:func:`moved_keywords` wraps an entry point whose flat keywords became fields of frozen option
+objects (``make_loader(pool_bytes=...)`` becomes
+``make_loader(ordering=Ordering(pool_bytes=...))``).
+The wrapper takes the old keywords, warns once per call with a :class:`DeprecationWarning`
+that names the new spelling and points at the caller's line, and calls the function with the
+option object built (or, when the caller passed one too, updated with
+:func:`dataclasses.replace`). The wrapped function's own signature is the one
+:func:`inspect.signature` and the API reference show; it is called through the wrapper's
+``__wrapped__`` attribute.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import sys
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple, TypeVar
+
+__all__ = ["Moved", "moved_keywords", "user_stacklevel"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Moved(NamedTuple):
+    """An old keyword's new place: field ``field`` of the option object passed as ``param``
+    (an instance of ``cls``, made with its defaults when the caller passed none)."""
+
+    param: str
+    cls: type[Any]
+    field: str
+
+
+def moved_keywords(function: str, moves: Mapping[str, Moved]) -> Callable[[F], F]:
+    """Accept the old keywords ``moves`` names, each with a :class:`DeprecationWarning`.
+
+    >>> from dataclasses import dataclass
+    >>> @dataclass(frozen=True)
+    ... class Opts:
+    ...     size: int = 1
+    >>> @moved_keywords("f", {"old_size": Moved("opts", Opts, "size")})
+    ... def f(*, opts: Opts | None = None) -> int:
+    ...     return (opts or Opts()).size
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as seen:
+    ...     warnings.simplefilter("always")
+    ...     f(old_size=3), str(seen[0].message)
+    (3, 'f(old_size=...) is deprecated; use opts=chunkio.Opts(size=...)')
+    """
+
+    def wrap(func: F) -> F:
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            old = [name for name in kwargs if name in moves]
+            if old:
+                _move(function, moves, old, kwargs)
+            # looked up on each call, so that a test can stand in for the function and see
+            # that an old spelling makes the very call the new one does
+            return wrapper.__dict__["__wrapped__"](*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return wrap
+
+
+def _move(
+    function: str, moves: Mapping[str, Moved], old: list[str], kwargs: dict[str, Any]
+) -> None:
+    """Replace the keywords ``old`` of ``kwargs`` by their option objects, warning once."""
+    fields: dict[str, dict[str, Any]] = {}
+    for name in old:
+        move = moves[name]
+        fields.setdefault(move.param, {})[move.field] = kwargs.pop(name)
+    spelled = "; ".join(
+        f"{function}({name}=...) is deprecated; use "
+        f"{moves[name].param}=chunkio.{moves[name].cls.__name__}({moves[name].field}=...)"
+        for name in old
+    )
+    warnings.warn(spelled, DeprecationWarning, stacklevel=user_stacklevel())
+    for param, values in fields.items():
+        cls = next(m.cls for m in moves.values() if m.param == param)
+        given = kwargs.get(param)
+        kwargs[param] = cls(**values) if given is None else dataclasses.replace(given, **values)
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning, raised by the function calling this one, name
+    the first line outside chunkio: the user's call, however deep inside chunkio it is raised.
+
+    >>> import warnings
+    >>> def f() -> int:  # a doctest's frames are outside the package
+    ...     return user_stacklevel()
+    >>> f()
+    1
+    """
+    root = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame = sys._getframe(1)
+    level = 1
+    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(root):
+        frame = frame.f_back
+        level += 1
+    return level
