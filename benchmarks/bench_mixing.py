@@ -147,7 +147,7 @@ def _settings(workers: int) -> list[tuple[int, int, float | None]]:
     rows: list[tuple[int, int, float | None]] = [
         (w, b, None) for w in sorted({0, workers}) for b in BATCH_SIZES
     ]
-    if "pool_bytes" in inspect.signature(chunkio.make_loader).parameters:
+    if hasattr(chunkio, "Ordering"):  # the mixing pool is chosen through it
         rows += [(0, b, pool) for pool in SMALL_POOLS for b in BATCH_SIZES]
     return rows
 

@@ -282,6 +282,10 @@ def _chunkio_row(
         options["pool_bytes"] = sum(f.sample_nbytes for f in layout.fields) * (
             layout.samples_per_chunk
         )
+    if hasattr(chunkio, "Ordering"):  # the keywords it replaced warn (older trees: keywords)
+        moved = {k: options.pop(k) for k in ("pool_bytes", "lanes") if k in options}
+        if moved:
+            options["ordering"] = chunkio.Ordering(**moved)
     runs, alone, transport, warned = [], {}, "", False
     for seed in setup.seeds:
         start = time.perf_counter()

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from chunkio import Execution, Output
+from chunkio.backends.codec_table import DEFAULT_CODEC
 
 FORMATS = ["zarr", "hdf5"]
 SUFFIX = {"zarr": ".zarr", "hdf5": ".h5"}
@@ -46,6 +47,7 @@ def make_dataset(tmp_path: Path) -> Callable[..., tuple[str, dict[str, np.ndarra
         arrays: dict[str, np.ndarray] | None = None,
         *,
         samples_per_chunk: int = 16,
+        compression: Any = DEFAULT_CODEC,
         **kw: Any,
     ) -> tuple[str, dict[str, np.ndarray]]:
         arrays = sample_arrays() if arrays is None else arrays
@@ -55,7 +57,7 @@ def make_dataset(tmp_path: Path) -> Callable[..., tuple[str, dict[str, np.ndarra
             path,
             arrays,
             **kw,
-            output=Output(chunks=samples_per_chunk),
+            output=Output(chunks=samples_per_chunk, compression=compression),
             execution=Execution(progress=False),
         )
         return path, arrays

@@ -456,7 +456,9 @@ def test_nifti_folder_trains_with_label_balanced_patches(tmp_path):
         nib.save(nib.Nifti1Image(image, np.eye(4)), str(root / "imagesTr" / f"t_{i}.nii.gz"))
         nib.save(nib.Nifti1Image(label, np.eye(4)), str(root / "labelsTr" / f"t_{i}.nii.gz"))
 
-    nifti_folder.convert(root, tmp_path / "toy.zarr", chunks=8, progress=False)
+    nifti_folder.convert(
+        root, tmp_path / "toy.zarr", output=Output(chunks=8), execution=Execution(progress=False)
+    )
     ds = PatchDataset(
         tmp_path / "toy.zarr", (8, 8, 8), sampler=LabelBalancedSampler(32, foreground=0.5, seed=0)
     )
