@@ -39,7 +39,7 @@ import os
 import shutil
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -53,10 +53,11 @@ from ..numeric import ceil_div
 from .arrays import ArraySource
 from .engine import drive
 from .locking import DestinationLock
-from .options import Execution, Progress
+from .options import DEFAULT_EXECUTION, Execution, Progress
 from .shuffling import ORDER_KEY, SOURCE_INDEX, ShuffledSource, check_order_options
 from .source import BlockSource, ConversionResult
 from .staging import REPLACED, is_local, publish
+from .workers import Work, worker_count
 from .writing import apply_writes
 
 __all__ = ["append_arrays"]
@@ -71,6 +72,7 @@ def append_arrays(
     *,
     shuffle: bool | None = None,
     seed: int = 0,
+    execution: Execution | None = None,
 ) -> ConversionResult:
     """Append samples to the complete dataset at ``dst``; readers see all of it or none.
 
@@ -92,6 +94,12 @@ def append_arrays(
         the concatenation of everything written so far. ``shuffle=True`` into a dataset without
         ``source_index`` is refused (the order could not be mapped back). Each append is
         recorded in ``extra["order"]["appends"]``.
+    execution
+        :class:`~chunkio.Execution`, as for :func:`~chunkio.convert.write_arrays`: worker
+        processes (or a client) that read the new samples, by default none for NumPy arrays
+        (nothing to read) and up to one per core for other inputs of at least
+        :data:`~chunkio.convert.workers.POOL_MIN_BYTES`; this process writes the copy. A
+        progress bar counting blocks. Not ``overwrite``: an append never replaces a dataset.
 
     Returns
     -------
@@ -134,7 +142,18 @@ def append_arrays(
     if path is None:
         raise ConversionError(f"append_arrays needs a local .zarr or .h5 path; got {dst!r}")
     check_order_options(True if shuffle is None else shuffle, seed)
+    execution = DEFAULT_EXECUTION if execution is None else execution
+    if execution.overwrite:
+        raise ValueError(
+            "append_arrays adds samples to the dataset at dst and never replaces it; got "
+            "Execution(overwrite=True)"
+        )
     given = ArraySource(arrays)
+    nbytes = given.num_samples * sum(f.sample_nbytes for f in given.fields)
+    asked = execution.workers is not None  # as write_arrays: by default, by the bytes to read
+    work = Work(nbytes=None if asked else nbytes, reads=not given.in_memory)
+    count = worker_count(execution.workers, client=execution.client, work=lambda: work)
+    execution = replace(execution, workers=count)
     parent, name = os.path.split(path)
     staging = os.path.join(parent, f".{name}.chunkio-append")
     lock = DestinationLock(os.path.join(parent, f".{name}.chunkio-lock"), path)
@@ -153,7 +172,7 @@ def append_arrays(
         )
         blocks = 0
         if source.num_samples:  # nothing to append: the dataset stays as it is
-            blocks = _append(fmt, path, staging, layout, new, source)
+            blocks = _append(fmt, path, staging, layout, new, source, execution)
     finally:
         lock.release()
     seconds = time.perf_counter() - started
@@ -213,12 +232,13 @@ def _append(
     layout: DatasetLayout,
     new: DatasetLayout,
     source: BlockSource,
+    execution: Execution,
 ) -> int:
     """Build the new version in ``staging`` and swap it in; returns the blocks written."""
     _reset(staging)
     data = os.path.join(staging, "data")
     try:
-        blocks = _build(fmt, path, data, layout, new, source)
+        blocks = _build(fmt, path, data, layout, new, source, execution)
         storage_for(fmt).seal(data, os.path.join(staging, "canonical"))
         publish(data, path, staging)
     except OSError as err:  # ENOSPC and friends: the old version is still in place
@@ -379,6 +399,7 @@ def _build(
     old: DatasetLayout,
     new: DatasetLayout,
     source: BlockSource,
+    execution: Execution,
 ) -> int:
     tail = _old_tail(path, old)
     names = [f.name for f in old.fields]
@@ -392,9 +413,9 @@ def _build(
         drive(
             _AppendJob(source, old, tail),
             blocks,
-            execution=Execution(workers=1),
+            execution=execution,
             output=_AppendOutput(writer),
-            progress=Progress(len(blocks), "block", "append", show=False),
+            progress=Progress(len(blocks), "block", "append", show=execution.progress),
             destination=None,  # errors as they are: the old dataset is intact
             resumable=False,
         )

@@ -11,14 +11,21 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .._deprecated import Moved, moved_keywords
+from .._deprecated import moved_keywords
 from ..backends import detect_format
 from ..errors import SourceError
 from ..layout import FieldInfo
 from ..names import validate_field_name
 from ..numeric import ceil_div
 from .chunking import chunk_samples
-from .options import DEFAULT_EXECUTION, DEFAULT_OUTPUT, ConversionOptions, Execution, Output
+from .options import (
+    DEFAULT_EXECUTION,
+    DEFAULT_OUTPUT,
+    ConversionOptions,
+    Execution,
+    Output,
+    moved,
+)
 from .pipeline import ConversionResult, convert_source
 from .rerun import Request, compression_option
 from .shuffling import check_order_options, gather_rows, order_extra, shuffled
@@ -244,23 +251,18 @@ class ArraySource:
 
 
 #: write_arrays' and convert_arrays' keywords that moved into the option objects
-ARRAY_MOVES = {
-    **{
-        old: Moved("output", Output, new)
-        for old, new in (
-            ("format", "format"),
-            ("samples_per_chunk", "chunks"),
-            ("chunk_bytes", "chunk_bytes"),
-            ("compression", "compression"),
-            ("checksum", "checksum"),
-            ("extra", "extra"),
-        )
-    },
-    **{
-        old: Moved("execution", Execution, old)
-        for old in ("workers", "client", "progress", "overwrite")
-    },
-}
+ARRAY_MOVES = moved(
+    "format",
+    "samples_per_chunk",
+    "chunk_bytes",
+    "compression",
+    "checksum",
+    "extra",
+    "workers",
+    "client",
+    "progress",
+    "overwrite",
+)
 
 
 @moved_keywords("write_arrays", ARRAY_MOVES)

@@ -94,7 +94,6 @@ from ..images.encoding import check_encoding
 from ..images.pillow import DecodePolicy, ImageMode, ResizeMode, UndecodableImage
 from ..numeric import ceil_div
 from ..provenance import decode_paths
-from .arrays import ARRAY_MOVES
 from .chunking import DEFAULT_CHUNK_BYTES, choose_samples_per_chunk
 from .image_check import Checked, check_all
 from .image_plan import (
@@ -107,7 +106,14 @@ from .image_plan import (
     unchanged,
 )
 from .image_source import ImageSource
-from .options import DEFAULT_EXECUTION, DEFAULT_OUTPUT, ConversionOptions, Execution, Output
+from .options import (
+    DEFAULT_EXECUTION,
+    DEFAULT_OUTPUT,
+    ConversionOptions,
+    Execution,
+    Output,
+    moved,
+)
 from .pipeline import convert_source
 from .processes import warm_up
 from .rerun import Request, compression_option, display, reuse_complete
@@ -202,7 +208,8 @@ DEFAULT_IMAGES = ImageOptions()
 #: convert_images' keywords that moved into the option objects
 _MOVED = {
     **{old: Moved("images", ImageOptions, old) for old in _IMAGE_FIELDS},
-    **{k: m for k, m in ARRAY_MOVES.items() if k not in ("chunk_bytes", "extra")},
+    **moved("format", "samples_per_chunk", "compression", "checksum"),
+    **moved("workers", "client", "progress", "overwrite"),
 }
 
 

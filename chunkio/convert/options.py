@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._deprecated import Moved
 from ..backends import Compression, Format
 from ..backends.codec_table import DEFAULT_CODEC
 from .chunking import DEFAULT_CHUNK_BYTES
@@ -26,10 +27,12 @@ from .workers import check_workers
 __all__ = [
     "DEFAULT_EXECUTION",
     "DEFAULT_OUTPUT",
+    "MOVES",
     "ConversionOptions",
     "Execution",
     "Output",
     "Progress",
+    "moved",
 ]
 
 #: Compression is frozen, so one shared default is safe
@@ -207,6 +210,33 @@ class Execution:
 #: The defaults, shared (the objects are frozen)
 DEFAULT_OUTPUT = Output()
 DEFAULT_EXECUTION = Execution()
+
+#: Every converter keyword that moved into :class:`Output` or :class:`Execution`: its new
+#: place. Each converter still accepts, for one release, those it took
+#: (:func:`chunkio._deprecated.moved_keywords`).
+MOVES = {
+    **{
+        old: Moved("output", Output, new)
+        for old, new in (
+            ("format", "format"),
+            ("samples_per_chunk", "chunks"),
+            ("chunks", "chunks"),
+            ("chunk_bytes", "chunk_bytes"),
+            ("compression", "compression"),
+            ("checksum", "checksum"),
+            ("extra", "extra"),
+        )
+    },
+    **{
+        old: Moved("execution", Execution, old)
+        for old in ("workers", "client", "progress", "overwrite")
+    },
+}
+
+
+def moved(*names: str) -> dict[str, Moved]:
+    """The entries of :data:`MOVES` for the old keywords ``names`` of one converter."""
+    return {name: MOVES[name] for name in names}
 
 
 @dataclass(frozen=True)

@@ -11,48 +11,63 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import numpy as np
 
+from .._deprecated import moved_keywords
 from ..backends import Compression, Format, Writer, detect_format, storage_for
 from ..errors import SourceError
 from ..grid import SampleGrid
 from ..layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, FieldInfo
 from ..numeric import ceil_div
 from .blocks import Block, BlockJob, block_syncs, block_writes
-from .chunking import chunk_samples
+from .chunking import DEFAULT_CHUNK_BYTES, chunk_samples
 from .encoded import EncodedPlan
 from .engine import drive
-from .options import ConversionOptions, Execution, Progress
+from .options import (
+    DEFAULT_EXECUTION,
+    DEFAULT_OUTPUT,
+    ConversionOptions,
+    Execution,
+    Output,
+    Progress,
+    moved,
+)
 from .plan import ConversionPlan
 from .ragged import RaggedPlan
 from .rerun import REQUEST_KEY, Request, compression_option, display, reuse_complete
 from .source import BlockSource, ConversionResult
 from .spill import staged_source
 from .staging import Destination, open_destination
+from .workers import Work, worker_count
 from .writing import Sync, start_writer, write_here, write_target
 
 __all__ = ["BlockSource", "ConversionResult", "convert_source", "run_conversion"]
 
-_DEFAULT_COMPRESSION = Compression()
 
-
+@moved_keywords(
+    "run_conversion",
+    moved(
+        "format",
+        "samples_per_chunk",
+        "compression",
+        "extra",
+        "workers",
+        "client",
+        "progress",
+        "overwrite",
+    ),
+)
 def run_conversion(
     source: BlockSource,
     dst: Any,
     *,
-    format: Format | None = None,
-    samples_per_chunk: int | None = None,
-    compression: Compression = _DEFAULT_COMPRESSION,
     class_names: Sequence[str] | None = None,
-    extra: Mapping[str, Any] | None = None,
-    overwrite: bool = False,
-    workers: int = 1,
-    client: Any = None,
-    progress: bool = True,
+    output: Output | None = None,
+    execution: Execution | None = None,
     block_chunks: int = 1,
     request: Request | None = None,
     pack: bool = False,
@@ -60,7 +75,11 @@ def run_conversion(
     """Convert ``source`` into a chunkio dataset at ``dst``; resume an interrupted run.
 
     Rerunning a finished conversion returns at once (``result.unchanged``) when ``dst`` holds
-    the dataset this same call made; see :mod:`chunkio.convert.rerun`.
+    the dataset this same call made; see :mod:`chunkio.convert.rerun`. The keywords that
+    moved into :class:`Output` (``format``, ``samples_per_chunk`` -> ``chunks``,
+    ``compression``, ``extra``) and :class:`Execution` (``workers``, ``client``,
+    ``progress``, ``overwrite``) are still accepted for one release, with a
+    ``DeprecationWarning``.
 
     Parameters
     ----------
@@ -70,23 +89,18 @@ def run_conversion(
         A local path (``.zarr`` directory or ``.h5`` file; built atomically and resumably, see
         :mod:`chunkio.convert.staging`), a ``memory://NAME``, a URL zarr understands, or a zarr
         Store (the last three are written in place; the completion marker alone says done).
-    format
-        ``"zarr"``, ``"hdf5"`` or ``"memory"``; by default from ``dst``.
-    samples_per_chunk
-        By default about :data:`~chunkio.convert.chunking.DEFAULT_CHUNK_BYTES` of the largest
-        field's samples per chunk.
-    compression
-        Codec, level and checksum (on by default) of every chunk.
-    class_names, extra
-        Stored in the format attributes (``extra`` must be JSON-serialisable).
-    overwrite
-        Replace an existing dataset (locally: only once the new one is complete).
-    workers
-        ``1`` converts in this process; more uses a process pool (``forkserver``/``spawn``).
-    client
-        A ``dask.distributed.Client`` to run blocks on instead (``workers`` is then unused).
-    progress
-        Show a tqdm bar counting samples.
+    class_names
+        Stored in the format attributes.
+    output
+        :class:`Output`: format (by default from ``dst``), ``chunks`` (samples per chunk; by
+        default about ``chunk_bytes`` of the largest field's samples), the codec, level and
+        checksum (on by default) of every chunk, ``extra`` attributes (JSON-serialisable).
+    execution
+        :class:`Execution`: worker processes (by default one per core for sources of at
+        least :data:`~chunkio.convert.workers.POOL_MIN_BYTES` decoded bytes, else this
+        process; a ``forkserver``/``spawn`` pool), or a ``dask.distributed.Client``; a
+        progress bar counting samples; overwriting (locally, the old dataset is replaced only
+        once the new one is complete).
     block_chunks
         Chunks per block: the unit of work, of resume, and of memory per block in flight.
     request
@@ -115,13 +129,19 @@ def run_conversion(
         See :func:`chunkio.convert.staging.open_destination` and
         :func:`~chunkio.convert.rerun.reuse_complete`.
     """
+    output = DEFAULT_OUTPUT if output is None else output
+    samples_per_chunk = output.samples_per_chunk("run_conversion")
+    if samples_per_chunk is None and output.chunk_bytes != DEFAULT_CHUNK_BYTES:
+        samples_per_chunk = chunk_samples(
+            source.fields, source.num_samples, None, output.chunk_bytes
+        )
     options = ConversionOptions(
-        format=format,
+        format=output.format,
         samples_per_chunk=samples_per_chunk,
-        compression=compression,
+        compression=output.compression_codec(),
         class_names=None if class_names is None else tuple(class_names),
-        extra=extra or {},
-        execution=Execution(workers, client, progress, overwrite),
+        extra=output.extra or {},
+        execution=DEFAULT_EXECUTION if execution is None else execution,
         block_chunks=block_chunks,
         request=request,
         pack=pack,
@@ -158,6 +178,12 @@ def convert_source(source: BlockSource, dst: Any, options: ConversionOptions) ->
     """:func:`run_conversion` with its options checked (the converters' way in)."""
     started = time.perf_counter()
     num_samples, fields = _check_source(source)
+    if options.execution.workers is None:  # run_conversion's default: a pool where it pays
+        nbytes = num_samples * sum(f.sample_nbytes for f in fields)
+        count = worker_count(
+            None, client=options.execution.client, work=lambda: Work(nbytes=nbytes)
+        )
+        options = replace(options, execution=replace(options.execution, workers=count))
     fmt: Format = options.format or detect_format(dst)
     storage_for(fmt)  # a ValueError naming the formats for any other
     prep = _prepare(source, fmt, num_samples, fields, options)

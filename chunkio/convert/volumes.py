@@ -39,15 +39,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .._deprecated import Moved, moved_keywords
+from .._deprecated import moved_keywords
 from ..backends import Compression, Format, Writer, detect_format, storage_for
 from ..errors import SourceError
 from ..label_index import LabelIndex, write_label_index
 from ..layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, FieldInfo
 from ..volume_layout import VOLUMES_KEY, VolumeSet
-from .arrays import ARRAY_MOVES
 from .engine import drive
-from .options import DEFAULT_EXECUTION, DEFAULT_OUTPUT, Execution, Output, Progress
+from .options import DEFAULT_EXECUTION, DEFAULT_OUTPUT, Execution, Output, Progress, moved
 from .plan import ConversionPlan
 from .rerun import REQUEST_KEY, Request, compression_option, display, reuse_complete
 from .source import ConversionResult
@@ -69,11 +68,7 @@ Paths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
 #: convert_volumes' keywords that moved into the option objects (``chunks``, the spatial
 #: chunk shape, keeps its name in Output)
-_MOVED = {
-    **{k: m for k, m in ARRAY_MOVES.items() if k in ("format", "compression")},
-    "chunks": Moved("output", Output, "chunks"),
-    **{k: m for k, m in ARRAY_MOVES.items() if m.param == "execution"},
-}
+_MOVED = moved("format", "chunks", "compression", "workers", "client", "progress", "overwrite")
 
 
 @moved_keywords("convert_volumes", _MOVED)

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import chunkio
+import chunkio.convert
 from chunkio import Execution, ImageOptions, Ordering, Output, Workers
 
 CLIENT = object()  # stands for a dask client: the stand-in function never uses it
@@ -35,7 +36,7 @@ MOVED: list[tuple[str, str, Any, dict[str, Any]]] = [
     ("make_loader", "transport", "dataloader", {"workers": Workers(transport="dataloader")}),
     ("make_loader", "copy", True, {"workers": Workers(copy=True)}),
 ]
-for _f in ("write_arrays", "convert_arrays", "convert_images", "convert_volumes"):
+for _f in ("write_arrays", "convert_arrays", "convert_images", "convert_volumes", "run_conversion"):
     MOVED += [
         (_f, "format", "hdf5", {"output": Output(format="hdf5")}),
         (_f, "compression", "zstd", {"output": Output(compression="zstd")}),
@@ -44,16 +45,14 @@ for _f in ("write_arrays", "convert_arrays", "convert_images", "convert_volumes"
         (_f, "progress", False, {"execution": Execution(progress=False)}),
         (_f, "overwrite", True, {"execution": Execution(overwrite=True)}),
     ]
+for _f in ("write_arrays", "convert_arrays", "convert_images", "run_conversion"):
+    MOVED += [(_f, "samples_per_chunk", 7, {"output": Output(chunks=7)})]
 for _f in ("write_arrays", "convert_arrays", "convert_images"):
-    MOVED += [
-        (_f, "samples_per_chunk", 7, {"output": Output(chunks=7)}),
-        (_f, "checksum", False, {"output": Output(checksum=False)}),
-    ]
+    MOVED += [(_f, "checksum", False, {"output": Output(checksum=False)})]
+for _f in ("write_arrays", "convert_arrays", "run_conversion"):
+    MOVED += [(_f, "extra", {"k": 1}, {"output": Output(extra={"k": 1})})]
 for _f in ("write_arrays", "convert_arrays"):
-    MOVED += [
-        (_f, "chunk_bytes", 4096, {"output": Output(chunk_bytes=4096)}),
-        (_f, "extra", {"k": 1}, {"output": Output(extra={"k": 1})}),
-    ]
+    MOVED += [(_f, "chunk_bytes", 4096, {"output": Output(chunk_bytes=4096)})]
 MOVED += [
     ("convert_volumes", "chunks", (8, 16, 16), {"output": Output(chunks=(8, 16, 16))}),
     ("convert_images", "resize", "pad", {"images": ImageOptions(resize="pad")}),
@@ -70,14 +69,20 @@ ARGS = {
     "convert_arrays": ("in.h5", "out.zarr"),
     "convert_images": ("images", "out.zarr"),
     "convert_volumes": ("volumes", "out.zarr"),
+    "run_conversion": (object(), "out.zarr"),
 }
+
+
+def _public(function: str) -> Any:
+    """The entry point: chunkio's, or chunkio.convert's (run_conversion)."""
+    return getattr(chunkio, function, None) or getattr(chunkio.convert, function)
 
 
 @pytest.mark.parametrize(("function", "old", "value", "new"), MOVED)
 def test_an_old_keyword_warns_and_makes_the_new_call(
     function: str, old: str, value: Any, new: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    public = getattr(chunkio, function)
+    public = _public(function)
     calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
     monkeypatch.setattr(public, "__wrapped__", lambda *a, **kw: calls.append((a, kw)))
     (param, option), *_ = new.items()

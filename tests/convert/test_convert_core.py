@@ -84,10 +84,12 @@ SCRIPT = (
     + """
 if __name__ == "__main__":
     import json, sys
+    from chunkio import Execution, Output
     from chunkio.convert import run_conversion
 
     dst, delay = sys.argv[1], float(sys.argv[2])
-    r = run_conversion(SlowSource(200, delay), dst, samples_per_chunk=5, progress=False)
+    r = run_conversion(SlowSource(200, delay), dst, output=Output(chunks=5),
+                       execution=Execution(progress=False))
     print(json.dumps({"resumed": r.resumed_blocks, "written": r.written_blocks}))
 """
 )
@@ -220,7 +222,12 @@ def test_hdf5_fewer_samples_than_a_chunk_and_empty(tmp_path: Path) -> None:
 def test_failure_keeps_staging_incomplete_and_resumable(fmt: str, tmp_path: Path) -> None:
     dst = tmp_path / f"r{SUFFIX[fmt]}"
     with pytest.raises(SourceError, match=r"samples 100\.\.104 .*item-102\.bin"):
-        run_conversion(SlowSource(fail_at=102), dst, samples_per_chunk=5, progress=False)
+        run_conversion(
+            SlowSource(fail_at=102),
+            dst,
+            output=Output(chunks=5),
+            execution=Execution(progress=False),
+        )
     assert not dst.exists(), "the final path appears only when complete"
     reader = open_reader(staging_of(dst) / "data")
     with pytest.raises(IncompleteDatasetError):
@@ -229,11 +236,16 @@ def test_failure_keeps_staging_incomplete_and_resumable(fmt: str, tmp_path: Path
     if fmt == "zarr":  # what a writer killed mid-chunk leaves behind
         chunk = zarr_chunk_file(staging_of(dst) / "data", "x", 0)
         chunk.with_name(chunk.name + ".1234.partial").write_bytes(b"?")
-    result = run_conversion(SlowSource(), dst, samples_per_chunk=5, progress=False)
+    result = run_conversion(
+        SlowSource(), dst, output=Output(chunks=5), execution=Execution(progress=False)
+    )
     assert (result.resumed_blocks, result.written_blocks) == (20, 20)
     assert not list(dst.rglob("*.partial"))
     run_conversion(
-        SlowSource(), tmp_path / f"ref{SUFFIX[fmt]}", samples_per_chunk=5, progress=False
+        SlowSource(),
+        tmp_path / f"ref{SUFFIX[fmt]}",
+        output=Output(chunks=5),
+        execution=Execution(progress=False),
     )
     assert_same_dataset(str(dst), str(tmp_path / f"ref{SUFFIX[fmt]}"))
 
@@ -241,8 +253,15 @@ def test_failure_keeps_staging_incomplete_and_resumable(fmt: str, tmp_path: Path
 def test_changed_plan_discards_staging(tmp_path: Path) -> None:
     dst = tmp_path / "p.zarr"
     with pytest.raises(SourceError):
-        run_conversion(SlowSource(fail_at=150), dst, samples_per_chunk=5, progress=False)
-    result = run_conversion(SlowSource(), dst, samples_per_chunk=10, progress=False)
+        run_conversion(
+            SlowSource(fail_at=150),
+            dst,
+            output=Output(chunks=5),
+            execution=Execution(progress=False),
+        )
+    result = run_conversion(
+        SlowSource(), dst, output=Output(chunks=10), execution=Execution(progress=False)
+    )
     assert (result.resumed_blocks, result.written_blocks) == (0, 20)
     assert read_all(str(dst))[1]["y"].tolist() == list(range(0, 600, 3))
 
@@ -252,7 +271,12 @@ def test_corrupt_hdf5_block_in_manifest_is_redone(tmp_path: Path) -> None:
 
     dst = tmp_path / "c.h5"
     with pytest.raises(SourceError):
-        run_conversion(SlowSource(fail_at=52), dst, samples_per_chunk=5, progress=False)
+        run_conversion(
+            SlowSource(fail_at=52),
+            dst,
+            output=Output(chunks=5),
+            execution=Execution(progress=False),
+        )
     data = staging_of(dst) / "data"
     with h5py.File(data, "r") as f:
         info = f["x"].id.get_chunk_info_by_coord((15, 0, 0))  # chunk 3, in the manifest
@@ -261,7 +285,9 @@ def test_corrupt_hdf5_block_in_manifest_is_redone(tmp_path: Path) -> None:
         byte = fh.read(1)
         fh.seek(info.byte_offset + 8)
         fh.write(bytes([byte[0] ^ 0xFF]))
-    result = run_conversion(SlowSource(), dst, samples_per_chunk=5, progress=False)
+    result = run_conversion(
+        SlowSource(), dst, output=Output(chunks=5), execution=Execution(progress=False)
+    )
     assert (result.resumed_blocks, result.written_blocks) == (9, 31)
     assert read_all(str(dst))[1]["x"][15:20].ravel().tolist() == list(range(240, 320))
 
@@ -306,11 +332,13 @@ def test_sigkill_then_resume_equals_uninterrupted(fmt: str, tmp_path: Path) -> N
     with pytest.raises(IncompleteDatasetError):
         DatasetLayout.from_attrs(reader.attrs(), where="staging", require_complete=True)
     reader.close()
-    result = run_conversion(SlowSource(), dst, samples_per_chunk=5, progress=False)
+    result = run_conversion(
+        SlowSource(), dst, output=Output(chunks=5), execution=Execution(progress=False)
+    )
     assert result.resumed_blocks >= done and result.written_blocks > 0
     assert result.resumed_blocks + result.written_blocks == 40
     ref = tmp_path / f"ref{SUFFIX[fmt]}"
-    run_conversion(SlowSource(), ref, samples_per_chunk=5, progress=False)
+    run_conversion(SlowSource(), ref, output=Output(chunks=5), execution=Execution(progress=False))
     assert_same_dataset(str(dst), str(ref))
     assert not staging_of(dst).exists()
 
@@ -322,7 +350,9 @@ def test_second_converter_fails_fast(tmp_path: Path) -> None:
     wait_for_manifest(dst, 1, proc)
     started = time.monotonic()
     with pytest.raises(DestinationBusyError, match=f"pid {proc.pid}"):
-        run_conversion(SlowSource(), dst, samples_per_chunk=5, progress=False)
+        run_conversion(
+            SlowSource(), dst, output=Output(chunks=5), execution=Execution(progress=False)
+        )
     assert time.monotonic() - started < 5
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
@@ -339,7 +369,9 @@ def test_existing_destination(tmp_path: Path) -> None:
         assert read_all(str(dst))[1]["v"].tolist() == list(range(10)), "old data untouched"
         # an overwrite that fails midway leaves the old data intact
         with pytest.raises(SourceError):
-            run_conversion(SlowSource(fail_at=100), dst, overwrite=True, progress=False)
+            run_conversion(
+                SlowSource(fail_at=100), dst, execution=Execution(overwrite=True, progress=False)
+            )
         assert read_all(str(dst))[1]["v"].tolist() == list(range(10))
         write_arrays(dst, {"w": np.arange(20)}, shuffle=False, execution=Execution(overwrite=True))
         layout, out = read_all(str(dst))
@@ -386,10 +418,15 @@ def test_worker_error_is_typed_and_resumable(tmp_path: Path) -> None:
     dst = tmp_path / "f.zarr"
     with pytest.raises(SourceError, match=r"samples 40\.\.49 \(chunks 4\.\.4\): sample 45"):
         run_conversion(
-            FailingArraySource(data), dst, samples_per_chunk=10, workers=2, progress=False
+            FailingArraySource(data),
+            dst,
+            output=Output(chunks=10),
+            execution=Execution(workers=2, progress=False),
         )
     assert not dst.exists()
-    result = run_conversion(ArraySource(data), dst, samples_per_chunk=10, progress=False)
+    result = run_conversion(
+        ArraySource(data), dst, output=Output(chunks=10), execution=Execution(progress=False)
+    )
     assert result.resumed_blocks >= 4  # blocks 0..3 were submitted before the failing one
     np.testing.assert_array_equal(read_all(str(dst))[1]["image"], data["image"])
 
@@ -453,16 +490,14 @@ def test_a_failed_dask_run_leaves_no_task_writing(tmp_path: Path) -> None:
             run_conversion(
                 _SlowOrBad("A", 1, fail=True, slow=1, slow_s=1.5),
                 dst,
-                samples_per_chunk=10,
-                client=client,
-                progress=False,
+                output=Output(chunks=10),
+                execution=Execution(client=client, progress=False),
             )
         run_conversion(
             _SlowOrBad("B", 2, fail=False, slow=3, slow_s=3.0),
             dst,
-            samples_per_chunk=10,
-            client=client,
-            progress=False,
+            output=Output(chunks=10),
+            execution=Execution(client=client, progress=False),
         )
     stored = np.asarray(ChunkDataset(dst, fields="x").read_batch(list(range(40)))["x"])
     assert (stored == 2).all(), stored[:, 0]
@@ -509,7 +544,12 @@ class BadShapeSource(SlowSource):
 def test_bad_source_data_and_options(tmp_path: Path) -> None:
     assert isinstance(SlowSource(), BlockSource)
     with pytest.raises(SourceError, match=r"samples 50\.\.59 .*'x': expected shape"):
-        run_conversion(BadShapeSource(), tmp_path / "b.zarr", samples_per_chunk=10, progress=False)
+        run_conversion(
+            BadShapeSource(),
+            tmp_path / "b.zarr",
+            output=Output(chunks=10),
+            execution=Execution(progress=False),
+        )
     with pytest.raises(ValueError, match="chunks must be an int >= 1; got 0"):
         write_arrays(tmp_path / "c.zarr", {"v": np.arange(3)}, output=Output(chunks=0))
     with pytest.raises(ValueError, match="workers"):

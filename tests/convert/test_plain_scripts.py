@@ -107,11 +107,12 @@ convert_volumes(img, sys.argv[-1], labels=lab, output=Output(chunks=4),
 
 SLOW = """
 from test_convert_core import SlowSource
+from chunkio import Execution, Output
 from chunkio.convert import run_conversion
 
 r = run_conversion(
-    SlowSource(200, float(sys.argv[3])), sys.argv[2], samples_per_chunk=5, workers=2,
-    progress=False,
+    SlowSource(200, float(sys.argv[3])), sys.argv[2], output=Output(chunks=5),
+    execution=Execution(workers=2, progress=False),
 )
 print("blocks", json.dumps([r.resumed_blocks, r.written_blocks]))
 """
@@ -269,9 +270,12 @@ OWN_SOURCE = (
     + inspect.getsource(SlowSource)
     + """
 def main():
+    from chunkio import Execution, Output
     from chunkio.convert import run_conversion
 
-    r = run_conversion(SlowSource(60), sys.argv[2], samples_per_chunk=5, workers=2)
+    r = run_conversion(
+        SlowSource(60), sys.argv[2], output=Output(chunks=5), execution=Execution(workers=2)
+    )
     print("blocks", json.dumps([r.resumed_blocks, r.written_blocks]))
 
 
@@ -294,7 +298,12 @@ def test_a_source_defined_in_the_script_needs_and_works_with_a_main_guard(
     # each worker imports the script (its unguarded lines print "start" and "done" there)
     assert [x for x in lines if x.startswith("blocks")] == ["blocks [0, 12]"], lines
     assert 'pools ["forkserver"]' in lines, lines
-    run_conversion(SlowSource(60), tmp_path / "ref.zarr", samples_per_chunk=5, progress=False)
+    run_conversion(
+        SlowSource(60),
+        tmp_path / "ref.zarr",
+        output=Output(chunks=5),
+        execution=Execution(progress=False),
+    )
     assert_same_dataset(str(dst), str(tmp_path / "ref.zarr"))
     proc, marker = start_script(tmp_path, OWN_SOURCE, str(tmp_path / "bad.zarr"), "unguarded")
     out, err = proc.communicate(timeout=100)
@@ -372,7 +381,9 @@ def test_sigkill_leaves_no_workers_forkserver_or_tracker(method: str, tmp_path: 
     resumed, written = json.loads(next(x for x in lines if x.startswith("blocks "))[7:])
     assert resumed >= done and written > 0 and resumed + written == 40
     ref = tmp_path / "ref.zarr"
-    run_conversion(SlowSource(200), ref, samples_per_chunk=5, progress=False)
+    run_conversion(
+        SlowSource(200), ref, output=Output(chunks=5), execution=Execution(progress=False)
+    )
     assert_same_dataset(str(dst), str(ref))
 
 
@@ -397,7 +408,12 @@ def test_each_progress_bar_prints_its_final_line_once(
     )
     lines = final_lines(capsys.readouterr().err)
     assert [x.split(":")[0] for x in lines] == ["check", "p.zarr"], lines
-    run_conversion(SlowSource(40), tmp_path / "s.zarr", samples_per_chunk=5)
+    run_conversion(
+        SlowSource(40),
+        tmp_path / "s.zarr",
+        output=Output(chunks=5),
+        execution=Execution(progress=True),
+    )
     lines = final_lines(capsys.readouterr().err)
     assert [x.split(":")[0] for x in lines] == ["s.zarr"], lines
     img, lab = _case_files(tmp_path, 3)

@@ -159,18 +159,26 @@ def test_rerun_with_other_sources_or_options_is_refused(
 
 def test_run_conversion_rerun_and_records_that_never_match(tmp_path: Path) -> None:
     dst = tmp_path / "r.zarr"
-    run_conversion(SlowSource(), dst, samples_per_chunk=5, progress=False)
-    again = run_conversion(SlowSource(), dst, samples_per_chunk=5, progress=False)
+    run_conversion(SlowSource(), dst, output=Output(chunks=5), execution=Execution(progress=False))
+    again = run_conversion(
+        SlowSource(), dst, output=Output(chunks=5), execution=Execution(progress=False)
+    )
     assert again.unchanged and (again.resumed_blocks, again.written_blocks) == (40, 0)
     with pytest.raises(DestinationExistsError, match="the source changed"):
-        run_conversion(SlowSource(n=100), dst, samples_per_chunk=5, progress=False)
+        run_conversion(
+            SlowSource(n=100), dst, output=Output(chunks=5), execution=Execution(progress=False)
+        )
     with pytest.raises(DestinationExistsError, match="option samples_per_chunk was 5, now 4"):
-        run_conversion(SlowSource(), dst, samples_per_chunk=4, progress=False)
+        run_conversion(
+            SlowSource(), dst, output=Output(chunks=4), execution=Execution(progress=False)
+        )
     # A dataset written before reruns were recorded (no record) keeps being refused ...
     group = zarr.open_group(str(dst), mode="r+")
     del group.attrs["chunkio_request"]
     with pytest.raises(DestinationExistsError, match="no record of the sources"):
-        run_conversion(SlowSource(), dst, samples_per_chunk=5, progress=False)
+        run_conversion(
+            SlowSource(), dst, output=Output(chunks=5), execution=Execution(progress=False)
+        )
 
 
 def test_rerun_refuses_an_appended_or_legacy_hdf5_dataset(tmp_path: Path) -> None:
@@ -338,10 +346,12 @@ def test_killed_and_resumed_equals_uninterrupted_byte_for_byte(fmt: str, tmp_pat
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate()
     assert not dst.exists() and staging_of(dst).exists()
-    resumed = run_conversion(SlowSource(), dst, samples_per_chunk=5, progress=False)
+    resumed = run_conversion(
+        SlowSource(), dst, output=Output(chunks=5), execution=Execution(progress=False)
+    )
     assert resumed.resumed_blocks >= 5 and resumed.written_blocks > 0
     ref = tmp_path / f"ref{SUFFIX[fmt]}"
-    run_conversion(SlowSource(), ref, samples_per_chunk=5, progress=False)
+    run_conversion(SlowSource(), ref, output=Output(chunks=5), execution=Execution(progress=False))
     assert files(dst) == files(ref)
 
 

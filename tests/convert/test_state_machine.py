@@ -134,13 +134,15 @@ class DatasetMachine(RuleBasedStateMachine):
             run_conversion(
                 FailingSource(data, fail_at),
                 self.path,
-                samples_per_chunk=spc,
-                overwrite=True,
-                progress=False,
+                output=Output(chunks=spc),
+                execution=Execution(overwrite=True, progress=False),
             )
         self._check_model(staging_allowed=True)  # the old dataset is untouched
         result = run_conversion(
-            ArraySource(data), self.path, samples_per_chunk=spc, overwrite=True, progress=False
+            ArraySource(data),
+            self.path,
+            output=Output(chunks=spc),
+            execution=Execution(overwrite=True, progress=False),
         )
         assert result.resumed_blocks == fail_at // spc  # whole chunks before the failure
         self.model, self.spc = data, spc
@@ -278,6 +280,32 @@ def test_append_rejects_mismatched_samples(tmp_path: Path) -> None:
     assert digest(path) == before
     with pytest.raises(ConversionError, match="local"):
         append_arrays("memory://nowhere", good)
+
+
+@pytest.mark.timeout(120)
+def test_append_takes_the_converters_execution(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Workers read the new samples (here a pool, forced), a bar counts the blocks; the
+    dataset is the one an append in this process writes. No overwrite: refused."""
+    from chunkio.convert import workers as pool_policy
+
+    here, pooled = tmp_path / "here.zarr", tmp_path / "pooled.zarr"
+    for path in (here, pooled):
+        write_arrays(path, make_arrays(0, 6), output=Output(chunks=4))
+    new = make_arrays(1, 30)
+    append_arrays(here, new, execution=Execution(workers=1, progress=False))
+    monkeypatch.setattr(pool_policy, "POOL_MIN_SECONDS", 0.0)
+    append_arrays(pooled, new, execution=Execution(workers=2, progress=True))
+    assert "append" in capsys.readouterr().err
+    a = ChunkDataset(here, fields=("x", "y")).read_batch(range(36))
+    b = ChunkDataset(pooled, fields=("x", "y")).read_batch(range(36))
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    before = digest(here)
+    with pytest.raises(ValueError, match="never replaces"):
+        append_arrays(here, new, execution=Execution(overwrite=True))
+    assert digest(here) == before
 
 
 def test_append_without_renameat2_swaps_with_two_renames(
