@@ -327,7 +327,9 @@ def test_bad_input_is_a_typed_error_naming_the_store(tmp_path: Path) -> None:
 def test_an_existing_destination_needs_overwrite(tmp_path: Path) -> None:
     src, dst = h5py_file(tmp_path), tmp_path / "o.h5"
     convert_arrays(src, dst, fields=fields_of("h5py"), shuffle=False)
-    with pytest.raises(DestinationExistsError, match="pass overwrite=True"):
+    with pytest.raises(
+        DestinationExistsError, match=r"pass execution=chunkio\.Execution\(overwrite=True\)"
+    ):
         convert_arrays(src, dst, fields=fields_of("h5py"))
     convert_arrays(src, dst, fields=fields_of("h5py"), execution=Execution(overwrite=True))
     assert_equals_source(dst, shuffled=True)
