@@ -6,7 +6,7 @@ STAMP := $(VENV)/.chunkio-installed
 # CI machines have 2 cores; pytest runs serially (multi-process tests spawn their own workers).
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test lint typecheck unit bench bench-full bench-remote soak clean
+.PHONY: venv demo test lint typecheck unit docs docs-check bench bench-full bench-remote soak clean
 
 venv: $(STAMP)
 
@@ -31,7 +31,15 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test: lint typecheck unit
+# the documentation site (mkdocs.yml, docs/): served with live reload on http://127.0.0.1:8000
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
+
+# a broken link, anchor or API reference (a name mkdocstrings cannot resolve) fails the build
+docs-check: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+test: lint typecheck docs-check unit
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run
@@ -44,4 +52,4 @@ soak: $(STAMP)
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) demo-data bench-data .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) demo-data bench-data site .pytest_cache .mypy_cache .ruff_cache

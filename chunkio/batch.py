@@ -32,6 +32,8 @@ class SampleBatch(list[Any]):
     length
         Its number of samples.
 
+    Examples
+    --------
     >>> b = SampleBatch({"x": torch.arange(3)}, 3)
     >>> len(b), b[1], collate(b) is b.collated
     (3, {'x': tensor(1)}, True)

@@ -120,23 +120,31 @@ class EpochBatch(list[int]):
 class ChunkBatchSampler(Sampler[list[int]]):
     """Stateful chunk-aware batch sampler; pass it to a DataLoader as ``batch_sampler``.
 
-    Parameters
-    ----------
-    chunk_sizes : samples per chunk, in storage order.
-    batch_size : samples per batch *of this rank* (the global batch is ``batch_size *
-        world_size``, as with torch's ``DistributedSampler``).
-    pool : samples in the mixing pool, summed over lanes (each batch draws from about
-        ``pool / chunk_size`` chunks); ``None``: four global batches.
-    lanes : independent chunk streams every batch draws from (:mod:`chunkio.order`); ranks and
-        workers own whole lanes, so keep it a multiple of ``world_size * num_workers``.
-    seed, shuffle, drop_last : as for a DataLoader.
-    rank, world_size : default to ``torch.distributed`` when initialised, else 0 and 1.
-
     The order depends only on ``(chunk_sizes, seed, epoch, global batch, pool, lanes, shuffle,
     drop_last)``: the same global batches for every ``num_workers`` and world size.
     ``state_dict()`` records seed, epoch and ``batches_done``; after ``load_state_dict`` the next
     ``__iter__`` continues right after batch ``batches_done`` of that epoch.
 
+    Parameters
+    ----------
+    chunk_sizes
+        Samples per chunk, in storage order.
+    batch_size
+        Samples per batch *of this rank* (the global batch is ``batch_size * world_size``, as
+        with torch's ``DistributedSampler``).
+    pool
+        Samples in the mixing pool, summed over lanes (each batch draws from about
+        ``pool / chunk_size`` chunks); ``None``: four global batches.
+    lanes
+        Independent chunk streams every batch draws from (:mod:`chunkio.order`); ranks and
+        workers own whole lanes, so keep it a multiple of ``world_size * num_workers``.
+    seed, shuffle, drop_last
+        As for a DataLoader.
+    rank, world_size
+        Default to ``torch.distributed`` when initialised, else 0 and 1.
+
+    Examples
+    --------
     >>> s = ChunkBatchSampler([2, 2, 2], 4, seed=1, world_size=1)
     >>> len(s), sorted(i for b in s for i in b)
     (2, [0, 1, 2, 3, 4, 5])

@@ -28,6 +28,8 @@ def normalize(
     The device-side end of an image pipeline: batches cross PCIe as uint8 ``(B, C, H, W)``
     (a quarter of float32's bytes), and the conversion runs where the batch already is.
 
+    Examples
+    --------
     >>> x = torch.full((2, 3, 4, 4), 255, dtype=torch.uint8)
     >>> [round(v, 3) for v in normalize(x, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5))[0, :, 0, 0].tolist()]
     [1.0, 1.0, 1.0]
