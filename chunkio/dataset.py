@@ -65,8 +65,17 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
         it is reading.
     preload_bytes
         Fields whose whole array is at most this many bytes are read once per process.
+    storage_options
+        With a URL (``s3://...``, ``gs://...``, ``https://...``, any protocol fsspec knows):
+        options for its fsspec filesystem, e.g. s3fs's ``{"anon": True}``, ``{"key": ...,
+        "secret": ...}`` or ``{"client_kwargs": {"endpoint_url": ...}}`` for an
+        S3-compatible server. Chunks are then fetched by concurrent byte ranges; the options
+        travel with the pickled dataset, so every worker opens its own filesystem with them.
+        Not needed for local paths.
     trust_codecs
-        Allow codecs, filters and links chunkio does not consider safe (see the README).
+        Allow codecs, filters and links chunkio does not consider safe: ``numcodecs.pickle``
+        and other codecs that could run code, unknown codecs and HDF5 filters, external
+        links, external raw storage and virtual datasets with sources in other files.
     channels_last
         Batches of images that chunkio decodes or transforms (encoded fields, the field
         transform's field) keep the ``(B, C, H, W)`` shape but are laid out channels last in

@@ -305,6 +305,14 @@ def make_loader(
         which the loader reads through a copy (``ChunkLoader.dataset``): yours is not changed.
     batch_size
         Samples per batch *on this rank* (the global batch is ``batch_size * world_size``).
+    fields
+        With a path: which arrays are read and what a batch is, as for :class:`ChunkDataset`.
+        On a chunkio dataset, ``None`` (every field: batches are ``{name: tensor}`` dicts), a
+        list of field names (batches are tuples in that order: ``for x, y in loader``) or one
+        name (batches are that field's tensor). On an HDF5 file or Zarr store chunkio did not
+        write, its arrays: a mapping ``{"image": "train/images", "label": "train/labels"}``
+        (fields named by the keys, batches are tuples in its order) or a list of array paths
+        (fields named by each path's last part).
     shuffle, seed, drop_last, rank, world_size
         Passed to :class:`ChunkBatchSampler`.
     pool_bytes

@@ -106,11 +106,10 @@ def convert_volumes(
         Names of the label values 0, 1, ... (stored in the layout).
     compression
         Codec, level and checksum of every chunk.
-    workers
+    workers, client
         Processes converting volumes in parallel (default: up to 4, never more than volumes
         left, and none for less than 256 MiB of images: see :mod:`chunkio.convert.workers`);
-        ``client``: a
-        ``dask.distributed.Client`` to use instead.
+        ``client``: a ``dask.distributed.Client`` to use instead.
     progress, overwrite
         Show a progress bar (volumes); replace an existing dataset.
 

@@ -73,6 +73,12 @@ class PatchDataset(ReadCoreDataset, Dataset[Any]):
         Decoded chunks each process keeps besides those of the batch it is reading (the
         same chunk pool :class:`~chunkio.ChunkDataset` uses; least recently used evicted
         first; helps overlapping grids). With 0 a process keeps only the last batch's chunks.
+    storage_options
+        With a URL: options for its fsspec filesystem, as for :class:`~chunkio.ChunkDataset`
+        (e.g. ``{"anon": True}``).
+    trust_codecs
+        Allow codecs, filters and links chunkio does not consider safe, as for
+        :class:`~chunkio.ChunkDataset`.
     """
 
     def __init__(
