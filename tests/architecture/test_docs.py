@@ -186,3 +186,38 @@ def _parameter_gaps() -> dict[str, list[str]]:
 def test_every_public_parameter_is_described() -> None:
     gaps = _parameter_gaps()
     assert not gaps, f"parameters missing from their docstring's Parameters section: {gaps}"
+
+
+def _table_paths(cell: str) -> list[str]:
+    """Paths of a 'where' cell of the where-things-live table, relative to ``chunkio/``: a
+    name with a folder starts from ``chunkio/``, a bare name is in the folder of the one
+    before it (``convert/images.py``, ``arrays.py``; ``images/`` (``jpeg.py``))."""
+    out: list[str] = []
+    folder = ""
+    for token in re.findall(r"`([\w./-]+)`", cell):
+        path = token if "/" in token else folder + token
+        folder = path if path.endswith("/") else path.rpartition("/")[0] + "/" * ("/" in path)
+        out.append(path)
+    return out
+
+
+def test_the_table_paths_follow_the_convention() -> None:
+    cell = "`convert/images.py`, `arrays.py`; `patches/stitch.py`, `images/` (`jpeg.py`), `x.py`"
+    assert _table_paths(cell) == [
+        "convert/images.py",
+        "convert/arrays.py",
+        "patches/stitch.py",
+        "images/",
+        "images/jpeg.py",
+        "images/x.py",
+    ]
+
+
+def test_where_things_live_names_modules_that_exist() -> None:
+    page = (DOCS / "contributing.md").read_text()
+    table = page[page.index("## Where things live") :]
+    rows = [line.split("|") for line in table.splitlines() if line.startswith("| ")]
+    paths = [p for row in rows[1:] for p in _table_paths(row[2])]
+    assert paths
+    missing = [p for p in paths if not (ROOT / "chunkio" / p).exists()]
+    assert not missing, f"docs/contributing.md, 'Where things live': no chunkio/{missing}"
