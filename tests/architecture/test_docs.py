@@ -23,8 +23,10 @@ API = DOCS / "reference" / "api"
 
 #: ``::: chunkio.make_loader``: an mkdocstrings entry
 _ENTRY = re.compile(r"^:::\s+(chunkio(?:\.\w+)*)\s*$", re.M)
-#: ``chunkio/images/encoding.py``, ``chunkio/backends/``: a path in the source tree
-_PATH = re.compile(r"(?<![\w./-])chunkio/(?:[\w-]+/)*[\w-]+(?:\.py)?/?")
+#: ``chunkio/images/encoding.py``, ``tests/read/``: a path in the repository
+_PATH = re.compile(
+    r"(?<![\w./-])(?:chunkio|tests|benchmarks|converters)/(?:[\w-]+/)*[\w-]+(?:\.\w+)?/?"
+)
 #: ``chunkio.errors``, ``chunkio.convert.append_arrays``: a module or a name in one
 _DOTTED = re.compile(r"(?<![\w./-])chunkio(?:\.[A-Za-z_]\w*)+")
 
@@ -99,8 +101,8 @@ def test_modules_named_in_the_docs_exist() -> None:
 
 
 def test_the_module_check_catches_a_dead_name() -> None:
-    text = "decoded by (`chunkio/image_codecs.py`) and chunkio.image_codecs, see user.chunkio.zarr"
-    assert _PATH.findall(text) == ["chunkio/image_codecs.py"]
+    text = "by (`chunkio/image_codecs.py`) and chunkio.image_codecs, in user.chunkio.zarr, tests/a/"
+    assert _PATH.findall(text) == ["chunkio/image_codecs.py", "tests/a/"]
     assert _DOTTED.findall(text) == ["chunkio.image_codecs"]
     assert not (ROOT / "chunkio/image_codecs.py").exists()
     assert _unresolved({"chunkio.image_codecs", "chunkio.errors.ChunkioError"}) == [
