@@ -22,8 +22,8 @@ demo: $(STAMP)
 	$(PY) -m benchmarks.demo
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check chunkio converters tests benchmarks
-	$(VENV)/bin/ruff format --check chunkio converters tests benchmarks
+	$(VENV)/bin/ruff check chunkio converters tests benchmarks docs/_griffe
+	$(VENV)/bin/ruff format --check chunkio converters tests benchmarks docs/_griffe
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy --strict chunkio
