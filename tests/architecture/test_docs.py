@@ -6,11 +6,13 @@ links, anchors and API entries that name nothing."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -223,3 +225,27 @@ def test_where_things_live_names_modules_that_exist() -> None:
     assert paths
     missing = [p for p in paths if not (ROOT / "chunkio" / p).exists()]
     assert not missing, f"docs/contributing.md, 'Where things live': no chunkio/{missing}"
+
+
+def test_the_reference_renders_roles_and_grouped_parameters() -> None:
+    """docs/_griffe/docstrings.py, the griffe extension the API reference loads with."""
+    spec = importlib.util.spec_from_file_location("docstrings", DOCS / "_griffe" / "docstrings.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text = (
+        "See :class:`~chunkio.ChunkDataset`.\n\nParameters\n----------\nseed, shuffle\n    Both.\n"
+    )
+    obj = SimpleNamespace(docstring=SimpleNamespace(value=text))
+    module.Docstrings().on_object(obj=obj, loader=None)
+    assert obj.docstring.value.split("\n") == [
+        "See ``ChunkDataset``.",
+        "",
+        "Parameters",
+        "----------",
+        "seed",
+        "    Both.",
+        "shuffle",
+        "    Both.",
+        "",
+    ]
