@@ -68,7 +68,7 @@ def _unresolved(names: set[str]) -> list[str]:
 def test_every_public_name_is_in_the_api_reference() -> None:
     entries = _entries()
     assert entries, f"no ::: entries under {API}"
-    documented = {id(_resolve(e)) for e in entries}
+    documented = {id(_resolve(e)) for e in entries if not _unresolved({e})}
     missing = [
         name
         for name in chunkio.__all__
