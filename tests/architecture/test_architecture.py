@@ -134,10 +134,11 @@ def test_the_format_branch_pattern_catches_branches() -> None:
     assert not _FORMAT_BRANCH.search('Format = Literal["zarr", "hdf5", "memory"]')
 
 
-#: Where conversion tasks may be driven: the engine alone. ``processes.py`` only defines the
+#: Where conversion tasks may be driven: the engine alone (``convert/engine/core.py``).
+#: ``processes.py`` only defines the
 #: process server the engine starts; ``writing.py`` is the writer protocol (it applies the
 #: writes of one task, a loop over arrays, not over tasks).
-_ENGINE = "engine.py"
+_ENGINE = PACKAGE / "convert" / "engine" / "core.py"
 _POOL_MAKERS = {"ProcessPoolExecutor", "ThreadPoolExecutor", "Pool"}
 _POOL_MAKERS |= {"WorkerProcesses", "worker_processes", "ConversionPool", "process_pool"}
 _SUBMITTERS = {"submit", "scatter", "as_completed", "FIRST_COMPLETED", "map_async"}
@@ -201,8 +202,8 @@ def _driver_findings(path: Path) -> list[str]:
 
 
 def _drivers() -> list[str]:
-    paths = [*(PACKAGE / "convert").glob("*.py"), *(PACKAGE / "patches").glob("*.py")]
-    return sorted(f for p in paths if p.name != _ENGINE for f in _driver_findings(p))
+    paths = [*(PACKAGE / "convert").rglob("*.py"), *(PACKAGE / "patches").rglob("*.py")]
+    return sorted(f for p in paths if p != _ENGINE for f in _driver_findings(p))
 
 
 def test_the_driver_finder_finds_drivers(tmp_path: Path) -> None:
