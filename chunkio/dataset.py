@@ -19,14 +19,14 @@ import numpy.typing as npt
 from torch.utils.data import Dataset
 
 from .backends import Reader, ReaderOptions, detect_format, open_reader, reader_documents
-from .batch import SampleBatch, to_tensor
-from .foreign import foreign_layout, is_chunkio_dataset
-from .grid import SampleGrid
-from .layout import DatasetLayout, check_arrays, validate_sequence_of_names
-from .order import check_int
+from .format.foreign import foreign_layout, is_chunkio_dataset
+from .format.grid import SampleGrid
+from .format.layout import DatasetLayout, check_arrays, validate_sequence_of_names
 from .read import ReadCore
+from .read.batch import SampleBatch, to_tensor
 from .read.core import ReadCoreDataset
-from .sample_transforms import FieldTransform, is_field_transform, stored_output_shape
+from .sampling.order import check_int
+from .transforms.sample import FieldTransform, is_field_transform, stored_output_shape
 
 __all__ = ["DEFAULT_PRELOAD_BYTES", "ChunkDataset"]
 
@@ -47,11 +47,11 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
         that field's tensor.
         For an HDF5 file or Zarr store chunkio did not write (h5py, zarr-python, xarray's
         ``to_zarr``), ``fields`` names its arrays: ``{"image": "train/images", ...}`` or a
-        list of array paths (see :mod:`chunkio.foreign`). Their values come back as stored:
+        list of array paths (see :mod:`chunkio.format.foreign`). Their values come back as stored:
         CF attributes (``scale_factor``, ``add_offset``, ``_FillValue``) are not applied.
     transform
-        Applied to each sample. A :class:`~chunkio.sample_transforms.FieldTransform` such
-        as :class:`chunkio.transforms.Compose` (a declared output shape, one field, random
+        Applied to each sample. A :class:`~chunkio.transforms.sample.FieldTransform` such
+        as :class:`chunkio.transforms.image.Compose` (a declared output shape, one field, random
         parameters from ``(seed, epoch, index)``) is applied while reading, straight into
         the batch, and keeps a loader on its shared-memory ring. Any other callable gets the
         sample (slow path: the batch is then stacked by torch's collate).
@@ -347,7 +347,7 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
         return None if self.field_transform is not None else self.transform
 
     def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
-        """Samples ``indices`` as one :class:`~chunkio.batch.SampleBatch`.
+        """Samples ``indices`` as one :class:`~chunkio.read.batch.SampleBatch`.
 
         Both :func:`chunkio.collate` (no copy) and torch's ``default_collate`` (which sees
         the list of samples) turn it into the batch; with a ``transform`` it holds the

@@ -27,14 +27,14 @@ import torch
 from torch.utils.data import DataLoader
 
 from .backends import Reader
-from .batch import collate
 from .dataset import ChunkDataset
-from .gpu import DevicePrefetcher, copy_stream_for, map_tensors, pin_ring, pinned_empty
-from .label_check import warn_if_label_sorted
 from .loader_options import DEFAULT_POOL_BYTES, LoaderOptions, Transport, pool_samples
-from .order import DEFAULT_LANES
-from .sampling import ChunkBatchSampler
+from .read.batch import collate
+from .sampling.label_check import warn_if_label_sorted
+from .sampling.order import DEFAULT_LANES
+from .sampling.sampler import ChunkBatchSampler
 from .transport import Lease, LocalTransport, RingTransport
+from .transport.gpu import DevicePrefetcher, copy_stream_for, map_tensors, pin_ring, pinned_empty
 from .transport.iterator import Indices, Parts
 
 __all__ = [
@@ -84,7 +84,7 @@ class _DataLoaderRoute:
 
     def run(self, batches: Iterable[Indices], parts: Parts, *, epoch: int) -> Iterator[Lease]:
         # the DataLoader iterates the same sampler itself (its batches carry their epoch:
-        # chunkio.sampling.EpochBatch); each of its batches is fresh memory
+        # chunkio.sampling.sampler.EpochBatch); each of its batches is fresh memory
         return (Lease(batch) for batch in self.loader)
 
     def worker_pids(self) -> tuple[int, ...]:
@@ -288,7 +288,8 @@ def make_loader(
     batch is valid until you ask for the next one (``copy=True`` or ``.clone()`` to keep one).
 
     **Order.** The sequence of global batches is fixed by ``(seed, epoch, data, batch_size x
-    world_size, pool, lanes, shuffle, drop_last)`` (:mod:`chunkio.order`): the same for every
+    world_size, pool, lanes, shuffle, drop_last)`` (:mod:`chunkio.sampling.order`): the same for
+    every
     ``num_workers`` and world size, which only split the reading. Each batch draws from about
     ``pool_bytes / chunk bytes`` chunks through a sliding mixing pool, while each chunk is
     decoded about once per epoch.
@@ -354,7 +355,7 @@ def make_loader(
         s3fs's ``key``, ``secret``, ``client_kwargs``); chunks are then fetched by byte ranges,
         concurrently (see the README).
     transform
-        With a path: the dataset's per-sample ``transform``. :mod:`chunkio.transforms` (e.g.
+        With a path: the dataset's per-sample ``transform``. :mod:`chunkio.transforms.image` (e.g.
         ``Compose([RandomResizedCrop(224), RandomHorizontalFlip()])``) are applied while
         reading, on the ring; a transform of unknown output shape falls back to the
         DataLoader route with a :class:`RingFallbackWarning`.
@@ -426,8 +427,8 @@ def _assemble(
         warnings.warn(
             "make_loader: the dataset's transform declares no output shape, so batches "
             "cannot be preallocated and the loader falls back from the shared-memory ring "
-            "to a DataLoader (pickled batches). Use chunkio.transforms (or give your "
-            "transform the chunkio.sample_transforms.FieldTransform members) to stay on "
+            "to a DataLoader (pickled batches). Use chunkio.transforms.image (or give your "
+            "transform the chunkio.transforms.sample.FieldTransform members) to stay on "
             "the ring",
             RingFallbackWarning,
             stacklevel=3,  # make_loader's caller

@@ -10,10 +10,10 @@ from typing import Any, Literal
 import torch
 
 from .dataset import ChunkDataset
-from .gpu import resolve_device
-from .order import DEFAULT_LANES
-from .sampling import DEFAULT_POOL_BATCHES, ChunkBatchSampler
+from .sampling.order import DEFAULT_LANES
+from .sampling.sampler import DEFAULT_POOL_BATCHES, ChunkBatchSampler
 from .transport import RingOptions
+from .transport.gpu import resolve_device
 
 __all__ = ["DEFAULT_POOL_BYTES", "LoaderOptions", "Transport", "pool_samples"]
 

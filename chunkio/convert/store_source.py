@@ -4,7 +4,7 @@
 names, read through chunkio's own read core (:class:`~chunkio.read.ReadCore`: the fast Zarr
 engine, raw HDF5 chunk reads, any codec chunkio reads, remote URLs), exactly what
 ``ChunkDataset(src, fields=...)`` opens. It pickles as its location and options; each process
-opens its own reader on first use (:class:`~chunkio.handles.PerProcessReader`).
+opens its own reader on first use (:class:`~chunkio.read.handles.PerProcessReader`).
 
 Reads are meant to follow the source's order: ``read_block(start, stop)`` decodes each chunk
 of ``[start, stop)`` once, whole chunks straight into the block. Blocks aligned to
@@ -24,11 +24,11 @@ import numpy.typing as npt
 
 from ..backends import ReaderOptions
 from ..errors import FormatError, SourceError
-from ..foreign import FieldSelection, foreign_layout, is_chunkio_dataset
-from ..handles import PerProcessReader
-from ..layout import DatasetLayout, FieldInfo
+from ..format.foreign import FieldSelection, foreign_layout, is_chunkio_dataset
+from ..format.layout import DatasetLayout, FieldInfo
 from ..read import ReadCore
-from .staging import is_local
+from ..read.handles import PerProcessReader
+from .durability.staging import is_local
 
 __all__ = ["StoreSource", "check_apart"]
 

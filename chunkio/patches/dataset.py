@@ -16,15 +16,16 @@ import numpy as np
 import numpy.typing as npt
 from torch.utils.data import Dataset
 
-from ..backends import ReaderOptions, detect_format, open_reader
-from ..batch import SampleBatch, to_tensor
-from ..foreign import FieldSelection, foreign_volumes, is_chunkio_dataset
-from ..label_index import LabelIndex, index_label_volumes, read_label_index
-from ..layout import DatasetLayout, check_arrays
-from ..planning import plan_patch_reads
-from ..read import PadMode, ReadCore
+from ..backends import Reader, ReaderOptions, detect_format, open_reader
+from ..errors import FormatError
+from ..format.foreign import FieldSelection, foreign_volumes, is_chunkio_dataset
+from ..format.label_index import LabelIndex, index_label_volumes
+from ..format.layout import DatasetLayout, check_arrays
+from ..format.volume_layout import VOLUMES_KEY, VolumeSet
+from ..read import PadMode, ReadCore, read_whole
+from ..read.batch import SampleBatch, to_tensor
 from ..read.core import ReadCoreDataset
-from ..volume_layout import VOLUMES_KEY, VolumeSet
+from ..read.planning import plan_patch_reads
 from .balanced import LabelBalancedSampler
 from .samplers import GridSampler, PatchSampler
 
@@ -34,7 +35,7 @@ KINDS = ("image", "label")
 
 
 class PatchDataset(ReadCoreDataset, Dataset[Any]):
-    """Patches of the volumes of a chunkio volume dataset (see :mod:`chunkio.volume_layout`),
+    """Patches of the volumes of a chunkio volume dataset (see :mod:`chunkio.format.volume_layout`),
     or of volume arrays in a user's own HDF5 file or Zarr store, read in place.
 
     Items are addressed by *patch keys* ``(volume, *origin)``, which the bound ``sampler``
@@ -236,3 +237,16 @@ class PatchDataset(ReadCoreDataset, Dataset[Any]):
         # with tuples kept tuples (default_collate alone would turn them into lists)
         items = [self.transform({k: v[j] for k, v in columns.items()}) for j in range(n)]
         return SampleBatch.from_samples(items)
+
+
+def read_label_index(reader: Reader, meta: Mapping[str, Any] | None) -> LabelIndex | None:
+    """Read the index described by ``extra["volumes"]["label_index"]`` (None if absent)."""
+    if not meta:
+        return None
+    arrays = []
+    for key in ("rows", "points"):
+        name = str(meta.get(key))
+        if name not in reader.array_names():
+            raise FormatError(f"{reader.location}: label index array {name!r} is missing")
+        arrays.append(read_whole(reader, name).astype(np.int64, copy=False))
+    return LabelIndex(arrays[0], arrays[1])

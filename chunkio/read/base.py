@@ -18,10 +18,10 @@ import numpy.typing as npt
 
 from ..backends import Reader
 from ..backends.base import StageClock
-from ..grid import SampleGrid
-from ..layout import DatasetLayout, FieldInfo
-from ..numeric import IntArray
-from ..sample_transforms import FieldTransform, stored_output_shape
+from ..format.grid import SampleGrid
+from ..format.layout import DatasetLayout, FieldInfo
+from ..transforms.sample import FieldTransform, stored_output_shape
+from ..util.numeric import IntArray
 
 __all__ = [
     "DecodeThreads",

@@ -17,15 +17,15 @@ from typing import Any
 import numpy.typing as npt
 
 from ..backends import ReaderOptions
-from ..grid import SampleGrid
-from ..handles import PerProcessReader
-from ..layout import DatasetLayout, FieldInfo
-from ..planning import normalize_indices
-from ..sample_transforms import FieldTransform
+from ..format.grid import SampleGrid
+from ..format.layout import DatasetLayout, FieldInfo
+from ..transforms.sample import FieldTransform
 from .base import DecodeThreads, FieldReader, ReadContext, ReadOptions, ReadStats
 from .dense import dense_field
 from .encoded import EncodedField
+from .handles import PerProcessReader
 from .patches import PatchReads
+from .planning import normalize_indices
 from .ragged import RaggedField
 
 __all__ = ["FIELD_KINDS", "ReadCore", "ReadCoreDataset"]

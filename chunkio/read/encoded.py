@@ -3,7 +3,7 @@
 The encoded field kind of the per-process read core (:mod:`chunkio.read`). A batch's samples
 are grouped by the bytes chunks that hold them; each chunk missing from a small cache is read
 (and checksummed and decompressed) once, in storage order; then every image is decoded
-straight into its place in the batch. With a :class:`~chunkio.transforms.Compose` the
+straight into its place in the batch. With a :class:`~chunkio.transforms.image.Compose` the
 transform is fused into the decode: a JPEG whose crop will be shrunk at least 2x is decoded at
 1/2, 1/4 or 1/8 scale by libjpeg-turbo's DCT scaling (much less work), then cropped, resized
 (one antialiased resize) and flipped into the batch row.
@@ -20,11 +20,11 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import CorruptChunkError
-from ..grid import SampleGrid
+from ..format.grid import SampleGrid
+from ..format.layout import FieldInfo
 from ..images.decoders import ImageDecoder, image_decoder
-from ..layout import FieldInfo
-from ..numeric import IntArray, ceil_div
-from ..sample_transforms import FieldTransform, channels_last
+from ..transforms.sample import FieldTransform, channels_last
+from ..util.numeric import IntArray, ceil_div
 from .base import ReadContext, ReadOptions, read_whole, transformed_buffer
 
 __all__ = ["EncodedField"]

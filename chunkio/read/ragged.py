@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..grid import SampleGrid
-from ..layout import FieldInfo
-from ..numeric import IntArray, ceil_div
+from ..format.grid import SampleGrid
+from ..format.layout import FieldInfo
+from ..util.numeric import IntArray, ceil_div
 from .base import ReadContext, ReadOptions, read_whole
 
 __all__ = ["RaggedField"]

@@ -25,7 +25,7 @@ import numpy.typing as npt
 import torch
 
 from ..errors import ChunkioError, LoaderError
-from ..numeric import IntArray, ceil_div
+from ..util.numeric import IntArray, ceil_div
 from .lease import Lease
 from .ring import RingLayout, SlotRing, batch_view
 from .source import BatchSource, channels_last_fields

@@ -17,13 +17,13 @@ from torch.utils.data import DataLoader
 
 from benchmarks.data import make_jpeg_folder
 from chunkio import ChunkDataset, convert_images, make_loader
-from chunkio.dataset_report import verify
+from chunkio.diagnose.dataset_report import verify
 from chunkio.errors import CorruptChunkError, SourceError
-from chunkio.layout import DatasetLayout
+from chunkio.format.layout import DatasetLayout
 from chunkio.loader import RingFallbackWarning
 from chunkio.read.encoded import EncodedField
-from chunkio.sample_transforms import channels_last
 from chunkio.transforms import CenterCrop, Compose, RandomHorizontalFlip, RandomResizedCrop
+from chunkio.transforms.sample import channels_last
 
 FORMATS = {"zarr": "d.zarr", "hdf5": "d.h5"}
 

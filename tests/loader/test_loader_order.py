@@ -12,8 +12,8 @@ import pytest
 
 import chunkio
 from chunkio.errors import IncompatibleStateError
-from chunkio.label_check import LabelMixingWarning
-from chunkio.mixing import uniform_distinct_labels
+from chunkio.sampling.label_check import LabelMixingWarning
+from chunkio.sampling.mixing import uniform_distinct_labels
 
 N, CLASSES = 1200, 20
 

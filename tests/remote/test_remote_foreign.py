@@ -216,7 +216,7 @@ def test_info_verify_and_doctor_on_a_remote_store(
 ) -> None:
     """The CLI on a URL with --storage-options, as on a local path: arrays listed, every chunk
     verified, doctor's measurements (on the h5py file)."""
-    from chunkio import cli
+    from chunkio.diagnose import cli
 
     options = ["--storage-options", json.dumps(s3_server.storage_options())]
     fields = [f"{name}={path}" for name, path in fields_of(store).items()]
