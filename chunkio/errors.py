@@ -149,3 +149,21 @@ class IncompatibleStateError(ChunkioError, ValueError):
 
 class OptionalDependencyError(ChunkioError, ImportError):
     """An optional dependency is needed for this feature but is not installed."""
+
+
+def caller_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning raised by the calling function name the first
+    frame outside chunkio: the user's line, however deep inside chunkio the warning is made
+    (``warnings.warn(..., skip_file_prefixes=...)`` does this from Python 3.12 on)."""
+    import os
+    import sys
+
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame = sys._getframe(1)  # the function that warns: stacklevel 1
+    level = 1
+    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(
+        package
+    ):
+        frame = frame.f_back
+        level += 1
+    return level

@@ -24,10 +24,11 @@ import numpy.typing as npt
 
 from ..backends import ReaderOptions
 from ..errors import FormatError, SourceError
-from ..foreign import FieldSelection, foreign_layout, is_chunkio_dataset
+from ..foreign import FieldSelection
 from ..handles import PerProcessReader
 from ..layout import DatasetLayout, FieldInfo
 from ..read import ReadCore
+from ..store_layout import LayoutOptions, open_layout
 from .staging import is_local
 
 __all__ = ["StoreSource", "check_apart"]
@@ -50,23 +51,25 @@ class StoreSource(PerProcessReader[ReadCore]):
         trust_codecs: bool = False,
     ) -> None:
         self.location = os.fspath(location) if isinstance(location, os.PathLike) else location
-        self.options = ReaderOptions(
+        options = ReaderOptions(
             storage_options=dict(storage_options) if storage_options else None,
             trust_codecs=bool(trust_codecs),
-            fill_missing=True,  # never-written chunks of a foreign store hold its fill value
         )
-        reader = self.options.open(self.location)
+        reader = options.open(self.location)
         try:
-            attrs = reader.attrs()
-            if is_chunkio_dataset(attrs):
+            # not strict: a chunkio dataset, complete or not, is refused by the message below
+            found = open_layout(reader, fields, LayoutOptions(strict=False))
+            if found.native:
                 raise FormatError(
                     f"{reader.location}: already a chunkio dataset; read it with "
                     "ChunkDataset, or rewrite it with write_arrays (chunkio.convert)"
                 )
-            self.layout: DatasetLayout = foreign_layout(reader, fields)
+            self.layout: DatasetLayout = found.dataset_layout()
             self._stamp = _stamp(self.location, reader, self.layout)
         finally:
             reader.close()
+        # never-written chunks of a foreign store hold its fill value
+        self.options = found.reader_options(options)
         self.num_samples = self.layout.num_samples
         self.fields: tuple[FieldInfo, ...] = tuple(
             FieldInfo(f.name, f.dtype, f.sample_shape) for f in self.layout.fields

@@ -61,7 +61,7 @@ def _proxied(s3_server: S3Server, factory: Any) -> tuple[LatencyProxy, dict[str,
 def _metadata_requests(ds: chunkio.ChunkDataset, log: list[Any]) -> list[Any]:
     """Requests in ``log`` that are not a chunk's bytes: Zarr documents; for HDF5, a HEAD or
     any range other than a stored chunk's (h5py reading the file's metadata)."""
-    documents = ds._options["documents"]
+    documents = ds.reader_options.documents
     arrays = documents.get("arrays") if isinstance(documents.get("arrays"), dict) else None
     if arrays is None:
         return [e for e in log if e[1].rsplit("/", 1)[-1] in ZARR_DOCUMENTS]
