@@ -29,6 +29,7 @@ from torch.utils.data import DataLoader
 from .backends import Reader
 from .batch import collate
 from .dataset import ChunkDataset
+from .errors import caller_stacklevel
 from .gpu import DevicePrefetcher, copy_stream_for, map_tensors, pin_ring, pinned_empty
 from .label_check import warn_if_label_sorted
 from .loader_options import DEFAULT_POOL_BYTES, LoaderOptions, Transport, pool_samples
@@ -422,7 +423,7 @@ def _assemble(
             "transform the chunkio.sample_transforms.FieldTransform members) to stay on "
             "the ring",
             RingFallbackWarning,
-            stacklevel=3,  # make_loader's caller
+            stacklevel=caller_stacklevel(),  # make_loader's caller
         )
     route = _make_route(name, dataset, sampler, options)
     return ChunkLoader(

@@ -21,7 +21,7 @@ from .foreign import FieldSelection, foreign_arrays, foreign_volumes, layout_of
 from .layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, check_arrays
 from .volume_layout import VolumeSet
 
-__all__ = ["DEFAULT_PRELOAD_BYTES", "LayoutOptions", "StoreLayout", "is_native", "open_layout"]
+__all__ = ["DEFAULT_PRELOAD_BYTES", "LayoutOptions", "StoreLayout", "open_layout"]
 
 #: fields whose whole array is at most this large (labels, ids) are read once per process
 DEFAULT_PRELOAD_BYTES = 16 * 2**20
@@ -90,7 +90,7 @@ class StoreLayout:
         return self.layout
 
 
-def is_native(attrs: Mapping[str, Any]) -> bool:
+def _is_native(attrs: Mapping[str, Any]) -> bool:
     """Whether a store's root attributes declare a chunkio dataset."""
     return ATTR_KEY in attrs
 
@@ -118,7 +118,7 @@ def open_layout(
     >>> reader.close()
     """
     attrs = reader.attrs()
-    if is_native(attrs):
+    if _is_native(attrs):
         return _native(reader, attrs, options)
     return _foreign(reader, attrs, fields, options)
 
