@@ -303,7 +303,7 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
 
     # -- per-process handles ------------------------------------------------------------------
 
-    def _open_reader(self) -> ReadCore:
+    def _open_handle(self) -> ReadCore:
         cache_chunks = self.cache_bytes // max(1, self.chunk_nbytes())
         return ReadCore(
             self.location,
@@ -361,7 +361,7 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
         ``epoch`` (the epoch the batch belongs to: loaders pass it with every batch).
         """
         once = self.reads_once if once is None else once
-        return self._reader().read(
+        return self._handle().read(
             self.fields, indices, out, once=once, transform=self.field_transform, epoch=int(epoch)
         )
 
@@ -369,7 +369,7 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
         """Start fetching what a later read of ``indices`` needs (remote datasets fetch the
         chunks in the background; a hint, it returns at once). Ring workers call it for the
         batches queued behind the one they are reading."""
-        self._reader().prefetch(self.fields, indices)
+        self._handle().prefetch(self.fields, indices)
 
     def __getitem__(self, index: int) -> Any:
         if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):

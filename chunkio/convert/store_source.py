@@ -4,7 +4,7 @@
 names, read through chunkio's own read core (:class:`~chunkio.read.ReadCore`: the fast Zarr
 engine, raw HDF5 chunk reads, any codec chunkio reads, remote URLs), exactly what
 ``ChunkDataset(src, fields=...)`` opens. It pickles as its location and options; each process
-opens its own reader on first use (:class:`~chunkio.handles.PerProcessReader`).
+opens its own reader on first use (:class:`~chunkio.handles.PerProcessHandle`).
 
 Reads are meant to follow the source's order: ``read_block(start, stop)`` decodes each chunk
 of ``[start, stop)`` once, whole chunks straight into the block. Blocks aligned to
@@ -25,7 +25,7 @@ import numpy.typing as npt
 from ..backends import ReaderOptions
 from ..errors import FormatError, SourceError
 from ..foreign import FieldSelection
-from ..handles import PerProcessReader
+from ..handles import PerProcessHandle
 from ..layout import DatasetLayout, FieldInfo
 from ..read import ReadCore
 from ..store_layout import LayoutOptions, open_layout
@@ -34,7 +34,7 @@ from .staging import is_local
 __all__ = ["StoreSource", "check_apart"]
 
 
-class StoreSource(PerProcessReader[ReadCore]):
+class StoreSource(PerProcessHandle[ReadCore]):
     """The arrays ``fields`` names in the store at ``location``, as a block source.
 
     Validated when made, in the calling process (missing arrays, unequal lengths, dtypes
@@ -82,7 +82,7 @@ class StoreSource(PerProcessReader[ReadCore]):
         decode each of its chunks once."""
         return self.layout.samples_per_chunk
 
-    def _open_reader(self) -> ReadCore:
+    def _open_handle(self) -> ReadCore:
         return ReadCore(self.location, self.layout, reader=self.options)
 
     def fingerprint(self) -> str:
@@ -101,7 +101,7 @@ class StoreSource(PerProcessReader[ReadCore]):
 
     def _read(self, idx: npt.NDArray[np.int64], *, once: bool) -> dict[str, npt.NDArray[Any]]:
         try:
-            return dict(self._reader().read(self._names, idx, once=once))
+            return dict(self._handle().read(self._names, idx, once=once))
         except SourceError:
             raise
         except Exception as err:

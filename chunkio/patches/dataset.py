@@ -170,7 +170,7 @@ class PatchDataset(ReadCoreDataset, Dataset[Any]):
         )
 
     # -- per-process handles ------------------------------------------------------------------
-    def _open_reader(self) -> ReadCore:
+    def _open_handle(self) -> ReadCore:
         # the same per-process read core as ChunkDataset's (plan, read, cache, scatter)
         return ReadCore(
             self.location, self.layout, cache_bytes=self.cache_bytes, reader=self.reader_options
@@ -180,7 +180,7 @@ class PatchDataset(ReadCoreDataset, Dataset[Any]):
     def read_patches(self, keys: Sequence[Any] | npt.ArrayLike) -> dict[str, npt.NDArray[Any]]:
         """Patches ``keys`` as NumPy arrays by field, plus ``volume`` and ``origin``."""
         plan = plan_patch_reads(keys, self.patch_size, self.volumes)
-        out = self._reader().patches.read(
+        out = self._handle().patches.read(
             self.volumes,
             self.fields,
             plan,

@@ -5,6 +5,12 @@
 :class:`chunkio.patches.PatchDataset`. Every read is plan (pure, :mod:`chunkio.planning`) ->
 read (the backend's :class:`~chunkio.backends.Reader`) -> scatter into the batch, through a
 :class:`DecodedChunkCache` per field (:mod:`.cache`).
+
+One name per concept: a *reader* is a backend handle on the store's files
+(:class:`~chunkio.backends.Reader`, opened as :class:`~chunkio.backends.ReaderOptions` say); a
+process's *read core* (:class:`ReadCore`) holds one reader and serves each field through that
+field's reads (:class:`~.base.FieldReads`), each batch as a :class:`~.base.ReadRequest` asks;
+a dataset's *handle* in a process is its read core (:class:`chunkio.handles.PerProcessHandle`).
 """
 
 from .base import PatchReadStats, ReadStats, read_whole

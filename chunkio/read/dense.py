@@ -19,7 +19,7 @@ from ..layout import FieldInfo
 from ..numeric import IntArray
 from ..planning import BatchPlan, plan_batch
 from ..sample_transforms import FieldTransform, transform_rows
-from .base import ReadContext, ReadOptions, read_whole, transformed_buffer
+from .base import ReadContext, ReadRequest, read_whole, transformed_buffer
 from .cache import DecodedChunkCache
 
 __all__ = ["DenseField", "PreloadedField", "dense_field"]
@@ -41,7 +41,7 @@ class PreloadedField:
         self.whole = read_whole(ctx.reader, info.array_names()[0], ctx.stats)
 
     def read(
-        self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadOptions
+        self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadRequest
     ) -> npt.NDArray[Any]:
         if how.transform is not None:
             return _transformed(
@@ -106,7 +106,7 @@ class DenseField:
         )
 
     def read(
-        self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadOptions
+        self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadRequest
     ) -> npt.NDArray[Any]:
         if how.transform is not None:
             # decoded but not gathered: a transform reads each sample straight from its chunk
