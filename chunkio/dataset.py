@@ -81,6 +81,17 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
         decoders and torch's resampling release the GIL). 1 suits a loader with a worker per
         core; more helps a process that reads on its own (``num_workers=0``).
 
+    Attributes
+    ----------
+    reader_options
+        How every process opens its reader of the store: a frozen
+        :class:`~chunkio.backends.ReaderOptions` (storage options, trust, download cache, and
+        what reading the metadata found: a user's store reads never-written chunks as the fill
+        value, a remote one reuses the metadata fetched here). It pickles with the dataset;
+        the open reader never does (each process opens its own on first read).
+    layout
+        The fields and chunking, as :func:`chunkio.store_layout.open_layout` read them.
+
     Examples
     --------
     >>> import numpy as np, tempfile, os

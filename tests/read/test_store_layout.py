@@ -181,3 +181,15 @@ def test_reader_options_are_one_frozen_value_that_pickles_with_the_dataset(
     ds.read_batch([0])
     clone = pickle.loads(pickle.dumps(ds))
     assert clone.reader_options == ds.reader_options and clone._local is None
+
+
+def test_the_constructor_and_make_loaders_path_share_one_set_of_defaults() -> None:
+    """``__init__`` and the path that takes an open reader (``_opened``) configure a dataset
+    through one method; its defaults are the constructor's."""
+    import inspect
+
+    init = inspect.signature(chunkio.ChunkDataset.__init__).parameters
+    configure = inspect.signature(chunkio.ChunkDataset._configure).parameters
+    shared = [n for n in configure if n not in ("self", "path", "transform")]
+    assert shared and all(configure[n].default == init[n].default for n in shared)
+    assert set(init) - set(configure) == {"fields"}
