@@ -28,6 +28,7 @@ from torch.utils.data import DataLoader
 
 from .backends import Reader
 from .dataset import ChunkDataset
+from .errors import caller_stacklevel
 from .loader_options import DEFAULT_POOL_BYTES, LoaderOptions, Transport, pool_samples
 from .read.batch import collate
 from .sampling.label_check import warn_if_label_sorted
@@ -431,7 +432,7 @@ def _assemble(
             "transform the chunkio.transforms.sample.FieldTransform members) to stay on "
             "the ring",
             RingFallbackWarning,
-            stacklevel=3,  # make_loader's caller
+            stacklevel=caller_stacklevel(),  # make_loader's caller
         )
     route = _make_route(name, dataset, sampler, options)
     return ChunkLoader(

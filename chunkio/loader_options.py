@@ -10,6 +10,7 @@ from typing import Any, Literal
 import torch
 
 from .dataset import ChunkDataset
+from .errors import caller_stacklevel
 from .sampling.order import DEFAULT_LANES
 from .sampling.sampler import DEFAULT_POOL_BATCHES, ChunkBatchSampler
 from .transport import RingOptions
@@ -67,7 +68,7 @@ class LoaderOptions:
                 "make_loader(pin_memory=True): pinning page-locks memory for CUDA copies, and "
                 "CUDA is not available here; batches are not pinned",
                 UserWarning,
-                stacklevel=4,  # make_loader's caller (through __init__ and __post_init__)
+                stacklevel=caller_stacklevel(),  # make_loader's caller
             )
         to_cuda = target is not None and target.type == "cuda"
         pin = torch.cuda.is_available() and (self.pin_memory is not False or to_cuda)

@@ -142,7 +142,15 @@ def open_reader(
 @dataclass(frozen=True)
 class ReaderOptions:
     """How a process opens its reader of a dataset (:func:`open_reader`'s keywords, kept
-    together: a dataset hands them to the read core it makes in each process)."""
+    together: a dataset holds them, pickles them, and hands them to the read core it makes in
+    each process). Frozen: change it with :func:`dataclasses.replace`.
+
+    >>> import dataclasses
+    >>> dataclasses.replace(ReaderOptions(trust_codecs=True), fill_missing=True)
+    ... # doctest: +NORMALIZE_WHITESPACE
+    ReaderOptions(storage_options=None, trust_codecs=True, download_cache=None,
+                  documents=None, fill_missing=True)
+    """
 
     storage_options: Mapping[str, Any] | None = None
     trust_codecs: bool = False

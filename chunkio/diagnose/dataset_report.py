@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 
 from ..backends import ArrayInfo, Reader, detect_format, open_reader
-from ..errors import ChunkReadError, FormatError
-from ..format.foreign import is_chunkio_dataset
+from ..errors import ChunkReadError
 from ..format.grid import SampleGrid
 from ..format.layout import COMPLETE_KEY, DatasetLayout, FieldInfo, check_arrays
+from ..format.store_layout import DEFAULT_PRELOAD_BYTES, LayoutOptions, StoreLayout, open_layout
 from ..util.numeric import ceil_div
 from .describe import describe_array, size_on_disk
 from .verify_report import MissingChunks, Problem, VerifyReport
@@ -29,12 +29,19 @@ from .verify_report import MissingChunks, Problem, VerifyReport
 __all__ = ["MissingChunks", "Problem", "VerifyReport", "describe_array", "info", "verify"]
 
 
+#: how the reports open a store: whatever is there is described (an incomplete dataset, a
+#: user's store without ``fields``), with the dataset's default order (``preload_bytes``)
+_DESCRIBE = LayoutOptions(preload_bytes=DEFAULT_PRELOAD_BYTES, strict=False)
+
+
 def _open(
-    path: Any, storage_options: Mapping[str, Any] | None = None
-) -> tuple[Reader, dict[str, Any]]:
+    path: Any,
+    fields: Mapping[str, str] | Sequence[str] | None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> tuple[Reader, StoreLayout]:
     reader = open_reader(path, storage_options=storage_options)
     try:
-        return reader, reader.attrs()
+        return reader, open_layout(reader, fields, _DESCRIBE)
     except Exception:
         reader.close()
         raise
@@ -78,13 +85,13 @@ def info(
     >>> d["arrays"]["x"]["compression"]["codec"]
     'lz4'
     """
-    reader, attrs = _open(path, storage_options)
+    reader, found = _open(path, fields, storage_options)
     try:
-        if not is_chunkio_dataset(attrs):
+        if found.foreign:
             from .foreign_report import foreign_info
 
-            return foreign_info(reader, path, fields)
-        layout = DatasetLayout.from_attrs(attrs, where=reader.location, require_complete=False)
+            return foreign_info(reader, path, found, _DESCRIBE.preload_bytes)
+        layout = found.dataset_layout()  # attributes that do not parse: the error
         arrays = {name: describe_array(reader, name) for name in reader.array_names()}
         nbytes = sum(a["nbytes"] for a in arrays.values())
         stored = sum(a["stored_nbytes"] or 0 for a in arrays.values())
@@ -92,7 +99,7 @@ def info(
             "path": reader.location,
             "format": detect_format(path),
             "chunkio_dataset": True,
-            "complete": attrs.get(COMPLETE_KEY) is True,
+            "complete": found.complete,
             "num_samples": layout.num_samples,
             "samples_per_chunk": layout.samples_per_chunk,
             "num_chunks": SampleGrid(layout.num_samples, layout.samples_per_chunk).num_chunks,
@@ -156,20 +163,19 @@ def verify(
     MissingFieldError
         ``fields`` names an array or field that is not there (the message lists them).
     """
-    reader, attrs = _open(path, storage_options)
+    reader, found = _open(path, fields, storage_options)
     report = VerifyReport(reader.location)
     try:
-        if not is_chunkio_dataset(attrs):
+        if found.foreign:
             from .foreign_report import verify_foreign
 
-            verify_foreign(reader, fields, report, on_chunk)
+            verify_foreign(reader, found, report, on_chunk)
             return report
-        try:
-            layout = DatasetLayout.from_attrs(attrs, where=reader.location, require_complete=False)
-        except FormatError as err:
-            report.problems.append(Problem(str(err)))
+        layout = found.layout
+        if layout is None:  # attributes that do not parse
+            report.problems.append(Problem(str(found.error)))
             return report
-        if attrs.get(COMPLETE_KEY) is not True:
+        if not found.complete:
             report.problems.append(
                 Problem(f"no {COMPLETE_KEY!r} marker: the conversion did not finish")
             )

@@ -22,12 +22,13 @@ from typing import Any
 
 import numpy as np
 
-from ..backends import ArrayInfo, open_reader
+from ..backends import ArrayInfo
 from ..convert.arrays import write_arrays
 from ..convert.engine.chunking import choose_samples_per_chunk
 from ..dataset import ChunkDataset
-from ..format.foreign import FieldSelection, foreign_arrays
+from ..format.foreign import FieldSelection
 from ..format.rewrite import rewrite_command, suggested_destination
+from ..format.store_layout import LayoutOptions, open_layout
 
 __all__ = [
     "COPY_BYTES",
@@ -194,9 +195,9 @@ def advise_chunking(
     taken).
     """
     location = str(ds.location)
-    reader = open_reader(location, **ds._reader_options())  # its metadata, its trust
+    reader = ds.reader_options.open(location)  # its metadata, its trust
     try:
-        infos = foreign_arrays(reader, fields)
+        infos = open_layout(reader, fields, LayoutOptions(preload_bytes=preload_bytes)).arrays
     finally:
         reader.close()
     issues, target = chunking_issues(infos, preload_bytes=preload_bytes)

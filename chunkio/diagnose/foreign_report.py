@@ -17,16 +17,9 @@ from typing import Any
 import numpy as np
 
 from ..backends import ArrayInfo, Reader, detect_format
-from ..dataset import DEFAULT_PRELOAD_BYTES
-from ..format.foreign import (
-    FieldSelection,
-    batchable,
-    foreign_arrays,
-    foreign_layout,
-    layout_of,
-    order_field,
-)
+from ..format.foreign import batchable, order_field
 from ..format.grid import SampleGrid
+from ..format.store_layout import StoreLayout
 from ..util.numeric import ceil_div
 from .describe import describe_array, size_on_disk
 from .verify_report import MissingChunks, Problem, VerifyReport
@@ -44,8 +37,11 @@ FIELDS_HINT = (
 )
 
 
-def foreign_info(reader: Reader, path: Any, fields: FieldSelection | None) -> dict[str, Any]:
-    """Describe a store chunkio did not write as a JSON-ready dict.
+def foreign_info(
+    reader: Reader, path: Any, found: StoreLayout, preload_bytes: int
+) -> dict[str, Any]:
+    """Describe a store chunkio did not write as a JSON-ready dict (``found``: its layout,
+    as :func:`~chunkio.format.store_layout.open_layout` read it with ``preload_bytes``).
 
     Keys: ``path``, ``format``, ``chunkio_dataset`` (false), ``arrays`` (path -> as
     :func:`~chunkio.diagnose.describe.describe_array`, plus ``compression_ratio``),
@@ -78,24 +74,22 @@ def foreign_info(reader: Reader, path: Any, fields: FieldSelection | None) -> di
         "stored_nbytes": stored,
         "compression_ratio": _ratio(nbytes, stored),
         "size_on_disk": size_on_disk(path),
-        "hint": None if fields is not None else FIELDS_HINT,
+        "hint": None if found.layout is not None else FIELDS_HINT,
     }
-    return {**out, **_fields_info(reader, fields)}
+    return {**out, **_fields_info(found, preload_bytes)}
 
 
 def _ratio(nbytes: int, stored: int | None) -> float | None:
     return round(nbytes / stored, 3) if stored else None
 
 
-def _fields_info(reader: Reader, fields: FieldSelection | None) -> dict[str, Any]:
-    """The fields a dataset over ``fields`` reads, and the order it follows."""
-    if fields is None:
+def _fields_info(found: StoreLayout, preload_bytes: int) -> dict[str, Any]:
+    """The fields a dataset over the named arrays reads, and the order it follows."""
+    layout, infos = found.layout, found.arrays
+    if layout is None:
         return dict.fromkeys(
             ("num_samples", "samples_per_chunk", "num_chunks", "order_field", "fields")
         )
-    # the dataset's own checks, errors and order (with its default preload_bytes)
-    infos = foreign_arrays(reader, fields)
-    layout = layout_of(infos, reader.location, preload_bytes=DEFAULT_PRELOAD_BYTES)
     described = {}
     for f in layout.fields:
         a = infos[f.name]
@@ -112,7 +106,7 @@ def _fields_info(reader: Reader, fields: FieldSelection | None) -> dict[str, Any
         "num_samples": layout.num_samples,
         "samples_per_chunk": layout.samples_per_chunk,
         "num_chunks": SampleGrid(layout.num_samples, layout.samples_per_chunk).num_chunks,
-        "order_field": order_field(infos, preload_bytes=DEFAULT_PRELOAD_BYTES),
+        "order_field": order_field(infos, preload_bytes=preload_bytes),
         "fields": described,
     }
 
@@ -123,15 +117,16 @@ def _chunk_nbytes(a: ArrayInfo) -> int:
 
 def verify_foreign(
     reader: Reader,
-    fields: FieldSelection | None,
+    found: StoreLayout,
     report: VerifyReport,
     on_chunk: Callable[[], None] | None,
 ) -> None:
-    """Read every chunk of the arrays ``fields`` names (default: every numeric array of at
-    least one axis) into ``report``; with ``fields``, the dataset's own checks come first
-    (a missing array is a :class:`~chunkio.errors.MissingFieldError` listing the arrays)."""
-    if fields is not None:
-        names = [f.array or f.name for f in foreign_layout(reader, fields).fields]
+    """Read every chunk of the arrays ``found`` names (its layout, when ``fields`` named
+    arrays; without, every numeric array of at least one axis) into ``report``. The dataset's
+    own checks came first, in :func:`~chunkio.format.store_layout.open_layout` (a missing array is a
+    :class:`~chunkio.errors.MissingFieldError` listing the arrays)."""
+    if found.layout is not None:
+        names = [f.array or f.name for f in found.layout.fields]
     else:
         names = list(_checkable(reader, report))
     for name in names:

@@ -41,7 +41,6 @@ __all__ = [
     "field_arrays",
     "fields_from_words",
     "foreign_arrays",
-    "foreign_layout",
     "foreign_volumes",
     "layout_of",
     "list_arrays",
@@ -112,23 +111,16 @@ def list_arrays(reader: Reader) -> str:
     return "; ".join(rows) or "none"
 
 
-def foreign_layout(
-    reader: Reader, fields: FieldSelection | None, *, preload_bytes: int = 0
+def layout_of(
+    infos: Mapping[str, ArrayInfo], where: str, *, preload_bytes: int = 0
 ) -> DatasetLayout:
-    """The layout of the arrays ``fields`` names in a store chunkio did not write.
+    """The layout of the arrays :func:`foreign_arrays` looked up in a store chunkio did not
+    write (what :func:`chunkio.format.store_layout.open_layout` returns for it).
 
     ``preload_bytes``: arrays this small are read whole once per process (the dataset's
     ``preload_bytes``), so their chunks do not order reads, however large: labels stored as
     one chunk of every sample must not make the whole dataset one chunk to the sampler.
     """
-    infos = foreign_arrays(reader, fields)
-    return layout_of(infos, reader.location, preload_bytes=preload_bytes)
-
-
-def layout_of(
-    infos: Mapping[str, ArrayInfo], where: str, *, preload_bytes: int = 0
-) -> DatasetLayout:
-    """:func:`foreign_layout` of arrays already looked up (:func:`foreign_arrays`)."""
     fields_info = tuple(_field(n, i.name, i, where) for n, i in infos.items())
     costly = infos[order_field(infos, preload_bytes=preload_bytes)]
     num_samples = int(costly.shape[0])
@@ -288,10 +280,3 @@ def _read_cost(info: ArrayInfo) -> tuple[bool, int]:
     chunks, it touches a few label chunks, which the decoded-chunk cache keeps."""
     compressed = info.compression is not None and info.compression.codec != "none"
     return compressed, _nbytes(info)
-
-
-def is_chunkio_dataset(attrs: Mapping[str, Any]) -> bool:
-    """Whether a store's root attributes declare a chunkio dataset."""
-    from .layout import ATTR_KEY
-
-    return ATTR_KEY in attrs

@@ -42,9 +42,11 @@ __all__ = [
     "COMPLETE_KEY",
     "FORMAT_NAME",
     "FORMAT_VERSION",
+    "LABEL_FIELDS",
     "DatasetLayout",
     "FieldInfo",
     "encoded_array_names",
+    "label_field",
     "ragged_array_names",
 ]
 
@@ -219,6 +221,30 @@ class DatasetLayout:
             if isinstance(err, FormatError):
                 raise FormatError(f"{where}: {err}") from err
             raise FormatError(f"{where}: malformed {ATTR_KEY!r} attribute: {err!r}") from err
+
+
+#: names of a label field, in order of preference (the first the dataset has is its labels):
+#: ``label`` (what chunkio's converters write), or a name users' own files give their labels
+LABEL_FIELDS = ("label", "labels", "target", "targets", "y")
+
+
+def label_field(layout: DatasetLayout) -> FieldInfo | None:
+    """The field holding ``layout``'s labels: the first of :data:`LABEL_FIELDS` it has, if
+    that one holds one integer per sample; ``None`` otherwise.
+
+    >>> i8 = np.dtype("int64")
+    >>> F = FieldInfo
+    >>> label_field(DatasetLayout(4, 2, (F("x", i8, (3,)), F("y", i8, ())))).name
+    'y'
+    >>> label_field(DatasetLayout(4, 2, (F("x", i8, (3,)), F("labels", i8, (2,))))) is None
+    True
+    """
+    names = [n for n in LABEL_FIELDS if n in layout.field_names]
+    if not names:
+        return None
+    info = layout.field(names[0])
+    scalar_int = info.kind == "dense" and not info.sample_shape and info.dtype.kind in "iu"
+    return info if scalar_int else None
 
 
 def _parse_field(name: str, spec: Mapping[str, Any]) -> FieldInfo:

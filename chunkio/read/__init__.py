@@ -6,6 +6,13 @@
 read (the backend's :class:`~chunkio.backends.Reader`) -> scatter into the batch, through a
 :class:`DecodedChunkCache` per field (:mod:`.cache`).
 
+One name per concept: a *reader* is a backend handle on the store's files
+(:class:`~chunkio.backends.Reader`, opened as :class:`~chunkio.backends.ReaderOptions` say); a
+process's *read core* (:class:`ReadCore`) holds one reader and serves each field through that
+field's reads (:class:`~.base.FieldReads`), each batch as a :class:`~.base.ReadRequest` asks;
+a dataset's *handle* in a process is its read core
+(:class:`chunkio.read.handles.PerProcessHandle`).
+
 Modules here may import :mod:`chunkio.util`, :mod:`chunkio.errors`,
 :mod:`chunkio.format`, :mod:`chunkio.backends`, :mod:`chunkio.images` (decoders) and
 :mod:`chunkio.transforms`, never sampling, transport, conversion or diagnostics.

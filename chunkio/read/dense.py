@@ -18,7 +18,7 @@ from ..format.grid import SampleGrid
 from ..format.layout import FieldInfo
 from ..transforms.sample import FieldTransform, transform_rows
 from ..util.numeric import IntArray
-from .base import ReadContext, ReadOptions, read_whole, transformed_buffer
+from .base import ReadContext, ReadRequest, read_whole, transformed_buffer
 from .cache import DecodedChunkCache
 from .planning import BatchPlan, plan_batch
 
@@ -41,7 +41,7 @@ class PreloadedField:
         self.whole = read_whole(ctx.reader, info.array_names()[0], ctx.stats)
 
     def read(
-        self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadOptions
+        self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadRequest
     ) -> npt.NDArray[Any]:
         if how.transform is not None:
             return _transformed(
@@ -106,7 +106,7 @@ class DenseField:
         )
 
     def read(
-        self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadOptions
+        self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadRequest
     ) -> npt.NDArray[Any]:
         if how.transform is not None:
             # decoded but not gathered: a transform reads each sample straight from its chunk

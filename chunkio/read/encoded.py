@@ -25,7 +25,7 @@ from ..format.layout import FieldInfo
 from ..images.decoders import ImageDecoder, image_decoder
 from ..transforms.sample import FieldTransform, channels_last
 from ..util.numeric import IntArray, ceil_div
-from .base import ReadContext, ReadOptions, read_whole, transformed_buffer
+from .base import ReadContext, ReadRequest, read_whole, transformed_buffer
 
 __all__ = ["EncodedField"]
 
@@ -105,7 +105,7 @@ class EncodedField:
     # -- decoding ---------------------------------------------------------------------------
 
     def read(
-        self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadOptions
+        self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadRequest
     ) -> npt.NDArray[Any] | list[npt.NDArray[Any]]:
         """Samples ``idx`` decoded (and transformed) into ``out``; a list of arrays when they
         have no common shape and no ``out`` was given. The samples may be spread over the

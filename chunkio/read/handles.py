@@ -1,9 +1,10 @@
 """Per-process handles: the one rule every chunkio Dataset follows.
 
-A dataset object carries only what pickles (paths, options); the reader that holds open files
-is created on first use in each process, keyed by pid, and dropped when the dataset is
-pickled. So a dataset used in the parent can be handed to DataLoader workers under fork, spawn
-or forkserver without sharing a handle.
+A dataset object carries only what pickles (paths, options); its *handle*, what holds the
+open files (a :class:`~chunkio.read.ReadCore` around a backend reader), is created on first use
+in each process, keyed by pid, and dropped when the dataset is pickled. So a dataset used in
+the parent can be handed to DataLoader workers under fork, spawn or forkserver without sharing
+a handle.
 """
 
 from __future__ import annotations
@@ -11,30 +12,30 @@ from __future__ import annotations
 import os
 from typing import Any, Generic, Protocol, TypeVar
 
-__all__ = ["PerProcessReader"]
+__all__ = ["PerProcessHandle"]
 
 
-class _Reader(Protocol):
+class _Handle(Protocol):
     pid: int
 
     def close(self) -> None: ...
 
 
-R = TypeVar("R", bound=_Reader)
+H = TypeVar("H", bound=_Handle)
 
 
-class PerProcessReader(Generic[R]):
-    """Mixin: ``self._reader()`` returns this process's reader, made by ``_open_reader``."""
+class PerProcessHandle(Generic[H]):
+    """Mixin: ``self._handle()`` returns this process's handle, made by ``_open_handle``."""
 
-    _local: R | None = None
+    _local: H | None = None
 
-    def _open_reader(self) -> R:  # pragma: no cover - supplied by subclasses
+    def _open_handle(self) -> H:  # pragma: no cover - supplied by subclasses
         raise NotImplementedError
 
-    def _reader(self) -> R:
+    def _handle(self) -> H:
         local = self._local
         if local is None or local.pid != os.getpid():
-            local = self._open_reader()
+            local = self._open_handle()
             self._local = local
         return local
 

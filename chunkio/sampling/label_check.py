@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from ..backends import Reader, open_reader
-from ..format.layout import DatasetLayout, FieldInfo
+from ..backends import Reader
+from ..errors import caller_stacklevel
+from ..format.layout import LABEL_FIELDS, label_field
 from ..read import read_whole
 
 __all__ = [
@@ -30,9 +31,6 @@ __all__ = [
     "labels_of",
     "warn_if_label_sorted",
 ]
-
-#: names of a label field, in order of preference (the first the dataset has is its labels)
-LABEL_FIELDS = ("label", "labels", "target", "targets", "y")
 
 #: the loader's mean distinct labels per batch, as a fraction of a uniform shuffle's, below
 #: which it warns
@@ -49,45 +47,22 @@ class LabelMixingWarning(UserWarning):
     """The loader's batches mix labels much worse than a uniform shuffle would."""
 
 
-def label_field(layout: DatasetLayout) -> FieldInfo | None:
-    """The field holding ``layout``'s labels: the first of :data:`LABEL_FIELDS` it has, if
-    that one holds one integer per sample; ``None`` otherwise.
-
-    >>> import numpy as np
-    >>> from chunkio.format.layout import FieldInfo as F
-    >>> i8 = np.dtype("int64")
-    >>> label_field(DatasetLayout(4, 2, (F("x", i8, (3,)), F("y", i8, ())))).name
-    'y'
-    >>> label_field(DatasetLayout(4, 2, (F("x", i8, (3,)), F("labels", i8, (2,))))) is None
-    True
-    """
-    names = [n for n in LABEL_FIELDS if n in layout.field_names]
-    if not names:
-        return None
-    info = layout.field(names[0])
-    scalar_int = info.kind == "dense" and not info.sample_shape and info.dtype.kind in "iu"
-    return info if scalar_int else None
-
-
 def labels_of(
     dataset: Any, reader: Reader | None = None
 ) -> np.ndarray[Any, np.dtype[np.int64]] | None:
-    """The integer labels of ``dataset`` (see :func:`label_field`), read once; ``None`` if it
-    has none.
+    """The integer labels of ``dataset`` (see :func:`~chunkio.format.layout.label_field`), read
+    once; ``None`` if it has none or they are too large to read just to check them.
 
-    ``reader``: one already open on the dataset (else one is opened and closed here)."""
+    ``reader``: one already open on the dataset (else the dataset's :meth:`labels` opens and
+    closes its own)."""
     info = label_field(dataset.layout)
     if info is None or info.sample_nbytes * len(dataset) > _MAX_LABEL_BYTES:
         return None
+    if reader is None:
+        labels: np.ndarray[Any, np.dtype[np.int64]] | None = dataset.labels()
+        return labels
     array = info.array_names()[0]  # "label", or the array a store chunkio did not write names
-    if reader is not None:
-        return np.asarray(read_whole(reader, array), dtype=np.int64)
-    # the user's storage options and trust, unchanged, and the metadata the dataset read
-    own = open_reader(dataset.location, **dataset._reader_options())
-    try:  # straight from the backend; the main process keeps no handle (workers fork later)
-        return np.asarray(read_whole(own, array), dtype=np.int64)
-    finally:
-        own.close()
+    return np.asarray(read_whole(reader, array), dtype=np.int64)
 
 
 def _distinct_ratio(groups: list[Any], labels: Any, counts: Any) -> tuple[float, float, float]:
@@ -147,7 +122,7 @@ def warn_if_label_sorted(dataset: Any, sampler: Any, reader: Reader | None = Non
             from ..format.rewrite import rewrite_command
 
             arrays = {f.name: f.array or f.name for f in dataset.layout.fields}
-            trusted = bool(dataset._reader_options()["trust_codecs"])
+            trusted = dataset.reader_options.trust_codecs
             command = rewrite_command(str(dataset.location), arrays, None, trust_codecs=trusted)
             remote = " (with --storage-options as for the dataset)" if dataset.remote else ""
             todo = (
@@ -166,5 +141,5 @@ def warn_if_label_sorted(dataset: Any, sampler: Any, reader: Reader | None = Non
             f"{found['uniform_distinct']:.1f} for a uniform shuffle "
             f"({found['loader_ratio']:.0%}): training may suffer. {todo}",
             LabelMixingWarning,
-            stacklevel=3,
+            stacklevel=caller_stacklevel(),  # the user's line, however deep the call
         )

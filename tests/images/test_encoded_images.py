@@ -324,7 +324,7 @@ def test_unchanged_jpegs_are_stored_as_they_are_and_read_bit_exact(
     np.testing.assert_array_equal(raw.read_batch(idx)["image"], jpg.read_batch(idx)["image"])
     # the stored bytes are the files' bytes
     paths = chunkio_paths(dst)
-    data = ChunkDataset(dst, fields="image")._reader().field("image")
+    data = ChunkDataset(dst, fields="image")._handle().field("image")
     assert isinstance(data, EncodedField)
     data._fetch(np.array([3]))
     assert bytes(data.sample_bytes(3)) == (photos / paths[3]).read_bytes()

@@ -346,7 +346,7 @@ def test_samples_and_patches_share_one_reader_class(tmp_path: Path, make_dataset
     patches.read_patches([(0, 1, 1, 1)])
     samples = ChunkDataset(path)
     samples.read_batch([0])
-    assert type(patches._reader()) is type(samples._reader()) is ReadCore
+    assert type(patches._handle()) is type(samples._handle()) is ReadCore
 
 
 def test_write_arrays_fixture_round_trip_guard(tmp_path: Path) -> None:
