@@ -30,11 +30,13 @@ from .backends import Reader
 from .batch import collate
 from .dataset import ChunkDataset
 from .gpu import DevicePrefetcher, copy_stream_for, map_tensors, pin_ring, pinned_empty
+from .images.gpu_jpeg import gpu_decoder
 from .label_check import warn_if_label_sorted
 from .loader_options import DEFAULT_POOL_BYTES, LoaderOptions, Transport, pool_samples
 from .order import DEFAULT_LANES
 from .sampling import ChunkBatchSampler
 from .transport import Lease, LocalTransport, RingTransport
+from .transport.gpu_decode import GpuDecodeRoute
 from .transport.iterator import Indices, Parts
 
 __all__ = [
@@ -175,8 +177,8 @@ class ChunkLoader:
         leases = self._route.run(
             self.sampler.iter_arrays(), self.sampler.reader_rows, epoch=self.sampler.epoch
         )
-        if self.device is None:
-            return _host_batches(leases, copy=self.copy)
+        if self.device is None or getattr(self._route, "delivers_on_device", False):
+            return _host_batches(leases, copy=self.copy and self.device is None)
         return DevicePrefetcher(leases, stream=copy_stream_for(self.device))
 
     def __iter__(self) -> Iterator[Any]:
@@ -216,8 +218,10 @@ class ChunkLoader:
         self.close()
 
 
-def _route_name(dataset: ChunkDataset, transport: str, num_workers: int) -> str:
+def _route_name(dataset: ChunkDataset, transport: str, num_workers: int, decode: str) -> str:
     """The route a loader takes (see the module docstring)."""
+    if decode != "cpu":
+        return "gpu-decode"
     if transport == "ring" and _ring_compatible(dataset):
         return "local" if num_workers == 0 else "ring"
     return "dataloader"
@@ -231,6 +235,8 @@ def _make_route(
     if name == "local":
         allocate = {"allocate": pinned_empty} if pin else {}
         return LocalTransport(dataset, batch_size=batch_size, **allocate)
+    if name == "gpu-decode":
+        return _gpu_decode_route(dataset, options)
     if name == "ring":
         on_ring = pin_ring if pin else (lambda ring: None)
         return RingTransport(dataset, batch_size=batch_size, options=ring, on_ring=on_ring)
@@ -246,6 +252,30 @@ def _make_route(
         timeout=ring.timeout,
     )
     return _DataLoaderRoute(loader)
+
+
+def _gpu_decode_route(dataset: ChunkDataset, options: LoaderOptions) -> GpuDecodeRoute:
+    """The ``decode="gpu"`` route: checks that the dataset is what it decodes."""
+    transform = dataset.field_transform
+    if transform is None or getattr(transform, "plan", None) is None:
+        raise ValueError(
+            f"make_loader(decode={options.decode!r}) needs transform=chunkio.transforms.Compose"
+            f"([...]) with a fixed output size on the JPEG field; got {dataset.transform!r}"
+        )
+    info = dataset.layout.field(transform.field, where=str(dataset.location))
+    if info.kind != "encoded" or info.encoding != "jpeg":
+        raise ValueError(
+            f"{dataset.location}: make_loader(decode={options.decode!r}) decodes JPEG fields; "
+            f"field {transform.field!r} is {info.kind}"
+            + (f" ({info.encoding})" if info.kind == "encoded" else "")
+        )
+    device = options.target if options.target is not None else torch.device("cpu")
+    shape = dataset.output_shape(transform.field)
+    channels = int(shape[0]) if shape is not None else 3
+    decoder = gpu_decoder(options.decode, device, channels)
+    return GpuDecodeRoute(
+        dataset, field=transform.field, device=device, decoder=decoder, ahead=options.prefetch
+    )
 
 
 def _ring_compatible(dataset: ChunkDataset) -> bool:
@@ -281,6 +311,7 @@ def make_loader(
     copy: bool = False,
     transform: Any = None,
     storage_options: Any = None,
+    decode: str = "cpu",
 ) -> ChunkLoader:
     """A loader over a chunkio dataset with chunk-aware shuffling and sensible defaults.
 
@@ -345,6 +376,13 @@ def make_loader(
         With a URL (``s3://...``, ``https://...``): options for its filesystem (fsspec, e.g.
         s3fs's ``key``, ``secret``, ``client_kwargs``); chunks are then fetched by byte ranges,
         concurrently (see the README).
+    decode
+        ``"cpu"`` (default): JPEG fields are decoded by the reading processes. ``"gpu"``
+        (nvImageCodec) or ``"torchvision"`` (its nvJPEG): no worker processes; this process
+        reads each batch's encoded bytes in a background thread and decodes the crops of
+        ``transform`` (a :class:`~chunkio.transforms.Compose`) on ``device`` (CUDA), one
+        batch ahead on a side stream (:mod:`chunkio.transport.gpu_decode`). ``"reference"``
+        runs the same route with a CPU decoder (tests).
     transform
         With a path: the dataset's per-sample ``transform``. :mod:`chunkio.transforms` (e.g.
         ``Compose([RandomResizedCrop(224), RandomHorizontalFlip()])``) are applied while
@@ -379,6 +417,7 @@ def make_loader(
         transport=transport,
         device=device,
         copy=copy,
+        decode=decode,
     )
     if isinstance(path_or_dataset, ChunkDataset):
         if transform is not None or storage_options is not None:
@@ -400,7 +439,7 @@ def _prepare(
     """The dataset the loader reads (a copy of ``given``, which stays as it is), its sampler
     and route. ``reader``: one open on the dataset for the label check (else it opens one)."""
     sampler = options.sampler(given)
-    name = _route_name(given, options.transport, options.num_workers)
+    name = _route_name(given, options.transport, options.num_workers, options.decode)
     # ring workers read their lanes' rows of each batch; DataLoader workers whole batches
     readers = max(1, options.num_workers) if name == "ring" else 1
     # the readers must hold the pool, or they decode chunks again

@@ -11,6 +11,7 @@ import torch
 
 from .dataset import ChunkDataset
 from .gpu import resolve_device
+from .images.gpu_jpeg import GPU_DECODERS
 from .order import DEFAULT_LANES
 from .sampling import DEFAULT_POOL_BATCHES, ChunkBatchSampler
 from .transport import RingOptions
@@ -51,6 +52,7 @@ class LoaderOptions:
     transport: Transport = "ring"
     device: torch.device | str | None = None
     copy: bool = False
+    decode: str = "cpu"
     target: torch.device | None = field(init=False)
     pin: bool = field(init=False)
 
@@ -61,6 +63,16 @@ class LoaderOptions:
         if self.transport not in ("ring", "dataloader"):
             raise ValueError(f"transport must be 'ring' or 'dataloader'; got {self.transport!r}")
         target = resolve_device(self.device)
+        if self.decode != "cpu":
+            if self.decode not in GPU_DECODERS:
+                raise ValueError(
+                    f"decode must be 'cpu' or one of {GPU_DECODERS}; got {self.decode!r}"
+                )
+            if self.decode != "reference" and (target is None or target.type != "cuda"):
+                raise ValueError(
+                    f"decode={self.decode!r} decodes JPEGs on a CUDA device and delivers the "
+                    f"batches there: pass device='cuda' (got device={self.device!r})"
+                )
         object.__setattr__(self, "target", target)
         if self.pin_memory and not torch.cuda.is_available():
             warnings.warn(
