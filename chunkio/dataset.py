@@ -370,8 +370,10 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
         *,
         once: bool | None = None,
         epoch: int = 0,
+        fields: Sequence[str] | None = None,
     ) -> dict[str, Any]:
-        """Read samples ``indices`` of the selected fields as NumPy arrays, by field.
+        """Read samples ``indices`` of the selected fields (or of ``fields``, some of them)
+        as NumPy arrays, by field.
 
         Each chunk the batch touches is decoded once, in storage order; ``out`` may supply
         preallocated arrays (dense fields) to scatter into. ``once=True`` promises that no
@@ -381,9 +383,26 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
         ``epoch`` (the epoch the batch belongs to: loaders pass it with every batch).
         """
         once = self.reads_once if once is None else once
+        names = self.fields if fields is None else tuple(fields)
+        unknown = [f for f in names if f not in self.fields]
+        if unknown:
+            raise KeyError(
+                f"{self.location}: read_batch(fields={list(names)}): {unknown} not among the "
+                f"dataset's fields {list(self.fields)}"
+            )
         return self._handle().read(
-            self.fields, indices, out, once=once, transform=self.field_transform, epoch=int(epoch)
+            names, indices, out, once=once, transform=self.field_transform, epoch=int(epoch)
         )
+
+    def read_encoded(
+        self, indices: Sequence[int] | npt.ArrayLike, field: str
+    ) -> tuple[list[npt.NDArray[np.uint8]], npt.NDArray[np.int64]]:
+        """The encoded bytes (one array per sample) and stored ``(C, H, W)`` shapes of
+        samples ``indices`` of encoded image field ``field``, not decoded: for decoders
+        elsewhere (``make_loader(decode="gpu")`` decodes them on the GPU)."""
+        if field not in self.fields:
+            raise KeyError(f"{self.location}: field {field!r} is not among {list(self.fields)}")
+        return self._handle().encoded(field, indices)
 
     def prefetch(self, indices: Sequence[int] | npt.ArrayLike) -> None:
         """Start fetching what a later read of ``indices`` needs (remote datasets fetch the

@@ -36,6 +36,7 @@ from .sampling.order import DEFAULT_LANES
 from .sampling.sampler import ChunkBatchSampler
 from .transport import Lease, LocalTransport, RingTransport
 from .transport.gpu import DevicePrefetcher, copy_stream_for, map_tensors, pin_ring, pinned_empty
+from .transport.gpu_decode import gpu_decode_route
 from .transport.iterator import Indices, Parts
 
 __all__ = [
@@ -176,8 +177,8 @@ class ChunkLoader:
         leases = self._route.run(
             self.sampler.iter_arrays(), self.sampler.reader_rows, epoch=self.sampler.epoch
         )
-        if self.device is None:
-            return _host_batches(leases, copy=self.copy)
+        if self.device is None or getattr(self._route, "delivers_on_device", False):
+            return _host_batches(leases, copy=self.copy and self.device is None)
         return DevicePrefetcher(leases, stream=copy_stream_for(self.device))
 
     def __iter__(self) -> Iterator[Any]:
@@ -217,8 +218,10 @@ class ChunkLoader:
         self.close()
 
 
-def _route_name(dataset: ChunkDataset, transport: str, num_workers: int) -> str:
+def _route_name(dataset: ChunkDataset, transport: str, num_workers: int, decode: str) -> str:
     """The route a loader takes (see the module docstring)."""
+    if decode != "cpu":
+        return "gpu-decode"
     if transport == "ring" and _ring_compatible(dataset):
         return "local" if num_workers == 0 else "ring"
     return "dataloader"
@@ -232,6 +235,8 @@ def _make_route(
     if name == "local":
         allocate = {"allocate": pinned_empty} if pin else {}
         return LocalTransport(dataset, batch_size=batch_size, **allocate)
+    if name == "gpu-decode":
+        return gpu_decode_route(dataset, options.decode, options.target, options.prefetch)
     if name == "ring":
         on_ring = pin_ring if pin else (lambda ring: None)
         return RingTransport(dataset, batch_size=batch_size, options=ring, on_ring=on_ring)
@@ -282,6 +287,7 @@ def make_loader(
     copy: bool = False,
     transform: Any = None,
     storage_options: Any = None,
+    decode: str = "cpu",
 ) -> ChunkLoader:
     """A loader over a chunkio dataset with chunk-aware shuffling and sensible defaults.
 
@@ -355,6 +361,13 @@ def make_loader(
         With a URL (``s3://...``, ``https://...``): options for its filesystem (fsspec, e.g.
         s3fs's ``key``, ``secret``, ``client_kwargs``); chunks are then fetched by byte ranges,
         concurrently (see the README).
+    decode
+        ``"cpu"`` (default): JPEG fields are decoded by the reading processes. ``"gpu"``
+        (nvImageCodec) or ``"torchvision"`` (its nvJPEG): no worker processes; this process
+        reads each batch's encoded bytes in a background thread and decodes the crops of
+        ``transform`` (a :class:`~chunkio.transforms.Compose`) on ``device`` (CUDA), one
+        batch ahead on a side stream (:mod:`chunkio.transport.gpu_decode`). ``"reference"``
+        runs the same route with a CPU decoder (tests).
     transform
         With a path: the dataset's per-sample ``transform``. :mod:`chunkio.transforms.image` (e.g.
         ``Compose([RandomResizedCrop(224), RandomHorizontalFlip()])``) are applied while
@@ -389,6 +402,7 @@ def make_loader(
         transport=transport,
         device=device,
         copy=copy,
+        decode=decode,
     )
     if isinstance(path_or_dataset, ChunkDataset):
         if transform is not None or storage_options is not None:
@@ -410,7 +424,7 @@ def _prepare(
     """The dataset the loader reads (a copy of ``given``, which stays as it is), its sampler
     and route. ``reader``: one open on the dataset for the label check (else it opens one)."""
     sampler = options.sampler(given)
-    name = _route_name(given, options.transport, options.num_workers)
+    name = _route_name(given, options.transport, options.num_workers, options.decode)
     # ring workers read their lanes' rows of each batch; DataLoader workers whole batches
     readers = max(1, options.num_workers) if name == "ring" else 1
     # the readers must hold the pool, or they decode chunks again

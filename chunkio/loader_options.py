@@ -15,6 +15,7 @@ from .sampling.order import DEFAULT_LANES
 from .sampling.sampler import DEFAULT_POOL_BATCHES, ChunkBatchSampler
 from .transport import RingOptions
 from .transport.gpu import resolve_device
+from .transport.gpu_decode import GPU_DECODERS
 
 __all__ = ["DEFAULT_POOL_BYTES", "LoaderOptions", "Transport", "pool_samples"]
 
@@ -52,6 +53,7 @@ class LoaderOptions:
     transport: Transport = "ring"
     device: torch.device | str | None = None
     copy: bool = False
+    decode: str = "cpu"
     target: torch.device | None = field(init=False)
     pin: bool = field(init=False)
 
@@ -62,6 +64,16 @@ class LoaderOptions:
         if self.transport not in ("ring", "dataloader"):
             raise ValueError(f"transport must be 'ring' or 'dataloader'; got {self.transport!r}")
         target = resolve_device(self.device)
+        if self.decode != "cpu":
+            if self.decode not in GPU_DECODERS:
+                raise ValueError(
+                    f"decode must be 'cpu' or one of {GPU_DECODERS}; got {self.decode!r}"
+                )
+            if self.decode != "reference" and (target is None or target.type != "cuda"):
+                raise ValueError(
+                    f"decode={self.decode!r} decodes JPEGs on a CUDA device and delivers the "
+                    f"batches there: pass device='cuda' (got device={self.device!r})"
+                )
         object.__setattr__(self, "target", target)
         if self.pin_memory and not torch.cuda.is_available():
             warnings.warn(

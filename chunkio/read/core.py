@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import numpy.typing as npt
 
 from ..backends import ReaderOptions
@@ -116,6 +117,22 @@ class ReadCore:
         self.stats.samples += len(idx)
         self.stats.batches += 1
         return result
+
+    def encoded(
+        self, name: str, indices: Sequence[int] | npt.ArrayLike
+    ) -> tuple[list[npt.NDArray[np.uint8]], npt.NDArray[np.int64]]:
+        """The encoded bytes and stored shapes of samples ``indices`` of encoded field
+        ``name``, undecoded (see :meth:`chunkio.read.encoded.EncodedField.encoded`)."""
+        idx = normalize_indices(indices, self.layout.num_samples)
+        reader = self.field(name)
+        encoded = getattr(reader, "encoded", None)
+        if encoded is None:
+            kind = self.layout.field(name).kind
+            raise TypeError(
+                f"{self.reader.location}: field {name!r} is {kind}, not an encoded image field"
+            )
+        data, shapes = encoded(idx)
+        return data, shapes
 
     def prefetch(self, fields: Sequence[str], indices: Sequence[int] | npt.ArrayLike) -> None:
         """Start fetching the chunks a later read of ``indices`` needs and this process does

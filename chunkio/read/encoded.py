@@ -102,6 +102,14 @@ class EncodedField:
         whole = np.concatenate(parts)
         return whole[a - first * step : b - first * step]
 
+    def encoded(self, idx: IntArray) -> tuple[list[npt.NDArray[np.uint8]], npt.NDArray[np.int64]]:
+        """The encoded bytes of samples ``idx`` (each its own contiguous copy) and their
+        stored ``(C, H, W)`` shapes: every bytes chunk read once, in storage order, nothing
+        decoded (the GPU decode route's read)."""
+        self._fetch(idx)
+        data = [np.array(self.sample_bytes(i)) for i in idx.tolist()]
+        return data, self.shapes[idx]
+
     # -- decoding ---------------------------------------------------------------------------
 
     def read(

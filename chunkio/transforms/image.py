@@ -335,6 +335,11 @@ class Compose:
     def __repr__(self) -> str:
         return f"Compose({list(self.ops)!r}, field={self.field!r}, seed={self.seed})"
 
+    @property
+    def resample(self) -> Image.Resampling:
+        """The filter of the one resample (Pillow's enum; the GPU decode maps it to torch's)."""
+        return self._resample
+
     def output_shape(self, input_shape: tuple[int, ...]) -> tuple[int, ...]:
         """Output shape for an input shape, with the same channel layout.
 

@@ -271,7 +271,8 @@ LAYERS: dict[str, set[str]] = {
     "remote": set(),
     "images": set(),
     "transforms": set(),
-    "transport": set(),
+    # the GPU-decode route (transport/gpu_decode.py) plans crops and decodes JPEGs on the device
+    "transport": {"images", "transforms"},
     "backends": {"backends.zarr", "backends.hdf5"},  # the registry opens implementations lazily
     "backends.zarr": {"backends", "format", "remote"},
     "backends.hdf5": {"backends", "remote"},
