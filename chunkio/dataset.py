@@ -64,16 +64,11 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
     preload_bytes
         Fields whose whole array is at most this many bytes are read once per process.
     storage_options
-        With a URL (``s3://...``, ``gs://...``, ``https://...``, any protocol fsspec knows):
-        options for its fsspec filesystem, e.g. s3fs's ``{"anon": True}``, ``{"key": ...,
-        "secret": ...}`` or ``{"client_kwargs": {"endpoint_url": ...}}`` for an
-        S3-compatible server. Chunks are then fetched by concurrent byte ranges; the options
-        travel with the pickled dataset, so every worker opens its own filesystem with them.
-        Not needed for local paths.
+        A URL's fsspec filesystem options (s3fs: ``{"anon": True}``, ``key`` and ``secret``,
+        ``client_kwargs={"endpoint_url": ...}``), passed with the pickled dataset to workers.
     trust_codecs
-        Allow codecs, filters and links chunkio does not consider safe: ``numcodecs.pickle``
-        and other codecs that could run code, unknown codecs and HDF5 filters, external
-        links, external raw storage and virtual datasets with sources in other files.
+        Allow codecs, filters and links chunkio does not consider safe (code-running codecs,
+        external links and storage; see the guarantees in the docs).
     channels_last
         Batches of images that chunkio decodes or transforms (encoded fields, the field
         transform's field) keep the ``(B, C, H, W)`` shape but are laid out channels last in
