@@ -251,7 +251,9 @@ def test_sigkilled_worker_is_reported_promptly_and_nothing_is_left(make_dataset)
     with pytest.raises(LoaderError, match=rf"ring worker 1 \(pid {victim}\).*SIGKILL"):
         for _ in it:
             pass
-    assert time.monotonic() - start < 5
+    # "promptly" is the promise (RELIABILITY row 5): the ring watches each worker's process
+    # sentinel, so the death is seen at once; 15 s leaves a loaded 2-core machine room
+    assert time.monotonic() - start < 15
     _assert_clean(before)
     _check_epoch(loader, _expected(arrays, loader, 0))  # the next pass starts new workers
     loader.close()
@@ -273,7 +275,9 @@ def test_timeout_raises_and_stops_the_stuck_worker(make_dataset):
     with pytest.raises(LoaderError, match=r"no batch within timeout=0.5 s"):
         for _ in loader:
             pass
-    assert time.monotonic() - start < 10
+    # the promise is about time: raised at the timeout (0.5 s), not when the stuck read
+    # ends (30 s); 15 s is generous and still far from 30
+    assert time.monotonic() - start < 15
     _assert_clean(before)
 
 
@@ -460,6 +464,7 @@ class HintedDataset(ChunkDataset):
     """Reads as if remote: logs each read and each prefetch hint (one line each) to ``log``."""
 
     log = ""
+    hint_sent: Any = None  # an Event, set once the hint the test waits for is on its way
 
     @property
     def remote(self) -> bool:
@@ -472,25 +477,42 @@ class HintedDataset(ChunkDataset):
     def read_batch(self, indices: Any, out: Any = None, *, epoch: int = 0) -> dict[str, Any]:
         with open(self.log, "a") as f:
             f.write("read " + " ".join(map(str, np.asarray(indices).tolist())) + "\n")
-        if not getattr(self, "_slow_done", False):  # the first read is slow: hints arrive
-            self._slow_done = True
-            time.sleep(0.5)
+        if not getattr(self, "_first_done", False):  # the first read lasts until the main
+            self._first_done = True  # process has sent the hint the test looks for
+            assert self.hint_sent.wait(30), "the main process never sent the hint"
         return super().read_batch(indices, out, epoch=epoch)
 
 
 @pytest.mark.timeout(60)
-def test_remote_ring_workers_hear_of_batches_beyond_their_slots(make_dataset, tmp_path: Path):
+def test_remote_ring_workers_hear_of_batches_beyond_their_slots(
+    make_dataset, tmp_path: Path, monkeypatch
+):
     """The sampler knows the order: a remote dataset's ring workers are told the samples of
     the next batches (``lookahead``) before those have a slot, and still read every batch
-    once, in order."""
+    once, in order. The worker's first read waits for the main process to send the hint of
+    batch 5 (an event, not a sleep): the hint must then reach the dataset before the second
+    read."""
+    import multiprocessing
+
     from chunkio.loader_options import REMOTE_LOOKAHEAD
+    from chunkio.transport.workers import RingWorkers
 
     path, arrays = make_dataset("zarr", samples_per_chunk=10)
     ds = _dataset(path, HintedDataset)
     ds.log = str(tmp_path / "log.txt")
+    ds.hint_sent = multiprocessing.get_context("fork").Event()
     loader = make_loader(ds, 8, num_workers=1, prefetch=1, multiprocessing_context="fork")
     batches = _batches(loader)
     assert len(batches) > REMOTE_LOOKAHEAD + 3
+    send = RingWorkers.send
+
+    def sending(self: Any, w: int, message: Any) -> None:
+        send(self, w, message)
+        hint = isinstance(message, tuple) and message[0] == "hint"
+        if hint and np.asarray(message[1]).tolist() == batches[5]:
+            ds.hint_sent.set()
+
+    monkeypatch.setattr(RingWorkers, "send", sending)
     _check_epoch(loader, _expected(arrays, loader, 0))
     loader.close()
     lines = Path(ds.log).read_text().splitlines()
