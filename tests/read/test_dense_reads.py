@@ -1,0 +1,162 @@
+"""Dense field reads (:mod:`chunkio.read.dense`) against a longhand model of what they decode:
+which chunks each batch decodes, straight into the batch or into the cache, and what the
+counters say; the preload threshold, the caller's output buffers and prefetch hints (found by
+mutation testing: ``make mutate``)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chunkio import ChunkDataset, write_arrays
+from chunkio.read.dense import DenseField, PreloadedField
+
+_ids = itertools.count()
+N, SPC = 30, 4  # the last chunk holds 2 samples
+
+
+def _store(n: int = N, spc: int = SPC) -> tuple[str, dict[str, np.ndarray]]:
+    arrays = {
+        "x": np.arange(n * 3, dtype=np.int32).reshape(n, 3) * 5 - 7,
+        "y": (np.arange(n) % 7).astype(np.int64),
+    }
+    path = f"memory://dense-{next(_ids)}"
+    write_arrays(path, arrays, samples_per_chunk=spc, progress=False, shuffle=False)
+    return path, arrays
+
+
+class Model:
+    """What a dense field with a cache large enough for every chunk decodes for each batch."""
+
+    def __init__(self, n: int, spc: int) -> None:
+        self.n, self.spc = n, spc
+        self.cached: set[int] = set()
+        self.chunks_read = self.rows_decoded = self.direct = self.hits = 0
+
+    def size(self, c: int) -> int:
+        return min(self.spc, self.n - c * self.spc)
+
+    def read(self, indices: list[int], once: bool) -> None:
+        idx = [i % self.n for i in indices]
+        chunks = sorted({i // self.spc for i in idx})
+        direct = []
+        for c in chunks if once else []:
+            size = self.size(c)
+            if c in self.cached or sum(i // self.spc == c for i in idx) != size:
+                continue
+            first = next(k for k, i in enumerate(idx) if i // self.spc == c)
+            if idx[first : first + size] == list(range(c * self.spc, c * self.spc + size)):
+                direct.append(c)
+        rest = [c for c in chunks if c not in direct]
+        decoded = [c for c in rest if c not in self.cached]
+        self.hits += len(rest) - len(decoded)
+        self.cached |= set(decoded)  # direct chunks are not kept
+        self.chunks_read += len(direct) + len(decoded)
+        self.rows_decoded += sum(self.size(c) for c in direct + decoded)
+        self.direct += len(direct)
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> list[tuple[list[int], bool]]:
+    chunks = -(-N // SPC)
+    out = []
+    for _ in range(draw(st.integers(1, 5))):
+        pieces: list[list[int]] = []
+        for _ in range(draw(st.integers(0, 4))):
+            if draw(st.booleans()):
+                c = draw(st.integers(0, chunks - 1))
+                run = list(range(c * SPC, min(N, (c + 1) * SPC)))
+                if draw(st.booleans()):  # the run broken: out of order or with a repeat
+                    run = run[::-1] if draw(st.booleans()) and len(run) > 1 else run + run[:1]
+                pieces.append(run)
+            else:
+                pieces.append([draw(st.integers(-N, N - 1))])
+        order = draw(st.permutations(range(len(pieces))))
+        out.append(([i for k in order for i in pieces[k]], draw(st.booleans())))
+    return out
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches())
+def test_each_batch_decodes_what_the_model_says(steps) -> None:
+    path, arrays = _store()
+    ds = ChunkDataset(path, fields=["x"], cache_bytes=1 << 20, preload_bytes=0)
+    model = Model(N, SPC)
+    for indices, once in steps:
+        got = ds.read_batch(indices, once=once)["x"]
+        np.testing.assert_array_equal(got, arrays["x"][np.asarray(indices, np.int64)])
+        model.read(indices, once)
+        stats = ds.read_stats()
+        assert (
+            stats.chunks_read,
+            stats.rows_decoded,
+            stats.direct_chunks,
+            stats.cache_hits,
+            stats.per_field.get("x", 0),
+        ) == (model.chunks_read, model.rows_decoded, model.direct, model.hits, model.chunks_read)
+    assert ds.read_stats().batches == len(steps)
+    assert ds.read_stats().samples == sum(len(i) for i, _ in steps)
+
+
+def test_a_cache_smaller_than_the_reads_evicts_and_stays_exact() -> None:
+    path, arrays = _store()
+    ds = ChunkDataset(path, fields=["x"], preload_bytes=0)  # cache_bytes=0: a batch's chunks
+    rng = np.random.default_rng(4)
+    for _ in range(20):
+        idx = rng.integers(0, N, size=int(rng.integers(1, 12)))
+        np.testing.assert_array_equal(ds.read_batch(idx)["x"], arrays["x"][idx])
+
+
+def test_the_preload_threshold_is_the_field_size() -> None:
+    path, _ = _store()
+    nbytes = {"x": N * 3 * 4, "y": N * 8}
+    for name, size in nbytes.items():
+        for preload, kind in ((size, PreloadedField), (size - 1, DenseField)):
+            ds = ChunkDataset(path, fields=[name], preload_bytes=preload)
+            ds.read_batch([0])
+            assert type(ds._reader().field(name)) is kind, (name, preload)
+
+
+@pytest.mark.parametrize("preload", [0, 1 << 20])
+def test_reads_fill_the_callers_buffers_and_check_them(preload: int) -> None:
+    path, arrays = _store()
+    ds = ChunkDataset(path, fields=["x", "y"], preload_bytes=preload)
+    out = {"x": np.zeros((3, 3), np.int32), "y": np.zeros(3, np.int64)}
+    idx = [7, 0, 7]
+    got = ds.read_batch(idx, out)
+    for name in ("x", "y"):
+        assert got[name] is out[name]
+        np.testing.assert_array_equal(out[name], arrays[name][idx])
+    for bad, what in (
+        (np.zeros((2, 3), np.int32), "(2, 3) int32"),
+        (np.zeros((3, 3), np.int64), "(3, 3) int64"),
+    ):
+        with pytest.raises(ValueError) as info:
+            ds.read_batch(idx, {"x": bad})
+        assert str(info.value) == (f"output buffer for field 'x' must be (3, 3) int32; got {what}")
+
+
+def test_prefetch_names_the_chunks_the_cache_lacks(monkeypatch: pytest.MonkeyPatch) -> None:
+    path, _ = _store()
+    ds = ChunkDataset(path, fields=["x"], cache_bytes=1 << 20, preload_bytes=0)
+    ds.read_batch([5])  # chunk 1 is held
+    core = ds._reader()
+    asked: list[tuple[str, list[int]]] = []
+    monkeypatch.setattr(core.reader, "prefetches", True, raising=False)
+    monkeypatch.setattr(
+        core.reader, "prefetch", lambda a, c: asked.append((a, list(c))), raising=False
+    )
+    ds.prefetch([29, 4, 0, 13, 1, 28])
+    assert asked == [("x", [0, 3, 7])]  # sorted, each once, chunk 1 left out
+
+
+def test_without_prefetch_support_a_hint_reads_nothing() -> None:
+    path, _ = _store()
+    ds = ChunkDataset(path, fields=["x"], preload_bytes=0)
+    ds.prefetch([0, 9])
+    stats = ds.read_stats()
+    assert (stats.chunks_read, stats.batches) == (0, 0)
