@@ -180,6 +180,7 @@ def test_plan_patch_reads_refusals() -> None:
         plan_patch_reads([(0, -2, 0)], (2, 2), VOLUMES)  # touches the volume at no voxel
     empty = plan_patch_reads([], (2, 2), VOLUMES)
     assert empty.chunks.shape == (0, 3) and empty.pieces.shape == (0, 8)
+    assert empty.chunks.dtype == empty.pieces.dtype == empty.keys.dtype == np.int64
 
 
 @settings(max_examples=150, deadline=None)
@@ -195,3 +196,20 @@ def test_chunk_boxes_cover_exactly_and_are_boxes(chunks) -> None:
     full = {(i, j) for i in range(2) for j in range(3)}
     assert chunk_boxes(sorted(full)) == [((0, 0), (2, 3))]  # a full box is one read
     assert chunk_boxes([(1, 1), (1, 1)]) == [((1, 1), (2, 2))]  # repeats read once
+
+
+def test_chunk_boxes_are_python_ints_whatever_the_input_dtype() -> None:
+    for coords in (np.array([[0.0, 1.0], [1.0, 1.0]]), np.array([[0, 1], [1, 1]], np.int32)):
+        boxes = chunk_boxes(coords)
+        assert boxes == [((0, 1), (2, 2))]
+        assert all(type(v) is int for box in boxes for corner in box for v in corner)
+
+
+def test_piece_slices_in_one_two_and_three_dimensions() -> None:
+    assert piece_slices([3, 1, 5, 0, 2], 1) == (3, 1, (slice(5, 7),), (slice(0, 2),))
+    assert piece_slices([0, 4, 1, 2, 3, 4, 5, 6], 2) == (
+        0, 4, (slice(1, 6), slice(2, 8)), (slice(3, 8), slice(4, 10)),
+    )  # fmt: skip
+    assert piece_slices([1, 2, 0, 1, 2, 3, 4, 5, 6, 7, 8], 3) == (
+        1, 2, (slice(0, 6), slice(1, 8), slice(2, 10)), (slice(3, 9), slice(4, 11), slice(5, 13)),
+    )  # fmt: skip
