@@ -160,3 +160,36 @@ def test_without_prefetch_support_a_hint_reads_nothing() -> None:
     ds.prefetch([0, 9])
     stats = ds.read_stats()
     assert (stats.chunks_read, stats.batches) == (0, 0)
+
+
+class Reversed:
+    """A field transform of ``x``: each sample reversed plus ``seed + 100 * epoch + index``."""
+
+    field = "x"
+    seed = 3
+
+    def output_shape(self, input_shape: tuple[int, ...]) -> tuple[int, ...]:
+        return input_shape
+
+    def apply(self, image: np.ndarray, out: np.ndarray, key: tuple[int, int, int]) -> None:
+        seed, epoch, index = key
+        out[...] = image[::-1] + seed + 100 * epoch + index
+
+
+@pytest.mark.parametrize("preload", [0, 1 << 20])
+@pytest.mark.parametrize("cache_bytes", [0, 1 << 20])
+def test_a_field_transform_sees_each_sample_with_its_key(preload: int, cache_bytes: int) -> None:
+    path, arrays = _store()
+    ds = ChunkDataset(
+        path, fields=["x", "y"], transform=Reversed(), preload_bytes=preload,
+        cache_bytes=cache_bytes,
+    )  # fmt: skip
+    for epoch, idx in ((0, [9, 1, 9, 29]), (2, [4, 5, 6, 7, 0]), (1, [-1, 3])):
+        got = ds.read_batch(idx, epoch=epoch)
+        rows = np.asarray(idx) % N
+        want = arrays["x"][rows][:, ::-1] + 3 + 100 * epoch + rows[:, None]
+        np.testing.assert_array_equal(got["x"], want)
+        np.testing.assert_array_equal(got["y"], arrays["y"][rows])  # not transformed
+        out = {"x": np.zeros((len(idx), 3), np.int32)}
+        assert ds.read_batch(idx, out, epoch=epoch)["x"] is out["x"]
+        np.testing.assert_array_equal(out["x"], want)
