@@ -193,3 +193,63 @@ def test_a_field_transform_sees_each_sample_with_its_key(preload: int, cache_byt
         out = {"x": np.zeros((len(idx), 3), np.int32)}
         assert ds.read_batch(idx, out, epoch=epoch)["x"] is out["x"]
         np.testing.assert_array_equal(out["x"], want)
+
+
+def test_whole_chunks_go_straight_into_the_batch_only_when_they_are_one_run() -> None:
+    path, arrays = _store()
+    ds = ChunkDataset(path, fields=["x"], cache_bytes=1 << 20, preload_bytes=0)
+    # chunk 0's four samples, but its run in the batch is 2, 3, 4, 5: gathered, not direct
+    for idx in ([2, 3, 4, 5, 0, 1], [0, 1, 2, 3, 8, 9, 10, 11]):
+        np.testing.assert_array_equal(ds.read_batch(idx, once=True)["x"], arrays["x"][idx])
+    # chunks 0 and 1 cached by the first batch (gathered from there); chunk 2 decoded
+    # straight into the second, after the cached chunk 0 was passed over
+    assert ds.read_stats().direct_chunks == 1
+    got = ds.read_batch([*range(4, 8), *range(12, 16)], once=True)["x"]  # cached, then direct
+    np.testing.assert_array_equal(got, arrays["x"][[*range(4, 8), *range(12, 16)]])
+    assert ds.read_stats().direct_chunks == 2
+
+
+def test_gather_time_adds_up_batch_by_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    ticks = itertools.count()
+    monkeypatch.setattr("chunkio.read.dense.time.perf_counter", lambda: float(next(ticks)))
+    path, _ = _store()
+    ds = ChunkDataset(path, fields=["x"], cache_bytes=1 << 20, preload_bytes=0)
+    for k in range(1, 5):
+        ds.read_batch([k, 0, 17])
+        assert ds.read_stats().gather_s == k  # one tick per gather, summed
+
+
+def test_preloading_counts_its_chunks_once() -> None:
+    path, _ = _store()
+    ds = ChunkDataset(path, fields=["y"], preload_bytes=1 << 20)
+    ds.read_batch([3, 1])
+    ds.read_batch([29])
+    assert ds.read_stats().chunks_read == -(-N // SPC)
+
+
+def test_a_failed_decode_leaves_no_slot_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    path, arrays = _store()
+    ds = ChunkDataset(path, fields=["x"], cache_bytes=1 << 20, preload_bytes=0)
+    reader = ds._reader().reader
+    real = reader.read_into
+    calls = itertools.count()
+
+    def flaky(*args, **kwargs):
+        if next(calls) == 0:
+            raise OSError("injected read failure")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(reader, "read_into", flaky)
+    with pytest.raises(OSError, match="injected read failure"):
+        ds.read_batch([5, 9])
+    np.testing.assert_array_equal(ds.read_batch([9, 5])["x"], arrays["x"][[9, 5]])
+    assert ds.read_stats().cache_hits == 0  # decoded again, not served from the bad slots
+
+
+def test_a_prefetch_hint_to_a_reader_that_cannot_prefetch_does_nothing() -> None:
+    path, _ = _store()
+    ds = ChunkDataset(path, fields=["x"], preload_bytes=0)
+    core = ds._reader()
+    assert not hasattr(core.reader, "prefetch")
+    core.field("x").prefetch(np.array([0, 9]))
+    assert core.stats.chunks_read == 0
