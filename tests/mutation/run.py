@@ -4,9 +4,11 @@ Each module in ``modules.toml`` is mutated with only the tests listed for it, in
 folder (``build/mutation/<module>/``, kept between runs so mutmut reuses its results for
 functions that did not change). Then the score: killed / (mutants - declared equivalent), where
 ``equivalent.txt`` declares each equivalent mutant with a one-line reason, and timeouts count as
-killed (the mutant made the tests hang). Mutants with no covering test count as survivors.
+killed (the mutant made the tests hang). Mutants with no covering test count as survivors. A
+rerun tests the survivors again (with the tests added since) and reuses the other verdicts
+while their function is unchanged; the wall time printed is the last run's.
 
-    python tests/mutation/run.py [MODULE ...] [--children N] [--report-only]
+    python tests/mutation/run.py [MODULE ...] [--children N] [--report-only] [--fresh]
 
 Prints a table (mutants, killed, survived, equivalent, score, wall time) and the surviving
 mutants that are neither killed nor declared; exits 1 when a module scores under ``TARGET``.
@@ -91,6 +93,22 @@ def prepare(module: str, tests: list[str]) -> Path:
     return work
 
 
+def recheck_survivors(work: Path, module: str) -> int:
+    """Mark the mutants that survived the last run as unchecked, so that this run tries the
+    tests added since (mutmut keeps a verdict until the mutated function changes). Killed
+    ones stay killed; ``--fresh`` starts the module over."""
+    meta = work / "mutants" / f"{module}.meta"
+    if not meta.exists():
+        return 0
+    data = json.loads(meta.read_text())
+    codes = data["exit_code_by_key"]
+    again = [k for k, v in codes.items() if v not in KILLED]
+    for k in again:
+        codes[k] = None
+    meta.write_text(json.dumps(data))
+    return len(again)
+
+
 def run_mutmut(work: Path, children: int) -> float:
     started = time.monotonic()
     env = {k: v for k, v in os.environ.items() if k != "CI"} | {"PYTHONDONTWRITEBYTECODE": "1"}
@@ -137,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--report-only", action="store_true", help="score the last run, run nothing"
     )
+    parser.add_argument(
+        "--fresh", action="store_true", help="forget earlier verdicts (test every mutant again)"
+    )
     args = parser.parse_args(argv)
     table = modules()
     chosen = args.modules or list(table)
@@ -149,7 +170,10 @@ def main(argv: list[str] | None = None) -> int:
         work = WORK / _slug(module)
         wall = None
         if not args.report_only:
+            if args.fresh:
+                shutil.rmtree(work, ignore_errors=True)
             work = prepare(module, table[module])
+            recheck_survivors(work, module)
             wall = run_mutmut(work, args.children)
             (work / "wall_s").write_text(f"{wall:.0f}")
         elif (work / "wall_s").exists():
