@@ -44,7 +44,7 @@ soak: $(STAMP)
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
 
 # mutation testing of the core modules (tests/mutation/modules.toml), outside the default suite:
-# `make mutate` or `make mutate MODULES="chunkio/planning.py chunkio/read/dense.py"`; survivors
+# `make mutate` or `make mutate MODULES="chunkio/read/planning.py chunkio/read/dense.py"`; survivors
 # are killed by a test or declared in tests/mutation/equivalent.txt with the reason
 MODULES ?=
 mutate: $(STAMP)

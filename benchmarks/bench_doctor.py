@@ -43,7 +43,7 @@ def _h5py_store(path: Path, rows: int, n: int, side: int) -> Path:
 
 
 def run(root: str | Path | None = None) -> list[dict[str, Any]]:
-    from chunkio.doctor import run_doctor
+    from chunkio.diagnose.doctor import run_doctor
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -207,7 +207,7 @@ def _timed_by_the_test(monkeypatch: pytest.MonkeyPatch, source: Path, gain: floa
     ``benchmarks/bench_doctor.py``, not asserted here)."""
     import dataclasses
 
-    import chunkio.doctor as doctor
+    import chunkio.diagnose.doctor as doctor
 
     real = doctor._measure
 

@@ -1,4 +1,4 @@
-"""The read plan (:mod:`chunkio.planning`) against models written out longhand: every field of
+"""The read plan (:mod:`chunkio.read.planning`) against models written out longhand: every field of
 a plan, its dtype and shape, and every refusal with its message (found by mutation testing:
 ``make mutate``)."""
 
@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunkio.grid import SampleGrid
-from chunkio.planning import (
+from chunkio.format.grid import SampleGrid
+from chunkio.format.volume_layout import VolumeSet
+from chunkio.read.planning import (
     chunk_boxes,
     normalize_indices,
     normalize_keys,
@@ -20,7 +21,6 @@ from chunkio.planning import (
     plan_batch,
     plan_patch_reads,
 )
-from chunkio.volume_layout import VolumeSet
 
 # -- samples --------------------------------------------------------------------------------
 

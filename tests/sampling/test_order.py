@@ -1,4 +1,4 @@
-"""The global order (:mod:`chunkio.order`) pinned and checked against longhand models (found by
+"""The global order (:mod:`chunkio.sampling.order`) pinned and checked against longhand models (found by
 mutation testing: ``make mutate``).
 
 The sequence itself is pinned: a checkpoint resumes by replaying it, and DDP ranks and loader
@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chunkio.errors import IncompatibleStateError
-from chunkio.order import (
+from chunkio.sampling.order import (
     OrderSpec,
     canonical_stream,
     check_state,
@@ -138,7 +138,7 @@ def test_pool_capacity_chunks_formula() -> None:
 
 
 def test_spec_and_quota_arguments_are_checked_by_name() -> None:
-    from chunkio.order import lane_quotas
+    from chunkio.sampling.order import lane_quotas
 
     for kwargs, message in (
         ({"batch_size": 0, "pool": 0}, "batch_size must be an int >= 1, got 0"),
@@ -157,7 +157,7 @@ def test_spec_and_quota_arguments_are_checked_by_name() -> None:
 
 
 def test_lane_sizes_give_the_largest_remainders_first() -> None:
-    from chunkio.order import lane_sizes
+    from chunkio.sampling.order import lane_sizes
 
     # exact shares 30/7, 20/7, 20/7: remainders 2, 6, 6 -> lanes 1 and 2 get the two extra
     assert lane_sizes(10, np.array([3, 2, 2])).tolist() == [4, 3, 3]
@@ -166,7 +166,7 @@ def test_lane_sizes_give_the_largest_remainders_first() -> None:
 
 
 def test_check_int_and_as_sizes_messages() -> None:
-    from chunkio.order import as_sizes, check_int
+    from chunkio.sampling.order import as_sizes, check_int
 
     cases = [
         (lambda: check_int("n", 1.5, 0), TypeError, "n must be an int, got 1.5 (float)"),
