@@ -118,7 +118,7 @@ def test_the_preload_threshold_is_the_field_size() -> None:
         for preload, kind in ((size, PreloadedField), (size - 1, DenseField)):
             ds = ChunkDataset(path, fields=[name], preload_bytes=preload)
             ds.read_batch([0])
-            assert type(ds._reader().field(name)) is kind, (name, preload)
+            assert type(ds._handle().field(name)) is kind, (name, preload)
 
 
 @pytest.mark.parametrize("preload", [0, 1 << 20])
@@ -144,7 +144,7 @@ def test_prefetch_names_the_chunks_the_cache_lacks(monkeypatch: pytest.MonkeyPat
     path, _ = _store()
     ds = ChunkDataset(path, fields=["x"], cache_bytes=1 << 20, preload_bytes=0)
     ds.read_batch([5])  # chunk 1 is held
-    core = ds._reader()
+    core = ds._handle()
     asked: list[tuple[str, list[int]]] = []
     monkeypatch.setattr(core.reader, "prefetches", True, raising=False)
     monkeypatch.setattr(
@@ -230,7 +230,7 @@ def test_preloading_counts_its_chunks_once() -> None:
 def test_a_failed_decode_leaves_no_slot_behind(monkeypatch: pytest.MonkeyPatch) -> None:
     path, arrays = _store()
     ds = ChunkDataset(path, fields=["x"], cache_bytes=1 << 20, preload_bytes=0)
-    reader = ds._reader().reader
+    reader = ds._handle().reader
     real = reader.read_into
     calls = itertools.count()
 
@@ -249,7 +249,7 @@ def test_a_failed_decode_leaves_no_slot_behind(monkeypatch: pytest.MonkeyPatch) 
 def test_a_prefetch_hint_to_a_reader_that_cannot_prefetch_does_nothing() -> None:
     path, _ = _store()
     ds = ChunkDataset(path, fields=["x"], preload_bytes=0)
-    core = ds._reader()
+    core = ds._handle()
     assert not hasattr(core.reader, "prefetch")
     core.field("x").prefetch(np.array([0, 9]))
     assert core.stats.chunks_read == 0
