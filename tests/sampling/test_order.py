@@ -1,5 +1,5 @@
-"""The global order (:mod:`chunkio.sampling.order`) pinned and checked against longhand models (found by
-mutation testing: ``make mutate``).
+"""The global order (:mod:`chunkio.sampling.order`) pinned and checked against longhand models
+(found by mutation testing: ``make mutate``).
 
 The sequence itself is pinned: a checkpoint resumes by replaying it, and DDP ranks and loader
 workers each recompute it, so any change to it must be deliberate (and this file updated with
