@@ -495,6 +495,7 @@ def test_remote_ring_workers_hear_of_batches_beyond_their_slots(
     import multiprocessing
 
     from chunkio.loader_options import REMOTE_LOOKAHEAD
+    from chunkio.transport.messages import Hint
     from chunkio.transport.workers import RingWorkers
 
     path, arrays = make_dataset("zarr", samples_per_chunk=10)
@@ -508,8 +509,7 @@ def test_remote_ring_workers_hear_of_batches_beyond_their_slots(
 
     def sending(self: Any, w: int, message: Any) -> None:
         send(self, w, message)
-        hint = isinstance(message, tuple) and message[0] == "hint"
-        if hint and np.asarray(message[1]).tolist() == batches[5]:
+        if isinstance(message, Hint) and np.asarray(message.indices).tolist() == batches[5]:
             ds.hint_sent.set()
 
     monkeypatch.setattr(RingWorkers, "send", sending)
