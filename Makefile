@@ -6,7 +6,7 @@ STAMP := $(VENV)/.chunkio-installed
 # CI machines have 2 cores; pytest runs serially (multi-process tests spawn their own workers).
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test lint typecheck unit docs docs-check bench bench-full bench-remote soak clean
+.PHONY: venv demo test lint typecheck unit docs docs-check bench bench-full bench-remote soak mutate clean
 
 venv: $(STAMP)
 
@@ -51,5 +51,12 @@ bench-remote: $(STAMP)
 soak: $(STAMP)
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
 
+# mutation testing of the core modules (tests/mutation/modules.toml), outside the default suite:
+# `make mutate` or `make mutate MODULES="chunkio/read/planning.py chunkio/read/dense.py"`; survivors
+# are killed by a test or declared in tests/mutation/equivalent.txt with the reason
+MODULES ?=
+mutate: $(STAMP)
+	$(PY) tests/mutation/run.py $(MODULES)
+
 clean:
-	rm -rf $(VENV) demo-data bench-data site .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) demo-data bench-data site build/mutation mutants .pytest_cache .mypy_cache .ruff_cache

@@ -9,6 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+#: the run ends with the number of skipped tests grouped by reason
+pytest_plugins = ["chunkio.testing.skips"]
+
 FORMATS = ["zarr", "hdf5"]
 SUFFIX = {"zarr": ".zarr", "hdf5": ".h5"}
 

@@ -132,9 +132,16 @@ def _distinct_labels(path: str, batch: int, **kw: object) -> float:
 def test_defaults_mix_labels_like_a_uniform_shuffle(
     class_sorted: tuple[str, str], batch: int
 ) -> None:
-    _, shuffled = class_sorted
+    """The class-sorted store (a store shuffled at write time would pass with no mixing at
+    all): the default pool and lanes alone give batches within 3% of a uniform shuffle's
+    distinct labels. Without the pool's jitter (lanes only) they reach 89% (batch 64) and
+    94% (batch 256): the bound tells the two apart, and the order is a pure function of the
+    seed, so it does not flake."""
+    sorted_path, _ = class_sorted
     uniform = uniform_distinct_labels(np.full(CLASSES, N // CLASSES), batch)
-    assert _distinct_labels(shuffled, batch) >= 0.9 * uniform
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LabelMixingWarning)  # the warning has its own test
+        assert _distinct_labels(sorted_path, batch) >= 0.97 * uniform
 
 
 def test_class_sorted_store_warns_once_with_what_to_do(class_sorted: tuple[str, str]) -> None:

@@ -22,7 +22,7 @@ from chunkio.backends.base import CODECS
 from chunkio.backends.hdf5.raw import RawChunks
 from chunkio.errors import CorruptChunkError
 from chunkio.read import DecodedChunkCache
-from chunkio.transport import BatchSource, LocalTransport
+from chunkio.transport import LocalTransport
 
 # -- fletcher32 ---------------------------------------------------------------------------------
 
@@ -300,11 +300,20 @@ class _Counting:
 
 
 def test_transports_need_only_the_batch_source_protocol(make_dataset: Any) -> None:
-    path, _ = make_dataset("zarr")
-    assert isinstance(ChunkDataset(path), BatchSource)
-    assert isinstance(_Counting(), BatchSource)
+    """A source that is not a ChunkDataset, and a ChunkDataset, through the same transport:
+    each batch holds the asked samples in the asked order (repeats included)."""
     leases = list(LocalTransport(_Counting(), batch_size=4).run([[3, 1], [7, 7, 0]]))
-    assert leases[1].batch.tolist() == [[7, 7], [7, 7], [0, 0]]
+    assert [lease.batch.tolist() for lease in leases] == [
+        [[3, 3], [1, 1]],
+        [[7, 7], [7, 7], [0, 0]],
+    ]
+    path, arrays = make_dataset("zarr")
+    ds = ChunkDataset(path, fields=["image", "label"])
+    batches = [[150, 3, 3], [0, 199]]
+    for lease, ids in zip(LocalTransport(ds, batch_size=4).run(batches), batches, strict=True):
+        image, label = lease.batch
+        np.testing.assert_array_equal(image.numpy(), arrays["image"][ids])
+        np.testing.assert_array_equal(label.numpy(), arrays["label"][ids])
 
 
 # -- patches through the shared core ------------------------------------------------------------

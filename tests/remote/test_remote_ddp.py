@@ -21,9 +21,13 @@ from ddp_launch import run_ranks
 
 import chunkio
 from benchmarks.data import make_jpeg_folder
-from chunkio.testing.servers import S3Server, s3_server_fixture  # noqa: F401 (pytest fixture)
+from chunkio.testing.servers import (  # noqa: F401 (pytest fixture)
+    S3Server,
+    require,
+    s3_server_fixture,
+)
 
-pytest.importorskip("s3fs", reason="s3fs is not installed (pip install -e '.[remote]')")
+require("s3fs", "s3fs is not installed (pip install -e '.[remote]')")
 
 BUCKET = "ddp"
 SEED = 11

@@ -21,10 +21,11 @@ from chunkio.testing.servers import (  # noqa: F401 (pytest fixtures)
     LatencyProxy,
     S3Server,
     latency_proxy_factory_fixture,
+    require,
     s3_server_fixture,
 )
 
-pytest.importorskip("s3fs", reason="s3fs is not installed (pip install -e '.[remote]')")
+require("s3fs", "s3fs is not installed (pip install -e '.[remote]')")
 
 BUCKET = "foreign"
 #: what a Zarr reader asks before it knows an array (metadata documents)

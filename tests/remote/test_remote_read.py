@@ -24,10 +24,11 @@ from chunkio.testing.servers import (  # noqa: F401 (pytest fixtures)
     S3Server,
     http_server_factory_fixture,
     latency_proxy_factory_fixture,
+    require,
     s3_server_fixture,
 )
 
-pytest.importorskip("s3fs", reason="s3fs is not installed (pip install -e '.[remote]')")
+require("s3fs", "s3fs is not installed (pip install -e '.[remote]')")
 
 
 @pytest.fixture(scope="module")
