@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-__all__ = ["make_jpeg_folder", "make_natural_folder", "sample_photos"]
+__all__ = ["make_imagenet_folder", "make_jpeg_folder", "make_natural_folder", "sample_photos"]
 
 
 def sample_photos() -> list[np.ndarray]:
@@ -81,6 +81,55 @@ def make_natural_folder(
         y, x = int(rng.integers(0, h - side + 1)), int(rng.integers(0, w - side + 1))
         crop = Image.fromarray(photo[y : y + side, x : x + side])
         crop = crop.resize((size, size), Image.Resampling.LANCZOS)
+        if rng.random() < 0.5:
+            crop = crop.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        gain, offset = rng.uniform(0.8, 1.2), rng.uniform(-20.0, 20.0)
+        pixels = np.asarray(crop, dtype=np.float32) * gain + offset
+        crop = Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
+        crop.save(root / f"class_{i % n_classes}" / f"img_{i:06d}.jpg", quality=quality)
+    done.write_text(stamp)
+    return root
+
+
+def make_imagenet_folder(
+    root: str | Path,
+    *,
+    n_images: int,
+    n_classes: int = 10,
+    seed: int = 0,
+    quality: int = 90,
+) -> Path:
+    """Write ``n_images`` JPEGs of ImageNet's training size mix into ``root/class_k/``.
+
+    ImageNet's training images are mostly 500 px on the long side and 333-500 on the short:
+    each image here is a random crop of one of the two sample photos (427x640) with that
+    aspect ratio (landscape three times in four, as in ImageNet), its long side drawn between
+    the photo's and 60% of it, resized to a long side of 500 with Pillow's Lanczos filter,
+    mirrored half the time, with a mild brightness/contrast change, saved at ``quality``
+    (4:2:0, Pillow's default). Deterministic by ``seed``; reused if ``root`` holds the same set.
+    """
+    root = Path(root)
+    done = root / ".complete"
+    stamp = f"imagenet {n_images} {n_classes} {seed} {quality}"
+    if done.exists() and done.read_text() == stamp:
+        return root
+    rng = np.random.default_rng(seed)
+    photos = sample_photos()
+    for k in range(n_classes):
+        (root / f"class_{k}").mkdir(parents=True, exist_ok=True)
+    for i in range(n_images):
+        photo = photos[int(rng.integers(len(photos)))]
+        ph, pw = photo.shape[:2]
+        short = int(rng.integers(333, 501))
+        landscape = rng.random() < 0.75
+        out_w, out_h = (500, short) if landscape else (short, 500)
+        # the largest crop of this aspect ratio the photo holds, then 60-100% of it
+        fit = min(pw / out_w, ph / out_h)
+        k_scale = fit * rng.uniform(0.6, 1.0)
+        cw, ch = max(1, round(out_w * k_scale)), max(1, round(out_h * k_scale))
+        y, x = int(rng.integers(0, ph - ch + 1)), int(rng.integers(0, pw - cw + 1))
+        crop = Image.fromarray(photo[y : y + ch, x : x + cw])
+        crop = crop.resize((out_w, out_h), Image.Resampling.LANCZOS)
         if rng.random() < 0.5:
             crop = crop.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
         gain, offset = rng.uniform(0.8, 1.2), rng.uniform(-20.0, 20.0)
