@@ -29,6 +29,8 @@ Partial decode
     libjpeg-turbo widens a cropped region to iMCU boundaries and upsamples the chroma at the
     region's edges as if they were the image's, so the extension decodes one iMCU more on each
     side (and from one iMCU row above) than the box needs and cuts the box out of that.
+    CMYK and YCCK files are refused (ValueError; simplejpeg converts them), and so is a DCT
+    scale simplejpeg would not pick (:func:`exact_scale`): callers decode those whole.
     Strict like :func:`decode`; data without its end-of-image marker is decoded to the end,
     so a truncated file fails as in a full decode; rows below the box are otherwise not
     decoded, so corruption confined to them goes unseen (the chunk checksums catch damage
@@ -67,6 +69,7 @@ __all__ = [
     "decode_region",
     "encode",
     "ends_with_eoi",
+    "exact_scale",
     "frame_shape",
     "parse_header",
     "read_header",
@@ -337,6 +340,25 @@ def decode(
     return pixels[:, :, 0] if gray else pixels
 
 
+def exact_scale(height: int, width: int, denominator: int) -> bool:
+    """Whether :func:`decode` with ``scale=(denominator, ceil(height / d), ceil(width / d))``
+    surely decodes at exactly ``1 / denominator``: no other of libjpeg-turbo's scaling factors
+    (``k / 8``, which simplejpeg chooses among by output size) gives the same size. Only tiny
+    images fail it (3/8, 1/2 and 5/8 of a 3-pixel side are all 2 pixels).
+
+    >>> exact_scale(333, 500, 2), exact_scale(1, 3, 2), exact_scale(9, 13, 1)
+    (True, False, True)
+    """
+    if denominator == 1:
+        return True
+    size = (ceil_div(height, denominator), ceil_div(width, denominator))
+    return not any(
+        (ceil_div(height * k, 8), ceil_div(width * k, 8)) == size
+        for k in range(1, 17)
+        if k * denominator != 8
+    )
+
+
 #: whether :func:`decode_region` is available (the extension was built)
 REGION_DECODE = _jpegcrop is not None
 
@@ -375,6 +397,8 @@ def decode_region(
     """
     if _jpegcrop is None:
         raise RuntimeError("chunkio was built without its libjpeg-turbo extension")
+    if not (out.flags.c_contiguous and out.flags.writeable and out.dtype == np.uint8):
+        raise ValueError("decode_region: out must be a writable C-contiguous uint8 array")
     gray = out.ndim == 2 or out.shape[2] == 1
     h, w = out.shape[:2]
     _jpegcrop.decode_region(data, out, gray, denominator, size[0], size[1], left, top, h, w)

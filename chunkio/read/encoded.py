@@ -25,7 +25,6 @@ from ..errors import CorruptChunkError
 from ..grid import SampleGrid
 from ..images import jpeg
 from ..images.decoders import ImageDecoder, image_decoder
-from ..images.encoding import corrupt
 from ..layout import FieldInfo
 from ..numeric import IntArray, ceil_div
 from ..sample_transforms import FieldTransform, channels_last
@@ -184,8 +183,12 @@ class EncodedField:
         min_w = math.ceil(width * out_w / max(right - left, 1e-9))
         crop_box = getattr(transform, "crop_box", None)
         render_crop = getattr(transform, "render_crop", None)
-        if self.region_decode and crop_box is not None and render_crop is not None:
-            self._decode_crop(data, shape, plan, (min_h, min_w), crop_box, render_crop, out)
+        if (
+            self.region_decode
+            and crop_box is not None
+            and render_crop is not None
+            and self._decode_crop(data, shape, plan, (min_h, min_w), crop_box, render_crop, out)
+        ):
             return out
         # DCT scaling is JPEG's (a gray WebP would also come back with three channels)
         if self.info.encoding == "jpeg" and min_h < height and min_w < width:
@@ -207,22 +210,30 @@ class EncodedField:
         crop_box: Any,
         render_crop: Any,
         out: npt.NDArray[Any],
-    ) -> None:
+    ) -> bool:
         """Decode only the pixels the plan's crop needs (DCT-scaled as the whole-image path
-        scales), then resize them into ``out``: the whole-image path's pixels, less work."""
+        scales), then resize them into ``out``: the whole-image path's pixels, less work.
+
+        False where the whole-image path must decide: data the extension refuses (corrupt,
+        truncated, CMYK: that path raises its own typed error or decodes it) and tiny images
+        whose DCT scale simplejpeg picks otherwise (:func:`~chunkio.images.jpeg.exact_scale`).
+        """
         channels, height, width = shape
         if minimum[0] < height and minimum[1] < width:
             d, sh, sw = jpeg.scaled_size(height, width, *minimum)
         else:
             d, sh, sw = 1, height, width
+        if not jpeg.exact_scale(height, width, d):
+            return False
         scale = 1.0 if d == 1 else min(sh / height, sw / width)
         left, top, right, bottom = crop_box(plan, sh, sw, scale)
         crop = np.empty((bottom - top, right - left, channels), np.uint8)
         try:
             jpeg.decode_region(data, crop, size=(height, width), left=left, top=top, denominator=d)
-        except ValueError as err:
-            raise corrupt("jpeg", "libjpeg-turbo", err) from err
+        except ValueError:
+            return False
         render_crop(crop, plan, channels_last(out))
+        return True
 
     def _scratch_for(self, shape: tuple[int, ...]) -> npt.NDArray[Any]:
         """A reused decode buffer for a ``(C, H, W)`` sample, channels last."""
