@@ -35,11 +35,12 @@ Partial decode
     so a truncated file fails as in a full decode; rows below the box are otherwise not
     decoded, so corruption confined to them goes unseen (the chunk checksums catch damage
     in storage). :data:`REGION_DECODE` is whether the extension is built; without it
-    callers decode whole images with :func:`decode`.
+    callers decode whole images with :func:`decode` (as with ``CHUNKIO_JPEG_REGION=0``).
 """
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -359,8 +360,9 @@ def exact_scale(height: int, width: int, denominator: int) -> bool:
     )
 
 
-#: whether :func:`decode_region` is available (the extension was built)
-REGION_DECODE = _jpegcrop is not None
+#: whether readers decode JPEG crops by region: the extension is built, and the environment
+#: variable ``CHUNKIO_JPEG_REGION`` is not ``0`` (for A/B runs; workers inherit it)
+REGION_DECODE = _jpegcrop is not None and os.environ.get("CHUNKIO_JPEG_REGION", "1") != "0"
 
 
 def decode_region(
