@@ -1,4 +1,5 @@
-"""Where a chunkio JPEG sample's time goes, stage by stage, in one process (one core).
+"""Where a chunkio JPEG sample's time goes, stage by stage, in one process (one core):
+CPU microseconds (``time.process_time``), so that other jobs on the machine do not count.
 
 The stages of an encoded field's read with ``RandomResizedCrop + RandomHorizontalFlip``
 (:mod:`chunkio.read.encoded`), timed one sample at a time with the reader's own pieces:
@@ -22,8 +23,8 @@ The stages of an encoded field's read with ``RandomResizedCrop + RandomHorizonta
     what the loader's in-process epoch (``num_workers=0``) costs beyond these stages
     (batching, the per-sample Python between them);
 ``transport``
-    what workers add per sample: ``workers / rate`` (their core time per sample, measured
-    in the same run by the caller) less the in-process cost.
+    what workers add per sample: the CPU time per sample of the loader's processes with
+    workers (measured in the same run by the caller) less the in-process cost.
 
     python -m benchmarks.jpeg_stages PATH.zarr [--images 1000]
 """
@@ -60,11 +61,11 @@ def _loader_us(path: str, transform: Compose, batch_size: int, n: int) -> float:
     ) as loader:
         for _ in loader:  # warm-up
             pass
-        start = time.perf_counter()
+        start = time.process_time()
         count = 0
         for batch in loader:
             count += len(batch[0])
-        return (time.perf_counter() - start) / max(count, 1) * 1e6
+        return (time.process_time() - start) / max(count, 1) * 1e6
 
 
 def jpeg_stages(
@@ -86,7 +87,7 @@ def jpeg_stages(
         spent = dict.fromkeys(STAGES, 0.0)
         batch = np.empty((batch_size, size, size, 3), np.uint8)
         mode = TORCH_MODES[transform._resample]
-        clock = time.perf_counter
+        clock = time.process_time  # CPU time: other jobs on the machine do not count
         for rep in range(2):  # the first pass warms up (page cache, first calls)
             spent = dict.fromkeys(STAGES, 0.0)
             for first in range(0, total, batch_size):
