@@ -16,7 +16,7 @@ the best is kept. Also: bytes on disk of the source folder and of both datasets,
 baseline sample's time goes (read, decode, crop + resize, flip, to tensor, collate, and what
 the workers add), measured in one process.
 
-**ImageNet sizes** (``--imagenet``, on by default): the same loaders on natural photos of
+**ImageNet sizes** (on unless ``--no-imagenet``): the same loaders on natural photos of
 ImageNet's training size mix (:func:`~benchmarks.data.make_imagenet_folder`: long side 500,
 short side 333-500, q90), chunkio JPEG both ways (crops decoded by region, and whole: the path
 without the extension, ``CHUNKIO_JPEG_REGION=0``), beside **the decode limit**: simplejpeg's
