@@ -91,50 +91,60 @@ def make_natural_folder(
     return root
 
 
-def make_imagenet_folder(
-    root: str | Path,
-    *,
-    n_images: int,
-    n_classes: int = 10,
-    seed: int = 0,
-    quality: int = 90,
-) -> Path:
-    """Write ``n_images`` JPEGs of ImageNet's training size mix into ``root/class_k/``.
+def _imagenet_like(args: tuple[Path, int, int, int, int]) -> None:
+    """Write images ``[start, stop)`` of :func:`make_imagenet_folder` (one process's share)."""
+    root, start, stop, n_classes, seed = args
+    photos = sample_photos()
+    for i in range(start, stop):
+        rng = np.random.default_rng((seed, i))
+        photo = photos[int(rng.integers(len(photos)))]
+        h, w = photo.shape[:2]
+        # ImageNet's training set: mostly 500 px on the long side, 333-500 on the short one,
+        # three in four landscape
+        long_side, short_side = 500, int(rng.integers(333, 501))
+        out_w, out_h = (long_side, short_side) if rng.random() < 0.75 else (short_side, long_side)
+        # a random crop of the photo with the output's aspect ratio, at a random scale
+        scale = float(rng.uniform(0.35, 1.0))
+        crop_w = min(w, round(min(w, h * out_w / out_h) * scale))
+        crop_h = min(h, round(crop_w * out_h / out_w))
+        y, x = int(rng.integers(0, h - crop_h + 1)), int(rng.integers(0, w - crop_w + 1))
+        image = Image.fromarray(photo[y : y + crop_h, x : x + crop_w])
+        image = image.resize((out_w, out_h), Image.Resampling.BILINEAR)
+        if rng.random() < 0.5:
+            image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        gain, offset = rng.uniform(0.8, 1.2), rng.uniform(-20.0, 20.0)
+        pixels = np.asarray(image, dtype=np.float32) * gain + offset
+        image = Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
+        image.save(root / f"class_{i % n_classes:03d}" / f"img_{i:07d}.jpg", quality=90)
 
-    ImageNet's training images are mostly 500 px on the long side and 333-500 on the short:
-    each image here is a random crop of one of the two sample photos (427x640) with that
-    aspect ratio (landscape three times in four, as in ImageNet), its long side drawn between
-    the photo's and 60% of it, resized to a long side of 500 with Pillow's Lanczos filter,
-    mirrored half the time, with a mild brightness/contrast change, saved at ``quality``
-    (4:2:0, Pillow's default). Deterministic by ``seed``; reused if ``root`` holds the same set.
+
+def make_imagenet_folder(
+    root: str | Path, *, n_images: int, n_classes: int = 100, seed: int = 0, workers: int = 1
+) -> Path:
+    """Write ``n_images`` JPEGs (q90) of ImageNet's training-set size mix into
+    ``root/class_k/``, on ``workers`` processes; reused if ``root`` already holds the same set.
+
+    Natural photos (random crops of scikit-learn's two sample photos, mildly re-lit) at 500 px
+    on the long side and 333-500 on the short side, three in four landscape: the sizes
+    RandomResizedCrop(224) meets in ImageNet training. Deterministic by ``seed`` and image
+    number, whatever ``workers`` is.
     """
     root = Path(root)
     done = root / ".complete"
-    stamp = f"imagenet {n_images} {n_classes} {seed} {quality}"
+    stamp = f"imagenet {n_images} {n_classes} {seed}"
     if done.exists() and done.read_text() == stamp:
         return root
-    rng = np.random.default_rng(seed)
-    photos = sample_photos()
     for k in range(n_classes):
-        (root / f"class_{k}").mkdir(parents=True, exist_ok=True)
-    for i in range(n_images):
-        photo = photos[int(rng.integers(len(photos)))]
-        ph, pw = photo.shape[:2]
-        short = int(rng.integers(333, 501))
-        landscape = rng.random() < 0.75
-        out_w, out_h = (500, short) if landscape else (short, 500)
-        # the largest crop of this aspect ratio the photo holds, then 60-100% of it
-        fit = min(pw / out_w, ph / out_h)
-        k_scale = fit * rng.uniform(0.6, 1.0)
-        cw, ch = max(1, round(out_w * k_scale)), max(1, round(out_h * k_scale))
-        y, x = int(rng.integers(0, ph - ch + 1)), int(rng.integers(0, pw - cw + 1))
-        crop = Image.fromarray(photo[y : y + ch, x : x + cw])
-        crop = crop.resize((out_w, out_h), Image.Resampling.LANCZOS)
-        if rng.random() < 0.5:
-            crop = crop.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-        gain, offset = rng.uniform(0.8, 1.2), rng.uniform(-20.0, 20.0)
-        pixels = np.asarray(crop, dtype=np.float32) * gain + offset
-        crop = Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
-        crop.save(root / f"class_{i % n_classes}" / f"img_{i:06d}.jpg", quality=quality)
+        (root / f"class_{k:03d}").mkdir(parents=True, exist_ok=True)
+    step = max(1, -(-n_images // max(1, workers * 4)))
+    jobs = [(root, a, min(a + step, n_images), n_classes, seed) for a in range(0, n_images, step)]
+    if workers <= 1:
+        for job in jobs:
+            _imagenet_like(job)
+    else:
+        import multiprocessing
+
+        with multiprocessing.get_context("spawn").Pool(workers) as pool:
+            pool.map(_imagenet_like, jobs)
     done.write_text(stamp)
     return root

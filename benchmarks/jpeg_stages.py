@@ -41,8 +41,8 @@ import torch
 
 import chunkio
 from chunkio.images import jpeg
-from chunkio.images.render import TORCH_MODES
 from chunkio.transforms import Compose, RandomHorizontalFlip, RandomResizedCrop
+from chunkio.transforms.render import TORCH_MODES
 
 __all__ = ["STAGES", "jpeg_stages"]
 
@@ -82,7 +82,7 @@ def jpeg_stages(
     try:
         transform = Compose([RandomResizedCrop(size), RandomHorizontalFlip()])
         dataset = ChunkDataset(path)
-        field: Any = dataset._open_reader().field("image")
+        field: Any = dataset._open_handle().field("image")
         total = min(n, int(field.shapes.shape[0]))
         spent = dict.fromkeys(STAGES, 0.0)
         batch = np.empty((batch_size, size, size, 3), np.uint8)

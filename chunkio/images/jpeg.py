@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..numeric import ceil_div
+from ..util.numeric import ceil_div
 
 try:  # the optional compiled part (setup.py): partial decode against libjpeg-turbo
     from . import _jpegcrop
