@@ -281,3 +281,29 @@ def test_fuzzed_bytes_never_crash_and_agree_with_the_full_decode() -> None:
         f"{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
     )
     assert "examples" in run.stdout
+
+
+def test_without_the_extension_reads_decode_whole_images(tmp_path: Path) -> None:
+    """A build without libjpeg-turbo's headers has no ``_jpegcrop``: chunkio still imports,
+    says so, and loads JPEG crops from whole images (the same batches, tested above)."""
+    src = tmp_path / "src" / "c0"
+    src.mkdir(parents=True)
+    for i in range(3):
+        Image.fromarray(photo(60, 80, i)).save(src / f"{i}.jpg", quality=90)
+    code = (
+        "import sys; sys.modules['chunkio.images._jpegcrop'] = None\n"
+        "import chunkio\n"
+        "from chunkio.images import jpeg\n"
+        "from chunkio.transforms import Compose, RandomResizedCrop\n"
+        "assert not jpeg.REGION_DECODE\n"
+        f"chunkio.convert_images({str(tmp_path / 'src')!r}, {str(tmp_path / 'd.zarr')!r}, "
+        "encoding='jpeg', progress=False, workers=1)\n"
+        f"loader = chunkio.make_loader({str(tmp_path / 'd.zarr')!r}, 3, num_workers=0, "
+        "fields=('image',), transform=Compose([RandomResizedCrop(32)]))\n"
+        "with loader:\n"
+        "    shapes = [tuple(b[0].shape) for b in loader]\n"
+        "assert shapes == [(3, 3, 32, 32)], shapes\n"
+        "print('ok')\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and "ok" in run.stdout, run.stderr[-3000:]
