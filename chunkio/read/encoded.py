@@ -5,8 +5,10 @@ are grouped by the bytes chunks that hold them; each chunk missing from a small 
 (and checksummed and decompressed) once, in storage order; then every image is decoded
 straight into its place in the batch. With a :class:`~chunkio.transforms.image.Compose` the
 transform is fused into the decode: a JPEG whose crop will be shrunk at least 2x is decoded at
-1/2, 1/4 or 1/8 scale by libjpeg-turbo's DCT scaling (much less work), then cropped, resized
-(one antialiased resize) and flipped into the batch row.
+1/2, 1/4 or 1/8 scale by libjpeg-turbo's DCT scaling (much less work); only the iMCU rows and
+columns that cover the crop are decoded (:func:`chunkio.images.jpeg.decode_region`, where the
+extension is built; else the whole image), then resized (one antialiased resize) and flipped
+into the batch row. Both ways give the same pixels.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import numpy.typing as npt
 from ..errors import CorruptChunkError
 from ..format.grid import SampleGrid
 from ..format.layout import FieldInfo
+from ..images import jpeg
 from ..images.decoders import ImageDecoder, image_decoder
 from ..transforms.sample import FieldTransform, channels_last
 from ..util.numeric import IntArray, ceil_div
@@ -44,6 +47,10 @@ class EncodedField:
         self.chunk_len = int(data.chunks[0])
         self.grid = SampleGrid(int(data.shape[0]), self.chunk_len)
         self.decoder: ImageDecoder = image_decoder(info.encoding)  # type: ignore[arg-type]
+        # crops of JPEGs decoded by region: libjpeg-turbo, as the default decoder's
+        self.region_decode = (
+            info.encoding == "jpeg" and self.decoder.library == "simplejpeg" and jpeg.REGION_DECODE
+        )
         # bytes chunks are small: keep twice as many as a dense field's cache
         self.cache_chunks = max(1, 2 * ctx.cache_chunks)
         self._cache: OrderedDict[int, npt.NDArray[np.uint8]] = OrderedDict()
@@ -182,6 +189,15 @@ class EncodedField:
         # the smallest decode whose crop still has at least the output's pixels
         min_h = math.ceil(height * out_h / max(bottom - top, 1e-9))
         min_w = math.ceil(width * out_w / max(right - left, 1e-9))
+        crop_box = getattr(transform, "crop_box", None)
+        render_crop = getattr(transform, "render_crop", None)
+        if (
+            self.region_decode
+            and crop_box is not None
+            and render_crop is not None
+            and self._decode_crop(data, shape, plan, (min_h, min_w), crop_box, render_crop, out)
+        ):
+            return out
         # DCT scaling is JPEG's (a gray WebP would also come back with three channels)
         if self.info.encoding == "jpeg" and min_h < height and min_w < width:
             image = self.decoder.decode_scaled(data, min_h, min_w)
@@ -192,6 +208,40 @@ class EncodedField:
             scale = 1.0
         render(image, plan, channels_last(out), scale=scale)
         return out
+
+    def _decode_crop(
+        self,
+        data: npt.NDArray[np.uint8],
+        shape: tuple[int, ...],
+        plan: Any,
+        minimum: tuple[int, int],
+        crop_box: Any,
+        render_crop: Any,
+        out: npt.NDArray[Any],
+    ) -> bool:
+        """Decode only the pixels the plan's crop needs (DCT-scaled as the whole-image path
+        scales), then resize them into ``out``: the whole-image path's pixels, less work.
+
+        False where the whole-image path must decide: data the extension refuses (corrupt,
+        truncated, CMYK: that path raises its own typed error or decodes it) and tiny images
+        whose DCT scale simplejpeg picks otherwise (:func:`~chunkio.images.jpeg.exact_scale`).
+        """
+        channels, height, width = shape
+        if minimum[0] < height and minimum[1] < width:
+            d, sh, sw = jpeg.scaled_size(height, width, *minimum)
+        else:
+            d, sh, sw = 1, height, width
+        if not jpeg.exact_scale(height, width, d):
+            return False
+        scale = 1.0 if d == 1 else min(sh / height, sw / width)
+        left, top, right, bottom = crop_box(plan, sh, sw, scale)
+        crop = np.empty((bottom - top, right - left, channels), np.uint8)
+        try:
+            jpeg.decode_region(data, crop, size=(height, width), left=left, top=top, denominator=d)
+        except ValueError:
+            return False
+        render_crop(crop, plan, channels_last(out))
+        return True
 
     def _scratch_for(self, shape: tuple[int, ...]) -> npt.NDArray[Any]:
         """A reused decode buffer for a ``(C, H, W)`` sample, channels last."""

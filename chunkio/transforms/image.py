@@ -65,7 +65,7 @@ from .arguments import (
 )
 from .draws import GAMMA, M64, Key, epoch_state, fmix, uniform, uniform2
 from .normalization import IMAGENET_MEAN, IMAGENET_STD, normalize
-from .render import resample_into
+from .render import crop_span, resample_into, resize_into
 
 __all__ = [
     "CenterCrop",
@@ -444,6 +444,27 @@ class Compose:
         if scale != 1.0:
             left, top, right, bottom = left * scale, top * scale, right * scale, bottom * scale
         resample_into(image, (left, top, right, bottom), plan.size, plan.flip, out, self._resample)
+
+    def crop_box(
+        self, plan: CropPlan, height: int, width: int, scale: float = 1.0
+    ) -> tuple[int, int, int, int]:
+        """The whole pixels ``(left, top, right, bottom)`` of an ``height`` x ``width`` image
+        (the source decoded at ``scale``) that :meth:`render` crops for ``plan`` (1 or 3
+        channels; 4 are resampled on the exact box). A reader may decode only this box and
+        give it to :meth:`render_crop`: the result is the same."""
+        left, top, right, bottom = plan.box
+        return crop_span((left * scale, top * scale, right * scale, bottom * scale), height, width)
+
+    def render_crop(self, crop: np.ndarray, plan: CropPlan, out: np.ndarray) -> None:
+        """:meth:`render` of an image already cut to :meth:`crop_box` (1 or 3 channels):
+        the one resize, the mirror, the copy into ``out``."""
+        expected = (*plan.size, *crop.shape[2:])
+        if crop.dtype != np.uint8 or out.shape != expected or out.dtype != np.uint8:
+            raise ValueError(
+                f"Compose.render_crop: uint8 crop and out of shape {expected} expected, "
+                f"got {crop.dtype} crop and {out.dtype} out of shape {out.shape}"
+            )
+        resize_into(crop, plan.size, plan.flip, out, self._resample)
 
     def apply(self, image: np.ndarray, out: np.ndarray, key: Key) -> None:
         """Transform ``image`` into ``out``: :meth:`render` of :meth:`plan` for ``key``."""

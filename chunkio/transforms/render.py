@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-__all__ = ["Box", "TORCH_MODES", "pixel_span", "resample_into"]
+__all__ = ["Box", "TORCH_MODES", "crop_span", "pixel_span", "resample_into", "resize_into"]
 
 #: ``(left, top, right, bottom)`` in the pixels of the image being rendered
 Box = tuple[float, float, float, float]
@@ -36,6 +36,19 @@ def pixel_span(start: float, stop: float, size: int) -> tuple[int, int]:
     a = min(max(0, round(start)), size - 1)
     b = min(max(a + 1, round(stop)), size)
     return a, b
+
+
+def crop_span(box: Box, height: int, width: int) -> tuple[int, int, int, int]:
+    """``(left, top, right, bottom)``: the whole pixels of an ``height`` x ``width`` image that
+    :func:`resample_into` crops for ``box`` (1, 3 channels), so that a caller may decode only
+    them and hand the crop to :func:`resize_into`.
+
+    >>> crop_span((2.4, -1.0, 7.6, 3.5), 4, 10)
+    (2, 0, 8, 4)
+    """
+    left, right = pixel_span(box[0], box[2], width)
+    top, bottom = pixel_span(box[1], box[3], height)
+    return left, top, right, bottom
 
 
 def resample_into(
@@ -80,24 +93,53 @@ def _torch_into(
 ) -> None:
     """Crop to the box rounded to whole pixels, then one antialiased resize with torch's
     uint8 kernels (crop-then-resize like torchvision's ``RandomResizedCrop``)."""
-    height, width = image.shape[:2]
-    left, right = pixel_span(box[0], box[2], width)
-    top, bottom = pixel_span(box[1], box[3], height)
-    pixels = image[top:bottom, left:right].reshape(bottom - top, right - left, -1)
-    if not pixels.flags.writeable:  # torch warns about read-only arrays (never written)
-        pixels = pixels.copy()
-    crop = torch.from_numpy(pixels)
+    left, top, right, bottom = crop_span(box, *image.shape[:2])
+    _resize(image[top:bottom, left:right], size, flip, out, mode)
+
+
+def resize_into(
+    crop: np.ndarray,
+    size: tuple[int, int],
+    flip: bool,
+    out: np.ndarray,
+    resample: Image.Resampling,
+) -> None:
+    """The rest of :func:`resample_into` for an image already cut to :func:`crop_span`'s
+    box: one antialiased resize of ``crop`` (uint8, 1 or 3 channels) to ``size``, mirrored
+    if ``flip``, into ``out``. A C-contiguous ``crop`` is resized without a copy."""
+    _resize(crop, size, flip, out, TORCH_MODES[resample])
+
+
+def _resize(
+    crop: np.ndarray, size: tuple[int, int], flip: bool, out: np.ndarray, mode: str
+) -> None:
+    h, w = crop.shape[:2]
+    pixels = crop.reshape(h, w, -1)
+    if not (pixels.flags.c_contiguous and pixels.flags.writeable):
+        pixels = np.ascontiguousarray(pixels) if pixels.flags.writeable else pixels.copy()
+    tensor = torch.from_numpy(pixels)
     out_h, out_w = size
-    if (bottom - top, right - left) == (out_h, out_w):
-        result = crop  # no resample: copy straight into out
+    if (h, w) == (out_h, out_w):
+        result = tensor  # no resample: copy straight into out
     else:
-        nchw = crop.permute(2, 0, 1).unsqueeze(0).contiguous(memory_format=torch.channels_last)
+        # The HWC pixels as a channels-last NCHW tensor, strides spelled out: permute and
+        # unsqueeze leave a batch stride that makes torch take the batch of one for NCHW,
+        # and its kernel then runs about 2x slower and returns NCHW (slow to copy back).
+        c = pixels.shape[2]
+        nchw = tensor.as_strided((1, c, h, w), (h * w * c, 1, w * c, c))
         result = torch.nn.functional.interpolate(
             nchw,
             size=(out_h, out_w),
             antialias=mode != "nearest-exact",
             mode=mode,
         )[0].permute(1, 2, 0)
-    if flip:  # torch's flip copy, then a plain one (numpy's reversed copy is slow)
+    if flip and torch.get_num_threads() > 1:
+        # In a process with several torch threads (num_workers=0), torch splits a flip this
+        # small over its thread pool, which shared with decode threads or other jobs waits
+        # for milliseconds; numpy's reversed copy takes ~170 us whatever the load.
+        pixels_out = result.numpy().reshape(out_h, out_w, -1)
+        np.copyto(out, pixels_out[:, ::-1].reshape(out.shape))
+        return
+    if flip:  # torch's flip copy on one thread (a worker's), then a plain one: ~16 + ~10 us
         result = result.flip(1)
     np.copyto(out, result.numpy().reshape(out.shape))
