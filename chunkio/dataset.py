@@ -24,9 +24,11 @@ from .foreign import foreign_layout, is_chunkio_dataset
 from .grid import SampleGrid
 from .layout import DatasetLayout, check_arrays, validate_sequence_of_names
 from .order import check_int
+from .planning import normalize_indices
 from .read import ReadCore
 from .read.core import ReadCoreDataset
 from .sample_transforms import FieldTransform, is_field_transform, stored_output_shape
+from .windows import Anchors, Field, WindowSet, is_windowed, open_windows, window_fields
 
 __all__ = ["DEFAULT_PRELOAD_BYTES", "ChunkDataset"]
 
@@ -49,6 +51,14 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
         ``to_zarr``), ``fields`` names its arrays: ``{"image": "train/images", ...}`` or a
         list of array paths (see :mod:`chunkio.foreign`). Their values come back as stored:
         CF attributes (``scale_factor``, ``add_offset``, ``_FillValue``) are not applied.
+        A :class:`chunkio.Field` reads a window of steps around each anchor, e.g.
+        ``[Field(["t2m", "u10"], steps=range(-1, 1)), Field("t2m", steps=[1]), "time"]``
+        gives ``(2, 2, H, W)``, ``(1, H, W)`` and the anchor's time; samples are then the
+        valid anchors (see :mod:`chunkio.windows`).
+    anchors
+        Windows: which anchors to sample, a range or an index array of rows (a time split,
+        e.g. ``range(0, 2000)``) or a :class:`chunkio.Anchors` (with a valid-mask or excluded
+        ranges). Anchors whose window would leave the arrays or cross a gap are skipped.
     transform
         Applied to each sample. A :class:`~chunkio.sample_transforms.FieldTransform` such
         as :class:`chunkio.transforms.Compose` (a declared output shape, one field, random
@@ -116,6 +126,7 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
         channels_last: bool = True,
         download_cache: str | os.PathLike[str] | None = None,
         download_cache_bytes: int = 8 << 30,
+        anchors: Any = None,
     ) -> None:
         self.location = os.fspath(path) if isinstance(path, os.PathLike) else path
         self.channels_last = bool(channels_last)
@@ -146,19 +157,31 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
             "fill_missing": False,
         }
         self._selection = fields  # a store chunkio did not write: its arrays, by field
+        # windows: fields with steps, sampled at valid anchors (chunkio.windows)
+        self._windows: WindowSet | None = None
+        self._window_spec: tuple[tuple[Field, ...], Anchors] | None = None
+        if is_windowed(fields, anchors):
+            self._window_spec = (window_fields(fields, str(self.location)), Anchors.of(anchors))
         self.layout = self._read_layout()  # first: a missing path is DatasetNotFoundError
         self.format = detect_format(self.location)
         self.grid = SampleGrid(self.layout.num_samples, self.layout.samples_per_chunk)
-        self._single = isinstance(fields, str)
+        self._single = isinstance(fields, str | Field)
         names: Sequence[str] | None
-        if self.layout.foreign or isinstance(fields, Mapping):
+        if self._windows is not None:  # windows: the window fields, in the order given
+            names = list(self._windows.fields)
+        elif self.layout.foreign or isinstance(fields, Mapping):
             names = list(self.layout.field_names)  # fields named arrays: the layout's order
         else:
             names = [fields] if isinstance(fields, str) else fields
         self.fields = validate_sequence_of_names(names, self.layout, str(self.location))
-        self._as_tuple = fields is not None and not self._single
+        self._as_tuple = fields is not None and not self._single and not isinstance(fields, Mapping)
         if self.field_transform is not None:
-            self.layout.field(self.field_transform.field, where=str(self.location))
+            info = self.layout.field(self.field_transform.field, where=str(self.location))
+            if info.kind == "window":
+                raise TypeError(
+                    f"{self.location}: field {info.name!r} is a window; field transforms "
+                    "apply to images (use batch_transform, e.g. chunkio's Normalize)"
+                )
         self._local: ReadCore | None = None
 
     @classmethod
@@ -194,6 +217,8 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
         try:
             where = reader.location
             attrs = reader.attrs()
+            if self._window_spec is not None:
+                return self._read_windows(reader, attrs, *self._window_spec)
             if not is_chunkio_dataset(attrs):
                 self._options["fill_missing"] = True  # never-written chunks hold the fill
                 preload = self._options["preload_bytes"]
@@ -214,6 +239,35 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
         finally:
             if lent is None:
                 reader.close()
+
+    def _read_windows(
+        self, reader: Reader, attrs: Mapping[str, Any], fields: Sequence[Field], anchors: Anchors
+    ) -> DatasetLayout:
+        """Windows: the layout of the window fields, and the anchors (:attr:`_windows`)."""
+        native = None
+        if is_chunkio_dataset(attrs):
+            native = DatasetLayout.from_attrs(attrs, where=reader.location)
+        else:
+            self._options["fill_missing"] = True  # never-written chunks hold the fill
+        preload = self._options["preload_bytes"]
+        self._windows = open_windows(reader, native, fields, anchors, preload_bytes=preload)
+        self._options["documents"] = reader_documents(reader)
+        return self._windows.layout
+
+    def _rows(self, indices: Sequence[int] | npt.ArrayLike) -> Any:
+        """Windows: sample indices -> anchor rows (others pass through)."""
+        if self._windows is None:
+            return indices
+        try:
+            idx = normalize_indices(indices, len(self))
+        except IndexError as err:
+            raise IndexError(f"{self.location}: {err}") from err
+        return self._windows.anchors[idx]
+
+    @property
+    def anchors(self) -> npt.NDArray[np.int64] | None:
+        """Windows: the row of each sample's anchor (sorted); ``None`` without windows."""
+        return None if self._windows is None else self._windows.anchors
 
     def _read_channels(self, reader: Reader, layout: DatasetLayout) -> dict[str, int]:
         """Channels of the encoded image field of several sizes that a fixed-size field
@@ -236,6 +290,8 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
     # -- metadata ---------------------------------------------------------------------------
 
     def __len__(self) -> int:
+        if self._windows is not None:
+            return len(self._windows.anchors)
         return self.layout.num_samples
 
     @property
@@ -253,12 +309,22 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
         return self._options["documents"] is not None
 
     def chunk_sizes(self) -> npt.NDArray[np.int64]:
-        """Samples in each chunk along the sample axis, in storage order."""
+        """Samples in each chunk along the sample axis, in storage order (windows: anchors
+        per run of row chunks, :func:`chunkio.windows.anchor_groups`)."""
+        if self._windows is not None:
+            return self._windows.group_sizes
         return self.grid.chunk_sizes()
 
     def chunk_nbytes(self) -> int:
-        """Decoded bytes of one full chunk, summed over the selected dense fields."""
+        """Decoded bytes of one full chunk, summed over the selected dense fields (windows:
+        of every array they read, and of the chunks beyond an order chunk they reach)."""
+        if self._windows is not None:
+            return self._row_chunk_nbytes() * (1 + self._windows.edge_chunks)
         return sum(self.layout.field(f).sample_nbytes for f in self.fields) * self.samples_per_chunk
+
+    def _row_chunk_nbytes(self) -> int:
+        """Windows: decoded bytes of one row chunk of every array the windows read."""
+        return (0 if self._windows is None else self._windows.row_nbytes) * self.samples_per_chunk
 
     def with_cache(self, cache_bytes: int) -> ChunkDataset:
         """A copy (same files and options, no open handle) keeping ``cache_bytes`` of chunks."""
@@ -284,7 +350,8 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
     # -- per-process handles ------------------------------------------------------------------
 
     def _open_reader(self) -> ReadCore:
-        cache_chunks = self.cache_bytes // max(1, self.chunk_nbytes())
+        per_chunk = self._row_chunk_nbytes() if self._windows is not None else self.chunk_nbytes()
+        cache_chunks = self.cache_bytes // max(1, per_chunk)
         o = self._options
         return ReadCore(
             self.location,
@@ -316,14 +383,19 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
         """
         once = self.reads_once if once is None else once
         return self._reader().read(
-            self.fields, indices, out, once=once, transform=self.field_transform, epoch=int(epoch)
+            self.fields,
+            self._rows(indices),
+            out,
+            once=once,
+            transform=self.field_transform,
+            epoch=int(epoch),
         )
 
     def prefetch(self, indices: Sequence[int] | npt.ArrayLike) -> None:
         """Start fetching what a later read of ``indices`` needs (remote datasets fetch the
         chunks in the background; a hint, it returns at once). Ring workers call it for the
         batches queued behind the one they are reading."""
-        self._reader().prefetch(self.fields, indices)
+        self._reader().prefetch(self.fields, self._rows(indices))
 
     def __getitem__(self, index: int) -> Any:
         if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):

@@ -27,6 +27,7 @@ from .dense import dense_field
 from .encoded import EncodedField
 from .patches import PatchReads
 from .ragged import RaggedField
+from .windows import WindowField
 
 __all__ = ["FIELD_KINDS", "ReadCore", "ReadCoreDataset"]
 
@@ -35,6 +36,7 @@ FIELD_KINDS: dict[str, Callable[[ReadContext, FieldInfo], FieldReader]] = {
     "dense": dense_field,
     "ragged": RaggedField,
     "encoded": EncodedField,
+    "window": WindowField,
 }
 
 
