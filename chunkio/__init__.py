@@ -5,7 +5,7 @@ Names are imported on first use (PEP 562), so processes that only convert or ins
 
 >>> import chunkio
 >>> sorted(chunkio.__all__)[:3]
-['ChunkBatchSampler', 'ChunkDataset', 'ChunkLoader']
+['Anchors', 'ChunkBatchSampler', 'ChunkDataset']
 """
 
 from __future__ import annotations
@@ -29,14 +29,17 @@ if TYPE_CHECKING:
     from .patches import PatchDataset
     from .provenance import read_source_paths
     from .sampling import ChunkBatchSampler, read_amplification, shuffle_quality
+    from .windows import Anchors, Field
 
 _LAZY = {
+    "Anchors": ".windows",
     "ChunkBatchSampler": ".sampling",
     "ChunkDataset": ".dataset",
     "ChunkLoader": ".loader",
     "ChunkioError": ".errors",
     "Compression": ".backends",
     "ConversionResult": ".convert",
+    "Field": ".windows",
     "LabelMixingWarning": ".label_check",
     "PatchDataset": ".patches",
     "SampleBatch": ".batch",
@@ -55,12 +58,14 @@ _LAZY = {
 }
 
 __all__ = [
+    "Anchors",
     "ChunkBatchSampler",
     "ChunkDataset",
     "ChunkLoader",
     "ChunkioError",
     "Compression",
     "ConversionResult",
+    "Field",
     "LabelMixingWarning",
     "PatchDataset",
     "SampleBatch",
