@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from .patches import PatchDataset
     from .provenance import read_source_paths
     from .sampling import ChunkBatchSampler, read_amplification, shuffle_quality
+    from .stats import Normalize, Stats, compute_stats
     from .windows import Anchors, Field
 
 _LAZY = {
@@ -41,10 +42,13 @@ _LAZY = {
     "ConversionResult": ".convert",
     "Field": ".windows",
     "LabelMixingWarning": ".label_check",
+    "Normalize": ".stats",
     "PatchDataset": ".patches",
     "SampleBatch": ".batch",
+    "Stats": ".stats",
     "append_arrays": ".convert",
     "collate": ".batch",
+    "compute_stats": ".stats",
     "convert_arrays": ".convert.stores",
     "convert_images": ".convert.images",
     "convert_volumes": ".convert.volumes",
@@ -67,10 +71,13 @@ __all__ = [
     "ConversionResult",
     "Field",
     "LabelMixingWarning",
+    "Normalize",
     "PatchDataset",
     "SampleBatch",
+    "Stats",
     "append_arrays",
     "collate",
+    "compute_stats",
     "convert_arrays",
     "convert_images",
     "convert_volumes",
