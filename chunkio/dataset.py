@@ -174,7 +174,7 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
         else:
             names = [fields] if isinstance(fields, str) else fields
         self.fields = validate_sequence_of_names(names, self.layout, str(self.location))
-        self._as_tuple = fields is not None and not self._single and not isinstance(fields, Mapping)
+        self._as_tuple = fields is not None and not self._single
         if self.field_transform is not None:
             info = self.layout.field(self.field_transform.field, where=str(self.location))
             if info.kind == "window":

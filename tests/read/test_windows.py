@@ -142,12 +142,12 @@ def test_anchors_split_by_time_in_one_argument(store: Path) -> None:
     assert len(plain) == 10 and tuple(plain[0].shape) == (3, 4)
 
 
-def test_a_mapping_names_the_fields_and_gives_dict_samples(store: Path) -> None:
+def test_a_mapping_names_the_fields(store: Path) -> None:
     ds = _open(store, {"x": Field(list(VARS), steps=[-1, 0]), "y": Field(list(VARS), steps=[1]),
                        "t": "time"})  # fmt: skip
-    sample = ds[3]
-    assert set(sample) == {"x", "y", "t"} and int(sample["t"]) == 4
-    assert tuple(sample["y"].shape) == (1, 3, 3, 4)
+    assert ds.fields == ("x", "y", "t")
+    _, y, t = ds[3]  # a tuple in the mapping's order, as for any mapping of fields
+    assert int(t) == 4 and tuple(y.shape) == (1, 3, 3, 4)
 
 
 # -- bad input: typed errors at construction, naming field, path and values ---------------------
