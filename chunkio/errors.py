@@ -156,3 +156,24 @@ class IncompatibleStateError(ChunkioError, ValueError):
 
 class OptionalDependencyError(ChunkioError, ImportError):
     """An optional dependency is needed for this feature but is not installed."""
+
+
+def caller_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning raised by the calling function name the first
+    frame outside chunkio: the user's line, however deep inside chunkio the warning is made
+    (``warnings.warn(..., skip_file_prefixes=...)`` does this from Python 3.12 on).
+
+    Frames are told by their module's name, not their file: a dataclass's generated
+    ``__init__`` has no file of its own but runs in its module's globals."""
+    import sys
+
+    frame = sys._getframe(1)  # the function that warns: stacklevel 1
+    level = 1
+    while frame.f_back is not None and _inside(frame.f_globals.get("__name__")):
+        frame = frame.f_back
+        level += 1
+    return level
+
+
+def _inside(module: object) -> bool:
+    return isinstance(module, str) and (module == "chunkio" or module.startswith("chunkio."))

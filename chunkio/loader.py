@@ -27,14 +27,16 @@ import torch
 from torch.utils.data import DataLoader
 
 from .backends import Reader
-from .batch import collate
 from .dataset import ChunkDataset
-from .gpu import DevicePrefetcher, copy_stream_for, map_tensors, pin_ring, pinned_empty
-from .label_check import warn_if_label_sorted
+from .errors import caller_stacklevel
 from .loader_options import DEFAULT_POOL_BYTES, LoaderOptions, Transport, pool_samples
-from .order import DEFAULT_LANES
-from .sampling import ChunkBatchSampler
+from .read.batch import collate
+from .sampling.label_check import warn_if_label_sorted
+from .sampling.order import DEFAULT_LANES
+from .sampling.sampler import ChunkBatchSampler
 from .transport import Lease, LocalTransport, RingTransport
+from .transport.gpu import DevicePrefetcher, copy_stream_for, map_tensors, pin_ring, pinned_empty
+from .transport.gpu_decode import gpu_decode_route
 from .transport.iterator import Indices, Parts
 
 __all__ = [
@@ -84,7 +86,7 @@ class _DataLoaderRoute:
 
     def run(self, batches: Iterable[Indices], parts: Parts, *, epoch: int) -> Iterator[Lease]:
         # the DataLoader iterates the same sampler itself (its batches carry their epoch:
-        # chunkio.sampling.EpochBatch); each of its batches is fresh memory
+        # chunkio.sampling.sampler.EpochBatch); each of its batches is fresh memory
         return (Lease(batch) for batch in self.loader)
 
     def worker_pids(self) -> tuple[int, ...]:
@@ -175,8 +177,8 @@ class ChunkLoader:
         leases = self._route.run(
             self.sampler.iter_arrays(), self.sampler.reader_rows, epoch=self.sampler.epoch
         )
-        if self.device is None:
-            return _host_batches(leases, copy=self.copy)
+        if self.device is None or getattr(self._route, "delivers_on_device", False):
+            return _host_batches(leases, copy=self.copy and self.device is None)
         return DevicePrefetcher(leases, stream=copy_stream_for(self.device))
 
     def __iter__(self) -> Iterator[Any]:
@@ -216,8 +218,10 @@ class ChunkLoader:
         self.close()
 
 
-def _route_name(dataset: ChunkDataset, transport: str, num_workers: int) -> str:
+def _route_name(dataset: ChunkDataset, transport: str, num_workers: int, decode: str) -> str:
     """The route a loader takes (see the module docstring)."""
+    if decode != "cpu":
+        return "gpu-decode"
     if transport == "ring" and _ring_compatible(dataset):
         return "local" if num_workers == 0 else "ring"
     return "dataloader"
@@ -231,6 +235,8 @@ def _make_route(
     if name == "local":
         allocate = {"allocate": pinned_empty} if pin else {}
         return LocalTransport(dataset, batch_size=batch_size, **allocate)
+    if name == "gpu-decode":
+        return gpu_decode_route(dataset, options.decode, options.target, options.prefetch)
     if name == "ring":
         on_ring = pin_ring if pin else (lambda ring: None)
         return RingTransport(dataset, batch_size=batch_size, options=ring, on_ring=on_ring)
@@ -281,6 +287,7 @@ def make_loader(
     copy: bool = False,
     transform: Any = None,
     storage_options: Any = None,
+    decode: str = "cpu",
 ) -> ChunkLoader:
     """A loader over a chunkio dataset with chunk-aware shuffling and sensible defaults.
 
@@ -288,7 +295,8 @@ def make_loader(
     batch is valid until you ask for the next one (``copy=True`` or ``.clone()`` to keep one).
 
     **Order.** The sequence of global batches is fixed by ``(seed, epoch, data, batch_size x
-    world_size, pool, lanes, shuffle, drop_last)`` (:mod:`chunkio.order`): the same for every
+    world_size, pool, lanes, shuffle, drop_last)`` (:mod:`chunkio.sampling.order`): the same for
+    every
     ``num_workers`` and world size, which only split the reading. Each batch draws from about
     ``pool_bytes / chunk bytes`` chunks through a sliding mixing pool, while each chunk is
     decoded about once per epoch.
@@ -345,8 +353,15 @@ def make_loader(
         With a URL (``s3://...``, ``https://...``): options for its filesystem (fsspec, e.g.
         s3fs's ``key``, ``secret``, ``client_kwargs``); chunks are then fetched by byte ranges,
         concurrently (see the README).
+    decode
+        ``"cpu"`` (default): JPEG fields are decoded by the reading processes. ``"gpu"``
+        (nvImageCodec) or ``"torchvision"`` (its nvJPEG): no worker processes; this process
+        reads each batch's encoded bytes in a background thread and decodes the crops of
+        ``transform`` (a :class:`~chunkio.transforms.Compose`) on ``device`` (CUDA), one
+        batch ahead on a side stream (:mod:`chunkio.transport.gpu_decode`). ``"reference"``
+        runs the same route with a CPU decoder (tests).
     transform
-        With a path: the dataset's per-sample ``transform``. :mod:`chunkio.transforms` (e.g.
+        With a path: the dataset's per-sample ``transform``. :mod:`chunkio.transforms.image` (e.g.
         ``Compose([RandomResizedCrop(224), RandomHorizontalFlip()])``) are applied while
         reading, on the ring; a transform of unknown output shape falls back to the
         DataLoader route with a :class:`RingFallbackWarning`.
@@ -379,6 +394,7 @@ def make_loader(
         transport=transport,
         device=device,
         copy=copy,
+        decode=decode,
     )
     if isinstance(path_or_dataset, ChunkDataset):
         if transform is not None or storage_options is not None:
@@ -400,7 +416,7 @@ def _prepare(
     """The dataset the loader reads (a copy of ``given``, which stays as it is), its sampler
     and route. ``reader``: one open on the dataset for the label check (else it opens one)."""
     sampler = options.sampler(given)
-    name = _route_name(given, options.transport, options.num_workers)
+    name = _route_name(given, options.transport, options.num_workers, options.decode)
     # ring workers read their lanes' rows of each batch; DataLoader workers whole batches
     readers = max(1, options.num_workers) if name == "ring" else 1
     # the readers must hold the pool, or they decode chunks again
@@ -418,11 +434,11 @@ def _assemble(
         warnings.warn(
             "make_loader: the dataset's transform declares no output shape, so batches "
             "cannot be preallocated and the loader falls back from the shared-memory ring "
-            "to a DataLoader (pickled batches). Use chunkio.transforms (or give your "
-            "transform the chunkio.sample_transforms.FieldTransform members) to stay on "
+            "to a DataLoader (pickled batches). Use chunkio.transforms.image (or give your "
+            "transform the chunkio.transforms.sample.FieldTransform members) to stay on "
             "the ring",
             RingFallbackWarning,
-            stacklevel=3,  # make_loader's caller
+            stacklevel=caller_stacklevel(),  # make_loader's caller
         )
     route = _make_route(name, dataset, sampler, options)
     return ChunkLoader(

@@ -10,10 +10,12 @@ from typing import Any, Literal
 import torch
 
 from .dataset import ChunkDataset
-from .gpu import resolve_device
-from .order import DEFAULT_LANES
-from .sampling import DEFAULT_POOL_BATCHES, ChunkBatchSampler
+from .errors import caller_stacklevel
+from .sampling.order import DEFAULT_LANES
+from .sampling.sampler import DEFAULT_POOL_BATCHES, ChunkBatchSampler
 from .transport import RingOptions
+from .transport.gpu import resolve_device
+from .transport.gpu_decode import GPU_DECODERS
 
 __all__ = ["DEFAULT_POOL_BYTES", "LoaderOptions", "Transport", "pool_samples"]
 
@@ -51,6 +53,7 @@ class LoaderOptions:
     transport: Transport = "ring"
     device: torch.device | str | None = None
     copy: bool = False
+    decode: str = "cpu"
     target: torch.device | None = field(init=False)
     pin: bool = field(init=False)
 
@@ -61,13 +64,23 @@ class LoaderOptions:
         if self.transport not in ("ring", "dataloader"):
             raise ValueError(f"transport must be 'ring' or 'dataloader'; got {self.transport!r}")
         target = resolve_device(self.device)
+        if self.decode != "cpu":
+            if self.decode not in GPU_DECODERS:
+                raise ValueError(
+                    f"decode must be 'cpu' or one of {GPU_DECODERS}; got {self.decode!r}"
+                )
+            if self.decode != "reference" and (target is None or target.type != "cuda"):
+                raise ValueError(
+                    f"decode={self.decode!r} decodes JPEGs on a CUDA device and delivers the "
+                    f"batches there: pass device='cuda' (got device={self.device!r})"
+                )
         object.__setattr__(self, "target", target)
         if self.pin_memory and not torch.cuda.is_available():
             warnings.warn(
                 "make_loader(pin_memory=True): pinning page-locks memory for CUDA copies, and "
                 "CUDA is not available here; batches are not pinned",
                 UserWarning,
-                stacklevel=4,  # make_loader's caller (through __init__ and __post_init__)
+                stacklevel=caller_stacklevel(),  # make_loader's caller
             )
         to_cuda = target is not None and target.type == "cuda"
         pin = torch.cuda.is_available() and (self.pin_memory is not False or to_cuda)

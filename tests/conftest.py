@@ -103,7 +103,7 @@ def zarr_chunk_file(path: str | Path, field: str, *coords: int) -> Path:
     """
     import json
 
-    from chunkio.backends._zarr_shard import shard_layout
+    from chunkio.backends.zarr.shard import shard_layout
 
     meta = json.loads(Path(path, field, "zarr.json").read_text())
     layout = shard_layout(meta)

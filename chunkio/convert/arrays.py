@@ -14,15 +14,15 @@ import numpy.typing as npt
 from ..backends import Compression, Format, detect_format
 from ..backends.base import DEFAULT_CODEC
 from ..errors import SourceError
-from ..layout import FieldInfo
-from ..names import validate_field_name
-from ..numeric import ceil_div
-from .chunking import DEFAULT_CHUNK_BYTES, chunk_samples
+from ..format.layout import FieldInfo
+from ..format.names import validate_field_name
+from ..util.numeric import ceil_div
+from .durability.rerun import Request, compression_option
+from .engine.chunking import DEFAULT_CHUNK_BYTES, chunk_samples
+from .engine.workers import Work, check_workers, worker_count
 from .options import ConversionOptions, Execution
 from .pipeline import ConversionResult, convert_source
-from .rerun import Request, compression_option
-from .shuffling import check_order_options, gather_rows, order_extra, shuffled
-from .workers import Work, check_workers, worker_count
+from .shuffle.order import check_order_options, gather_rows, order_extra, shuffled
 
 __all__ = [
     "SHUFFLED_BLOCK_BYTES",
@@ -290,12 +290,12 @@ def write_arrays(
         and a pool was measured slower (1 GiB on 2 cores, when zarr-python still wrote the
         chunks: 3.2x the time with the arrays pickled to each worker, 1.2x with them in
         shared memory; not measured again since chunkio writes them). Setting
-        :data:`chunkio.convert.workers.POOL_MIN_SECONDS` to ``0.0`` forces the pool.
+        :data:`chunkio.convert.engine.workers.POOL_MIN_SECONDS` to ``0.0`` forces the pool.
     shuffle, seed
         Store the samples in the order ``perm = np.random.default_rng(seed).permutation(N)``
         (stored row ``i`` holds sample ``perm[i]``), so that every chunk is a random subset,
         and add the field ``source_index`` (= ``perm``). ``shuffle=False`` keeps the order
-        (time series, volumes) and adds no field. See :mod:`chunkio.convert.shuffling`. Shuffled
+        (time series, volumes) and adds no field. See :mod:`chunkio.convert.shuffle.order`. Shuffled
         reads of dask, h5py and zarr arrays are random-access: each block of at least
         :data:`SHUFFLED_BLOCK_BYTES` reads rows from all over the source.
 
@@ -325,7 +325,7 @@ def write_arrays(
     valid = isinstance(samples_per_chunk, int) and samples_per_chunk >= 1  # else: rejected below
     block_chunks = source.block_chunks(samples_per_chunk, shuffled=shuffle) if valid else 1
     check_workers(workers)
-    # NumPy inputs: nothing to read, a pool cannot pay (see chunkio.convert.workers.Work)
+    # NumPy inputs: nothing to read, a pool cannot pay (see chunkio.convert.engine.workers.Work)
     workers = worker_count(workers, client=client, work=lambda: Work(reads=not source.in_memory))
     asked = ArrayWrite(format, samples_per_chunk, compression, checksum, class_names, extra,
                        overwrite, progress, shuffle, seed)  # fmt: skip

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..backends import Compression, Format
-from .rerun import Request
-from .workers import check_workers
+from .durability.rerun import Request
+from .engine.workers import check_workers
 
 __all__ = ["ConversionOptions", "Execution", "Progress"]
 

@@ -1,9 +1,9 @@
 """The conversion pipeline: a :class:`BlockSource` -> chunk-aligned blocks -> a dataset.
 
 Blocks are whole chunks (``block_chunks`` chunks each, the last one possibly short): the tasks
-of the one conversion engine (:mod:`~chunkio.convert.engine`), written through its one writer
-protocol (:mod:`~chunkio.convert.writing`) into a destination staged, resumed and published
-by :mod:`~chunkio.convert.staging`.
+of the one conversion engine (:mod:`~chunkio.convert.engine.core`), written through its one writer
+protocol (:mod:`~chunkio.convert.engine.writing`) into a destination staged, resumed and published
+by :mod:`~chunkio.convert.durability.staging`.
 """
 
 from __future__ import annotations
@@ -19,21 +19,21 @@ import numpy as np
 
 from ..backends import Compression, Format, Writer, detect_format, storage_for
 from ..errors import SourceError
-from ..grid import SampleGrid
-from ..layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, FieldInfo
-from ..numeric import ceil_div
-from .blocks import Block, BlockJob, block_syncs, block_writes
-from .chunking import chunk_samples
-from .encoded import EncodedPlan
-from .engine import drive
+from ..format.grid import SampleGrid
+from ..format.layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, FieldInfo
+from ..util.numeric import ceil_div
+from .durability.plan import ConversionPlan
+from .durability.rerun import REQUEST_KEY, Request, compression_option, display, reuse_complete
+from .durability.staging import Destination, open_destination
+from .engine.blocks import Block, BlockJob, block_syncs, block_writes
+from .engine.chunking import chunk_samples
+from .engine.core import drive
+from .engine.encoded import EncodedPlan
+from .engine.ragged import RaggedPlan
+from .engine.writing import Sync, start_writer, write_here, write_target
 from .options import ConversionOptions, Execution, Progress
-from .plan import ConversionPlan
-from .ragged import RaggedPlan
-from .rerun import REQUEST_KEY, Request, compression_option, display, reuse_complete
+from .shuffle.spill import staged_source
 from .source import BlockSource, ConversionResult
-from .spill import staged_source
-from .staging import Destination, open_destination
-from .writing import Sync, start_writer, write_here, write_target
 
 __all__ = ["BlockSource", "ConversionResult", "convert_source", "run_conversion"]
 
@@ -60,7 +60,7 @@ def run_conversion(
     """Convert ``source`` into a chunkio dataset at ``dst``; resume an interrupted run.
 
     Rerunning a finished conversion returns at once (``result.unchanged``) when ``dst`` holds
-    the dataset this same call made; see :mod:`chunkio.convert.rerun`.
+    the dataset this same call made; see :mod:`chunkio.convert.durability.rerun`.
 
     Parameters
     ----------
@@ -68,12 +68,13 @@ def run_conversion(
         The samples (a :class:`BlockSource`).
     dst
         A local path (``.zarr`` directory or ``.h5`` file; built atomically and resumably, see
-        :mod:`chunkio.convert.staging`), a ``memory://NAME``, a URL zarr understands, or a zarr
+        :mod:`chunkio.convert.durability.staging`), a ``memory://NAME``, a URL zarr understands, or
+        a zarr
         Store (the last three are written in place; the completion marker alone says done).
     format
         ``"zarr"``, ``"hdf5"`` or ``"memory"``; by default from ``dst``.
     samples_per_chunk
-        By default about :data:`~chunkio.convert.chunking.DEFAULT_CHUNK_BYTES` of the largest
+        By default about :data:`~chunkio.convert.engine.chunking.DEFAULT_CHUNK_BYTES` of the largest
         field's samples per chunk.
     compression
         Codec, level and checksum (on by default) of every chunk.
@@ -97,7 +98,7 @@ def run_conversion(
         Zarr: write the fields in shards of about 64 MiB of the largest field (blocks own
         whole shards), and before publishing merge small fields' shards and pack arrays of
         small chunk files (labels, paths, the bytes of encoded images...) into shards, most
-        often one file per small field (:mod:`chunkio.backends._zarr_pack`);
+        often one file per small field (:mod:`chunkio.backends.zarr.pack`);
         ``convert_images`` does.
 
     Returns
@@ -112,8 +113,8 @@ def run_conversion(
         A block failed otherwise (a worker died, the disk is full, ...). Finished blocks are
         kept: rerunning the same call resumes.
     DestinationBusyError, DestinationExistsError
-        See :func:`chunkio.convert.staging.open_destination` and
-        :func:`~chunkio.convert.rerun.reuse_complete`.
+        See :func:`chunkio.convert.durability.staging.open_destination` and
+        :func:`~chunkio.convert.durability.rerun.reuse_complete`.
     """
     options = ConversionOptions(
         format=format,
@@ -335,7 +336,7 @@ def _shard_chunks(layout: DatasetLayout, fmt: Format, source: BlockSource) -> in
     a ragged or encoded one whose chunks do on average (images of mixed sizes; encoded images
     count decoded). Every dense field is then written in shards of that many chunks, blocks
     owning whole shards; the small fields' shards are merged at publication
-    (:mod:`chunkio.backends._zarr_pack`)."""
+    (:mod:`chunkio.backends.zarr.pack`)."""
     if not storage_for(fmt).shards:
         return 1
     spc = layout.samples_per_chunk

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..numeric import ceil_div
+from ..util.numeric import ceil_div
 
 __all__ = [
     "EOI",

@@ -3,7 +3,7 @@
 The encoded field kind of the per-process read core (:mod:`chunkio.read`). A batch's samples
 are grouped by the bytes chunks that hold them; each chunk missing from a small cache is read
 (and checksummed and decompressed) once, in storage order; then every image is decoded
-straight into its place in the batch. With a :class:`~chunkio.transforms.Compose` the
+straight into its place in the batch. With a :class:`~chunkio.transforms.image.Compose` the
 transform is fused into the decode: a JPEG whose crop will be shrunk at least 2x is decoded at
 1/2, 1/4 or 1/8 scale by libjpeg-turbo's DCT scaling (much less work), then cropped, resized
 (one antialiased resize) and flipped into the batch row.
@@ -20,12 +20,12 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import CorruptChunkError
-from ..grid import SampleGrid
+from ..format.grid import SampleGrid
+from ..format.layout import FieldInfo
 from ..images.decoders import ImageDecoder, image_decoder
-from ..layout import FieldInfo
-from ..numeric import IntArray, ceil_div
-from ..sample_transforms import FieldTransform, channels_last
-from .base import ReadContext, ReadOptions, read_whole, transformed_buffer
+from ..transforms.sample import FieldTransform, channels_last
+from ..util.numeric import IntArray, ceil_div
+from .base import ReadContext, ReadRequest, read_whole, transformed_buffer
 
 __all__ = ["EncodedField"]
 
@@ -102,10 +102,18 @@ class EncodedField:
         whole = np.concatenate(parts)
         return whole[a - first * step : b - first * step]
 
+    def encoded(self, idx: IntArray) -> tuple[list[npt.NDArray[np.uint8]], npt.NDArray[np.int64]]:
+        """The encoded bytes of samples ``idx`` (each its own contiguous copy) and their
+        stored ``(C, H, W)`` shapes: every bytes chunk read once, in storage order, nothing
+        decoded (the GPU decode route's read)."""
+        self._fetch(idx)
+        data = [np.array(self.sample_bytes(i)) for i in idx.tolist()]
+        return data, self.shapes[idx]
+
     # -- decoding ---------------------------------------------------------------------------
 
     def read(
-        self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadOptions
+        self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadRequest
     ) -> npt.NDArray[Any] | list[npt.NDArray[Any]]:
         """Samples ``idx`` decoded (and transformed) into ``out``; a list of arrays when they
         have no common shape and no ``out`` was given. The samples may be spread over the

@@ -14,12 +14,15 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
-from ..layout import FieldInfo
-from ..numeric import IntArray
-from .base import ReadContext, ReadOptions
+from ..format.grid import SampleGrid
+from ..format.layout import DatasetLayout, FieldInfo
+from ..format.windows import Field, WindowSet
+from ..util.numeric import IntArray
+from .base import ReadContext, ReadRequest
 from .dense import DenseField, PreloadedField, dense_field
+from .planning import normalize_indices
 
-__all__ = ["WindowField", "variable_reader"]
+__all__ = ["AnchorSamples", "Field", "WindowField", "check_field_transform", "variable_reader"]
 
 
 def variable_reader(ctx: ReadContext, info: Any, j: int) -> DenseField | PreloadedField:
@@ -50,7 +53,7 @@ class WindowField:
         self.sources = [variable_reader(ctx, info, j) for j in range(len(info.arrays))]
 
     def read(
-        self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadOptions
+        self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadRequest
     ) -> npt.NDArray[Any]:
         info = self.info
         if how.transform is not None:
@@ -86,3 +89,74 @@ class WindowField:
         rows = np.unique(idx[:, None] + self.steps[None, :])
         for source in self.sources:
             source.prefetch(rows)
+
+
+class AnchorSamples:
+    """Mixin of :class:`chunkio.ChunkDataset`: with windows, sample ``i`` is the anchor row
+    ``anchors[i]`` (reads ask the read core for rows; the window fields add their steps)."""
+
+    location: Any
+    layout: DatasetLayout
+    #: the valid anchors and their order chunks (``None``: no windows)
+    _windows: WindowSet | None = None
+    #: the ``anchors`` a dataset was made with
+    _anchors: Any = None
+
+    def __len__(self) -> int:
+        """Samples: the valid anchors with windows, else the rows of the sample axis."""
+        return self.layout.num_samples if self._windows is None else len(self._windows.anchors)
+
+    def chunk_sizes(self) -> IntArray:
+        """Samples in each chunk along the sample axis, in storage order (windows: anchors
+        per run of row chunks, :func:`chunkio.format.windows.anchor_groups`)."""
+        if self._windows is not None:
+            return self._windows.group_sizes
+        return SampleGrid(self.layout.num_samples, self.layout.samples_per_chunk).chunk_sizes()
+
+    @property
+    def anchors(self) -> npt.NDArray[np.int64] | None:
+        """Windows: the row of each sample's anchor (sorted); ``None`` without windows."""
+        return None if self._windows is None else self._windows.anchors
+
+    def _rows(self, indices: Any) -> Any:
+        """Windows: sample indices -> anchor rows (other datasets: the indices as given)."""
+        if self._windows is None:
+            return indices
+        try:
+            idx = normalize_indices(indices, len(self._windows.anchors))
+        except IndexError as err:  # name the dataset, as every other read error does
+            raise IndexError(f"{self.location}: {err}") from err
+        return self._windows.anchors[idx]
+
+    def _window_chunk_nbytes(self) -> int:
+        """Decoded bytes of one row chunk of every array the windows read, with the chunks
+        beyond an order chunk that its windows reach (what a loader's cache must hold); 0
+        without windows."""
+        if self._windows is None:
+            return 0
+        return self._cache_chunk_nbytes() * (1 + self._windows.edge_chunks)
+
+    def _dense_chunk_nbytes(self) -> int:
+        """Decoded bytes of one full chunk of the selected fields (no windows)."""
+        fields = getattr(self, "fields", ())
+        return (
+            sum(self.layout.field(f).sample_nbytes for f in fields) * self.layout.samples_per_chunk
+        )
+
+    def _cache_chunk_nbytes(self) -> int:
+        """Bytes a field's cache holds per chunk: windows' arrays each count their own row
+        chunks (one row chunk of every array), other fields the dataset's chunks."""
+        if self._windows is None:
+            return int(self.chunk_nbytes())  # type: ignore[attr-defined]
+        return self._windows.row_nbytes * self.layout.samples_per_chunk
+
+
+def check_field_transform(layout: DatasetLayout, name: str, where: str) -> None:
+    """The field transform's field ``name`` exists (else ``MissingFieldError``) and is not a
+    window (field transforms are for images: a ``TypeError``)."""
+    info = layout.field(name, where=where)
+    if info.kind == "window":
+        raise TypeError(
+            f"{where}: field {info.name!r} is a window; field transforms apply to images "
+            "(normalise windows with chunkio.Normalize)"
+        )

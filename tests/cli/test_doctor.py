@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from chunkio.doctor import (
+from chunkio.diagnose.doctor import (
     HEADROOM,
     SERIAL_FACTOR,
     DoctorReport,
@@ -136,7 +136,7 @@ def test_missing_dataset(tmp_path: Path) -> None:
 
 
 def test_measurement_counts_dict_batches() -> None:
-    from chunkio.doctor import _batch_len
+    from chunkio.diagnose.doctor import _batch_len
 
     assert _batch_len({"x": np.zeros((5, 2))}) == 5
     assert _batch_len((np.zeros(3), np.zeros(3))) == 3

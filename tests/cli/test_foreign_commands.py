@@ -32,12 +32,12 @@ from foreign_stores import (
 )
 
 import chunkio
-from chunkio import cli
-from chunkio.convert.chunking import choose_samples_per_chunk
-from chunkio.dataset_report import info, verify
-from chunkio.doctor import run_doctor
+from chunkio.convert.engine.chunking import choose_samples_per_chunk
+from chunkio.diagnose import cli
+from chunkio.diagnose.dataset_report import info, verify
+from chunkio.diagnose.doctor import run_doctor
 from chunkio.errors import FormatError, MissingFieldError
-from chunkio.foreign import fields_from_words
+from chunkio.format.foreign import fields_from_words
 
 #: per store: the images' chunks, their codec chain, and the chunks verify reads in all
 #: (images and labels; contiguous h5py labels are one run)

@@ -40,7 +40,7 @@ from chunkio.errors import (
     SourceError,
     UnsafeInputError,
 )
-from chunkio.layout import DatasetLayout, FieldInfo
+from chunkio.format.layout import DatasetLayout, FieldInfo
 
 SUFFIX = {"zarr": ".zarr", "hdf5": ".h5"}
 FORMATS = ["zarr", "hdf5"]
@@ -52,7 +52,7 @@ class SlowSource:
     def __init__(self, n: int = 200, delay: float = 0.0, fail_at: int | None = None) -> None:
         import numpy as np
 
-        from chunkio.layout import FieldInfo
+        from chunkio.format.layout import FieldInfo
 
         self.num_samples, self.delay, self.fail_at = n, delay, fail_at
         self.fields = (

@@ -14,16 +14,16 @@ import pytest
 from PIL import Image, ImageOps
 
 from chunkio import ChunkDataset
-from chunkio.convert import image_check
-from chunkio.convert import image_source as image_source_mod
 from chunkio.convert import images as images_mod
+from chunkio.convert.engine.ragged import RaggedPlan
+from chunkio.convert.image import check as image_check
+from chunkio.convert.image import source as image_source_mod
 from chunkio.convert.images import convert_images, source_paths
-from chunkio.convert.ragged import RaggedPlan
-from chunkio.dataset_report import info, verify
+from chunkio.diagnose.dataset_report import info, verify
 from chunkio.errors import DestinationExistsError, SourceError
-from chunkio.grid import SampleGrid
+from chunkio.format.grid import SampleGrid
+from chunkio.format.layout import FieldInfo
 from chunkio.images.pillow import DecodePolicy, load_image
-from chunkio.layout import FieldInfo
 
 FORMATS = {"zarr": "out.zarr", "hdf5": "out.h5"}
 

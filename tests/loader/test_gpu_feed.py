@@ -17,8 +17,8 @@ import torch
 from resume_harness import assert_resume_equals_uninterrupted
 
 from chunkio import ChunkDataset, make_loader
-from chunkio.gpu import DevicePrefetcher, map_tensors, pin_ring, resolve_device
 from chunkio.transport import Lease, RingLayout, SlotRing
+from chunkio.transport.gpu import DevicePrefetcher, map_tensors, pin_ring, resolve_device
 
 
 class FakeEvent:

@@ -12,8 +12,8 @@ import pytest
 
 import chunkio
 from chunkio.errors import IncompatibleStateError
-from chunkio.label_check import LabelMixingWarning
-from chunkio.mixing import uniform_distinct_labels
+from chunkio.sampling.label_check import LabelMixingWarning
+from chunkio.sampling.mixing import uniform_distinct_labels
 
 N, CLASSES = 1200, 20
 
@@ -154,22 +154,19 @@ def test_make_loader_opens_the_store_once_and_leaves_a_given_dataset_as_it_was(
     make_dataset: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import pickle
-    import sys
 
-    from chunkio import backends
+    from chunkio.backends import ReaderOptions
 
     path, arrays = make_dataset("zarr")
-    real = backends.open_reader
+    real = ReaderOptions.open
     opened: list[Any] = []
 
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        opened.append(args[0])
-        return real(*args, **kwargs)
+    def counting(self: ReaderOptions, location: Any) -> Any:
+        opened.append(location)
+        return real(self, location)
 
-    for module in list(sys.modules.values()):  # every chunkio module that bound the name
-        name = getattr(module, "__name__", "")
-        if name.startswith("chunkio") and getattr(module, "open_reader", None) is real:
-            monkeypatch.setattr(module, "open_reader", counting)
+    # every reader chunkio opens, open_reader's included, is opened by ReaderOptions.open
+    monkeypatch.setattr(ReaderOptions, "open", counting)
     # a path: the reader that describes the dataset also reads its labels (the label check)
     loader = chunkio.make_loader(path, 8, num_workers=0, seed=1)
     assert len(opened) == 1

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from chunkio import ChunkDataset, make_loader, write_arrays
 from chunkio.backends import Compression, open_reader, open_writer
 from chunkio.backends._checksum import Fletcher32, fletcher32, fletcher32_reference
-from chunkio.backends._hdf5_raw import RawChunks
 from chunkio.backends.base import CODECS
+from chunkio.backends.hdf5.raw import RawChunks
 from chunkio.errors import CorruptChunkError
 from chunkio.read import DecodedChunkCache
 from chunkio.transport import BatchSource, LocalTransport
@@ -313,9 +313,9 @@ def test_transports_need_only_the_batch_source_protocol(make_dataset: Any) -> No
 def test_patch_transform_keeps_tuples(tmp_path: Path) -> None:
     from torch.utils.data import DataLoader
 
-    from chunkio.batch import collate
     from chunkio.convert.volumes import convert_volumes
     from chunkio.patches import PatchDataset
+    from chunkio.read.batch import collate
 
     images = [np.arange(6**3, dtype=np.int16).reshape(6, 6, 6)]
     np.save(tmp_path / "img0.npy", images[0])
@@ -346,7 +346,7 @@ def test_samples_and_patches_share_one_reader_class(tmp_path: Path, make_dataset
     patches.read_patches([(0, 1, 1, 1)])
     samples = ChunkDataset(path)
     samples.read_batch([0])
-    assert type(patches._reader()) is type(samples._reader()) is ReadCore
+    assert type(patches._handle()) is type(samples._handle()) is ReadCore
 
 
 def test_write_arrays_fixture_round_trip_guard(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from weather_stores import STORES, VARS, arrays
 
 import chunkio
 from chunkio import ChunkDataset, Field, Normalize, Stats, compute_stats
-from chunkio.cli import main
+from chunkio.diagnose.cli import main
 from chunkio.errors import WindowError
 
 

@@ -24,7 +24,7 @@ from resume_harness import assert_resume_equals_uninterrupted
 from chunkio import ChunkDataset, make_loader
 from chunkio.backends import Compression, open_writer
 from chunkio.errors import LoaderError
-from chunkio.layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, FieldInfo
+from chunkio.format.layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, FieldInfo
 from chunkio.loader import RingFallbackWarning
 from chunkio.transport import SHM_PREFIX, RingLayout, SlotRing
 
