@@ -130,3 +130,12 @@ def test_an_epoch_decodes_each_chunk_about_once_and_mixes_time(
         for _ in range(len(spreads))
     ]
     assert np.mean(spreads) >= 0.8 * np.mean(uniform)
+
+
+def test_make_loader_takes_fields_with_steps_with_a_path(store: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zarr's notes on consolidated metadata under v3
+        loader = chunkio.make_loader(store, 8, fields=FIELDS, num_workers=0, seed=0, copy=True)
+    with loader:
+        seen = [a for x, y, t in loader for a in _check(x, y, t)]
+    assert sorted(seen) == list(range(1, len(arrays()["time"]) - 1))
