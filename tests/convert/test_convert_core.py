@@ -402,7 +402,7 @@ def test_dask_distributed_matches_in_process(tmp_path: Path) -> None:
             n_workers=2,
             threads_per_worker=1,
             processes=True,
-            dashboard_address=None,
+            dashboard_address=":0",
             host="127.0.0.1",
         ) as cluster,
         distributed.Client(cluster) as client,
@@ -441,7 +441,7 @@ def test_a_failed_dask_run_leaves_no_task_writing(tmp_path: Path) -> None:
     dst = tmp_path / "d.zarr"
     with (
         distributed.LocalCluster(
-            n_workers=1, threads_per_worker=4, processes=False, dashboard_address=None
+            n_workers=1, threads_per_worker=4, processes=False, dashboard_address=":0"
         ) as cluster,
         distributed.Client(cluster) as client,
     ):

@@ -170,7 +170,7 @@ def test_dask_distributed_equals_in_process(tmp_path: Path) -> None:
             n_workers=2,
             threads_per_worker=1,
             processes=True,
-            dashboard_address=None,
+            dashboard_address=":0",
             host="127.0.0.1",
         ) as cluster,
         distributed.Client(cluster) as client,

@@ -271,7 +271,7 @@ def test_an_interrupted_ragged_conversion_resumes(
 def test_dask_client_runs_both_passes(folder: Path, tmp_path: Path) -> None:
     distributed = pytest.importorskip("distributed")
     with distributed.Client(
-        processes=False, n_workers=1, threads_per_worker=2, dashboard_address=None
+        processes=False, n_workers=1, threads_per_worker=2, dashboard_address=":0"
     ) as client:
         convert_images(folder, tmp_path / "d.zarr", client=client, progress=False)
     convert_images(folder, tmp_path / "local.zarr", workers=1, progress=False)
