@@ -5,7 +5,7 @@ Names are imported on first use (PEP 562), so processes that only convert or ins
 
 >>> import chunkio
 >>> sorted(chunkio.__all__)[:3]
-['ChunkBatchSampler', 'ChunkDataset', 'ChunkLoader']
+['Anchors', 'ChunkBatchSampler', 'ChunkDataset']
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ if TYPE_CHECKING:
     from .convert.stores import convert_arrays
     from .convert.volumes import convert_volumes
     from .dataset import ChunkDataset
+    from .diagnose.stats import compute_stats
     from .errors import ChunkioError
+    from .format.windows import Anchors, Field
     from .loader import ChunkLoader, make_loader
     from .patches import PatchDataset
     from .read.batch import SampleBatch, collate
@@ -29,19 +31,25 @@ if TYPE_CHECKING:
     from .sampling.label_check import LabelMixingWarning
     from .sampling.mixing import label_mixing, stored_label_order
     from .sampling.sampler import ChunkBatchSampler, read_amplification, shuffle_quality
+    from .transforms.stats import Normalize, Stats
 
 _LAZY = {
+    "Anchors": ".format.windows",
     "ChunkBatchSampler": ".sampling.sampler",
     "ChunkDataset": ".dataset",
     "ChunkLoader": ".loader",
     "ChunkioError": ".errors",
     "Compression": ".backends",
     "ConversionResult": ".convert",
+    "Field": ".format.windows",
     "LabelMixingWarning": ".sampling.label_check",
+    "Normalize": ".transforms.stats",
     "PatchDataset": ".patches",
     "SampleBatch": ".read.batch",
+    "Stats": ".transforms.stats",
     "append_arrays": ".convert",
     "collate": ".read.batch",
+    "compute_stats": ".diagnose.stats",
     "convert_arrays": ".convert.stores",
     "convert_images": ".convert.images",
     "convert_volumes": ".convert.volumes",
@@ -55,17 +63,22 @@ _LAZY = {
 }
 
 __all__ = [
+    "Anchors",
     "ChunkBatchSampler",
     "ChunkDataset",
     "ChunkLoader",
     "ChunkioError",
     "Compression",
     "ConversionResult",
+    "Field",
     "LabelMixingWarning",
+    "Normalize",
     "PatchDataset",
     "SampleBatch",
+    "Stats",
     "append_arrays",
     "collate",
+    "compute_stats",
     "convert_arrays",
     "convert_images",
     "convert_volumes",

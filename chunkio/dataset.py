@@ -26,13 +26,14 @@ from .format.store_layout import DEFAULT_PRELOAD_BYTES, LayoutOptions, open_layo
 from .read import ReadCore, read_whole
 from .read.batch import SampleBatch, to_tensor
 from .read.core import ReadCoreDataset
+from .read.windows import AnchorSamples, Field, check_field_transform
 from .sampling.order import check_int
 from .transforms.sample import FieldTransform, is_field_transform, stored_output_shape
 
 __all__ = ["DEFAULT_PRELOAD_BYTES", "ChunkDataset"]
 
 
-class ChunkDataset(ReadCoreDataset, Dataset[Any]):
+class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
     """Samples of a chunkio dataset, read chunk by chunk.
 
     Parameters
@@ -47,6 +48,8 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
         ``to_zarr``), ``fields`` names its arrays: ``{"image": "train/images", ...}`` or a
         list of array paths (see :mod:`chunkio.format.foreign`). Their values come back as stored:
         CF attributes (``scale_factor``, ``add_offset``, ``_FillValue``) are not applied.
+    anchors
+        Windows (:class:`chunkio.Field`): anchor rows to sample (:mod:`chunkio.format.windows`).
     transform
         Applied to each sample. A :class:`~chunkio.transforms.sample.FieldTransform` such
         as :class:`chunkio.transforms.image.Compose` (a declared output shape, one field, random
@@ -127,6 +130,7 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
         channels_last: bool = True,
         download_cache: str | os.PathLike[str] | None = None,
         download_cache_bytes: int = 8 << 30,
+        anchors: Any = None,
     ) -> None:
         self._configure(
             path,
@@ -141,6 +145,7 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
             download_cache=download_cache,
             download_cache_bytes=download_cache_bytes,
         )
+        self._anchors = anchors  # windows: which anchors to sample
         reader = self._metadata_reader()  # a missing path: DatasetNotFoundError
         try:
             self._describe(reader, fields)
@@ -197,8 +202,11 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
     ) -> None:
         """The dataset's metadata, read through ``reader`` (open on :attr:`location` with
         :attr:`reader_options`; the caller closes it)."""
-        found = open_layout(reader, fields, LayoutOptions(preload_bytes=self.preload_bytes))
+        found = open_layout(
+            reader, fields, LayoutOptions(self.preload_bytes, anchors=self._anchors)
+        )
         self.layout = found.dataset_layout()
+        self._windows = found.windows
         # how every process's reader opens the store: a foreign store's never-written chunks
         # hold its fill value; a remote group's metadata, read once here, is reused
         self.reader_options = dataclasses.replace(
@@ -206,16 +214,16 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
         )
         self.format = detect_format(self.location)
         self.grid = SampleGrid(self.layout.num_samples, self.layout.samples_per_chunk)
-        self._single = isinstance(fields, str)
+        self._single = isinstance(fields, str | Field)
         names: Sequence[str] | None
-        if found.foreign or isinstance(fields, Mapping):
+        if found.foreign or found.windows or isinstance(fields, Mapping):
             names = list(self.layout.field_names)  # fields named arrays: the layout's order
         else:
             names = [fields] if isinstance(fields, str) else fields
         self.fields = validate_sequence_of_names(names, self.layout, str(self.location))
         self._as_tuple = fields is not None and not self._single
         if self.field_transform is not None:
-            self.layout.field(self.field_transform.field, where=str(self.location))
+            check_field_transform(self.layout, self.field_transform.field, str(self.location))
         self._channel_counts = self._read_channels(reader, self.layout)
 
     @classmethod
@@ -270,9 +278,6 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
 
     # -- metadata ---------------------------------------------------------------------------
 
-    def __len__(self) -> int:
-        return self.layout.num_samples
-
     @property
     def samples_per_chunk(self) -> int:
         return self.layout.samples_per_chunk
@@ -287,13 +292,9 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
         the metadata that every process's reader now reuses."""
         return self.reader_options.documents is not None
 
-    def chunk_sizes(self) -> npt.NDArray[np.int64]:
-        """Samples in each chunk along the sample axis, in storage order."""
-        return self.grid.chunk_sizes()
-
     def chunk_nbytes(self) -> int:
         """Decoded bytes of one full chunk, summed over the selected dense fields."""
-        return sum(self.layout.field(f).sample_nbytes for f in self.fields) * self.samples_per_chunk
+        return self._window_chunk_nbytes() or self._dense_chunk_nbytes()
 
     def with_cache(self, cache_bytes: int) -> ChunkDataset:
         """A copy (same files and options, no open handle) keeping ``cache_bytes`` of chunks."""
@@ -319,7 +320,7 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
     # -- per-process handles ------------------------------------------------------------------
 
     def _open_handle(self) -> ReadCore:
-        cache_chunks = self.cache_bytes // max(1, self.chunk_nbytes())
+        cache_chunks = self.cache_bytes // max(1, self._cache_chunk_nbytes())
         return ReadCore(
             self.location,
             self.layout,
@@ -385,8 +386,9 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
                 f"{self.location}: read_batch(fields={list(names)}): {unknown} not among the "
                 f"dataset's fields {list(self.fields)}"
             )
+        rows = self._rows(indices)  # windows: the samples' anchor rows
         return self._handle().read(
-            names, indices, out, once=once, transform=self.field_transform, epoch=int(epoch)
+            names, rows, out, once=once, transform=self.field_transform, epoch=int(epoch)
         )
 
     def read_encoded(
@@ -403,7 +405,7 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
         """Start fetching what a later read of ``indices`` needs (remote datasets fetch the
         chunks in the background; a hint, it returns at once). Ring workers call it for the
         batches queued behind the one they are reading."""
-        self._handle().prefetch(self.fields, indices)
+        self._handle().prefetch(self.fields, self._rows(indices))
 
     def __getitem__(self, index: int) -> Any:
         if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):

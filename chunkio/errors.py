@@ -15,6 +15,7 @@ The tree::
     │   ├── UnknownFormatError                           a location names no known format
     │   └── MissingFieldError       (KeyError)           a declared/requested field is absent
     ├── UnsafeInputError            (ValueError)         untrusted codec, link, filter or name
+    ├── WindowError                 (ValueError)         windows, anchors or stats that do not fit
     ├── ChunkReadError              (OSError)            a chunk could not be read or decoded
     │   ├── CorruptChunkError                            checksum mismatch / undecodable bytes
     │   ├── MissingChunkError                            the chunk is absent from the store
@@ -56,6 +57,7 @@ __all__ = [
     "UnknownFormatError",
     "UnsafeInputError",
     "UnsupportedVersionError",
+    "WindowError",
 ]
 
 
@@ -93,6 +95,11 @@ class MissingFieldError(FormatError, KeyError):
 
 class UnsafeInputError(ChunkioError, ValueError):
     """Input that could execute code or escape the dataset root was refused."""
+
+
+class WindowError(ChunkioError, ValueError):
+    """Fields with steps (:class:`chunkio.Field`), anchors, a valid-mask or statistics that do
+    not fit the dataset: the message names the field, the arrays and the values."""
 
 
 class ChunkReadError(ChunkioError, OSError):

@@ -230,6 +230,14 @@ def _dataset_commands(commands: Any) -> None:
     )
     _path_options(doctor)
 
+    stats = commands.add_parser(
+        "stats", help="per-field, per-channel mean and std in one pass, saved as JSON"
+    )
+    stats.add_argument("path")
+    stats.add_argument("--out", required=True, help="the stats file to write (JSON)")
+    stats.add_argument("--diff", action="store_true", help="of differences between steps")
+    _path_options(stats)
+
 
 def _path_options(parser: argparse.ArgumentParser) -> None:
     """``--fields`` and ``--storage-options``: which arrays of a store, and how to reach it."""
@@ -393,6 +401,19 @@ def _doctor(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _stats(args: argparse.Namespace) -> int:
+    from ..dataset import ChunkDataset
+    from .stats import compute_stats
+
+    dataset = ChunkDataset(args.path, fields=_fields(args), storage_options=args.storage_options)
+    found = compute_stats(dataset, diff=args.diff)
+    found.save(args.out)
+    for name, f in found.fields.items():
+        print(f"{name}: mean {f['mean']} std {f['std']}")
+    print(f"wrote {args.out}")
+    return EXIT_OK
+
+
 def _one_line(err: BaseException) -> str:
     return " ".join(str(err).split()) or type(err).__name__
 
@@ -400,7 +421,7 @@ def _one_line(err: BaseException) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``chunkio`` command with ``argv`` (default: ``sys.argv[1:]``); return the status."""
     args = _parser().parse_args(argv)
-    handlers = {"info": _info, "verify": _verify, "doctor": _doctor}
+    handlers = {"info": _info, "verify": _verify, "doctor": _doctor, "stats": _stats}
     if args.command == "convert":
         kinds = {"images": _convert_images, "volumes": _convert_volumes, "arrays": _convert_arrays}
         handler = kinds[args.kind]

@@ -55,7 +55,9 @@ FORMAT_VERSION = 1
 ATTR_KEY = "chunkio"
 COMPLETE_KEY = "chunkio_complete"
 
-FieldKind = Literal["dense", "ragged", "encoded"]
+#: "window": steps of dense arrays around each anchor (:class:`chunkio.format.windows.WindowInfo`),
+#: made when a dataset is opened with :class:`chunkio.Field` steps; never stored
+FieldKind = Literal["dense", "ragged", "encoded", "window"]
 #: what an encoded field may hold (see :mod:`chunkio.images.encoding`)
 FIELD_ENCODINGS = ("jpeg", "png", "webp")
 
@@ -91,11 +93,11 @@ class FieldInfo:
 
     def __post_init__(self) -> None:
         validate_field_name(self.name)
-        if self.kind not in ("dense", "ragged", "encoded"):
+        if self.kind not in ("dense", "ragged", "encoded", "window"):
             raise FormatError(
                 f"field {self.name!r}: kind must be dense, ragged or encoded; got {self.kind!r}"
             )
-        if self.kind == "dense" and self.sample_shape is None:
+        if self.kind in ("dense", "window") and self.sample_shape is None:
             raise FormatError(f"field {self.name!r}: dense fields need a sample_shape")
         if self.kind == "ragged" and self.sample_shape is not None:
             raise FormatError(f"field {self.name!r}: ragged fields have no sample_shape")

@@ -6,7 +6,8 @@ place: ``fields`` names its arrays, :mod:`chunkio.format.foreign`). Every datase
 and report asks :func:`open_layout`, and reads the answer (a :class:`StoreLayout`) instead of
 deciding again; the kind of each field (dense, ragged, encoded, a volume's image or label) is
 decided here too, so a new kind of field or of foreign layout is one more branch of this
-module, not of every caller.
+module, not of every caller. Fields with steps (:class:`chunkio.Field`) or ``anchors`` make
+window fields over either kind of store (:mod:`chunkio.format.windows`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ..errors import FormatError
 from .foreign import FieldSelection, foreign_arrays, foreign_volumes, layout_of
 from .layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, check_arrays
 from .volume_layout import VolumeSet
+from .windows import Anchors, WindowSet, is_windowed, open_windows, window_fields
 
 __all__ = ["DEFAULT_PRELOAD_BYTES", "LayoutOptions", "StoreLayout", "open_layout"]
 
@@ -46,6 +48,8 @@ class LayoutOptions:
     preload_bytes: int = 0
     spatial: int | None = None
     strict: bool = True
+    #: windows: which anchors to sample (a range, an index array or an :class:`Anchors`)
+    anchors: Any = None
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,8 @@ class StoreLayout:
     arrays: Mapping[str, ArrayInfo] = field(default_factory=dict)
     volumes: VolumeSet | None = None
     error: FormatError | None = None
+    #: fields with steps: the window fields' anchors and order (:mod:`chunkio.format.windows`)
+    windows: WindowSet | None = None
 
     @property
     def foreign(self) -> bool:
@@ -119,6 +125,8 @@ def open_layout(
     >>> reader.close()
     """
     attrs = reader.attrs()
+    if is_windowed(fields, options.anchors):
+        return _windows(reader, attrs, fields, options)
     if _is_native(attrs):
         return _native(reader, attrs, options)
     return _foreign(reader, attrs, fields, options)
@@ -162,3 +170,18 @@ def _foreign(
     arrays = foreign_arrays(reader, fields)
     layout = layout_of(arrays, where, preload_bytes=options.preload_bytes)
     return StoreLayout(where, attrs, native=False, layout=layout, arrays=arrays)
+
+
+def _windows(
+    reader: Reader, attrs: Mapping[str, Any], fields: Any, options: LayoutOptions
+) -> StoreLayout:
+    """Window fields over a native or a foreign store: their layout and anchors."""
+    where = reader.location
+    native = None
+    if _is_native(attrs):
+        native = _native(reader, attrs, dataclasses.replace(options, anchors=None)).layout
+    wanted = window_fields(fields, where)
+    found = open_windows(
+        reader, native, wanted, Anchors.of(options.anchors), preload_bytes=options.preload_bytes
+    )
+    return StoreLayout(where, attrs, native=native is not None, layout=found.layout, windows=found)

@@ -28,6 +28,7 @@ from .handles import PerProcessHandle
 from .patches import PatchReads
 from .planning import normalize_indices
 from .ragged import RaggedField
+from .windows import WindowField
 
 __all__ = ["FIELD_KINDS", "ReadCore", "ReadCoreDataset"]
 
@@ -36,6 +37,7 @@ FIELD_KINDS: dict[str, Callable[[ReadContext, FieldInfo], FieldReads]] = {
     "dense": dense_field,
     "ragged": RaggedField,
     "encoded": EncodedField,
+    "window": WindowField,
 }
 
 

@@ -110,15 +110,20 @@ class DenseField:
     ) -> npt.NDArray[Any]:
         if how.transform is not None:
             # decoded but not gathered: a transform reads each sample straight from its chunk
-            plan = plan_batch(idx, self.grid)
-            slots = self._admit(plan.chunks)
-            rows = slots[plan.chunk_pos] * self.grid.samples_per_chunk + plan.offsets
-            buffer = self.cache.buffer
+            buffer, rows = self.locate(idx)
             return _transformed(
                 self.ctx, self.info, how.transform, buffer, rows, idx, out, how.epoch
             )
         out = _checked_out(self.info, len(idx), out)
         return self._gather(plan_batch(idx, self.grid), out, how.once)
+
+    def locate(self, idx: IntArray) -> tuple[npt.NDArray[Any], IntArray]:
+        """Decode the chunks of samples ``idx`` the cache lacks; the cache's buffer and the
+        row of each sample in it (valid until the next read of this field)."""
+        plan = plan_batch(idx, self.grid)
+        slots = self._admit(plan.chunks)
+        rows = slots[plan.chunk_pos] * self.grid.samples_per_chunk + plan.offsets
+        return self.cache.buffer, rows
 
     def _gather(self, plan: BatchPlan, out: npt.NDArray[Any], once: bool) -> npt.NDArray[Any]:
         """Decode the chunks of ``plan`` the cache lacks, then gather the batch into ``out``."""

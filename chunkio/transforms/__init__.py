@@ -5,7 +5,8 @@
 executed as one resample), :mod:`.sample` (the protocol of transforms that declare their output
 shape, so batches stay preallocated), :mod:`.draws` (counter-based randomness keyed by
 ``(seed, epoch, index)``), :mod:`.arguments`, :mod:`.render` (the one crop-and-resize into a
-batch row) and :mod:`.normalization` (a uint8 batch to normalized floats, on the device). Modules
+batch row), :mod:`.normalization` (a uint8 batch to normalized floats, on the device) and
+:mod:`.stats` (per-channel mean/std of a dataset's fields, and :class:`Normalize` by them). Modules
 here may import :mod:`chunkio.util` and :mod:`chunkio.errors` only. Names are imported on first
 use (PEP 562), so the read path importing :mod:`.sample` does not import Pillow or torch.
 """
