@@ -6,12 +6,18 @@ STAMP := $(VENV)/.chunkio-installed
 # CI machines have 2 cores; pytest runs serially (multi-process tests spawn their own workers).
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test lint typecheck unit bench bench-full bench-remote soak clean
+.PHONY: venv demo test lint typecheck unit docs docs-check bench bench-full bench-remote soak mutate clean
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt setup.py chunkio/images/_jpegcrop.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	# libjpeg-turbo's headers for the partial-decode extension (setup.py); without them the
+	# build goes on and JPEG crops are decoded from whole images
+	test -f /usr/include/jpeglib.h || ! command -v apt-get >/dev/null || [ "$$(id -u)" != 0 ] \
+		|| apt-get install -y --no-install-recommends libjpeg62-turbo-dev \
+		|| (apt-get update && apt-get install -y --no-install-recommends libjpeg62-turbo-dev) \
+		|| echo "no libjpeg-turbo headers: chunkio decodes whole JPEGs"
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch first and pinned, so nothing can pull the multi-GB CUDA build
 	$(PY) -m pip install --quiet -c constraints.txt "torch==2.13.0"
@@ -22,8 +28,8 @@ demo: $(STAMP)
 	$(PY) -m benchmarks.demo
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check chunkio converters tests benchmarks
-	$(VENV)/bin/ruff format --check chunkio converters tests benchmarks
+	$(VENV)/bin/ruff check chunkio converters tests benchmarks docs/_griffe
+	$(VENV)/bin/ruff format --check chunkio converters tests benchmarks docs/_griffe
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy --strict chunkio
@@ -31,7 +37,15 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test: lint typecheck unit
+# the documentation site (mkdocs.yml, docs/): served with live reload on http://127.0.0.1:8000
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
+
+# a broken link, anchor or API reference (a name mkdocstrings cannot resolve) fails the build
+docs-check: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+test: lint typecheck docs-check unit
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run
@@ -43,5 +57,12 @@ bench-remote: $(STAMP)
 soak: $(STAMP)
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
 
+# mutation testing of the core modules (tests/mutation/modules.toml), outside the default suite:
+# `make mutate` or `make mutate MODULES="chunkio/read/planning.py chunkio/read/dense.py"`; survivors
+# are killed by a test or declared in tests/mutation/equivalent.txt with the reason
+MODULES ?=
+mutate: $(STAMP)
+	$(PY) tests/mutation/run.py $(MODULES)
+
 clean:
-	rm -rf $(VENV) demo-data bench-data .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) demo-data bench-data site build/mutation mutants .pytest_cache .mypy_cache .ruff_cache

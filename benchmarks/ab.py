@@ -8,7 +8,10 @@ own copy of the data, so conversion is compared too. Only public API both trees 
     git worktree add /tmp/old <commit>
     python -m benchmarks.ab --a /tmp/old --b . [--rounds 3] [--images 1500]
 
-Workloads: ``convert_images`` of natural-image JPEGs (3x96x96, class folders) to Zarr and HDF5;
+Workloads: ``convert_images`` of natural-image JPEGs (3x96x96, class folders; ``--size 224``:
+bench_images' 224-px natural set) to Zarr, Zarr with JPEG-encoded images, and HDF5;
+3 epochs of ``make_loader`` with ``RandomResizedCrop(224) + RandomHorizontalFlip`` (batch 128)
+on the JPEG field with 0 and 2 workers;
 10 shuffled epochs of ``make_loader`` (batch 256) with 0 and 2 workers on each; passes of
 consecutive batches through ``ChunkDataset.read_batch`` with no chunk cache (each pass decodes
 every chunk), on the converted data (LZ4) and on a copy written with gzip (h5py's default
@@ -49,6 +52,24 @@ WORKLOADS: dict[str, tuple[str, str]] = {
         "t=time.perf_counter(); chunkio.convert_images(images, root+'/d.zarr', **QUIET); "
         "print(json.dumps(time.perf_counter()-t))",
     ),
+    "convert_images jpeg zarr (s)": (
+        "lower",
+        "t=time.perf_counter(); chunkio.convert_images(images, root+'/j.zarr', progress=False, "
+        "overwrite=True, encoding='jpeg', quality=90); print(json.dumps(time.perf_counter()-t))",
+    ),
+    **{
+        f"make_loader jpeg RandomResizedCrop+flip {w} workers (samples/s)": (
+            "higher",
+            "from chunkio.transforms import Compose, RandomResizedCrop, RandomHorizontalFlip\n"
+            "tf=Compose([RandomResizedCrop(224), RandomHorizontalFlip()])\n"
+            f"loader=chunkio.make_loader(root+'/j.zarr', 128, fields=['image','label'], "
+            f"num_workers={w}, seed=0, transform=tf)\n"
+            "n=sum(len(y) for _, y in loader)\n"
+            "t=time.perf_counter(); n=sum(len(y) for _ in range(3) for _, y in loader); "
+            "print(json.dumps(n/(time.perf_counter()-t)))",
+        )
+        for w in (0, 2)
+    },
     "convert_images hdf5 (s)": (
         "lower",
         "t=time.perf_counter(); chunkio.convert_images(images, root+'/d.h5', **QUIET); "
@@ -112,12 +133,15 @@ def _child(tree: Path, root: Path, images: Path, code: str) -> float:
 
 
 def run(
-    a: Path, b: Path, *, rounds: int = 3, images: int = 1500, only: str = ""
+    a: Path, b: Path, *, rounds: int = 3, images: int = 1500, only: str = "", size: int = 96
 ) -> list[dict[str, Any]]:
-    from benchmarks.data import make_jpeg_folder
+    from benchmarks.data import make_jpeg_folder, make_natural_folder
 
     with tempfile.TemporaryDirectory() as tmp:
-        folder = make_jpeg_folder(Path(tmp) / "jpegs", n_images=images)
+        if size == 96:
+            folder = make_jpeg_folder(Path(tmp) / "jpegs", n_images=images)
+        else:  # bench_images' natural photos (224: its 224-px set)
+            folder = make_natural_folder(Path(tmp) / "jpegs", n_images=images, size=size)
         roots = {"a": Path(tmp) / "a", "b": Path(tmp) / "b"}
         for r in roots.values():
             r.mkdir()
@@ -145,8 +169,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--images", type=int, default=1500)
     parser.add_argument("--only", default="", help="run the workloads whose name contains this")
+    parser.add_argument(
+        "--size", type=int, default=96, help="image side (96; else bench_images' natural set)"
+    )
     args = parser.parse_args()
-    rows = run(args.a, args.b, rounds=args.rounds, images=args.images, only=args.only)
+    rows = run(
+        args.a, args.b, rounds=args.rounds, images=args.images, only=args.only, size=args.size
+    )
     print("\n| workload | A | B | B/A (above 1: B faster) |\n|---|---|---|---|")
     for r in rows:
         print(f"| {r['workload']} | {r['a']:,.3f} | {r['b']:,.3f} | {r['b_over_a']:.2f} |")

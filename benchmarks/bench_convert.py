@@ -172,7 +172,7 @@ def _convert(
     root: Path, dst: Path, workers: int, *, pooled: bool, encoding: str = "raw"
 ) -> tuple[float, float]:
     """Seconds of the whole conversion, and of its write pass (``result.seconds``)."""
-    from chunkio.convert import workers as pool_policy
+    from chunkio.convert.engine import workers as pool_policy
     from chunkio.convert.images import convert_images
 
     shutil.rmtree(dst, ignore_errors=True)

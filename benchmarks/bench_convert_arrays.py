@@ -42,7 +42,7 @@ _SLICE = 4096  # samples generated and written at a time
 _CHILD = """
 import json, sys, time
 from chunkio import Execution, convert_arrays
-from chunkio.convert import workers
+from chunkio.convert.engine import workers
 
 workers.POOL_MIN_SECONDS = 0.0  # the pool also for the --quick source
 started = time.perf_counter()

@@ -32,9 +32,9 @@ from benchmarks.baselines import (
     NaiveZarrDataset,
 )
 from benchmarks.data import make_jpeg_folder
-from chunkio.label_check import labels_of
 from chunkio.loader import DEFAULT_POOL_BYTES, pool_samples
 from chunkio.sampling import describe_sampler
+from chunkio.sampling.label_check import labels_of
 
 __all__ = [
     "BenchData",
@@ -249,7 +249,7 @@ def stored_chunks(path: str, array: str = "image") -> tuple[list[bytes], Callabl
     if path.endswith((".h5", ".hdf5")):
         import h5py
 
-        from chunkio.backends._hdf5_raw import RawChunks
+        from chunkio.backends.hdf5.raw import RawChunks
 
         with h5py.File(path, "r") as f:
             d = f[array]
@@ -270,8 +270,8 @@ def stored_chunks(path: str, array: str = "image") -> tuple[list[bytes], Callabl
             return blobs, run, raw.chunk_nbytes()
     import json
 
-    from chunkio.backends._zarr_chunks import ChunkFiles
-    from chunkio.backends._zarr_shard import inner_meta, inner_range, shard_layout
+    from chunkio.backends.zarr.chunks import ChunkFiles
+    from chunkio.backends.zarr.shard import inner_meta, inner_range, shard_layout
 
     meta = json.loads((Path(path) / array / "zarr.json").read_text())
     layout = shard_layout(meta)

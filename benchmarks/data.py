@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-__all__ = ["make_jpeg_folder", "make_natural_folder", "sample_photos"]
+__all__ = ["make_imagenet_folder", "make_jpeg_folder", "make_natural_folder", "sample_photos"]
 
 
 def sample_photos() -> list[np.ndarray]:
@@ -87,5 +87,64 @@ def make_natural_folder(
         pixels = np.asarray(crop, dtype=np.float32) * gain + offset
         crop = Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
         crop.save(root / f"class_{i % n_classes}" / f"img_{i:06d}.jpg", quality=quality)
+    done.write_text(stamp)
+    return root
+
+
+def _imagenet_like(args: tuple[Path, int, int, int, int]) -> None:
+    """Write images ``[start, stop)`` of :func:`make_imagenet_folder` (one process's share)."""
+    root, start, stop, n_classes, seed = args
+    photos = sample_photos()
+    for i in range(start, stop):
+        rng = np.random.default_rng((seed, i))
+        photo = photos[int(rng.integers(len(photos)))]
+        h, w = photo.shape[:2]
+        # ImageNet's training set: mostly 500 px on the long side, 333-500 on the short one,
+        # three in four landscape
+        long_side, short_side = 500, int(rng.integers(333, 501))
+        out_w, out_h = (long_side, short_side) if rng.random() < 0.75 else (short_side, long_side)
+        # a random crop of the photo with the output's aspect ratio, at a random scale
+        scale = float(rng.uniform(0.35, 1.0))
+        crop_w = min(w, round(min(w, h * out_w / out_h) * scale))
+        crop_h = min(h, round(crop_w * out_h / out_w))
+        y, x = int(rng.integers(0, h - crop_h + 1)), int(rng.integers(0, w - crop_w + 1))
+        image = Image.fromarray(photo[y : y + crop_h, x : x + crop_w])
+        image = image.resize((out_w, out_h), Image.Resampling.BILINEAR)
+        if rng.random() < 0.5:
+            image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        gain, offset = rng.uniform(0.8, 1.2), rng.uniform(-20.0, 20.0)
+        pixels = np.asarray(image, dtype=np.float32) * gain + offset
+        image = Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
+        image.save(root / f"class_{i % n_classes:03d}" / f"img_{i:07d}.jpg", quality=90)
+
+
+def make_imagenet_folder(
+    root: str | Path, *, n_images: int, n_classes: int = 100, seed: int = 0, workers: int = 1
+) -> Path:
+    """Write ``n_images`` JPEGs (q90) of ImageNet's training-set size mix into
+    ``root/class_k/``, on ``workers`` processes; reused if ``root`` already holds the same set.
+
+    Natural photos (random crops of scikit-learn's two sample photos, mildly re-lit) at 500 px
+    on the long side and 333-500 on the short side, three in four landscape: the sizes
+    RandomResizedCrop(224) meets in ImageNet training. Deterministic by ``seed`` and image
+    number, whatever ``workers`` is.
+    """
+    root = Path(root)
+    done = root / ".complete"
+    stamp = f"imagenet {n_images} {n_classes} {seed}"
+    if done.exists() and done.read_text() == stamp:
+        return root
+    for k in range(n_classes):
+        (root / f"class_{k:03d}").mkdir(parents=True, exist_ok=True)
+    step = max(1, -(-n_images // max(1, workers * 4)))
+    jobs = [(root, a, min(a + step, n_images), n_classes, seed) for a in range(0, n_images, step)]
+    if workers <= 1:
+        for job in jobs:
+            _imagenet_like(job)
+    else:
+        import multiprocessing
+
+        with multiprocessing.get_context("spawn").Pool(workers) as pool:
+            pool.map(_imagenet_like, jobs)
     done.write_text(stamp)
     return root

@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader
 import chunkio
 from benchmarks.baselines import NaiveH5Dataset, NaiveZarrDataset
 from benchmarks.data import make_jpeg_folder
-from chunkio.label_check import labels_of
+from chunkio.sampling.label_check import labels_of
 
 
 def rate(loader: Iterable[Any], budget_s: float, epochs: int = 1) -> float:

@@ -110,6 +110,8 @@ def checks(results: dict[str, Any]) -> list[dict[str, Any]]:
     out += results.get("foreign", {}).get("checks", [])
     # bench_convert_arrays' target (peak memory of a streaming conversion), when it ran
     out += results.get("convert_arrays", {}).get("checks", [])
+    # bench_windows' targets (windows in time vs insitubatch and a per-sample Dataset), when it ran
+    out += results.get("windows", {}).get("checks", [])
     return out
 
 
@@ -236,6 +238,9 @@ def _run_optional(
     results["mixing"] = _optional(
         "bench_mixing", quick, workers=max(workers, 1), root=str(Path(root) / "mixing")
     )
+    # windows t-1, t + t+1 on an ERA5-like xarray store (1 and 24 steps per chunk): chunkio
+    # against a per-sample zarr-python Dataset, xbatcher and insitubatch (Python 3.12 venv)
+    results["windows"] = _optional("bench_windows", quick)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -5,62 +5,71 @@ Names are imported on first use (PEP 562), so processes that only convert or ins
 
 >>> import chunkio
 >>> sorted(chunkio.__all__)[:3]
-['ChunkBatchSampler', 'ChunkDataset', 'ChunkLoader']
+['Anchors', 'ChunkBatchSampler', 'ChunkDataset']
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._lazy import lazy_names
+from .util.lazy import lazy_names
 
 if TYPE_CHECKING:
     from .backends import Compression
-    from .batch import SampleBatch, collate
     from .convert import ConversionResult, Execution, Output, append_arrays, write_arrays
     from .convert.images import ImageOptions, convert_images
     from .convert.stores import convert_arrays
     from .convert.volumes import convert_volumes
     from .dataset import ChunkDataset
+    from .diagnose.stats import compute_stats
     from .errors import ChunkioError
-    from .label_check import LabelMixingWarning
+    from .format.windows import Anchors, Field
     from .loader import ChunkLoader, make_loader
     from .loader_options import Ordering, Workers
-    from .mixing import label_mixing, stored_label_order
     from .patches import PatchDataset
-    from .provenance import read_source_paths
-    from .sampling import ChunkBatchSampler, read_amplification, shuffle_quality
+    from .read.batch import SampleBatch, collate
+    from .read.provenance import read_source_paths
+    from .sampling.label_check import LabelMixingWarning
+    from .sampling.mixing import label_mixing, stored_label_order
+    from .sampling.sampler import ChunkBatchSampler, read_amplification, shuffle_quality
+    from .transforms.stats import Normalize, Stats
 
 _LAZY = {
-    "ChunkBatchSampler": ".sampling",
+    "Anchors": ".format.windows",
+    "ChunkBatchSampler": ".sampling.sampler",
     "ChunkDataset": ".dataset",
     "ChunkLoader": ".loader",
     "ChunkioError": ".errors",
     "Compression": ".backends",
     "ConversionResult": ".convert",
     "Execution": ".convert",
+    "Field": ".format.windows",
     "ImageOptions": ".convert.images",
-    "LabelMixingWarning": ".label_check",
+    "LabelMixingWarning": ".sampling.label_check",
+    "Normalize": ".transforms.stats",
     "Ordering": ".loader_options",
     "Output": ".convert",
     "PatchDataset": ".patches",
-    "SampleBatch": ".batch",
+    "SampleBatch": ".read.batch",
+    "Stats": ".transforms.stats",
     "Workers": ".loader_options",
     "append_arrays": ".convert",
-    "collate": ".batch",
+    "collate": ".read.batch",
+    "compute_stats": ".diagnose.stats",
     "convert_arrays": ".convert.stores",
     "convert_images": ".convert.images",
     "convert_volumes": ".convert.volumes",
-    "label_mixing": ".mixing",
+    "label_mixing": ".sampling.mixing",
     "make_loader": ".loader",
-    "read_amplification": ".sampling",
-    "read_source_paths": ".provenance",
-    "shuffle_quality": ".sampling",
-    "stored_label_order": ".mixing",
+    "read_amplification": ".sampling.sampler",
+    "read_source_paths": ".read.provenance",
+    "shuffle_quality": ".sampling.sampler",
+    "stored_label_order": ".sampling.mixing",
     "write_arrays": ".convert",
 }
 
 __all__ = [
+    "Anchors",
     "ChunkBatchSampler",
     "ChunkDataset",
     "ChunkLoader",
@@ -68,15 +77,19 @@ __all__ = [
     "Compression",
     "ConversionResult",
     "Execution",
+    "Field",
     "ImageOptions",
     "LabelMixingWarning",
+    "Normalize",
     "Ordering",
     "Output",
     "PatchDataset",
     "SampleBatch",
+    "Stats",
     "Workers",
     "append_arrays",
     "collate",
+    "compute_stats",
     "convert_arrays",
     "convert_images",
     "convert_volumes",

@@ -1,10 +1,10 @@
-"""``python -m chunkio``: the same as the ``chunkio`` command (see :mod:`chunkio.cli`)."""
+"""``python -m chunkio``: the same as the ``chunkio`` command (see :mod:`chunkio.diagnose.cli`)."""
 
 from __future__ import annotations
 
 import sys
 
-from .cli import main
+from .diagnose.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
-import sys
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, TypeVar
 
-__all__ = ["Moved", "moved_keywords", "user_stacklevel"]
+from .errors import caller_stacklevel
+
+__all__ = ["Moved", "moved_keywords"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -80,27 +80,8 @@ def _move(
         f"{moves[name].param}=chunkio.{moves[name].cls.__name__}({moves[name].field}=...)"
         for name in old
     )
-    warnings.warn(spelled, DeprecationWarning, stacklevel=user_stacklevel())
+    warnings.warn(spelled, DeprecationWarning, stacklevel=caller_stacklevel())
     for param, values in fields.items():
         cls = next(m.cls for m in moves.values() if m.param == param)
         given = kwargs.get(param)
         kwargs[param] = cls(**values) if given is None else dataclasses.replace(given, **values)
-
-
-def user_stacklevel() -> int:
-    """The ``stacklevel`` that makes a warning, raised by the function calling this one, name
-    the first line outside chunkio: the user's call, however deep inside chunkio it is raised.
-
-    >>> import warnings
-    >>> def f() -> int:  # a doctest's frames are outside the package
-    ...     return user_stacklevel()
-    >>> f()
-    1
-    """
-    root = os.path.dirname(os.path.abspath(__file__)) + os.sep
-    frame = sys._getframe(1)
-    level = 1
-    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(root):
-        frame = frame.f_back
-        level += 1
-    return level

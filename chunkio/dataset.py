@@ -9,6 +9,7 @@ spawn or forkserver (HDF5 readers additionally close themselves right before any
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -18,23 +19,21 @@ import numpy as np
 import numpy.typing as npt
 from torch.utils.data import Dataset
 
-from .backends import Reader, ReaderOptions, detect_format, open_reader, reader_documents
-from .batch import SampleBatch, to_tensor
-from .foreign import foreign_layout, is_chunkio_dataset
-from .grid import SampleGrid
-from .layout import DatasetLayout, check_arrays, validate_sequence_of_names
-from .order import check_int
-from .read import ReadCore
+from .backends import Reader, ReaderOptions, detect_format, reader_documents
+from .format.grid import SampleGrid
+from .format.layout import DatasetLayout, label_field, validate_sequence_of_names
+from .format.store_layout import DEFAULT_PRELOAD_BYTES, LayoutOptions, open_layout
+from .read import ReadCore, read_whole
+from .read.batch import SampleBatch, to_tensor
 from .read.core import ReadCoreDataset
-from .sample_transforms import FieldTransform, is_field_transform, stored_output_shape
+from .read.windows import AnchorSamples, Field, check_field_transform
+from .sampling.order import check_int
+from .transforms.sample import FieldTransform, is_field_transform, stored_output_shape
 
 __all__ = ["DEFAULT_PRELOAD_BYTES", "ChunkDataset"]
 
-#: fields whose whole array is at most this large (labels, ids) are read once per process
-DEFAULT_PRELOAD_BYTES = 16 * 2**20
 
-
-class ChunkDataset(ReadCoreDataset, Dataset[Any]):
+class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
     """Samples of a chunkio dataset, read chunk by chunk.
 
     Parameters
@@ -47,11 +46,13 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
         that field's tensor.
         For an HDF5 file or Zarr store chunkio did not write (h5py, zarr-python, xarray's
         ``to_zarr``), ``fields`` names its arrays: ``{"image": "train/images", ...}`` or a
-        list of array paths (see :mod:`chunkio.foreign`). Their values come back as stored:
+        list of array paths (see :mod:`chunkio.format.foreign`). Their values come back as stored:
         CF attributes (``scale_factor``, ``add_offset``, ``_FillValue``) are not applied.
+    anchors
+        Windows (:class:`chunkio.Field`): anchor rows to sample (:mod:`chunkio.format.windows`).
     transform
-        Applied to each sample. A :class:`~chunkio.sample_transforms.FieldTransform` such
-        as :class:`chunkio.transforms.Compose` (a declared output shape, one field, random
+        Applied to each sample. A :class:`~chunkio.transforms.sample.FieldTransform` such
+        as :class:`chunkio.transforms.image.Compose` (a declared output shape, one field, random
         parameters from ``(seed, epoch, index)``) is applied while reading, straight into
         the batch, and keeps a loader on its shared-memory ring. Any other callable gets the
         sample (slow path: the batch is then stacked by torch's collate).
@@ -65,8 +66,12 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
         it is reading.
     preload_bytes
         Fields whose whole array is at most this many bytes are read once per process.
+    storage_options
+        A URL's fsspec filesystem options (s3fs: ``{"anon": True}``, ``key`` and ``secret``,
+        ``client_kwargs={"endpoint_url": ...}``), passed with the pickled dataset to workers.
     trust_codecs
-        Allow codecs, filters and links chunkio does not consider safe (see the README).
+        Allow codecs, filters and links chunkio does not consider safe (code-running codecs,
+        external links and storage; see the guarantees in the docs).
     channels_last
         Batches of images that chunkio decodes or transforms (encoded fields, the field
         transform's field) keep the ``(B, C, H, W)`` shape but are laid out channels last in
@@ -83,6 +88,17 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
         decoders and torch's resampling release the GIL). 1 suits a loader with a worker per
         core; more helps a process that reads on its own (``num_workers=0``).
 
+    Attributes
+    ----------
+    reader_options
+        How every process opens its reader of the store: a frozen
+        :class:`~chunkio.backends.ReaderOptions` (storage options, trust, download cache, and
+        what reading the metadata found: a user's store reads never-written chunks as the fill
+        value, a remote one reuses the metadata fetched here). It pickles with the dataset;
+        the open reader never does (each process opens its own on first read).
+    layout
+        The fields and chunking, as :func:`chunkio.format.store_layout.open_layout` read them.
+
     Examples
     --------
     >>> import numpy as np, tempfile, os
@@ -98,8 +114,6 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
     #: Reads follow an epoch order that asks for each sample once (set by make_loader): a
     #: chunk a batch uses whole, in order, is decoded into the batch and not cached.
     reads_once: bool = False
-    #: a reader already open on the location, lent to ``__init__`` by :meth:`_opened`
-    _lent: Reader | None = None
 
     def __init__(
         self,
@@ -116,7 +130,44 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
         channels_last: bool = True,
         download_cache: str | os.PathLike[str] | None = None,
         download_cache_bytes: int = 8 << 30,
+        anchors: Any = None,
     ) -> None:
+        self._configure(
+            path,
+            transform,
+            batch_transform=batch_transform,
+            cache_bytes=cache_bytes,
+            preload_bytes=preload_bytes,
+            storage_options=storage_options,
+            trust_codecs=trust_codecs,
+            decode_threads=decode_threads,
+            channels_last=channels_last,
+            download_cache=download_cache,
+            download_cache_bytes=download_cache_bytes,
+        )
+        self._anchors = anchors  # windows: which anchors to sample
+        reader = self._metadata_reader()  # a missing path: DatasetNotFoundError
+        try:
+            self._describe(reader, fields)
+        finally:
+            reader.close()
+
+    def _configure(
+        self,
+        path: Any,
+        transform: Callable[[Any], Any] | None,
+        *,
+        batch_transform: Callable[[Any], Any] | None = None,
+        cache_bytes: int = 0,
+        preload_bytes: int = DEFAULT_PRELOAD_BYTES,
+        storage_options: Mapping[str, Any] | None = None,
+        trust_codecs: bool = False,
+        decode_threads: int = 1,
+        channels_last: bool = True,
+        download_cache: str | os.PathLike[str] | None = None,
+        download_cache_bytes: int = 8 << 30,
+    ) -> None:
+        """The constructor's arguments, checked (no I/O): everything but the metadata."""
         self.location = os.fspath(path) if isinstance(path, os.PathLike) else path
         self.channels_last = bool(channels_last)
         self.transform = transform
@@ -129,37 +180,51 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
                 f"cache_bytes and preload_bytes must be >= 0; got {cache_bytes}, {preload_bytes}"
             )
         self.cache_bytes = int(cache_bytes)
-        decode_threads = check_int("decode_threads", decode_threads, 1)
+        #: fields whose whole array is at most this many bytes are read once per process
+        self.preload_bytes = int(preload_bytes)
+        #: threads each process decodes and transforms images with
+        self.decode_threads = check_int("decode_threads", decode_threads, 1)
         if download_cache_bytes < 0:
             raise ValueError(f"download_cache_bytes must be >= 0; got {download_cache_bytes}")
         cache = None
         if download_cache is not None:
             cache = (os.fspath(download_cache), int(download_cache_bytes))
-        self._options: dict[str, Any] = {
-            "download_cache": cache,
-            "decode_threads": decode_threads,
-            "preload_bytes": int(preload_bytes),
-            "storage_options": dict(storage_options) if storage_options else None,
-            "trust_codecs": bool(trust_codecs),
-            # a remote group's metadata, read once here and reused by every process's reader
-            "documents": None,
-            "fill_missing": False,
-        }
-        self._selection = fields  # a store chunkio did not write: its arrays, by field
-        self.layout = self._read_layout()  # first: a missing path is DatasetNotFoundError
+        #: how every process opens its reader of the store (see :meth:`_describe`)
+        self.reader_options = ReaderOptions(
+            storage_options=dict(storage_options) if storage_options else None,
+            trust_codecs=bool(trust_codecs),
+            download_cache=cache,
+        )
+        self._local: ReadCore | None = None
+
+    def _describe(
+        self, reader: Reader, fields: Sequence[str] | Mapping[str, str] | str | None
+    ) -> None:
+        """The dataset's metadata, read through ``reader`` (open on :attr:`location` with
+        :attr:`reader_options`; the caller closes it)."""
+        found = open_layout(
+            reader, fields, LayoutOptions(self.preload_bytes, anchors=self._anchors)
+        )
+        self.layout = found.dataset_layout()
+        self._windows = found.windows
+        # how every process's reader opens the store: a foreign store's never-written chunks
+        # hold its fill value; a remote group's metadata, read once here, is reused
+        self.reader_options = dataclasses.replace(
+            found.reader_options(self.reader_options), documents=reader_documents(reader)
+        )
         self.format = detect_format(self.location)
         self.grid = SampleGrid(self.layout.num_samples, self.layout.samples_per_chunk)
-        self._single = isinstance(fields, str)
+        self._single = isinstance(fields, str | Field)
         names: Sequence[str] | None
-        if self.layout.foreign or isinstance(fields, Mapping):
+        if found.foreign or found.windows or isinstance(fields, Mapping):
             names = list(self.layout.field_names)  # fields named arrays: the layout's order
         else:
             names = [fields] if isinstance(fields, str) else fields
         self.fields = validate_sequence_of_names(names, self.layout, str(self.location))
         self._as_tuple = fields is not None and not self._single
         if self.field_transform is not None:
-            self.layout.field(self.field_transform.field, where=str(self.location))
-        self._local: ReadCore | None = None
+            check_field_transform(self.layout, self.field_transform.field, str(self.location))
+        self._channel_counts = self._read_channels(reader, self.layout)
 
     @classmethod
     @contextmanager
@@ -172,48 +237,26 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
     ) -> Iterator[tuple[ChunkDataset, Reader]]:
         """A dataset and the reader that described it, left open for the caller's other
         metadata reads (make_loader's labels) and closed on exit: one open in all."""
-        location = os.fspath(path) if isinstance(path, os.PathLike) else path
-        reader = open_reader(location, storage_options=dict(storage_options or {}) or None)
+        dataset = cls.__new__(cls)
+        dataset._configure(path, transform, storage_options=storage_options)
+        reader = dataset._metadata_reader()
         try:
-            dataset = cls.__new__(cls)
-            dataset._lent = reader  # taken by _read_layout instead of opening another
-            cls.__init__(dataset, path, fields, transform, storage_options=storage_options)
-            if dataset._options["fill_missing"]:
+            dataset._describe(reader, fields)
+            if dataset.reader_options.fill_missing:
                 # A store chunkio did not write: chunks never written (xarray and zarr skip
                 # those equal to the fill value) read as the fill value, the caller's reads
                 # too (make_loader's labels), so the reader is reopened as the dataset reads.
                 reader.close()
-                reader = open_reader(dataset.location, **dataset._reader_options())
+                reader = dataset._metadata_reader()
             yield dataset, reader
         finally:
             reader.close()
 
-    def _read_layout(self) -> DatasetLayout:
-        lent: Reader | None = self.__dict__.pop("_lent", None)
-        reader = lent if lent is not None else open_reader(self.location, **self._reader_options())
-        try:
-            where = reader.location
-            attrs = reader.attrs()
-            if not is_chunkio_dataset(attrs):
-                self._options["fill_missing"] = True  # never-written chunks hold the fill
-                preload = self._options["preload_bytes"]
-                foreign = foreign_layout(reader, self._selection, preload_bytes=preload)
-                self._options["documents"] = reader_documents(reader)
-                return foreign
-            layout = DatasetLayout.from_attrs(attrs, where=where)
-            arrays = {}
-            for f in layout.fields:
-                for name in f.array_names():
-                    if name in reader.array_names():
-                        info = reader.array_info(name)
-                        arrays[name] = (info.shape, info.dtype, info.chunks)
-            check_arrays(layout, arrays, where=where)
-            self._options["documents"] = reader_documents(reader)
-            self._channel_counts = self._read_channels(reader, layout)
-            return layout
-        finally:
-            if lent is None:
-                reader.close()
+    def _metadata_reader(self) -> Reader:
+        """A reader for metadata and whole small arrays, opened as the dataset reads (its
+        storage options, trust, fetched metadata) but without the download cache, which
+        holds the chunks of batches."""
+        return dataclasses.replace(self.reader_options, download_cache=None).open(self.location)
 
     def _read_channels(self, reader: Reader, layout: DatasetLayout) -> dict[str, int]:
         """Channels of the encoded image field of several sizes that a fixed-size field
@@ -235,9 +278,6 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
 
     # -- metadata ---------------------------------------------------------------------------
 
-    def __len__(self) -> int:
-        return self.layout.num_samples
-
     @property
     def samples_per_chunk(self) -> int:
         return self.layout.samples_per_chunk
@@ -250,15 +290,11 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
     def remote(self) -> bool:
         """Whether the dataset is read over a network (S3, HTTP, ...): its reader fetched
         the metadata that every process's reader now reuses."""
-        return self._options["documents"] is not None
-
-    def chunk_sizes(self) -> npt.NDArray[np.int64]:
-        """Samples in each chunk along the sample axis, in storage order."""
-        return self.grid.chunk_sizes()
+        return self.reader_options.documents is not None
 
     def chunk_nbytes(self) -> int:
         """Decoded bytes of one full chunk, summed over the selected dense fields."""
-        return sum(self.layout.field(f).sample_nbytes for f in self.fields) * self.samples_per_chunk
+        return self._window_chunk_nbytes() or self._dense_chunk_nbytes()
 
     def with_cache(self, cache_bytes: int) -> ChunkDataset:
         """A copy (same files and options, no open handle) keeping ``cache_bytes`` of chunks."""
@@ -283,19 +319,45 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
 
     # -- per-process handles ------------------------------------------------------------------
 
-    def _open_reader(self) -> ReadCore:
-        cache_chunks = self.cache_bytes // max(1, self.chunk_nbytes())
-        o = self._options
+    def _open_handle(self) -> ReadCore:
+        cache_chunks = self.cache_bytes // max(1, self._cache_chunk_nbytes())
         return ReadCore(
             self.location,
             self.layout,
             cache_chunks=cache_chunks,
-            preload_bytes=o["preload_bytes"],
-            decode_threads=o["decode_threads"],
-            reader=ReaderOptions(**self._reader_options(), download_cache=o["download_cache"]),
+            preload_bytes=self.preload_bytes,
+            decode_threads=self.decode_threads,
+            reader=self.reader_options,
         )
 
     # -- reading ------------------------------------------------------------------------------
+
+    def labels(self) -> npt.NDArray[np.int64] | None:
+        """The integer label of every sample, in storage order, read whole from the store;
+        ``None`` when the dataset has no label field (the first of
+        :data:`~chunkio.format.layout.LABEL_FIELDS` it has, if it holds one integer per sample:
+        ``label``, or ``labels``, ``target``... of a user's own store). Whatever ``fields``
+        selects: the loader's label-mixing check and ``chunkio doctor`` read them so.
+
+        It opens and closes its own reader: the calling process keeps no handle (DataLoader
+        workers may fork later).
+
+        >>> import numpy as np, tempfile, os
+        >>> from chunkio import write_arrays
+        >>> path = os.path.join(tempfile.mkdtemp(), "labels.zarr")
+        >>> _ = write_arrays(path, {"x": np.zeros((4, 2)), "label": np.array([3, 1, 2, 0])},
+        ...                  shuffle=False)
+        >>> ChunkDataset(path, fields="x").labels().tolist()
+        [3, 1, 2, 0]
+        """
+        info = label_field(self.layout)
+        if info is None:
+            return None
+        reader = self._metadata_reader()
+        try:  # "label", or the array a store chunkio did not write names
+            return np.asarray(read_whole(reader, info.array_names()[0]), dtype=np.int64)
+        finally:
+            reader.close()
 
     def read_batch(
         self,
@@ -304,8 +366,10 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
         *,
         once: bool | None = None,
         epoch: int = 0,
+        fields: Sequence[str] | None = None,
     ) -> dict[str, Any]:
-        """Read samples ``indices`` of the selected fields as NumPy arrays, by field.
+        """Read samples ``indices`` of the selected fields (or of ``fields``, some of them)
+        as NumPy arrays, by field.
 
         Each chunk the batch touches is decoded once, in storage order; ``out`` may supply
         preallocated arrays (dense fields) to scatter into. ``once=True`` promises that no
@@ -315,15 +379,33 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
         ``epoch`` (the epoch the batch belongs to: loaders pass it with every batch).
         """
         once = self.reads_once if once is None else once
-        return self._reader().read(
-            self.fields, indices, out, once=once, transform=self.field_transform, epoch=int(epoch)
+        names = self.fields if fields is None else tuple(fields)
+        unknown = [f for f in names if f not in self.fields]
+        if unknown:
+            raise KeyError(
+                f"{self.location}: read_batch(fields={list(names)}): {unknown} not among the "
+                f"dataset's fields {list(self.fields)}"
+            )
+        rows = self._rows(indices)  # windows: the samples' anchor rows
+        return self._handle().read(
+            names, rows, out, once=once, transform=self.field_transform, epoch=int(epoch)
         )
+
+    def read_encoded(
+        self, indices: Sequence[int] | npt.ArrayLike, field: str
+    ) -> tuple[list[npt.NDArray[np.uint8]], npt.NDArray[np.int64]]:
+        """The encoded bytes (one array per sample) and stored ``(C, H, W)`` shapes of
+        samples ``indices`` of encoded image field ``field``, not decoded: for decoders
+        elsewhere (``make_loader(decode="gpu")`` decodes them on the GPU)."""
+        if field not in self.fields:
+            raise KeyError(f"{self.location}: field {field!r} is not among {list(self.fields)}")
+        return self._handle().encoded(field, indices)
 
     def prefetch(self, indices: Sequence[int] | npt.ArrayLike) -> None:
         """Start fetching what a later read of ``indices`` needs (remote datasets fetch the
         chunks in the background; a hint, it returns at once). Ring workers call it for the
         batches queued behind the one they are reading."""
-        self._reader().prefetch(self.fields, indices)
+        self._handle().prefetch(self.fields, self._rows(indices))
 
     def __getitem__(self, index: int) -> Any:
         if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
@@ -338,7 +420,7 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
         return None if self.field_transform is not None else self.transform
 
     def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
-        """Samples ``indices`` as one :class:`~chunkio.batch.SampleBatch`.
+        """Samples ``indices`` as one :class:`~chunkio.read.batch.SampleBatch`.
 
         Both :func:`chunkio.collate` (no copy) and torch's ``default_collate`` (which sees
         the list of samples) turn it into the batch; with a ``transform`` it holds the
@@ -409,14 +491,6 @@ class ChunkDataset(ReadCoreDataset, Dataset[Any]):
     def _channels(self, name: str) -> int:
         """Channels of an encoded image field of several sizes (read with the metadata)."""
         return self._channel_counts[name]
-
-    def _reader_options(self) -> dict[str, Any]:
-        return {
-            "storage_options": self._options["storage_options"],
-            "trust_codecs": bool(self._options["trust_codecs"]),
-            "documents": self._options["documents"],
-            "fill_missing": bool(self._options["fill_missing"]),
-        }
 
     def arrange(self, columns: dict[str, Any]) -> Any:
         """Columns by field -> a sample or batch as ``fields`` asks: a dict, a tuple in

@@ -15,6 +15,7 @@ The tree::
     │   ├── UnknownFormatError                           a location names no known format
     │   └── MissingFieldError       (KeyError)           a declared/requested field is absent
     ├── UnsafeInputError            (ValueError)         untrusted codec, link, filter or name
+    ├── WindowError                 (ValueError)         windows, anchors or stats that do not fit
     ├── ChunkReadError              (OSError)            a chunk could not be read or decoded
     │   ├── CorruptChunkError                            checksum mismatch / undecodable bytes
     │   ├── MissingChunkError                            the chunk is absent from the store
@@ -56,6 +57,7 @@ __all__ = [
     "UnknownFormatError",
     "UnsafeInputError",
     "UnsupportedVersionError",
+    "WindowError",
 ]
 
 
@@ -93,6 +95,11 @@ class MissingFieldError(FormatError, KeyError):
 
 class UnsafeInputError(ChunkioError, ValueError):
     """Input that could execute code or escape the dataset root was refused."""
+
+
+class WindowError(ChunkioError, ValueError):
+    """Fields with steps (:class:`chunkio.Field`), anchors, a valid-mask or statistics that do
+    not fit the dataset: the message names the field, the arrays and the values."""
 
 
 class ChunkReadError(ChunkioError, OSError):
@@ -149,3 +156,24 @@ class IncompatibleStateError(ChunkioError, ValueError):
 
 class OptionalDependencyError(ChunkioError, ImportError):
     """An optional dependency is needed for this feature but is not installed."""
+
+
+def caller_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning raised by the calling function name the first
+    frame outside chunkio: the user's line, however deep inside chunkio the warning is made
+    (``warnings.warn(..., skip_file_prefixes=...)`` does this from Python 3.12 on).
+
+    Frames are told by their module's name, not their file: a dataclass's generated
+    ``__init__`` has no file of its own but runs in its module's globals."""
+    import sys
+
+    frame = sys._getframe(1)  # the function that warns: stacklevel 1
+    level = 1
+    while frame.f_back is not None and _inside(frame.f_globals.get("__name__")):
+        frame = frame.f_back
+        level += 1
+    return level
+
+
+def _inside(module: object) -> bool:
+    return isinstance(module, str) and (module == "chunkio" or module.startswith("chunkio."))

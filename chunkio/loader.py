@@ -26,12 +26,10 @@ from typing import Any, Protocol
 import torch
 from torch.utils.data import DataLoader
 
-from ._deprecated import Moved, moved_keywords, user_stacklevel
+from ._deprecated import Moved, moved_keywords
 from .backends import Reader
-from .batch import collate
 from .dataset import ChunkDataset
-from .gpu import DevicePrefetcher, copy_stream_for, map_tensors, pin_ring, pinned_empty
-from .label_check import warn_if_label_sorted
+from .errors import caller_stacklevel
 from .loader_options import (
     DEFAULT_ORDERING,
     DEFAULT_POOL_BYTES,
@@ -41,8 +39,12 @@ from .loader_options import (
     Workers,
     pool_samples,
 )
-from .sampling import ChunkBatchSampler
+from .read.batch import collate
+from .sampling.label_check import warn_if_label_sorted
+from .sampling.sampler import ChunkBatchSampler
 from .transport import Lease, LocalTransport, RingTransport
+from .transport.gpu import DevicePrefetcher, copy_stream_for, map_tensors, pin_ring, pinned_empty
+from .transport.gpu_decode import gpu_decode_route
 from .transport.iterator import Indices, Parts
 
 __all__ = [
@@ -94,7 +96,7 @@ class _DataLoaderRoute:
 
     def run(self, batches: Iterable[Indices], parts: Parts, *, epoch: int) -> Iterator[Lease]:
         # the DataLoader iterates the same sampler itself (its batches carry their epoch:
-        # chunkio.sampling.EpochBatch); each of its batches is fresh memory
+        # chunkio.sampling.sampler.EpochBatch); each of its batches is fresh memory
         return (Lease(batch) for batch in self.loader)
 
     def worker_pids(self) -> tuple[int, ...]:
@@ -186,8 +188,8 @@ class ChunkLoader:
         leases = self._route.run(
             self.sampler.iter_arrays(), self.sampler.reader_rows, epoch=self.sampler.epoch
         )
-        if self.device is None:
-            return _host_batches(leases, copy=self.copy)
+        if self.device is None or getattr(self._route, "delivers_on_device", False):
+            return _host_batches(leases, copy=self.copy and self.device is None)
         return DevicePrefetcher(leases, stream=copy_stream_for(self.device))
 
     def __iter__(self) -> Iterator[Any]:
@@ -227,8 +229,10 @@ class ChunkLoader:
         self.close()
 
 
-def _route_name(dataset: ChunkDataset, transport: str, num_workers: int) -> str:
+def _route_name(dataset: ChunkDataset, transport: str, num_workers: int, decode: str) -> str:
     """The route a loader takes (see the module docstring)."""
+    if decode != "cpu":
+        return "gpu-decode"
     if transport == "ring" and _ring_compatible(dataset):
         return "local" if num_workers == 0 else "ring"
     return "dataloader"
@@ -242,6 +246,8 @@ def _make_route(
     if name == "local":
         allocate = {"allocate": pinned_empty} if pin else {}
         return LocalTransport(dataset, batch_size=batch_size, **allocate)
+    if name == "gpu-decode":
+        return gpu_decode_route(dataset, options.decode, options.target, options.workers.prefetch)
     if name == "ring":
         on_ring = pin_ring if pin else (lambda ring: None)
         return RingTransport(dataset, batch_size=batch_size, options=ring, on_ring=on_ring)
@@ -289,6 +295,7 @@ _MOVED = {
             ("timeout", "timeout"),
             ("transport", "transport"),
             ("copy", "copy"),
+            ("decode", "decode"),
         )
     },
 }
@@ -317,7 +324,8 @@ def make_loader(
     ``.clone()`` to keep one).
 
     **Order.** The sequence of global batches is fixed by ``(seed, epoch, data, batch_size x
-    world_size, pool, lanes, shuffle, drop_last)`` (:mod:`chunkio.order`): the same for every
+    world_size, pool, lanes, shuffle, drop_last)`` (:mod:`chunkio.sampling.order`): the same for
+    every
     ``num_workers`` and world size, which only split the reading. Each batch draws from about
     ``pool_bytes / chunk bytes`` chunks through a sliding mixing pool, while each chunk is
     decoded about once per epoch (:class:`Ordering`).
@@ -329,8 +337,9 @@ def make_loader(
 
     The keywords that moved into :class:`Ordering` (``pool_bytes``, ``lanes``, ``rank``,
     ``world_size``) and :class:`Workers` (``prefetch``, ``persistent_workers``,
-    ``pin_memory``, ``multiprocessing_context``, ``timeout``, ``transport``, ``copy``) are
-    still accepted for one release, with a ``DeprecationWarning`` naming the new spelling.
+    ``pin_memory``, ``multiprocessing_context``, ``timeout``, ``transport``, ``copy``,
+    ``decode``) are still accepted for one release, with a ``DeprecationWarning`` naming the
+    new spelling.
 
     Parameters
     ----------
@@ -340,9 +349,13 @@ def make_loader(
     batch_size
         Samples per batch *on this rank* (the global batch is ``batch_size * world_size``).
     fields
-        With a path: the fields to read, as for :class:`ChunkDataset` (a name, a list of
-        names, or for a store chunkio did not write, a mapping field name -> array path);
-        ``None``: every field.
+        With a path: which arrays are read and what a batch is, as for :class:`ChunkDataset`.
+        On a chunkio dataset, ``None`` (every field: batches are ``{name: tensor}`` dicts), a
+        list of field names (batches are tuples in that order: ``for x, y in loader``) or one
+        name (batches are that field's tensor). On an HDF5 file or Zarr store chunkio did not
+        write, its arrays: a mapping ``{"image": "train/images", "label": "train/labels"}``
+        (fields named by the keys, batches are tuples in its order) or a list of array paths
+        (fields named by each path's last part).
     shuffle, seed, drop_last
         Passed to :class:`ChunkBatchSampler`: shuffle chunk-aware (seeded), and whether to
         drop the last, short batch.
@@ -354,7 +367,7 @@ def make_loader(
         on a side stream one batch ahead from page-locked memory. Raises ``ValueError`` if
         CUDA is requested but unavailable. Other devices get blocking copies.
     transform
-        With a path: the dataset's per-sample ``transform``. :mod:`chunkio.transforms` (e.g.
+        With a path: the dataset's per-sample ``transform``. :mod:`chunkio.transforms.image` (e.g.
         ``Compose([RandomResizedCrop(224), RandomHorizontalFlip()])``) are applied while
         reading, on the ring; a transform of unknown output shape falls back to the
         DataLoader route with a :class:`RingFallbackWarning`.
@@ -369,7 +382,9 @@ def make_loader(
     workers
         How the reader processes run and deliver batches (:class:`Workers`; default
         ``Workers()``: the shared-memory ring, 2 batches prefetched per worker, persistent
-        workers, the default start method, no timeout, pinned when CUDA is available, views).
+        workers, the default start method, no timeout, pinned when CUDA is available, views,
+        JPEG fields decoded by the readers; ``Workers(decode="gpu")`` decodes them on
+        ``device``).
 
     Returns
     -------
@@ -418,7 +433,7 @@ def _prepare(
     """The dataset the loader reads (a copy of ``given``, which stays as it is), its sampler
     and route. ``reader``: one open on the dataset for the label check (else it opens one)."""
     sampler = options.sampler(given)
-    name = _route_name(given, options.transport, options.num_workers)
+    name = _route_name(given, options.transport, options.num_workers, options.decode)
     # ring workers read their lanes' rows of each batch; DataLoader workers whole batches
     readers = max(1, options.num_workers) if name == "ring" else 1
     # the readers must hold the pool, or they decode chunks again
@@ -436,11 +451,11 @@ def _assemble(
         warnings.warn(
             "make_loader: the dataset's transform declares no output shape, so batches "
             "cannot be preallocated and the loader falls back from the shared-memory ring "
-            "to a DataLoader (pickled batches). Use chunkio.transforms (or give your "
-            "transform the chunkio.sample_transforms.FieldTransform members) to stay on "
+            "to a DataLoader (pickled batches). Use chunkio.transforms.image (or give your "
+            "transform the chunkio.transforms.sample.FieldTransform members) to stay on "
             "the ring",
             RingFallbackWarning,
-            stacklevel=user_stacklevel(),  # make_loader's caller
+            stacklevel=caller_stacklevel(),  # make_loader's caller
         )
     route = _make_route(name, dataset, sampler, options)
     return ChunkLoader(

@@ -10,12 +10,13 @@ from typing import Any, Literal
 
 import torch
 
-from ._deprecated import user_stacklevel
 from .dataset import ChunkDataset
-from .gpu import resolve_device
-from .order import DEFAULT_LANES, check_int
-from .sampling import DEFAULT_POOL_BATCHES, ChunkBatchSampler
+from .errors import caller_stacklevel
+from .sampling.order import DEFAULT_LANES, check_int
+from .sampling.sampler import DEFAULT_POOL_BATCHES, ChunkBatchSampler
 from .transport import RingOptions
+from .transport.gpu import resolve_device
+from .transport.gpu_decode import GPU_DECODERS
 
 __all__ = [
     "DEFAULT_POOL_BYTES",
@@ -41,9 +42,10 @@ class Ordering:
     mixing pool, the lanes, and this process's share in distributed training.
 
     The sequence of *global* batches is a pure function of ``(seed, epoch, data,
-    batch_size x world_size, pool_bytes, lanes, shuffle, drop_last)`` (:mod:`chunkio.order`):
-    the same for every ``num_workers`` and world size, which only split the reading.
-    (:class:`chunkio.order.OrderSpec` is the same order resolved against a dataset: the
+    batch_size x world_size, pool_bytes, lanes, shuffle, drop_last)``
+    (:mod:`chunkio.sampling.order`): the same for every ``num_workers`` and world size, which
+    only split the reading.
+    (:class:`chunkio.sampling.order.OrderSpec` is the same order resolved against a dataset: the
     pool in samples and the global batch size.)
 
     Parameters
@@ -87,7 +89,8 @@ class Ordering:
 @dataclass(frozen=True)
 class Workers:
     """How :func:`~chunkio.make_loader`'s ``num_workers`` reader processes run and deliver
-    batches: the transport, prefetching, process start method, timeout, pinning, copies.
+    batches: the transport, prefetching, process start method, timeout, pinning, copies, and
+    where JPEG fields are decoded.
 
     Parameters
     ----------
@@ -113,12 +116,19 @@ class Workers:
     copy
         Host delivery only: hand out copies instead of views of reused memory, so batches
         may be kept (costs one copy per batch).
+    decode
+        ``"cpu"`` (default): JPEG fields are decoded by the reading processes. ``"gpu"``
+        (nvImageCodec) or ``"torchvision"`` (its nvJPEG): no worker processes; this process
+        reads each batch's encoded bytes in a background thread and decodes the crops of
+        ``transform`` (a :class:`~chunkio.transforms.Compose`) on ``device`` (CUDA), one
+        batch ahead on a side stream (:mod:`chunkio.transport.gpu_decode`). ``"reference"``
+        runs the same route with a CPU decoder (tests).
 
     Examples
     --------
     >>> Workers()
     Workers(transport='ring', prefetch=2, persistent=True, context=None, timeout=0.0, \
-pin_memory=None, copy=False)
+pin_memory=None, copy=False, decode='cpu')
     >>> Workers(context="spawn", timeout=60).timeout
     60
     """
@@ -130,6 +140,7 @@ pin_memory=None, copy=False)
     timeout: float = 0.0
     pin_memory: bool | None = None
     copy: bool = False
+    decode: str = "cpu"
 
     def __post_init__(self) -> None:
         if self.transport not in ("ring", "dataloader"):
@@ -139,6 +150,8 @@ pin_memory=None, copy=False)
             raise TypeError(f"timeout must be a number of seconds; got {self.timeout!r}")
         if self.timeout < 0:
             raise ValueError(f"timeout must be >= 0 seconds; got {self.timeout}")
+        if self.decode != "cpu" and self.decode not in GPU_DECODERS:
+            raise ValueError(f"decode must be 'cpu' or one of {GPU_DECODERS}; got {self.decode!r}")
 
 
 #: The defaults, shared (the objects are frozen)
@@ -177,6 +190,12 @@ class LoaderOptions:
                 "worker processes is num_workers)"
             )
         target = resolve_device(self.device)
+        decode = self.workers.decode
+        if decode not in ("cpu", "reference") and (target is None or target.type != "cuda"):
+            raise ValueError(
+                f"Workers(decode={decode!r}) decodes JPEGs on a CUDA device and delivers the "
+                f"batches there: pass device='cuda' (got device={self.device!r})"
+            )
         object.__setattr__(self, "target", target)
         pin_memory = self.workers.pin_memory
         if pin_memory and not torch.cuda.is_available():
@@ -184,7 +203,7 @@ class LoaderOptions:
                 "make_loader(workers=Workers(pin_memory=True)): pinning page-locks memory for "
                 "CUDA copies, and CUDA is not available here; batches are not pinned",
                 UserWarning,
-                stacklevel=user_stacklevel(),  # make_loader's caller
+                stacklevel=caller_stacklevel(),  # make_loader's caller
             )
         to_cuda = target is not None and target.type == "cuda"
         pin = torch.cuda.is_available() and (pin_memory is not False or to_cuda)
@@ -194,6 +213,11 @@ class LoaderOptions:
     def transport(self) -> Transport:
         """The transport asked for (:attr:`Workers.transport`)."""
         return self.workers.transport
+
+    @property
+    def decode(self) -> str:
+        """Where JPEG fields are decoded (:attr:`Workers.decode`)."""
+        return self.workers.decode
 
     @property
     def copy(self) -> bool:

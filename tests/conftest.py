@@ -12,6 +12,9 @@ import pytest
 from chunkio import Execution, Output
 from chunkio.backends.codec_table import DEFAULT_CODEC
 
+#: the run ends with the number of skipped tests grouped by reason
+pytest_plugins = ["chunkio.testing.skips"]
+
 FORMATS = ["zarr", "hdf5"]
 SUFFIX = {"zarr": ".zarr", "hdf5": ".h5"}
 
@@ -113,7 +116,7 @@ def zarr_chunk_file(path: str | Path, field: str, *coords: int) -> Path:
     """
     import json
 
-    from chunkio.backends._zarr_shard import shard_layout
+    from chunkio.backends.zarr.shard import shard_layout
 
     meta = json.loads(Path(path, field, "zarr.json").read_text())
     layout = shard_layout(meta)

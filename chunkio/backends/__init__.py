@@ -6,6 +6,10 @@ existing files starting with the HDF5 signature) are HDF5; ``.zarr`` paths, exis
 group directories, URLs other than ``memory://`` and zarr store objects are Zarr v3. Any
 other path is refused with :class:`UnknownFormatError` rather than guessed: ``out.npz``
 silently becoming a Zarr directory is never what was meant.
+
+Modules here may import :mod:`chunkio.util` and :mod:`chunkio.errors`; the registry
+opens its implementations (:mod:`.zarr`, :mod:`.hdf5`, :mod:`._memory`) lazily, so the protocol
+stays cheap to import.
 """
 
 from __future__ import annotations
@@ -16,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import DatasetNotFoundError, UnknownFormatError
-from ._zarr_sources import is_remote
 from .base import ArrayInfo, CodecInfo, Compression, Reader, Storage, Writer
+from .zarr.sources import is_remote
 
 __all__ = [
     "ACCEPTED_LOCATIONS",
@@ -138,7 +142,15 @@ def open_reader(
 @dataclass(frozen=True)
 class ReaderOptions:
     """How a process opens its reader of a dataset (:func:`open_reader`'s keywords, kept
-    together: a dataset hands them to the read core it makes in each process)."""
+    together: a dataset holds them, pickles them, and hands them to the read core it makes in
+    each process). Frozen: change it with :func:`dataclasses.replace`.
+
+    >>> import dataclasses
+    >>> dataclasses.replace(ReaderOptions(trust_codecs=True), fill_missing=True)
+    ... # doctest: +NORMALIZE_WHITESPACE
+    ReaderOptions(storage_options=None, trust_codecs=True, download_cache=None,
+                  documents=None, fill_missing=True)
+    """
 
     storage_options: Mapping[str, Any] | None = None
     trust_codecs: bool = False
@@ -157,7 +169,7 @@ class ReaderOptions:
 
             return MemoryReader(os.fspath(location), trust_codecs=self.trust_codecs)
         if fmt == "hdf5" and is_remote(location):
-            from ._hdf5_remote import RemoteHDF5Reader
+            from .hdf5.remote import RemoteHDF5Reader
 
             return RemoteHDF5Reader(
                 os.fspath(location),
@@ -168,12 +180,12 @@ class ReaderOptions:
                 documents=self.documents,
             )
         if fmt == "hdf5":
-            from ._hdf5 import HDF5Reader
+            from .hdf5.backend import HDF5Reader
 
             return HDF5Reader(
                 os.fspath(location), trust_codecs=self.trust_codecs, fill_missing=self.fill_missing
             )
-        from ._zarr import ZarrReader
+        from .zarr.backend import ZarrReader
 
         if isinstance(location, os.PathLike):
             location = os.fspath(location)
@@ -197,10 +209,10 @@ def open_writer(
 
         return MemoryWriter(os.fspath(location))
     if fmt == "hdf5":
-        from ._hdf5_write import HDF5Writer
+        from .hdf5.write import HDF5Writer
 
         return HDF5Writer(os.fspath(location))
-    from ._zarr import ZarrWriter
+    from .zarr.backend import ZarrWriter
 
     if isinstance(location, os.PathLike):
         location = os.fspath(location)

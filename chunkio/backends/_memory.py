@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import DatasetNotFoundError, MissingChunkError, MissingFieldError
-from ..numeric import ceil_div
+from ..util.numeric import ceil_div
 from .base import ArrayInfo, ArraySpec, CodecInfo, Compression, StageClock, Writer, check_region
 
 __all__ = [

@@ -16,9 +16,9 @@ import shutil
 from collections.abc import Sequence
 from typing import Any
 
-from .._fsync import fsync_path, fsync_tree
 from ..errors import ConversionError
-from ..numeric import ceil_div
+from ..util.fsync import fsync_path, fsync_tree
+from ..util.numeric import ceil_div
 
 __all__ = ["HDF5Storage", "MemoryStorage", "ZarrStorage", "chunk_files"]
 
@@ -60,7 +60,7 @@ def _chunk_naming(
     sep = str((encoding.get("configuration") or {}).get("separator", "/"))
     shape = tuple(int(n) for n in meta["shape"])
     inner = tuple(int(c) for c in meta["chunk_grid"]["configuration"]["chunk_shape"])
-    from ._zarr_shard import shard_layout
+    from .zarr.shard import shard_layout
 
     layout = shard_layout(meta)
     per_object = 1 if layout is None else layout.grid[0]
@@ -87,7 +87,7 @@ class ZarrStorage(_Capabilities):
     format = "zarr"
     concurrent_writers = True
     #: every chunk file is written to a temporary file and renamed into place (zarr's
-    #: LocalStore and chunkio's own writer, :class:`~._zarr_writing.LocalChunkEncoder`)
+    #: LocalStore and chunkio's own writer, :class:`~.zarr.writing.LocalChunkEncoder`)
     atomic_chunks = True
     #: many chunks in one object (``sharding_indexed``)
     shards = True
@@ -117,10 +117,10 @@ class ZarrStorage(_Capabilities):
                 fsync_path(folder)  # the new directory entries
 
     def seal(self, path: str, scratch: str, *, pack: bool = False) -> None:
-        """With ``pack``, arrays of small chunk files become shards (:mod:`._zarr_pack`);
+        """With ``pack``, arrays of small chunk files become shards (:mod:`.zarr.pack`);
         chunks were synced as written: sync the metadata, drop killed writers' temp files."""
         if pack:
-            from ._zarr_pack import pack_arrays
+            from .zarr.pack import pack_arrays
 
             pack_arrays(path)
         fsync_tree(path, finish_zarr=True)
@@ -187,7 +187,7 @@ class HDF5Storage(_Capabilities):
     def seal(self, path: str, scratch: str, *, pack: bool = False) -> None:
         """Rewrite ``path`` with its chunks in sorted order (equal content, equal bytes);
         HDF5 has no shards (``pack`` is ignored): a dataset is one file already."""
-        from ._hdf5_write import write_canonical
+        from .hdf5.write import write_canonical
 
         write_canonical(path, scratch)
         os.replace(scratch, path)

@@ -7,16 +7,25 @@ conversion runs as one :class:`Execution`, with one set of defaults.
 arrays of an existing HDF5 file or Zarr store; :func:`run_conversion` drives any
 :class:`BlockSource`. Local destinations are written atomically (built in a staging sibling,
 renamed into place when complete), resumably (a rerun skips finished blocks) and exclusively
-(a second converter fails fast); see :mod:`chunkio.convert.staging`. ``write_arrays``,
+(a second converter fails fast); see :mod:`chunkio.convert.durability.staging`. ``write_arrays``,
 ``convert_images`` and ``append_arrays`` store samples in a seeded random order by default,
-with a ``source_index`` field mapping rows back; see :mod:`chunkio.convert.shuffling`.
+with a ``source_index`` field mapping rows back; see :mod:`chunkio.convert.shuffle.order`.
+
+The entry points sit at the top (:mod:`.images`, :mod:`.arrays`, :mod:`.stores`,
+:mod:`.volumes`, :mod:`.append`, :mod:`.pipeline`) with the vocabulary they share
+(:mod:`.options`, :mod:`.progress`, :mod:`.source`); below them :mod:`.engine`,
+:mod:`.durability`, :mod:`.shuffle`, :mod:`.image` and :mod:`.volume`, which may import that
+vocabulary but no entry point. Modules here may import :mod:`chunkio.util`,
+:mod:`chunkio.errors`, :mod:`chunkio.format`, :mod:`chunkio.backends`, :mod:`chunkio.images`,
+:mod:`chunkio.read` (to stream a store) and :mod:`chunkio.sampling.order`, never the datasets,
+the loader or diagnostics.
 """
 
 from __future__ import annotations
 
 from .append import append_arrays
 from .arrays import write_arrays
-from .chunking import DEFAULT_CHUNK_BYTES, choose_samples_per_chunk
+from .engine.chunking import DEFAULT_CHUNK_BYTES, choose_samples_per_chunk
 from .options import Execution, Output
 from .pipeline import run_conversion
 from .source import BlockSource, ConversionResult

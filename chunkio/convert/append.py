@@ -21,8 +21,8 @@ point - see either the old dataset or the new one, never a mix:
 
 3. write the layout with the new ``num_samples`` and then the completion marker, fsync;
 4. seal (HDF5: the canonical rewrite every conversion gets, so equal content gives equal
-   bytes) and publish with the step conversions use (:func:`.staging.publish`): an HDF5 file
-   with ``os.replace``; a Zarr directory by exchanging the two directories with
+   bytes) and publish with the step conversions use (:func:`.durability.staging.publish`): an
+   HDF5 file with ``os.replace``; a Zarr directory by exchanging the two directories with
    ``renameat2(RENAME_EXCHANGE)`` (Linux), else with two renames. Should a process die
    between those two renames, the next ``append_arrays`` on the same path puts the old
    version back first (``.NAME.chunkio-append/replaced``), so rerunning the append applies
@@ -45,20 +45,20 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .._fsync import fsync_path
 from ..backends import Format, Writer, detect_format, open_reader, open_writer, storage_for
 from ..errors import ConversionError, DatasetNotFoundError, SourceError
-from ..layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout
-from ..numeric import ceil_div
+from ..format.layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout
+from ..util.fsync import fsync_path
+from ..util.numeric import ceil_div
 from .arrays import ArraySource
-from .engine import drive
-from .locking import DestinationLock
+from .durability.locking import DestinationLock
+from .durability.staging import REPLACED, is_local, publish
+from .engine.core import drive
+from .engine.workers import Work, worker_count
+from .engine.writing import apply_writes
 from .options import DEFAULT_EXECUTION, Execution, Progress
-from .shuffling import ORDER_KEY, SOURCE_INDEX, ShuffledSource, check_order_options
+from .shuffle.order import ORDER_KEY, SOURCE_INDEX, ShuffledSource, check_order_options
 from .source import BlockSource, ConversionResult
-from .staging import REPLACED, is_local, publish
-from .workers import Work, worker_count
-from .writing import apply_writes
 
 __all__ = ["append_arrays"]
 
@@ -98,7 +98,7 @@ def append_arrays(
         :class:`~chunkio.Execution`, as for :func:`~chunkio.convert.write_arrays`: worker
         processes (or a client) that read the new samples, by default none for NumPy arrays
         (nothing to read) and up to one per core for other inputs of at least
-        :data:`~chunkio.convert.workers.POOL_MIN_BYTES`; this process writes the copy. A
+        :data:`~chunkio.convert.engine.workers.POOL_MIN_BYTES`; this process writes the copy. A
         progress bar counting blocks. Not ``overwrite``: an append never replaces a dataset.
 
     Returns

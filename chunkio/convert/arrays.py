@@ -14,10 +14,12 @@ import numpy.typing as npt
 from .._deprecated import moved_keywords
 from ..backends import detect_format
 from ..errors import SourceError
-from ..layout import FieldInfo
-from ..names import validate_field_name
-from ..numeric import ceil_div
-from .chunking import chunk_samples
+from ..format.layout import FieldInfo
+from ..format.names import validate_field_name
+from ..util.numeric import ceil_div
+from .durability.rerun import Request, compression_option
+from .engine.chunking import chunk_samples
+from .engine.workers import Work, worker_count
 from .options import (
     DEFAULT_EXECUTION,
     DEFAULT_OUTPUT,
@@ -27,9 +29,7 @@ from .options import (
     moved,
 )
 from .pipeline import ConversionResult, convert_source
-from .rerun import Request, compression_option
-from .shuffling import check_order_options, gather_rows, order_extra, shuffled
-from .workers import Work, worker_count
+from .shuffle.order import check_order_options, gather_rows, order_extra, shuffled
 
 __all__ = [
     "ARRAY_MOVES",
@@ -297,7 +297,7 @@ def write_arrays(
         Store the samples in the order ``perm = np.random.default_rng(seed).permutation(N)``
         (stored row ``i`` holds sample ``perm[i]``), so that every chunk is a random subset,
         and add the field ``source_index`` (= ``perm``). ``shuffle=False`` keeps the order
-        (time series, volumes) and adds no field. See :mod:`chunkio.convert.shuffling`. Shuffled
+        (time series, volumes) and adds no field. See :mod:`chunkio.convert.shuffle.order`. Shuffled
         reads of dask, h5py and zarr arrays are random-access: each block of at least
         :data:`SHUFFLED_BLOCK_BYTES` reads rows from all over the source.
     output
@@ -308,12 +308,12 @@ def write_arrays(
         How the conversion runs (:class:`~chunkio.Execution`). Worker processes read,
         compress and write blocks (h5py files are reopened read-only there, so they must not
         be open for writing); by default, up to one per core for inputs of at least
-        :data:`~chunkio.convert.workers.POOL_MIN_BYTES`. When every input is a NumPy array
+        :data:`~chunkio.convert.engine.workers.POOL_MIN_BYTES`. When every input is a NumPy array
         the write runs in this process whatever ``workers`` says: there is nothing to read,
         and a pool was measured slower (1 GiB on 2 cores, when zarr-python still wrote the
         chunks: 3.2x the time with the arrays pickled to each worker, 1.2x with them in
         shared memory; not measured again since chunkio writes them). Setting
-        :data:`chunkio.convert.workers.POOL_MIN_SECONDS` to ``0.0`` forces the pool.
+        :data:`chunkio.convert.engine.workers.POOL_MIN_SECONDS` to ``0.0`` forces the pool.
 
     Returns
     -------
@@ -343,7 +343,7 @@ def write_arrays(
     spc = chunk_samples(source.fields, source.num_samples, asked, output.chunk_bytes)
     block_chunks = source.block_chunks(spc, shuffled=shuffle)
     nbytes = source.num_samples * sum(f.sample_nbytes for f in source.fields)
-    # NumPy inputs: nothing to read, a pool cannot pay (see chunkio.convert.workers.Work);
+    # NumPy inputs: nothing to read, a pool cannot pay (see chunkio.convert.engine.workers.Work);
     # by default (no workers asked for) a pool only for enough bytes to read
     given = execution.workers is not None
     work = Work(nbytes=None if given else nbytes, reads=not source.in_memory)

@@ -36,13 +36,13 @@ it with a :class:`~chunkio.errors.SourceError` whatever ``on_error`` says; rerun
 resumes.
 
 The write pass runs in this process when it is estimated (a few files decoded and timed,
-:func:`_write_work`, :func:`chunkio.convert.workers.pool_pays`) to take less than
-:data:`~chunkio.convert.workers.POOL_MIN_SECONDS` here, since starting worker processes
+:func:`_write_work`, :func:`chunkio.convert.engine.workers.pool_pays`) to take less than
+:data:`~chunkio.convert.engine.workers.POOL_MIN_SECONDS` here, since starting worker processes
 costs about half a second; so does the check pass, whose work is rarely worth a pool.
 ``workers`` is therefore an upper bound; a ``client`` is always used. From
 :data:`_WARM_UP_FILES` files on, the pool's process server starts in the background while
 the files are checked, with the workers' modules imported once
-(:func:`~chunkio.convert.processes.warm_up`), so the workers start in milliseconds.
+(:func:`~chunkio.convert.engine.processes.warm_up`), so the workers start in milliseconds.
 
 Stored fields:
 
@@ -61,7 +61,7 @@ Stored fields:
     that opens the dataset and would grow with N.
 ``source_index``
     ``(N,)`` int64, when shuffled (the default): each stored image's position in the sorted
-    file listing (:mod:`chunkio.convert.shuffling`).
+    file listing (:mod:`chunkio.convert.shuffle.order`).
 
 Images are stored in a seeded random order by default (``shuffle=True``), so every chunk
 holds a random mix of classes rather than one class folder after another.
@@ -71,7 +71,7 @@ Skipped files are listed, with reasons, in ``extra["skipped"]`` and in the retur
 
 Rerunning a finished conversion is cheap: before the check pass, the listing (every file's
 path, size and modification time, one ``stat`` each, nothing decoded) and the options are
-compared with the record the complete destination keeps (:mod:`chunkio.convert.rerun`).
+compared with the record the complete destination keeps (:mod:`chunkio.convert.durability.rerun`).
 Equal: the result is returned as it is (``unchanged``); different: refused, naming what changed.
 """
 
@@ -92,11 +92,14 @@ from ..backends import Format, detect_format
 from ..errors import SourceError
 from ..images.encoding import check_encoding
 from ..images.pillow import DecodePolicy, ImageMode, ResizeMode, UndecodableImage
-from ..numeric import ceil_div
-from ..provenance import decode_paths
-from .chunking import DEFAULT_CHUNK_BYTES, choose_samples_per_chunk
-from .image_check import Checked, check_all
-from .image_plan import (
+from ..read.provenance import decode_paths
+from ..util.numeric import ceil_div
+from .durability.rerun import Request, compression_option, display, reuse_complete
+from .engine.chunking import DEFAULT_CHUNK_BYTES, choose_samples_per_chunk
+from .engine.processes import warm_up
+from .engine.workers import Work, available_cores, worker_count
+from .image.check import Checked, check_all
+from .image.plan import (
     ImageConversionResult,
     describe,
     listing,
@@ -105,7 +108,8 @@ from .image_plan import (
     scan_source,
     unchanged,
 )
-from .image_source import ImageSource
+from .image.scan import OnError, ScanResult
+from .image.source import ImageSource
 from .options import (
     DEFAULT_EXECUTION,
     DEFAULT_OUTPUT,
@@ -115,11 +119,7 @@ from .options import (
     moved,
 )
 from .pipeline import convert_source
-from .processes import warm_up
-from .rerun import Request, compression_option, display, reuse_complete
-from .scan import OnError, ScanResult
-from .shuffling import SOURCE_INDEX, check_order_options, order_extra, shuffled
-from .workers import Work, available_cores, worker_count
+from .shuffle.order import SOURCE_INDEX, check_order_options, order_extra, shuffled
 
 __all__ = [
     "ImageConversionResult",
@@ -138,7 +138,7 @@ _WRITE_PER_DECODE = 3.0
 #: Files decoded and timed to estimate the write pass (:func:`_write_work`).
 _CALIBRATION_FILES = 8
 #: Files from which a conversion that may use a pool starts its process server early
-#: (:func:`~chunkio.convert.processes.warm_up`): fewer take under a second to write.
+#: (:func:`~chunkio.convert.engine.processes.warm_up`): fewer take under a second to write.
 _WARM_UP_FILES = 1000
 #: Decoded bytes per block (the unit of work, resume and fsync) to aim for.
 _BLOCK_BYTES = 8 << 20
@@ -240,7 +240,7 @@ def convert_images(
     src
         An ImageFolder (``src/<class>/<image>``: labels are class indices in sorted name
         order), a flat folder (no labels), or a sequence of image paths. Discovery rules:
-        :mod:`chunkio.convert.scan`.
+        :mod:`chunkio.convert.image.scan`.
     dst
         A ``.zarr`` directory or ``.h5`` file (built atomically, resumable), or any
         destination :func:`~chunkio.convert.run_conversion` accepts.
@@ -259,7 +259,7 @@ def convert_images(
         of the N good files in listing order (stored row ``i`` is file ``perm[i]``), with a
         ``source_index`` field (= ``perm``); ``path`` and ``label`` follow their images.
         ``shuffle=False`` keeps the listing order (class by class) and adds no field. See
-        :mod:`chunkio.convert.shuffling`.
+        :mod:`chunkio.convert.shuffle.order`.
     images
         Resizing, colour mode, ``max_size``, and how ``image`` is stored (raw pixels or
         encoded bytes): :class:`ImageOptions`.

@@ -20,9 +20,9 @@ from typing import Any
 from .._deprecated import Moved
 from ..backends import Compression, Format
 from ..backends.codec_table import DEFAULT_CODEC
-from .chunking import DEFAULT_CHUNK_BYTES
-from .rerun import Request
-from .workers import check_workers
+from .durability.rerun import Request
+from .engine.chunking import DEFAULT_CHUNK_BYTES
+from .engine.workers import check_workers
 
 __all__ = [
     "DEFAULT_EXECUTION",
@@ -72,7 +72,7 @@ class Output:
         (default): chosen by ``chunk_bytes``.
     chunk_bytes
         What the default chunk size aims at: uncompressed bytes per chunk, 1 MiB by default
-        (:data:`~chunkio.convert.chunking.DEFAULT_CHUNK_BYTES`), of the largest field's
+        (:data:`~chunkio.convert.engine.chunking.DEFAULT_CHUNK_BYTES`), of the largest field's
         samples (stored bytes of encoded images); for volumes, the largest cube of
         power-of-two side holding at most this many float32 voxels, whatever the stored
         dtype (64^3 by default, which a 64^3 patch reads whole). Chunks are the unit of I/O,
@@ -164,10 +164,10 @@ class Execution:
     ----------
     workers
         At most this many worker processes (``None``, the default: one per core; volumes at
-        most :data:`~chunkio.convert.workers.VOLUME_WORKERS`). A job estimated to take under
-        :data:`~chunkio.convert.workers.POOL_MIN_SECONDS` here, or to read under
-        :data:`~chunkio.convert.workers.POOL_MIN_BYTES`, runs in this process, since a pool
-        costs about a second to start (:mod:`chunkio.convert.workers`). ``1``: always this
+        most :data:`~chunkio.convert.engine.workers.VOLUME_WORKERS`). A job estimated to take under
+        :data:`~chunkio.convert.engine.workers.POOL_MIN_SECONDS` here, or to read under
+        :data:`~chunkio.convert.engine.workers.POOL_MIN_BYTES`, runs in this process, since a pool
+        costs about a second to start (:mod:`chunkio.convert.engine.workers`). ``1``: always this
         process.
     client
         A ``dask.distributed.Client`` to run the tasks on instead (always used).

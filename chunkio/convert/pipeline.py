@@ -1,9 +1,9 @@
 """The conversion pipeline: a :class:`BlockSource` -> chunk-aligned blocks -> a dataset.
 
 Blocks are whole chunks (``block_chunks`` chunks each, the last one possibly short): the tasks
-of the one conversion engine (:mod:`~chunkio.convert.engine`), written through its one writer
-protocol (:mod:`~chunkio.convert.writing`) into a destination staged, resumed and published
-by :mod:`~chunkio.convert.staging`.
+of the one conversion engine (:mod:`~chunkio.convert.engine.core`), written through its one writer
+protocol (:mod:`~chunkio.convert.engine.writing`) into a destination staged, resumed and published
+by :mod:`~chunkio.convert.durability.staging`.
 """
 
 from __future__ import annotations
@@ -20,13 +20,19 @@ import numpy as np
 from .._deprecated import moved_keywords
 from ..backends import Compression, Format, Writer, detect_format, storage_for
 from ..errors import SourceError
-from ..grid import SampleGrid
-from ..layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, FieldInfo
-from ..numeric import ceil_div
-from .blocks import Block, BlockJob, block_syncs, block_writes
-from .chunking import DEFAULT_CHUNK_BYTES, chunk_samples
-from .encoded import EncodedPlan
-from .engine import drive
+from ..format.grid import SampleGrid
+from ..format.layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, FieldInfo
+from ..util.numeric import ceil_div
+from .durability.plan import ConversionPlan
+from .durability.rerun import REQUEST_KEY, Request, compression_option, display, reuse_complete
+from .durability.staging import Destination, open_destination
+from .engine.blocks import Block, BlockJob, block_syncs, block_writes
+from .engine.chunking import DEFAULT_CHUNK_BYTES, chunk_samples
+from .engine.core import drive
+from .engine.encoded import EncodedPlan
+from .engine.ragged import RaggedPlan
+from .engine.workers import Work, worker_count
+from .engine.writing import Sync, start_writer, write_here, write_target
 from .options import (
     DEFAULT_EXECUTION,
     DEFAULT_OUTPUT,
@@ -36,14 +42,8 @@ from .options import (
     Progress,
     moved,
 )
-from .plan import ConversionPlan
-from .ragged import RaggedPlan
-from .rerun import REQUEST_KEY, Request, compression_option, display, reuse_complete
+from .shuffle.spill import staged_source
 from .source import BlockSource, ConversionResult
-from .spill import staged_source
-from .staging import Destination, open_destination
-from .workers import Work, worker_count
-from .writing import Sync, start_writer, write_here, write_target
 
 __all__ = ["BlockSource", "ConversionResult", "convert_source", "run_conversion"]
 
@@ -75,7 +75,7 @@ def run_conversion(
     """Convert ``source`` into a chunkio dataset at ``dst``; resume an interrupted run.
 
     Rerunning a finished conversion returns at once (``result.unchanged``) when ``dst`` holds
-    the dataset this same call made; see :mod:`chunkio.convert.rerun`. The keywords that
+    the dataset this same call made; see :mod:`chunkio.convert.durability.rerun`. The keywords that
     moved into :class:`Output` (``format``, ``samples_per_chunk`` -> ``chunks``,
     ``compression``, ``extra``) and :class:`Execution` (``workers``, ``client``,
     ``progress``, ``overwrite``) are still accepted for one release, with a
@@ -87,7 +87,8 @@ def run_conversion(
         The samples (a :class:`BlockSource`).
     dst
         A local path (``.zarr`` directory or ``.h5`` file; built atomically and resumably, see
-        :mod:`chunkio.convert.staging`), a ``memory://NAME``, a URL zarr understands, or a zarr
+        :mod:`chunkio.convert.durability.staging`), a ``memory://NAME``, a URL zarr understands, or
+        a zarr
         Store (the last three are written in place; the completion marker alone says done).
     class_names
         Stored in the format attributes.
@@ -97,7 +98,7 @@ def run_conversion(
         checksum (on by default) of every chunk, ``extra`` attributes (JSON-serialisable).
     execution
         :class:`Execution`: worker processes (by default one per core for sources of at
-        least :data:`~chunkio.convert.workers.POOL_MIN_BYTES` decoded bytes, else this
+        least :data:`~chunkio.convert.engine.workers.POOL_MIN_BYTES` decoded bytes, else this
         process; a ``forkserver``/``spawn`` pool), or a ``dask.distributed.Client``; a
         progress bar counting samples; overwriting (locally, the old dataset is replaced only
         once the new one is complete).
@@ -111,7 +112,7 @@ def run_conversion(
         Zarr: write the fields in shards of about 64 MiB of the largest field (blocks own
         whole shards), and before publishing merge small fields' shards and pack arrays of
         small chunk files (labels, paths, the bytes of encoded images...) into shards, most
-        often one file per small field (:mod:`chunkio.backends._zarr_pack`);
+        often one file per small field (:mod:`chunkio.backends.zarr.pack`);
         ``convert_images`` does.
 
     Returns
@@ -126,8 +127,8 @@ def run_conversion(
         A block failed otherwise (a worker died, the disk is full, ...). Finished blocks are
         kept: rerunning the same call resumes.
     DestinationBusyError, DestinationExistsError
-        See :func:`chunkio.convert.staging.open_destination` and
-        :func:`~chunkio.convert.rerun.reuse_complete`.
+        See :func:`chunkio.convert.durability.staging.open_destination` and
+        :func:`~chunkio.convert.durability.rerun.reuse_complete`.
     """
     output = DEFAULT_OUTPUT if output is None else output
     samples_per_chunk = output.samples_per_chunk("run_conversion")
@@ -359,7 +360,7 @@ def _shard_chunks(layout: DatasetLayout, fmt: Format, source: BlockSource) -> in
     a ragged or encoded one whose chunks do on average (images of mixed sizes; encoded images
     count decoded). Every dense field is then written in shards of that many chunks, blocks
     owning whole shards; the small fields' shards are merged at publication
-    (:mod:`chunkio.backends._zarr_pack`)."""
+    (:mod:`chunkio.backends.zarr.pack`)."""
     if not storage_for(fmt).shards:
         return 1
     spc = layout.samples_per_chunk

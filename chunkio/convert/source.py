@@ -8,7 +8,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 import numpy.typing as npt
 
 from ..backends import Format
-from ..layout import DatasetLayout, FieldInfo
+from ..format.layout import DatasetLayout, FieldInfo
 
 __all__ = ["BlockSource", "ConversionResult"]
 

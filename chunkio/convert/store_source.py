@@ -4,7 +4,7 @@
 names, read through chunkio's own read core (:class:`~chunkio.read.ReadCore`: the fast Zarr
 engine, raw HDF5 chunk reads, any codec chunkio reads, remote URLs), exactly what
 ``ChunkDataset(src, fields=...)`` opens. It pickles as its location and options; each process
-opens its own reader on first use (:class:`~chunkio.handles.PerProcessReader`).
+opens its own reader on first use (:class:`~chunkio.read.handles.PerProcessHandle`).
 
 Reads are meant to follow the source's order: ``read_block(start, stop)`` decodes each chunk
 of ``[start, stop)`` once, whole chunks straight into the block. Blocks aligned to
@@ -24,16 +24,17 @@ import numpy.typing as npt
 
 from ..backends import ReaderOptions
 from ..errors import FormatError, SourceError
-from ..foreign import FieldSelection, foreign_layout, is_chunkio_dataset
-from ..handles import PerProcessReader
-from ..layout import DatasetLayout, FieldInfo
+from ..format.foreign import FieldSelection
+from ..format.layout import DatasetLayout, FieldInfo
+from ..format.store_layout import LayoutOptions, open_layout
 from ..read import ReadCore
-from .staging import is_local
+from ..read.handles import PerProcessHandle
+from .durability.staging import is_local
 
 __all__ = ["StoreSource", "check_apart"]
 
 
-class StoreSource(PerProcessReader[ReadCore]):
+class StoreSource(PerProcessHandle[ReadCore]):
     """The arrays ``fields`` names in the store at ``location``, as a block source.
 
     Validated when made, in the calling process (missing arrays, unequal lengths, dtypes
@@ -50,23 +51,25 @@ class StoreSource(PerProcessReader[ReadCore]):
         trust_codecs: bool = False,
     ) -> None:
         self.location = os.fspath(location) if isinstance(location, os.PathLike) else location
-        self.options = ReaderOptions(
+        options = ReaderOptions(
             storage_options=dict(storage_options) if storage_options else None,
             trust_codecs=bool(trust_codecs),
-            fill_missing=True,  # never-written chunks of a foreign store hold its fill value
         )
-        reader = self.options.open(self.location)
+        reader = options.open(self.location)
         try:
-            attrs = reader.attrs()
-            if is_chunkio_dataset(attrs):
+            # not strict: a chunkio dataset, complete or not, is refused by the message below
+            found = open_layout(reader, fields, LayoutOptions(strict=False))
+            if found.native:
                 raise FormatError(
                     f"{reader.location}: already a chunkio dataset; read it with "
                     "ChunkDataset, or rewrite it with write_arrays (chunkio.convert)"
                 )
-            self.layout: DatasetLayout = foreign_layout(reader, fields)
+            self.layout: DatasetLayout = found.dataset_layout()
             self._stamp = _stamp(self.location, reader, self.layout)
         finally:
             reader.close()
+        # never-written chunks of a foreign store hold its fill value
+        self.options = found.reader_options(options)
         self.num_samples = self.layout.num_samples
         self.fields: tuple[FieldInfo, ...] = tuple(
             FieldInfo(f.name, f.dtype, f.sample_shape) for f in self.layout.fields
@@ -79,7 +82,7 @@ class StoreSource(PerProcessReader[ReadCore]):
         decode each of its chunks once."""
         return self.layout.samples_per_chunk
 
-    def _open_reader(self) -> ReadCore:
+    def _open_handle(self) -> ReadCore:
         return ReadCore(self.location, self.layout, reader=self.options)
 
     def fingerprint(self) -> str:
@@ -98,7 +101,7 @@ class StoreSource(PerProcessReader[ReadCore]):
 
     def _read(self, idx: npt.NDArray[np.int64], *, once: bool) -> dict[str, npt.NDArray[Any]]:
         try:
-            return dict(self._reader().read(self._names, idx, once=once))
+            return dict(self._handle().read(self._names, idx, once=once))
         except SourceError:
             raise
         except Exception as err:

@@ -4,7 +4,8 @@ The source is anything ``ChunkDataset(src, fields=...)`` reads in place (HDF5, Z
 sharded or not, local or remote), read through chunkio's own readers
 (:class:`~chunkio.convert.store_source.StoreSource`) in source-order blocks, so each source
 chunk is decoded once. The write-time shuffle of a source larger than memory is external
-(:mod:`chunkio.convert.spill`): one pass spills the source, grouped by destination block, into
+(:mod:`chunkio.convert.shuffle.spill`): one pass spills the source, grouped by destination block,
+into
 the destination's staging directory; the blocks are then built from the spill. Everything
 else is the one conversion pipeline: parallel, resumable, atomic, idempotent on rerun.
 """
@@ -16,16 +17,16 @@ from dataclasses import replace
 from typing import Any
 
 from .._deprecated import moved_keywords
-from ..foreign import FieldSelection, field_arrays
-from ..numeric import ceil_div
+from ..format.foreign import FieldSelection, field_arrays
+from ..util.numeric import ceil_div
 from .arrays import ARRAY_MOVES, ArrayWrite
-from .chunking import chunk_samples
+from .engine.chunking import chunk_samples
+from .engine.workers import Work, worker_count
 from .options import DEFAULT_EXECUTION, DEFAULT_OUTPUT, Execution, Output
 from .pipeline import ConversionResult, convert_source
-from .shuffling import check_order_options
-from .spill import ExternalShuffle
+from .shuffle.order import check_order_options
+from .shuffle.spill import ExternalShuffle
 from .store_source import StoreSource, check_apart
-from .workers import Work, worker_count
 
 __all__ = ["STORE_BLOCK_BYTES", "STORE_READ_BYTES", "convert_arrays"]
 
@@ -75,11 +76,11 @@ def convert_arrays(
         As for :func:`~chunkio.convert.write_arrays`. ``shuffle`` stores source sample
         ``perm[i]`` at row ``i`` and adds the field ``source_index``; it costs a first pass
         that spills the source (its decoded size, on the destination's disk, in its staging
-        directory) and is removed at the end (:mod:`chunkio.convert.spill`).
+        directory) and is removed at the end (:mod:`chunkio.convert.shuffle.spill`).
     execution
         :class:`~chunkio.Execution`: processes that read, spill and write blocks (by
         default every core; one process when the source is under
-        :data:`~chunkio.convert.workers.POOL_MIN_BYTES`), a client, progress, overwriting.
+        :data:`~chunkio.convert.engine.workers.POOL_MIN_BYTES`), a client, progress, overwriting.
 
     Returns
     -------

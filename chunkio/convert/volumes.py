@@ -1,27 +1,27 @@
 """Convert 3-D volumes - TIFF stacks, NIfTI (``.nii``/``.nii.gz``), ``.npy``/``.npz`` - into a
 chunkio *volume dataset*, chunked along every spatial axis for patch reads.
 
-Layout (details in :mod:`chunkio.volume_layout`): when every volume has the same shape they
+Layout (details in :mod:`chunkio.format.volume_layout`): when every volume has the same shape they
 are *stacked* - field ``image`` of shape ``(N, [C,] D, H, W)`` chunked ``(1, [C,] 64, 64,
 64)`` and field ``label`` ``(N, D, H, W)``, one volume per sample - otherwise each volume is
 its own field (``image_000``, ``label_000``, ...) of shape ``(1, [C,] D_k, H_k, W_k)``.
 ``extra["volumes"]`` records shapes, chunking, each volume's source files, voxel spacing,
 affine and orientation (NIfTI ``affine``, ``aff2axcodes``; TIFF resolution and ImageJ
 spacing), per-volume value ``scaling`` and the label index. With labels, a coarse per-chunk
-label index (:mod:`chunkio.label_index`) is computed while converting and stored as
+label index (:mod:`chunkio.format.label_index`) is computed while converting and stored as
 arrays ``label_index``/``label_points`` for label-balanced patch sampling.
 
-Values: see :mod:`chunkio.convert.volume_values` - narrowing never wraps (``on_overflow``
+Values: see :mod:`chunkio.convert.volume.values` - narrowing never wraps (``on_overflow``
 ``"error"``, ``"clip"`` or ``"scale"``) and NaN/Inf are handled by an explicit
 ``nan_policy``; labels must be integers and match their image's shape.
 
-Execution: one task per volume (:mod:`chunkio.convert.volume_tasks`) on the conversion
-engine (:mod:`chunkio.convert.engine`); a task owns every chunk of that volume, so parallel
+Execution: one task per volume (:mod:`chunkio.convert.volume.tasks`) on the conversion
+engine (:mod:`chunkio.convert.engine.core`); a task owns every chunk of that volume, so parallel
 writers never share a chunk. A task holds its volume (and label) in memory - NIfTI ``.gz``
 must be decompressed whole anyway - so peak memory is about two volumes per worker; a single
 volume larger than memory is not supported (split it first).
 Local destinations are atomic, exclusive and resumable through the staging of
-:mod:`chunkio.convert.staging`: the manifest lists finished volumes, and each finished
+:mod:`chunkio.convert.durability.staging`: the manifest lists finished volumes, and each finished
 volume's scaling and label index are kept next to it, so a rerun converts only the rest and
 produces the same dataset.
 """
@@ -42,21 +42,21 @@ import numpy.typing as npt
 from .._deprecated import moved_keywords
 from ..backends import Compression, Format, Writer, detect_format, storage_for
 from ..errors import SourceError
-from ..label_index import LabelIndex, write_label_index
-from ..layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, FieldInfo
-from ..volume_layout import VOLUMES_KEY, VolumeSet
-from .engine import drive
+from ..format.label_index import LabelIndex, write_label_index
+from ..format.layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, FieldInfo
+from ..format.volume_layout import VOLUMES_KEY, VolumeSet
+from .durability.plan import ConversionPlan
+from .durability.rerun import REQUEST_KEY, Request, compression_option, display, reuse_complete
+from .durability.staging import Destination, open_destination
+from .engine.core import drive
+from .engine.workers import VOLUME_WORKERS, Work, worker_count
+from .engine.writing import start_writer, write_here, write_target
 from .options import DEFAULT_EXECUTION, DEFAULT_OUTPUT, Execution, Output, Progress, moved
-from .plan import ConversionPlan
-from .rerun import REQUEST_KEY, Request, compression_option, display, reuse_complete
 from .source import ConversionResult
-from .staging import Destination, open_destination
-from .volume_results import load_results, save_result
-from .volume_sources import VolumeFile, match_labels, probe_volume, volume_files
-from .volume_tasks import VolumeJob, VolumeResult, VolumeTask
-from .volume_values import NanPolicy, OnOverflow, choose_dtype
-from .workers import VOLUME_WORKERS, Work, worker_count
-from .writing import start_writer, write_here, write_target
+from .volume.results import load_results, save_result
+from .volume.sources import VolumeFile, match_labels, probe_volume, volume_files
+from .volume.tasks import VolumeJob, VolumeResult, VolumeTask
+from .volume.values import NanPolicy, OnOverflow, choose_dtype
 
 __all__ = ["DEFAULT_VOLUME_CHUNKS", "convert_volumes", "volume_chunks"]
 
@@ -104,7 +104,7 @@ def convert_volumes(
     dtype, label_dtype
         Stored dtypes; default: one that holds every source (float labels: int16).
     on_overflow, nan_policy
-        Value policies, see :mod:`chunkio.convert.volume_values`.
+        Value policies, see :mod:`chunkio.convert.volume.values`.
     class_names
         Names of the label values 0, 1, ... (stored in the layout).
     output
@@ -114,8 +114,8 @@ def convert_volumes(
         level and checksum of every chunk. No ``extra``: the converter writes its own.
     execution
         :class:`~chunkio.Execution`: processes converting volumes in parallel (default: up
-        to :data:`~chunkio.convert.workers.VOLUME_WORKERS`, never more than volumes left,
-        and none for less than 256 MiB of images: see :mod:`chunkio.convert.workers`), or a
+        to :data:`~chunkio.convert.engine.workers.VOLUME_WORKERS`, never more than volumes left,
+        and none for less than 256 MiB of images: see :mod:`chunkio.convert.engine.workers`), or a
         ``dask.distributed.Client``; a progress bar (volumes); overwriting.
 
     Returns
@@ -257,7 +257,7 @@ class _Job:
 
     def fingerprint(self) -> str:
         """What the arrays look like; each volume's files are checked on resume on their own
-        (see :mod:`chunkio.convert.volume_results`), so fixing one bad file keeps the rest."""
+        (see :mod:`chunkio.convert.volume.results`), so fixing one bad file keeps the rest."""
         files = [[f.path for f in (t.image, t.label) if f is not None] for t in self.tasks]
         state = {
             "files": files,

@@ -1,4 +1,5 @@
-"""Images, one home per concept: how image bytes are read, decoded, encoded and transformed.
+"""Images, one home per concept: how image bytes are read, decoded and encoded (the
+transforms that resample them live in :mod:`chunkio.transforms`).
 
 :mod:`chunkio.images.jpeg`
     The one JPEG header parser (frame size, components, sampling factors, EXIF orientation,
@@ -13,15 +14,7 @@
     the decoded shape read from a header.
 :mod:`chunkio.images.decoders`
     The decoders of encoded fields, one per encoding and library, writing into batch rows.
-:mod:`chunkio.images.draws`
-    The counter-based randomness of transform plans: uniform draws keyed by
-    ``(seed, epoch, index)``. The plans themselves (crop boxes, sizes, flips: pure functions
-    of that key) are made by the public :mod:`chunkio.transforms`.
-:mod:`chunkio.images.render`
-    Rendering a plan: the one crop-and-resize (torch, or Pillow for alpha) into a batch row.
-:mod:`chunkio.images.normalize`
-    The device-side end: a uint8 batch to normalized floats (re-exported by
-    :mod:`chunkio.transforms`).
-
 Nothing is imported here: each module pulls in only the libraries it needs.
+
+Modules here may import :mod:`chunkio.util` and :mod:`chunkio.errors` only.
 """

@@ -115,6 +115,8 @@ class _PillowDecoder(ImageDecoder):
     def _decode_into(self, buf: Any, out: np.ndarray) -> None:
         from PIL import Image
 
+        if self.encoding == "jpeg":  # Pillow pads a truncated JPEG where a user set
+            require_end(buf, b"\xff\xd9", "jpeg", self.library)  # LOAD_TRUNCATED_IMAGES
         if self.encoding == "png" and out.dtype == np.uint16 and out.ndim == 3:
             # Pillow reads 16-bit colour PNGs as 8-bit: hand over to imagecodecs
             try:
@@ -150,6 +152,7 @@ class _PillowDecoder(ImageDecoder):
 
         buf = as_buffer(data)
         h, w, components = jpeg_shape(buf)
+        require_end(buf, b"\xff\xd9", "jpeg", self.library)
         d, sh, sw = jpeg.scaled_size(h, w, min_height, min_width)
         mode = "L" if components == 1 else "RGB"
         try:

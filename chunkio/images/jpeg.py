@@ -21,10 +21,26 @@ libjpeg-turbo
     process decodes is decoded by Pillow too, and a kind whose pixels differ (another
     libjpeg-turbo build, say) goes to Pillow from then on. A file libjpeg-turbo refuses also
     goes to Pillow, which decides whether it is an error.
+Partial decode
+    :func:`decode_region` decodes one box of a JPEG (at full or 1/2, 1/4, 1/8 scale): only
+    the iMCU rows and columns that cover it, by chunkio's small extension against the system
+    libjpeg-turbo (``chunkio.images._jpegcrop``, libjpeg's ``jpeg_crop_scanline`` and
+    ``jpeg_skip_scanlines``). Its pixels equal :func:`decode`'s cut to the box, bit for bit:
+    libjpeg-turbo widens a cropped region to iMCU boundaries and upsamples the chroma at the
+    region's edges as if they were the image's, so the extension decodes one iMCU more on each
+    side (and from one iMCU row above) than the box needs and cuts the box out of that.
+    CMYK and YCCK files are refused (ValueError; simplejpeg converts them), and so is a DCT
+    scale simplejpeg would not pick (:func:`exact_scale`): callers decode those whole.
+    Strict like :func:`decode`; data without its end-of-image marker is decoded to the end,
+    so a truncated file fails as in a full decode; rows below the box are otherwise not
+    decoded, so corruption confined to them goes unseen (the chunk checksums catch damage
+    in storage). :data:`REGION_DECODE` is whether the extension is built; without it
+    callers decode whole images with :func:`decode` (as with ``CHUNKIO_JPEG_REGION=0``).
 """
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -33,7 +49,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..numeric import ceil_div
+from ..util.numeric import ceil_div
+
+try:  # the optional compiled part (setup.py): partial decode against libjpeg-turbo
+    from . import _jpegcrop
+except ImportError:  # pragma: no cover - a build without libjpeg-turbo's headers
+    _jpegcrop = None  # type: ignore[assignment]
 
 __all__ = [
     "EOI",
@@ -43,10 +64,13 @@ __all__ = [
     "SOI",
     "Buffer",
     "JpegHeader",
+    "REGION_DECODE",
     "decode",
     "decode_plain",
+    "decode_region",
     "encode",
     "ends_with_eoi",
+    "exact_scale",
     "frame_shape",
     "parse_header",
     "read_header",
@@ -315,6 +339,72 @@ def decode(
     if out is not None:
         return out
     return pixels[:, :, 0] if gray else pixels
+
+
+def exact_scale(height: int, width: int, denominator: int) -> bool:
+    """Whether :func:`decode` with ``scale=(denominator, ceil(height / d), ceil(width / d))``
+    surely decodes at exactly ``1 / denominator``: no other of libjpeg-turbo's scaling factors
+    (``k / 8``, which simplejpeg chooses among by output size) gives the same size. Only tiny
+    images fail it (3/8, 1/2 and 5/8 of a 3-pixel side are all 2 pixels).
+
+    >>> exact_scale(333, 500, 2), exact_scale(1, 3, 2), exact_scale(9, 13, 1)
+    (True, False, True)
+    """
+    if denominator == 1:
+        return True
+    size = (ceil_div(height, denominator), ceil_div(width, denominator))
+    return not any(
+        (ceil_div(height * k, 8), ceil_div(width * k, 8)) == size
+        for k in range(1, 17)
+        if k * denominator != 8
+    )
+
+
+#: whether readers decode JPEG crops by region: the extension is built, and the environment
+#: variable ``CHUNKIO_JPEG_REGION`` is not ``0`` (for A/B runs; workers inherit it)
+REGION_DECODE = _jpegcrop is not None and os.environ.get("CHUNKIO_JPEG_REGION", "1") != "0"
+
+
+def decode_region(
+    data: Buffer | npt.NDArray[np.uint8],
+    out: npt.NDArray[np.uint8],
+    *,
+    size: tuple[int, int],
+    left: int,
+    top: int,
+    denominator: int = 1,
+) -> npt.NDArray[np.uint8]:
+    """Decode the box of ``out``'s size at ``(left, top)`` of JPEG ``data`` into ``out``.
+
+    The box is in the pixels of the image decoded at scale ``1 / denominator`` (1, 2, 4 or
+    8; the scaled size is ``ceil(size / denominator)``, as :func:`scaled_size` says), and the
+    result equals :func:`decode` of the whole image at that scale cut to the box.
+
+    Parameters
+    ----------
+    out
+        C-contiguous uint8, ``(h, w)`` or ``(h, w, 1)`` (gray) or ``(h, w, 3)`` (RGB): the
+        box's size.
+    size
+        ``(height, width)`` the header must give (at full scale): a header that says another
+        size is corrupt.
+
+    Raises
+    ------
+    ValueError
+        libjpeg-turbo refuses the data (corrupt, truncated), the header's size is not
+        ``size``, or the box is not inside the scaled image.
+    RuntimeError
+        The extension is not built (:data:`REGION_DECODE` is False).
+    """
+    if _jpegcrop is None:
+        raise RuntimeError("chunkio was built without its libjpeg-turbo extension")
+    if not (out.flags.c_contiguous and out.flags.writeable and out.dtype == np.uint8):
+        raise ValueError("decode_region: out must be a writable C-contiguous uint8 array")
+    gray = out.ndim == 2 or out.shape[2] == 1
+    h, w = out.shape[:2]
+    _jpegcrop.decode_region(data, out, gray, denominator, size[0], size[1], left, top, h, w)
+    return out
 
 
 #: per process: coding kind -> whether simplejpeg's pixels equal Pillow's for it

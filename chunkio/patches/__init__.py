@@ -7,41 +7,46 @@ read in place), :class:`GridSampler`,
 writes per-patch predictions back into full volumes.
 
 Names are imported on first use (PEP 562), so importing one sampler does not import torch. The
-on-disk volume format (:mod:`chunkio.volume_layout`, :mod:`chunkio.label_index`) lives outside
+on-disk volume format (:mod:`chunkio.format.volume_layout`, :mod:`chunkio.format.label_index`)
+lives outside
 this package: converters write it without importing the read side.
+
+Modules here may import :mod:`chunkio.util`, :mod:`chunkio.errors`,
+:mod:`chunkio.format`, :mod:`chunkio.backends`, :mod:`chunkio.read`, :mod:`chunkio.sampling`
+and, for :func:`stitch` alone, the conversion engine (:mod:`chunkio.convert`).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._lazy import lazy_names
+from ..util.lazy import lazy_names
 
 if TYPE_CHECKING:
-    from ..label_index import LabelIndex, index_label_volume
-    from ..planning import PatchReadPlan, chunk_boxes, plan_patch_reads
+    from ..format.label_index import LabelIndex, index_label_volume
+    from ..format.volume_layout import VolumeSet
     from ..read import PatchReadStats
-    from ..volume_layout import VolumeSet
+    from ..read.planning import PatchReadPlan, chunk_boxes, plan_patch_reads
     from .balanced import LabelBalancedSampler
     from .dataset import PatchDataset
     from .samplers import GridSampler, PatchSampler, RandomPatchSampler, grid_origins
-    from .stitch import stitch
+    from .stitching import stitch
 
 _LAZY = {
     "GridSampler": ".samplers",
     "LabelBalancedSampler": ".balanced",
-    "LabelIndex": "..label_index",
+    "LabelIndex": "..format.label_index",
     "PatchDataset": ".dataset",
-    "PatchReadPlan": "..planning",
+    "PatchReadPlan": "..read.planning",
     "PatchReadStats": "..read",
     "PatchSampler": ".samplers",
     "RandomPatchSampler": ".samplers",
-    "VolumeSet": "..volume_layout",
-    "chunk_boxes": "..planning",
+    "VolumeSet": "..format.volume_layout",
+    "chunk_boxes": "..read.planning",
     "grid_origins": ".samplers",
-    "index_label_volume": "..label_index",
-    "plan_patch_reads": "..planning",
-    "stitch": ".stitch",
+    "index_label_volume": "..format.label_index",
+    "plan_patch_reads": "..read.planning",
+    "stitch": ".stitching",
 }
 
 __all__ = [

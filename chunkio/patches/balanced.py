@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import FormatError
-from ..label_index import LabelIndex
-from ..numeric import IntArray
+from ..format.label_index import LabelIndex
+from ..util.numeric import IntArray
 from .samplers import _CountedSampler, locality_order, uniform_keys
 
 __all__ = ["LabelBalancedSampler"]

@@ -16,15 +16,17 @@ import numpy as np
 import numpy.typing as npt
 from torch.utils.data import Dataset
 
-from ..backends import ReaderOptions, detect_format, open_reader
-from ..batch import SampleBatch, to_tensor
-from ..foreign import FieldSelection, foreign_volumes, is_chunkio_dataset
-from ..label_index import LabelIndex, index_label_volumes, read_label_index
-from ..layout import DatasetLayout, check_arrays
-from ..planning import plan_patch_reads
-from ..read import PadMode, ReadCore
+from ..backends import Reader, ReaderOptions, detect_format
+from ..errors import FormatError
+from ..format.foreign import FieldSelection
+from ..format.label_index import LabelIndex, index_label_volumes
+from ..format.layout import DatasetLayout
+from ..format.store_layout import LayoutOptions, open_layout
+from ..format.volume_layout import VOLUMES_KEY, VolumeSet
+from ..read import PadMode, ReadCore, read_whole
+from ..read.batch import SampleBatch, to_tensor
 from ..read.core import ReadCoreDataset
-from ..volume_layout import VOLUMES_KEY, VolumeSet
+from ..read.planning import plan_patch_reads
 from .balanced import LabelBalancedSampler
 from .samplers import GridSampler, PatchSampler
 
@@ -34,7 +36,7 @@ KINDS = ("image", "label")
 
 
 class PatchDataset(ReadCoreDataset, Dataset[Any]):
-    """Patches of the volumes of a chunkio volume dataset (see :mod:`chunkio.volume_layout`),
+    """Patches of the volumes of a chunkio volume dataset (see :mod:`chunkio.format.volume_layout`),
     or of volume arrays in a user's own HDF5 file or Zarr store, read in place.
 
     Items are addressed by *patch keys* ``(volume, *origin)``, which the bound ``sampler``
@@ -73,6 +75,12 @@ class PatchDataset(ReadCoreDataset, Dataset[Any]):
         Decoded chunks each process keeps besides those of the batch it is reading (the
         same chunk pool :class:`~chunkio.ChunkDataset` uses; least recently used evicted
         first; helps overlapping grids). With 0 a process keeps only the last batch's chunks.
+    storage_options
+        With a URL: options for its fsspec filesystem, as for :class:`~chunkio.ChunkDataset`
+        (e.g. ``{"anon": True}``).
+    trust_codecs
+        Allow codecs, filters and links chunkio does not consider safe, as for
+        :class:`~chunkio.ChunkDataset`.
     """
 
     def __init__(
@@ -97,11 +105,12 @@ class PatchDataset(ReadCoreDataset, Dataset[Any]):
         if cache_bytes < 0:
             raise ValueError(f"cache_bytes must be >= 0; got {cache_bytes}")
         self.transform, self.pad_mode = transform, pad_mode
-        self._options: dict[str, Any] = {
-            "cache_bytes": int(cache_bytes),
-            "storage_options": dict(storage_options) if storage_options else None,
-            "trust_codecs": bool(trust_codecs),
-        }
+        self.cache_bytes = int(cache_bytes)
+        #: how every process opens its reader of the store (set again by the metadata read)
+        self.reader_options = ReaderOptions(
+            storage_options=dict(storage_options) if storage_options else None,
+            trust_codecs=bool(trust_codecs),
+        )
         self.patch_size = tuple(int(p) for p in patch_size)
         self.layout, self.volumes, self.label_index = self._read_metadata(fields, sampler)
         self.fields = self._select(None if self.layout.foreign else fields)
@@ -115,36 +124,26 @@ class PatchDataset(ReadCoreDataset, Dataset[Any]):
     def _read_metadata(
         self, fields: FieldSelection | None, sampler: PatchSampler | None
     ) -> tuple[DatasetLayout, VolumeSet, LabelIndex | None]:
-        reader = open_reader(self.location, **self._reader_options())
+        reader = self.reader_options.open(self.location)
         try:
-            where = reader.location
-            attrs = reader.attrs()
-            if not is_chunkio_dataset(attrs):
-                self._options["fill_missing"] = True  # never-written chunks hold the fill
-                layout, volumes = foreign_volumes(reader, fields, len(self.patch_size))
-                balanced = isinstance(sampler, LabelBalancedSampler) and volumes.label is not None
-                return layout, volumes, self._index_labels(layout, volumes) if balanced else None
-            layout = DatasetLayout.from_attrs(attrs, where=where)
-            present = set(reader.array_names())
-            arrays = {
-                name: (i.shape, i.dtype, i.chunks)
-                for f in layout.fields
-                for name in f.array_names()
-                if name in present
-                for i in [reader.array_info(name)]
-            }
-            check_arrays(layout, arrays, where=where)
-            volumes = VolumeSet.from_extra(layout.extra, where=where)
-            index = read_label_index(reader, layout.extra[VOLUMES_KEY].get("label_index"))
-            return layout, volumes, index
+            options = LayoutOptions(spatial=len(self.patch_size))
+            found = open_layout(reader, fields, options)
+            layout, volumes = found.dataset_layout(), found.volumes
+            assert volumes is not None  # asked for: LayoutOptions.spatial
+            self.reader_options = found.reader_options(self.reader_options)
+            if found.native:
+                index = read_label_index(reader, layout.extra[VOLUMES_KEY].get("label_index"))
+                return layout, volumes, index
         finally:
             reader.close()
+        balanced = isinstance(sampler, LabelBalancedSampler) and volumes.label is not None
+        return layout, volumes, self._index_labels(layout, volumes) if balanced else None
 
     def _index_labels(self, layout: DatasetLayout, volumes: VolumeSet) -> LabelIndex:
         """The label index of a store chunkio did not write, read from its labels (as a
         foreign store is read: never-written chunks hold the fill value)."""
         label = layout.field("label")
-        reader = open_reader(self.location, **self._reader_options())
+        reader = self.reader_options.open(self.location)
         try:
             return index_label_volumes(reader, volumes, label.array_names()[0], label.dtype)
         finally:
@@ -178,26 +177,17 @@ class PatchDataset(ReadCoreDataset, Dataset[Any]):
         )
 
     # -- per-process handles ------------------------------------------------------------------
-    def _open_reader(self) -> ReadCore:
+    def _open_handle(self) -> ReadCore:
         # the same per-process read core as ChunkDataset's (plan, read, cache, scatter)
-        reader = ReaderOptions(**self._reader_options())
         return ReadCore(
-            self.location, self.layout, cache_bytes=self._options["cache_bytes"], reader=reader
+            self.location, self.layout, cache_bytes=self.cache_bytes, reader=self.reader_options
         )
-
-    def _reader_options(self) -> dict[str, Any]:
-        opts = self._options
-        return {
-            "storage_options": opts["storage_options"],
-            "trust_codecs": bool(opts["trust_codecs"]),
-            "fill_missing": bool(opts.get("fill_missing", False)),
-        }
 
     # -- reading ------------------------------------------------------------------------------
     def read_patches(self, keys: Sequence[Any] | npt.ArrayLike) -> dict[str, npt.NDArray[Any]]:
         """Patches ``keys`` as NumPy arrays by field, plus ``volume`` and ``origin``."""
         plan = plan_patch_reads(keys, self.patch_size, self.volumes)
-        out = self._reader().patches.read(
+        out = self._handle().patches.read(
             self.volumes,
             self.fields,
             plan,
@@ -230,3 +220,16 @@ class PatchDataset(ReadCoreDataset, Dataset[Any]):
         # with tuples kept tuples (default_collate alone would turn them into lists)
         items = [self.transform({k: v[j] for k, v in columns.items()}) for j in range(n)]
         return SampleBatch.from_samples(items)
+
+
+def read_label_index(reader: Reader, meta: Mapping[str, Any] | None) -> LabelIndex | None:
+    """Read the index described by ``extra["volumes"]["label_index"]`` (None if absent)."""
+    if not meta:
+        return None
+    arrays = []
+    for key in ("rows", "points"):
+        name = str(meta.get(key))
+        if name not in reader.array_names():
+            raise FormatError(f"{reader.location}: label index array {name!r} is missing")
+        arrays.append(read_whole(reader, name).astype(np.int64, copy=False))
+    return LabelIndex(arrays[0], arrays[1])

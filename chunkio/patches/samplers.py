@@ -27,10 +27,10 @@ from typing import Any, ClassVar, Literal, TypeAlias
 import numpy as np
 from torch.utils.data import Sampler
 
-from ..label_index import LabelIndex
-from ..numeric import IntArray, ceil_div, ceil_div_array
-from ..order import check_state
-from ..volume_layout import VolumeSet
+from ..format.label_index import LabelIndex
+from ..format.volume_layout import VolumeSet
+from ..sampling.order import check_state
+from ..util.numeric import IntArray, ceil_div, ceil_div_array
 
 __all__ = [
     "GridSampler",

@@ -1,8 +1,8 @@
-"""What every field reader of the read core shares: the process's context, its counters, and
-the one way to read a small array whole.
+"""What the reads of every field of the read core share: the process's context, its counters,
+and the one way to read a small array whole.
 
-A field reader (:mod:`.dense`, :mod:`.ragged`, :mod:`.encoded`) serves one field of one
-process's dataset handle. It follows :class:`FieldReader`; the core (:mod:`.core`) makes one per
+A field's reads (:mod:`.dense`, :mod:`.ragged`, :mod:`.encoded`) serve one field of one
+process's dataset handle, following :class:`FieldReads`; the core (:mod:`.core`) makes one per
 field, by the field's kind, from :data:`chunkio.read.core.FIELD_KINDS`.
 """
 
@@ -18,18 +18,18 @@ import numpy.typing as npt
 
 from ..backends import Reader
 from ..backends.base import StageClock
-from ..grid import SampleGrid
-from ..layout import DatasetLayout, FieldInfo
-from ..numeric import IntArray
-from ..sample_transforms import FieldTransform, stored_output_shape
+from ..format.grid import SampleGrid
+from ..format.layout import DatasetLayout, FieldInfo
+from ..transforms.sample import FieldTransform, stored_output_shape
+from ..util.numeric import IntArray
 
 __all__ = [
     "DecodeThreads",
-    "FieldReader",
+    "FieldReads",
     "MapRows",
     "PatchReadStats",
     "ReadContext",
-    "ReadOptions",
+    "ReadRequest",
     "ReadStats",
     "read_whole",
     "transformed_buffer",
@@ -79,7 +79,7 @@ PatchReadStats = ReadStats
 class DecodeThreads:
     """``map(fn, items)``, on ``count`` threads when more than one (started on first use).
 
-    Apart from the core so that field readers can hold its :meth:`map` without a reference
+    Apart from the core so that a field's reads can hold its :meth:`map` without a reference
     cycle back to the core (whose backend handle must close as soon as it is dropped)."""
 
     def __init__(self, count: int) -> None:
@@ -101,7 +101,7 @@ class DecodeThreads:
 
 @dataclass
 class ReadContext:
-    """One process's read state that every field reader shares (made by the core)."""
+    """One process's read state that the reads of every field share (made by the core)."""
 
     reader: Reader
     layout: DatasetLayout
@@ -113,11 +113,14 @@ class ReadContext:
     preload_bytes: int
     #: ``map(fn, items)``, on the core's decode threads when it has more than one
     map_rows: MapRows = map
+    #: readers of one array that several fields read (windows of the same variable), by
+    #: array name: each chunk decoded once per process, whichever field asks
+    shared: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
-class ReadOptions:
-    """How a field reader reads one batch of its field."""
+class ReadRequest:
+    """How one batch of a field is read (what :meth:`FieldReads.read` is asked)."""
 
     #: no later read asks for these samples (a loader's epoch order)
     once: bool = False
@@ -127,10 +130,10 @@ class ReadOptions:
     epoch: int = 0
 
 
-class FieldReader(Protocol):
+class FieldReads(Protocol):
     """Serves one field of one process's dataset handle (one module per field kind)."""
 
-    def read(self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadOptions) -> Any:
+    def read(self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadRequest) -> Any:
         """Samples ``idx`` (validated) into ``out`` when given, read as ``how`` says."""
         ...
 

@@ -4,7 +4,8 @@ Chunks are decoded straight into free slots (no staging copy, no cache copy); a 
 are then gathered from the buffer with a single ``np.take``. When slots run out, the least
 recently used chunk the current batch does not need is evicted; a batch needing more chunks
 than there are slots grows the buffer. With the canonical order's sliding mixing pool
-(:mod:`chunkio.order`) and a capacity from :func:`chunkio.order.pool_capacity_chunks`, every
+(:mod:`chunkio.sampling.order`) and a capacity from
+:func:`chunkio.sampling.order.pool_capacity_chunks`, every
 chunk is decoded about once per epoch.
 """
 
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..numeric import IntArray
+from ..util.numeric import IntArray
 
 __all__ = ["DecodedChunkCache"]
 

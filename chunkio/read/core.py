@@ -1,4 +1,4 @@
-"""The per-process read core: one backend handle, and one field reader per field, by kind.
+"""The per-process read core: one backend reader, and the reads of each field, by kind.
 
 A :class:`ReadCore` belongs to exactly one process. It opens the backend handle
 (:class:`~chunkio.backends.Reader`), holds the counters and the decode threads, and maps each
@@ -14,27 +14,30 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import numpy.typing as npt
 
 from ..backends import ReaderOptions
-from ..grid import SampleGrid
-from ..handles import PerProcessReader
-from ..layout import DatasetLayout, FieldInfo
-from ..planning import normalize_indices
-from ..sample_transforms import FieldTransform
-from .base import DecodeThreads, FieldReader, ReadContext, ReadOptions, ReadStats
+from ..format.grid import SampleGrid
+from ..format.layout import DatasetLayout, FieldInfo
+from ..transforms.sample import FieldTransform
+from .base import DecodeThreads, FieldReads, ReadContext, ReadRequest, ReadStats
 from .dense import dense_field
 from .encoded import EncodedField
+from .handles import PerProcessHandle
 from .patches import PatchReads
+from .planning import normalize_indices
 from .ragged import RaggedField
+from .windows import WindowField
 
 __all__ = ["FIELD_KINDS", "ReadCore", "ReadCoreDataset"]
 
 #: field kind -> the reader of one such field, made once per process on the field's first read
-FIELD_KINDS: dict[str, Callable[[ReadContext, FieldInfo], FieldReader]] = {
+FIELD_KINDS: dict[str, Callable[[ReadContext, FieldInfo], FieldReads]] = {
     "dense": dense_field,
     "ragged": RaggedField,
     "encoded": EncodedField,
+    "window": WindowField,
 }
 
 
@@ -71,14 +74,14 @@ class ReadCore:
             map_rows=self.threads.map,
         )
         self.cache_bytes = cache_bytes
-        self._fields: dict[str, FieldReader] = {}
+        self._fields: dict[str, FieldReads] = {}
         self._patches: PatchReads | None = None
 
     def close(self) -> None:
         self.threads.close()
         self.reader.close()
 
-    def field(self, name: str) -> FieldReader:
+    def field(self, name: str) -> FieldReads:
         """The reader of field ``name`` in this process (made on first use)."""
         found = self._fields.get(name)
         if found is None:
@@ -111,11 +114,27 @@ class ReadCore:
         result: dict[str, Any] = {}
         for name in fields:
             mine = transform if transform is not None and transform.field == name else None
-            how = ReadOptions(once=once, transform=mine, epoch=epoch)
+            how = ReadRequest(once=once, transform=mine, epoch=epoch)
             result[name] = self.field(name).read(idx, None if out is None else out.get(name), how)
         self.stats.samples += len(idx)
         self.stats.batches += 1
         return result
+
+    def encoded(
+        self, name: str, indices: Sequence[int] | npt.ArrayLike
+    ) -> tuple[list[npt.NDArray[np.uint8]], npt.NDArray[np.int64]]:
+        """The encoded bytes and stored shapes of samples ``indices`` of encoded field
+        ``name``, undecoded (see :meth:`chunkio.read.encoded.EncodedField.encoded`)."""
+        idx = normalize_indices(indices, self.layout.num_samples)
+        reader = self.field(name)
+        encoded = getattr(reader, "encoded", None)
+        if encoded is None:
+            kind = self.layout.field(name).kind
+            raise TypeError(
+                f"{self.reader.location}: field {name!r} is {kind}, not an encoded image field"
+            )
+        data, shapes = encoded(idx)
+        return data, shapes
 
     def prefetch(self, fields: Sequence[str], indices: Sequence[int] | npt.ArrayLike) -> None:
         """Start fetching the chunks a later read of ``indices`` needs and this process does
@@ -134,10 +153,10 @@ class ReadCore:
         return self._patches
 
 
-class ReadCoreDataset(PerProcessReader[ReadCore]):
+class ReadCoreDataset(PerProcessHandle[ReadCore]):
     """Mixin of the datasets that read through this process's :class:`ReadCore`
     (:class:`chunkio.ChunkDataset`, :class:`chunkio.patches.PatchDataset`)."""
 
     def read_stats(self) -> ReadStats:
         """Read counters of *this* process (workers keep their own)."""
-        return self._reader().stats
+        return self._handle().stats

@@ -1,6 +1,6 @@
 """Dense fields: every sample one shape, stored in sample-axis chunks.
 
-plan (pure, :func:`~chunkio.planning.plan_batch`) -> read the chunks the cache lacks straight
+plan (pure, :func:`~chunkio.read.planning.plan_batch`) -> read the chunks the cache lacks straight
 into their slots (or into the output, for a chunk whose samples are one run of the batch) ->
 gather the batch with one ``np.take``. A field small enough (labels, metadata) is read whole
 once per process and gathered from.
@@ -14,13 +14,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..grid import SampleGrid
-from ..layout import FieldInfo
-from ..numeric import IntArray
-from ..planning import BatchPlan, plan_batch
-from ..sample_transforms import FieldTransform, transform_rows
-from .base import ReadContext, ReadOptions, read_whole, transformed_buffer
+from ..format.grid import SampleGrid
+from ..format.layout import FieldInfo
+from ..transforms.sample import FieldTransform, transform_rows
+from ..util.numeric import IntArray
+from .base import ReadContext, ReadRequest, read_whole, transformed_buffer
 from .cache import DecodedChunkCache
+from .planning import BatchPlan, plan_batch
 
 __all__ = ["DenseField", "PreloadedField", "dense_field"]
 
@@ -41,7 +41,7 @@ class PreloadedField:
         self.whole = read_whole(ctx.reader, info.array_names()[0], ctx.stats)
 
     def read(
-        self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadOptions
+        self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadRequest
     ) -> npt.NDArray[Any]:
         if how.transform is not None:
             return _transformed(
@@ -106,19 +106,24 @@ class DenseField:
         )
 
     def read(
-        self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadOptions
+        self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadRequest
     ) -> npt.NDArray[Any]:
         if how.transform is not None:
             # decoded but not gathered: a transform reads each sample straight from its chunk
-            plan = plan_batch(idx, self.grid)
-            slots = self._admit(plan.chunks)
-            rows = slots[plan.chunk_pos] * self.grid.samples_per_chunk + plan.offsets
-            buffer = self.cache.buffer
+            buffer, rows = self.locate(idx)
             return _transformed(
                 self.ctx, self.info, how.transform, buffer, rows, idx, out, how.epoch
             )
         out = _checked_out(self.info, len(idx), out)
         return self._gather(plan_batch(idx, self.grid), out, how.once)
+
+    def locate(self, idx: IntArray) -> tuple[npt.NDArray[Any], IntArray]:
+        """Decode the chunks of samples ``idx`` the cache lacks; the cache's buffer and the
+        row of each sample in it (valid until the next read of this field)."""
+        plan = plan_batch(idx, self.grid)
+        slots = self._admit(plan.chunks)
+        rows = slots[plan.chunk_pos] * self.grid.samples_per_chunk + plan.offsets
+        return self.cache.buffer, rows
 
     def _gather(self, plan: BatchPlan, out: npt.NDArray[Any], once: bool) -> npt.NDArray[Any]:
         """Decode the chunks of ``plan`` the cache lacks, then gather the batch into ``out``."""

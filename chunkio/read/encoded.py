@@ -3,10 +3,12 @@
 The encoded field kind of the per-process read core (:mod:`chunkio.read`). A batch's samples
 are grouped by the bytes chunks that hold them; each chunk missing from a small cache is read
 (and checksummed and decompressed) once, in storage order; then every image is decoded
-straight into its place in the batch. With a :class:`~chunkio.transforms.Compose` the
+straight into its place in the batch. With a :class:`~chunkio.transforms.image.Compose` the
 transform is fused into the decode: a JPEG whose crop will be shrunk at least 2x is decoded at
-1/2, 1/4 or 1/8 scale by libjpeg-turbo's DCT scaling (much less work), then cropped, resized
-(one antialiased resize) and flipped into the batch row.
+1/2, 1/4 or 1/8 scale by libjpeg-turbo's DCT scaling (much less work); only the iMCU rows and
+columns that cover the crop are decoded (:func:`chunkio.images.jpeg.decode_region`, where the
+extension is built; else the whole image), then resized (one antialiased resize) and flipped
+into the batch row. Both ways give the same pixels.
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import CorruptChunkError
-from ..grid import SampleGrid
+from ..format.grid import SampleGrid
+from ..format.layout import FieldInfo
+from ..images import jpeg
 from ..images.decoders import ImageDecoder, image_decoder
-from ..layout import FieldInfo
-from ..numeric import IntArray, ceil_div
-from ..sample_transforms import FieldTransform, channels_last
-from .base import ReadContext, ReadOptions, read_whole, transformed_buffer
+from ..transforms.sample import FieldTransform, channels_last
+from ..util.numeric import IntArray, ceil_div
+from .base import ReadContext, ReadRequest, read_whole, transformed_buffer
 
 __all__ = ["EncodedField"]
 
@@ -44,6 +47,10 @@ class EncodedField:
         self.chunk_len = int(data.chunks[0])
         self.grid = SampleGrid(int(data.shape[0]), self.chunk_len)
         self.decoder: ImageDecoder = image_decoder(info.encoding)  # type: ignore[arg-type]
+        # crops of JPEGs decoded by region: libjpeg-turbo, as the default decoder's
+        self.region_decode = (
+            info.encoding == "jpeg" and self.decoder.library == "simplejpeg" and jpeg.REGION_DECODE
+        )
         # bytes chunks are small: keep twice as many as a dense field's cache
         self.cache_chunks = max(1, 2 * ctx.cache_chunks)
         self._cache: OrderedDict[int, npt.NDArray[np.uint8]] = OrderedDict()
@@ -102,10 +109,18 @@ class EncodedField:
         whole = np.concatenate(parts)
         return whole[a - first * step : b - first * step]
 
+    def encoded(self, idx: IntArray) -> tuple[list[npt.NDArray[np.uint8]], npt.NDArray[np.int64]]:
+        """The encoded bytes of samples ``idx`` (each its own contiguous copy) and their
+        stored ``(C, H, W)`` shapes: every bytes chunk read once, in storage order, nothing
+        decoded (the GPU decode route's read)."""
+        self._fetch(idx)
+        data = [np.array(self.sample_bytes(i)) for i in idx.tolist()]
+        return data, self.shapes[idx]
+
     # -- decoding ---------------------------------------------------------------------------
 
     def read(
-        self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadOptions
+        self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadRequest
     ) -> npt.NDArray[Any] | list[npt.NDArray[Any]]:
         """Samples ``idx`` decoded (and transformed) into ``out``; a list of arrays when they
         have no common shape and no ``out`` was given. The samples may be spread over the
@@ -174,6 +189,15 @@ class EncodedField:
         # the smallest decode whose crop still has at least the output's pixels
         min_h = math.ceil(height * out_h / max(bottom - top, 1e-9))
         min_w = math.ceil(width * out_w / max(right - left, 1e-9))
+        crop_box = getattr(transform, "crop_box", None)
+        render_crop = getattr(transform, "render_crop", None)
+        if (
+            self.region_decode
+            and crop_box is not None
+            and render_crop is not None
+            and self._decode_crop(data, shape, plan, (min_h, min_w), crop_box, render_crop, out)
+        ):
+            return out
         # DCT scaling is JPEG's (a gray WebP would also come back with three channels)
         if self.info.encoding == "jpeg" and min_h < height and min_w < width:
             image = self.decoder.decode_scaled(data, min_h, min_w)
@@ -184,6 +208,40 @@ class EncodedField:
             scale = 1.0
         render(image, plan, channels_last(out), scale=scale)
         return out
+
+    def _decode_crop(
+        self,
+        data: npt.NDArray[np.uint8],
+        shape: tuple[int, ...],
+        plan: Any,
+        minimum: tuple[int, int],
+        crop_box: Any,
+        render_crop: Any,
+        out: npt.NDArray[Any],
+    ) -> bool:
+        """Decode only the pixels the plan's crop needs (DCT-scaled as the whole-image path
+        scales), then resize them into ``out``: the whole-image path's pixels, less work.
+
+        False where the whole-image path must decide: data the extension refuses (corrupt,
+        truncated, CMYK: that path raises its own typed error or decodes it) and tiny images
+        whose DCT scale simplejpeg picks otherwise (:func:`~chunkio.images.jpeg.exact_scale`).
+        """
+        channels, height, width = shape
+        if minimum[0] < height and minimum[1] < width:
+            d, sh, sw = jpeg.scaled_size(height, width, *minimum)
+        else:
+            d, sh, sw = 1, height, width
+        if not jpeg.exact_scale(height, width, d):
+            return False
+        scale = 1.0 if d == 1 else min(sh / height, sw / width)
+        left, top, right, bottom = crop_box(plan, sh, sw, scale)
+        crop = np.empty((bottom - top, right - left, channels), np.uint8)
+        try:
+            jpeg.decode_region(data, crop, size=(height, width), left=left, top=top, denominator=d)
+        except ValueError:
+            return False
+        render_crop(crop, plan, channels_last(out))
+        return True
 
     def _scratch_for(self, shape: tuple[int, ...]) -> npt.NDArray[Any]:
         """A reused decode buffer for a ``(C, H, W)`` sample, channels last."""

@@ -1,8 +1,8 @@
 """Patch reads (:class:`chunkio.patches.PatchDataset`): boxes cut out of volumes chunked along
 every axis.
 
-plan (pure, :func:`~chunkio.planning.plan_patch_reads`) -> read the chunks the cache lacks as
-few regions per volume (:func:`~chunkio.planning.chunk_boxes`) -> one copy per (patch, chunk)
+plan (pure, :func:`~chunkio.read.planning.plan_patch_reads`) -> read the chunks the cache lacks as
+few regions per volume (:func:`~chunkio.read.planning.chunk_boxes`) -> one copy per (patch, chunk)
 intersection into the batch.
 """
 
@@ -16,11 +16,11 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from ..numeric import IntArray
-from ..planning import PatchReadPlan, chunk_boxes, piece_slices
-from ..volume_layout import VolumeSet
+from ..format.volume_layout import VolumeSet
+from ..util.numeric import IntArray
 from .base import ReadContext
 from .cache import DecodedChunkCache
+from .planning import PatchReadPlan, chunk_boxes, piece_slices
 
 __all__ = ["PadMode", "PatchReads"]
 

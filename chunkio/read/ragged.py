@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..grid import SampleGrid
-from ..layout import FieldInfo
-from ..numeric import IntArray, ceil_div
-from .base import ReadContext, ReadOptions, read_whole
+from ..format.grid import SampleGrid
+from ..format.layout import FieldInfo
+from ..util.numeric import IntArray, ceil_div
+from .base import ReadContext, ReadRequest, read_whole
 
 __all__ = ["RaggedField"]
 
@@ -31,7 +31,7 @@ class RaggedField:
         self.grid = SampleGrid(int(values.shape[0]), self.step)
 
     def read(
-        self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadOptions
+        self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadRequest
     ) -> list[npt.NDArray[Any]]:
         # A sample is prod(shape) values from its offset; offsets[i + 1] may lie further on
         # (writers pad each chunk's values to a values-chunk boundary, see convert.ragged).

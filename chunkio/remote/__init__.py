@@ -5,6 +5,8 @@
 * :mod:`~chunkio.remote.retry`: which failures are retried, how, and the typed errors;
 * :mod:`~chunkio.remote.cache`: :class:`~chunkio.remote.cache.DiskCache`, a shared on-disk
   cache of fetched ranges that wraps the fetching.
+
+Modules here may import :mod:`chunkio.util` and :mod:`chunkio.errors` only.
 """
 
 from __future__ import annotations

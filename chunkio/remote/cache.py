@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from .._atomic import write_atomically
+from ..util.atomic import write_atomically
 
 __all__ = ["DiskCache", "Fetch", "Range"]
 

@@ -11,15 +11,18 @@ Fixtures (import them into a test module with
 ``from chunkio.testing.servers import s3_server_fixture  # noqa: F401``): ``s3_server``
 (session), ``http_server_factory``, ``latency_proxy_factory``.
 
-Needs pytest; moto[server] and boto3 (the ``dev`` extra) only when an :class:`S3Server` starts
-(a test without them is skipped). The range-request benchmark that runs on them is
-``benchmarks/bench_ranges.py``.
+Needs pytest; moto[server] and boto3 (the ``dev`` extra) only when an :class:`S3Server` starts.
+Without them, or when the server does not start, the test is skipped on a developer's machine
+(the skip says why) but *fails* where the ``CI`` environment variable is set: a remote suite
+that cannot run must not turn into a green run of nothing (:func:`unavailable`). The
+range-request benchmark that runs on them is ``benchmarks/bench_ranges.py``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import http.server
+import importlib
 import json
 import os
 import re
@@ -30,7 +33,8 @@ import threading
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import Any, NoReturn
 
 import pytest
 
@@ -60,15 +64,40 @@ __all__ = [
     "LatencyProxy",
     "S3Server",
     "http_server_factory_fixture",
+    "in_ci",
     "latency_proxy_factory_fixture",
+    "require",
     "s3_server_fixture",
+    "unavailable",
 ]
+
+
+def in_ci() -> bool:
+    """Whether this run is CI's (the ``CI`` environment variable set, and not to 0/false)."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def unavailable(reason: str) -> NoReturn:
+    """Skip the calling test because ``reason`` (what is missing, and how to get it), or fail
+    it under CI, where every optional package is installed and every server must start."""
+    if in_ci():
+        pytest.fail(f"{reason} (CI is set: this must run, not skip)", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+
+def require(module: str, reason: str) -> ModuleType:
+    """``pytest.importorskip(module)`` that fails under CI instead (:func:`unavailable`)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        unavailable(f"{reason}: {err}")
 
 
 class S3Server:
     """A moto S3 server on 127.0.0.1 in a child process; ``with S3Server() as s3: ...``.
 
-    Skips the calling test (``pytest.skip``) when moto is not installed or does not start.
+    Skips the calling test (``pytest.skip``) when moto is not installed or does not start;
+    fails it instead under CI (:func:`unavailable`).
     """
 
     def __init__(self, *, start_timeout_s: float = 30.0) -> None:
@@ -78,8 +107,8 @@ class S3Server:
         self.endpoint_url = ""
 
     def __enter__(self) -> S3Server:
-        pytest.importorskip("moto", reason="moto[server] is not installed (pip install -e .[dev])")
-        pytest.importorskip("boto3", reason="boto3 is not installed (comes with moto)")
+        require("moto.server", "moto[server] is not installed (pip install -e .[dev])")
+        require("boto3", "boto3 is not installed (comes with moto)")
         self._log = tempfile.TemporaryFile(mode="w+")
         self._proc = subprocess.Popen(
             [sys.executable, "-c", _MOTO_CHILD],
@@ -106,7 +135,7 @@ class S3Server:
             self._log.seek(0)
             tail = self._log.read()[-2000:]
             self.__exit__()
-            pytest.skip(f"moto server did not start within {self.start_timeout_s}s: {tail}")
+            unavailable(f"moto server did not start within {self.start_timeout_s}s: {tail}")
         return int(line)
 
     def __exit__(self, *exc: object) -> None:

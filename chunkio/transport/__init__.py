@@ -4,6 +4,9 @@
 preallocated shared-memory ring (:mod:`.ring`), so only slot numbers travel between processes;
 :class:`LocalTransport` reads in-process into a reused buffer. Both yield :class:`Lease`
 objects: a batch plus the callback that returns its memory for reuse.
+
+Modules here may import :mod:`chunkio.util` and :mod:`chunkio.errors` only; what a
+batch is comes in through :class:`BatchSource`. :mod:`.gpu` moves batches onto the device.
 """
 
 from __future__ import annotations

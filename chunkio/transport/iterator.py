@@ -25,8 +25,9 @@ import numpy.typing as npt
 import torch
 
 from ..errors import ChunkioError, LoaderError
-from ..numeric import IntArray, ceil_div
+from ..util.numeric import IntArray, ceil_div
 from .lease import Lease
+from .messages import Done, Failed, Hint, ReadRows, Ready
 from .ring import RingLayout, SlotRing, batch_view
 from .source import BatchSource, channels_last_fields
 from .workers import RingWorkers
@@ -263,7 +264,7 @@ class _Session:
         ids = np.asarray(indices, dtype=np.int64)
         for w, (a, b) in enumerate(self._ranges(len(ids), parts)):
             if b > a:
-                self.workers.send(w, ("hint", ids[a:b]))
+                self.workers.send(w, Hint(ids[a:b]))
 
     def _dispatch(self, indices: Indices, parts: Parts, epoch: int) -> int:
         n = len(indices)
@@ -275,7 +276,7 @@ class _Session:
         self.inflight[seq] = _Batch(slot, n, busy)
         for w in sorted(busy):
             a, b = ranges[w]
-            self.workers.send(w, (seq, slot, a, b, epoch))
+            self.workers.send(w, ReadRows(seq, slot, a, b, epoch))
         return seq
 
     def _release(self, slot: int) -> None:
@@ -316,20 +317,21 @@ class _Session:
             return None
         return max(since, *(self.workers.ready_at[w] for w in batch.pending)) + self.opts.timeout
 
-    def _handle(self, w: int, message: tuple[Any, ...]) -> None:
-        kind = message[0]
-        if kind == "ready":
+    def _handle(self, w: int, message: Ready | Done | Failed) -> None:
+        if isinstance(message, Ready):
             self.workers.mark_ready(w)
             return
-        if kind == "error" and message[1] is None:
-            raise self._worker_error(w, None, message[3], message[4])
-        seq = message[1]
+        if isinstance(message, Failed) and message.seq is None:  # it failed to start
+            raise self._worker_error(w, None, message.text, message.pickled)
+        seq = message.seq
+        if seq is None:  # only a worker that failed to start (above) names no batch
+            return
         batch = self.inflight.get(seq)
         if batch is None:
             return
         batch.pending.discard(w)
-        if kind == "error" and batch.error is None:  # raised when its batch is due
-            batch.error = self._worker_error(w, seq, message[3], message[4])
+        if isinstance(message, Failed) and batch.error is None:  # raised when its batch is due
+            batch.error = self._worker_error(w, seq, message.text, message.pickled)
         if not batch.pending and seq in self.stale:
             self._discard(seq)
 

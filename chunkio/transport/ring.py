@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import LoaderError
-from ..numeric import IntArray, ceil_div
+from ..util.numeric import IntArray, ceil_div
 
 __all__ = ["SHM_PREFIX", "FieldSpec", "RingLayout", "RingSpec", "SlotRing"]
 

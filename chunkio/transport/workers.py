@@ -1,18 +1,8 @@
 """Ring workers: processes that read batches straight into shared-memory slots.
 
-One duplex pipe per worker carries the protocol; there are no queues, so no feeder threads and
-no named semaphores to leak. Every message is a few dozen bytes (the sample indices travel in
-the slot itself), so a pipe never fills and no ``send`` can block.
-
-=========  =======================================  =========================================
-from       message                                  meaning
-=========  =======================================  =========================================
-main       ``(seq, slot, a, b)``                    read rows ``[a, b)`` of the slot's batch
-main       ``None``                                 stop
-worker     ``("ready", pid)``                       attached to the ring, serving
-worker     ``("done", seq, slot)``                  rows ``[a, b)`` of batch ``seq`` are in
-worker     ``("error", seq, slot, text, pickled)``  reading failed (``seq`` None: at startup)
-=========  =======================================  =========================================
+One duplex pipe per worker carries the protocol (:mod:`.messages`: every message both ends
+send, defined once, with its table); there are no queues, so no feeder threads and no named
+semaphores to leak.
 """
 
 from __future__ import annotations
@@ -32,6 +22,7 @@ from multiprocessing.context import BaseContext
 from typing import Any
 
 from ..errors import LoaderError
+from .messages import Done, Failed, Hint, ReadRows, Ready, Stop, ToWorker
 from .ring import RingSpec, SlotRing
 from .source import BatchSource
 
@@ -78,10 +69,10 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
     try:
         _limit_threads()
         ring = SlotRing.attach(spec.ring)
-        conn.send(("ready", os.getpid()))
+        conn.send(Ready(os.getpid()))
     except BaseException as err:
         with contextlib.suppress(OSError):
-            conn.send(("error", None, None, traceback.format_exc(), _pickled(err)))
+            conn.send(Failed(None, None, traceback.format_exc(), _pickled(err)))
         sys.exit(1)
     try:
         _serve(spec.dataset, ring, conn, parent)
@@ -99,18 +90,18 @@ def _serve(dataset: BatchSource, ring: SlotRing, conn: Connection, parent: int) 
     Tasks already queued behind the current one are announced to the dataset first
     (``prefetch``, optional): a remote dataset starts fetching their chunks while this one
     is decoded, so with ``prefetch`` batches in flight per worker the network waits overlap
-    the work. ``("hint", ids)`` messages (:attr:`RingOptions.lookahead`) announce batches
-    further ahead, before they have a slot.
+    the work. :class:`~.messages.Hint` messages (:attr:`RingOptions.lookahead`) announce
+    batches further ahead, before they have a slot.
     """
-    queued: deque[Any] = deque()
+    queued: deque[ReadRows | Stop] = deque()
     announced = 0  # how many of the queued tasks were announced
     prefetch = getattr(dataset, "prefetch", None)
 
-    def take(message: Any) -> None:
-        if isinstance(message, tuple) and message and message[0] == "hint":
+    def take(message: ToWorker) -> None:
+        if isinstance(message, Hint):
             if callable(prefetch):
                 with contextlib.suppress(Exception):  # a hint: the read reports errors
-                    prefetch(message[1])
+                    prefetch(message.indices)
         else:
             queued.append(message)
 
@@ -129,29 +120,30 @@ def _serve(dataset: BatchSource, ring: SlotRing, conn: Connection, parent: int) 
             take(conn.recv())
         if callable(prefetch):
             for task in list(queued)[max(1, announced) :]:
-                if task is not None:
+                if isinstance(task, ReadRows):
                     _announce(prefetch, ring, task)
             announced = len(queued)
         task = queued.popleft()
         announced = max(0, announced - 1)
-        if task is None:
+        if isinstance(task, Stop):
             return
-        seq, slot, a, b, epoch = task
         try:
-            out = {name: view[a:b] for name, view in ring.fields(slot).items()}
-            dataset.read_batch(ring.indices(slot)[a:b], out=out, epoch=epoch)
-            reply: tuple[Any, ...] = ("done", seq, slot)
+            out = {
+                name: view[task.start : task.stop] for name, view in ring.fields(task.slot).items()
+            }
+            rows = ring.indices(task.slot)[task.start : task.stop]
+            dataset.read_batch(rows, out=out, epoch=task.epoch)
+            reply: Done | Failed = Done(task.seq, task.slot)
         except Exception as err:
-            reply = ("error", seq, slot, traceback.format_exc(), _pickled(err))
+            reply = Failed(task.seq, task.slot, traceback.format_exc(), _pickled(err))
         conn.send(reply)
 
 
-def _announce(prefetch: Any, ring: SlotRing, task: tuple[Any, ...]) -> None:
+def _announce(prefetch: Any, ring: SlotRing, task: ReadRows) -> None:
     """Tell the dataset which samples a queued task will read (a hint: errors are ignored,
     the read itself reports them)."""
-    _, slot, a, b, _ = task
     with contextlib.suppress(Exception):
-        prefetch(ring.indices(slot)[a:b].copy())
+        prefetch(ring.indices(task.slot)[task.start : task.stop].copy())
 
 
 def resolve_context(context: Any) -> BaseContext:
@@ -222,7 +214,7 @@ class RingWorkers:
     def describe(self, w: int) -> str:
         return f"ring worker {w} (pid {self.processes[w].pid})"
 
-    def send(self, w: int, message: Any) -> None:
+    def send(self, w: int, message: ToWorker) -> None:
         try:
             self.conns[w].send(message)
         except OSError as err:
@@ -273,7 +265,7 @@ class RingWorkers:
         """Ask every worker to stop, wait up to ``grace`` s, then terminate and kill; idempotent."""
         for conn in self.conns:
             with contextlib.suppress(OSError, ValueError):
-                conn.send(None)
+                conn.send(Stop())
         deadline = time.monotonic() + grace
         for proc in self.processes:
             proc.join(timeout=max(0.0, deadline - time.monotonic()))

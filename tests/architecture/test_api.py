@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
 import subprocess
 import sys
@@ -20,7 +21,8 @@ def test_every_exported_name_resolves() -> None:
 
 def test_conversion_and_inspection_do_not_import_torch() -> None:
     code = (
-        "import sys, chunkio, chunkio.convert.images, chunkio.dataset_report, chunkio.cli; "
+        "import sys, chunkio, chunkio.convert.images, chunkio.diagnose.dataset_report, "
+        "chunkio.diagnose.cli; "
         "chunkio.write_arrays, chunkio.Output, chunkio.Execution, chunkio.ImageOptions; "
         "print('torch' in sys.modules)"
     )
@@ -68,3 +70,27 @@ def test_option_objects_are_frozen_and_documented(name: str) -> None:
     assert "Parameters" in doc and "Examples" in doc
     for field in dataclasses.fields(cls):
         assert field.name in doc, (name, field.name)
+
+
+def _lazy_packages() -> list[str]:
+    import pkgutil
+
+    return sorted(
+        m.name
+        for m in pkgutil.walk_packages(chunkio.__path__, "chunkio.")
+        if m.ispkg and "_LAZY" in vars(importlib.import_module(m.name))
+    )
+
+
+@pytest.mark.parametrize("package", ["chunkio", *_lazy_packages()])
+def test_no_lazily_exported_name_is_also_a_submodule(package: str) -> None:
+    """Importing a submodule sets the package attribute of its name, which then hides a
+    lazily exported name of the same spelling (``chunkio.transforms.normalize`` was once the
+    module, not the function, after any transform was imported)."""
+    import pkgutil
+
+    module = importlib.import_module(package)
+    submodules = {m.name for m in pkgutil.iter_modules(module.__path__)}
+    assert set(vars(module)["_LAZY"]) & submodules == set()
+    for name in vars(module)["_LAZY"]:
+        assert not inspect.ismodule(getattr(module, name)), name

@@ -1,5 +1,6 @@
-"""The package's shape: no import cycles, format differences only behind ``backends/``, one
-conversion engine, and the on-disk volume format outside the read side (``patches/``)."""
+"""The package's shape: packages by concept that import only what their layer allows, no import
+cycles (imports inside function bodies included), format differences only behind ``backends/``,
+one conversion engine, and the on-disk volume format outside the read side (``patches/``)."""
 
 from __future__ import annotations
 
@@ -19,19 +20,17 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _imports(path: Path) -> set[str]:
-    """chunkio modules ``path`` imports at module level (``TYPE_CHECKING`` blocks included:
-    a cycle through type-only imports is still a cycle of meaning)."""
+def _imports(path: Path, name: str | None = None) -> set[str]:
+    """chunkio modules ``path`` imports anywhere: at module level, under ``TYPE_CHECKING`` (a
+    cycle through type-only imports is still a cycle of meaning) and inside function and
+    method bodies (an import deferred to call time still ties the two modules together).
+    ``name``: the module ``path`` is read as (its own by default)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    name = _module_name(path)
+    name = name or _module_name(path)
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found: set[str] = set()
-    nodes = list(tree.body)
-    while nodes:
-        node = nodes.pop()
-        if isinstance(node, ast.If):  # if TYPE_CHECKING: ...
-            nodes += node.body
-        elif isinstance(node, ast.Import):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.startswith("chunkio")}
         elif isinstance(node, ast.ImportFrom):
             if node.level:
@@ -102,6 +101,19 @@ def test_no_import_cycles_between_modules() -> None:
     assert _cycles(graph) == []
 
 
+def test_the_import_finder_sees_function_bodies(tmp_path: Path) -> None:
+    """An import deferred into a function or a method counts: that is how the
+    ``dataset_report`` <-> ``foreign_report`` cycle once hid from a module-level scan."""
+    planted = tmp_path / "dataset_report.py"
+    planted.write_text(
+        "def f():\n    from .foreign_report import info\n"
+        "class C:\n    def m(self):\n        import chunkio.sampling.order\n",
+        encoding="utf-8",
+    )
+    found = _imports(planted, "chunkio.diagnose.dataset_report")
+    assert {"chunkio.diagnose.foreign_report", "chunkio.sampling.order"} <= found
+
+
 def test_convert_does_not_import_the_read_side() -> None:
     graph = _graph()
     for module, targets in graph.items():
@@ -134,10 +146,11 @@ def test_the_format_branch_pattern_catches_branches() -> None:
     assert not _FORMAT_BRANCH.search('Format = Literal["zarr", "hdf5", "memory"]')
 
 
-#: Where conversion tasks may be driven: the engine alone. ``processes.py`` only defines the
+#: Where conversion tasks may be driven: the engine alone (``convert/engine/core.py``).
+#: ``processes.py`` only defines the
 #: process server the engine starts; ``writing.py`` is the writer protocol (it applies the
 #: writes of one task, a loop over arrays, not over tasks).
-_ENGINE = "engine.py"
+_ENGINE = PACKAGE / "convert" / "engine" / "core.py"
 _POOL_MAKERS = {"ProcessPoolExecutor", "ThreadPoolExecutor", "Pool"}
 _POOL_MAKERS |= {"WorkerProcesses", "worker_processes", "ConversionPool", "process_pool"}
 _SUBMITTERS = {"submit", "scatter", "as_completed", "FIRST_COMPLETED", "map_async"}
@@ -201,8 +214,8 @@ def _driver_findings(path: Path) -> list[str]:
 
 
 def _drivers() -> list[str]:
-    paths = [*(PACKAGE / "convert").glob("*.py"), *(PACKAGE / "patches").glob("*.py")]
-    return sorted(f for p in paths if p.name != _ENGINE for f in _driver_findings(p))
+    paths = [*(PACKAGE / "convert").rglob("*.py"), *(PACKAGE / "patches").rglob("*.py")]
+    return sorted(f for p in paths if p != _ENGINE for f in _driver_findings(p))
 
 
 def test_the_driver_finder_finds_drivers(tmp_path: Path) -> None:
@@ -236,3 +249,226 @@ def test_one_conversion_engine() -> None:
     them all this listed pipeline.py's and volumes.py's own progress loops, append.py's and
     stitch.py's serial write loops."""
     assert _drivers() == []
+
+
+# --------------------------------------------------------------------------------------------
+# Layers: what each package may import, as its docstring says
+# --------------------------------------------------------------------------------------------
+
+#: Subpackages that are layers of their own (the rest of a package is one unit with them).
+_SUBLAYERS = {
+    "backends": {"zarr", "hdf5"},
+    "convert": {"engine", "durability", "shuffle", "image", "volume"},
+}
+_FOUNDATION = {"errors", "util"}
+_CONVERT_PARTS = {"convert.engine", "convert.durability", "convert.shuffle"}
+#: unit -> the units it may import (besides itself, ``errors`` and ``util``). ``chunkio``
+#: (the root package, whose lazy table names everything) and ``diagnose`` (the top) may import
+#: anything.
+LAYERS: dict[str, set[str]] = {
+    "errors": set(),
+    "util": set(),
+    "remote": set(),
+    "images": set(),
+    "transforms": set(),
+    # the GPU-decode route (transport/gpu_decode.py) plans crops and decodes JPEGs on the device
+    "transport": {"images", "transforms"},
+    "backends": {"backends.zarr", "backends.hdf5"},  # the registry opens implementations lazily
+    "backends.zarr": {"backends", "format", "remote"},
+    "backends.hdf5": {"backends", "remote"},
+    "format": {"backends"},
+    "testing": {"backends", "format", "remote"},
+    "read": {"backends", "format", "images", "transforms"},
+    "sampling": {"backends", "format", "read"},
+    "dataset": {"backends", "format", "read", "sampling", "transforms"},
+    "loader_options": {"dataset", "sampling", "transport"},
+    "loader": {
+        "backends",
+        "dataset",
+        "format",
+        "loader_options",
+        "read",
+        "sampling",
+        "transforms",
+        "transport",
+    },
+    "patches": {"backends", "format", "read", "sampling", "transforms", "convert", *_CONVERT_PARTS},
+    "convert.durability": {"backends", "format"},
+    "convert.engine": {"backends", "convert", "convert.durability", "format", "sampling"},
+    "convert.shuffle": {"backends", "convert", "convert.durability", "convert.engine", "format"},
+    "convert.image": {"backends", "convert", *_CONVERT_PARTS, "format", "images"},
+    "convert.volume": {"backends", "convert", "convert.durability", "convert.engine", "format"},
+    "convert": {
+        "backends",
+        "format",
+        "images",
+        "read",
+        "sampling",
+        *_CONVERT_PARTS,
+        "convert.image",
+        "convert.volume",
+    },
+    "__main__": {"diagnose"},
+}
+_ANYTHING = {"chunkio", "diagnose"}
+#: the read path: what a training process imports to read batches
+_READ_PATH = ["chunkio.dataset", "chunkio.loader", "chunkio.patches.dataset"]
+
+
+def _unit(module: str) -> str:
+    """The layer of ``module``: ``chunkio.format.grid`` -> ``format``,
+    ``chunkio.backends.zarr.engine`` -> ``backends.zarr``, ``chunkio`` -> ``chunkio``."""
+    parts = module.split(".")[1:]
+    if not parts:
+        return "chunkio"
+    if len(parts) > 1 and parts[1] in _SUBLAYERS.get(parts[0], ()):
+        return f"{parts[0]}.{parts[1]}"
+    return parts[0]
+
+
+def _layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    out = []
+    for module, targets in sorted(graph.items()):
+        unit = _unit(module)
+        if unit in _ANYTHING:
+            continue
+        allowed = LAYERS.get(unit)
+        if allowed is None:
+            out.append(f"{module}: its layer {unit!r} is not declared in LAYERS")
+            continue
+        for target in sorted(targets):
+            there = _unit(target)
+            if there != unit and there not in allowed | _FOUNDATION:
+                out.append(f"{module} imports {target} ({unit} may not import {there})")
+    return out
+
+
+def test_the_layer_check_catches_a_violation() -> None:
+    graph = {
+        "chunkio.format.layout": {"chunkio.backends.zarr.backend", "chunkio.util.numeric"},
+        "chunkio.read.core": {"chunkio.convert.arrays"},
+        "chunkio.sampling.order": {"chunkio.sampling.mixing", "chunkio.errors"},
+        "chunkio.newthing": set(),
+    }
+    assert _layer_violations(graph) == [
+        "chunkio.format.layout imports chunkio.backends.zarr.backend (format may not import "
+        "backends.zarr)",
+        "chunkio.newthing: its layer 'newthing' is not declared in LAYERS",
+        "chunkio.read.core imports chunkio.convert.arrays (read may not import convert)",
+    ]
+
+
+def test_each_package_imports_only_its_layers() -> None:
+    assert _layer_violations(_graph()) == []
+
+
+def _reachable(graph: dict[str, set[str]], start: list[str]) -> set[str]:
+    seen: set[str] = set()
+    todo = list(start)
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo += graph.get(module, ())
+    return seen
+
+
+def test_the_read_path_does_not_import_the_converter_or_diagnostics() -> None:
+    """Whatever a training process imports to read batches (function bodies included) stays
+    clear of ``chunkio.convert`` and ``chunkio.diagnose``: ``label_check`` once pulled in the
+    converter through ``doctor_chunking`` to build one message."""
+    graph = _graph()
+    reached = _reachable(graph, _READ_PATH)
+    assert not {m for m in reached if m.startswith(("chunkio.convert", "chunkio.diagnose"))}
+
+
+def test_the_reach_check_follows_imports() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": set(), "d": {"a"}}
+    assert _reachable(graph, ["a"]) == {"a", "b", "c"}
+
+
+def test_convert_parts_import_no_entry_point() -> None:
+    """Below the entry points (``images``, ``arrays``, ``stores``, ``volumes``, ``append``,
+    ``pipeline``), convert's subpackages share only its vocabulary: options, progress, source."""
+    shared = {"chunkio.convert", "chunkio.convert.options", "chunkio.convert.progress"}
+    shared.add("chunkio.convert.source")
+    graph = _graph()
+    bad = {
+        f"{m} -> {t}"
+        for m, ts in graph.items()
+        if _unit(m) in _SUBLAYERS_OF_CONVERT
+        for t in ts
+        if _unit(t) == "convert" and t not in shared
+    }
+    assert bad == set()
+
+
+_SUBLAYERS_OF_CONVERT = {f"convert.{s}" for s in _SUBLAYERS["convert"]}
+
+
+# --------------------------------------------------------------------------------------------
+# Size and shape: a newcomer finds things by concept
+# --------------------------------------------------------------------------------------------
+
+#: The top level holds the public entry points and the error tree. ``loader_options`` is the
+#: options half of ``make_loader`` (its keyword arguments validated once; the option objects
+#: the public API takes).
+TOP_LEVEL = {"__init__", "__main__", "errors", "dataset", "loader", "loader_options"}
+MAX_MODULES_PER_PACKAGE = 12
+MAX_LINES = 500
+
+
+def _packages(root: Path) -> list[Path]:
+    return sorted(p.parent for p in root.rglob("__init__.py"))
+
+
+def _flat_bags(root: Path) -> dict[str, int]:
+    """Packages holding more than the limit of modules directly."""
+    counts = {
+        str(p.relative_to(root.parent)): sum(1 for f in p.glob("*.py") if f.name != "__init__.py")
+        for p in _packages(root)
+    }
+    return {p: n for p, n in counts.items() if n > MAX_MODULES_PER_PACKAGE}
+
+
+def _long_modules(root: Path) -> dict[str, int]:
+    lengths = {
+        str(p.relative_to(root.parent)): len(p.read_text(encoding="utf-8").splitlines())
+        for p in root.rglob("*.py")
+    }
+    return {p: n for p, n in lengths.items() if n > MAX_LINES}
+
+
+def test_top_level_holds_only_the_entry_points() -> None:
+    assert {p.stem for p in PACKAGE.glob("*.py")} == TOP_LEVEL
+
+
+def test_no_package_is_a_flat_bag() -> None:
+    assert _flat_bags(PACKAGE) == {}
+
+
+def test_no_module_over_the_line_limit() -> None:
+    assert _long_modules(PACKAGE) == {}
+
+
+def test_the_shape_checks_catch_violations(tmp_path: Path) -> None:
+    bag = tmp_path / "chunkio" / "bag"
+    bag.mkdir(parents=True)
+    (bag / "__init__.py").write_text('"""A bag."""\n', encoding="utf-8")
+    for i in range(MAX_MODULES_PER_PACKAGE + 1):
+        (bag / f"m{i}.py").write_text("x = 1\n" * (MAX_LINES + 1 if i == 0 else 1), "utf-8")
+    assert _flat_bags(tmp_path / "chunkio") == {"chunkio/bag": MAX_MODULES_PER_PACKAGE + 1}
+    assert _long_modules(tmp_path / "chunkio") == {"chunkio/bag/m0.py": MAX_LINES + 1}
+
+
+@pytest.mark.parametrize(
+    "package",
+    [p for p in _packages(PACKAGE) if p != PACKAGE],  # the root: the public API, see the README
+    ids=lambda p: str(p.relative_to(PACKAGE.parent)),
+)
+def test_each_package_says_what_lives_there_and_what_it_may_import(package: Path) -> None:
+    doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text(encoding="utf-8")))
+    assert doc, f"{package.name}/__init__.py has no docstring"
+    assert "may import" in " ".join(doc.split()), (
+        f"{package.name}/__init__.py does not say what it may import"
+    )

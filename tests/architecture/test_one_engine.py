@@ -1,7 +1,7 @@
 """One Zarr read engine and one codec table: a second of either fails here.
 
 * Chunk bytes are decoded (``ChunkFiles.decode_bytes``) only by the engine
-  (``backends/_zarr_engine.py``); HDF5 raw chunks decode through the same table's decoders.
+  (``backends/zarr/engine.py``); HDF5 raw chunks decode through the same table's decoders.
 * Compressor libraries are called, and codec names or HDF5 filter ids mapped, only in
   ``backends/codec_table.py``.
 Each rule is shown to catch what it guards by a planted violation.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "chunkio"
 CODEC_TABLE = PACKAGE / "backends" / "codec_table.py"
-ENGINE = PACKAGE / "backends" / "_zarr_engine.py"
+ENGINE = PACKAGE / "backends" / "zarr" / "engine.py"
 
 #: compressor APIs: calling one outside the codec table is a second codec table
 _COMPRESSOR_MODULES = {

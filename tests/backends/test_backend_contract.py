@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from chunkio.backends import Reader, open_reader
-from chunkio.backends._hdf5 import HDF5Reader
 from chunkio.backends._memory import delete_memory_store
-from chunkio.backends._zarr import ZarrReader
+from chunkio.backends.hdf5.backend import HDF5Reader
+from chunkio.backends.zarr.backend import ZarrReader
 from chunkio.testing.contract import BackendContract
 from chunkio.testing.servers import S3Server, s3_server_fixture  # noqa: F401 (pytest fixture)
 

@@ -18,7 +18,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunkio.backends._hdf5 import HDF5Reader
+from chunkio.backends.hdf5.backend import HDF5Reader
 from chunkio.testing.contract import assert_row_reads_agree
 
 

@@ -23,7 +23,7 @@ from conftest import zarr_chunk_file
 
 from chunkio import ChunkDataset, Output, write_arrays
 from chunkio.backends import open_reader
-from chunkio.dataset_report import verify
+from chunkio.diagnose.dataset_report import verify
 from chunkio.errors import OptionalDependencyError, UnsafeInputError
 
 N, SPC = 40, 8

@@ -17,9 +17,9 @@ import zarr
 
 from chunkio import Execution, Output
 from chunkio.backends import Compression, open_reader, open_writer
-from chunkio.backends._zarr import CHUNK_KEY_ENCODING, ZarrWriter
 from chunkio.backends.base import CODECS
 from chunkio.backends.codec_table import zarr_compressors
+from chunkio.backends.zarr.backend import CHUNK_KEY_ENCODING, ZarrWriter
 
 SHAPES: list[tuple[str, tuple[int, ...], Any]] = [
     ("label", (), np.int64),
@@ -126,8 +126,9 @@ def test_datasets_with_nested_chunk_keys_still_read_and_grow(
 ) -> None:
     """Datasets written before chunk keys were flat (``c/<i>/0``) read, verify and append."""
     from chunkio import ChunkDataset, append_arrays, write_arrays
-    from chunkio.backends import _zarr_writing, storage_for
+    from chunkio.backends import storage_for
     from chunkio.backends._storage import chunk_files
+    from chunkio.backends.zarr import writing as _zarr_writing
 
     path = tmp_path / "old.zarr"
     rng = np.random.default_rng(1)

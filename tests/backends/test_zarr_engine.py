@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from zarr.codecs import BloscCodec, Crc32cCodec, GzipCodec, ZstdCodec
 
 from chunkio.backends import ReaderOptions
-from chunkio.backends._zarr import ZarrReader
+from chunkio.backends.zarr.backend import ZarrReader
 from chunkio.errors import MissingChunkError
 from chunkio.testing.contract import assert_row_reads_agree
 

@@ -1,4 +1,4 @@
-"""Zarr v3 shards built and parsed by chunkio (``chunkio.backends._zarr_shard``).
+"""Zarr v3 shards built and parsed by chunkio (``chunkio.backends.zarr.shard``).
 
 Every shard chunkio builds must be byte for byte what zarr-python writes for the same data,
 and zarr-python must read it back; damaged indexes must raise CorruptChunkError.
@@ -18,7 +18,8 @@ import zarr
 from zarr.codecs import BloscCodec, Crc32cCodec, GzipCodec, ZstdCodec
 
 from chunkio.backends._checksum import crc32c
-from chunkio.backends._zarr_shard import (
+from chunkio.backends.codec_table import zarr_encoder
+from chunkio.backends.zarr.shard import (
     EMPTY,
     ShardLayout,
     check_index,
@@ -32,8 +33,7 @@ from chunkio.backends._zarr_shard import (
     shard_parts,
     sharding_codec,
 )
-from chunkio.backends._zarr_writing import write_file
-from chunkio.backends.codec_table import zarr_encoder
+from chunkio.backends.zarr.writing import write_file
 from chunkio.errors import CorruptChunkError, FormatError
 
 KEYS = {"name": "default", "separator": "."}

@@ -14,11 +14,11 @@ import zarr
 
 from chunkio import ChunkDataset, Execution, ImageOptions, Output, convert_images, write_arrays
 from chunkio.backends import Compression, open_reader, open_writer
-from chunkio.backends._zarr import CHUNK_KEY_ENCODING
-from chunkio.backends._zarr_pack import pack_arrays
 from chunkio.backends.codec_table import zarr_compressors
+from chunkio.backends.zarr.backend import CHUNK_KEY_ENCODING
+from chunkio.backends.zarr.pack import pack_arrays
 from chunkio.convert import append_arrays
-from chunkio.dataset_report import verify
+from chunkio.diagnose.dataset_report import verify
 from chunkio.errors import CorruptChunkError, MissingChunkError
 
 
@@ -274,9 +274,9 @@ def test_ragged_values_are_written_as_shards_of_whole_groups_and_resume_identica
     every sample at its offset."""
     from PIL import Image
 
-    from chunkio.convert import image_source as image_source_mod
     from chunkio.convert import images as images_mod
     from chunkio.convert import pipeline
+    from chunkio.convert.image import source as image_source_mod
     from chunkio.errors import SourceError
 
     rng = np.random.default_rng(4)
@@ -290,7 +290,7 @@ def test_ragged_values_are_written_as_shards_of_whole_groups_and_resume_identica
     monkeypatch.setattr(pipeline, "SHARD_BYTES", 13_000)  # 2 chunks of ~6 kB per shard
     monkeypatch.setattr(images_mod, "_BLOCK_BYTES", 1)
     # shards of values (~13 kB here) count as large, of labels (~100 B) as small: merged
-    monkeypatch.setattr("chunkio.backends._zarr_pack.SMALL_CHUNK_BYTES", 4096)
+    monkeypatch.setattr("chunkio.backends.zarr.pack.SMALL_CHUNK_BYTES", 4096)
     kw: dict[str, Any] = {
         "execution": Execution(workers=1, progress=False),
         "output": Output(chunks=3),
@@ -343,16 +343,16 @@ def test_encoded_bytes_are_written_as_shards_of_whole_groups_and_resume_identica
     zarr-python reads every JPEG back byte for byte."""
     from benchmarks.data import make_natural_folder
     from chunkio import read_source_paths
-    from chunkio.convert import image_source as image_source_mod
     from chunkio.convert import images as images_mod
     from chunkio.convert import pipeline
+    from chunkio.convert.image import source as image_source_mod
     from chunkio.errors import SourceError
 
     src = make_natural_folder(tmp_path / "src", n_images=48, size=64, seed=5)
     monkeypatch.setattr(pipeline, "DIRECT_SHARD_CHUNK_BYTES", 1)
     monkeypatch.setattr(pipeline, "SHARD_BYTES", 2 * 6 * 64 * 64 * 3)  # 2 chunks per shard
     monkeypatch.setattr(images_mod, "_BLOCK_BYTES", 1)
-    monkeypatch.setattr("chunkio.backends._zarr_pack.SMALL_CHUNK_BYTES", 1024)
+    monkeypatch.setattr("chunkio.backends.zarr.pack.SMALL_CHUNK_BYTES", 1024)
     kw: dict[str, Any] = {"images": ImageOptions(encoding="jpeg"), "output": Output(chunks=6)}
     kw["shuffle"] = False
     real = image_source_mod.image_bytes
@@ -371,7 +371,7 @@ def test_encoded_bytes_are_written_as_shards_of_whole_groups_and_resume_identica
     resumed = convert_images(src, dst, **kw, execution=Execution(workers=1, progress=False))
     assert resumed.resumed_blocks >= 2 and resumed.written_blocks >= 1
     convert_images(src, ref, **kw, execution=Execution(workers=1, progress=False))
-    monkeypatch.setattr("chunkio.convert.image_check.POOL_MIN_SECONDS", 0.0)
+    monkeypatch.setattr("chunkio.convert.image.check.POOL_MIN_SECONDS", 0.0)
     convert_images(src, two, **kw, execution=Execution(workers=2, progress=False))
 
     meta = json.loads((dst / "image__bytes" / "zarr.json").read_text())

@@ -25,8 +25,30 @@ def test_bench_convert_reports_both_sets_and_its_targets(
         assert s["convert_over_bare_decode"] > 0 and s["check_vs_decode"] > 0
     assert result["convert_over_bare_decode"] == result["sets"][0]["convert_over_bare_decode"]
     assert result["write_arrays_workers_over_one"] > 0
-    assert len(result["checks"]) == 3
-    assert all(isinstance(c["passed"], bool) for c in result["checks"])
+    real = result["sets"][0]
+    measured = [
+        (real["convert_over_bare_decode"], bench_convert.TARGET, False),
+        (real["convert_jpeg_over_bare_decode"], bench_convert.TARGET, False),
+        (result["write_arrays_workers_over_one"], 1.1, True),
+    ]
+    for check, (value, required, at_most) in zip(result["checks"], measured, strict=True):
+        assert (check["measured"], check["required"]) == (value, required), check
+        assert check["passed"] is (value <= required if at_most else value >= required), check
     assert not list(tmp_path.glob("*.zarr")), "converted datasets are removed"
     text = "\n".join(_section("Conversion (bench_convert)", result))
     assert "realistic" in text and "convert_over_bare_decode" in text
+
+
+@pytest.mark.parametrize("margin", [-0.01, 0.0, 0.01])
+def test_checks_pass_exactly_at_their_targets(margin: float) -> None:
+    """The verdicts, on figures given by the test on both sides of each target."""
+    t = bench_convert.TARGET
+    result = {
+        "sets": [
+            {"set": "realistic", "convert_over_bare_decode": t + margin,
+             "convert_jpeg_over_bare_decode": t - margin},
+        ],
+        "write_arrays_workers_over_one": 1.1 + margin,
+    }  # fmt: skip
+    passed = [c["passed"] for c in bench_convert.checks(result)]
+    assert passed == [margin >= 0, margin <= 0, margin <= 0]

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/ is n
 
 from benchmarks import bench_images
 from benchmarks.baselines import ImageFolderAugmented, TorchvisionRandomResizedCrop, pil_to_tensor
-from benchmarks.data import make_natural_folder
+from benchmarks.data import make_imagenet_folder, make_natural_folder
 
 N, BATCH = 96, 16
 
@@ -26,7 +26,7 @@ N, BATCH = 96, 16
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("bench_images")
     return bench_images.run(
-        quick=True, workers=1, batch_size=BATCH, root=root, n_images=N, repeats=1
+        quick=True, workers=1, batch_size=BATCH, root=root, n_images=N, repeats=1, n_imagenet=24
     )
 
 
@@ -54,7 +54,14 @@ def test_rows_ratios_and_storage(results: dict[str, Any]) -> None:
         assert storage[key]["bytes"] > 0
         assert storage[key]["bytes_per_image"] == storage[key]["bytes"] / N
     assert storage["raw_over_jpeg"] > 1
-    assert [c["target"].split(":")[0] for c in results["checks"]] == ["jpeg", "raw", "storage"]
+    assert [c["target"].split(":")[0] for c in results["checks"]] == [
+        "jpeg",
+        "raw",
+        "storage",
+        "imagenet",
+        "imagenet",
+    ]
+    assert results["decode_limit"] > 0
     prof = results["profile_us_per_sample"]
     for stage in ("read", "decode", "crop_resize", "collate", "ipc_and_overhead"):
         assert stage in prof
@@ -63,9 +70,39 @@ def test_rows_ratios_and_storage(results: dict[str, Any]) -> None:
     assert "baseline" in table and "raw / jpeg bytes" in table
 
 
+@pytest.mark.timeout(240)
+def test_imagenet_rows_limit_and_stages(results: dict[str, Any]) -> None:
+    res = results["imagenet"]
+    names = [r["name"] for r in res["rows"]]
+    assert names == [bench_images.BASELINE, bench_images.JPEG_REGION, bench_images.JPEG_WHOLE]
+    for r in res["rows"]:
+        assert r["samples_per_s"] > 0
+        assert [list(r["batch"][0][0]), r["batch"][0][1]] == [[BATCH, 3, 224, 224], "torch.uint8"]
+    assert res["decode_limit"] == max(res["decode_limit_runs"]) > 0
+    for way in ("whole", "region"):
+        stages = res["stages_us"][way]
+        for stage in ("read", "span", "plan", "decode", "resize", "flip + scatter", "python"):
+            assert stage in stages
+        assert stages["decode"] > 0
+    table = bench_images.format_table(results)
+    assert "ImageNet sizes" in table and "x decode limit" in table and "transport" in table
+
+
+def test_imagenet_folder_sizes_and_determinism(tmp_path: Path) -> None:
+    a = make_imagenet_folder(tmp_path / "a", n_images=8, n_classes=2, seed=1)
+    b = make_imagenet_folder(tmp_path / "b", n_images=8, n_classes=2, seed=1)
+    files = sorted(p.relative_to(a) for p in a.rglob("*.jpg"))
+    assert len(files) == 8
+    assert all((a / f).read_bytes() == (b / f).read_bytes() for f in files)
+    for f in files:
+        with Image.open(a / f) as im:
+            assert max(im.size) == 500 and 333 <= min(im.size) <= 500 and im.mode == "RGB"
+
+
 @pytest.mark.timeout(120)
 def test_cli_without_workers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = ["--images", "40", "--workers", "0", "--batch-size", "8", "--repeats", "1"]
+    args += ["--imagenet-images", "10"]
     bench_images.main(
         [*args, "--root", str(tmp_path), "--no-profile", "--json", str(tmp_path / "out.json")]
     )

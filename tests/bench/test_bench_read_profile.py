@@ -18,10 +18,13 @@ def test_profile_names_every_stage(make_dataset: Any, fmt: str) -> None:
     path, _ = make_dataset(fmt)
     prof = bench_read_profile.profile_format(path, batch_size=32, workers=1)
     local, ring = prof["in_process"], prof["ring"]
-    for stage in ("read", "checksum", "decode", "gather", "plan and bookkeeping"):
-        assert local[f"{stage}_s"] >= 0
+    stages = [local[f"{s}_s"] for s in ("read", "checksum", "decode", "gather")]
+    assert min(stages) >= 0 and local["plan and bookkeeping_s"] >= 0
+    # the stages account for the epoch: what the counters did not time is the bookkeeping
+    assert sum(stages) + local["plan and bookkeeping_s"] == pytest.approx(local["wall_s"])
     assert local["samples"] == 200  # (a set this small stays decoded in the pool: no reads)
-    assert ring["samples"] == 200 and ring["workers_cpu_s"] >= 0
+    # worker CPU is counted in 10 ms ticks: an epoch this small may show none
+    assert ring["samples"] == 200 and ring["workers_cpu_s"] >= 0 and ring["wall_s"] > 0
     rows = bench_read_profile._rows(fmt, prof)
     stages = [r["stage"] for r in rows]
     assert stages[:4] == ["file read", "checksum", "decompress", "gather"]

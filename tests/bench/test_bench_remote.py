@@ -12,9 +12,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/ is not installed
 
 from benchmarks import bench_remote
+from chunkio.testing.servers import require, unavailable
 
-pytest.importorskip("moto", reason="moto[server] is not installed (pip install -e .[dev])")
-pytest.importorskip("s3fs", reason="s3fs is not installed (pip install -e '.[remote]')")
+require("moto", "moto[server] is not installed (pip install -e .[dev])")
+require("s3fs", "s3fs is not installed (pip install -e '.[remote]')")
 
 N, BATCH = 96, 16
 
@@ -39,7 +40,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 @pytest.mark.timeout(240)
 def test_rows_counts_and_checks(results: dict[str, Any]) -> None:
     if "skipped" in results:
-        pytest.skip(results["skipped"])
+        unavailable(results["skipped"])  # fails under CI
     assert results["errors"] == {}
     rows = {r["name"]: r for r in results["rows"]}
     chunkio_rows = [bench_remote.LOCAL, bench_remote.S3_0, bench_remote.S3_20]
@@ -69,7 +70,11 @@ def test_rows_counts_and_checks(results: dict[str, Any]) -> None:
     glog = generic["request_log"]
     assert glog["data"] + glog["index"] + glog["whole"] > 0  # zarr read chunks per sample
     assert [c["target"].split(":")[0] for c in results["checks"]] == ["S3 20 ms"] * 3
-    assert all(isinstance(c["passed"], bool) for c in results["checks"])
+    for c in results["checks"]:  # each verdict is its figure against its target
+        at_most = c.get("at_most", False)
+        assert c["passed"] is (
+            c["measured"] <= c["required"] if at_most else c["measured"] >= c["required"]
+        ), c
     table = bench_remote.format_table(results)
     assert "chunkio S3 20 ms" in table and "req/sample" in table and "generic zarr" in table
 

@@ -19,7 +19,8 @@ import pytest
 from conftest import zarr_chunk_file
 from PIL import Image
 
-from chunkio import Execution, Output, cli
+from chunkio import Execution, Output
+from chunkio.diagnose import cli
 
 
 def chunkio(*args: str | Path) -> subprocess.CompletedProcess[str]:
@@ -183,7 +184,7 @@ def test_volumes_and_doctor_pass_their_options_through(
         return "doctor report"
 
     monkeypatch.setattr("chunkio.convert.volumes.convert_volumes", convert_volumes)
-    monkeypatch.setattr("chunkio.doctor.main_doctor", main_doctor)
+    monkeypatch.setattr("chunkio.diagnose.doctor.main_doctor", main_doctor)
     argv = [
         "convert",
         "volumes",

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from chunkio import Output
-from chunkio.doctor import (
+from chunkio.diagnose.doctor import (
     HEADROOM,
     SERIAL_FACTOR,
     DoctorReport,
@@ -137,7 +137,7 @@ def test_missing_dataset(tmp_path: Path) -> None:
 
 
 def test_measurement_counts_dict_batches() -> None:
-    from chunkio.doctor import _batch_len
+    from chunkio.diagnose.doctor import _batch_len
 
     assert _batch_len({"x": np.zeros((5, 2))}) == 5
     assert _batch_len((np.zeros(3), np.zeros(3))) == 3

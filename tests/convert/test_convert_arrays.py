@@ -1,5 +1,6 @@
 """``convert_arrays`` / ``chunkio convert arrays``: existing HDF5 files and Zarr stores rewritten
-as chunkio datasets, streamed, with the external write-time shuffle (:mod:`chunkio.convert.spill`).
+as chunkio datasets, streamed, with the external write-time shuffle
+(:mod:`chunkio.convert.shuffle.spill`).
 
 Stores are made by h5py and zarr-python (``tests/support/foreign_stores.py``). Block sizes are
 shrunk so that a 300-sample store makes many blocks and many spill files. Covers RELIABILITY
@@ -20,12 +21,13 @@ from foreign_stores import STORES, data, fields_of, h5py_file, snapshot, zarr_v3
 from killed_converter import manifest_lines
 
 from chunkio import ChunkDataset, Execution, Output, convert_arrays
-from chunkio.cli import main
-from chunkio.convert import spill, stores
-from chunkio.convert import workers as pool_policy
-from chunkio.convert.shuffling import permutation
-from chunkio.convert.spill import SpilledSource
+from chunkio.convert import stores
+from chunkio.convert.engine import workers as pool_policy
+from chunkio.convert.shuffle import spill
+from chunkio.convert.shuffle.order import permutation
+from chunkio.convert.shuffle.spill import SpilledSource
 from chunkio.convert.store_source import StoreSource
+from chunkio.diagnose.cli import main
 from chunkio.errors import (
     ConversionError,
     DestinationExistsError,
@@ -200,7 +202,7 @@ import sys, time
 sys.path.insert(0, sys.argv[3])
 from chunkio import Execution, Output, convert_arrays
 from chunkio.convert import stores
-from chunkio.convert.spill import SpilledSource
+from chunkio.convert.shuffle.spill import SpilledSource
 from chunkio.convert.store_source import StoreSource
 
 stores.STORE_BLOCK_BYTES, stores.STORE_READ_BYTES = {block}, {read}

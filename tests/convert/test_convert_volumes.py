@@ -14,12 +14,12 @@ import tifffile
 
 from chunkio import Execution, Output
 from chunkio.backends import open_reader
-from chunkio.convert.volume_sources import match_labels
+from chunkio.convert.volume.sources import match_labels
 from chunkio.convert.volumes import convert_volumes
 from chunkio.errors import IncompleteDatasetError, SourceError
-from chunkio.label_index import read_label_index
-from chunkio.layout import DatasetLayout
+from chunkio.format.layout import DatasetLayout
 from chunkio.patches import PatchDataset, index_label_volume
+from chunkio.patches.dataset import read_label_index
 from converters import nifti_folder
 
 AFFINE = np.array([[0.0, 0, 1.5, -10], [0, 2.0, 0, 5], [-0.8, 0, 0, 3], [0, 0, 0, 1]])

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from chunkio import ChunkDataset, Output, write_arrays
-from chunkio.backends._hdf5_write import HDF5Writer
-from chunkio.backends._zarr import ZarrWriter
+from chunkio.backends.hdf5.write import HDF5Writer
+from chunkio.backends.zarr.backend import ZarrWriter
 from chunkio.errors import ConversionError
 
 SPC = 10
@@ -114,7 +114,7 @@ def test_enospc_while_recording_progress_is_resumable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The manifest append itself hits the full disk: the block is redone, never trusted."""
-    from chunkio.convert import staging
+    from chunkio.convert.durability import staging
 
     data = arrays()
     dst = tmp_path / "m.zarr"

@@ -1,7 +1,7 @@
 """Conversions started from plain scripts: no main guard, worker pools, SIGKILL, progress.
 
 Under spawn and forkserver CPython re-runs the caller's script in every child; conversion
-workers must not (see :mod:`chunkio.convert.processes`), or a script without
+workers must not (see :mod:`chunkio.convert.engine.processes`), or a script without
 ``if __name__ == "__main__":`` converts again in each worker and the pool breaks. Workers
 must also exit with the converting process (RELIABILITY row 10: no orphans), and each
 progress bar must print its final line once.
@@ -56,7 +56,8 @@ import multiprocessing
 import sys
 
 sys.path[:0] = {TESTS!r}
-from chunkio.convert import image_check, processes
+from chunkio.convert.engine import processes
+from chunkio.convert.image import check as image_check
 
 if sys.argv[1] != "default":
     multiprocessing.set_start_method(sys.argv[1], force=True)
@@ -398,7 +399,7 @@ def final_lines(err: str) -> list[str]:
 def test_each_progress_bar_prints_its_final_line_once(
     photos: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    from chunkio.convert import engine
+    from chunkio.convert.engine import core as engine
 
     # Draw on every update (as a slow conversion does): the last update then reaches 100%.
     eager = functools.partial(tqdm, mininterval=0, miniters=1)

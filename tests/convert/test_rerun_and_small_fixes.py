@@ -44,9 +44,9 @@ from chunkio.convert import pipeline, run_conversion
 from chunkio.convert.arrays import ArraySource
 from chunkio.convert.images import convert_images
 from chunkio.convert.volumes import convert_volumes
-from chunkio.dataset_report import info
+from chunkio.diagnose.dataset_report import info
+from chunkio.diagnose.info_text import format_info
 from chunkio.errors import DatasetNotFoundError, DestinationExistsError, FormatError
-from chunkio.info_text import format_info
 from converters import imagefolder
 
 ROOT = Path(__file__).resolve().parents[2]

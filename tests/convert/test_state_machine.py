@@ -25,8 +25,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from chunkio import ChunkDataset, Execution, Output, append_arrays, write_arrays
-from chunkio.backends._hdf5_write import HDF5Writer
-from chunkio.backends._zarr import ZarrWriter
+from chunkio.backends.hdf5.write import HDF5Writer
+from chunkio.backends.zarr.backend import ZarrWriter
 from chunkio.convert import run_conversion
 from chunkio.convert.arrays import ArraySource
 from chunkio.errors import ConversionError, SourceError
@@ -311,7 +311,7 @@ def test_append_takes_the_converters_execution(
 def test_append_without_renameat2_swaps_with_two_renames(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from chunkio.convert import staging as publish_module
+    from chunkio.convert.durability import staging as publish_module
 
     monkeypatch.setattr(publish_module, "_exchange", lambda a, b: False)
     path = tmp_path / "d.zarr"

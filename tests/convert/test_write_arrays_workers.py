@@ -17,9 +17,9 @@ import pytest
 from conftest import source_array
 
 from chunkio import ChunkDataset, Execution, Output
-from chunkio.convert import engine
-from chunkio.convert import workers as pool_policy
 from chunkio.convert.arrays import ArraySource, write_arrays
+from chunkio.convert.engine import core as engine
+from chunkio.convert.engine import workers as pool_policy
 
 
 @pytest.fixture

@@ -24,9 +24,9 @@ import chunkio
 from chunkio import ChunkDataset, Execution, Output, append_arrays, read_source_paths, write_arrays
 from chunkio.convert.arrays import ArraySource
 from chunkio.convert.images import convert_images
-from chunkio.convert.shuffling import ShuffledSource, permutation
+from chunkio.convert.shuffle.order import ShuffledSource, permutation
 from chunkio.errors import MissingFieldError, SourceError
-from chunkio.layout import FieldInfo
+from chunkio.format.layout import FieldInfo
 
 SUFFIX = {"zarr": ".zarr", "hdf5": ".h5"}
 
@@ -170,7 +170,7 @@ def test_dask_distributed_equals_in_process(tmp_path: Path) -> None:
             n_workers=2,
             threads_per_worker=1,
             processes=True,
-            dashboard_address=None,
+            dashboard_address=":0",
             host="127.0.0.1",
         ) as cluster,
         distributed.Client(cluster) as client,
@@ -294,7 +294,7 @@ def test_switching_shuffle_on_or_off_does_not_resume(
 
 IMAGES_SCRIPT = """
 import sys, time
-from chunkio.convert import image_source
+from chunkio.convert.image import source as image_source
 from chunkio.convert import images as images_mod
 
 real = image_source.load_image
@@ -552,7 +552,8 @@ def test_shuffled_source_permutes_ragged_shapes() -> None:
 
 
 def test_the_documented_definition_is_in_the_docstrings() -> None:
-    from chunkio.convert import arrays, images, shuffling
+    from chunkio.convert import arrays, images
+    from chunkio.convert.shuffle import order as shuffling
 
     for module in (shuffling, arrays.write_arrays, images.convert_images):
         assert "default_rng(seed).permutation(N)" in (inspect.getdoc(module) or "")

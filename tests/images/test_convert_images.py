@@ -14,16 +14,16 @@ import pytest
 from PIL import Image, ImageOps
 
 from chunkio import ChunkDataset, Execution, ImageOptions, Output
-from chunkio.convert import image_check
-from chunkio.convert import image_source as image_source_mod
 from chunkio.convert import images as images_mod
+from chunkio.convert.engine.ragged import RaggedPlan
+from chunkio.convert.image import check as image_check
+from chunkio.convert.image import source as image_source_mod
 from chunkio.convert.images import convert_images, source_paths
-from chunkio.convert.ragged import RaggedPlan
-from chunkio.dataset_report import info, verify
+from chunkio.diagnose.dataset_report import info, verify
 from chunkio.errors import DestinationExistsError, SourceError
-from chunkio.grid import SampleGrid
+from chunkio.format.grid import SampleGrid
+from chunkio.format.layout import FieldInfo
 from chunkio.images.pillow import DecodePolicy, load_image
-from chunkio.layout import FieldInfo
 
 FORMATS = {"zarr": "out.zarr", "hdf5": "out.h5"}
 
@@ -308,7 +308,7 @@ def test_an_interrupted_ragged_conversion_resumes(
 def test_dask_client_runs_both_passes(folder: Path, tmp_path: Path) -> None:
     distributed = pytest.importorskip("distributed")
     with distributed.Client(
-        processes=False, n_workers=1, threads_per_worker=2, dashboard_address=None
+        processes=False, n_workers=1, threads_per_worker=2, dashboard_address=":0"
     ) as client:
         convert_images(
             folder, tmp_path / "d.zarr", execution=Execution(client=client, progress=False)

@@ -18,13 +18,13 @@ from torch.utils.data import DataLoader
 
 from benchmarks.data import make_jpeg_folder
 from chunkio import ChunkDataset, Execution, ImageOptions, Workers, convert_images, make_loader
-from chunkio.dataset_report import verify
+from chunkio.diagnose.dataset_report import verify
 from chunkio.errors import CorruptChunkError, SourceError
-from chunkio.layout import DatasetLayout
+from chunkio.format.layout import DatasetLayout
 from chunkio.loader import RingFallbackWarning
 from chunkio.read.encoded import EncodedField
-from chunkio.sample_transforms import channels_last
 from chunkio.transforms import CenterCrop, Compose, RandomHorizontalFlip, RandomResizedCrop
+from chunkio.transforms.sample import channels_last
 
 FORMATS = {"zarr": "d.zarr", "hdf5": "d.h5"}
 
@@ -408,7 +408,7 @@ def test_unchanged_jpegs_are_stored_as_they_are_and_read_bit_exact(
     np.testing.assert_array_equal(raw.read_batch(idx)["image"], jpg.read_batch(idx)["image"])
     # the stored bytes are the files' bytes
     paths = chunkio_paths(dst)
-    data = ChunkDataset(dst, fields="image")._reader().field("image")
+    data = ChunkDataset(dst, fields="image")._handle().field("image")
     assert isinstance(data, EncodedField)
     data._fetch(np.array([3]))
     assert bytes(data.sample_bytes(3)) == (photos / paths[3]).read_bytes()

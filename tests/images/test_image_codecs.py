@@ -317,10 +317,66 @@ def test_simplejpeg_catches_corrupt_entropy_data(photos: list[np.ndarray]) -> No
         image_decoder("jpeg").decode(bytes(data))
 
 
-def test_pillow_does_not_load_truncated_images() -> None:
+@pytest.mark.parametrize("encoding", ["jpeg", "png"])
+def test_pillow_truncation_is_an_error_even_where_loading_truncated_images_is_on(
+    photos: list[np.ndarray], monkeypatch: pytest.MonkeyPatch, encoding: str
+) -> None:
+    """A user's script (or another library) may set Pillow's global switch that pads a
+    truncated file with grey; chunkio's own end-of-image check still refuses the file, and
+    decoding whole files leaves the switch as it found it."""
     from PIL import ImageFile
 
-    assert ImageFile.LOAD_TRUNCATED_IMAGES is False
+    data = encode_image(crop(photos, 3), encoding, 90)  # type: ignore[arg-type]
+    dec = image_decoder(encoding, "Pillow")  # type: ignore[arg-type]
+    whole = dec.decode(data)
+    assert ImageFile.LOAD_TRUNCATED_IMAGES is False  # chunkio never sets it
+    monkeypatch.setattr(ImageFile, "LOAD_TRUNCATED_IMAGES", True)
+    np.testing.assert_array_equal(dec.decode(data), whole)
+    for cut in (len(data) * 2 // 3, len(data) - 10):
+        with pytest.raises(CorruptChunkError, match=f"corrupt {encoding} image: Pillow"):
+            dec.decode(data[:cut])
+        with pytest.raises(CorruptChunkError, match=f"corrupt {encoding} image: Pillow"):
+            dec.decode_scaled(data[:cut], 50, 50)  # the augmentation's reduced decode
+    assert ImageFile.LOAD_TRUNCATED_IMAGES is True
+
+
+#: the function each (library, encoding) decodes with, as ``module:attribute``
+DECODE_CALLS = {
+    ("simplejpeg", "jpeg"): "chunkio.images.jpeg:decode",
+    ("imagecodecs", "jpeg"): "imagecodecs:jpeg8_decode",
+    ("imagecodecs", "png"): "imagecodecs:png_decode",
+    ("imagecodecs", "webp"): "imagecodecs:webp_decode",
+    ("Pillow", "jpeg"): "PIL.Image:open",
+    ("Pillow", "png"): "PIL.Image:open",
+    ("Pillow", "webp"): "PIL.Image:open",
+}
+DEFAULTS = {"jpeg": "simplejpeg", "png": "imagecodecs", "webp": "imagecodecs"}
+
+
+@pytest.mark.parametrize(("encoding", "library"), [*ALL, *((e, None) for e in DEFAULTS)])
+def test_each_decoder_decodes_with_the_library_it_names(
+    photos: list[np.ndarray], monkeypatch: pytest.MonkeyPatch, encoding: str, library: str | None
+) -> None:
+    """Not the ``library`` attribute (a class constant): the library's own decode function is
+    called, and only that one, for a named library and for the measured default."""
+    import importlib
+
+    data = encode_image(crop(photos, 2), *lossless(encoding))  # type: ignore[arg-type]
+    calls: dict[str, int] = {}
+    for target in set(DECODE_CALLS.values()):
+        module, name = target.split(":")
+        real = getattr(importlib.import_module(module), name)
+
+        def spy(*a: object, _real=real, _target=target, **kw: object) -> object:
+            calls[_target] = calls.get(_target, 0) + 1
+            return _real(*a, **kw)
+
+        monkeypatch.setattr(importlib.import_module(module), name, spy)
+    dec = image_decoder(encoding, library)  # type: ignore[arg-type]
+    dec.decode(data)
+    expected = library or DEFAULTS[encoding]
+    assert dec.library == expected
+    assert calls == {DECODE_CALLS[expected, encoding]: 1}
 
 
 # --- decoder objects ---------------------------------------------------------------------

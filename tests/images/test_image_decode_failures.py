@@ -18,11 +18,11 @@ import pytest
 from PIL import Image
 
 from chunkio import ChunkDataset, Execution, Output
-from chunkio.convert import image_check
-from chunkio.convert import image_source as image_source_mod
 from chunkio.convert import images as images_mod
+from chunkio.convert.image import check as image_check
+from chunkio.convert.image import source as image_source_mod
 from chunkio.convert.images import convert_images
-from chunkio.dataset_report import verify
+from chunkio.diagnose.dataset_report import verify
 from chunkio.errors import SourceError
 from chunkio.images import pillow as decode
 from chunkio.images.pillow import DecodePolicy, UndecodableImage, probe_image

@@ -18,8 +18,8 @@ import pytest
 from PIL import Image
 
 from chunkio import ChunkDataset, Execution, ImageOptions
+from chunkio.convert.image.scan import scan_folder
 from chunkio.convert.images import convert_images, source_paths
-from chunkio.convert.scan import scan_folder
 from chunkio.errors import SourceError
 
 

@@ -11,10 +11,6 @@ import pytest
 from PIL import Image
 from sklearn.datasets import load_sample_images
 
-from chunkio.images.draws import key_state as _key_state
-from chunkio.images.draws import uniform as _uniform
-from chunkio.images.draws import uniform2 as _uniform2
-from chunkio.images.render import pixel_span as _pixel_span
 from chunkio.transforms import (
     CenterCrop,
     Compose,
@@ -23,6 +19,10 @@ from chunkio.transforms import (
     RandomResizedCrop,
     Resize,
 )
+from chunkio.transforms.draws import key_state as _key_state
+from chunkio.transforms.draws import uniform as _uniform
+from chunkio.transforms.draws import uniform2 as _uniform2
+from chunkio.transforms.render import pixel_span as _pixel_span
 
 
 @pytest.fixture(scope="module")

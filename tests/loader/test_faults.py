@@ -111,9 +111,14 @@ def dataset_path(
 # interpreter that reports what happened as JSON.
 _KILL_SCRIPT = """
 import gc, json, os, signal, sys, time, warnings
-import numpy as np, psutil
+import numpy as np, psutil, torch.multiprocessing
 from torch.utils.data import DataLoader
 from chunkio import ChunkDataset, collate
+# Tensors travel by shared-memory file name, not by a descriptor the receiver fetches from the
+# sender: with fd passing, a worker killed while sending makes the fetch fail first
+# (EOFError / ConnectionResetError, naming nobody), and the check below would have to
+# accept that. Now every run must report the death itself.
+torch.multiprocessing.set_sharing_strategy("file_system")
 sys.path[:0] = sys.argv[2].split(os.pathsep)  # this folder and tests/ (conftest)
 from test_faults import slow_batch
 
@@ -172,11 +177,10 @@ def test_dataloader_worker_killed_mid_epoch(dataset_path: str) -> None:
     assert len(report["workers"]) == 4
     error, victim = report["error"], report["victim"]
     assert error is not None, "the epoch finished although a worker was killed"
-    if not error.startswith(("EOFError", "ConnectionResetError")):
-        assert re.search(rf"worker \(pid(\(s\))? [\d, ]*{victim}\)", error), error
-        assert "killed by signal" in error or "exited unexpectedly" in error, error
-    # else torch's fd-passing of a batch the worker was sending when it died failed first: a
-    # torch limitation (make_loader's ring transport names the worker in every case).
+    assert re.search(rf"worker \(pid(\(s\))? [\d, ]*{victim}\)", error), error
+    assert "killed by signal" in error or "exited unexpectedly" in error, error
+    # "promptly" is the promise (RELIABILITY row 5): a bound ~100x what it takes, for a
+    # shared 2-core machine; a hang is caught by the timeouts, not by this
     assert report["elapsed"] < 15, "the death was reported late"
     assert report["leftover"] == [], "worker processes outlived the failed loader"
     assert report["rerun_labels"] == (np.arange(N) % 7).tolist(), "a rerun reads everything"
@@ -208,10 +212,15 @@ def test_make_loader_worker_killed_mid_epoch(dataset_path: str, persistent: bool
         with pytest.raises((LoaderError, RuntimeError)) as info:
             for _ in it:
                 pass
+        # promptly (RELIABILITY row 5): generous, the ring sees the death at once
         assert time.monotonic() - started < 15, "the death was reported late"
         text = str(info.value)
-        assert str(victim) in text and ("worker" in text), text
-        assert "SIGKILL" in text or "exited unexpectedly" in text, text
+        if loader.transport == "ring":  # chunkio's own message: worker, pid and signal
+            assert re.search(rf"ring worker \d \(pid {victim}\) exited unexpectedly", text)
+            assert "signal SIGKILL" in text, text
+        else:
+            assert re.search(rf"worker \(pid(\(s\))? [\d, ]*{victim}\)", text), text
+            assert "killed by signal" in text, text
         del it, info
         # The next pass of the same loader starts new workers and completes.
         assert sorted(all_labels(iter(loader))) == expected
@@ -230,7 +239,8 @@ def test_dataloader_timeout_is_prompt_and_clear(make_dataset: Any) -> None:
     started = time.monotonic()
     with pytest.raises(RuntimeError, match=r"timed out after 2 seconds"):
         next(iter(loader))
-    assert time.monotonic() - started < 8
+    # the promise is about time: raised at the timeout, not long after (generous: 15x)
+    assert time.monotonic() - started < 30
     assert_no_orphans(before)
 
 
@@ -250,13 +260,21 @@ def test_make_loader_timeout_is_prompt_and_clear(
     loader = make_loader(
         path, BATCH, num_workers=1, fields=["image"], workers=Workers(timeout=2, context="fork")
     )
+    assert loader.transport == "ring"
     started = time.monotonic()
     try:
-        with pytest.raises((LoaderError, RuntimeError), match=r"timeout|timed out") as info:
-            next(iter(loader))
+        it = iter(loader)
+        with pytest.raises(LoaderError) as info:
+            next(it)
         elapsed = time.monotonic() - started
-        assert elapsed < 8, f"timeout=2 reported after {elapsed:.1f} s"
-        assert "2" in str(info.value)
+        # the promise is about time: not before the timeout, and not long after it (15x)
+        assert 2 <= elapsed < 30, f"timeout=2 reported after {elapsed:.1f} s"
+        assert re.search(
+            r"ring worker 0 \(pid \d+\) produced no batch within timeout=2(\.0)? s "
+            r"\(samples \[[\d, ]+\]\)",
+            str(info.value),
+        ), info.value
+        del it
     finally:
         loader.close()
     assert_no_orphans(before)

@@ -14,8 +14,9 @@ import pytest
 from foreign_stores import labelled
 
 import chunkio
-from chunkio import Ordering, cli
-from chunkio.label_check import LabelMixingWarning
+from chunkio import Ordering
+from chunkio.diagnose import cli
+from chunkio.sampling.label_check import LabelMixingWarning
 
 N, CLASSES, BATCH, CHUNK = 4000, 100, 64, 32
 SAMPLE = 3 * 8 * 8 + 8  # bytes of one sample: image and label (the pool counts every field)

@@ -12,8 +12,8 @@ import pytest
 
 import chunkio
 from chunkio.errors import IncompatibleStateError
-from chunkio.label_check import LabelMixingWarning
-from chunkio.mixing import uniform_distinct_labels
+from chunkio.sampling.label_check import LabelMixingWarning
+from chunkio.sampling.mixing import uniform_distinct_labels
 
 N, CLASSES = 1200, 20
 
@@ -136,9 +136,16 @@ def _distinct_labels(path: str, batch: int, **kw: object) -> float:
 def test_defaults_mix_labels_like_a_uniform_shuffle(
     class_sorted: tuple[str, str], batch: int
 ) -> None:
-    _, shuffled = class_sorted
+    """The class-sorted store (a store shuffled at write time would pass with no mixing at
+    all): the default pool and lanes alone give batches within 3% of a uniform shuffle's
+    distinct labels. Without the pool's jitter (lanes only) they reach 89% (batch 64) and
+    94% (batch 256): the bound tells the two apart, and the order is a pure function of the
+    seed, so it does not flake."""
+    sorted_path, _ = class_sorted
     uniform = uniform_distinct_labels(np.full(CLASSES, N // CLASSES), batch)
-    assert _distinct_labels(shuffled, batch) >= 0.9 * uniform
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LabelMixingWarning)  # the warning has its own test
+        assert _distinct_labels(sorted_path, batch) >= 0.97 * uniform
 
 
 def test_class_sorted_store_warns_once_with_what_to_do(class_sorted: tuple[str, str]) -> None:
@@ -168,22 +175,19 @@ def test_make_loader_opens_the_store_once_and_leaves_a_given_dataset_as_it_was(
     make_dataset: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import pickle
-    import sys
 
-    from chunkio import backends
+    from chunkio.backends import ReaderOptions
 
     path, arrays = make_dataset("zarr")
-    real = backends.open_reader
+    real = ReaderOptions.open
     opened: list[Any] = []
 
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        opened.append(args[0])
-        return real(*args, **kwargs)
+    def counting(self: ReaderOptions, location: Any) -> Any:
+        opened.append(location)
+        return real(self, location)
 
-    for module in list(sys.modules.values()):  # every chunkio module that bound the name
-        name = getattr(module, "__name__", "")
-        if name.startswith("chunkio") and getattr(module, "open_reader", None) is real:
-            monkeypatch.setattr(module, "open_reader", counting)
+    # every reader chunkio opens, open_reader's included, is opened by ReaderOptions.open
+    monkeypatch.setattr(ReaderOptions, "open", counting)
     # a path: the reader that describes the dataset also reads its labels (the label check)
     loader = chunkio.make_loader(path, 8, num_workers=0, seed=1)
     assert len(opened) == 1

@@ -12,7 +12,6 @@ import torch
 from foreign_stores import snapshot, volume_data, volumes_h5py, volumes_zarr_v3
 from torch.utils.data import DataLoader
 
-from chunkio.batch import collate
 from chunkio.errors import FormatError, MissingFieldError
 from chunkio.patches import (
     GridSampler,
@@ -22,6 +21,7 @@ from chunkio.patches import (
     RandomPatchSampler,
     index_label_volume,
 )
+from chunkio.read.batch import collate
 
 PATCH = (4, 5, 4)
 

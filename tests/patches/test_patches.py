@@ -23,8 +23,7 @@ from torch.utils.data import DataLoader
 from chunkio import Execution, Output
 from chunkio.backends import open_reader
 from chunkio.backends._memory import delete_memory_store
-from chunkio.backends._zarr import ZarrReader
-from chunkio.batch import collate
+from chunkio.backends.zarr.backend import ZarrReader
 from chunkio.convert.volumes import convert_volumes
 from chunkio.errors import CorruptChunkError, FormatError, MissingChunkError
 from chunkio.patches import (
@@ -36,7 +35,8 @@ from chunkio.patches import (
     grid_origins,
     plan_patch_reads,
 )
-from chunkio.patches.stitch import stitch
+from chunkio.patches.stitching import stitch
+from chunkio.read.batch import collate
 from converters import nifti_folder
 
 _names = itertools.count()

@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from chunkio import ChunkBatchSampler, ChunkDataset, collate
-from chunkio.backends._hdf5 import open_hdf5_readers
+from chunkio.backends.hdf5.backend import open_hdf5_readers
 
 START_METHODS = ["fork", "spawn", "forkserver"]
 MATRIX = list(itertools.product(START_METHODS, ["zarr", "hdf5"], [False, True], [False, True]))

@@ -1,7 +1,8 @@
 """Corrupt, truncated, emptied and missing chunks (RELIABILITY rows 7, 8 and 9).
 
 A damaged chunk must raise a typed error naming the array and the chunk, never come back as
-wrong values; chunks it does not touch stay readable; ``chunkio.dataset_report.verify`` lists every
+wrong values; chunks it does not touch stay readable; ``chunkio.diagnose.dataset_report.verify``
+lists every
 damaged chunk. A missing chunk is an error, while a chunk of real zeros reads as zeros.
 """
 
@@ -19,7 +20,7 @@ from conftest import sample_arrays
 from conftest import zarr_chunk_file as conftest_chunk_file
 
 from chunkio import ChunkDataset, Output, Workers, make_loader, write_arrays
-from chunkio.dataset_report import verify
+from chunkio.diagnose.dataset_report import verify
 from chunkio.errors import ChunkioError, ChunkReadError, CorruptChunkError, MissingChunkError
 
 SPC = 16  # samples per chunk; 100 samples -> chunks 0..6, the last holding 4

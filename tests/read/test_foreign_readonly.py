@@ -28,8 +28,8 @@ from foreign_stores import (
 from torch.utils.data import DataLoader
 
 import chunkio
-from chunkio.batch import collate
 from chunkio.patches import PatchDataset, RandomPatchSampler
+from chunkio.read.batch import collate
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from chunkio import ChunkDataset, Execution, Output, write_arrays
-from chunkio.grid import SampleGrid
-from chunkio.planning import plan_batch
+from chunkio.format.grid import SampleGrid
+from chunkio.read.planning import plan_batch
 
 DTYPES = st.sampled_from(["uint8", "uint16", "int32", "int64", "float32", "float64", "bool"])
 _ids = itertools.count()

@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 from chunkio import ChunkDataset, Execution, Output, Workers, make_loader, write_arrays
 from chunkio.backends import Compression, open_reader, open_writer
 from chunkio.backends._checksum import Fletcher32, fletcher32, fletcher32_reference
-from chunkio.backends._hdf5_raw import RawChunks
 from chunkio.backends.base import CODECS
+from chunkio.backends.hdf5.raw import RawChunks
 from chunkio.errors import CorruptChunkError
 from chunkio.read import DecodedChunkCache
-from chunkio.transport import BatchSource, LocalTransport
+from chunkio.transport import LocalTransport
 
 # -- fletcher32 ---------------------------------------------------------------------------------
 
@@ -300,11 +300,20 @@ class _Counting:
 
 
 def test_transports_need_only_the_batch_source_protocol(make_dataset: Any) -> None:
-    path, _ = make_dataset("zarr")
-    assert isinstance(ChunkDataset(path), BatchSource)
-    assert isinstance(_Counting(), BatchSource)
+    """A source that is not a ChunkDataset, and a ChunkDataset, through the same transport:
+    each batch holds the asked samples in the asked order (repeats included)."""
     leases = list(LocalTransport(_Counting(), batch_size=4).run([[3, 1], [7, 7, 0]]))
-    assert leases[1].batch.tolist() == [[7, 7], [7, 7], [0, 0]]
+    assert [lease.batch.tolist() for lease in leases] == [
+        [[3, 3], [1, 1]],
+        [[7, 7], [7, 7], [0, 0]],
+    ]
+    path, arrays = make_dataset("zarr")
+    ds = ChunkDataset(path, fields=["image", "label"])
+    batches = [[150, 3, 3], [0, 199]]
+    for lease, ids in zip(LocalTransport(ds, batch_size=4).run(batches), batches, strict=True):
+        image, label = lease.batch
+        np.testing.assert_array_equal(image.numpy(), arrays["image"][ids])
+        np.testing.assert_array_equal(label.numpy(), arrays["label"][ids])
 
 
 # -- patches through the shared core ------------------------------------------------------------
@@ -313,9 +322,9 @@ def test_transports_need_only_the_batch_source_protocol(make_dataset: Any) -> No
 def test_patch_transform_keeps_tuples(tmp_path: Path) -> None:
     from torch.utils.data import DataLoader
 
-    from chunkio.batch import collate
     from chunkio.convert.volumes import convert_volumes
     from chunkio.patches import PatchDataset
+    from chunkio.read.batch import collate
 
     images = [np.arange(6**3, dtype=np.int16).reshape(6, 6, 6)]
     np.save(tmp_path / "img0.npy", images[0])
@@ -356,7 +365,7 @@ def test_samples_and_patches_share_one_reader_class(tmp_path: Path, make_dataset
     patches.read_patches([(0, 1, 1, 1)])
     samples = ChunkDataset(path)
     samples.read_batch([0])
-    assert type(patches._reader()) is type(samples._reader()) is ReadCore
+    assert type(patches._handle()) is type(samples._handle()) is ReadCore
 
 
 def test_write_arrays_fixture_round_trip_guard(tmp_path: Path) -> None:

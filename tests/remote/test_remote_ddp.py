@@ -4,7 +4,8 @@ Each test converts datasets locally, uploads them to a moto bucket and starts ``
 processes (tests/support/remote_ddp_rank.py) that read two epochs through ``make_loader(s3://...)``
 and all-gather each step's sample ids. Per epoch the ranks' samples must be disjoint and
 together exhaustive, up to the documented padding of a last partial global batch with the
-epoch's first samples (chunkio.order), and every rank's batches must equal, bit for bit, what
+epoch's first samples (chunkio.sampling.order), and every rank's batches must equal, bit for bit,
+what
 the same rank reads from the local copy.
 """
 
@@ -20,9 +21,13 @@ from ddp_launch import run_ranks
 
 import chunkio
 from benchmarks.data import make_jpeg_folder
-from chunkio.testing.servers import S3Server, s3_server_fixture  # noqa: F401 (pytest fixture)
+from chunkio.testing.servers import (  # noqa: F401 (pytest fixture)
+    S3Server,
+    require,
+    s3_server_fixture,
+)
 
-pytest.importorskip("s3fs", reason="s3fs is not installed (pip install -e '.[remote]')")
+require("s3fs", "s3fs is not installed (pip install -e '.[remote]')")
 
 BUCKET = "ddp"
 SEED = 11

@@ -26,10 +26,11 @@ from chunkio.testing.servers import (  # noqa: F401 (pytest fixtures)
     S3Server,
     http_server_factory_fixture,
     latency_proxy_factory_fixture,
+    require,
     s3_server_fixture,
 )
 
-pytest.importorskip("s3fs", reason="s3fs is not installed (pip install -e '.[remote]')")
+require("s3fs", "s3fs is not installed (pip install -e '.[remote]')")
 
 Proxy = Callable[..., LatencyProxy]
 BLOB = os.urandom(300_000)
@@ -217,12 +218,12 @@ def test_s3_timeout(
     fetcher_factory: Callable[..., RangeFetcher],
     latency_proxy_factory: Proxy,
 ) -> None:
-    proxy = latency_proxy_factory(s3_server.endpoint_url, 3.0)
+    proxy = latency_proxy_factory(s3_server.endpoint_url, 10.0)
     f = fetcher_factory(bucket, proxy, timeout_s=0.3, retries=1)
-    t = time.monotonic()
     with pytest.raises(RemoteTimeoutError, match=re.escape("s3://fetch-tests/data/blob.bin")) as e:
         f.cat_ranges([("blob.bin", 0, 10)])
-    assert time.monotonic() - t < 2.5  # well before the proxy would have answered
+    # gave up before the proxy answered anything (it holds each request 10 s), not by a clock
+    assert proxy.bytes_sent == 0
     assert isinstance(e.value, TimeoutError)
     assert f.stats.retries == 1 and f.stats.requests == 2
 
@@ -393,6 +394,7 @@ def test_latency_proxy_delays_and_counts(
         assert f.cat_ranges([("a.bin", i, i + 10) for i in range(5)]) == [
             SMALL[i : i + 10] for i in range(5)
         ]
+        # a lower bound (the delay is the proxy's promise; a busy machine only adds to it)
         assert time.monotonic() - t >= 0.5  # 5 sequential requests, 0.1 s each at least
     assert proxy.requests == 5
     assert [r for _, _, r in proxy.log] == [f"bytes={i}-{i + 9}" for i in range(5)]

@@ -21,10 +21,11 @@ from chunkio.testing.servers import (  # noqa: F401 (pytest fixtures)
     LatencyProxy,
     S3Server,
     latency_proxy_factory_fixture,
+    require,
     s3_server_fixture,
 )
 
-pytest.importorskip("s3fs", reason="s3fs is not installed (pip install -e '.[remote]')")
+require("s3fs", "s3fs is not installed (pip install -e '.[remote]')")
 
 BUCKET = "foreign"
 #: what a Zarr reader asks before it knows an array (metadata documents)
@@ -61,7 +62,7 @@ def _proxied(s3_server: S3Server, factory: Any) -> tuple[LatencyProxy, dict[str,
 def _metadata_requests(ds: chunkio.ChunkDataset, log: list[Any]) -> list[Any]:
     """Requests in ``log`` that are not a chunk's bytes: Zarr documents; for HDF5, a HEAD or
     any range other than a stored chunk's (h5py reading the file's metadata)."""
-    documents = ds._options["documents"]
+    documents = ds.reader_options.documents
     arrays = documents.get("arrays") if isinstance(documents.get("arrays"), dict) else None
     if arrays is None:
         return [e for e in log if e[1].rsplit("/", 1)[-1] in ZARR_DOCUMENTS]
@@ -89,7 +90,7 @@ def test_make_loader_reads_a_remote_store_in_place(
     proxy, options = _proxied(s3_server, latency_proxy_factory)
     ds = chunkio.ChunkDataset(urls[store], fields=fields_of(store), storage_options=options)
     assert ds.remote  # the metadata read here travels to the workers
-    reader = ds._reader().reader
+    reader = ds._handle().reader
     assert {reader.read_path(a) for a in fields_of(store).values()} <= {"engine", "remote raw"}
     images, labels = data()
     rows = {images[i].tobytes(): i for i in range(N)}
@@ -197,7 +198,7 @@ def test_hdf5_that_chunkio_does_not_decode_is_read_by_h5py_through_the_file_obje
     url = f"s3://{BUCKET}/split/split.h5"
     ds = chunkio.ChunkDataset(url, fields=["images", "labels"],
                               storage_options=s3_server.storage_options())  # fmt: skip
-    assert ds._reader().reader.read_path("images") == "h5py"
+    assert ds._handle().reader.read_path("images") == "h5py"
     batch = ds.read_batch([299, 3, 150])
     np.testing.assert_array_equal(batch["images"], images[[299, 3, 150]])
     loader = torch.utils.data.DataLoader(ds, batch_size=50, num_workers=2,
@@ -217,7 +218,7 @@ def test_info_verify_and_doctor_on_a_remote_store(
 ) -> None:
     """The CLI on a URL with --storage-options, as on a local path: arrays listed, every chunk
     verified, doctor's measurements (on the h5py file)."""
-    from chunkio import cli
+    from chunkio.diagnose import cli
 
     options = ["--storage-options", json.dumps(s3_server.storage_options())]
     fields = [f"{name}={path}" for name, path in fields_of(store).items()]

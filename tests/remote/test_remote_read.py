@@ -32,10 +32,11 @@ from chunkio.testing.servers import (  # noqa: F401 (pytest fixtures)
     S3Server,
     http_server_factory_fixture,
     latency_proxy_factory_fixture,
+    require,
     s3_server_fixture,
 )
 
-pytest.importorskip("s3fs", reason="s3fs is not installed (pip install -e '.[remote]')")
+require("s3fs", "s3fs is not installed (pip install -e '.[remote]')")
 
 
 @pytest.fixture(scope="module")
@@ -304,7 +305,7 @@ def test_a_shard_whose_index_points_past_its_end_is_named(
 ) -> None:
     import json
 
-    from chunkio.backends._zarr_shard import shard_layout
+    from chunkio.backends.zarr.shard import shard_layout
     from chunkio.errors import CorruptChunkError
 
     meta = json.loads((local / "jpeg.zarr" / "label" / "zarr.json").read_text())
@@ -325,7 +326,7 @@ def test_a_shard_whose_index_points_past_its_end_is_named(
 
 @pytest.mark.timeout(120)
 def test_doctor_measures_a_remote_dataset(s3_server: S3Server, bucket: str) -> None:
-    from chunkio.doctor import run_doctor
+    from chunkio.diagnose.doctor import run_doctor
 
     report = run_doctor(
         f"s3://{bucket}/jpeg.zarr",

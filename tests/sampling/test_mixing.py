@@ -1,4 +1,5 @@
-"""chunkio.mixing: exact uniform expectations, and what sorted and shuffled orders score."""
+"""chunkio.sampling.mixing: exact uniform expectations, and what sorted and shuffled orders
+score."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunkio import mixing
-from chunkio.mixing import (
+from chunkio.sampling import mixing
+from chunkio.sampling.mixing import (
     label_mixing,
     label_mixing_of_batches,
     stored_label_order,

@@ -1,4 +1,5 @@
-"""Tests for chunkio.order and chunkio.sampling: the canonical order, the sampler, the metrics."""
+"""Tests for chunkio.sampling.order and chunkio.sampling: the canonical order, the sampler, the
+metrics."""
 
 from __future__ import annotations
 
@@ -15,16 +16,17 @@ from hypothesis import strategies as st
 from resume_harness import assert_resume_equals_uninterrupted
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
-from chunkio import order, sampling
 from chunkio.errors import IncompatibleStateError
-from chunkio.order import OrderSpec, canonical_batches, lane_quotas, lane_sizes, split_rows
 from chunkio.sampling import (
     ChunkBatchSampler,
     describe_sampler,
+    order,
     rank_batches,
     read_amplification,
     shuffle_quality,
 )
+from chunkio.sampling import sampler as sampling
+from chunkio.sampling.order import OrderSpec, canonical_batches, lane_quotas, lane_sizes, split_rows
 
 SETTINGS = settings(max_examples=60, deadline=None)
 sizes_st = st.lists(st.integers(1, 12), min_size=1, max_size=16)

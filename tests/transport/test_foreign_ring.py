@@ -11,8 +11,8 @@ import pytest
 from foreign_stores import labelled
 
 import chunkio
-from chunkio.sample_transforms import channels_last
 from chunkio.transforms import Compose, RandomHorizontalFlip, RandomResizedCrop
+from chunkio.transforms.sample import channels_last
 
 N = 200
 

@@ -1,0 +1,260 @@
+"""Windows in time on an ERA5-like store written by xarray: chunkio vs the loaders users write.
+
+Three variables ``(time, 64, 128)`` float32 over 2,920 six-hourly steps, stored with one step
+per chunk and with 24; each sample is the window ``t-1, t`` of the 3 variables plus the target
+``t+1`` (9 rows), batch 32, 2 workers. Loaders: chunkio (``Field`` windows, the ring), a
+per-sample zarr-python window Dataset in a DataLoader, xbatcher (``input_overlap``, no lead
+targets: a 3-step window stands in for input and target) and insitubatch 0.2 (shifted
+geometries, in a Python 3.12 venv at ``INSITUBATCH_PYTHON`` or ``/work/venv312``; skipped with
+a note when absent). insitubatch keeps the decoded chunks of its first epoch in its pool and
+serves later epochs from it; chunkio decodes every epoch at its defaults, so both are also
+shown with the decoded store held (chunkio's ``preload_bytes``: each array read whole once per
+worker) and cold (insitubatch's first epoch).
+Reports samples/s, GB/s delivered, read amplification (chunks decoded per
+stored chunk in an epoch) and the std of anchor times per batch against a uniform shuffle's.
+
+    python -m benchmarks.bench_windows [--quick] [--repeats 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import xarray as xr
+import zarr
+from torch.utils.data import DataLoader, Dataset
+
+import chunkio
+from benchmarks.bench_loaders import timed_rate
+from benchmarks.report import check, check_lines
+from chunkio import ChunkDataset, Field
+from chunkio.format.store_layout import DEFAULT_PRELOAD_BYTES
+
+VARS = ("t2m", "u10", "v10")
+BATCH, WORKERS = 32, 2
+SHAPE = (64, 128)
+ROW_BYTES = SHAPE[0] * SHAPE[1] * 4
+SAMPLE_BYTES = 9 * ROW_BYTES
+#: preload_bytes of the "arrays held" chunkio row: each array read whole once per worker
+HOLD_BYTES = 1 << 30
+INSITU = Path(os.environ.get("INSITUBATCH_PYTHON", "/work/venv312/bin/python"))
+
+
+def era_store(root: Path, steps: int, per_chunk: int) -> Path:
+    """The store as xarray writes it (smooth fields plus noise, zstd through zarr's default)."""
+    rng = np.random.default_rng(0)
+    lat, lon = np.meshgrid(np.linspace(-1, 1, SHAPE[0]), np.linspace(-3, 3, SHAPE[1]),
+                           indexing="ij")  # fmt: skip
+    t = np.arange(steps)[:, None, None] / 4.0
+    data = {
+        v: (np.sin(lon + t * (k + 1) / 7) * np.cos(lat) * 10 + 280 * (k == 0)
+            + rng.standard_normal((steps, *SHAPE)) * 0.5).astype(np.float32)
+        for k, v in enumerate(VARS)
+    }  # fmt: skip
+    ds = xr.Dataset({v: (("time", "lat", "lon"), a) for v, a in data.items()},
+                    coords={"time": np.arange(steps, dtype=np.int64)})  # fmt: skip
+    path = root / f"era_{per_chunk}.zarr"
+    encoding = {v: {"chunks": (per_chunk, *SHAPE)} for v in VARS}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ds.to_zarr(path, mode="w", encoding=encoding, zarr_format=3)
+    return path
+
+
+class PerSampleWindows(Dataset[Any]):
+    """What a user writes today: zarr-python indexing ``t-1, t, t+1`` per sample."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.group: Any = None
+        self.n = zarr.open_group(path, mode="r")["t2m"].shape[0] - 2
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        if self.group is None:
+            self.group = zarr.open_group(self.path, mode="r")
+        t = i + 1
+        x = np.stack([np.stack([self.group[v][t + s] for v in VARS]) for s in (-1, 0)])
+        y = np.stack([self.group[v][t + 1] for v in VARS])[None]
+        return torch.from_numpy(x), torch.from_numpy(y), t
+
+
+class XbatcherWindows(Dataset[Any]):
+    """xbatcher's 3-step windows (``input_overlap``), one per sample."""
+
+    def __init__(self, path: str) -> None:
+        import xbatcher
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ds = xr.open_zarr(path)[list(VARS)]
+        self.gen = xbatcher.BatchGenerator(
+            ds, input_dims={"time": 3, "lat": SHAPE[0], "lon": SHAPE[1]},
+            input_overlap={"time": 2},
+        )  # fmt: skip
+
+    def __len__(self) -> int:
+        return len(self.gen)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        w = self.gen[i]
+        return torch.from_numpy(np.stack([w[v].values for v in VARS], axis=1))
+
+
+def _chunkio(path: Path, preload_bytes: int = DEFAULT_PRELOAD_BYTES) -> ChunkDataset:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ChunkDataset(path, fields=[Field(list(VARS), steps=range(-1, 1)),
+                                          Field(list(VARS), steps=[1]), "time"],
+                            preload_bytes=preload_bytes)  # fmt: skip
+
+
+def _chunkio_epoch(path: Path, per_chunk: int) -> dict[str, float]:
+    """One epoch in this process: chunks decoded per stored chunk, and time spread."""
+    loader = chunkio.make_loader(_chunkio(path), BATCH, num_workers=0, seed=1)
+    spreads = [float(np.std(np.asarray(t, dtype=float))) for _, _, t in loader]
+    stats = loader.dataset.read_stats()
+    loader.close()
+    chunks = sum(stats.per_field.get(f"v_{v}", 0) for v in VARS)
+    steps = zarr.open_group(path, mode="r")["t2m"].shape[0]
+    return {
+        "amplification": chunks / (len(VARS) * -(-steps // per_chunk)),
+        "time_std": float(np.mean(spreads)),
+    }
+
+
+def _insitubatch(path: Path, budget_s: float) -> dict[str, Any]:
+    if not INSITU.exists():
+        return {"skipped": f"no Python 3.12 venv with insitubatch at {INSITU}"}
+    script = Path(__file__).with_name("insitubatch_windows.py")
+    done = subprocess.run([str(INSITU), str(script), str(path), str(BATCH), str(budget_s)],
+                          capture_output=True, text=True, timeout=1200)  # fmt: skip
+    if done.returncode:
+        return {"skipped": f"insitubatch failed: {done.stderr.strip().splitlines()[-1:]}"}
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _uniform_std(n: int) -> float:
+    rng = np.random.default_rng(0)
+    return float(np.mean([np.std(rng.choice(n, BATCH, replace=False)) for _ in range(200)]))
+
+
+def measure(path: Path, per_chunk: int, budget_s: float) -> dict[str, Any]:
+    steps = zarr.open_group(path, mode="r")["t2m"].shape[0]
+    rates: dict[str, float] = {}
+    loader = chunkio.make_loader(_chunkio(path), BATCH, num_workers=WORKERS, seed=0)
+    rates["chunkio"] = timed_rate(loader, budget_s=budget_s, warmup=True)
+    loader.close()
+    # as insitubatch does by default: the decoded store kept across epochs (it fits), here
+    # each array read whole once per worker (preload_bytes)
+    held = _chunkio(path, preload_bytes=HOLD_BYTES)
+    loader = chunkio.make_loader(held, BATCH, num_workers=WORKERS, seed=0)
+    rates["chunkio, arrays held"] = timed_rate(loader, budget_s=budget_s, warmup=True)
+    loader.close()
+    naive = DataLoader(PerSampleWindows(str(path)), batch_size=BATCH, shuffle=True,
+                       num_workers=WORKERS, persistent_workers=True)  # fmt: skip
+    rates["per-sample zarr-python"] = timed_rate(naive, budget_s=budget_s, warmup=2)
+    xb = DataLoader(XbatcherWindows(str(path)), batch_size=BATCH, shuffle=True,
+                    num_workers=WORKERS, persistent_workers=True)  # fmt: skip
+    rates["xbatcher"] = timed_rate(xb, budget_s=budget_s, warmup=2)
+    insitu = _insitubatch(path, budget_s)
+    if "samples_per_s" in insitu:
+        rates["insitubatch"] = insitu["samples_per_s"]
+        rates["insitubatch, first epoch"] = insitu["first_epoch_samples_per_s"]
+    ours = _chunkio_epoch(path, per_chunk)
+    # a per-sample reader decodes the chunk of each of its 9 rows: 3 per step, per_chunk x
+    # as many as the epoch needs
+    amplification = {"chunkio": ours["amplification"], "per-sample zarr-python": 3.0 * per_chunk,
+                     "xbatcher": 3.0 * per_chunk}  # fmt: skip
+    spread = {"chunkio": ours["time_std"], "uniform shuffle": _uniform_std(steps - 2)}
+    if "time_std" in insitu:
+        spread["insitubatch"] = insitu["time_std"]
+    return {
+        "steps_per_chunk": per_chunk,
+        "samples_per_s": rates,
+        "gb_per_s": {k: v * SAMPLE_BYTES / 1e9 for k, v in rates.items()},
+        "amplification": amplification,
+        "time_std": spread,
+        "insitubatch": insitu,
+    }
+
+
+def run(*, steps: int = 2920, budget_s: float = 6.0, quick: bool = False) -> dict[str, Any]:
+    if quick:
+        steps, budget_s = min(steps, 730), 2.0
+    out: dict[str, Any] = {"steps": steps, "batch": BATCH, "workers": WORKERS, "stores": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for per_chunk in (1, 24):
+            path = era_store(Path(tmp), steps, per_chunk)
+            out["stores"].append(measure(path, per_chunk, budget_s))
+    out["checks"] = checks(out["stores"])
+    return out
+
+
+def checks(stores: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    found = []
+    for s in stores:
+        r, k = s["samples_per_s"], s["steps_per_chunk"]
+        if "insitubatch" in r:
+            found.append(check(f"windows, {k}/chunk: chunkio / insitubatch (each at defaults)",
+                               r["chunkio"] / r["insitubatch"], 2.0))  # fmt: skip
+            found.append(check(f"windows, {k}/chunk: chunkio arrays held / insitubatch",
+                               r["chunkio, arrays held"] / r["insitubatch"], 2.0))  # fmt: skip
+        found.append(check(f"windows, {k}/chunk: chunkio / per-sample zarr-python",
+                           r["chunkio"] / r["per-sample zarr-python"], 20.0))  # fmt: skip
+        found.append(check(f"windows, {k}/chunk: chunkio read amplification",
+                           s["amplification"]["chunkio"], 1.1, at_most=True))  # fmt: skip
+    return found
+
+
+def table(result: dict[str, Any]) -> str:
+    lines = [
+        f"ERA5-like store by xarray: 3 variables x {result['steps']} steps x 64x128 float32; "
+        f"window t-1, t + target t+1; batch {BATCH}, {WORKERS} workers",
+        "",
+        "| steps/chunk | loader | samples/s | x chunkio | GB/s delivered | read amplification |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s in result["stores"]:
+        ours = s["samples_per_s"]["chunkio"]
+        for name, rate in s["samples_per_s"].items():
+            amp = s["amplification"].get(name)
+            shown = "" if amp is None else f"{amp:.2f}"
+            lines.append(f"| {s['steps_per_chunk']} | {name} | {rate:,.0f} | {rate / ours:.3f} | "
+                         f"{s['gb_per_s'][name]:.2f} | {shown} |")  # fmt: skip
+        spread = ", ".join(f"{k} {v:.0f}" for k, v in s["time_std"].items())
+        lines.append(f"| {s['steps_per_chunk']} | std of anchor times per batch | {spread} | | | |")
+        if "skipped" in s["insitubatch"]:
+            lines.append(
+                f"| {s['steps_per_chunk']} | insitubatch | {s['insitubatch']['skipped']} | | | |"
+            )
+    lines += ["", *check_lines(result["checks"])]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--steps", type=int, default=2920)
+    parser.add_argument("--budget", type=float, default=6.0)
+    args = parser.parse_args()
+    result = run(steps=args.steps, budget_s=args.budget, quick=args.quick)
+    print(table(result))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

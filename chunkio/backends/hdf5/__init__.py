@@ -1,0 +1,11 @@
+"""The HDF5 backend (private: use it through :mod:`chunkio.backends`).
+
+:mod:`.backend` (:class:`HDF5Reader` over h5py), :mod:`.raw` (raw chunk reads for the filter
+pipelines chunkio writes), :mod:`.remote` (HDF5 files on an object store, read in place),
+:mod:`.checks` (what an array must pass before it is read) and :mod:`.write`
+(:class:`HDF5Writer`). Modules here may import :mod:`chunkio.util`, :mod:`chunkio.errors`,
+:mod:`chunkio.remote` and the rest of :mod:`chunkio.backends` (its protocol, codec table and
+checksums), never the Zarr backend, the read side, sampling or conversion.
+"""
+
+from __future__ import annotations

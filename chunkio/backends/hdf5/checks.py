@@ -1,0 +1,142 @@
+"""What an HDF5 array must pass before chunkio reads it: links, storage, virtual sources, filters.
+
+Run on the reader's first look at each array, i.e. when the dataset is made, so bad input is
+a typed error in the parent process, before any DataLoader worker starts:
+
+* a **soft link** inside the file is followed (it is a second name for an object of the same
+  file); an **external link** (or any other kind of link, at any step of the path) may point
+  anywhere on disk and is refused unless ``trust_codecs=True``;
+* **external raw storage** (``H5Pset_external``) likewise;
+* a **virtual dataset** whose sources all lie in the same file is read through h5py; one
+  with sources in other files is refused unless trusted, and when trusted every source file
+  must exist (HDF5 would read a missing source's part as the fill value, silently);
+* a **filter** outside the safe list is refused unless trusted; a filter this installation
+  cannot decode is an :class:`~chunkio.errors.OptionalDependencyError` naming the package that
+  provides it (hdf5plugin for Blosc, Zstd, LZ4, bitshuffle, ...), trusted or not.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import h5py
+
+from ...errors import FormatError, MissingFieldError, OptionalDependencyError, UnsafeInputError
+from ..codec_packages import hdf5_filter_hint, hdf5_filter_name
+from ..codec_table import HDF5_SAFE
+
+__all__ = ["check_array", "in_file_path"]
+
+#: soft links followed for one name before it counts as a loop
+_MAX_SOFT_LINKS = 32
+
+
+def in_file_path(f: h5py.File, name: str, where: str) -> tuple[str | None, Any]:
+    """The path of ``name`` through hard links only, its soft links followed:
+    ``(path, None)``, or ``(None, link)`` at the first link of another kind (an external
+    link) on the way, which HDF5 would follow out of the file. Nothing outside the file is
+    opened: each step is looked up from a path already known to be in the file. A name
+    with no object (a dangling soft link included) is a :class:`MissingFieldError`."""
+    todo = [p for p in name.split("/") if p not in ("", ".")]
+    done, hops = "", 0
+    while todo:
+        step = f"{done}/{todo.pop(0)}"
+        try:
+            link = f.get(step, getlink=True)
+        except (KeyError, ValueError, TypeError):  # a step through a dataset
+            link = None
+        if link is None:
+            raise MissingFieldError(f"{where}: array {name!r} is missing")
+        if isinstance(link, h5py.SoftLink):
+            hops += 1
+            if hops > _MAX_SOFT_LINKS:
+                raise FormatError(
+                    f"{where}: array {name!r}: more than {_MAX_SOFT_LINKS} soft links "
+                    "followed (a loop of soft links)"
+                )
+            target = str(link.path)
+            done = "" if target.startswith("/") else done
+            todo = [p for p in target.split("/") if p not in ("", ".")] + todo
+            continue
+        if not isinstance(link, h5py.HardLink):
+            return None, link
+        done = step
+    return done or "/", None
+
+
+def check_array(dset: Any, name: str, where: str, *, trust: bool) -> None:
+    """Raise unless ``dset`` (array ``name`` of file ``where``) can be read safely here."""
+    if not isinstance(dset, h5py.Dataset):
+        raise FormatError(f"{where}: {name!r} is a group, not an array")
+    plist = dset.id.get_create_plist()
+    if plist.get_external_count() > 0 and not trust:
+        raise UnsafeInputError(
+            f"{where}: array {name!r} keeps its data in external raw files named inside the "
+            "HDF5 file (H5Pset_external), which may lie anywhere on disk; refused unless "
+            "trust_codecs=True"
+        )
+    if dset.is_virtual:
+        _check_virtual(dset, name, where, trust=trust)
+    ids = [int(plist.get_filter(i)[0]) for i in range(plist.get_nfilters())]
+    unsafe = [fid for fid in ids if fid not in HDF5_SAFE]
+    if unsafe and not trust:
+        raise UnsafeInputError(
+            f"{where}: array {name!r} uses HDF5 filter id {unsafe[0]}; chunkio only decodes "
+            f"{sorted(HDF5_SAFE.values())} unless trust_codecs=True"
+        )
+    for position, fid in enumerate(ids):
+        if not h5py.h5z.filter_avail(fid) and _applied(dset, position):
+            raise OptionalDependencyError(
+                f"{where}: array {name!r} is compressed with HDF5 filter "
+                f"{hdf5_filter_name(fid)!r} (id {fid}), which this installation cannot "
+                f"decode: {hdf5_filter_hint(fid)}"
+            )
+
+
+def _applied(dset: Any, position: int) -> bool:
+    """Whether some stored chunk went through filter ``position`` of the pipeline (an
+    optional filter may have been skipped for every chunk; HDF5 reads those without it)."""
+    found = []
+
+    def visit(info: Any) -> bool | None:
+        if not (int(info.filter_mask) >> position) & 1:
+            found.append(True)
+            return True  # stop iterating
+        return None
+
+    if dset.chunks is None:
+        return True
+    if hasattr(dset.id, "chunk_iter"):
+        dset.id.chunk_iter(visit)
+    else:  # pragma: no cover - HDF5 < 1.14
+        for i in range(dset.id.get_num_chunks()):
+            visit(dset.id.get_chunk_info(i))
+    return bool(found)
+
+
+def _check_virtual(dset: Any, name: str, where: str, *, trust: bool) -> None:
+    files = sorted({str(m.file_name) for m in dset.virtual_sources()} - {"."})
+    if not files:
+        return  # every source in this file: h5py reads it like any array
+    if not trust:
+        raise UnsafeInputError(
+            f"{where}: array {name!r} is a virtual dataset whose sources lie in other files "
+            f"({files}); refused unless trust_codecs=True"
+        )
+    for source in files:
+        if "%" not in source and not _source_exists(source, where):
+            raise FormatError(
+                f"{where}: virtual dataset {name!r} maps source file {source!r}, which does "
+                "not exist (HDF5 would read its part as the fill value)"
+            )
+
+
+def _source_exists(source: str, where: str) -> bool:
+    """Whether HDF5 finds a virtual dataset's source file: as given (absolute or from the
+    working directory), under ``HDF5_VDS_PREFIX``, or beside the virtual dataset's file."""
+    prefix = os.environ.get("HDF5_VDS_PREFIX", "")
+    places = [source, os.path.join(os.path.dirname(os.path.abspath(where)), source)]
+    if prefix:
+        places.append(os.path.join(prefix, source))
+    return any(os.path.isfile(p) for p in places)

@@ -1,0 +1,282 @@
+"""Raw chunk reads for HDF5 datasets whose filter pipeline is one chunkio writes.
+
+HDF5's own read path (``read_direct``) runs each chunk through the library's filter pipeline
+under h5py's global lock: it checks Fletcher-32 a word at a time, decompresses into a
+temporary buffer and copies the selection out, which costs about twice what the bytes need. For
+datasets chunked along the sample axis only, with the filters chunkio writes (one of LZ4, Blosc,
+Zstd or deflate, then optionally fletcher32 last), this module reads each stored chunk with one
+``pread`` at the offset HDF5's chunk index gives, checks its checksum
+(:mod:`chunkio.backends._checksum`) and decodes it with numcodecs, the decoders the Zarr path
+uses, straight into the caller's buffer. Anything else keeps using h5py; the backend contract
+tests run both paths.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ...errors import CorruptChunkError, MissingChunkError
+from ...util.numeric import ceil_div
+from .._checksum import Fletcher32
+from ..base import StageClock
+from ..codec_table import HDF5_DECODERS, HDF5_SHUFFLE, Decode, unshuffle
+
+__all__ = ["RawChunks"]
+
+_FLETCHER32 = 3
+#: a contiguous dataset is read in runs of rows of about this many bytes (its "chunks")
+CONTIGUOUS_RUN_BYTES = 1 << 20
+
+
+def run_rows(shape: Sequence[int], dtype: np.dtype[Any]) -> int:
+    """Rows per run of :data:`CONTIGUOUS_RUN_BYTES` of a contiguous (or compact) array: the
+    chunks it is read, and ordered, by (never the whole array as one chunk).
+
+    >>> run_rows((100_000, 3, 64, 64), np.dtype("u1")), run_rows((10,), np.dtype("i8"))
+    (85, 10)
+    """
+    row = int(np.prod(shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize
+    return min(max(1, CONTIGUOUS_RUN_BYTES // max(1, row)), max(1, int(shape[0])))
+
+
+def _fletcher_matches(computed: int, stored: int) -> bool:
+    """As HDF5 checks: the checksum, or the byte-pair-swapped one that HDF5 < 1.6.3 wrote."""
+    swapped = ((computed & 0x00FF00FF) << 8) | ((computed >> 8) & 0x00FF00FF)
+    return stored in (computed, swapped)
+
+
+@dataclass
+class RawChunks:
+    """Where the stored chunks of one HDF5 dataset lie in its file, and how to decode them."""
+
+    path: str
+    name: str
+    shape: tuple[int, ...]
+    chunks: tuple[int, ...]
+    dtype: np.dtype[Any]
+    decode: Decode | None
+    checksum: bool
+    #: chunk index along axis 0 -> (byte offset, stored size); filter-masked chunks are absent
+    index: dict[int, tuple[int, int]]
+    masked: frozenset[int] = frozenset()
+    #: the byte shuffle filter ran before the compressor
+    shuffled: bool = False
+    #: a contiguous dataset read in runs (the last one short)
+    contiguous: bool = False
+    _buffer: npt.NDArray[np.uint8] = field(default_factory=lambda: np.empty(0, np.uint8))
+    _fletcher: Fletcher32 = field(default_factory=Fletcher32)
+    #: chunk -> (offset, size, stored checksum) whose Fletcher-32 this process has checked,
+    #: valid while the file is unchanged (see :meth:`check_file`)
+    _verified: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    _file_state: tuple[int, ...] = ()
+
+    @classmethod
+    def build(cls, dset: Any, path: str, name: str) -> RawChunks | None:
+        """The raw reader for ``dset`` when its layout and filters allow one, else None."""
+        chunks = dset.chunks
+        dtype = np.dtype(dset.dtype)
+        if (
+            dset.ndim == 0
+            or (chunks is not None and tuple(chunks[1:]) != tuple(dset.shape[1:]))
+            or dset.is_virtual
+            or dtype.hasobject
+            or dtype.fields is not None
+            or (dtype.itemsize > 1 and dtype.byteorder not in ("<", "="))
+            or sys.byteorder != "little"
+        ):
+            return None
+        plist = dset.id.get_create_plist()
+        if plist.get_external_count() > 0:
+            return None
+        if chunks is None:
+            return cls._contiguous(dset, path, name, dtype, plist)
+        ids = [plist.get_filter(i)[0] for i in range(plist.get_nfilters())]
+        checksum = bool(ids) and ids[-1] == _FLETCHER32
+        rest = ids[:-1] if checksum else ids
+        shuffled = bool(rest) and rest[0] == HDF5_SHUFFLE
+        rest = rest[1:] if shuffled else rest
+        if len(rest) > 1 or (rest and rest[0] not in HDF5_DECODERS):
+            return None
+        index: dict[int, tuple[int, int]] = {}
+        masked: set[int] = set()
+        step = int(chunks[0])
+
+        def visit(info: Any) -> None:
+            chunk = int(info.chunk_offset[0]) // step
+            if info.filter_mask:
+                masked.add(chunk)  # a filter was skipped: let HDF5 decode this one
+            else:
+                index[chunk] = (int(info.byte_offset), int(info.size))
+
+        if hasattr(dset.id, "chunk_iter"):
+            dset.id.chunk_iter(visit)
+        else:  # pragma: no cover - HDF5 < 1.14
+            for i in range(dset.id.get_num_chunks()):
+                visit(dset.id.get_chunk_info(i))
+        if dset.shape[0] % step:
+            # HDF5 can store a partial edge chunk unfiltered (other writers may set
+            # H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS) with filter mask 0: h5py reads that one.
+            masked.add(int(dset.shape[0]) // step)
+        return cls(
+            path=path,
+            name=name,
+            shape=tuple(int(s) for s in dset.shape),
+            chunks=tuple(int(c) for c in chunks),
+            dtype=dtype,
+            decode=HDF5_DECODERS[rest[0]] if rest else None,
+            checksum=checksum,
+            index=index,
+            masked=frozenset(masked),
+            shuffled=shuffled,
+        )
+
+    @classmethod
+    def _contiguous(
+        cls, dset: Any, path: str, name: str, dtype: np.dtype[Any], plist: Any
+    ) -> RawChunks | None:
+        """A contiguous dataset (no filters: its rows lie in order at one offset), read in runs
+        of :data:`CONTIGUOUS_RUN_BYTES` as if chunked so."""
+        import h5py
+
+        offset = dset.id.get_offset()
+        if plist.get_layout() != h5py.h5d.CONTIGUOUS or offset is None or not dset.shape[0]:
+            return None  # compact, or never written (h5py reads the fill value)
+        row = int(np.prod(dset.shape[1:], dtype=np.int64)) * dtype.itemsize
+        rows = run_rows(dset.shape, dtype)
+        n = int(dset.shape[0])
+        index = {
+            c: (int(offset) + c * rows * row, min(rows, n - c * rows) * row)
+            for c in range(ceil_div(n, rows))
+        }
+        return cls(
+            path=path,
+            name=name,
+            shape=tuple(int(s) for s in dset.shape),
+            chunks=(rows, *(int(s) for s in dset.shape[1:])),
+            dtype=dtype,
+            decode=None,
+            checksum=False,
+            index=index,
+            contiguous=True,
+        )
+
+    def _decode_into(self, body: npt.NDArray[np.uint8], flat: npt.NDArray[np.uint8]) -> None:
+        if self.decode is not None:
+            self.decode(body, flat)
+        elif body.size == flat.size or (self.contiguous and body.size < flat.size):
+            flat[: body.size] = body  # a contiguous dataset's last run is short
+        else:
+            raise ValueError(f"{body.size} stored bytes, expected {flat.size}")
+
+    @property
+    def chunk_rows(self) -> int:
+        return self.chunks[0]
+
+    def chunk_nbytes(self) -> int:
+        return int(np.prod(self.chunks, dtype=np.int64)) * self.dtype.itemsize
+
+    def check_file(self, fd: int) -> None:
+        """Forget the verified chunks if the file changed since they were checked.
+
+        Fletcher-32 is checked once per chunk per process while the file keeps its device,
+        inode, size, modification and change times: any write through the file system
+        changes the change time (``utime`` cannot set it back), so a chunk modified after
+        its check is checked again. What this skips is re-checking bytes that nothing
+        rewrote - in training, every later epoch (Fletcher-32 in NumPy costs about as much as
+        decompressing LZ4, four times the crc32c of the Zarr path). Damage that bypasses the
+        file system after the first read in a process is found by the next process.
+        """
+        st = os.fstat(fd)
+        state = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if state != self._file_state:
+            self._verified.clear()
+            self._file_state = state
+
+    def _samples(self, chunk: int) -> str:
+        step = self.chunk_rows
+        return f"{chunk * step}..{min(step, self.shape[0] - chunk * step) + chunk * step - 1}"
+
+    def where(self, chunk: int) -> str:
+        """Chunk ``chunk`` as messages name it."""
+        return f"array {self.name!r}: chunk {chunk} (samples {self._samples(chunk)})"
+
+    def locate(self, chunk: int) -> tuple[int, int]:
+        """``(byte offset, stored size)`` of chunk ``chunk`` in the file;
+        :class:`MissingChunkError` if it was never written."""
+        found = self.index.get(chunk)
+        if found is None:
+            raise MissingChunkError(
+                f"array {self.name!r}: chunk {chunk} is missing from the file (samples "
+                f"{self._samples(chunk)}; HDF5 would read it back as the fill value)"
+            )
+        return found
+
+    def read_chunk_into(
+        self, fd: int, chunk: int, out: npt.NDArray[Any], clock: StageClock
+    ) -> None:
+        """Read, check and decode chunk ``chunk`` into ``out`` (its valid rows)."""
+        offset, size = self.locate(chunk)
+        t0 = time.perf_counter()
+        if self._buffer.size < size:
+            self._buffer = np.empty(max(size, 2 * self._buffer.size), np.uint8)
+        raw = self._buffer[:size]
+        got = 0
+        while got < size:  # Linux reads at most about 2 GiB per call
+            n = os.preadv(fd, [raw[got:]], offset + got)  # type: ignore[list-item]
+            if n <= 0:
+                break
+            got += n
+        clock.read += time.perf_counter() - t0
+        if got != size:
+            raise CorruptChunkError(
+                f"{self.where(chunk)}: the file ends inside the chunk ({got} of {size})"
+            )
+        self.decode_into(raw, chunk, out, clock)
+
+    def decode_into(
+        self, raw: npt.NDArray[np.uint8], chunk: int, out: npt.NDArray[Any], clock: StageClock
+    ) -> None:
+        """Check and decode chunk ``chunk``'s stored bytes ``raw`` (writable: some decoders
+        work in place) into ``out``, its first ``len(out)`` rows."""
+        t1 = time.perf_counter()
+        size = raw.size
+        body = raw
+        if self.checksum:
+            offset = self.index.get(chunk, (-1, size))[0]
+            if size < 4:
+                raise CorruptChunkError(f"{self.where(chunk)} is truncated ({size} bytes)")
+            body = raw[:-4]
+            stored = int.from_bytes(raw[-4:].tobytes(), "little")
+            if self._verified.get(chunk) != (offset, size, stored):
+                if not _fletcher_matches(self._fletcher(body), stored):
+                    raise CorruptChunkError(
+                        f"{self.where(chunk)} fails its fletcher32 checksum (the file is corrupt)"
+                    )
+                self._verified[chunk] = (offset, size, stored)
+        t2 = time.perf_counter()
+        clock.checksum += t2 - t1
+        full = len(out) == self.chunk_rows and out.flags.c_contiguous
+        target = out if full else np.empty(self.chunks, self.dtype)
+        flat = target.reshape(-1).view(np.uint8)
+        try:
+            if self.shuffled:
+                shuffled = np.empty(flat.size, np.uint8)
+                self._decode_into(body, shuffled)
+                unshuffle(shuffled, flat, self.dtype.itemsize)
+            else:
+                self._decode_into(body, flat)
+        except Exception as err:
+            raise CorruptChunkError(
+                f"{self.where(chunk)} cannot be decoded ({type(err).__name__}: {err})"
+            ) from err
+        if not full:
+            out[...] = target[: len(out)]
+        clock.decode += time.perf_counter() - t2

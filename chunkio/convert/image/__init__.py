@@ -1,0 +1,10 @@
+"""The steps of :func:`~chunkio.convert.images.convert_images`: scan, check, plan, read, encode.
+
+:mod:`.scan` (which files, in which order, with which label), :mod:`.check` (the check pass),
+:mod:`.plan` (what is decided before writing), :mod:`.source` (checked files read as samples)
+and :mod:`.encoding` (how each image of an encoded field is stored). Modules here may import
+:mod:`chunkio.util`, :mod:`chunkio.errors`, :mod:`chunkio.format`, :mod:`chunkio.backends`,
+:mod:`chunkio.images` (the codecs) and the engine, durability and shuffle subpackages.
+"""
+
+from __future__ import annotations

@@ -1,0 +1,9 @@
+"""The write-time shuffle: the order in which a conversion stores its source's samples.
+
+:mod:`.order` (the in-memory permutation and the ``source_index`` field) and :mod:`.spill` (the
+external two-pass shuffle of sources larger than memory). Modules here may import
+:mod:`chunkio.util`, :mod:`chunkio.errors`, :mod:`chunkio.format`,
+:mod:`chunkio.convert.engine` and :mod:`chunkio.convert.durability`.
+"""
+
+from __future__ import annotations

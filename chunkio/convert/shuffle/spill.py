@@ -1,0 +1,359 @@
+"""The external (two-pass) write-time shuffle of sources larger than memory.
+
+A shuffled conversion stores source sample ``perm[i]`` at row ``i``
+(:mod:`chunkio.convert.shuffle.order`). Building each destination block by reading its rows from
+a chunked, compressed source would decode most source chunks for every block: work
+``O(source^2 / block)``. :class:`ExternalShuffle` does it in two passes instead, with a few
+blocks in memory whatever the source's size:
+
+1. *Spill* (:class:`SpillJob`, parallel, one task per source block): read the source in its
+   own order, ``[a, b)`` at a time (aligned to its chunks, so each chunk is decoded once),
+   sort the rows by their destination row ``inv[s]`` (``inv`` the inverse of ``perm``) and
+   write them to one spill file per source block, ``spill/<k>.rows``::
+
+       offsets   int64 x (buckets + 1)   where each destination bucket's rows start
+       field 0   rows sorted by destination row, (b - a) x sample bytes
+       field 1   ...
+
+   A destination bucket is :attr:`SpillPlan.bucket` consecutive rows: one block of pass 2.
+   The file is written beside itself and renamed into place once synced, so a spill file that
+   exists is complete: a rerun skips it.
+2. *Gather* (:class:`SpilledSource`, the blocks of the normal conversion): destination block
+   ``[i, j)`` takes from each spill file the piece of its bucket (one ``pread`` per field),
+   and scatters it to the rows whose source lies in that file's source block. The block
+   manifest of the conversion records finished blocks as for any conversion.
+
+The spill lives in the destination's staging directory (``<staging>/spill``, never beside the
+source), or, for destinations written in place (URLs, memory), in the temporary directory under
+a name made from the source, the destination and the plan (:func:`spill_folder`), so that a
+rerun finds it there too. It is removed once every block is written; an interrupted
+conversion leaves it for its rerun. It holds the source's decoded size on disk while the
+conversion runs.
+
+Memory: a pass-1 task holds its source block twice (decoded, then one field sorted at a time);
+a pass-2 task holds its destination block and one piece. Besides, every process holds the
+permutation and its inverse (16 bytes per sample).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ...format.layout import FieldInfo
+from ...util.fsync import fsync_path
+from ...util.numeric import IntArray
+from ..durability.staging import Destination, StagedDestination
+from ..engine.blocks import Block
+from ..engine.core import drive
+from ..options import ConversionOptions, Progress
+from .order import SOURCE_INDEX, ShuffledSource
+
+__all__ = [
+    "ExternalShuffle",
+    "SpillJob",
+    "SpillPlan",
+    "SpilledSource",
+    "spill_folder",
+    "staged_source",
+]
+
+_SUFFIX = ".rows"
+
+
+@dataclass(frozen=True)
+class SpillPlan:
+    """How pass 1 cuts the source (``bounds``: source block ``k`` is ``[bounds[k],
+    bounds[k+1])``) and pass 2 the destination (buckets of ``bucket`` rows)."""
+
+    num_samples: int
+    seed: int
+    bounds: tuple[int, ...]
+    bucket: int
+    row_bytes: tuple[int, ...]
+
+    @property
+    def buckets(self) -> int:
+        return max(1, -(-self.num_samples // self.bucket))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "num_samples": self.num_samples,
+            "seed": self.seed,
+            "bounds": list(self.bounds),
+            "bucket": self.bucket,
+            "row_bytes": list(self.row_bytes),
+        }
+
+
+@dataclass(frozen=True)
+class SourceBlock:
+    """Pass-1 task: source samples ``[start, stop)``, spilled to file ``index``."""
+
+    index: int
+    start: int
+    stop: int
+
+    def describe(self) -> str:
+        return f"shuffle pass, source samples {self.start}..{self.stop - 1}"
+
+
+class _Orders:
+    """The permutation and its inverse, computed once per process (not pickled)."""
+
+    def __init__(self, num_samples: int, seed: int) -> None:
+        self.num_samples, self.seed = num_samples, seed
+        self._perm: IntArray | None = None
+        self._inv: IntArray | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"num_samples": self.num_samples, "seed": self.seed, "_perm": None, "_inv": None}
+
+    @property
+    def perm(self) -> IntArray:
+        if self._perm is None:
+            from .order import permutation
+
+            self._perm = permutation(self.num_samples, self.seed)
+        return self._perm
+
+    @property
+    def inv(self) -> IntArray:
+        if self._inv is None:
+            inv = np.empty(self.num_samples, dtype=np.int64)
+            inv[self.perm] = np.arange(self.num_samples, dtype=np.int64)
+            self._inv = inv
+        return self._inv
+
+
+def _spill_path(folder: str, index: int) -> str:
+    return os.path.join(folder, f"{index}{_SUFFIX}")
+
+
+def _spill_size(plan: SpillPlan, index: int) -> int:
+    rows = plan.bounds[index + 1] - plan.bounds[index]
+    return 8 * (plan.buckets + 1) + rows * sum(plan.row_bytes)
+
+
+class SpillJob:
+    """Pass 1: a worker reads a source block in order and spills it sorted by destination."""
+
+    def __init__(self, source: Any, fields: Sequence[FieldInfo], plan: SpillPlan, folder: str):
+        self.source, self.fields, self.plan, self.folder = source, tuple(fields), plan, folder
+        self.orders = _Orders(plan.num_samples, plan.seed)
+
+    def run(self, task: SourceBlock) -> int:
+        data = self.source.read_block(task.start, task.stop)
+        dest = self.orders.inv[task.start : task.stop]
+        order = np.argsort(dest, kind="stable")
+        edges = np.arange(self.plan.buckets + 1, dtype=np.int64) * self.plan.bucket
+        offsets = np.searchsorted(dest[order], edges).astype(np.int64)
+        final = _spill_path(self.folder, task.index)
+        tmp = f"{final}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as fh:
+            fh.write(offsets.tobytes())
+            for f in self.fields:
+                rows = np.take(np.asarray(data.pop(f.name), dtype=f.dtype), order, axis=0)
+                fh.write(rows.data)  # C-contiguous: written as it is, no copy
+                del rows
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+        return task.stop - task.start
+
+    def written(self, result: Any) -> bool:
+        return True  # the worker wrote its spill file itself
+
+
+class _SpillOutput:
+    def write(self, task: SourceBlock, result: int) -> None:  # never called: see written
+        raise RuntimeError(f"{task.describe()}: spill files are written by the workers")
+
+    def done(self, task: SourceBlock, result: int) -> int:
+        return result
+
+
+class SpilledSource:
+    """Pass 2: the shuffled samples, read back from the spill (a picklable block source)."""
+
+    def __init__(self, shuffle: ExternalShuffle, plan: SpillPlan, folder: str) -> None:
+        self.num_samples = shuffle.num_samples
+        self.fields = shuffle.fields
+        self._fingerprint = shuffle.fingerprint()
+        self.stored = shuffle.source.fields
+        self.plan, self.folder = plan, folder
+        self.orders = _Orders(plan.num_samples, plan.seed)
+        self._bounds = np.asarray(plan.bounds, dtype=np.int64)
+
+    def fingerprint(self) -> str:
+        return self._fingerprint
+
+    def read_block(self, start: int, stop: int) -> dict[str, Any]:
+        perm = self.orders.perm
+        out = {f.name: np.empty((stop - start, *(f.sample_shape or ())), f.dtype)
+               for f in self.stored}  # fmt: skip
+        bucket = self.plan.bucket
+        for b in range(start // bucket, (stop - 1) // bucket + 1):
+            lo, hi = b * bucket, min((b + 1) * bucket, self.num_samples)
+            blocks = np.searchsorted(self._bounds, perm[lo:hi], side="right") - 1
+            order = np.argsort(blocks, kind="stable")  # rows of each source block, increasing
+            cuts = np.searchsorted(blocks[order], np.arange(len(self._bounds)))
+            for k in np.unique(blocks).tolist():
+                rows = lo + order[cuts[k] : cuts[k + 1]]
+                keep = (rows >= start) & (rows < stop)
+                for name, piece in self._piece(k, b).items():
+                    out[name][rows[keep] - start] = piece[keep]
+        out[SOURCE_INDEX] = perm[start:stop].copy()
+        return out
+
+    def _piece(self, index: int, bucket: int) -> dict[str, npt.NDArray[Any]]:
+        """The rows of spill file ``index`` that go to destination bucket ``bucket``."""
+        plan = self.plan
+        count = plan.bounds[index + 1] - plan.bounds[index]
+        fd = os.open(_spill_path(self.folder, index), os.O_RDONLY)
+        try:
+            lo, hi = np.frombuffer(os.pread(fd, 16, 8 * bucket), dtype=np.int64).tolist()
+            base = 8 * (plan.buckets + 1)
+            out = {}
+            for f, size in zip(self.stored, plan.row_bytes, strict=True):
+                raw = _pread_all(fd, (hi - lo) * size, base + lo * size)
+                shape = (hi - lo, *(f.sample_shape or ()))
+                out[f.name] = np.frombuffer(raw, dtype=f.dtype).reshape(shape)
+                base += count * size
+            return out
+        finally:
+            os.close(fd)
+
+
+def _pread_all(fd: int, size: int, offset: int) -> bytes:
+    parts = []
+    while size > 0:
+        part = os.pread(fd, size, offset)
+        if not part:
+            raise OSError(f"spill file ended early at byte {offset}")
+        parts.append(part)
+        size, offset = size - len(part), offset + len(part)
+    return b"".join(parts) if len(parts) != 1 else parts[0]
+
+
+class ExternalShuffle(ShuffledSource):
+    """A :class:`~chunkio.convert.shuffle.order.ShuffledSource` converted in two passes.
+
+    Same order, fields and fingerprint; the conversion pipeline runs pass 1 through
+    :func:`staged_source` and writes its blocks from the :class:`SpilledSource` it returns
+    (``read_block`` here still reads rows directly: fine for a few rows, slow for blocks).
+    ``source`` reads blocks in its own order (``read_block``); ``read_samples``: samples per
+    source block of pass 1 (whole chunks of the source); ``spill_samples``: samples per
+    destination bucket of pass 2 (the conversion's blocks).
+    """
+
+    def __init__(self, source: Any, seed: int, *, read_samples: int, spill_samples: int) -> None:
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise TypeError(f"ExternalShuffle needs an int seed (a shuffled order); got {seed!r}")
+        super().__init__(source, seed)
+        self.spill_seed = seed
+        self.read_samples, self.spill_samples = int(read_samples), int(spill_samples)
+
+    def spill_plan(self) -> SpillPlan:
+        n = self.num_samples
+        bounds = (*range(0, n, self.read_samples), n) if n else (0, 0)
+        row_bytes = tuple(f.sample_nbytes for f in self.source.fields)
+        return SpillPlan(n, self.spill_seed, bounds, self.spill_samples, row_bytes)
+
+
+@contextlib.contextmanager
+def staged_source(
+    source: Any, dest: Destination, todo: Sequence[Block], options: ConversionOptions
+) -> Iterator[Any]:
+    """The source the blocks ``todo`` are read from: ``source`` itself, or, for an
+    :class:`ExternalShuffle`, the spill that pass 1 (run here, resumably) leaves; the spill
+    is removed once the caller's writes succeed."""
+    if not isinstance(source, ExternalShuffle) or not todo:
+        yield source
+        return
+    plan = source.spill_plan()
+    folder = spill_folder(source, dest, plan)
+    _open_spill(folder, plan)
+    _spill(source, plan, folder, dest, options)
+    yield SpilledSource(source, plan, folder)
+    shutil.rmtree(folder, ignore_errors=True)  # kept when the writes fail: a rerun resumes
+
+
+def spill_folder(source: ExternalShuffle, dest: Destination, plan: SpillPlan) -> str:
+    """Where pass 1 spills: the destination's staging folder; for a destination written in
+    place (a URL, ``memory://``), a folder in the temporary directory named by the source,
+    the destination and the plan, so that a rerun of an interrupted conversion finds it (and
+    removes it when done) instead of leaving one spill per attempt."""
+    if isinstance(dest, StagedDestination):
+        return os.path.join(dest.staging, "spill")
+    key = json.dumps([source.fingerprint(), repr(dest.location), plan.to_json()])
+    digest = hashlib.sha256(key.encode()).hexdigest()[:24]
+    return os.path.join(tempfile.gettempdir(), f"chunkio-spill-{digest}")
+
+
+def _open_spill(folder: str, plan: SpillPlan) -> None:
+    """Keep a spill of the same plan (a resumed conversion), else start it afresh."""
+    record = os.path.join(folder, "spill.json")
+    try:
+        with open(record, encoding="utf-8") as fh:
+            if json.load(fh) == plan.to_json():
+                for name in os.listdir(folder):  # a killed pass 1's partial files
+                    if name.endswith(".tmp"):
+                        os.remove(os.path.join(folder, name))
+                return
+    except (OSError, ValueError):
+        pass
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    with open(record + ".tmp", "w", encoding="utf-8") as fh:
+        json.dump(plan.to_json(), fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(record + ".tmp", record)
+    fsync_path(folder)
+
+
+def _spill(
+    source: ExternalShuffle,
+    plan: SpillPlan,
+    folder: str,
+    dest: Destination,
+    options: ConversionOptions,
+) -> None:
+    tasks = []
+    done = 0
+    for k in range(len(plan.bounds) - 1):
+        path = _spill_path(folder, k)
+        a, b = plan.bounds[k], plan.bounds[k + 1]
+        if os.path.isfile(path) and os.path.getsize(path) == _spill_size(plan, k):
+            done += b - a
+        else:
+            tasks.append(SourceBlock(k, a, b))
+    progress = Progress(
+        total=plan.num_samples,
+        unit="sample",
+        label=f"{os.path.basename(dest.display.rstrip('/')) or dest.display}: shuffle pass",
+        show=options.execution.progress,
+        done=done,
+        scale=True,
+    )
+    job = SpillJob(source.source, source.source.fields, plan, folder)
+    drive(
+        job,
+        tasks,
+        execution=options.execution,
+        output=_SpillOutput(),
+        progress=progress,
+        destination=dest.display,
+    )
+    fsync_path(folder)

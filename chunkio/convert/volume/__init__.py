@@ -1,0 +1,10 @@
+"""The steps of :func:`~chunkio.convert.volumes.convert_volumes`: files, values, tasks, results.
+
+:mod:`.sources` (TIFF stacks, NIfTI, ``.npy``/``.npz``), :mod:`.values` (dtype choice,
+narrowing, NaN handling), :mod:`.tasks` (decode and write one volume) and :mod:`.results` (what
+a finished volume leaves besides its chunks). Modules here may import :mod:`chunkio.util`,
+:mod:`chunkio.errors`, :mod:`chunkio.format`, :mod:`chunkio.backends` and the engine and
+durability subpackages.
+"""
+
+from __future__ import annotations

@@ -1,0 +1,323 @@
+"""The chunkio on-disk format, identical in Zarr v3 and HDF5.
+
+A dataset is a Zarr v3 group or an HDF5 file holding one array per *field*, all sharing axis 0
+as the sample axis and the same number of samples per chunk along it. The group/root carries:
+
+``chunkio`` (attribute, a JSON object)
+    ``format`` = ``"chunkio"``, ``version`` = 1, ``num_samples``, ``samples_per_chunk``,
+    ``fields`` (name -> ``{"dtype", "sample_shape", "kind"}``), ``class_names`` (list or null),
+    ``extra`` (free-form JSON from the writer: source info, skipped files, ...).
+``chunkio_complete`` (attribute, ``true``)
+    written last, after every chunk is on disk; a dataset without it is incomplete.
+
+A ``dense`` field is one array named like the field, shape ``(N, *sample_shape)``. A ``ragged``
+field (samples of varying shape) is three arrays: ``<name>__values`` (all elements, flat),
+``<name>__offsets`` (N + 1 element offsets, int64) and ``<name>__shapes`` (N x ndim, int64).
+An ``encoded`` field (images stored as JPEG, PNG or WebP bytes; its ``encoding`` says which) is
+``<name>__bytes`` (uint8, the encoded images), ``<name>__spans`` (N x 2 int64: each sample's
+``[start, stop)`` in the bytes) and ``<name>__shapes`` (N x ndim int64: each decoded shape);
+its ``dtype`` and ``sample_shape`` (``None`` if shapes differ) describe the decoded samples,
+channels first like a dense image field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from ..errors import (
+    FormatError,
+    IncompleteDatasetError,
+    MissingFieldError,
+    UnsafeInputError,
+    UnsupportedVersionError,
+)
+from .names import validate_field_name
+
+__all__ = [
+    "ATTR_KEY",
+    "COMPLETE_KEY",
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "LABEL_FIELDS",
+    "DatasetLayout",
+    "FieldInfo",
+    "encoded_array_names",
+    "label_field",
+    "ragged_array_names",
+]
+
+FORMAT_NAME = "chunkio"
+FORMAT_VERSION = 1
+ATTR_KEY = "chunkio"
+COMPLETE_KEY = "chunkio_complete"
+
+#: "window": steps of dense arrays around each anchor (:class:`chunkio.format.windows.WindowInfo`),
+#: made when a dataset is opened with :class:`chunkio.Field` steps; never stored
+FieldKind = Literal["dense", "ragged", "encoded", "window"]
+#: what an encoded field may hold (see :mod:`chunkio.images.encoding`)
+FIELD_ENCODINGS = ("jpeg", "png", "webp")
+
+
+def encoded_array_names(name: str) -> tuple[str, str, str]:
+    """Arrays that store encoded field ``name``: bytes, spans, shapes."""
+    return f"{name}__bytes", f"{name}__spans", f"{name}__shapes"
+
+
+def ragged_array_names(name: str) -> tuple[str, str, str]:
+    """Arrays that store ragged field ``name``: values, offsets, shapes."""
+    return f"{name}__values", f"{name}__offsets", f"{name}__shapes"
+
+
+@dataclass(frozen=True)
+class FieldInfo:
+    """One field: its element dtype, per-sample shape (``None`` if samples differ) and kind.
+
+    ``encoding`` names the image encoding of an ``encoded`` field (``None`` otherwise).
+    A field of a store chunkio did not write (:mod:`chunkio.format.foreign`) names its stored
+    ``array`` (a path such as ``train/images``) and the ``rows_per_chunk`` of that array's
+    chunks along the sample axis; chunkio's own fields are stored under their name, chunked
+    like the dataset.
+    """
+
+    name: str
+    dtype: np.dtype[Any]
+    sample_shape: tuple[int, ...] | None
+    kind: FieldKind = "dense"
+    encoding: str | None = None
+    array: str | None = None
+    rows_per_chunk: int | None = None
+
+    def __post_init__(self) -> None:
+        validate_field_name(self.name)
+        if self.kind not in ("dense", "ragged", "encoded", "window"):
+            raise FormatError(
+                f"field {self.name!r}: kind must be dense, ragged or encoded; got {self.kind!r}"
+            )
+        if self.kind in ("dense", "window") and self.sample_shape is None:
+            raise FormatError(f"field {self.name!r}: dense fields need a sample_shape")
+        if self.kind == "ragged" and self.sample_shape is not None:
+            raise FormatError(f"field {self.name!r}: ragged fields have no sample_shape")
+        if (self.kind == "encoded") != (self.encoding is not None):
+            raise FormatError(
+                f"field {self.name!r}: an encoding goes with kind 'encoded' only; got kind "
+                f"{self.kind!r} and encoding {self.encoding!r}"
+            )
+        if self.kind == "encoded" and self.encoding not in FIELD_ENCODINGS:
+            raise FormatError(
+                f"field {self.name!r}: encoding must be one of {list(FIELD_ENCODINGS)}; "
+                f"got {self.encoding!r}"
+            )
+
+    @property
+    def sample_nbytes(self) -> int:
+        """Bytes per sample (dense fields); 0 for ragged fields."""
+        if self.sample_shape is None:
+            return 0
+        return int(np.prod(self.sample_shape, dtype=np.int64)) * self.dtype.itemsize
+
+    def array_names(self) -> tuple[str, ...]:
+        if self.kind == "encoded":
+            return encoded_array_names(self.name)
+        if self.kind == "dense":
+            return (self.array or self.name,)
+        return ragged_array_names(self.name)
+
+    def to_json(self) -> dict[str, Any]:
+        shape = None if self.sample_shape is None else list(self.sample_shape)
+        out: dict[str, Any] = {"dtype": self.dtype.str, "sample_shape": shape, "kind": self.kind}
+        if self.encoding is not None:
+            out["encoding"] = self.encoding
+        return out
+
+
+@dataclass(frozen=True)
+class DatasetLayout:
+    """Validated format attributes of a chunkio dataset."""
+
+    num_samples: int
+    samples_per_chunk: int
+    fields: tuple[FieldInfo, ...]
+    class_names: tuple[str, ...] | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    #: a store chunkio did not write, read in place (:mod:`chunkio.format.foreign`): never-written
+    #: chunks read as the fill value, as Zarr and HDF5 define them
+    foreign: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.fields:
+            raise FormatError("a dataset needs at least one field; got none")
+        names = [f.name for f in self.fields]
+        if len(set(names)) != len(names):
+            raise FormatError(f"field names must be unique; got {names}")
+        if self.num_samples < 0 or self.samples_per_chunk < 1:
+            raise FormatError(
+                f"need num_samples >= 0 and samples_per_chunk >= 1; "
+                f"got {self.num_samples}, {self.samples_per_chunk}"
+            )
+
+    @property
+    def field_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.fields)
+
+    def rows_per_chunk(self, f: FieldInfo) -> int:
+        """Samples per chunk of field ``f``'s stored array."""
+        return f.rows_per_chunk or self.samples_per_chunk
+
+    def field(self, name: str, *, where: str = "") -> FieldInfo:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise MissingFieldError(
+            f"{where}: no field {name!r}; the dataset has fields {list(self.field_names)}"
+        )
+
+    def to_attrs(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT_NAME,
+            "version": FORMAT_VERSION,
+            "num_samples": self.num_samples,
+            "samples_per_chunk": self.samples_per_chunk,
+            "fields": {f.name: f.to_json() for f in self.fields},
+            "class_names": None if self.class_names is None else list(self.class_names),
+            "extra": dict(self.extra),
+        }
+
+    @classmethod
+    def from_attrs(
+        cls, attrs: Mapping[str, Any], *, where: str, require_complete: bool = True
+    ) -> DatasetLayout:
+        """Parse and validate the root attributes of a dataset at ``where``."""
+        meta = attrs.get(ATTR_KEY)
+        if not isinstance(meta, Mapping) or meta.get("format") != FORMAT_NAME:
+            raise FormatError(
+                f"{where}: not a chunkio dataset (expected attribute {ATTR_KEY!r} with "
+                f"format {FORMAT_NAME!r}; got {type(meta).__name__})"
+            )
+        if meta.get("version") != FORMAT_VERSION:
+            raise UnsupportedVersionError(
+                f"{where}: chunkio format version {meta.get('version')!r} is not supported "
+                f"(this chunkio reads version {FORMAT_VERSION})"
+            )
+        if require_complete and attrs.get(COMPLETE_KEY) is not True:
+            raise IncompleteDatasetError(
+                f"{where}: incomplete dataset (no {COMPLETE_KEY!r} marker): a conversion is "
+                "still running or was interrupted; rerun it to resume"
+            )
+        try:
+            fields = tuple(_parse_field(n, spec) for n, spec in dict(meta["fields"]).items())
+            class_names = meta.get("class_names")
+            return cls(
+                num_samples=int(meta["num_samples"]),
+                samples_per_chunk=int(meta["samples_per_chunk"]),
+                fields=fields,
+                class_names=None if class_names is None else tuple(map(str, class_names)),
+                extra=dict(meta.get("extra") or {}),
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            if isinstance(err, UnsafeInputError):  # a field name that could escape the root
+                raise UnsafeInputError(f"{where}: {err}") from err
+            if isinstance(err, FormatError):
+                raise FormatError(f"{where}: {err}") from err
+            raise FormatError(f"{where}: malformed {ATTR_KEY!r} attribute: {err!r}") from err
+
+
+#: names of a label field, in order of preference (the first the dataset has is its labels):
+#: ``label`` (what chunkio's converters write), or a name users' own files give their labels
+LABEL_FIELDS = ("label", "labels", "target", "targets", "y")
+
+
+def label_field(layout: DatasetLayout) -> FieldInfo | None:
+    """The field holding ``layout``'s labels: the first of :data:`LABEL_FIELDS` it has, if
+    that one holds one integer per sample; ``None`` otherwise.
+
+    >>> i8 = np.dtype("int64")
+    >>> F = FieldInfo
+    >>> label_field(DatasetLayout(4, 2, (F("x", i8, (3,)), F("y", i8, ())))).name
+    'y'
+    >>> label_field(DatasetLayout(4, 2, (F("x", i8, (3,)), F("labels", i8, (2,))))) is None
+    True
+    """
+    names = [n for n in LABEL_FIELDS if n in layout.field_names]
+    if not names:
+        return None
+    info = layout.field(names[0])
+    scalar_int = info.kind == "dense" and not info.sample_shape and info.dtype.kind in "iu"
+    return info if scalar_int else None
+
+
+def _parse_field(name: str, spec: Mapping[str, Any]) -> FieldInfo:
+    shape = spec["sample_shape"]
+    return FieldInfo(
+        name=name,
+        dtype=np.dtype(spec["dtype"]),
+        sample_shape=None if shape is None else tuple(int(s) for s in shape),
+        kind=spec.get("kind", "dense"),
+        encoding=spec.get("encoding"),
+    )
+
+
+def check_arrays(
+    layout: DatasetLayout,
+    arrays: Mapping[str, tuple[tuple[int, ...], np.dtype[Any], tuple[int, ...]]],
+    *,
+    where: str,
+) -> None:
+    """Check that the stored arrays (name -> shape, dtype, chunks) match the layout."""
+    n, spc = layout.num_samples, layout.samples_per_chunk
+    for f in layout.fields:
+        for array in f.array_names():
+            if array not in arrays:
+                raise MissingFieldError(
+                    f"{where}: field {f.name!r} declared but array {array!r} is missing"
+                )
+        if f.kind == "encoded":
+            _, spans, shapes = f.array_names()
+            for array, width in ((spans, 2), (shapes, None)):
+                shape, dtype, chunks = arrays[array]
+                if len(shape) != 2 or shape[0] != n or (width and shape[1] != width):
+                    raise FormatError(
+                        f"{where}: array {array!r} must be ({n}, {width or 'ndim'}); "
+                        f"got {tuple(shape)}"
+                    )
+                if n and chunks[0] != spc:
+                    raise FormatError(
+                        f"{where}: array {array!r} must hold {spc} samples per chunk; "
+                        f"got {chunks[0]}"
+                    )
+            continue
+        if f.kind == "ragged":
+            _, offsets, _ = f.array_names()
+            if arrays[offsets][0][0] != n + 1:
+                got = arrays[offsets][0][0]
+                raise FormatError(
+                    f"{where}: array {offsets!r} must have {n + 1} offsets; got {got}"
+                )
+            continue
+        shape, dtype, chunks = arrays[f.name]
+        expected = (n, *(f.sample_shape or ()))
+        if tuple(shape) != expected or dtype != f.dtype:
+            raise FormatError(
+                f"{where}: array {f.name!r} should be {expected} {f.dtype}; "
+                f"got {tuple(shape)} {dtype}"
+            )
+        if n and chunks[0] != spc:
+            raise FormatError(
+                f"{where}: array {f.name!r} must hold {spc} samples per chunk; got {chunks[0]}"
+            )
+
+
+def validate_sequence_of_names(
+    fields: Sequence[str] | None, layout: DatasetLayout, where: str
+) -> tuple[str, ...]:
+    """Resolve a user's field selection against the layout (``None`` -> all fields)."""
+    if fields is None:
+        return layout.field_names
+    if isinstance(fields, str):
+        raise TypeError(f"fields must be a sequence of names, not a single string; got {fields!r}")
+    for name in fields:
+        layout.field(name, where=where)
+    return tuple(fields)

@@ -1,0 +1,162 @@
+"""Window fields: steps of dense arrays around each anchor (:class:`chunkio.Field` steps).
+
+A batch of anchors ``a`` reads rows ``a + step`` of each variable. Windows of neighbouring
+anchors overlap, so the batch's rows are made unique first; each variable's dense reader
+(:class:`~chunkio.read.dense.DenseField`, shared by every window field of that array in this
+process) decodes the chunks of that union once, through its cache, and one gather per variable
+puts each ``(anchor, step)`` row into the batch at ``[b, step, variable]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import numpy as np
+import numpy.typing as npt
+
+from ..format.grid import SampleGrid
+from ..format.layout import DatasetLayout, FieldInfo
+from ..format.windows import Field, WindowSet
+from ..util.numeric import IntArray
+from .base import ReadContext, ReadRequest
+from .dense import DenseField, PreloadedField, dense_field
+from .planning import normalize_indices
+
+__all__ = ["AnchorSamples", "Field", "WindowField", "check_field_transform", "variable_reader"]
+
+
+def variable_reader(ctx: ReadContext, info: Any, j: int) -> DenseField | PreloadedField:
+    """The process's one dense reader of variable ``j`` of window field ``info`` (made on
+    first use, shared by every window field that reads the array)."""
+    array = info.arrays[j]
+    found = ctx.shared.get(array)
+    if found is None:
+        name = "".join(c if c.isalnum() or c in "_-" else "_" for c in array)[:120]
+        dense = FieldInfo(
+            f"v_{name}",
+            info.dtype,
+            tuple(info.sample_shape[info.stepped + info.stacked :]),
+            array=array,
+            rows_per_chunk=info.rows[j],
+        )
+        found = ctx.shared[array] = dense_field(ctx, dense)
+    return cast(DenseField | PreloadedField, found)
+
+
+class WindowField:
+    """One window field of one process's dataset handle; ``idx`` are anchor rows."""
+
+    def __init__(self, ctx: ReadContext, info: Any) -> None:
+        self.ctx = ctx
+        self.info = info
+        self.steps = np.asarray(info.steps, dtype=np.int64)
+        self.sources = [variable_reader(ctx, info, j) for j in range(len(info.arrays))]
+
+    def read(
+        self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadRequest
+    ) -> npt.NDArray[Any]:
+        info = self.info
+        if how.transform is not None:
+            raise TypeError(f"field {info.name!r}: a field transform cannot apply to a window")
+        shape = (len(idx), *info.sample_shape)
+        if out is None:
+            out = np.empty(shape, dtype=info.dtype)
+        elif out.shape != shape or out.dtype != info.dtype:
+            raise ValueError(
+                f"output buffer for field {info.name!r} must be {shape} {info.dtype}; "
+                f"got {out.shape} {out.dtype}"
+            )
+        if not len(idx):
+            return out
+        target = out if out.flags.c_contiguous else np.empty(shape, dtype=info.dtype)
+        rows = idx[:, None] + self.steps[None, :]  # (B, S); anchors keep every step inside
+        union, inverse = np.unique(rows, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        view = target.reshape(len(idx) * len(self.steps), len(self.sources), -1)
+        for j, source in enumerate(self.sources):
+            if isinstance(source, PreloadedField):
+                buffer, where = source.whole, union
+            else:
+                buffer, where = source.locate(union)
+            flat = buffer.reshape(len(buffer), -1)
+            # mode="clip": every row is in range; "raise" gathers into a temporary first
+            np.take(flat, where[inverse], axis=0, out=view[:, j, :], mode="clip")
+        if target is not out:
+            out[...] = target
+        return out
+
+    def prefetch(self, idx: IntArray) -> None:
+        rows = np.unique(idx[:, None] + self.steps[None, :])
+        for source in self.sources:
+            source.prefetch(rows)
+
+
+class AnchorSamples:
+    """Mixin of :class:`chunkio.ChunkDataset`: with windows, sample ``i`` is the anchor row
+    ``anchors[i]`` (reads ask the read core for rows; the window fields add their steps)."""
+
+    location: Any
+    layout: DatasetLayout
+    #: the valid anchors and their order chunks (``None``: no windows)
+    _windows: WindowSet | None = None
+    #: the ``anchors`` a dataset was made with
+    _anchors: Any = None
+
+    def __len__(self) -> int:
+        """Samples: the valid anchors with windows, else the rows of the sample axis."""
+        return self.layout.num_samples if self._windows is None else len(self._windows.anchors)
+
+    def chunk_sizes(self) -> IntArray:
+        """Samples in each chunk along the sample axis, in storage order (windows: anchors
+        per run of row chunks, :func:`chunkio.format.windows.anchor_groups`)."""
+        if self._windows is not None:
+            return self._windows.group_sizes
+        return SampleGrid(self.layout.num_samples, self.layout.samples_per_chunk).chunk_sizes()
+
+    @property
+    def anchors(self) -> npt.NDArray[np.int64] | None:
+        """Windows: the row of each sample's anchor (sorted); ``None`` without windows."""
+        return None if self._windows is None else self._windows.anchors
+
+    def _rows(self, indices: Any) -> Any:
+        """Windows: sample indices -> anchor rows (other datasets: the indices as given)."""
+        if self._windows is None:
+            return indices
+        try:
+            idx = normalize_indices(indices, len(self._windows.anchors))
+        except IndexError as err:  # name the dataset, as every other read error does
+            raise IndexError(f"{self.location}: {err}") from err
+        return self._windows.anchors[idx]
+
+    def _window_chunk_nbytes(self) -> int:
+        """Decoded bytes of one row chunk of every array the windows read, with the chunks
+        beyond an order chunk that its windows reach (what a loader's cache must hold); 0
+        without windows."""
+        if self._windows is None:
+            return 0
+        return self._cache_chunk_nbytes() * (1 + self._windows.edge_chunks)
+
+    def _dense_chunk_nbytes(self) -> int:
+        """Decoded bytes of one full chunk of the selected fields (no windows)."""
+        fields = getattr(self, "fields", ())
+        return (
+            sum(self.layout.field(f).sample_nbytes for f in fields) * self.layout.samples_per_chunk
+        )
+
+    def _cache_chunk_nbytes(self) -> int:
+        """Bytes a field's cache holds per chunk: windows' arrays each count their own row
+        chunks (one row chunk of every array), other fields the dataset's chunks."""
+        if self._windows is None:
+            return int(self.chunk_nbytes())  # type: ignore[attr-defined]
+        return self._windows.row_nbytes * self.layout.samples_per_chunk
+
+
+def check_field_transform(layout: DatasetLayout, name: str, where: str) -> None:
+    """The field transform's field ``name`` exists (else ``MissingFieldError``) and is not a
+    window (field transforms are for images: a ``TypeError``)."""
+    info = layout.field(name, where=where)
+    if info.kind == "window":
+        raise TypeError(
+            f"{where}: field {info.name!r} is a window; field transforms apply to images "
+            "(normalise windows with chunkio.Normalize)"
+        )

@@ -1,0 +1,57 @@
+"""The order samples are read in, and how well it mixes labels.
+
+:mod:`.order` (the canonical order: one global batch sequence, whatever the worker count or
+world size; pure functions of chunk sizes, seed and epoch), :mod:`.sampler`
+(:class:`ChunkBatchSampler`, per rank and resumable, and the read-amplification and
+shuffle-quality metrics), :mod:`.mixing` (label mixing against a uniform shuffle) and
+:mod:`.label_check` (the one-time :class:`LabelMixingWarning` of a loader). Modules here may
+import :mod:`chunkio.util`, :mod:`chunkio.errors`, :mod:`chunkio.format` and the backend
+protocol, never the read side's datasets, transport, conversion or diagnostics. Names are
+imported on first use (PEP 562), so a converter that needs only :mod:`.order` does not import
+torch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..util.lazy import lazy_names
+
+if TYPE_CHECKING:
+    from .label_check import LabelMixingWarning
+    from .mixing import label_mixing, stored_label_order
+    from .sampler import (
+        ChunkBatchSampler,
+        describe_sampler,
+        num_batches,
+        rank_batches,
+        read_amplification,
+        shuffle_quality,
+    )
+
+_LAZY = {
+    "ChunkBatchSampler": ".sampler",
+    "LabelMixingWarning": ".label_check",
+    "describe_sampler": ".sampler",
+    "label_mixing": ".mixing",
+    "num_batches": ".sampler",
+    "rank_batches": ".sampler",
+    "read_amplification": ".sampler",
+    "shuffle_quality": ".sampler",
+    "stored_label_order": ".mixing",
+}
+
+__all__ = [
+    "ChunkBatchSampler",
+    "LabelMixingWarning",
+    "describe_sampler",
+    "label_mixing",
+    "num_batches",
+    "rank_batches",
+    "read_amplification",
+    "shuffle_quality",
+    "stored_label_order",
+]
+
+
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

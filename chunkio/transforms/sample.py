@@ -1,0 +1,106 @@
+"""Per-sample transforms that declare their output shape, so batches stay preallocated.
+
+A :class:`FieldTransform` transforms one field of every sample and says, before reading
+anything, what shape comes out. The loader can then preallocate its batch buffers (the
+shared-memory ring) and the reader writes each transformed sample straight into its row.
+:class:`chunkio.transforms.image.Compose` is one; any object with these members is another.
+
+Image fields are stored channels first, ``(C, H, W)``; a transform sees them channels last,
+as Pillow and image decoders do: ``(H, W, C)``, or ``(H, W)`` for one channel. Its
+``output_shape`` is in that layout too. Random parameters come from ``key = (seed, epoch,
+sample index)``, so a run is reproducible and a resumed epoch repeats them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol, TypeGuard, runtime_checkable
+
+import numpy.typing as npt
+
+from ..util.numeric import IntArray
+
+__all__ = [
+    "FieldTransform",
+    "channels_last",
+    "is_field_transform",
+    "stored_output_shape",
+    "transform_rows",
+]
+
+Key = tuple[int, int, int]
+
+
+@runtime_checkable
+class FieldTransform(Protocol):
+    """A per-sample transform of one field with a declared output shape."""
+
+    #: the field it transforms (the others pass through)
+    field: str
+    #: first element of every key
+    seed: int
+
+    def output_shape(self, input_shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The shape of a transformed sample of ``input_shape`` (channels last)."""
+        ...
+
+    def apply(self, image: npt.NDArray[Any], out: npt.NDArray[Any], key: Key) -> None:
+        """Transform ``image`` into ``out`` (a view of the batch row), randomness from ``key``."""
+        ...
+
+
+def is_field_transform(obj: Any) -> TypeGuard[FieldTransform]:
+    """Whether ``obj`` declares its output shape (and so keeps batches preallocated)."""
+    return isinstance(obj, FieldTransform) and isinstance(getattr(obj, "field", None), str)
+
+
+def channels_last(sample: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """A stored ``(C, H, W)`` image as a transform sees it: ``(H, W, C)``, ``(H, W)`` if
+    ``C == 1``. Other samples are returned as they are. A view, never a copy.
+
+    >>> import numpy as np
+    >>> channels_last(np.zeros((3, 4, 5))).shape, channels_last(np.zeros((1, 4, 5))).shape
+    ((4, 5, 3), (4, 5))
+    """
+    if sample.ndim != 3:
+        return sample
+    return sample[0] if sample.shape[0] == 1 else sample.transpose(1, 2, 0)
+
+
+def stored_output_shape(transform: FieldTransform, stored: tuple[int, ...]) -> tuple[int, ...]:
+    """The transformed sample shape in the stored layout (channels first for images)."""
+    if len(stored) != 3:
+        return tuple(transform.output_shape(stored))
+    c = stored[0]
+    seen = (stored[1], stored[2]) if c == 1 else (stored[1], stored[2], c)
+    shape = tuple(int(s) for s in transform.output_shape(seen))
+    if len(shape) != len(seen) or (c != 1 and shape[2] != c):
+        raise ValueError(
+            f"transform of field {transform.field!r}: output_shape({seen}) must keep the "
+            f"channels; got {shape}"
+        )
+    return (c, shape[0], shape[1])
+
+
+def transform_rows(
+    transform: FieldTransform,
+    source: npt.NDArray[Any],
+    rows: IntArray,
+    indices: IntArray,
+    out: npt.NDArray[Any],
+    epoch: int,
+    map_rows: Callable[[Callable[[Any], Any], Iterable[Any]], Iterator[Any]] = map,
+) -> None:
+    """``out[j] = transform(source[rows[j]])`` for each sample, keyed by ``(seed, epoch,
+    indices[j])``; ``map_rows`` may spread the samples over threads."""
+    seed = int(transform.seed)
+
+    def one(job: tuple[int, tuple[int, int]]) -> None:
+        j, (row, index) = job
+        # a strided view of the decoded chunk: Compose copies only the crop it needs
+        image = channels_last(source[row])
+        transform.apply(image, channels_last(out[j]), (seed, int(epoch), index))
+
+    pairs = zip(rows.tolist(), indices.tolist(), strict=True)
+    for _ in map_rows(one, enumerate(pairs)):
+        pass

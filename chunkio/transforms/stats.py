@@ -1,0 +1,144 @@
+"""Per-field, per-channel mean and std (:class:`Stats`, computed by
+:func:`chunkio.compute_stats` in one streaming pass over the chunks), and :class:`Normalize`,
+which applies them to batches on any device.
+
+Each array a dataset's fields read is streamed chunk by chunk along axis 0 (memory: one chunk),
+its moments merged in float64 (Chan et al.'s pairwise update, as numerically stable as
+Welford's). A sample ``(..., H, W)`` is reduced over time and its last two (spatial) axes, so
+a ``(level, lat, lon)`` variable gets one mean per level; samples of fewer than two axes are
+reduced over time only. A window field's stats are its variables' stacked: ``(V, *levels)``
+for a stacked field, ``(*levels)`` otherwise; every step of a window uses the same ones.
+``diff=True`` computes them of the differences between consecutive steps (``x[t+1] - x[t]``,
+GraphCast's residual targets).
+
+>>> import numpy as np, tempfile, os
+>>> from chunkio import write_arrays, ChunkDataset, Field, compute_stats
+>>> path = os.path.join(tempfile.mkdtemp(), "s.zarr")
+>>> x = np.arange(24, dtype="f4").reshape(6, 2, 1, 2)
+>>> _ = write_arrays(path, {"x": x}, samples_per_chunk=4, shuffle=False)
+>>> stats = compute_stats(ChunkDataset(path, fields=[Field("x", steps=[0, 1])]))
+>>> stats.fields["x"]["mean"], np.allclose(stats.fields["x"]["std"], x.std(axis=(0, 2, 3)))
+([10.5, 12.5], True)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import WindowError
+
+__all__ = ["Normalize", "Stats", "check_stats"]
+
+STATS_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Mean and std by field: ``{"mean": [...], "std": [...], "arrays": [...], "count": n}``
+    (nested lists shaped ``(V?, *levels)``); ``diff``: of time differences."""
+
+    fields: Mapping[str, Mapping[str, Any]]
+    diff: bool = False
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the stats as a small JSON file."""
+        doc = {"version": STATS_VERSION, "diff": self.diff, "fields": dict(self.fields)}
+        with open(path, "w") as f:
+            json.dump(doc, f, indent=1)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Stats:
+        with open(path) as f:
+            doc = json.load(f)
+        if not isinstance(doc, dict) or doc.get("version") != STATS_VERSION:
+            raise WindowError(f"{path}: not a chunkio stats file of version {STATS_VERSION}")
+        return cls(fields=doc["fields"], diff=bool(doc.get("diff", False)))
+
+
+class Normalize:
+    """``(x - mean) / std`` of each field that ``stats`` has, on the batch's device.
+
+    ``fields``: the batch's field names in order when batches are tuples (``dataset.fields``);
+    a ``dataset`` given instead is also checked against the stats (fields, arrays, channels):
+    a :class:`~chunkio.errors.WindowError` otherwise. Apply it to each batch, e.g. on the GPU
+    after ``make_loader(..., device="cuda")``: ``x = norm(batch)``.
+    """
+
+    def __init__(
+        self,
+        stats: Stats | str | os.PathLike[str],
+        *,
+        fields: Sequence[str] | None = None,
+        dataset: Any = None,
+        eps: float = 1e-12,
+    ) -> None:
+        self.stats = stats if isinstance(stats, Stats) else Stats.load(stats)
+        if dataset is not None:
+            check_stats(self.stats, dataset)
+            fields = fields or list(dataset.fields)
+        self.fields = None if fields is None else tuple(fields)
+        self.eps = float(eps)
+        self._cache: dict[tuple[str, str, Any], tuple[Any, Any]] = {}
+
+    def _apply(self, name: str, x: Any) -> Any:
+        found = self.stats.fields.get(name)
+        if found is None or not hasattr(x, "dtype") or not x.dtype.is_floating_point:
+            return x
+        key = (name, str(x.device), x.dtype)
+        if key not in self._cache:
+            import torch
+
+            mean = torch.as_tensor(found["mean"], dtype=x.dtype, device=x.device)
+            std = torch.as_tensor(found["std"], dtype=x.dtype, device=x.device)
+            spatial = 2 if x.dim() - 1 - mean.dim() >= 2 else 0  # broadcast over (H, W)
+            shape = (*mean.shape, *([1] * spatial))
+            self._cache[key] = (mean.reshape(shape), std.clamp_min(self.eps).reshape(shape))
+        mean, std = self._cache[key]
+        return (x - mean) / std
+
+    def __call__(self, batch: Any) -> Any:
+        if isinstance(batch, Mapping):
+            return {k: self._apply(k, v) for k, v in batch.items()}
+        if isinstance(batch, tuple | list):
+            if self.fields is None:
+                raise WindowError("Normalize: tuple batches need fields=dataset.fields")
+            return type(batch)(self._apply(k, v) for k, v in zip(self.fields, batch, strict=True))
+        if self.fields is None or len(self.fields) != 1:
+            raise WindowError("Normalize: a single-field batch needs fields=[its name]")
+        return self._apply(self.fields[0], batch)
+
+
+def check_stats(stats: Stats, dataset: Any) -> None:
+    """Raise :class:`~chunkio.errors.WindowError` unless every field of ``stats`` is a field
+    of ``dataset`` reading the same arrays with as many channels."""
+    where = dataset.location
+    for name, found in stats.fields.items():
+        if name not in dataset.fields:
+            raise WindowError(
+                f"{where}: the stats have field {name!r} (arrays {found.get('arrays')}); the "
+                f"dataset's fields are {list(dataset.fields)}"
+            )
+        info = dataset.layout.field(name)
+        arrays = list(info.array_names())
+        if list(found.get("arrays", [])) != arrays:
+            raise WindowError(
+                f"{where}: field {name!r} reads arrays {arrays}; the stats are of "
+                f"{found.get('arrays')}"
+            )
+        channels = np.shape(found["mean"])
+        sample = tuple(info.sample_shape or ())
+        core = sample[int(getattr(info, "stepped", False)) :]
+        stacked = bool(getattr(info, "stacked", False))
+        var = core[1:] if stacked else core
+        want = (core[:1] if stacked else ()) + (var[:-2] if len(var) >= 2 else var)
+        if tuple(channels) != tuple(want):
+            raise WindowError(
+                f"{where}: field {name!r}: stats of {channels} channels; its samples "
+                f"{sample} need {want}"
+            )

@@ -1,0 +1,239 @@
+"""The loader's route with ``decode="gpu"``: encoded JPEG bytes in, decoded crops on the device.
+
+No worker process decodes pixels. One background thread of this process, for each batch in
+sampler order:
+
+1. reads the batch's encoded bytes (whole bytes chunks, once each, in storage order: the
+   same reads a ring worker makes, without decoding) and its other fields (labels);
+2. plans every crop with the dataset's :class:`~chunkio.transforms.Compose`, keyed exactly as
+   the CPU path keys it, so both routes draw the same boxes and flips;
+3. queues the decode, resize and flip on a side CUDA stream
+   (:mod:`chunkio.images.gpu_jpeg`) and records an event.
+
+It stays up to ``ahead`` batches in front of the consumer. ``next`` makes the consumer's
+stream wait on the batch's event (the host does not block) and marks the batch's memory as
+used by that stream, so the caching allocator cannot hand it to a later batch early: batches
+are fresh device memory and may be kept, as with ``device=...`` on the other routes. Errors in
+the thread are raised by the ``next`` that would have returned the failed batch.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from ..images.gpu_jpeg import GPU_DECODERS, BatchDecoder, PixelBox, finish, gpu_decoder
+from ..transforms.render import TORCH_MODES, pixel_span
+from .lease import Lease
+
+__all__ = ["GPU_DECODERS", "GpuDecodeRoute", "crop_boxes", "gpu_decode_route"]
+
+_DONE = object()
+
+
+def crop_boxes(
+    plans: Sequence[Any], shapes: npt.NDArray[np.int64]
+) -> tuple[list[PixelBox], list[bool]]:
+    """Each plan's box rounded to whole pixels of its ``(C, H, W)`` image, as the CPU path
+    rounds it (:func:`~chunkio.transforms.render.pixel_span`), and its flip.
+
+    >>> from chunkio.transforms import CropPlan
+    >>> crop_boxes([CropPlan((2.4, 0.0, 7.6, 9.9), (4, 4), True)], np.array([[3, 10, 10]]))
+    ([(2, 0, 8, 10)], [True])
+    """
+    boxes: list[PixelBox] = []
+    flips: list[bool] = []
+    for plan, (_, height, width) in zip(plans, shapes.tolist(), strict=True):
+        left, top, right, bottom = plan.box
+        x0, x1 = pixel_span(left, right, int(width))
+        y0, y1 = pixel_span(top, bottom, int(height))
+        boxes.append((x0, y0, x1, y1))
+        flips.append(bool(plan.flip))
+    return boxes, flips
+
+
+def gpu_decode_route(dataset: Any, decode: str, device: Any, ahead: int) -> GpuDecodeRoute:
+    """The route of ``make_loader(decode=...)``; checks that ``dataset`` is what it decodes:
+    a JPEG field under a :class:`~chunkio.transforms.Compose` of fixed output size."""
+    transform = dataset.field_transform
+    if transform is None or getattr(transform, "plan", None) is None:
+        raise ValueError(
+            f"make_loader(decode={decode!r}) needs transform=chunkio.transforms.Compose"
+            f"([...]) with a fixed output size on the JPEG field; got {dataset.transform!r}"
+        )
+    info = dataset.layout.field(transform.field, where=str(dataset.location))
+    if info.kind != "encoded" or info.encoding != "jpeg":
+        raise ValueError(
+            f"{dataset.location}: make_loader(decode={decode!r}) decodes JPEG fields; "
+            f"field {transform.field!r} is {info.kind}"
+            + (f" ({info.encoding})" if info.kind == "encoded" else "")
+        )
+    target = device if device is not None else torch.device("cpu")
+    shape = dataset.output_shape(transform.field)
+    channels = int(shape[0]) if shape is not None else 3
+    decoder = gpu_decoder(decode, target, channels)
+    return GpuDecodeRoute(
+        dataset, field=transform.field, device=target, decoder=decoder, ahead=ahead
+    )
+
+
+class GpuDecodeRoute:
+    """Batches of ``dataset`` with field ``field`` decoded on ``device`` by ``decoder``."""
+
+    delivers_on_device = True
+
+    def __init__(
+        self,
+        dataset: Any,
+        *,
+        field: str,
+        device: torch.device,
+        decoder: BatchDecoder,
+        ahead: int = 2,
+    ) -> None:
+        transform = dataset.field_transform
+        if transform is None or getattr(transform, "plan", None) is None:
+            raise ValueError("decode='gpu' needs a chunkio.transforms.Compose on the image field")
+        self.dataset = dataset
+        self.field = field
+        self.others = [f for f in dataset.fields if f != field]
+        self.device = device
+        self.decoder = decoder
+        self.ahead = max(1, int(ahead))
+        self.transform = transform
+        self.mode = TORCH_MODES[transform.resample]
+        shape = dataset.output_shape(field)
+        if shape is None:
+            raise ValueError(f"decode='gpu': field {field!r} has no fixed output shape")
+        self.shape: tuple[int, ...] = tuple(shape)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- the thread -----------------------------------------------------------------------------
+
+    def _host(self, idx: np.ndarray, epoch: int) -> tuple[list[np.ndarray], Any, dict[str, Any]]:
+        """Encoded bytes, crop plans and the other fields of one batch (no pixel work)."""
+        data, shapes = self.dataset.read_encoded(idx, self.field)
+        seed = int(self.transform.seed)
+        plans = [
+            self.transform.plan((seed, epoch, int(i)), int(s[1]), int(s[2]))
+            for i, s in zip(idx.tolist(), shapes.tolist(), strict=True)
+        ]
+        others = (
+            self.dataset.read_batch(idx, fields=self.others, epoch=epoch) if self.others else {}
+        )
+        return data, crop_boxes(plans, shapes), others
+
+    def _device_batch(
+        self, idx: np.ndarray, epoch: int, side: torch.cuda.Stream | None
+    ) -> tuple[Any, Any, list[Any]]:
+        data, (boxes, flips), others = self._host(idx, epoch)
+        rows = torch.empty((len(idx), *self.shape), dtype=torch.float32, device=self.device)
+        keep = self.decoder.decode(data, boxes, flips, rows, self.mode)
+        out = torch.empty((len(idx), *self.shape), dtype=torch.uint8, device=self.device)
+        finish(rows, out)
+        keep.append(rows)
+        columns: dict[str, Any] = {self.field: out}
+        for name, value in others.items():
+            host = torch.from_numpy(np.ascontiguousarray(value))
+            if self.device.type == "cuda":
+                host = host.pin_memory()
+            columns[name] = host.to(self.device, non_blocking=True)
+            keep.append(host)  # the copy reads it until the stream passes
+        event = None
+        if side is not None:
+            event = torch.cuda.Event()  # type: ignore[no-untyped-call]
+            event.record(side)
+        return self.dataset.arrange(columns), event, keep
+
+    def _work(self, batches: Iterable[Any], epoch: int, out: queue.Queue[Any]) -> None:
+        side = torch.cuda.Stream(device=self.device) if self.device.type == "cuda" else None  # type: ignore[no-untyped-call]
+        held: list[tuple[Any, list[Any]]] = []  # device work in flight and what it reads
+        try:
+            for idx in batches:
+                if self._stop.is_set():
+                    return
+                idx = np.asarray(idx, dtype=np.int64)
+                if side is not None:
+                    with torch.cuda.device(self.device), torch.cuda.stream(side):
+                        batch, event, keep = self._device_batch(idx, epoch, side)
+                else:
+                    batch, event, keep = self._device_batch(idx, epoch, None)
+                held.append((event, keep))
+                while len(held) > self.ahead:  # sources of older batches: free once done
+                    old_event, _ = held.pop(0)
+                    if old_event is not None:
+                        old_event.synchronize()
+                self._put(out, (batch, event))
+        except BaseException as err:  # handed to the consumer, raised by its next()
+            self._put(out, err)
+        finally:
+            for event, _ in held:
+                if event is not None:
+                    event.synchronize()
+            self._put(out, _DONE)
+
+    def _put(self, out: queue.Queue[Any], item: Any) -> None:
+        while not self._stop.is_set():
+            try:
+                out.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    # -- the route --------------------------------------------------------------------------
+
+    def run(self, batches: Iterable[Any], parts: Any, *, epoch: int) -> Iterator[Lease]:
+        self.close()
+        self._stop = threading.Event()
+        results: queue.Queue[Any] = queue.Queue(maxsize=self.ahead)
+        thread = threading.Thread(
+            target=self._work,
+            args=(batches, epoch, results),
+            name="chunkio-gpu-decode",
+            daemon=True,
+        )
+        self._thread = thread
+        thread.start()
+        try:
+            while True:
+                item = results.get()
+                if item is _DONE:
+                    return
+                if isinstance(item, BaseException):
+                    raise item  # the thread's own error, with its traceback
+                batch, event = item
+                if event is not None:
+                    consumer = torch.cuda.current_stream(self.device)
+                    consumer.wait_event(event)
+                    _record(batch, consumer)
+                yield Lease(batch)
+        finally:
+            self.close()
+
+    def worker_pids(self) -> tuple[int, ...]:
+        return ()
+
+    def close(self) -> None:
+        thread, self._thread = self._thread, None
+        self._stop.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+
+def _record(batch: Any, stream: Any) -> None:
+    if isinstance(batch, torch.Tensor):
+        if batch.is_cuda:
+            batch.record_stream(stream)
+    elif isinstance(batch, dict):
+        for v in batch.values():
+            _record(v, stream)
+    elif isinstance(batch, (list, tuple)):
+        for v in batch:
+            _record(v, stream)

@@ -1,0 +1,141 @@
+"""Windows through make_loader: the ring under fork, spawn and forkserver, the DataLoader route,
+resume mid-epoch, DDP global batches independent of world size, and an epoch that decodes each
+chunk about once while batches stay mixed in time."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import zarr
+from resume_harness import assert_resume_equals_uninterrupted
+from weather_stores import VARS, arrays, xarray_v3
+
+import chunkio
+from chunkio import ChunkDataset, Field
+
+FIELDS = [Field(list(VARS), steps=range(-1, 1)), Field(list(VARS), steps=[1]), "time"]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return xarray_v3(tmp_path_factory.mktemp("w"))
+
+
+def _dataset(path: Path, **kw: Any) -> ChunkDataset:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zarr's notes on consolidated metadata under v3
+        return ChunkDataset(path, fields=FIELDS, **kw)
+
+
+def _check(x: Any, y: Any, t: Any) -> list[int]:
+    a = arrays()
+    anchors = np.asarray(t)
+    want_x = np.stack([np.stack([a[v][anchors + s] for v in VARS], 1) for s in (-1, 0)], 1)
+    want_y = np.stack([a[v][anchors + 1] for v in VARS], 1)[:, None]
+    np.testing.assert_array_equal(np.asarray(x), want_x)
+    np.testing.assert_array_equal(np.asarray(y), want_y)
+    return [int(v) for v in anchors]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("context", ["fork", "spawn", "forkserver"])
+def test_the_ring_reads_every_anchor_once_under_each_start_method(
+    store: Path, context: str
+) -> None:
+    ds = _dataset(store)
+    loader = chunkio.make_loader(ds, 8, num_workers=2, seed=0, copy=True,
+                                 multiprocessing_context=context)  # fmt: skip
+    try:
+        assert loader.transport == "ring"
+        seen = [a for x, y, t in loader for a in _check(x, y, t)]
+    finally:
+        loader.close()
+    assert ds.anchors is not None
+    assert sorted(seen) == ds.anchors.tolist()
+
+
+@pytest.mark.timeout(180)
+def test_the_dataloader_route_gives_the_same_batches(store: Path) -> None:
+    ds = _dataset(store)
+    ring = chunkio.make_loader(ds, 8, num_workers=0, seed=3, copy=True)
+    plain = chunkio.make_loader(ds, 8, num_workers=2, seed=3, transport="dataloader")
+    try:
+        a = [np.asarray(t).tolist() for _, _, t in ring]
+        b = [np.asarray(t).tolist() for x, y, t in plain if _check(x, y, t)]
+    finally:
+        ring.close()
+        plain.close()
+    assert a == b
+
+
+@pytest.mark.timeout(180)
+def test_a_window_loader_resumes_mid_epoch(store: Path) -> None:
+    ds = _dataset(store)
+
+    def make() -> Any:
+        return chunkio.make_loader(ds, 8, num_workers=0, seed=1, copy=True)
+
+    full, _ = assert_resume_equals_uninterrupted(make, stop=3)
+    assert len(full) == -(-len(ds) // 8)
+
+
+def test_global_batches_do_not_depend_on_the_world_size(store: Path) -> None:
+    ds = _dataset(store)
+
+    def batches(rank: int, world: int) -> list[list[int]]:
+        loader = chunkio.make_loader(ds, 8 // world, num_workers=0, seed=5, copy=True,
+                                     rank=rank, world_size=world)  # fmt: skip
+        try:
+            return [np.asarray(t).tolist() for _, _, t in loader]
+        finally:
+            loader.close()
+
+    one = batches(0, 1)
+    two = [a + b for a, b in zip(batches(0, 2), batches(1, 2), strict=True)]
+    assert [sorted(b) for b in one] == [sorted(b) for b in two]
+
+
+@pytest.mark.parametrize("rows_per_chunk", [1, 24])
+def test_an_epoch_decodes_each_chunk_about_once_and_mixes_time(
+    tmp_path: Path, rows_per_chunk: int
+) -> None:
+    steps = 2920
+    rng = np.random.default_rng(0)
+    data = {v: rng.standard_normal((steps, 2, 2)).astype(np.float32) for v in VARS}
+    data["time"] = np.arange(steps)
+    path = tmp_path / "era.zarr"
+    group = zarr.open_group(path, mode="w", zarr_format=3)
+    for name, values in data.items():
+        chunks = (rows_per_chunk, *values.shape[1:])
+        group.create_array(name, shape=values.shape, chunks=chunks, dtype=values.dtype)[...] = (
+            values
+        )
+    ds = ChunkDataset(path, fields=FIELDS, preload_bytes=0)
+    sample = sum(ds.layout.field(f).sample_nbytes for f in ds.fields)
+    # a pool of 256 samples: well below the dataset, as with real ERA5 fields
+    loader = chunkio.make_loader(ds, 32, num_workers=0, seed=0, pool_bytes=256 * sample)
+    spreads = [float(np.std(np.asarray(t, dtype=float))) for _, _, t in loader]
+    stats = loader.dataset.read_stats()
+    loader.close()
+    assert ds.anchors is not None
+    chunks = -(-steps // rows_per_chunk)  # every chunk of every variable is needed
+    for v in VARS:
+        assert stats.per_field[f"v_{v}"] / chunks <= 1.1, (v, stats.per_field)
+    uniform = [
+        float(np.std(rng.choice(ds.anchors, 32, replace=False).astype(float)))
+        for _ in range(len(spreads))
+    ]
+    assert np.mean(spreads) >= 0.8 * np.mean(uniform)
+
+
+def test_make_loader_takes_fields_with_steps_with_a_path(store: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zarr's notes on consolidated metadata under v3
+        loader = chunkio.make_loader(store, 8, fields=FIELDS, num_workers=0, seed=0, copy=True)
+    with loader:
+        seen = [a for x, y, t in loader for a in _check(x, y, t)]
+    assert sorted(seen) == list(range(1, len(arrays()["time"]) - 1))
