@@ -9,9 +9,10 @@ a. chunkio ``make_loader(..., transform=RRC(224)+flip, device="cuda")``, ring wo
 b. torchvision ``ImageFolder`` + the same transforms + ``DataLoader(pin_memory=True)``, the
    same worker count;
 c. one batch resident on the GPU (compute only: the upper bound);
-d. chunkio ``decode="gpu"``: nvImageCodec decodes the crops on the GPU (no workers);
-e. chunkio ``decode="torchvision"``: torchvision's nvJPEG, whole images, cropped on the GPU;
-f. chunkio ``decode="nvimgcodec-roi"``: nvImageCodec decoding only each crop's region.
+d. chunkio ``Workers(decode="gpu")``: nvImageCodec decodes the crops on the GPU (no workers);
+e. chunkio ``Workers(decode="torchvision")``: torchvision's nvJPEG, whole images, cropped on
+   the GPU;
+f. chunkio ``Workers(decode="nvimgcodec-roi")``: nvImageCodec decoding only each crop's region.
 
 Every step ends with ``loss.item()`` (as a training log does), so the host clock measures the
 GPU: **data wait** is the time blocked in ``next(loader)`` plus the host-to-device call the
@@ -305,7 +306,7 @@ def _chunkio(
         transform=Compose([RandomResizedCrop(size), RandomHorizontalFlip()]),
         num_workers=workers if decode == "cpu" else 0,
         device=device,
-        decode=decode,
+        workers=chunkio.Workers(decode=decode),
         drop_last=True,
         seed=0,
     )
@@ -337,7 +338,12 @@ def run(
     made = time.perf_counter() - t
     dst = root / "train.zarr"
     t = time.perf_counter()
-    chunkio.convert_images(src, dst, encoding="jpeg", workers=cores, progress=False, overwrite=True)
+    chunkio.convert_images(
+        src,
+        dst,
+        images=chunkio.ImageOptions(encoding="jpeg"),
+        execution=chunkio.Execution(workers=cores, progress=False, overwrite=True),
+    )
     converted = time.perf_counter() - t
     print(f"  {images} JPEGs made in {made:.1f} s, converted in {converted:.1f} s", flush=True)
     torch.manual_seed(0)

@@ -396,7 +396,7 @@ class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
     ) -> tuple[list[npt.NDArray[np.uint8]], npt.NDArray[np.int64]]:
         """The encoded bytes (one array per sample) and stored ``(C, H, W)`` shapes of
         samples ``indices`` of encoded image field ``field``, not decoded: for decoders
-        elsewhere (``make_loader(decode="gpu")`` decodes them on the GPU)."""
+        elsewhere (``make_loader(workers=Workers(decode="gpu"))`` decodes them on the GPU)."""
         if field not in self.fields:
             raise KeyError(f"{self.location}: field {field!r} is not among {list(self.fields)}")
         return self._handle().encoded(field, indices)

@@ -1,7 +1,8 @@
 """JPEG crops decoded on a GPU, straight into one batch tensor on the device.
 
-The GPU half of ``make_loader(..., decode="gpu")`` (:mod:`chunkio.transport.gpu_decode`): a
-batch's encoded JPEG samples and their crop boxes in whole pixels (from the crop plans of
+The GPU half of ``make_loader(..., workers=Workers(decode="gpu"))``
+(:mod:`chunkio.transport.gpu_decode`): a batch's encoded JPEG samples and their crop boxes in
+whole pixels (from the crop plans of
 :meth:`chunkio.transforms.Compose.plan`: the same boxes, sizes and flips the CPU path draws for
 the same key, rounded as it rounds them) are decoded, resized with torch's antialiased
 interpolation on the device and mirrored into one float batch, rounded to ``uint8`` at the end
@@ -236,7 +237,7 @@ _DECODERS: dict[str, type[NvImageCodecDecoder | TorchvisionDecoder | ReferenceDe
     "reference": ReferenceDecoder,
 }
 
-#: what ``make_loader(decode=...)`` accepts besides ``"cpu"``
+#: what ``Workers(decode=...)`` accepts besides ``"cpu"``
 GPU_DECODERS = tuple(_DECODERS)
 
 

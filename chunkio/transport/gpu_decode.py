@@ -1,4 +1,5 @@
-"""The loader's route with ``decode="gpu"``: encoded JPEG bytes in, decoded crops on the device.
+"""The loader's route with ``Workers(decode="gpu")``: encoded JPEG bytes in, decoded crops on
+the device.
 
 No worker process decodes pixels. One background thread of this process, for each batch in
 sampler order:
@@ -59,18 +60,19 @@ def crop_boxes(
 
 
 def gpu_decode_route(dataset: Any, decode: str, device: Any, ahead: int) -> GpuDecodeRoute:
-    """The route of ``make_loader(decode=...)``; checks that ``dataset`` is what it decodes:
-    a JPEG field under a :class:`~chunkio.transforms.Compose` of fixed output size."""
+    """The route of ``make_loader(workers=Workers(decode=...))``; checks that ``dataset`` is
+    what it decodes: a JPEG field under a :class:`~chunkio.transforms.Compose` of fixed output
+    size."""
     transform = dataset.field_transform
     if transform is None or getattr(transform, "plan", None) is None:
         raise ValueError(
-            f"make_loader(decode={decode!r}) needs transform=chunkio.transforms.Compose"
+            f"Workers(decode={decode!r}) needs transform=chunkio.transforms.Compose"
             f"([...]) with a fixed output size on the JPEG field; got {dataset.transform!r}"
         )
     info = dataset.layout.field(transform.field, where=str(dataset.location))
     if info.kind != "encoded" or info.encoding != "jpeg":
         raise ValueError(
-            f"{dataset.location}: make_loader(decode={decode!r}) decodes JPEG fields; "
+            f"{dataset.location}: Workers(decode={decode!r}) decodes JPEG fields; "
             f"field {transform.field!r} is {info.kind}"
             + (f" ({info.encoding})" if info.kind == "encoded" else "")
         )

@@ -35,6 +35,7 @@ MOVED: list[tuple[str, str, Any, dict[str, Any]]] = [
     ("make_loader", "timeout", 5, {"workers": Workers(timeout=5)}),
     ("make_loader", "transport", "dataloader", {"workers": Workers(transport="dataloader")}),
     ("make_loader", "copy", True, {"workers": Workers(copy=True)}),
+    ("make_loader", "decode", "gpu", {"workers": Workers(decode="gpu")}),
 ]
 for _f in ("write_arrays", "convert_arrays", "convert_images", "convert_volumes", "run_conversion"):
     MOVED += [

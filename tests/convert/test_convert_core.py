@@ -542,7 +542,12 @@ class BadShapeSource(SlowSource):
 
 def test_bad_source_data_and_options(tmp_path: Path) -> None:
     # the same source with every block well formed converts to exactly what it read
-    run_conversion(SlowSource(60), tmp_path / "a.zarr", samples_per_chunk=10, progress=False)
+    run_conversion(
+        SlowSource(60),
+        tmp_path / "a.zarr",
+        output=Output(chunks=10),
+        execution=Execution(progress=False),
+    )
     stored = ChunkDataset(tmp_path / "a.zarr", fields=["x", "y"]).read_batch(np.arange(60))
     for name, want in SlowSource(60).read_block(0, 60).items():
         np.testing.assert_array_equal(stored[name], want)

@@ -216,7 +216,12 @@ def jpeg_datasets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             (src / f"c{i % 3}").mkdir(parents=True, exist_ok=True)
             (im if mode == "RGB" else im.convert("L")).save(src / f"c{i % 3}/{i}.jpg", quality=90)
         dst = root / f"{mode}.zarr"
-        chunkio.convert_images(src, dst, encoding="jpeg", quality=90, progress=False, workers=1)
+        chunkio.convert_images(
+            src,
+            dst,
+            images=chunkio.ImageOptions(encoding="jpeg", quality=90),
+            execution=chunkio.Execution(workers=1, progress=False),
+        )
         out[mode] = dst
     return out
 

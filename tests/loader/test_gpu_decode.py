@@ -1,4 +1,4 @@
-"""``make_loader(decode=...)``: the GPU-decode route's logic, on CPU.
+"""``make_loader(workers=Workers(decode=...))``: the GPU-decode route's logic, on CPU.
 
 The ``reference`` decoder runs the same route (a reading thread, crop plans keyed as the CPU
 path keys them, a float batch rounded at the end) with simplejpeg in place of nvJPEG, so order,
@@ -45,7 +45,12 @@ def _images(root: Path, n: int = 48) -> Path:
 def jpeg_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("gpu_decode")
     dst = root / "images.zarr"
-    chunkio.convert_images(_images(root / "src"), dst, encoding="jpeg", progress=False, workers=1)
+    chunkio.convert_images(
+        _images(root / "src"),
+        dst,
+        images=chunkio.ImageOptions(encoding="jpeg"),
+        execution=chunkio.Execution(workers=1, progress=False),
+    )
     return dst
 
 
@@ -61,7 +66,7 @@ def _loader(path: Path, decode: str, **kw: Any) -> chunkio.ChunkLoader:
         transform=_transform(),
         num_workers=0,
         seed=5,
-        decode=decode,
+        workers=chunkio.Workers(decode=decode),
         **kw,
     )
 
@@ -121,21 +126,55 @@ def test_resize_into_flips_and_resizes() -> None:
 def test_bad_decode_arguments(jpeg_store: Path, kwargs: dict[str, Any], match: str) -> None:
     if torch.cuda.is_available() and "device" not in kwargs and kwargs["decode"] == "gpu":
         pytest.skip("CUDA is available: decode='gpu' without a device is checked on CPU only")
+    device = kwargs.get("device")
     with pytest.raises(ValueError, match=match):
         chunkio.make_loader(
-            str(jpeg_store), 8, fields=("image", "label"), transform=_transform(), **kwargs
+            str(jpeg_store),
+            8,
+            fields=("image", "label"),
+            transform=_transform(),
+            device=device,
+            workers=chunkio.Workers(decode=kwargs["decode"]),
         )
+
+
+def test_make_loader_decode_is_deprecated_for_workers_decode(jpeg_store: Path) -> None:
+    with pytest.warns(DeprecationWarning, match=r"use workers=chunkio\.Workers\(decode=\.\.\.\)"):
+        loader = _loader_old(jpeg_store)
+    assert loader.transport == "gpu-decode"
+    loader.close()
+
+
+def _loader_old(path: Path) -> chunkio.ChunkLoader:
+    return chunkio.make_loader(  # type: ignore[call-arg]
+        str(path),
+        8,
+        fields=("image", "label"),
+        transform=_transform(),
+        num_workers=0,
+        decode="reference",
+    )
 
 
 def test_decode_needs_a_compose_on_a_jpeg_field(jpeg_store: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"needs transform=chunkio\.transforms\.Compose"):
         chunkio.make_loader(
-            str(jpeg_store), 8, fields=("image", "label"), num_workers=0, decode="reference"
+            str(jpeg_store),
+            8,
+            fields=("image", "label"),
+            num_workers=0,
+            workers=chunkio.Workers(decode="reference"),
         )
     raw = tmp_path / "raw.zarr"
     chunkio.write_arrays(raw, {"image": np.zeros((8, 3, 16, 16), np.uint8)})
     with pytest.raises(ValueError, match="decodes JPEG fields; field 'image' is dense"):
-        chunkio.make_loader(str(raw), 4, fields="image", transform=_transform(), decode="reference")
+        chunkio.make_loader(
+            str(raw),
+            4,
+            fields="image",
+            transform=_transform(),
+            workers=chunkio.Workers(decode="reference"),
+        )
 
 
 class _Failing:

@@ -29,7 +29,13 @@ def _sorted_store(path: Path) -> Path:
         "image": np.zeros((N, 3, 4, 4), np.uint8),
         "label": np.repeat(np.arange(CLASSES), N // CLASSES),
     }
-    chunkio.write_arrays(path, arrays, samples_per_chunk=CHUNK, shuffle=False, progress=False)
+    chunkio.write_arrays(
+        path,
+        arrays,
+        shuffle=False,
+        output=chunkio.Output(chunks=CHUNK),
+        execution=chunkio.Execution(progress=False),
+    )
     return path
 
 
@@ -44,7 +50,10 @@ def _caught(category: type[Warning], call: Any) -> warnings.WarningMessage:
 
 def test_label_mixing_warning_names_the_line_that_called_make_loader(tmp_path: Path) -> None:
     path = _sorted_store(tmp_path / "sorted.zarr")
-    small = {"pool_bytes": CHUNK * (3 * 4 * 4 + 8), "lanes": 1, "num_workers": 0}
+    small: dict[str, Any] = {
+        "ordering": chunkio.Ordering(pool_bytes=CHUNK * (3 * 4 * 4 + 8), lanes=1),
+        "num_workers": 0,
+    }
     w = _caught(LabelMixingWarning, lambda: chunkio.make_loader(path, 64, **small))
     assert w.filename == __file__, w.filename
     # a dataset given instead of a path: another route through make_loader, the same line
@@ -63,7 +72,8 @@ def test_ring_fallback_warning_names_the_line_that_called_make_loader(tmp_path: 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="pin_memory warns only without CUDA")
 def test_pin_memory_warning_names_the_line_that_called_make_loader(tmp_path: Path) -> None:
     path = _sorted_store(tmp_path / "pin.zarr")
-    call = lambda: chunkio.make_loader(path, 8, num_workers=0, pin_memory=True)  # noqa: E731
+    pinned = chunkio.Workers(pin_memory=True)
+    call = lambda: chunkio.make_loader(path, 8, num_workers=0, workers=pinned)  # noqa: E731
     w = _caught(UserWarning, call)
     assert "pin_memory" in str(w.message) and w.filename == __file__, w.filename
 

@@ -17,6 +17,9 @@ from weather_stores import VARS, arrays, xarray_v3
 import chunkio
 from chunkio import ChunkDataset, Field
 
+#: batches are kept (compared across loaders): copies, not views of the ring
+COPY = chunkio.Workers(copy=True)
+
 FIELDS = [Field(list(VARS), steps=range(-1, 1)), Field(list(VARS), steps=[1]), "time"]
 
 
@@ -47,8 +50,8 @@ def test_the_ring_reads_every_anchor_once_under_each_start_method(
     store: Path, context: str
 ) -> None:
     ds = _dataset(store)
-    loader = chunkio.make_loader(ds, 8, num_workers=2, seed=0, copy=True,
-                                 multiprocessing_context=context)  # fmt: skip
+    loader = chunkio.make_loader(ds, 8, num_workers=2, seed=0,
+                                 workers=chunkio.Workers(copy=True, context=context))  # fmt: skip
     try:
         assert loader.transport == "ring"
         seen = [a for x, y, t in loader for a in _check(x, y, t)]
@@ -61,8 +64,10 @@ def test_the_ring_reads_every_anchor_once_under_each_start_method(
 @pytest.mark.timeout(180)
 def test_the_dataloader_route_gives_the_same_batches(store: Path) -> None:
     ds = _dataset(store)
-    ring = chunkio.make_loader(ds, 8, num_workers=0, seed=3, copy=True)
-    plain = chunkio.make_loader(ds, 8, num_workers=2, seed=3, transport="dataloader")
+    ring = chunkio.make_loader(ds, 8, num_workers=0, seed=3, workers=COPY)
+    plain = chunkio.make_loader(
+        ds, 8, num_workers=2, seed=3, workers=chunkio.Workers(transport="dataloader")
+    )
     try:
         a = [np.asarray(t).tolist() for _, _, t in ring]
         b = [np.asarray(t).tolist() for x, y, t in plain if _check(x, y, t)]
@@ -77,7 +82,7 @@ def test_a_window_loader_resumes_mid_epoch(store: Path) -> None:
     ds = _dataset(store)
 
     def make() -> Any:
-        return chunkio.make_loader(ds, 8, num_workers=0, seed=1, copy=True)
+        return chunkio.make_loader(ds, 8, num_workers=0, seed=1, workers=COPY)
 
     full, _ = assert_resume_equals_uninterrupted(make, stop=3)
     assert len(full) == -(-len(ds) // 8)
@@ -87,8 +92,10 @@ def test_global_batches_do_not_depend_on_the_world_size(store: Path) -> None:
     ds = _dataset(store)
 
     def batches(rank: int, world: int) -> list[list[int]]:
-        loader = chunkio.make_loader(ds, 8 // world, num_workers=0, seed=5, copy=True,
-                                     rank=rank, world_size=world)  # fmt: skip
+        ordering = chunkio.Ordering(rank=rank, world_size=world)
+        loader = chunkio.make_loader(
+            ds, 8 // world, num_workers=0, seed=5, workers=COPY, ordering=ordering
+        )
         try:
             return [np.asarray(t).tolist() for _, _, t in loader]
         finally:
@@ -117,7 +124,9 @@ def test_an_epoch_decodes_each_chunk_about_once_and_mixes_time(
     ds = ChunkDataset(path, fields=FIELDS, preload_bytes=0)
     sample = sum(ds.layout.field(f).sample_nbytes for f in ds.fields)
     # a pool of 256 samples: well below the dataset, as with real ERA5 fields
-    loader = chunkio.make_loader(ds, 32, num_workers=0, seed=0, pool_bytes=256 * sample)
+    loader = chunkio.make_loader(
+        ds, 32, num_workers=0, seed=0, ordering=chunkio.Ordering(pool_bytes=256 * sample)
+    )
     spreads = [float(np.std(np.asarray(t, dtype=float))) for _, _, t in loader]
     stats = loader.dataset.read_stats()
     loader.close()
@@ -135,7 +144,7 @@ def test_an_epoch_decodes_each_chunk_about_once_and_mixes_time(
 def test_make_loader_takes_fields_with_steps_with_a_path(store: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # zarr's notes on consolidated metadata under v3
-        loader = chunkio.make_loader(store, 8, fields=FIELDS, num_workers=0, seed=0, copy=True)
+        loader = chunkio.make_loader(store, 8, fields=FIELDS, num_workers=0, seed=0, workers=COPY)
     with loader:
         seen = [a for x, y, t in loader for a in _check(x, y, t)]
     assert sorted(seen) == list(range(1, len(arrays()["time"]) - 1))

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chunkio import ChunkDataset, write_arrays
+from chunkio import ChunkDataset, Execution, Output, write_arrays
 from chunkio.read.dense import DenseField, PreloadedField
 
 _ids = itertools.count()
@@ -25,7 +25,13 @@ def _store(n: int = N, spc: int = SPC) -> tuple[str, dict[str, np.ndarray]]:
         "y": (np.arange(n) % 7).astype(np.int64),
     }
     path = f"memory://dense-{next(_ids)}"
-    write_arrays(path, arrays, samples_per_chunk=spc, progress=False, shuffle=False)
+    write_arrays(
+        path,
+        arrays,
+        shuffle=False,
+        output=Output(chunks=spc),
+        execution=Execution(progress=False),
+    )
     return path, arrays
 
 

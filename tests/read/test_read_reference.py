@@ -20,7 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from chunkio import ChunkDataset, convert_images, write_arrays
+from chunkio import ChunkDataset, Execution, ImageOptions, Output, convert_images, write_arrays
+
+#: conversions here run quietly
+QUIET = Execution(progress=False)
 
 _ids = itertools.count()
 DTYPES = st.sampled_from(["uint8", "int16", "int64", "float32", "bool"])
@@ -79,7 +82,7 @@ def test_dense_reads_equal_numpy_indexing(case, once, cache_bytes, preload_bytes
     preloaded whole."""
     fields, spc, batches = case
     path = f"memory://reference-{next(_ids)}"
-    write_arrays(path, fields, samples_per_chunk=spc, progress=False, shuffle=False)
+    write_arrays(path, fields, shuffle=False, output=Output(chunks=spc), execution=QUIET)
     ds = ChunkDataset(path, cache_bytes=cache_bytes, preload_bytes=preload_bytes)
     _assert_dense(ds, fields, batches, once)
 
@@ -90,7 +93,7 @@ def test_dense_reads_on_disk_equal_numpy_indexing(case, once, cache_bytes, suffi
     fields, spc, batches = case
     with tempfile.TemporaryDirectory() as tmp:
         path = str(Path(tmp) / f"d{suffix}")
-        write_arrays(path, fields, samples_per_chunk=spc, progress=False, shuffle=False)
+        write_arrays(path, fields, shuffle=False, output=Output(chunks=spc), execution=QUIET)
         ds = ChunkDataset(path, cache_bytes=cache_bytes, preload_bytes=0)
         _assert_dense(ds, fields, batches, once)
 
@@ -104,7 +107,7 @@ def test_once_gathers_the_samples_around_whole_chunks_in_batch_order(
     decoded straight into the batch); the others are gathered in batch order, not sorted."""
     arrays = {"x": np.arange(64 * 3, dtype=np.int64).reshape(64, 3) * 7 - 5}
     path = str(tmp_path / f"d{suffix}")
-    write_arrays(path, arrays, samples_per_chunk=16, progress=False, shuffle=False)
+    write_arrays(path, arrays, shuffle=False, output=Output(chunks=16), execution=QUIET)
     ds = ChunkDataset(path, cache_bytes=cache_bytes, preload_bytes=0)
     for indices in ([40, 5, *range(16, 32), 3], [63, *range(0, 16), 2, 2, -1, 33]):
         for once in (True, False):
@@ -144,8 +147,8 @@ def image_stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         pixels = _image_folder(src, sizes, seed=len(kind))
         dst = root / f"{kind}.zarr"
         convert_images(
-            src, dst, progress=False, workers=1, shuffle=False, encoding=encoding,
-            samples_per_chunk=4, size=None,
+            src, dst, shuffle=False, size=None, images=ImageOptions(encoding=encoding),
+            output=Output(chunks=4), execution=Execution(workers=1, progress=False),
         )  # fmt: skip
         stores[kind] = (dst, pixels)
     return stores
@@ -189,7 +192,9 @@ def volume_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[np
         files.append(str(root / f"v{i}.npy"))
         np.save(files[-1], v)
     dst = str(root / "v.zarr")
-    convert_volumes(files, dst, chunks=(4, 3, 4), workers=1, progress=False)
+    convert_volumes(
+        files, dst, output=Output(chunks=(4, 3, 4)), execution=Execution(workers=1, progress=False)
+    )
     return dst, volumes
 
 

@@ -50,7 +50,7 @@ def test_normalize_applies_the_saved_stats_to_batches(store: Path, tmp_path: Pat
     ds = _open(store, FIELDS)
     compute_stats(ds).save(tmp_path / "stats.json")
     norm = Normalize(tmp_path / "stats.json", dataset=ds)
-    loader = chunkio.make_loader(ds, 16, num_workers=0, seed=0, copy=True)
+    loader = chunkio.make_loader(ds, 16, num_workers=0, seed=0, workers=chunkio.Workers(copy=True))
     x, y = norm(next(iter(loader)))
     loader.close()
     assert x.shape[1:] == (2, 3, 3, 4) and y.shape[1:] == (1, 2, 3, 4)

@@ -45,8 +45,9 @@ def test_remote_windows_equal_the_reference(
     assert ds.remote and ds.anchors is not None
     a = arrays()
     seen = []
-    with chunkio.make_loader(ds, 8, num_workers=2, seed=0, copy=True,
-                             multiprocessing_context="forkserver") as loader:  # fmt: skip
+    with chunkio.make_loader(ds, 8, num_workers=2, seed=0,
+                             workers=chunkio.Workers(copy=True, context="forkserver"),
+                             ) as loader:  # fmt: skip
         for x, y, t in loader:
             anchors = np.asarray(t)
             want = np.stack([np.stack([a[v][anchors + s] for v in VARS], 1) for s in (-2, 0)], 1)

@@ -90,10 +90,10 @@ def h5py_file(tmp_path: Path) -> Path:
 
 
 def native(tmp_path: Path) -> Path:
-    from chunkio import write_arrays
+    from chunkio import Output, write_arrays
 
     path = tmp_path / "native.zarr"
-    write_arrays(path, arrays(), samples_per_chunk=5, shuffle=False)
+    write_arrays(path, arrays(), shuffle=False, output=Output(chunks=5))
     return path
 
 

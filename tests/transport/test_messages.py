@@ -76,7 +76,12 @@ def test_both_ends_send_only_the_defined_messages(
     monkeypatch.setattr(RingWorkers, "send", recording_send)
     monkeypatch.setattr(RingWorkers, "receive", recording_receive)
     with chunkio.make_loader(
-        path, 16, fields="label", num_workers=2, multiprocessing_context="fork", seed=0
+        path,
+        16,
+        fields="label",
+        num_workers=2,
+        workers=chunkio.Workers(context="fork"),
+        seed=0,
     ) as loader:
         assert loader.transport == "ring"
         labels = np.concatenate([b.numpy().copy() for b in loader])  # views: copied
