@@ -26,7 +26,6 @@ from typing import Any, Protocol
 import torch
 from torch.utils.data import DataLoader
 
-from ._deprecated import Moved, moved_keywords
 from .backends import Reader
 from .dataset import ChunkDataset
 from .errors import caller_stacklevel
@@ -46,6 +45,7 @@ from .transport import Lease, LocalTransport, RingTransport
 from .transport.gpu import DevicePrefetcher, copy_stream_for, map_tensors, pin_ring, pinned_empty
 from .transport.gpu_decode import gpu_decode_route
 from .transport.iterator import Indices, Parts
+from .util.deprecated import Moved, moved_keywords
 
 __all__ = [
     "DEFAULT_POOL_BYTES",

@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .._deprecated import moved_keywords
 from ..backends import detect_format
 from ..errors import SourceError
 from ..format.layout import FieldInfo
 from ..format.names import validate_field_name
+from ..util.deprecated import moved_keywords
 from ..util.numeric import ceil_div
 from .durability.rerun import Request, compression_option
 from .engine.chunking import chunk_samples

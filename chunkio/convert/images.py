@@ -87,12 +87,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .._deprecated import Moved, moved_keywords
 from ..backends import Format, detect_format
 from ..errors import SourceError
 from ..images.encoding import check_encoding
 from ..images.pillow import DecodePolicy, ImageMode, ResizeMode, UndecodableImage
 from ..read.provenance import decode_paths
+from ..util.deprecated import Moved, moved_keywords
 from ..util.numeric import ceil_div
 from .durability.rerun import Request, compression_option, display, reuse_complete
 from .engine.chunking import DEFAULT_CHUNK_BYTES, choose_samples_per_chunk

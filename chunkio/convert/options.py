@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._deprecated import Moved
 from ..backends import Compression, Format
 from ..backends.codec_table import DEFAULT_CODEC
+from ..util.deprecated import Moved
 from .durability.rerun import Request
 from .engine.chunking import DEFAULT_CHUNK_BYTES
 from .engine.workers import check_workers
@@ -213,7 +213,7 @@ DEFAULT_EXECUTION = Execution()
 
 #: Every converter keyword that moved into :class:`Output` or :class:`Execution`: its new
 #: place. Each converter still accepts, for one release, those it took
-#: (:func:`chunkio._deprecated.moved_keywords`).
+#: (:func:`chunkio.util.deprecated.moved_keywords`).
 MOVES = {
     **{
         old: Moved("output", Output, new)

@@ -17,11 +17,11 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from .._deprecated import moved_keywords
 from ..backends import Compression, Format, Writer, detect_format, storage_for
 from ..errors import SourceError
 from ..format.grid import SampleGrid
 from ..format.layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, FieldInfo
+from ..util.deprecated import moved_keywords
 from ..util.numeric import ceil_div
 from .durability.plan import ConversionPlan
 from .durability.rerun import REQUEST_KEY, Request, compression_option, display, reuse_complete

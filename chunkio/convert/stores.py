@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from .._deprecated import moved_keywords
 from ..format.foreign import FieldSelection, field_arrays
+from ..util.deprecated import moved_keywords
 from ..util.numeric import ceil_div
 from .arrays import ARRAY_MOVES, ArrayWrite
 from .engine.chunking import chunk_samples

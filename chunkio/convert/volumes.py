@@ -39,12 +39,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .._deprecated import moved_keywords
 from ..backends import Compression, Format, Writer, detect_format, storage_for
 from ..errors import SourceError
 from ..format.label_index import LabelIndex, write_label_index
 from ..format.layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, FieldInfo
 from ..format.volume_layout import VOLUMES_KEY, VolumeSet
+from ..util.deprecated import moved_keywords
 from .durability.plan import ConversionPlan
 from .durability.rerun import REQUEST_KEY, Request, compression_option, display, reuse_complete
 from .durability.staging import Destination, open_destination

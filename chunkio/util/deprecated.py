@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, TypeVar
 
-from .errors import caller_stacklevel
+from ..errors import caller_stacklevel
 
 __all__ = ["Moved", "moved_keywords"]
 
