@@ -41,9 +41,11 @@ root, images = sys.argv[1], sys.argv[2]
 if hasattr(chunkio, "Execution"):
     QUIET = {"execution": chunkio.Execution(progress=False, overwrite=True)}
     GZIP = {**QUIET, "output": chunkio.Output(compression="gzip")}
+    JPEG = {**QUIET, "images": chunkio.ImageOptions(encoding="jpeg", quality=90)}
 else:
     QUIET = {"progress": False, "overwrite": True}
     GZIP = {**QUIET, "compression": "gzip"}
+    JPEG = {**QUIET, "encoding": "jpeg", "quality": 90}
 """
 
 WORKLOADS: dict[str, tuple[str, str]] = {
@@ -54,8 +56,8 @@ WORKLOADS: dict[str, tuple[str, str]] = {
     ),
     "convert_images jpeg zarr (s)": (
         "lower",
-        "t=time.perf_counter(); chunkio.convert_images(images, root+'/j.zarr', progress=False, "
-        "overwrite=True, encoding='jpeg', quality=90); print(json.dumps(time.perf_counter()-t))",
+        "t=time.perf_counter(); chunkio.convert_images(images, root+'/j.zarr', **JPEG); "
+        "print(json.dumps(time.perf_counter()-t))",
     ),
     **{
         f"make_loader jpeg RandomResizedCrop+flip {w} workers (samples/s)": (

@@ -3,10 +3,10 @@
 One shuffled chunk-aware batch order, several ways of delivering it:
 
 ``ring_zstd``
-    ``make_loader(transport="ring")``: workers decode chunks straight into shared-memory slots.
+    ``make_loader()`` (``Workers(transport="ring")``): workers decode chunks straight into shared-memory slots.
 ``dataloader_zstd``
-    ``make_loader(transport="dataloader")``: the same reads through a torch DataLoader, which
-    moves every batch through a freshly allocated shared-memory segment.
+    ``make_loader(workers=Workers(transport="dataloader"))``: the same reads through a torch
+    DataLoader, which moves every batch through a freshly allocated shared-memory segment.
 ``ring_preloaded``, ``dataloader_preloaded``
     The same two routes over a ``ChunkDataset`` whose workers hold the decoded arrays in RAM
     (``preload_bytes``): no decode, so these compare the transports themselves.

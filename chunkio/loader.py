@@ -332,8 +332,8 @@ def make_loader(
 
     **Memory.** Readers hold the decoded chunks of the pool: about ``pool_bytes`` in all (the
     ring's workers each hold their lanes' share), plus two chunks per lane for the pool's
-    edges. A ``transport="dataloader"`` worker reads whole batches, so each holds all of it and
-    decodes every chunk (read amplification up to ``num_workers`` on that route).
+    edges. A ``Workers(transport="dataloader")`` worker reads whole batches, so each holds all
+    of it and decodes every chunk (read amplification up to ``num_workers`` on that route).
 
     The keywords that moved into :class:`Ordering` (``pool_bytes``, ``lanes``, ``rank``,
     ``world_size``) and :class:`Workers` (``prefetch``, ``persistent_workers``,

@@ -12,10 +12,10 @@ for a stacked field, ``(*levels)`` otherwise; every step of a window uses the sa
 GraphCast's residual targets).
 
 >>> import numpy as np, tempfile, os
->>> from chunkio import write_arrays, ChunkDataset, Field, compute_stats
+>>> from chunkio import write_arrays, ChunkDataset, Field, Output, compute_stats
 >>> path = os.path.join(tempfile.mkdtemp(), "s.zarr")
 >>> x = np.arange(24, dtype="f4").reshape(6, 2, 1, 2)
->>> _ = write_arrays(path, {"x": x}, samples_per_chunk=4, shuffle=False)
+>>> _ = write_arrays(path, {"x": x}, shuffle=False, output=Output(chunks=4))
 >>> stats = compute_stats(ChunkDataset(path, fields=[Field("x", steps=[0, 1])]))
 >>> stats.fields["x"]["mean"], np.allclose(stats.fields["x"]["std"], x.std(axis=(0, 2, 3)))
 ([10.5, 12.5], True)
