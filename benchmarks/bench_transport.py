@@ -3,7 +3,8 @@
 One shuffled chunk-aware batch order, several ways of delivering it:
 
 ``ring_zstd``
-    ``make_loader()`` (``Workers(transport="ring")``): workers decode chunks straight into shared-memory slots.
+    ``make_loader()`` (``Workers(transport="ring")``): workers decode chunks straight into
+    shared-memory slots.
 ``dataloader_zstd``
     ``make_loader(workers=Workers(transport="dataloader"))``: the same reads through a torch
     DataLoader, which moves every batch through a freshly allocated shared-memory segment.
