@@ -288,7 +288,7 @@ def test_append_takes_the_converters_execution(
 ) -> None:
     """Workers read the new samples (here a pool, forced), a bar counts the blocks; the
     dataset is the one an append in this process writes. No overwrite: refused."""
-    from chunkio.convert import workers as pool_policy
+    from chunkio.convert.engine import workers as pool_policy
 
     here, pooled = tmp_path / "here.zarr", tmp_path / "pooled.zarr"
     for path in (here, pooled):
