@@ -288,8 +288,7 @@ class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
 
     @property
     def remote(self) -> bool:
-        """Whether the dataset is read over a network (S3, HTTP, ...): its reader fetched
-        the metadata that every process's reader now reuses."""
+        """Whether it is read over a network (its fetched metadata is reused per process)."""
         return self.reader_options.documents is not None
 
     def chunk_nbytes(self) -> int:
@@ -305,8 +304,7 @@ class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
         return clone
 
     def _for_loader(self, cache_bytes: int) -> ChunkDataset:
-        """The copy a loader reads (the caller's dataset is left as it is): keeping at least
-        ``cache_bytes`` of chunks, and reading each sample once per epoch (:attr:`reads_once`)."""
+        """The copy a loader reads: at least ``cache_bytes`` of chunks, each sample read once."""
         clone = self.with_cache(max(self.cache_bytes, cache_bytes))
         clone.reads_once = True
         return clone
