@@ -53,7 +53,7 @@ from benchmarks.baselines import NaiveH5Dataset, NaiveZarrDataset
 from benchmarks.bench_loaders import timed_rate
 from benchmarks.data import sample_photos
 from benchmarks.report import check
-from chunkio.sampling.mixing import uniform_distinct_labels
+from chunkio.sampling.label_metrics import uniform_distinct_labels
 
 __all__ = ["run", "run_remote"]
 

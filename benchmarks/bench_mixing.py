@@ -7,9 +7,9 @@ The data: a class-sorted image folder as users have it, ``CLASSES`` classes of `
 (0 and ``workers``) and batch size (64 and 256), epoch 0 of
 ``make_loader(path, batch, fields=["image", "label"], num_workers=w, seed=0)``: mean distinct
 classes per batch and the largest label share, each against its exact expectation under a
-uniform shuffle, and their ratios (:mod:`chunkio.sampling.mixing`: 1.0 is as mixed as a uniform
-shuffle,
-lower is worse). Whether make_loader warned (``LabelMixingWarning``) is recorded too.
+uniform shuffle, and their ratios (:mod:`chunkio.sampling.label_metrics`: 1.0 is as mixed
+as a uniform shuffle, lower is worse). Whether make_loader warned (``LabelMixingWarning``)
+is recorded too.
 
 make_loader's default mixing pool (64 MiB) holds most of this 75 MB dataset, which a real one
 (ImageNet: ~190 GB decoded) never is: rows with ``pool_bytes`` set to ``SMALL_POOLS`` of the
@@ -67,7 +67,7 @@ def _labels(path: Path) -> tuple[np.ndarray, np.ndarray]:
 def _conversions(images: Path, root: Path) -> tuple[dict[str, Path], dict[str, dict[str, Any]]]:
     """Paths of the datasets made, and each conversion's time and stored-order mixing."""
     import chunkio
-    from chunkio.sampling.mixing import stored_label_order
+    from chunkio.sampling.label_metrics import stored_label_order
 
     paths = {DEFAULT: root / "mixing-default.zarr"}
     conversions: dict[str, dict[str, Any]] = {
@@ -117,7 +117,7 @@ def _row(
     path: Path, counts: np.ndarray, *, batch_size: int, workers: int, pool: float | None
 ) -> dict[str, Any]:
     import chunkio
-    from chunkio.sampling.mixing import label_mixing_of_batches
+    from chunkio.sampling.label_metrics import label_mixing_of_batches
 
     total, kw = _dataset_bytes(path), {}
     if pool is not None:

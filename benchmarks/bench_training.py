@@ -24,9 +24,8 @@ seed's, and the mean after each epoch), the loader's start (make_loader: worker 
 reference: reading every sample into memory), samples/s of the loader alone over one warm
 epoch without the model (and its first epoch's seconds), the training time, and the
 label mixing of epoch 0's batches against a uniform shuffle
-(:func:`chunkio.sampling.mixing.label_mixing_of_batches`). The check: chunkio's default accuracy
-within
-``PARITY_POINTS`` (1) point of the uniform shuffle's.
+(:func:`chunkio.sampling.label_metrics.label_mixing_of_batches`). The check: chunkio's
+default accuracy within ``PARITY_POINTS`` (1) point of the uniform shuffle's.
 
     python -m benchmarks.bench_training [--quick] [--workers 2] [--epochs 6] [--seeds 3]
 """
@@ -135,7 +134,7 @@ def _convert(tree: Path, dst: Path, **kw: Any) -> float:
 
 def _stored_order(path: Path) -> dict[str, float]:
     import chunkio
-    from chunkio.sampling.mixing import stored_label_order
+    from chunkio.sampling.label_metrics import stored_label_order
 
     ds = chunkio.ChunkDataset(path, fields="label")
     labels = ds.read_batch(np.arange(len(ds)))["label"]
@@ -229,7 +228,7 @@ def _train(batches: Batches, *, epochs: int, test: tuple[Any, Any]) -> _Run:
 
 def _summarise(runs: list[_Run], counts: Any) -> dict[str, Any]:
     """Accuracy over the loader seeds, and label mixing of every seed's epoch-0 batches."""
-    from chunkio.sampling.mixing import label_mixing_of_batches
+    from chunkio.sampling.label_metrics import label_mixing_of_batches
 
     final = [r.accuracy[-1] for r in runs]
     return {

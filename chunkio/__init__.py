@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from .read.batch import SampleBatch, collate
     from .read.provenance import read_source_paths
     from .sampling.label_check import LabelMixingWarning
-    from .sampling.mixing import label_mixing, stored_label_order
+    from .sampling.label_metrics import label_mixing, stored_label_order
     from .sampling.sampler import ChunkBatchSampler, read_amplification, shuffle_quality
     from .transforms.stats import Normalize, Stats
 
@@ -59,12 +59,12 @@ _LAZY = {
     "convert_arrays": ".convert.stores",
     "convert_images": ".convert.images",
     "convert_volumes": ".convert.volumes",
-    "label_mixing": ".sampling.mixing",
+    "label_mixing": ".sampling.label_metrics",
     "make_loader": ".loader",
     "read_amplification": ".sampling.sampler",
     "read_source_paths": ".read.provenance",
     "shuffle_quality": ".sampling.sampler",
-    "stored_label_order": ".sampling.mixing",
+    "stored_label_order": ".sampling.label_metrics",
     "write_arrays": ".convert",
 }
 

@@ -1,14 +1,13 @@
-"""The order samples are read in, and how well it mixes labels.
-
-:mod:`.order` (the canonical order: one global batch sequence, whatever the worker count or
-world size; pure functions of chunk sizes, seed and epoch), :mod:`.sampler`
-(:class:`ChunkBatchSampler`, per rank and resumable, and the read-amplification and
-shuffle-quality metrics), :mod:`.mixing` (label mixing against a uniform shuffle) and
-:mod:`.label_check` (the one-time :class:`LabelMixingWarning` of a loader). Modules here may
-import :mod:`chunkio.util`, :mod:`chunkio.errors`, :mod:`chunkio.format` and the backend
-protocol, never the read side's datasets, transport, conversion or diagnostics. Names are
-imported on first use (PEP 562), so a converter that needs only :mod:`.order` does not import
-torch.
+"""The order samples are read in, and how well it mixes labels. :mod:`.order` (the canonical
+order: one global batch sequence, whatever the worker count or world size; pure functions of
+chunk sizes, seed and epoch), :mod:`.sampler` (:class:`ChunkBatchSampler`, per rank and
+resumable, and the read-amplification and shuffle-quality metrics), :mod:`.label_metrics`
+(label mixing measured against a uniform shuffle; the mixing *pool* that produces it is
+:mod:`.order`'s) and :mod:`.label_check` (the one-time :class:`LabelMixingWarning` of a
+loader). Modules here may import :mod:`chunkio.util`, :mod:`chunkio.errors`,
+:mod:`chunkio.format` and the backend protocol, never the read side's datasets, transport,
+conversion or diagnostics. Names are imported on first use (PEP 562), so a converter that needs
+only :mod:`.order` does not import torch.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from ..util.lazy import lazy_names
 
 if TYPE_CHECKING:
     from .label_check import LabelMixingWarning
-    from .mixing import label_mixing, stored_label_order
+    from .label_metrics import label_mixing, stored_label_order
     from .sampler import (
         ChunkBatchSampler,
         describe_sampler,
@@ -33,12 +32,12 @@ _LAZY = {
     "ChunkBatchSampler": ".sampler",
     "LabelMixingWarning": ".label_check",
     "describe_sampler": ".sampler",
-    "label_mixing": ".mixing",
+    "label_mixing": ".label_metrics",
     "num_batches": ".sampler",
     "rank_batches": ".sampler",
     "read_amplification": ".sampler",
     "shuffle_quality": ".sampler",
-    "stored_label_order": ".mixing",
+    "stored_label_order": ".label_metrics",
 }
 
 __all__ = [

@@ -67,7 +67,7 @@ def labels_of(
 
 def _distinct_ratio(groups: list[Any], labels: Any, counts: Any) -> tuple[float, float, float]:
     """Mean distinct labels per group, a uniform shuffle's for the same sizes, and the ratio."""
-    from .mixing import uniform_distinct_labels
+    from .label_metrics import uniform_distinct_labels
 
     sizes = [len(g) for g in groups if len(g)]
     if not sizes:

@@ -398,7 +398,7 @@ def shuffle_quality(
     ``E_t`` the expectation under a uniform shuffle. ``displacement`` = mean ``|p_i - r_i|``
     over its uniform-shuffle expectation (``p_i`` position of the ``i``-th yielded sample,
     ``r_i`` the rank of its id). With ``labels`` (one int per sample id) the keys of
-    :func:`chunkio.sampling.mixing.label_mixing` are added: distinct labels per batch and the
+    :func:`chunkio.sampling.label_metrics.label_mixing` are added: distinct labels per batch and the
     largest
     label share, each next to a uniform shuffle's.
 
@@ -429,7 +429,7 @@ def shuffle_quality(
         "displacement": disp,
     }
     if labels is not None:
-        from .mixing import label_mixing
+        from .label_metrics import label_mixing
 
         out.update(label_mixing(flat, np.asarray(labels)))
     return out

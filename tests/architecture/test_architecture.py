@@ -347,7 +347,7 @@ def test_the_layer_check_catches_a_violation() -> None:
     graph = {
         "chunkio.format.layout": {"chunkio.backends.zarr.backend", "chunkio.util.numeric"},
         "chunkio.read.core": {"chunkio.convert.arrays"},
-        "chunkio.sampling.order": {"chunkio.sampling.mixing", "chunkio.errors"},
+        "chunkio.sampling.order": {"chunkio.sampling.label_metrics", "chunkio.errors"},
         "chunkio.newthing": set(),
     }
     assert _layer_violations(graph) == [

@@ -13,7 +13,7 @@ import pytest
 import chunkio
 from chunkio.errors import IncompatibleStateError
 from chunkio.sampling.label_check import LabelMixingWarning
-from chunkio.sampling.mixing import uniform_distinct_labels
+from chunkio.sampling.label_metrics import uniform_distinct_labels
 
 N, CLASSES = 1200, 20
 

@@ -1,4 +1,4 @@
-"""chunkio.sampling.mixing: exact uniform expectations, and what sorted and shuffled orders
+"""chunkio.sampling.label_metrics: exact uniform expectations, and what sorted and shuffled orders
 score."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunkio.sampling import mixing
-from chunkio.sampling.mixing import (
+from chunkio.sampling import label_metrics as mixing
+from chunkio.sampling.label_metrics import (
     label_mixing,
     label_mixing_of_batches,
     stored_label_order,
