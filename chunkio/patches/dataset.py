@@ -129,7 +129,8 @@ class PatchDataset(ReadCoreDataset, Dataset[Any]):
             options = LayoutOptions(spatial=len(self.patch_size))
             found = open_layout(reader, fields, options)
             layout, volumes = found.dataset_layout(), found.volumes
-            assert volumes is not None  # asked for: LayoutOptions.spatial
+            if volumes is None:  # open_layout describes volumes when spatial is asked for
+                raise FormatError(f"{self.location}: no volumes of {len(self.patch_size)} axes")
             self.reader_options = found.reader_options(self.reader_options)
             if found.native:
                 index = read_label_index(reader, layout.extra[VOLUMES_KEY].get("label_index"))
