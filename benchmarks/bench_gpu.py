@@ -281,12 +281,7 @@ def _imagefolder(root: Path, batch_size: int, workers: int, pin: bool) -> Iterat
         persistent_workers=workers > 0,
     )
     print(f"  baseline: {kind}", flush=True)
-
-    def forever() -> Iterator[Any]:
-        while True:
-            yield from loader
-
-    return forever()
+    return _forever(loader)
 
 
 def _forever(loader: Any) -> Iterator[Any]:

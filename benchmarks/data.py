@@ -21,6 +21,13 @@ def sample_photos() -> list[np.ndarray]:
     return [np.asarray(im) for im in load_sample_images().images]
 
 
+def _relight(image: Image.Image, rng: np.random.Generator) -> Image.Image:
+    """A mild random brightness/contrast change, as photos of one scene differ."""
+    gain, offset = rng.uniform(0.8, 1.2), rng.uniform(-20.0, 20.0)
+    pixels = np.asarray(image, dtype=np.float32) * gain + offset
+    return Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
+
+
 def make_jpeg_folder(
     root: str | Path, *, n_images: int, size: int = 96, n_classes: int = 4, seed: int = 0
 ) -> Path:
@@ -83,9 +90,7 @@ def make_natural_folder(
         crop = crop.resize((size, size), Image.Resampling.LANCZOS)
         if rng.random() < 0.5:
             crop = crop.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-        gain, offset = rng.uniform(0.8, 1.2), rng.uniform(-20.0, 20.0)
-        pixels = np.asarray(crop, dtype=np.float32) * gain + offset
-        crop = Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
+        crop = _relight(crop, rng)
         crop.save(root / f"class_{i % n_classes}" / f"img_{i:06d}.jpg", quality=quality)
     done.write_text(stamp)
     return root
@@ -112,9 +117,7 @@ def _imagenet_like(args: tuple[Path, int, int, int, int]) -> None:
         image = image.resize((out_w, out_h), Image.Resampling.BILINEAR)
         if rng.random() < 0.5:
             image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-        gain, offset = rng.uniform(0.8, 1.2), rng.uniform(-20.0, 20.0)
-        pixels = np.asarray(image, dtype=np.float32) * gain + offset
-        image = Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
+        image = _relight(image, rng)
         image.save(root / f"class_{i % n_classes:03d}" / f"img_{i:07d}.jpg", quality=90)
 
 

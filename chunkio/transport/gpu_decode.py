@@ -20,6 +20,7 @@ the thread are raised by the ``next`` that would have returned the failed batch.
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -31,6 +32,7 @@ import torch
 
 from ..images.gpu_jpeg import GPU_DECODERS, BatchDecoder, PixelBox, finish, gpu_decoder
 from ..transforms.render import TORCH_MODES, pixel_span
+from .gpu import map_tensors
 from .lease import Lease
 
 __all__ = ["GPU_DECODERS", "GpuDecodeRoute", "crop_boxes", "gpu_decode_route"]
@@ -214,7 +216,8 @@ class GpuDecodeRoute:
                 if event is not None:
                     consumer = torch.cuda.current_stream(self.device)
                     consumer.wait_event(event)
-                    _record(batch, consumer)
+                    # memory made on the side stream: not reused before the consumer is done
+                    map_tensors(functools.partial(_used_by, stream=consumer), batch)
                 yield Lease(batch)
         finally:
             self.close()
@@ -229,13 +232,6 @@ class GpuDecodeRoute:
             thread.join()
 
 
-def _record(batch: Any, stream: Any) -> None:
-    if isinstance(batch, torch.Tensor):
-        if batch.is_cuda:
-            batch.record_stream(stream)
-    elif isinstance(batch, dict):
-        for v in batch.values():
-            _record(v, stream)
-    elif isinstance(batch, (list, tuple)):
-        for v in batch:
-            _record(v, stream)
+def _used_by(tensor: torch.Tensor, *, stream: Any) -> None:
+    if tensor.is_cuda:
+        tensor.record_stream(stream)
