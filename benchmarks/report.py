@@ -349,6 +349,7 @@ def markdown(results: Mapping[str, Any]) -> str:
         ("decoders", "Image decoders (bench_decoders)"),
         ("foreign", "Your own HDF5 file and Zarr store, read in place (bench_foreign)"),
         ("convert_arrays", "Streaming conversion of your own HDF5 file (bench_convert_arrays)"),
+        ("singlecell", "Single-cell: a sorted h5ad through each loader (bench_singlecell)"),
     ):
         if key in results:
             lines += _section(title, results[key])

@@ -112,6 +112,8 @@ def checks(results: dict[str, Any]) -> list[dict[str, Any]]:
     out += results.get("convert_arrays", {}).get("checks", [])
     # bench_windows' targets (windows in time vs insitubatch and a per-sample Dataset), when it ran
     out += results.get("windows", {}).get("checks", [])
+    # bench_singlecell's targets (vs scDataset and a per-cell backed read; mixing; memory)
+    out += results.get("singlecell", {}).get("checks", [])
     return out
 
 
@@ -241,6 +243,9 @@ def _run_optional(
     # windows t-1, t + t+1 on an ERA5-like xarray store (1 and 24 steps per chunk): chunkio
     # against a per-sample zarr-python Dataset, xbatcher and insitubatch (Python 3.12 venv)
     results["windows"] = _optional("bench_windows", quick)
+    # single-cell: a 200k-cell sorted h5ad (CSR X, categorical cell types) through a per-cell
+    # backed read, AnnLoader, scDataset, annbatch (Python 3.12 venv) and chunkio
+    results["singlecell"] = _optional("bench_singlecell", quick, root=root, workers=workers)
 
 
 def main(argv: list[str] | None = None) -> None:
