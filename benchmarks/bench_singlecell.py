@@ -366,17 +366,14 @@ def run(*, root: str | Path | None = None, quick: bool = False, n_cells: int | N
     sweep = SCDATASET_SWEEP[4:5] if quick else SCDATASET_SWEEP
     tried = [ours("scDataset BlockShuffling", "scdataset", workers, f"block {b}, fetch_factor {f}",
                   block=b, fetch=f) for b, f in sweep]  # fmt: skip
-    done = [r for r in tried if "cells_per_s" in r]
-    if done:
-        best = max(done, key=lambda r: r["cells_per_s"])
-        best["best"] = True
+    for best in _mark_best(tried):  # and the same settings with 0 workers, for memory
         b, f = sweep[tried.index(best)]
         ours("scDataset BlockShuffling", "scdataset", 0, best["settings"], block=b, fetch=f)
     if annbatch:
         rows += _annbatch_rows(path, root, budget, limit, uniform, quick)
     for w in sorted({0, workers}):
         ours("chunkio make_loader (h5ad in place)", "chunkio", w)
-    converted = str(root / f"{path.stem}.chunkio")
+    converted = str(root / f"{path.stem}.chunkio.zarr")
     for w in sorted({0, workers}):
         ours("chunkio make_loader (converted)", "chunkio-converted", w, converted=converted)
     result = {
@@ -405,13 +402,32 @@ def _annbatch_rows(path: Path, root: Path, budget: float, limit: float, uniform:
                str(BATCH), str(budget), str(chunk), str(preload)]  # fmt: skip
         r = run_child(cmd, limit + 300)  # the first run writes the store
         settings = f"chunk_size {chunk}, preload_nchunks {preload}, threads"
-        rows.append(_row(name, 0, settings, r, uniform) | {"version": r.get("version")})
+        extra = {k: r[k] for k in ("version", "write_sharded_s") if k in r}
+        rows.append(_row(name, 0, settings, r, uniform) | extra)
     return rows
 
 
-def _best(rows: list[dict[str, Any]], prefix: str, workers: int) -> dict[str, Any] | None:
+#: a batch "mixes like a uniform shuffle" within 10% of its distinct cell types (the issue's bar)
+MIXED = 0.9
+
+
+def _mark_best(tried: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Mark the fastest setting, and the fastest whose mixing is within 10% of uniform."""
+    done = [r for r in tried if "cells_per_s" in r]
+    marked = []
+    mixed = [r for r in done if r["distinct_ratio"] >= MIXED]
+    for label, pool in (("fastest", done), ("fastest mixed", mixed)):
+        if pool:
+            best = max(pool, key=lambda r: r["cells_per_s"])
+            best["best"] = f"{best['best']}, {label}" if "best" in best else label
+            marked += [] if best in marked else [best]
+    return marked
+
+
+def _best(rows: list[dict[str, Any]], prefix: str, workers: int,
+          mixed: bool = False) -> dict[str, Any] | None:  # fmt: skip
     found = [r for r in rows if r["loader"].startswith(prefix) and r["workers"] == workers
-             and "cells_per_s" in r]  # fmt: skip
+             and "cells_per_s" in r and (not mixed or r["distinct_ratio"] >= MIXED)]  # fmt: skip
     return max(found, key=lambda r: r["cells_per_s"]) if found else None
 
 
@@ -421,13 +437,17 @@ def checks(rows: list[dict[str, Any]], workers: int) -> list[dict[str, Any]]:
     ours = _best(rows, "chunkio", workers)
     if ours is None:
         return out
-    for prefix, target in (("scDataset", 3.0), ("per-cell backed", 50.0)):
-        peer = _best(rows, prefix, workers)
+    for prefix, mixed, target in (("scDataset", False, 3.0), ("scDataset", True, 3.0),
+                                  ("per-cell backed", False, 50.0)):  # fmt: skip
+        peer = _best(rows, prefix, workers, mixed)
         if peer is not None:
-            out.append(check(f"single-cell: chunkio / {prefix} ({workers} workers)",
+            which = " (its fastest mixing within 10% of uniform)" if mixed else ""
+            out.append(check(f"single-cell: chunkio / {prefix}{which}, {workers} workers",
                              ours["cells_per_s"] / peer["cells_per_s"], target))  # fmt: skip
     out.append(check("single-cell: chunkio cells/s", ours["cells_per_s"], 50_000.0))
-    out.append(check("single-cell: chunkio distinct types / uniform", ours["distinct_ratio"], 0.9))
+    out.append(
+        check("single-cell: chunkio distinct types / uniform", ours["distinct_ratio"], MIXED)
+    )
     zero = _best(rows, ours["loader"], 0)
     if zero is not None:
         ratio = ours["peak_pss_mib"] / zero["peak_pss_mib"]
@@ -448,10 +468,10 @@ def table(result: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in result["rows"]:
-        mark = " (best)" if r.get("best") else ""
+        mark = f" ({r['best']})" if r.get("best") else ""
         if "error" in r:
             lines.append(f"| {r['loader']} | {r['workers']} | {r['settings']} | "
-                         f"not available: {r['error']} | | | | |")  # fmt: skip
+                         f"not available: {r['error'][:160]} | | | | |")  # fmt: skip
             continue
         per_cpu = r["cells_per_cpu_s"]
         lines.append(

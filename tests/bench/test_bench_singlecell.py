@@ -56,10 +56,10 @@ def test_every_peer_measured(results: dict[str, Any]) -> None:
             assert "error" not in r, r
             assert r["cells_per_s"] > 0 and r["peak_rss_mib"] > 0 and r["peak_pss_mib"] > 0
             assert 1 <= r["distinct_per_batch"] <= bench.N_TYPES
-    assert sum(bool(r.get("best")) for r in _rows(results, "scDataset")) == 1
+    assert any("fastest" in r.get("best", "") for r in _rows(results, "scDataset"))
     assert 1 < results["uniform_distinct_per_batch"] <= bench.N_TYPES
     text = bench.table(results)
-    assert "scDataset BlockShuffling" in text and "(best)" in text
+    assert "scDataset BlockShuffling" in text and "(fastest" in text
 
 
 def _reads_anndata(tmp: Path) -> str:
