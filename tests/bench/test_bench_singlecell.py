@@ -31,6 +31,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                      annbatch=False)  # fmt: skip
 
 
+@pytest.mark.timeout(600)  # the module's fixture runs every loader in its own process
 def test_synthetic_file_is_sorted_csr(results: dict[str, Any], tmp_path: Path) -> None:
     path = bench.synthetic_h5ad(tmp_path, n_cells=300, n_genes=50)
     with h5py.File(path, "r") as f:
