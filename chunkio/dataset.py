@@ -20,10 +20,11 @@ import numpy.typing as npt
 from torch.utils.data import Dataset
 
 from .backends import Reader, ReaderOptions, detect_format, reader_documents
+from .format.columns import column_values
 from .format.grid import SampleGrid
 from .format.layout import DatasetLayout, label_field, validate_sequence_of_names
 from .format.store_layout import DEFAULT_PRELOAD_BYTES, LayoutOptions, open_layout
-from .read import ReadCore, read_whole
+from .read import ReadCore
 from .read.batch import SampleBatch, to_tensor
 from .read.core import ReadCoreDataset
 from .read.windows import AnchorSamples, Field, check_field_transform
@@ -74,11 +75,10 @@ class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
         external links and storage; see the guarantees in the docs).
     channels_last
         Batches of images that chunkio decodes or transforms (encoded fields, the field
-        transform's field) keep the ``(B, C, H, W)`` shape but are laid out channels last in
-        memory, as decoders and resamplers produce them (torch's ``channels_last`` memory
-        format, which convolutions take as it is; FFCV's default too): this saves a
-        transposing copy per image. ``x.is_contiguous()`` is then false; use ``.reshape``
-        rather than ``.view``, or pass ``channels_last=False`` for contiguous batches.
+        transform's field) keep the ``(B, C, H, W)`` shape, laid out channels last in memory
+        as decoders produce them (torch's ``channels_last`` format, which convolutions take
+        as it is): no transposing copy per image. ``x.is_contiguous()`` is then false; use
+        ``.reshape``, not ``.view``, or ``channels_last=False`` for contiguous batches.
     download_cache, download_cache_bytes
         A remote dataset (``s3://``, ``https://``...): a local folder where fetched chunks are
         kept, at most ``download_cache_bytes`` (least recently used dropped first), shared
@@ -243,9 +243,8 @@ class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
         try:
             dataset._describe(reader, fields)
             if dataset.reader_options.fill_missing:
-                # A store chunkio did not write: chunks never written (xarray and zarr skip
-                # those equal to the fill value) read as the fill value, the caller's reads
-                # too (make_loader's labels), so the reader is reopened as the dataset reads.
+                # a user's store: never-written chunks read as the fill value, the caller's
+                # reads too (make_loader's labels): reopen the reader as the dataset reads
                 reader.close()
                 reader = dataset._metadata_reader()
             yield dataset, reader
@@ -315,8 +314,6 @@ class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
             f"samples={len(self)}, samples_per_chunk={self.samples_per_chunk})"
         )
 
-    # -- per-process handles ------------------------------------------------------------------
-
     def _open_handle(self) -> ReadCore:
         cache_chunks = self.cache_bytes // max(1, self._cache_chunk_nbytes())
         return ReadCore(
@@ -352,10 +349,15 @@ class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
         if info is None:
             return None
         reader = self._metadata_reader()
-        try:  # "label", or the array a store chunkio did not write names
-            return np.asarray(read_whole(reader, info.array_names()[0]), dtype=np.int64)
+        try:  # "label", or the array (or column) a store chunkio did not write names
+            return np.asarray(column_values(reader, info), dtype=np.int64)
         finally:
             reader.close()
+
+    def categories(self, name: str) -> tuple[str, ...] | None:
+        """The category names of categorical field ``name`` (an AnnData ``obs`` column: its
+        values are codes into them, -1 for missing); ``None`` for other fields."""
+        return getattr(self.layout.field(name, where=str(self.location)), "categories", None)
 
     def read_batch(
         self,
@@ -482,13 +484,9 @@ class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
             return stored_output_shape(t, tuple(info.sample_shape))
         fixed = getattr(t, "fixed_size", None)
         if info.kind == "encoded" and fixed is not None:
-            channels = self._channels(name)
+            channels = self._channel_counts[name]  # read with the metadata
             return (channels, int(fixed[0]), int(fixed[1]))
         return None
-
-    def _channels(self, name: str) -> int:
-        """Channels of an encoded image field of several sizes (read with the metadata)."""
-        return self._channel_counts[name]
 
     def arrange(self, columns: dict[str, Any]) -> Any:
         """Columns by field -> a sample or batch as ``fields`` asks: a dict, a tuple in

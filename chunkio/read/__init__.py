@@ -11,7 +11,7 @@ One name per concept: a *reader* is a backend handle on the store's files
 process's *read core* (:class:`ReadCore`) holds one reader and serves each field through that
 field's reads (:class:`~.base.FieldReads`), each batch as a :class:`~.base.ReadRequest` asks;
 a dataset's *handle* in a process is its read core
-(:class:`chunkio.read.handles.PerProcessHandle`).
+(:class:`chunkio.util.handles.PerProcessHandle`).
 
 Modules here may import :mod:`chunkio.util`, :mod:`chunkio.errors`,
 :mod:`chunkio.format`, :mod:`chunkio.backends`, :mod:`chunkio.images` (decoders) and

@@ -21,13 +21,14 @@ from ..backends import ReaderOptions
 from ..format.grid import SampleGrid
 from ..format.layout import DatasetLayout, FieldInfo
 from ..transforms.sample import FieldTransform
+from ..util.handles import PerProcessHandle
 from .base import DecodeThreads, FieldReads, ReadContext, ReadRequest, ReadStats
-from .dense import dense_field
+from .dense import ColumnField, dense_field
 from .encoded import EncodedField
-from .handles import PerProcessHandle
 from .patches import PatchReads
 from .planning import normalize_indices
 from .ragged import RaggedField
+from .sparse import SparseField
 from .windows import WindowField
 
 __all__ = ["FIELD_KINDS", "ReadCore", "ReadCoreDataset"]
@@ -38,6 +39,8 @@ FIELD_KINDS: dict[str, Callable[[ReadContext, FieldInfo], FieldReads]] = {
     "ragged": RaggedField,
     "encoded": EncodedField,
     "window": WindowField,
+    "sparse": SparseField,
+    "column": ColumnField,
 }
 
 

@@ -121,7 +121,7 @@ def test_only_open_layout_decides_native_or_foreign() -> None:
     dataset, converter and report (there were five such places)."""
     decides = re.compile(
         r"\bATTR_KEY\s+(not\s+)?in\b|[\"']chunkio[\"']\s+(not\s+)?in\s+\w*attrs|"
-        r"\b(foreign_arrays|foreign_volumes|layout_of|is_chunkio_dataset)\("
+        r"\b(foreign_fields|foreign_volumes|layout_of|is_chunkio_dataset)\("
     )
     allowed = {PACKAGE / "format" / "store_layout.py", PACKAGE / "format" / "foreign.py"}
     hits = [

@@ -262,6 +262,33 @@ class HDF5Reader:
         with self._lock:
             return self._array_info(name)
 
+    def group_attrs(self, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            node = self._node(name)
+            return decode_attrs(node.attrs) if isinstance(node, h5py.Group) else None
+
+    def read_text(self, name: str) -> list[str]:
+        with self._lock:
+            node = self._node(name)
+            kind = h5py.check_string_dtype(node.dtype) if isinstance(node, h5py.Dataset) else None
+            if kind is None and not (isinstance(node, h5py.Dataset) and node.dtype.kind == "S"):
+                raise FormatError(f"{self.location}: {name!r} is not an array of strings")
+            return [
+                v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+                for v in np.asarray(node[()]).reshape(-1).tolist()
+            ]
+
+    def _node(self, name: str) -> Any:
+        """The group or dataset at ``name``, through soft links inside the file only."""
+        f = self._open()
+        path, link = in_file_path(f, name, self.location)  # nothing there: MissingFieldError
+        if path is None and not self._trust:
+            raise UnsafeInputError(
+                f"{self.location}: {name!r} is (or passes through) a {type(link).__name__}; "
+                "chunkio follows soft links inside the file only, unless trust_codecs=True"
+            )
+        return f[path or name]
+
     def _array_info(self, name: str) -> ArrayInfo:
         d = self._dataset(name)
         raw = self._raw.get(name)  # contiguous data is read in runs: those are its chunks

@@ -340,6 +340,29 @@ class ZarrReader:
             arr = self._group[name]
         return arr
 
+    def group_attrs(self, name: str) -> dict[str, Any] | None:
+        raw = self._raw_meta(name)
+        if raw is not None and raw.get("node_type") == "array":
+            return None
+        node = self._node(name)
+        if isinstance(node, zarr.Array):
+            return None
+        return dict(node.attrs)
+
+    def read_text(self, name: str) -> list[str]:
+        node = self._node(name)
+        if not isinstance(node, zarr.Array) or np.dtype(node.dtype).kind not in "OSUT":
+            raise FormatError(f"{self.location}: {name!r} is not an array of strings")
+        values = np.asarray(node[...]).reshape(-1).tolist()
+        return [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in values]
+
+    def _node(self, name: str) -> Any:
+        """zarr's group or array at ``name`` (metadata read by zarr-python)."""
+        try:
+            return self._group[name]
+        except KeyError as err:
+            raise MissingFieldError(f"{self.location}: nothing at {name!r}") from err
+
     def array_info(self, name: str) -> ArrayInfo:
         info = self._infos.get(name)
         if info is None:
