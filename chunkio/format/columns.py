@@ -69,9 +69,14 @@ def describe_node(
             f"{path}/COLUMN; readable columns: {readable_columns(reader, path)}"
         )
     raise FormatError(
-        f"{where}: {path!r} is a group (encoding {kind!r}), not an array, a CSR matrix or a "
-        "categorical column; name one of its arrays"
+        f"{where}: {path!r} is a group (attributes {sorted(attrs)}), not an array, a CSR "
+        "matrix ('encoding-type: csr_matrix' with 'shape', or 'h5sparse_format: csr') or a "
+        f"categorical column; name one of its arrays: {_members(reader, path)}"
     )
+
+
+def _members(reader: Reader, group: str) -> list[str]:
+    return [n for n in reader.array_names() if n.startswith(f"{group}/")][:10]
 
 
 def _categorical(reader: Reader, name: str, path: str) -> ColumnInfo:

@@ -143,7 +143,7 @@ def describe_sparse(
         )
     offsets = read_all(reader, f"{group}/indptr").astype(np.int64)
     nnz = int(data.shape[0])
-    check_indptr(offsets, nnz, f"{where}: {group}")
+    check_indptr(offsets, nnz, f"{where}: sparse group {group!r}")
     data_chunk = max(1, int(data.chunks[0]) if data.chunks else nnz)
     info = SparseInfo(
         name,
