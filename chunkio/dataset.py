@@ -25,16 +25,16 @@ from .format.grid import SampleGrid
 from .format.layout import DatasetLayout, label_field, validate_sequence_of_names
 from .format.store_layout import DEFAULT_PRELOAD_BYTES, LayoutOptions, open_layout
 from .read import ReadCore
-from .read.batch import SampleBatch, to_tensor
+from .read.batch import BatchShapes, SampleBatch, to_tensor
 from .read.core import ReadCoreDataset
 from .read.windows import AnchorSamples, Field, check_field_transform
 from .sampling.order import check_int
-from .transforms.sample import FieldTransform, is_field_transform, stored_output_shape
+from .transforms.sample import FieldTransform, is_field_transform
 
 __all__ = ["DEFAULT_PRELOAD_BYTES", "ChunkDataset"]
 
 
-class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
+class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
     """Samples of a chunkio dataset, read chunk by chunk.
 
     Parameters
@@ -443,56 +443,3 @@ class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
         if self.batch_transform is not None:
             collated = self.batch_transform(collated)
         return SampleBatch(collated, n)
-
-    def batch_fields(self) -> dict[str, tuple[np.dtype[Any], tuple[int, ...]]]:
-        """The selected fields as a transport preallocates them: ``(dtype, sample_shape)``
-        (see :class:`chunkio.transport.BatchSource`), after the field transform; fields of
-        samples with different shapes have none (a ``TypeError``)."""
-        out = {}
-        for name in self.fields:
-            info = self.layout.field(name)
-            shape = self.output_shape(name)
-            if shape is None:
-                raise TypeError(
-                    f"{self.location}: field {name!r} holds samples of different shapes "
-                    f"({info.kind}): no batch shape"
-                )
-            out[name] = (info.dtype, shape)
-        return out
-
-    def channels_last_fields(self) -> frozenset[str]:
-        """Fields a transport lays out channels last (see ``channels_last``)."""
-        if not self.channels_last:
-            return frozenset()
-        t = self.field_transform
-        out = {
-            name
-            for name in self.fields
-            if self.layout.field(name).kind == "encoded" or (t is not None and t.field == name)
-        }
-        return frozenset(n for n in out if len(self.output_shape(n) or ()) == 3)
-
-    def output_shape(self, name: str) -> tuple[int, ...] | None:
-        """The shape of field ``name`` in a batch (after the field transform), or ``None``
-        when its samples differ (ragged, or images of several sizes and no fixed-size
-        transform)."""
-        info = self.layout.field(name, where=str(self.location))
-        t = self.field_transform
-        if t is None or t.field != name:
-            return None if info.sample_shape is None else tuple(info.sample_shape)
-        if info.sample_shape is not None:
-            return stored_output_shape(t, tuple(info.sample_shape))
-        fixed = getattr(t, "fixed_size", None)
-        if info.kind == "encoded" and fixed is not None:
-            channels = self._channel_counts[name]  # read with the metadata
-            return (channels, int(fixed[0]), int(fixed[1]))
-        return None
-
-    def arrange(self, columns: dict[str, Any]) -> Any:
-        """Columns by field -> a sample or batch as ``fields`` asks: a dict, a tuple in
-        ``fields`` order, or the one field's value."""
-        if self._single:
-            return columns[self.fields[0]]
-        if self._as_tuple:
-            return tuple(columns[f] for f in self.fields)
-        return columns

@@ -33,7 +33,7 @@ from ...errors import (
 from ...util.numeric import ceil_div
 from ..base import ArrayInfo, StageClock, check_region, coalesce
 from ..codec_table import HDF5_SAFE, hdf5_codec_info
-from .checks import check_array, in_file_path
+from .checks import check_array, in_file_node, in_file_path, read_text
 from .raw import RawChunks, run_rows
 
 __all__ = ["HDF5Reader", "decode_attrs", "open_hdf5_readers"]
@@ -264,30 +264,12 @@ class HDF5Reader:
 
     def group_attrs(self, name: str) -> dict[str, Any] | None:
         with self._lock:
-            node = self._node(name)
+            node = in_file_node(self._open(), name, self.location, trust=self._trust)
             return decode_attrs(node.attrs) if isinstance(node, h5py.Group) else None
 
     def read_text(self, name: str) -> list[str]:
         with self._lock:
-            node = self._node(name)
-            kind = h5py.check_string_dtype(node.dtype) if isinstance(node, h5py.Dataset) else None
-            if kind is None and not (isinstance(node, h5py.Dataset) and node.dtype.kind == "S"):
-                raise FormatError(f"{self.location}: {name!r} is not an array of strings")
-            return [
-                v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
-                for v in np.asarray(node[()]).reshape(-1).tolist()
-            ]
-
-    def _node(self, name: str) -> Any:
-        """The group or dataset at ``name``, through soft links inside the file only."""
-        f = self._open()
-        path, link = in_file_path(f, name, self.location)  # nothing there: MissingFieldError
-        if path is None and not self._trust:
-            raise UnsafeInputError(
-                f"{self.location}: {name!r} is (or passes through) a {type(link).__name__}; "
-                "chunkio follows soft links inside the file only, unless trust_codecs=True"
-            )
-        return f[path or name]
+            return read_text(in_file_node(self._open(), name, self.location, trust=self._trust))
 
     def _array_info(self, name: str) -> ArrayInfo:
         d = self._dataset(name)

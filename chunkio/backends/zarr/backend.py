@@ -32,6 +32,7 @@ from ..codec_packages import missing_zarr_codecs, zarr_install_hint
 from ..codec_table import ZARR2_SAFE, ZARR_SAFE, zarr2_codec_info, zarr2_codecs, zarr_codec_info
 from .documents import RemoteDocuments, v2_array_document
 from .engine import ArrayEngine
+from .nodes import group_attrs, read_text
 from .shard import shard_layout
 from .shard_index import ShardIndexes
 from .sources import ByteSource, LocalFiles, RemoteObjects, describe, is_remote
@@ -344,24 +345,10 @@ class ZarrReader:
         raw = self._raw_meta(name)
         if raw is not None and raw.get("node_type") == "array":
             return None
-        node = self._node(name)
-        if isinstance(node, zarr.Array):
-            return None
-        return dict(node.attrs)
+        return group_attrs(self._group, name, self.location)
 
     def read_text(self, name: str) -> list[str]:
-        node = self._node(name)
-        if not isinstance(node, zarr.Array) or np.dtype(node.dtype).kind not in "OSUT":
-            raise FormatError(f"{self.location}: {name!r} is not an array of strings")
-        values = np.asarray(node[...]).reshape(-1).tolist()
-        return [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in values]
-
-    def _node(self, name: str) -> Any:
-        """zarr's group or array at ``name`` (metadata read by zarr-python)."""
-        try:
-            return self._group[name]
-        except KeyError as err:
-            raise MissingFieldError(f"{self.location}: nothing at {name!r}") from err
+        return read_text(self._group, name, self.location)
 
     def array_info(self, name: str) -> ArrayInfo:
         info = self._infos.get(name)
