@@ -13,13 +13,15 @@ import dataclasses
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 from torch.utils.data import Dataset
 
 from .backends import Reader, ReaderOptions, detect_format, reader_documents
+from .collection.core import FileSetCore
+from .collection.files import FileSet, is_file_list, open_files
 from .format.columns import column_values
 from .format.grid import SampleGrid
 from .format.layout import DatasetLayout, label_field, validate_sequence_of_names
@@ -146,6 +148,11 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
             download_cache_bytes=download_cache_bytes,
         )
         self._anchors = anchors  # windows: which anchors to sample
+        self._files: FileSet | None = None  # many files as one dataset
+        if is_file_list(path):
+            self._files = open_files(
+                path, fields, self.reader_options, preload_bytes=preload_bytes, anchors=anchors
+            )
         reader = self._metadata_reader()  # a missing path: DatasetNotFoundError
         try:
             self._describe(reader, fields)
@@ -169,6 +176,8 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
     ) -> None:
         """The constructor's arguments, checked (no I/O): everything but the metadata."""
         self.location = os.fspath(path) if isinstance(path, os.PathLike) else path
+        if is_file_list(path):  # many files: their paths, as given
+            self.location = tuple(os.fspath(p) if isinstance(p, os.PathLike) else p for p in path)
         self.channels_last = bool(channels_last)
         self.transform = transform
         self.field_transform: FieldTransform | None = (
@@ -205,6 +214,8 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
         found = open_layout(
             reader, fields, LayoutOptions(self.preload_bytes, anchors=self._anchors)
         )
+        if self._files is not None:  # the first file describes them all, end to end
+            found = dataclasses.replace(found, layout=self._files.layout)
         self.layout = found.dataset_layout()
         self._windows = found.windows
         # how every process's reader opens the store: a foreign store's never-written chunks
@@ -212,7 +223,7 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
         self.reader_options = dataclasses.replace(
             found.reader_options(self.reader_options), documents=reader_documents(reader)
         )
-        self.format = detect_format(self.location)
+        self.format = detect_format(reader.location)
         self.grid = SampleGrid(self.layout.num_samples, self.layout.samples_per_chunk)
         self._single = isinstance(fields, str | Field)
         names: Sequence[str] | None
@@ -234,9 +245,12 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
         fields: Sequence[str] | str | None,
         transform: Callable[[Any], Any] | None,
         storage_options: Mapping[str, Any] | None,
-    ) -> Iterator[tuple[ChunkDataset, Reader]]:
+    ) -> Iterator[tuple[ChunkDataset, Reader | None]]:
         """A dataset and the reader that described it, left open for the caller's other
         metadata reads (make_loader's labels) and closed on exit: one open in all."""
+        if is_file_list(path):  # each file is opened and closed while describing them
+            yield cls(path, fields, transform, storage_options=storage_options), None
+            return
         dataset = cls.__new__(cls)
         dataset._configure(path, transform, storage_options=storage_options)
         reader = dataset._metadata_reader()
@@ -254,8 +268,9 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
     def _metadata_reader(self) -> Reader:
         """A reader for metadata and whole small arrays, opened as the dataset reads (its
         storage options, trust, fetched metadata) but without the download cache, which
-        holds the chunks of batches."""
-        return dataclasses.replace(self.reader_options, download_cache=None).open(self.location)
+        holds the chunks of batches. Many files: the first."""
+        first = self.location[0] if self._files is not None else self.location
+        return dataclasses.replace(self.reader_options, download_cache=None).open(first)
 
     def _read_channels(self, reader: Reader, layout: DatasetLayout) -> dict[str, int]:
         """Channels of the encoded image field of several sizes that a fixed-size field
@@ -316,6 +331,14 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
 
     def _open_handle(self) -> ReadCore:
         cache_chunks = self.cache_bytes // max(1, self._cache_chunk_nbytes())
+        if self._files is not None:  # as a ReadCore reads: read, encoded, prefetch, stats
+            files = FileSetCore(
+                self._files,
+                cache_chunks=cache_chunks,
+                preload_bytes=self.preload_bytes,
+                decode_threads=self.decode_threads,
+            )
+            return cast(ReadCore, files)
         return ReadCore(
             self.location,
             self.layout,
@@ -348,6 +371,8 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
         info = label_field(self.layout)
         if info is None:
             return None
+        if self._files is not None:
+            return self._files.labels(info)
         reader = self._metadata_reader()
         try:  # "label", or the array (or column) a store chunkio did not write names
             return np.asarray(column_values(reader, info), dtype=np.int64)

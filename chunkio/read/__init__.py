@@ -1,7 +1,8 @@
 """The read side's core, one module per field kind.
 
 :mod:`.core` (:class:`ReadCore`, one per process) maps each field to the reader of its kind:
-:mod:`.dense`, :mod:`.ragged`, :mod:`.encoded`; :mod:`.patches` serves
+:mod:`.dense`, :mod:`.ragged`, :mod:`.encoded`, :mod:`.windows`, :mod:`.sparse` (rows of CSR
+matrices scattered into dense batches); :mod:`.patches` serves
 :class:`chunkio.patches.PatchDataset`. Every read is plan (pure, :mod:`chunkio.read.planning`) ->
 read (the backend's :class:`~chunkio.backends.Reader`) -> scatter into the batch, through a
 :class:`DecodedChunkCache` per field (:mod:`.cache`).

@@ -128,6 +128,9 @@ class ReadRequest:
     transform: FieldTransform | None = None
     #: the epoch the batch belongs to (the transform is keyed by it)
     epoch: int = 0
+    #: the whole dataset's index of this store's sample 0 (many files read as one dataset):
+    #: transforms are keyed by the dataset's indices, not a file's
+    first: int = 0
 
 
 class FieldReads(Protocol):

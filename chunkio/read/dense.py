@@ -45,7 +45,7 @@ class PreloadedField:
     ) -> npt.NDArray[Any]:
         if how.transform is not None:
             return _transformed(
-                self.ctx, self.info, how.transform, self.whole, idx, idx, out, how.epoch
+                self.ctx, self.info, how.transform, self.whole, idx, idx + how.first, out, how.epoch
             )
         out = _checked_out(self.info, len(idx), out)
         # mode="clip": idx is already validated, and the default mode="raise" makes numpy
@@ -123,7 +123,7 @@ class DenseField:
             # decoded but not gathered: a transform reads each sample straight from its chunk
             buffer, rows = self.locate(idx)
             return _transformed(
-                self.ctx, self.info, how.transform, buffer, rows, idx, out, how.epoch
+                self.ctx, self.info, how.transform, buffer, rows, idx + how.first, out, how.epoch
             )
         out = _checked_out(self.info, len(idx), out)
         return self._gather(plan_batch(idx, self.grid), out, how.once)
