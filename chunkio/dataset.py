@@ -25,6 +25,7 @@ from .collection.files import FileSet, is_file_list, open_files
 from .format.columns import column_values
 from .format.grid import SampleGrid
 from .format.layout import DatasetLayout, label_field, validate_sequence_of_names
+from .format.sparse import with_sparse_batches
 from .format.store_layout import DEFAULT_PRELOAD_BYTES, LayoutOptions, open_layout
 from .read import ReadCore
 from .read.batch import BatchShapes, SampleBatch, to_tensor
@@ -42,17 +43,24 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
     Parameters
     ----------
     path
-        A ``.zarr`` directory, an ``.h5`` file, a URL zarr understands, or a zarr store.
+        A ``.zarr`` directory, an ``.h5``/``.h5ad`` file, a URL zarr understands, or a zarr
+        store; or a list of them, read as one dataset end to end (:mod:`chunkio.collection`).
     fields
         ``None``: every field, samples are ``{name: tensor}`` dicts. A sequence of names:
         samples are tuples in that order (``for x, y in loader``). A single name: samples are
         that field's tensor.
         For an HDF5 file or Zarr store chunkio did not write (h5py, zarr-python, xarray's
         ``to_zarr``), ``fields`` names its arrays: ``{"image": "train/images", ...}`` or a
-        list of array paths (see :mod:`chunkio.format.foreign`). Their values come back as stored:
+        list of array paths (see :mod:`chunkio.format.foreign`), a sparse CSR group
+        (AnnData's ``"X"``) or a dataframe column (``"obs/cell_type"``, categorical: its
+        codes, names from :meth:`categories`). Their values come back as stored:
         CF attributes (``scale_factor``, ``add_offset``, ``_FillValue``) are not applied.
     anchors
         Windows (:class:`chunkio.Field`): anchor rows to sample (:mod:`chunkio.format.windows`).
+    sparse_batches
+        Fields naming a sparse CSR matrix (AnnData's ``X``): ``"dense"`` batches
+        ``(B, n_cols)`` of its dtype, or ``"csr"``: ``torch.sparse_csr_tensor`` batches (for
+        models that densify on the GPU; such batches go through a DataLoader, not the ring).
     transform
         Applied to each sample. A :class:`~chunkio.transforms.sample.FieldTransform` such
         as :class:`chunkio.transforms.image.Compose` (a declared output shape, one field, random
@@ -133,6 +141,7 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
         download_cache: str | os.PathLike[str] | None = None,
         download_cache_bytes: int = 8 << 30,
         anchors: Any = None,
+        sparse_batches: str = "dense",
     ) -> None:
         self._configure(
             path,
@@ -148,7 +157,7 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
             download_cache_bytes=download_cache_bytes,
         )
         self._anchors = anchors  # windows: which anchors to sample
-        self._files: FileSet | None = None  # many files as one dataset
+        self._sparse_batches = sparse_batches  # "dense" rows, or "csr" tensors
         if is_file_list(path):
             self._files = open_files(
                 path, fields, self.reader_options, preload_bytes=preload_bytes, anchors=anchors
@@ -205,6 +214,7 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
             download_cache=cache,
         )
         self._local: ReadCore | None = None
+        self._files: FileSet | None = None  # many files as one dataset (set by __init__)
 
     def _describe(
         self, reader: Reader, fields: Sequence[str] | Mapping[str, str] | str | None
@@ -216,7 +226,8 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
         )
         if self._files is not None:  # the first file describes them all, end to end
             found = dataclasses.replace(found, layout=self._files.layout)
-        self.layout = found.dataset_layout()
+        batches = getattr(self, "_sparse_batches", "dense")  # make_loader's own: dense
+        self.layout = with_sparse_batches(found.dataset_layout(), batches)
         self._windows = found.windows
         # how every process's reader opens the store: a foreign store's never-written chunks
         # hold its fill value; a remote group's metadata, read once here, is reused

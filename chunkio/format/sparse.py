@@ -17,6 +17,7 @@ with the number of values per row.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -27,9 +28,17 @@ from ..backends import ArrayInfo, Reader
 from ..backends.base import read_all
 from ..errors import FormatError
 from ..util.numeric import IntArray
-from .layout import FieldInfo
+from .layout import DatasetLayout, FieldInfo
 
-__all__ = ["SparseInfo", "check_indptr", "describe_sparse", "sparse_chunk_sizes", "sparse_format"]
+__all__ = [
+    "SPARSE_BATCHES",
+    "SparseInfo",
+    "check_indptr",
+    "describe_sparse",
+    "sparse_chunk_sizes",
+    "sparse_format",
+    "with_sparse_batches",
+]
 
 #: what to do with a CSC matrix, for the error that refuses one
 CSC_HINT = (
@@ -52,6 +61,8 @@ class SparseInfo(FieldInfo):
     indices_chunk: int = 1
     #: the order's samples per chunk: rows grouped by the data chunk they start in
     chunk_sizes: tuple[int, ...] = ()
+    #: batches as ``"dense"`` arrays ``(B, n_cols)``, or ``"csr"`` (torch sparse CSR tensors)
+    batches: str = "dense"
 
     def array_names(self) -> tuple[str, ...]:
         return tuple(f"{self.group}/{a}" for a in ("data", "indices", "indptr"))
@@ -205,3 +216,18 @@ def sparse_chunk_sizes(indptr: IntArray, data_chunk: int) -> IntArray:
     first = indptr[:-1] // int(data_chunk)
     breaks = np.flatnonzero(np.diff(first)) + 1
     return np.diff(np.concatenate([[0], breaks, [rows]])).astype(np.int64)
+
+
+#: what ``ChunkDataset(sparse_batches=...)`` may be
+SPARSE_BATCHES = ("dense", "csr")
+
+
+def with_sparse_batches(layout: DatasetLayout, batches: str) -> DatasetLayout:
+    """``layout`` with its sparse fields read as ``batches`` (see :data:`SPARSE_BATCHES`)."""
+    if batches not in SPARSE_BATCHES:
+        raise ValueError(f"sparse_batches must be one of {list(SPARSE_BATCHES)}; got {batches!r}")
+    fields = tuple(
+        dataclasses.replace(f, batches=batches) if isinstance(f, SparseInfo) else f
+        for f in layout.fields
+    )
+    return dataclasses.replace(layout, fields=fields)

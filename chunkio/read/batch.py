@@ -11,6 +11,7 @@ from torch.utils.data import default_collate
 
 from ..format.layout import DatasetLayout
 from ..transforms.sample import FieldTransform, stored_output_shape
+from .sparse import CSRBatch
 
 __all__ = ["BatchShapes", "SampleBatch", "collate"]
 
@@ -159,6 +160,8 @@ def to_tensor(value: Any) -> Any:
     """NumPy arrays (or lists of them, for ragged fields) -> tensors sharing memory."""
     if isinstance(value, list):
         return [torch.from_numpy(v) for v in value]
+    if isinstance(value, CSRBatch):
+        return value.to_torch()
     return torch.from_numpy(value)
 
 
@@ -208,6 +211,10 @@ class BatchShapes:
         when its samples differ (ragged, or images of several sizes and no fixed-size
         transform)."""
         info = self.layout.field(name, where=str(self.location))
+        if (
+            getattr(info, "batches", "dense") == "csr"
+        ):  # sparse tensors: as many values as rows hold
+            return None
         t = self.field_transform
         if t is None or t.field != name:
             return None if info.sample_shape is None else tuple(info.sample_shape)

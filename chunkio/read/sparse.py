@@ -10,6 +10,8 @@ Columns outside the matrix are a :class:`~chunkio.errors.FormatError` naming the
 
 from __future__ import annotations
 
+import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,7 +24,39 @@ from ..util.numeric import IntArray
 from .base import ReadContext, ReadRequest, read_whole
 from .cache import DecodedChunkCache
 
-__all__ = ["SparseField"]
+__all__ = ["CSRBatch", "SparseField"]
+
+
+@dataclass(frozen=True)
+class CSRBatch:
+    """A batch of sparse rows as CSR arrays (``ChunkDataset(sparse_batches="csr")``): row
+    ``b``'s values are ``data[indptr[b]:indptr[b + 1]]`` at columns ``indices[...]``; as a
+    tensor, ``torch.sparse_csr_tensor`` (:meth:`to_torch`)."""
+
+    indptr: IntArray
+    indices: IntArray
+    data: npt.NDArray[Any]
+    shape: tuple[int, int]
+
+    def to_torch(self) -> Any:
+        import torch
+
+        with warnings.catch_warnings():  # torch's notice that sparse CSR is a beta feature
+            warnings.filterwarnings("ignore", "Sparse CSR tensor support is in beta")
+            return torch.sparse_csr_tensor(
+                torch.from_numpy(self.indptr),
+                torch.from_numpy(self.indices),
+                torch.from_numpy(self.data),
+                size=self.shape,
+                check_invariants=False,  # built here: rows in order, columns checked on read
+            )
+
+    def toarray(self) -> npt.NDArray[Any]:
+        """The rows densified (as the default dense batches hold them)."""
+        out = np.zeros(self.shape, self.data.dtype)
+        rows = np.repeat(np.arange(self.shape[0]), np.diff(self.indptr))
+        np.add.at(out, (rows, self.indices), self.data)
+        return out
 
 
 class _Values:
@@ -99,10 +133,13 @@ class SparseField:
 
     def read(
         self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadRequest
-    ) -> npt.NDArray[Any]:
+    ) -> npt.NDArray[Any] | CSRBatch:
         info = self.info
         if how.transform is not None:
             raise TypeError(f"field {info.name!r}: a field transform cannot apply to a sparse row")
+        positions, rows = self._positions(idx)
+        if info.batches == "csr":
+            return self._csr(idx, positions, rows)
         shape = (len(idx), info.n_cols)
         if out is None:
             out = np.zeros(shape, dtype=info.dtype)
@@ -113,7 +150,6 @@ class SparseField:
             )
         else:
             out[...] = 0
-        positions, rows = self._positions(idx)
         if not len(positions):
             return out
         values = self.data.take(positions)
@@ -124,6 +160,18 @@ class SparseField:
         else:  # a row repeats a column: its values add up, as scipy's toarray() does
             np.add.at(out, (rows, columns), values)
         return out
+
+    def _csr(self, idx: IntArray, positions: IntArray, rows: IntArray) -> CSRBatch:
+        values = self.data.take(positions) if len(positions) else np.zeros(0, self.info.dtype)
+        columns = (
+            self.indices.take(positions).astype(np.int64, copy=False)
+            if len(positions)
+            else np.zeros(0, np.int64)
+        )
+        self._check_columns(columns, rows, idx)
+        counts = np.bincount(rows, minlength=len(idx)) if len(idx) else np.zeros(0, np.int64)
+        indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        return CSRBatch(indptr, columns, values, (len(idx), self.info.n_cols))
 
     def _check_columns(self, columns: IntArray, rows: IntArray, idx: IntArray) -> None:
         bad = np.flatnonzero((columns < 0) | (columns >= self.info.n_cols))

@@ -349,3 +349,24 @@ def test_any_index_list_reads_scipy_rows(tiny_chunks, idx: list[int], cache: boo
 
 
 _TINY: dict[bool, chunkio.ChunkDataset] = {}
+
+
+@pytest.mark.timeout(120)
+# torch's own notice when it rebuilds a sparse tensor a worker sent (outside chunkio's reach)
+@pytest.mark.filterwarnings("ignore:Sparse invariant checks are implicitly disabled")
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
+def test_csr_batches_as_torch_sparse_tensors(stored: str, adata: object) -> None:
+    ds = chunkio.ChunkDataset(stored, fields=["X", "obs/cell_id"], sparse_batches="csr")
+    expected = adata.X.toarray()
+    batch = ds.read_batch([9, 2, 2, 1000])
+    np.testing.assert_array_equal(batch["X"].toarray(), expected[[9, 2, 2, 1000]])
+    assert ds.output_shape("X") is None  # not a fixed-size batch: no ring slot
+    loader = chunkio.make_loader(ds, batch_size=100, num_workers=2, seed=1)
+    seen = 0
+    for x, ids in loader:
+        assert x.layout == torch.sparse_csr and x.shape == (len(ids), GENES)
+        np.testing.assert_array_equal(x.to_dense().numpy(), expected[ids.numpy()])
+        seen += len(ids)
+    assert seen == CELLS
+    with pytest.raises(ValueError, match=r"sparse_batches must be one of \['dense', 'csr'\]"):
+        chunkio.ChunkDataset(stored, fields={"x": "X"}, sparse_batches="coo")
