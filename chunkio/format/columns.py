@@ -50,11 +50,9 @@ def describe_node(
     where = reader.location
     try:
         attrs = reader.group_attrs(path)
-    except MissingFieldError:
+    except MissingFieldError:  # a compound member, or nothing (then refused, as arrays are)
         member = _compound_member(reader, name, path)
-        if member is None:
-            raise
-        return member, None
+        return None if member is None else (member, None)
     if attrs is None:
         _refuse_text_column(reader, path)
         return None
