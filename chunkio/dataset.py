@@ -124,6 +124,8 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
     #: Reads follow an epoch order that asks for each sample once (set by make_loader): a
     #: chunk a batch uses whole, in order, is decoded into the batch and not cached.
     reads_once: bool = False
+    #: many files read as one dataset (``ChunkDataset([path1, path2, ...])``), else ``None``
+    _files: FileSet | None = None
 
     def __init__(
         self,
@@ -214,7 +216,6 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
             download_cache=cache,
         )
         self._local: ReadCore | None = None
-        self._files: FileSet | None = None  # many files as one dataset (set by __init__)
 
     def _describe(
         self, reader: Reader, fields: Sequence[str] | Mapping[str, str] | str | None

@@ -74,11 +74,23 @@ class _Values:
             capacity=max(1, ctx.cache_chunks),
         )
 
-    def take(self, positions: IntArray) -> npt.NDArray[Any]:
-        """The values at ``positions`` (sorted or not), decoding the chunks not held."""
+    def chunks_of(self, starts: IntArray, stops: IntArray) -> IntArray:
+        """The chunks (sorted, unique) holding the values ``[starts[i], stops[i])`` (rows that
+        hold values only): from the ranges' ends, not from every position."""
         step = self.grid.samples_per_chunk
-        chunk_of = positions // step
-        needed = np.unique(chunk_of)
+        first, last = starts // step, (stops - 1) // step
+        if not len(first):
+            return np.zeros(0, np.int64)
+        if int((last - first).max()) <= 1:
+            return np.unique(np.concatenate([first, last]))
+        counts = last - first + 1  # rows longer than a chunk: every chunk between
+        offsets = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+        return np.unique(np.repeat(first, counts) + offsets)
+
+    def take(self, positions: IntArray, needed: IntArray) -> npt.NDArray[Any]:
+        """The values at ``positions`` (sorted or not), all in the chunks ``needed`` (sorted,
+        unique), decoding the chunks not held."""
+        step = self.grid.samples_per_chunk
         slots, runs = self.cache.admit(needed)
         stats = self.ctx.stats
         try:
@@ -94,15 +106,18 @@ class _Values:
         stats.chunks_read += read
         stats.cache_hits += len(needed) - read
         stats.per_field[self.name] = stats.per_field.get(self.name, 0) + read
-        where = slots[np.searchsorted(needed, chunk_of)] * step + positions % step
+        base = int(needed[0])
+        slot_of = np.zeros(int(needed[-1]) - base + 1, np.int64)  # chunk - base -> its slot
+        slot_of[needed - base] = slots
+        chunk, within = np.divmod(positions, step)
+        where = slot_of[chunk - base] * step + within
         found: npt.NDArray[Any] = self.cache.buffer[where]
         return found
 
-    def prefetch(self, positions: IntArray) -> None:
+    def prefetch(self, needed: IntArray) -> None:
         prefetch = getattr(self.ctx.reader, "prefetch", None)
         if callable(prefetch):
-            chunks = np.unique(positions // self.grid.samples_per_chunk).tolist()
-            prefetch(self.name, [c for c in chunks if c not in self.cache])
+            prefetch(self.name, [c for c in needed.tolist() if c not in self.cache])
 
 
 class SparseField:
@@ -152,8 +167,7 @@ class SparseField:
             out[...] = 0
         if not len(positions):
             return out
-        values = self.data.take(positions)
-        columns = self.indices.take(positions).astype(np.int64, copy=False)
+        values, columns = self._values(idx, positions)
         self._check_columns(columns, rows, idx)
         if _canonical(columns, rows):
             out[rows, columns] = values
@@ -161,13 +175,20 @@ class SparseField:
             np.add.at(out, (rows, columns), values)
         return out
 
+    def _values(self, idx: IntArray, positions: IntArray) -> tuple[npt.NDArray[Any], IntArray]:
+        """The stored values and columns at ``positions`` (of rows ``idx``)."""
+        if not len(positions):
+            return np.zeros(0, self.info.dtype), np.zeros(0, np.int64)
+        starts, stops = self.indptr[idx], self.indptr[idx + 1]
+        held = stops > starts
+        starts, stops = starts[held], stops[held]
+        values = self.data.take(positions, self.data.chunks_of(starts, stops))
+        needed = self.indices.chunks_of(starts, stops)
+        columns = self.indices.take(positions, needed).astype(np.int64, copy=False)
+        return values, columns
+
     def _csr(self, idx: IntArray, positions: IntArray, rows: IntArray) -> CSRBatch:
-        values = self.data.take(positions) if len(positions) else np.zeros(0, self.info.dtype)
-        columns = (
-            self.indices.take(positions).astype(np.int64, copy=False)
-            if len(positions)
-            else np.zeros(0, np.int64)
-        )
+        values, columns = self._values(idx, positions)
         self._check_columns(columns, rows, idx)
         counts = np.bincount(rows, minlength=len(idx)) if len(idx) else np.zeros(0, np.int64)
         indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
@@ -184,9 +205,10 @@ class SparseField:
             )
 
     def prefetch(self, idx: IntArray) -> None:
-        positions, _ = self._positions(idx)
-        self.data.prefetch(positions)
-        self.indices.prefetch(positions)
+        starts, stops = self.indptr[idx], self.indptr[idx + 1]
+        held = stops > starts
+        for values in (self.data, self.indices):
+            values.prefetch(values.chunks_of(starts[held], stops[held]))
 
 
 def _canonical(columns: IntArray, rows: IntArray) -> bool:
