@@ -32,6 +32,7 @@ from ..codec_packages import missing_zarr_codecs, zarr_install_hint
 from ..codec_table import ZARR2_SAFE, ZARR_SAFE, zarr2_codec_info, zarr2_codecs, zarr_codec_info
 from .documents import RemoteDocuments, v2_array_document
 from .engine import ArrayEngine
+from .nodes import group_attrs, read_text
 from .shard import shard_layout
 from .shard_index import ShardIndexes
 from .sources import ByteSource, LocalFiles, RemoteObjects, describe, is_remote
@@ -339,6 +340,15 @@ class ZarrReader:
         if isinstance(arr, _Described):
             arr = self._group[name]
         return arr
+
+    def group_attrs(self, name: str) -> dict[str, Any] | None:
+        raw = self._raw_meta(name)
+        if raw is not None and raw.get("node_type") == "array":
+            return None
+        return group_attrs(self._group, name, self.location)
+
+    def read_text(self, name: str) -> list[str]:
+        return read_text(self._group, name, self.location)
 
     def array_info(self, name: str) -> ArrayInfo:
         info = self._infos.get(name)
