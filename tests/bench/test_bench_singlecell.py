@@ -4,7 +4,6 @@ is measured, the table and checks are built (no timing assertions)."""
 from __future__ import annotations
 
 import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/ is n
 pytest.importorskip("anndata", reason="anndata is not installed (pip install -e .[dev])")
 pytest.importorskip("scdataset", reason="scdataset is not installed (pip install -e .[bench])")
 
-import chunkio
 from benchmarks import bench_singlecell as bench
 
 CELLS = 2000
@@ -63,26 +61,12 @@ def test_every_peer_measured(results: dict[str, Any]) -> None:
     assert "scDataset BlockShuffling" in text and "(fastest" in text
 
 
-def _reads_anndata(tmp: Path) -> str:
-    """Why chunkio cannot read an h5ad's CSR X yet, or '' once it can."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            path = bench.synthetic_h5ad(tmp, n_cells=300, n_genes=50)
-            chunkio.ChunkDataset(path, fields=bench.FIELDS)
-    except Exception as err:  # the reader of issue 26 is not there yet
-        return f"{type(err).__name__}: {err}"
-    return ""
-
-
 @pytest.mark.timeout(600)
-def test_chunkio_rows(results: dict[str, Any], tmp_path: Path) -> None:
-    why = _reads_anndata(tmp_path)
-    if why:
-        pytest.skip(f"chunkio does not read AnnData CSR yet ({why})")
-    rows = _rows(results, "chunkio make_loader (h5ad in place)")
-    assert {r["workers"] for r in rows} == {0, 1}
-    for r in rows:
-        assert "error" not in r, r
-        assert r["cells_per_s"] > 0 and r["distinct_per_batch"] >= 1
+def test_chunkio_rows(results: dict[str, Any]) -> None:
+    for name in (bench.IN_PLACE, bench.CONVERTED):
+        rows = _rows(results, name)
+        assert {r["workers"] for r in rows} == {0, 1}, name
+        for r in rows:
+            assert "error" not in r, r
+            assert r["cells_per_s"] > 0 and r["distinct_per_batch"] >= 1
     assert results["checks"], "the targets are checked once chunkio's row is measured"

@@ -13,9 +13,6 @@ from foreign_stores import snapshot
 import chunkio
 from chunkio.errors import ChunkioError
 
-if not hasattr(chunkio.ChunkDataset, "categories"):  # the reader of issue 26 (branch wt-sparse)
-    pytest.skip("chunkio does not read AnnData CSR groups and columns yet", allow_module_level=True)
-
 ROWS = ([0, 699, 5, 5, 350, 1], list(range(100, 164)), [420])
 
 
