@@ -59,7 +59,7 @@ COMPLETE_KEY = "chunkio_complete"
 #: made when a dataset is opened with :class:`chunkio.Field` steps; never stored
 FieldKind = Literal["dense", "ragged", "encoded", "window"]
 #: what an encoded field may hold (see :mod:`chunkio.images.encoding`)
-FIELD_ENCODINGS = ("jpeg", "png", "webp")
+FIELD_ENCODINGS = ("jpeg", "png", "webp", "yuv420")
 
 
 def encoded_array_names(name: str) -> tuple[str, str, str]:
