@@ -18,20 +18,19 @@ the workers add), measured in one process.
 
 **ImageNet sizes** (on unless ``--no-imagenet``): the same loaders on natural photos of
 ImageNet's training size mix (:func:`~benchmarks.data.make_imagenet_folder`: long side 500,
-short side 333-500, q90), chunkio JPEG three ways (crops decoded by region from the restart
-marker above them, which conversion writes at every iMCU row; by region from the top,
-``CHUNKIO_JPEG_SEEK=0``; and whole: the path without the extension, ``CHUNKIO_JPEG_REGION=0``),
-``encoding="yuv420"`` (pre-decoded 4:2:0 pixels: a crop is LZ4 and colour conversion of its
-rows), with the bytes on disk of each and of ``"raw"``, beside **the decode limit**:
-simplejpeg's full decode of the same files, one thread, bytes in RAM, measured in the same run.
-Rates are also given per core (``img/s / workers``) and per CPU second (the loader's processes'
-CPU time: on a machine shared with other jobs the first says how much CPU the loader got, the
-second what it costs; the decode limit is per CPU second too), as multiples of the decode limit
-and of the baseline; and chunkio's per-sample stages (:mod:`benchmarks.jpeg_stages`) both ways.
-Published anchors, on other data (not comparable one to one): FFCV ~1,100 and slipstream ~1,150
-decode + RandomResizedCrop(224) per thread on 256-px q100 images (decode 80-92% of their time:
-~0.85x their decode-only rate); FFCV 326 per vCPU at 512 px q90; slipstream ~2,000 per thread
-from a pre-decoded YUV 4:2:0 cache (1.73x the JPEG bytes).
+short side 333-500, q90), chunkio JPEG both ways (crops decoded by region, and whole: the path
+without the extension, ``CHUNKIO_JPEG_REGION=0``), ``encoding="yuv420"`` (pre-decoded 4:2:0
+pixels: a crop is LZ4 and colour conversion of its rows) and ``"raw"``, with their bytes on
+disk, beside **the decode limit**: simplejpeg's
+full decode of the same files, one thread, bytes in RAM, measured in the same run. Rates are
+also given per core (``img/s / workers``) and per CPU second (the loader's processes' CPU time:
+on a machine shared with other jobs the first says how much CPU the loader got, the second what
+it costs; the decode limit is per CPU second too), as multiples of the decode limit and of the
+baseline; and chunkio's per-sample stages (:mod:`benchmarks.jpeg_stages`) both ways. Published
+anchors, on other data (not comparable one to one): FFCV ~1,100 and slipstream ~1,150 decode +
+RandomResizedCrop(224) per thread on 256-px q100 images (decode 80-92% of their time: ~0.85x
+their decode-only rate); FFCV 326 per vCPU at 512 px q90; slipstream ~2,000 per thread from a
+pre-decoded YUV 4:2:0 cache (1.73x the JPEG bytes).
 
     python -m benchmarks.bench_images [--quick] [--workers 2] [--batch-size 64] [--no-imagenet]
 """
@@ -177,27 +176,22 @@ def _chunkio_row(
     repeats: int,
     *,
     region: bool = True,
-    seek: bool = True,
     name: str | None = None,
 ) -> dict[str, Any]:
     from chunkio.images import jpeg
 
-    saved = jpeg.REGION_DECODE, jpeg.SEEK, dict(os.environ)
+    saved = jpeg.REGION_DECODE, os.environ.get("CHUNKIO_JPEG_REGION")
     if not region:  # the path without the extension, in this process and in the workers
         jpeg.REGION_DECODE = False
         os.environ["CHUNKIO_JPEG_REGION"] = "0"
-    if not seek:  # region decodes from the top, not from the restart marker above the box
-        jpeg.SEEK = False
-        os.environ["CHUNKIO_JPEG_SEEK"] = "0"
     try:
         row = _chunkio_loader_row(dst, encoding, workers, batch_size, repeats)
     finally:
-        jpeg.REGION_DECODE, jpeg.SEEK = saved[:2]
-        for key in ("CHUNKIO_JPEG_REGION", "CHUNKIO_JPEG_SEEK"):
-            if key in saved[2]:
-                os.environ[key] = saved[2][key]
-            else:
-                os.environ.pop(key, None)
+        jpeg.REGION_DECODE = saved[0]
+        if saved[1] is None:
+            os.environ.pop("CHUNKIO_JPEG_REGION", None)
+        else:
+            os.environ["CHUNKIO_JPEG_REGION"] = saved[1]
     if name is not None:
         row["name"] = name
     return row
@@ -461,14 +455,10 @@ def imagenet_run(
     rows = [_baseline_row(folder, workers, batch_size, repeats)]
     rows.append(_chunkio_row(dst, "jpeg", workers, batch_size, repeats, name=JPEG_REGION))
     rows.append(
-        _chunkio_row(dst, "jpeg", workers, batch_size, repeats, seek=False, name=JPEG_NO_SEEK)
-    )
-    rows.append(
         _chunkio_row(dst, "jpeg", workers, batch_size, repeats, region=False, name=JPEG_WHOLE)
     )
-    # raw at these sizes is a ragged field, which the loader does not transform in batches:
-    # its bytes on disk only
-    rows.append(_chunkio_row(others["yuv420"], "yuv420", workers, batch_size, repeats))
+    for enc, path in others.items():
+        rows.append(_chunkio_row(path, enc, workers, batch_size, repeats))
     limit_after = decode_limit(folder)  # the machine's load moves: the limit before and after
     base = rows[0]["samples_per_s"]
     best = rows[1]["samples_per_s"]
@@ -515,7 +505,6 @@ def imagenet_run(
 
 JPEG_REGION = "chunkio make_loader (jpeg, crops by region)"
 JPEG_WHOLE = "chunkio make_loader (jpeg, whole decode)"
-JPEG_NO_SEEK = "chunkio make_loader (jpeg, region, no restart seek)"
 
 
 def _rate_table(rows: list[dict[str, Any]], limit: float, workers: int) -> list[str]:

@@ -39,10 +39,13 @@ Partial decode
 Restart markers
     :func:`add_restarts` rewrites a JPEG losslessly (libjpeg-turbo's transcoding, like
     ``jpegtran -restart 1 -optimize``: the same coefficients, so the same pixels) as one
-    sequential scan with a restart marker at every iMCU row; conversion stores JPEGs so where
-    the extension is built. :func:`decode_region` of such a file starts at the marker one iMCU
-    row above the box (a stream of the headers and the rows it needs), so the rows above are
-    not Huffman-decoded either (``CHUNKIO_JPEG_SEEK=0`` turns this off, for A/B runs).
+    sequential scan with a restart marker at every iMCU row. :func:`decode_region` of a file
+    laid out so (rewritten, or written with ``restart_marker_rows=1``) starts at the marker
+    one iMCU row above the box (a stream of the headers and the rows it needs), so the rows
+    above are not Huffman-decoded either (``CHUNKIO_JPEG_SEEK=0`` turns this off, for A/B
+    runs). Conversion does not rewrite files so: measured on ImageNet-size photos with
+    RandomResizedCrop(224), the markers cost the decode about what seeking saves (region
+    decode 561 us per image with both against 554 us for the file as it was).
 """
 
 from __future__ import annotations

@@ -21,7 +21,6 @@ from chunkio import ChunkDataset, Execution, ImageOptions, Workers, convert_imag
 from chunkio.diagnose.dataset_report import verify
 from chunkio.errors import CorruptChunkError, SourceError
 from chunkio.format.layout import DatasetLayout
-from chunkio.images import jpeg
 from chunkio.loader import RingFallbackWarning
 from chunkio.read.encoded import EncodedField
 from chunkio.transforms import CenterCrop, Compose, RandomHorizontalFlip, RandomResizedCrop
@@ -407,14 +406,12 @@ def test_unchanged_jpegs_are_stored_as_they_are_and_read_bit_exact(
     assert jpg.layout.extra["source"]["jpeg_files_stored_as_is"] == 48
     idx = list(range(48))
     np.testing.assert_array_equal(raw.read_batch(idx)["image"], jpg.read_batch(idx)["image"])
-    # the stored bytes are the files' bytes, or (extension built) the same coefficients with
-    # a restart marker at every iMCU row
+    # the stored bytes are the files' bytes
     paths = chunkio_paths(dst)
     data = ChunkDataset(dst, fields="image")._handle().field("image")
     assert isinstance(data, EncodedField)
     data._fetch(np.array([3]))
-    source = (photos / paths[3]).read_bytes()
-    assert bytes(data.sample_bytes(3)) == (jpeg.add_restarts(source) or source)
+    assert bytes(data.sample_bytes(3)) == (photos / paths[3]).read_bytes()
     # resized images are decoded and encoded again (at the quality asked for)
     small = _convert(photos, tmp_path / f"s.{FORMATS[fmt]}", encoding="jpeg", size=32)
     assert small.layout.extra["source"]["jpeg_files_stored_as_is"] == 0

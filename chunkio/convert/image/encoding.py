@@ -1,8 +1,8 @@
 """How ``convert_images`` stores each image of an encoded field (``encoding=``).
 
 :func:`choose_encoding` resolves ``"auto"`` and refuses combinations that would lose data;
-:func:`stored_as_is` tells which JPEG files are kept as they are (their coefficients, without
-a second lossy generation); :func:`image_bytes` gives the bytes one image is stored as.
+:func:`stored_as_is` tells which JPEG files are kept byte for byte; :func:`image_bytes` gives
+the bytes one image is stored as.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import numpy as np
 import numpy.typing as npt
 
 from ...errors import CorruptChunkError, SourceError
-from ...images import jpeg
 from ...images.decoders import ImageDecoder, image_decoder
 from ...images.encoding import encode_image
 from ...images.pillow import UndecodableImage
@@ -97,12 +96,6 @@ def image_bytes(
     decode. Its pixels, when read, are bit-exact with the raw conversion's (same library,
     same default IDCT and upsampling): no second lossy generation, and no encode. Every other
     image is decoded by the policy (``load``) and encoded at ``quality``.
-
-    Where chunkio's libjpeg-turbo extension is built, every JPEG is then rewritten losslessly
-    with a restart marker at every iMCU row (:func:`chunkio.images.jpeg.add_restarts`: the
-    same coefficients, so the same pixels; about 2% smaller, its Huffman tables optimised),
-    so that a crop's read skips the rows above it; the rewrite reads every coefficient, which
-    checks the file as the 1/8-scale decode does.
     """
     c, h, w = shape
     data = b""
@@ -113,25 +106,15 @@ def image_bytes(
         except OSError as err:
             raise UndecodableImage(f"{path}: {err}", path=path, reason=str(err)) from err
     if not data or len(data) > image_capacity(c * h * w):  # the file grew since its check
-        data = encode_image(_hwc(load()), encoding, quality)  # type: ignore[arg-type]
-        return _with_restarts(data, c * h * w) if encoding == "jpeg" else data
+        return encode_image(_hwc(load()), encoding, quality)  # type: ignore[arg-type]
     try:
         found = _jpeg().shape_and_dtype(data)[0][:2]
         if found != (h, w):
             raise ValueError(f"its header says {found[0]}x{found[1]}, the check found {h}x{w}")
-        rewritten = jpeg.add_restarts(data)
-        if rewritten is None:
-            _jpeg().decode_scaled(data, 1, 1)
+        _jpeg().decode_scaled(data, 1, 1)
     except (CorruptChunkError, ValueError) as err:
         raise UndecodableImage(f"{path}: {err}", path=path, reason=str(err)) from err
-    return data if rewritten is None or len(rewritten) > image_capacity(c * h * w) else rewritten
-
-
-def _with_restarts(data: bytes, decoded: int) -> bytes:
-    """``data`` with restart markers at every iMCU row where the extension is built (and the
-    result fits the image's share of the bytes)."""
-    rewritten = jpeg.add_restarts(data)
-    return data if rewritten is None or len(rewritten) > image_capacity(decoded) else rewritten
+    return data
 
 
 def _hwc(image: npt.NDArray[Any]) -> npt.NDArray[Any]:
