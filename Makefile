@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt setup.py chunkio/images/_jpegcrop.c
+$(STAMP): pyproject.toml constraints.txt setup.py chunkio/images/_jpegcrop.c chunkio/images/_yuv.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	# libjpeg-turbo's headers for the partial-decode extension (setup.py); without them the
 	# build goes on and JPEG crops are decoded from whole images

@@ -9,6 +9,9 @@ Three kinds of row, side by side so that adding a codec is one place:
 * :data:`ZARR_SAFE` / :data:`HDF5_SAFE`: what may be opened without ``trust_codecs=True``
   (nothing that can run code, e.g. ``numcodecs.pickle``).
 
+:func:`lz4_block` and :func:`lz4_unblock` are the ``yuv420`` image encoding's compressor
+(:mod:`chunkio.images.yuv`: numcodecs' LZ4 format, one call per band of rows).
+
 :func:`zarr_codec_info` and :func:`hdf5_codec_info` name a stored chain in chunkio's terms.
 Heavy libraries (zarr, hdf5plugin) are imported only by the functions that build their objects.
 """
@@ -41,6 +44,8 @@ __all__ = [
     "Compression",
     "Decode",
     "hdf5_codec_info",
+    "lz4_block",
+    "lz4_unblock",
     "hdf5_filters",
     "hdf5plugin_filters",
     "unshuffle",
@@ -89,6 +94,15 @@ def _zstd(src: npt.NDArray[np.uint8], dst: npt.NDArray[np.uint8]) -> None:
 def _lz4(src: npt.NDArray[np.uint8], dst: npt.NDArray[np.uint8]) -> None:
     """numcodecs' LZ4 format (Zarr v2 ``lz4``): the decoded size (4 bytes), then one block."""
     _lz4_codec.decompress(src, dst)
+
+
+def lz4_block(raw: Any) -> bytes:
+    """``raw`` in numcodecs' LZ4 format (decoded size: 4 bytes little-endian; one block)."""
+    return bytes(_lz4_codec.compress(raw))
+
+
+#: :func:`lz4_block`'s inverse into ``dst`` (bounds-checked; ValueError, RuntimeError)
+lz4_unblock = _lz4
 
 
 def _hdf5_lz4(src: npt.NDArray[np.uint8], dst: npt.NDArray[np.uint8]) -> None:

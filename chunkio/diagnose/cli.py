@@ -6,7 +6,7 @@
                                    [--mode RGB|L|keep] [--on-error raise|skip]
                                    [--format zarr|hdf5] [--workers N] [--no-progress]
                                    [--overwrite] [--no-shuffle] [--seed S]
-                                   [--encoding raw|jpeg|png|webp|auto] [--quality Q]
+                                   [--encoding raw|jpeg|png|webp|yuv420|auto] [--quality Q]
                                    [--max-size N]
     chunkio convert volumes SRC DST [--format zarr|hdf5] [--chunks N [N N]] [--labels DIR]
                                     [--on-overflow error|clip|scale]
@@ -136,7 +136,7 @@ def _images_options(images: argparse.ArgumentParser) -> None:
     _shuffle_options(images, "images")
     images.add_argument(
         "--encoding",
-        choices=["raw", "jpeg", "png", "webp", "auto"],
+        choices=["raw", "jpeg", "png", "webp", "yuv420", "auto"],
         default="raw",
         help="raw pixels (default), or each image's encoded bytes (auto: jpeg for JPEGs)",
     )

@@ -62,7 +62,7 @@ COMPLETE_KEY = "chunkio_complete"
 FieldKind = Literal["dense", "ragged", "encoded", "window", "sparse", "column"]
 FIELD_KINDS = ("dense", "ragged", "encoded", "window", "sparse", "column")
 #: what an encoded field may hold (see :mod:`chunkio.images.encoding`)
-FIELD_ENCODINGS = ("jpeg", "png", "webp")
+FIELD_ENCODINGS = ("jpeg", "png", "webp", "yuv420")
 
 
 def encoded_array_names(name: str) -> tuple[str, str, str]:

@@ -63,6 +63,8 @@ class SparseInfo(FieldInfo):
     chunk_sizes: tuple[int, ...] = ()
     #: batches as ``"dense"`` arrays ``(B, n_cols)``, or ``"csr"`` (torch sparse CSR tensors)
     batches: str = "dense"
+    #: bytes of one stored value: its ``data`` element and its ``indices`` element
+    value_nbytes: int = 0
 
     def array_names(self) -> tuple[str, ...]:
         return tuple(f"{self.group}/{a}" for a in ("data", "indices", "indptr"))
@@ -70,6 +72,14 @@ class SparseInfo(FieldInfo):
     @property
     def n_cols(self) -> int:
         return int((self.sample_shape or (0,))[0])
+
+    @property
+    def sample_nbytes(self) -> int:
+        """Decoded bytes of an average row as read (its values and their columns), what a
+        reader's cache holds: a mixing pool of ``pool_bytes`` holds that many rows (about
+        ``n_cols / values per row`` times more than dense rows of the same bytes)."""
+        rows = sum(self.chunk_sizes)
+        return max(1, -(-self.nnz * self.value_nbytes // rows)) if rows else 1
 
 
 def sparse_format(attrs: Mapping[str, Any]) -> str | None:
@@ -167,6 +177,7 @@ def describe_sparse(
         data_chunk=data_chunk,
         indices_chunk=max(1, int(indices.chunks[0]) if indices.chunks else nnz),
         chunk_sizes=tuple(sparse_chunk_sizes(offsets, data_chunk).tolist()),
+        value_nbytes=np.dtype(data.dtype).itemsize + np.dtype(indices.dtype).itemsize,
     )
     return info, offsets
 

@@ -10,11 +10,14 @@ transforms that resample them live in :mod:`chunkio.transforms`).
     The Pillow decode policy of conversion: modes, 16-bit, EXIF orientation, decompression
     bombs, truncation, resizing (:class:`~chunkio.images.pillow.DecodePolicy`).
 :mod:`chunkio.images.encoding`
-    The encodings of an encoded image field (raw, jpeg, png, webp): validation, encoding, and
-    the decoded shape read from a header.
+    The encodings of an encoded image field (raw, jpeg, png, webp, yuv420): validation,
+    encoding, and the decoded shape read from a header.
+:mod:`chunkio.images.yuv`
+    The ``yuv420`` encoding: pre-decoded 4:2:0 pixels in LZ4 bands, read by box.
 :mod:`chunkio.images.decoders`
     The decoders of encoded fields, one per encoding and library, writing into batch rows.
 Nothing is imported here: each module pulls in only the libraries it needs.
 
-Modules here may import :mod:`chunkio.util` and :mod:`chunkio.errors` only.
+Modules here may import :mod:`chunkio.util` and :mod:`chunkio.errors`, and the codec table
+(:mod:`chunkio.backends.codec_table`, the one place that calls compressors) for ``yuv420``.
 """

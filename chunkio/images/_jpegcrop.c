@@ -65,7 +65,95 @@ struct job {
     int channels;
     JSAMPLE *rows;          /* scratch rows of the widened region */
     JSAMPROW *pointers;
+    unsigned char *seek;    /* the stream from a restart marker on (see seek_rows), or NULL */
+    int seek_ok;            /* whether to look for restart markers to seek to */
 };
+
+/* Restart markers at every iMCU row (DRI = the MCUs of one row, as add_restarts writes):
+ * the entropy-coded data of iMCU row k starts right after the k-th RST marker, with the DC
+ * predictions reset.  seek_rows builds a stream that is the file's headers (the frame's
+ * height cut to rows [first, last) ) and that data for rows first..last-1 only, its RST
+ * markers renumbered from 0, so libjpeg decodes just those rows: the rows above the box are
+ * not even Huffman-decoded.  Returns the new stream's size, or 0 where the file is not laid
+ * out so (the caller decodes it the usual way, which judges it). */
+static unsigned long seek_rows(struct job *job, struct jpeg_decompress_struct *cinfo,
+                               long first, long last, long total, long row_px)
+{
+    const unsigned char *d = job->data;
+    unsigned long size = job->size;
+    unsigned long head = (unsigned long)(cinfo->src->next_input_byte - d);
+    if (head < 4 || head >= size || first <= 0)
+        return 0;
+    /* the SOF segment's height field, among the header's marker segments */
+    unsigned long pos = 2, sof = 0;
+    while (pos + 4 <= head) {
+        if (d[pos] != 0xFF)
+            return 0;
+        unsigned marker = d[pos + 1];
+        if (marker == 0xFF) { pos++; continue; }
+        unsigned long len = ((unsigned long)d[pos + 2] << 8) | d[pos + 3];
+        if (marker == 0xC0 || marker == 0xC1)
+            sof = pos + 5;
+        if (marker == 0xDA)
+            break;
+        pos += 2 + len;
+    }
+    if (sof == 0 || sof + 2 > head)
+        return 0;
+    /* find the RST markers that open rows first and (if not the end) last */
+    unsigned long start = 0, stop = 0;
+    long seen = 0;
+    for (unsigned long i = head; i + 1 < size; i++) {
+        if (d[i] != 0xFF)
+            continue;
+        unsigned m = d[i + 1];
+        if (m == 0x00 || m == 0xFF)
+            continue;
+        if (m == 0xD9 && start != 0 && last >= total)
+            break; /* the end of the image: the rows from `first` on are all kept */
+        if (m < 0xD0 || m > 0xD7 || (long)(m - 0xD0) != seen % 8)
+            return 0; /* EOI before the rows, or not laid out as expected */
+        seen++;
+        if (seen == first)
+            start = i + 2;
+        if (seen == last) {
+            stop = i;
+            break;
+        }
+        i++;
+    }
+    if (start == 0)
+        return 0;
+    if (last >= total)
+        stop = size - 2; /* to the EOI marker (the caller checked it is there) */
+    if (stop == 0 || stop < start)
+        return 0;
+    unsigned long n = head + (stop - start) + 2;
+    unsigned char *buf = (unsigned char *)malloc(n);
+    if (buf == NULL)
+        return 0;
+    memcpy(buf, d, head);
+    long rows = (last - first) * row_px;
+    if (last >= total)
+        rows = job->height - first * row_px;
+    buf[sof] = (unsigned char)(rows >> 8);
+    buf[sof + 1] = (unsigned char)(rows & 0xFF);
+    memcpy(buf + head, d + start, stop - start);
+    long k = 0; /* renumber the markers between the rows kept */
+    for (unsigned long i = head; i + 1 < head + (stop - start); i++) {
+        if (buf[i] == 0xFF && buf[i + 1] >= 0xD0 && buf[i + 1] <= 0xD7) {
+            buf[i + 1] = (unsigned char)(0xD0 + k % 8);
+            k++;
+            i++;
+        } else if (buf[i] == 0xFF) {
+            i++;
+        }
+    }
+    buf[n - 2] = 0xFF;
+    buf[n - 1] = 0xD9;
+    job->seek = buf;
+    return n;
+}
 
 /* Returns 0 on success, else 1 with err->message set (or a short message in `fail`). */
 static int run(struct job *job, struct jpeg_decompress_struct *cinfo, struct error_mgr *err,
@@ -76,6 +164,36 @@ static int run(struct job *job, struct jpeg_decompress_struct *cinfo, struct err
     if ((long)cinfo->image_height != job->height || (long)cinfo->image_width != job->width) {
         *fail = "the JPEG header's size is not the stored shape";
         return 1;
+    }
+    int ends = job->size >= 2 && job->data[job->size - 2] == 0xFF &&
+               job->data[job->size - 1] == 0xD9;
+    int comps = cinfo->num_components;
+    if (ends && job->seek_ok && !cinfo->progressive_mode && cinfo->comps_in_scan == comps &&
+        (comps == 1 || comps == 3)) {
+        int hs = 1, vs = 1;
+        for (int c = 0; comps == 3 && c < 3; c++) {
+            if (cinfo->comp_info[c].h_samp_factor > hs)
+                hs = cinfo->comp_info[c].h_samp_factor;
+            if (cinfo->comp_info[c].v_samp_factor > vs)
+                vs = cinfo->comp_info[c].v_samp_factor;
+        }
+        long row_px = 8L * vs, col_px = 8L * hs;
+        long per_row = (job->width + col_px - 1) / col_px;
+        long total = (job->height + row_px - 1) / row_px;
+        long scaled = row_px / job->denom; /* one iMCU row in scaled pixels */
+        long first = job->y0 / scaled - 1;  /* one row of context above the box */
+        long last = (job->y0 + job->oh - 1) / scaled + 2; /* and one below */
+        if (last > total)
+            last = total;
+        if ((long)cinfo->restart_interval == per_row && first > 0) {
+            unsigned long n = seek_rows(job, cinfo, first, last, total, row_px);
+            if (n > 0) {
+                jpeg_abort_decompress(cinfo);
+                jpeg_mem_src(cinfo, job->seek, n);
+                jpeg_read_header(cinfo, TRUE);
+                job->y0 -= first * scaled; /* the box in the rows of the new stream */
+            }
+        }
     }
     cinfo->out_color_space = job->gray ? JCS_GRAYSCALE : JCS_RGB;
     cinfo->scale_num = 1;
@@ -121,8 +239,6 @@ static int run(struct job *job, struct jpeg_decompress_struct *cinfo, struct err
     long cut = (job->x0 - (long)xoff) * job->channels, keep = job->ow * job->channels;
     int direct = cut == 0 && keep == row_bytes;
     long stop = job->y0 + job->oh;
-    int ends = job->size >= 2 && job->data[job->size - 2] == 0xFF &&
-               job->data[job->size - 1] == 0xD9;
     long last = ends ? stop : out_h;
     while ((long)cinfo->output_scanline < last) {
         long first = (long)cinfo->output_scanline;
@@ -161,10 +277,10 @@ static PyObject *decode_region(PyObject *self, PyObject *args)
 {
     (void)self;
     Py_buffer data, out;
-    int gray, denom;
+    int gray, denom, seek_ok = 1;
     long height, width, x0, y0, oh, ow;
-    if (!PyArg_ParseTuple(args, "y*w*pillllll", &data, &out, &gray, &denom, &height, &width,
-                          &x0, &y0, &oh, &ow))
+    if (!PyArg_ParseTuple(args, "y*w*pillllll|p", &data, &out, &gray, &denom, &height, &width,
+                          &x0, &y0, &oh, &ow, &seek_ok))
         return NULL;
     PyObject *result = NULL;
     int channels = gray ? 1 : 3;
@@ -190,7 +306,9 @@ static PyObject *decode_region(PyObject *self, PyObject *args)
                       .ow = ow,
                       .channels = channels,
                       .rows = NULL,
-                      .pointers = NULL};
+                      .pointers = NULL,
+                      .seek = NULL,
+                      .seek_ok = seek_ok};
     struct jpeg_decompress_struct cinfo;
     struct error_mgr err;
     const char *fail = NULL;
@@ -210,6 +328,7 @@ static PyObject *decode_region(PyObject *self, PyObject *args)
     jpeg_destroy_decompress(&cinfo);
     free(job.rows);
     free(job.pointers);
+    free(job.seek);
     Py_END_ALLOW_THREADS
     if (failed)
         PyErr_SetString(PyExc_ValueError, fail != NULL ? fail : err.message);
@@ -221,9 +340,76 @@ done:
     return result;
 }
 
+/* Lossless rewrite (libjpeg-turbo's transcoding, as jpegtran -restart 1 -optimize): the same
+ * DCT coefficients, so the same pixels, as one sequential scan with a restart marker at every
+ * iMCU row, for decode_region to seek to.  Other marker segments (EXIF, ICC) are dropped. */
+static int rewrite(struct jpeg_decompress_struct *in, struct jpeg_compress_struct *out,
+                   const unsigned char *data, unsigned long size, unsigned char **result,
+                   unsigned long *result_size)
+{
+    jpeg_mem_src(in, data, size);
+    jpeg_read_header(in, TRUE);
+    jvirt_barray_ptr *coefs = jpeg_read_coefficients(in);
+    jpeg_copy_critical_parameters(in, out);
+    out->restart_in_rows = 1;
+    out->optimize_coding = TRUE;
+    jpeg_mem_dest(out, result, result_size);
+    jpeg_write_coefficients(out, coefs);
+    jpeg_finish_compress(out);
+    jpeg_finish_decompress(in);
+    return 0;
+}
+
+static PyObject *add_restarts(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer data;
+    if (!PyArg_ParseTuple(args, "y*", &data))
+        return NULL;
+    struct jpeg_decompress_struct in;
+    struct jpeg_compress_struct out;
+    struct error_mgr err; /* one for both objects: either one's error jumps here */
+    unsigned char *result = NULL;
+    unsigned long result_size = 0;
+    volatile int failed = 0, out_made = 0;
+    err.message[0] = '\0';
+    Py_BEGIN_ALLOW_THREADS
+    in.err = jpeg_std_error(&err.pub);
+    err.pub.error_exit = on_error;
+    err.pub.emit_message = on_message;
+    err.pub.output_message = no_output;
+    out.err = &err.pub;
+    if (setjmp(err.jump)) {
+        failed = 1;
+    } else {
+        jpeg_create_decompress(&in);
+        jpeg_create_compress(&out);
+        out_made = 1;
+        rewrite(&in, &out, (const unsigned char *)data.buf, (unsigned long)data.len, &result,
+                &result_size);
+    }
+    if (out_made)
+        jpeg_destroy_compress(&out);
+    jpeg_destroy_decompress(&in);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data);
+    if (failed) {
+        free(result);
+        PyErr_SetString(PyExc_ValueError, err.message);
+        return NULL;
+    }
+    PyObject *bytes = PyBytes_FromStringAndSize((const char *)result, (Py_ssize_t)result_size);
+    free(result);
+    return bytes;
+}
+
 static PyMethodDef methods[] = {
+    {"add_restarts", add_restarts, METH_VARARGS,
+     "add_restarts(data) -> bytes\n"
+     "The same JPEG (same coefficients) as one sequential scan with a restart marker at every\n"
+     "iMCU row. ValueError on corrupt data."},
     {"decode_region", decode_region, METH_VARARGS,
-     "decode_region(data, out, gray, denom, height, width, x0, y0, out_h, out_w)\n"
+     "decode_region(data, out, gray, denom, height, width, x0, y0, out_h, out_w, seek=True)\n"
      "Decode the box [y0, y0+out_h) x [x0, x0+out_w) of the JPEG `data` at scale 1/denom\n"
      "into `out`; the header must say height x width. ValueError on corrupt data."},
     {NULL, NULL, 0, NULL}};

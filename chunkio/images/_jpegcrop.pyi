@@ -13,4 +13,6 @@ def decode_region(
     y0: int,
     out_h: int,
     out_w: int,
+    seek: bool = ...,
 ) -> None: ...
+def add_restarts(data: Any) -> bytes: ...

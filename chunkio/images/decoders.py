@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from . import jpeg
+from . import jpeg, yuv
 from .encoding import (
     Data,
     Encoding,
@@ -37,6 +37,7 @@ _LIBRARIES: dict[str, tuple[str, ...]] = {
     "jpeg": ("simplejpeg", "imagecodecs", "Pillow"),
     "png": ("imagecodecs", "Pillow"),
     "webp": ("imagecodecs", "Pillow"),
+    "yuv420": ("chunkio",),
 }
 #: library name -> (module to import, pip package that provides it)
 _PACKAGES = {
@@ -44,6 +45,7 @@ _PACKAGES = {
     "simplejpeg": ("simplejpeg", "simplejpeg"),
     "imagecodecs": ("imagecodecs", "imagecodecs"),
     "Pillow": ("PIL.Image", "pillow"),
+    "chunkio": ("chunkio", "chunkio"),
 }
 
 
@@ -74,6 +76,15 @@ class _SimplejpegDecoder(ImageDecoder):
             return jpeg.decode(buf, gray=components == 1, scale=scale)
         except ValueError as err:
             raise corrupt("jpeg", self.library, err) from err
+
+
+class _YuvDecoder(ImageDecoder):
+    """``yuv420``: chunkio's own (:mod:`chunkio.images.yuv`)."""
+
+    library = "chunkio"
+
+    def _decode_into(self, buf: Any, out: np.ndarray) -> None:
+        yuv.decode_box(buf, out)
 
 
 class _ImagecodecsDecoder(ImageDecoder):
@@ -173,6 +184,7 @@ _CLASSES: dict[str, type[ImageDecoder]] = {
     "simplejpeg": _SimplejpegDecoder,
     "imagecodecs": _ImagecodecsDecoder,
     "Pillow": _PillowDecoder,
+    "chunkio": _YuvDecoder,
 }
 
 
@@ -185,8 +197,8 @@ def image_decoder(encoding: Encoding, library: str | None = None) -> ImageDecode
         One of :data:`ENCODINGS`.
     library
         ``"simplejpeg"`` (jpeg), ``"imagecodecs"`` (jpeg, png, webp), ``"Pillow"`` (jpeg, png,
-        webp) or ``"numpy"`` (raw); ``None`` picks the measured default among the installed
-        ones (see the module docstring).
+        webp), ``"chunkio"`` (yuv420) or ``"numpy"`` (raw); ``None`` picks the measured
+        default among the installed ones (see the module docstring).
 
     Raises
     ------

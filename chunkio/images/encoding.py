@@ -22,6 +22,11 @@ Encodings
     Pillow, lossy at ``quality`` (``method=4``), lossless at ``quality=100`` (``exact``: colour
     under transparent pixels is kept). WebP has no gray mode: a gray image is stored as RGB with
     equal channels; :meth:`ImageDecoder.decode_into` into a gray row takes its luminance.
+``yuv420``
+    Pre-decoded pixels (:mod:`chunkio.images.yuv`): JFIF Y'CbCr with 4:2:0 chroma, 1.5 bytes
+    per pixel before LZ4, in bands of rows, so that reading a crop is LZ4 and colour
+    conversion of its rows only. uint8 gray or RGB; about 5x JPEG q90's size, no quantisation
+    loss (only the chroma subsampling's). ``quality`` is ignored.
 ``raw``
     The array's C-order bytes (no header: the caller keeps shape and dtype).
 
@@ -40,6 +45,7 @@ rests on ratios between libraries, not on absolute rates (which move with the ma
   16-bit colour), else **Pillow**. Both are lossless: the pixels do not depend on which is present.
 - ``webp``: **imagecodecs** when installed (a little faster than Pillow, decodes into the
   row), else **Pillow**; both use libwebp and give identical pixels.
+- ``yuv420``: **chunkio** itself (numcodecs' LZ4, then its C conversion, else numpy's).
 
 ``ImageDecoder.releases_gil`` is True for every decoder here (all release the GIL for most of
 the decode).
@@ -54,7 +60,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from ..errors import CorruptChunkError, OptionalDependencyError
-from . import jpeg
+from . import jpeg, yuv
 
 __all__ = [
     "ENCODINGS",
@@ -66,8 +72,8 @@ __all__ = [
     "encode_image",
 ]
 
-ENCODINGS = ("raw", "jpeg", "png", "webp")
-Encoding = Literal["raw", "jpeg", "png", "webp"]
+ENCODINGS = ("raw", "jpeg", "png", "webp", "yuv420")
+Encoding = Literal["raw", "jpeg", "png", "webp", "yuv420"]
 
 #: zlib level of PNG encoding (see the module docstring for the measurement)
 PNG_COMPRESS_LEVEL = 6
@@ -92,7 +98,7 @@ def check_encoding(encoding: str, quality: int) -> None:
         One of :data:`ENCODINGS`.
     quality
         An int in 1..100 for ``jpeg`` and ``webp`` (100 makes WebP lossless); ignored for
-        ``png`` and ``raw``.
+        ``png``, ``yuv420`` and ``raw``.
 
     Raises
     ------
@@ -127,9 +133,10 @@ def encode_image(image: np.ndarray, encoding: Encoding, quality: int = 90) -> by
     ----------
     image
         ``(H, W)`` or ``(H, W, C)`` with C in 1, 3, 4; uint8 (``png`` also uint16, ``raw`` any
-        dtype). ``jpeg`` takes gray or RGB only.
+        dtype). ``jpeg`` and ``yuv420`` take gray or RGB only.
     encoding
-        ``"jpeg"``, ``"png"``, ``"webp"`` or ``"raw"`` (see the module docstring).
+        ``"jpeg"``, ``"png"``, ``"webp"``, ``"yuv420"`` or ``"raw"`` (see the module
+        docstring).
     quality
         1..100 for ``jpeg`` and ``webp`` (WebP at 100 is lossless); ignored otherwise.
 
@@ -164,6 +171,10 @@ def encode_image(image: np.ndarray, encoding: Encoding, quality: int = 90) -> by
                 "jpeg holds gray or RGB images; got 4 channels: use png or webp or raw"
             )
         return jpeg.encode(plane, quality)
+    if encoding == "yuv420":
+        if channels == 4:
+            raise ValueError("yuv420 holds gray or RGB images; got 4 channels: use png or raw")
+        return yuv.encode(plane)
     if encoding == "png" and plane.dtype == np.uint16 and channels > 1:
         try:
             import imagecodecs
@@ -259,7 +270,7 @@ def decoded_shape(data: Data, encoding: str) -> tuple[int, ...]:
     data
         The encoded bytes.
     encoding
-        ``"jpeg"``, ``"png"`` or ``"webp"`` (``raw`` bytes have no header).
+        ``"jpeg"``, ``"png"``, ``"webp"`` or ``"yuv420"`` (``raw`` bytes have no header).
 
     Returns
     -------
@@ -283,6 +294,9 @@ def decoded_shape(data: Data, encoding: str) -> tuple[int, ...]:
         return (h, w) if c == 1 else (h, w, c)
     if encoding == "webp":
         return _webp_header(buf)
+    if encoding == "yuv420":
+        h, w, c = yuv.header(buf)
+        return (h, w) if c == 1 else (h, w, c)
     if encoding == "raw":
         raise ValueError("raw image bytes carry no shape; the field stores it")
     raise ValueError(f"image encoding must be one of {', '.join(ENCODINGS)}; got {encoding!r}")

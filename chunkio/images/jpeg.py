@@ -36,6 +36,16 @@ Partial decode
     decoded, so corruption confined to them goes unseen (the chunk checksums catch damage
     in storage). :data:`REGION_DECODE` is whether the extension is built; without it
     callers decode whole images with :func:`decode` (as with ``CHUNKIO_JPEG_REGION=0``).
+Restart markers
+    :func:`add_restarts` rewrites a JPEG losslessly (libjpeg-turbo's transcoding, like
+    ``jpegtran -restart 1 -optimize``: the same coefficients, so the same pixels) as one
+    sequential scan with a restart marker at every iMCU row. :func:`decode_region` of a file
+    laid out so (rewritten, or written with ``restart_marker_rows=1``) starts at the marker
+    one iMCU row above the box (a stream of the headers and the rows it needs), so the rows
+    above are not Huffman-decoded either (``CHUNKIO_JPEG_SEEK=0`` turns this off, for A/B
+    runs). Conversion does not rewrite files so: measured on ImageNet-size photos with
+    RandomResizedCrop(224), the markers cost the decode about what seeking saves (region
+    decode 561 us per image with both against 554 us for the file as it was).
 """
 
 from __future__ import annotations
@@ -65,6 +75,7 @@ __all__ = [
     "Buffer",
     "JpegHeader",
     "REGION_DECODE",
+    "add_restarts",
     "decode",
     "decode_plain",
     "decode_region",
@@ -363,6 +374,23 @@ def exact_scale(height: int, width: int, denominator: int) -> bool:
 #: whether readers decode JPEG crops by region: the extension is built, and the environment
 #: variable ``CHUNKIO_JPEG_REGION`` is not ``0`` (for A/B runs; workers inherit it)
 REGION_DECODE = _jpegcrop is not None and os.environ.get("CHUNKIO_JPEG_REGION", "1") != "0"
+#: whether :func:`decode_region` seeks to the restart marker above the box where a file has
+#: one at every iMCU row (``CHUNKIO_JPEG_SEEK=0``: decodes from the top, for A/B runs)
+SEEK = os.environ.get("CHUNKIO_JPEG_SEEK", "1") != "0"
+
+
+def add_restarts(data: Buffer) -> bytes | None:
+    """JPEG ``data`` losslessly rewritten with a restart marker at every iMCU row (see the
+    module docstring), or ``None`` where the extension is not built.
+
+    Raises
+    ------
+    ValueError
+        libjpeg-turbo refuses the data (corrupt or truncated: strict, every coefficient read).
+    """
+    if _jpegcrop is None:
+        return None
+    return _jpegcrop.add_restarts(data)
 
 
 def decode_region(
@@ -403,7 +431,7 @@ def decode_region(
         raise ValueError("decode_region: out must be a writable C-contiguous uint8 array")
     gray = out.ndim == 2 or out.shape[2] == 1
     h, w = out.shape[:2]
-    _jpegcrop.decode_region(data, out, gray, denominator, size[0], size[1], left, top, h, w)
+    _jpegcrop.decode_region(data, out, gray, denominator, size[0], size[1], left, top, h, w, SEEK)
     return out
 
 

@@ -8,7 +8,9 @@ transform is fused into the decode: a JPEG whose crop will be shrunk at least 2x
 1/2, 1/4 or 1/8 scale by libjpeg-turbo's DCT scaling (much less work); only the iMCU rows and
 columns that cover the crop are decoded (:func:`chunkio.images.jpeg.decode_region`, where the
 extension is built; else the whole image), then resized (one antialiased resize) and flipped
-into the batch row. Both ways give the same pixels.
+into the batch row. Both ways give the same pixels. A ``yuv420`` field's crop decompresses
+and colour-converts the bands of rows that cover it only (:func:`chunkio.images.yuv.decode_box`),
+then takes the same resize.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import numpy.typing as npt
 from ..errors import CorruptChunkError
 from ..format.grid import SampleGrid
 from ..format.layout import FieldInfo
-from ..images import jpeg
+from ..images import jpeg, yuv
 from ..images.decoders import ImageDecoder, image_decoder
 from ..transforms.sample import FieldTransform, channels_last
 from ..util.numeric import IntArray, ceil_div
@@ -192,6 +194,13 @@ class EncodedField:
         min_w = math.ceil(width * out_w / max(right - left, 1e-9))
         crop_box = getattr(transform, "crop_box", None)
         render_crop = getattr(transform, "render_crop", None)
+        if self.info.encoding == "yuv420" and crop_box is not None and render_crop is not None:
+            left, top, right, bottom = crop_box(plan, height, width)
+            row = channels_last(out)
+            crop = np.empty((bottom - top, right - left, *row.shape[2:]), np.uint8)
+            yuv.decode_box(data, crop, top=top, left=left, size=(height, width))
+            render_crop(crop, plan, row)
+            return out
         if (
             self.region_decode
             and crop_box is not None

@@ -269,7 +269,7 @@ LAYERS: dict[str, set[str]] = {
     "errors": set(),
     "util": set(),
     "remote": set(),
-    "images": set(),
+    "images": {"backends"},  # yuv420's LZ4 goes through backends/codec_table.py
     "transforms": set(),
     # the GPU-decode route (transport/gpu_decode.py) plans crops and decodes JPEGs on the device
     "transport": {"images", "transforms"},

@@ -40,6 +40,10 @@ def main(examples: int) -> None:
         buf = io.BytesIO()
         im.save(buf, format="JPEG", quality=85, **opts)
         seeds.append(buf.getvalue())
+        if opts.get("subsampling") == 2 and not opts.get("restart_marker_blocks"):
+            rewritten = jpeg.add_restarts(buf.getvalue())  # restart markers at every row
+            if rewritten is not None:
+                seeds.append(rewritten)
 
     mutation = st.tuples(
         st.sampled_from(["flip", "set", "cut", "insert", "delete"]),

@@ -256,7 +256,7 @@ def test_decode_scaled_full_size_elsewhere(
 
 
 def test_check_encoding_errors() -> None:
-    with pytest.raises(ValueError, match=r"one of raw, jpeg, png, webp; got 'jpg'"):
+    with pytest.raises(ValueError, match=r"one of raw, jpeg, png, webp, yuv420; got 'jpg'"):
         check_encoding("jpg", 90)
     for q in (0, 101, 90.5, True, "90", None):
         for enc in ("jpeg", "webp"):

@@ -42,6 +42,13 @@ CODINGS: dict[str, dict[str, Any]] = {
     "restart-422-rows": {"subsampling": 1, "restart_marker_rows": 1},
     "gray": {},
     "gray-progressive": {"progressive": True},
+    # rewritten by jpeg.add_restarts (as conversion stores them): a restart marker at every
+    # iMCU row, which decode_region seeks to
+    "420-rows": {"subsampling": 2},
+    "422-rows": {"subsampling": 1},
+    "444-rows": {"subsampling": 0},
+    "progressive-rows": {"subsampling": 2, "progressive": True},
+    "gray-rows": {},
 }
 
 
@@ -59,6 +66,10 @@ def encode(h: int, w: int, coding: str, seed: int = 0, quality: int = 90) -> byt
         im = im.convert("L")
     buf = io.BytesIO()
     im.save(buf, format="JPEG", quality=quality, **CODINGS[coding])
+    if coding.endswith("-rows"):
+        rewritten = jpeg.add_restarts(buf.getvalue())
+        assert rewritten is not None
+        return rewritten
     return buf.getvalue()
 
 
@@ -155,7 +166,7 @@ def test_cmyk_is_left_to_the_full_decode(tmp_path: Path) -> None:
     assert not field._decode_crop(np.frombuffer(data, np.uint8), (3, 40, 48), *args, out)
 
 
-@pytest.mark.parametrize("coding", ["420", "progressive", "restart", "gray"])
+@pytest.mark.parametrize("coding", ["420", "progressive", "restart", "gray", "420-rows"])
 def test_truncated_files_raise_wherever_the_box_is(coding: str) -> None:
     data = encode(96, 128, coding)
     gray = coding == "gray"
@@ -167,6 +178,38 @@ def test_truncated_files_raise_wherever_the_box_is(coding: str) -> None:
         for box in boxes:
             with pytest.raises(ValueError):
                 region(short, gray, 1, box)
+
+
+@pytest.mark.parametrize("coding", ["420", "444", "progressive", "gray"])
+def test_add_restarts_keeps_the_pixels_and_marks_every_imcu_row(coding: str) -> None:
+    data = encode(333, 500, coding, seed=2)
+    rewritten = jpeg.add_restarts(data)
+    assert rewritten is not None
+    gray = coding == "gray"
+    np.testing.assert_array_equal(full(rewritten, gray, 1), full(data, gray, 1))
+    rows = -(-333 // (16 if coding in ("420", "progressive") else 8))
+    scan = rewritten[rewritten.index(b"\xff\xda") :]
+    assert sum(scan.count(bytes([0xFF, 0xD0 + k])) for k in range(8)) == rows - 1
+    with pytest.raises(ValueError):
+        jpeg.add_restarts(data[: len(data) // 2])
+
+
+def test_seeking_skips_the_rows_above_the_box(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Damage in the entropy data of the top rows: the full decode (and a region decode from
+    the top) fails, a region decode that seeks to the box's rows never reads it."""
+    data = bytearray(encode(333, 500, "420-rows", seed=3))
+    start = bytes(data).index(b"\xff\xda")
+    start += 2 + int.from_bytes(data[start + 2 : start + 4], "big")
+    first_rst = bytes(data).index(b"\xff\xd0", start)
+    data[start + 5 : first_rst - 5] = b"\x00" * (first_rst - 10 - start)  # row 0's data
+    with pytest.raises(ValueError):
+        full(bytes(data), False, 1)
+    box = (100, 200, 300, 300)
+    good = full(encode(333, 500, "420-rows", seed=3), False, 1)[200:300, 100:300]
+    np.testing.assert_array_equal(region(bytes(data), False, 1, box), good)
+    monkeypatch.setattr(jpeg, "SEEK", False)
+    with pytest.raises(ValueError):
+        region(bytes(data), False, 1, box)
 
 
 def test_header_size_and_box_are_checked() -> None:

@@ -122,9 +122,11 @@ def test_loader_under_spawn_and_forkserver(h5ad: str, adata: object, context: st
 
 def test_order_groups_rows_by_data_chunk_and_mixes_sorted_types(tmp_path: Path) -> None:
     """On a file sorted by cell type, the default loader's batches hold about as many types
-    as a uniform shuffle's; the order's chunks follow the data chunks (rows per chunk vary)."""
+    as a uniform shuffle's; the order's chunks follow the data chunks (rows per chunk vary);
+    the mixing pool counts a row's stored bytes (its values and columns), not its dense
+    size: 4 MiB hold every row here, against 2 chunks of dense rows."""
     rng = np.random.default_rng(5)
-    n, types = 8000, 40
+    n, types, genes = 8000, 40, 5000
     lengths = rng.integers(0, 40, n)  # rows of very different lengths
     indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     nnz = int(indptr[-1])
@@ -133,9 +135,11 @@ def test_order_groups_rows_by_data_chunk_and_mixes_sorted_types(tmp_path: Path) 
     with h5py.File(path, "w") as f:
         g = f.create_group("X")
         g.attrs.update({"encoding-type": "csr_matrix", "encoding-version": "0.1.0"})
-        g.attrs["shape"] = np.array([n, 100])
+        g.attrs["shape"] = np.array([n, genes])
         g.create_dataset("data", data=rng.random(nnz, dtype=np.float32), chunks=(2000,))
-        g.create_dataset("indices", data=rng.integers(0, 100, nnz).astype(np.int32), chunks=(2000,))
+        g.create_dataset(
+            "indices", data=rng.integers(0, genes, nnz).astype(np.int32), chunks=(2000,)
+        )
         g.create_dataset("indptr", data=indptr)
         f.create_dataset("label", data=labels)
     ds = chunkio.ChunkDataset(path, fields={"x": "X", "label": "label"})
@@ -143,7 +147,9 @@ def test_order_groups_rows_by_data_chunk_and_mixes_sorted_types(tmp_path: Path) 
     first = indptr[:-1] // 2000
     assert sizes.sum() == n and len(sizes) == len(np.unique(first))
     np.testing.assert_array_equal(sizes, np.bincount(first)[np.bincount(first) > 0])
-    loader = chunkio.make_loader(ds, batch_size=256, fields=None, num_workers=0, seed=0)
+    assert ds.layout.field("x").sample_nbytes == -(-nnz * 8 // n)  # float32 + int32 per value
+    pool = chunkio.Ordering(pool_bytes=4 << 20)
+    loader = chunkio.make_loader(ds, batch_size=256, num_workers=0, seed=0, ordering=pool)
     distinct = [len(np.unique(label.numpy())) for _, label in loader][:-1]
     uniform = chunkio.sampling.label_metrics.uniform_distinct_labels(np.bincount(labels), 256)
     assert np.mean(distinct) >= 0.9 * uniform

@@ -43,6 +43,11 @@ def choose_encoding(
             f"encoding={encoding!r} stores 8-bit gray or colour images; these are "
             f"{channels}-channel {dtype}: use encoding='png' (lossless) or 'raw'"
         )
+    if encoding == "yuv420" and (dtype != np.uint8 or channels not in (1, 3)):
+        raise SourceError(
+            f"encoding='yuv420' stores 8-bit gray or RGB images; these are {channels}-channel "
+            f"{dtype}: use encoding='png' (lossless) or 'raw', or mode='RGB'"
+        )
     if encoding == "jpeg" and channels == 4:
         raise SourceError(
             "encoding='jpeg' has no alpha channel; these images have 4 channels: use "

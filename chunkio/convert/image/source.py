@@ -23,7 +23,7 @@ __all__ = ["ImageSource"]
 
 #: decoded bytes over encoded bytes, roughly, of natural photos (chunk sizing only):
 #: JPEG q90 4:2:0 measured 8.6x (bench_images), WebP q90 about as small, PNG 1.5-2x
-_ENCODED_RATIO = {"jpeg": 8.0, "webp": 8.0, "png": 1.5}
+_ENCODED_RATIO = {"jpeg": 8.0, "webp": 8.0, "png": 1.5, "yuv420": 2.5}
 
 
 class ImageSource:
