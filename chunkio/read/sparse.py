@@ -63,7 +63,10 @@ class _Values:
     """One 1-D array of a CSR group (``data`` or ``indices``), read through a cache of its
     decoded chunks."""
 
-    def __init__(self, ctx: ReadContext, name: str, size: int, chunk: int, dtype: Any) -> None:
+    def __init__(
+        self, ctx: ReadContext, name: str, size: int, chunk: int, dtype: Any, slots_per_chunk: int
+    ) -> None:
+        """``slots_per_chunk``: this array's chunks a chunk of the order reads."""
         self.ctx = ctx
         self.name = name
         self.grid = SampleGrid(size, max(1, chunk))
@@ -71,7 +74,7 @@ class _Values:
             rows_per_chunk=self.grid.samples_per_chunk,
             sample_shape=(),
             dtype=dtype,
-            capacity=max(1, ctx.cache_chunks),
+            capacity=max(1, slots_per_chunk * ctx.cache_chunks),
         )
 
     def chunks_of(self, starts: IntArray, stops: IntArray) -> IntArray:
@@ -131,9 +134,13 @@ class SparseField:
         self.info = info
         data, indices, indptr = info.array_names()
         self.indptr = read_whole(ctx.reader, indptr, ctx.stats).astype(np.int64)
-        self.data = _Values(ctx, data, info.nnz, info.data_chunk, info.dtype)
+        # an order chunk is the rows starting in its `order_group` data chunks: the last row
+        # runs into the next chunk (the indices array may be chunked apart: in proportion)
+        per = info.order_group + 1
+        self.data = _Values(ctx, data, info.nnz, info.data_chunk, info.dtype, per)
         found = ctx.reader.array_info(indices)
-        self.indices = _Values(ctx, indices, info.nnz, info.indices_chunk, found.dtype)
+        ratio = -(-info.data_chunk * info.order_group // info.indices_chunk) + 1
+        self.indices = _Values(ctx, indices, info.nnz, info.indices_chunk, found.dtype, ratio)
 
     def _positions(self, idx: IntArray) -> tuple[IntArray, IntArray]:
         """Each stored value of rows ``idx``: its position in ``data`` and its row in the

@@ -144,7 +144,9 @@ def test_order_groups_rows_by_data_chunk_and_mixes_sorted_types(tmp_path: Path) 
         f.create_dataset("label", data=labels)
     ds = chunkio.ChunkDataset(path, fields={"x": "X", "label": "label"})
     sizes = ds.chunk_sizes()
-    first = indptr[:-1] // 2000
+    group = ds.layout.field("x").order_group
+    assert group == 512 // (n // -(-nnz // 2000))  # data chunks of ~100 rows, in fives
+    first = indptr[:-1] // (2000 * group)
     assert sizes.sum() == n and len(sizes) == len(np.unique(first))
     np.testing.assert_array_equal(sizes, np.bincount(first)[np.bincount(first) > 0])
     assert ds.layout.field("x").sample_nbytes == -(-nnz * 8 // n)  # float32 + int32 per value
