@@ -28,7 +28,7 @@ from .read.batch import SampleBatch, to_tensor
 from .read.core import ReadCoreDataset
 from .read.windows import AnchorSamples, Field, check_field_transform
 from .sampling.order import check_int
-from .transforms.sample import FieldTransform, is_field_transform, stored_output_shape
+from .transforms.sample import is_columns_transform, is_field_transform, stored_output_shape
 
 __all__ = ["DEFAULT_PRELOAD_BYTES", "ChunkDataset"]
 
@@ -46,24 +46,25 @@ class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
         that field's tensor.
         For an HDF5 file or Zarr store chunkio did not write (h5py, zarr-python, xarray's
         ``to_zarr``), ``fields`` names its arrays: ``{"image": "train/images", ...}`` or a
-        list of array paths (see :mod:`chunkio.format.foreign`). Their values come back as stored:
-        CF attributes (``scale_factor``, ``add_offset``, ``_FillValue``) are not applied.
+        list of array paths (see :mod:`chunkio.format.foreign`). Their values come back as stored
+        unless ``decode_cf``.
     anchors
         Windows (:class:`chunkio.Field`): anchor rows to sample (:mod:`chunkio.format.windows`).
+    decode_cf
+        Decode CF-encoded arrays (``scale_factor``, ``add_offset``, ``_FillValue``,
+        ``missing_value``) to float32 as xarray does, fill values as NaN (:mod:`chunkio.format.cf`).
     transform
         Applied to each sample. A :class:`~chunkio.transforms.sample.FieldTransform` such
         as :class:`chunkio.transforms.image.Compose` (a declared output shape, one field, random
         parameters from ``(seed, epoch, index)``) is applied while reading, straight into
-        the batch, and keeps a loader on its shared-memory ring. Any other callable gets the
-        sample (slow path: the batch is then stacked by torch's collate).
+        the batch, and keeps a loader on its shared-memory ring; so is :class:`chunkio.Normalize`
+        (in place, per batch). Any other callable gets the sample (slow path: torch's collate).
     batch_transform
         Applied to each stacked batch inside the worker (fast path).
     cache_bytes
         Decoded chunks each process keeps (a :class:`~chunkio.read.DecodedChunkCache` per field,
-        least recently used evicted first), so a chunk that later batches need again is not
-        decoded again: :func:`~chunkio.make_loader` raises it, in the copy it reads, to hold
-        its mixing pool. Whatever its size, a process holds at least the chunks of the batch
-        it is reading.
+        least recently used first out; at least a batch's): :func:`~chunkio.make_loader` raises
+        it, in the copy it reads, to hold its mixing pool.
     preload_bytes
         Fields whose whole array is at most this many bytes are read once per process.
     storage_options
@@ -73,12 +74,9 @@ class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
         Allow codecs, filters and links chunkio does not consider safe (code-running codecs,
         external links and storage; see the guarantees in the docs).
     channels_last
-        Batches of images that chunkio decodes or transforms (encoded fields, the field
-        transform's field) keep the ``(B, C, H, W)`` shape but are laid out channels last in
-        memory, as decoders and resamplers produce them (torch's ``channels_last`` memory
-        format, which convolutions take as it is; FFCV's default too): this saves a
-        transposing copy per image. ``x.is_contiguous()`` is then false; use ``.reshape``
-        rather than ``.view``, or pass ``channels_last=False`` for contiguous batches.
+        Batches of images chunkio decodes or transforms keep the ``(B, C, H, W)`` shape, laid
+        out channels last in memory as decoders make them (torch's ``channels_last``; saves a
+        transposing copy per image): ``x.is_contiguous()`` is false (``.reshape``, not ``.view``).
     download_cache, download_cache_bytes
         A remote dataset (``s3://``, ``https://``...): a local folder where fetched chunks are
         kept, at most ``download_cache_bytes`` (least recently used dropped first), shared
@@ -91,11 +89,8 @@ class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
     Attributes
     ----------
     reader_options
-        How every process opens its reader of the store: a frozen
-        :class:`~chunkio.backends.ReaderOptions` (storage options, trust, download cache, and
-        what reading the metadata found: a user's store reads never-written chunks as the fill
-        value, a remote one reuses the metadata fetched here). It pickles with the dataset;
-        the open reader never does (each process opens its own on first read).
+        How every process opens its reader of the store (:class:`~chunkio.backends.ReaderOptions`,
+        with what reading the metadata found); it pickles with the dataset, the reader never does.
     layout
         The fields and chunking, as :func:`chunkio.format.store_layout.open_layout` read them.
 
@@ -114,6 +109,7 @@ class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
     #: Reads follow an epoch order that asks for each sample once (set by make_loader): a
     #: chunk a batch uses whole, in order, is decoded into the batch and not cached.
     reads_once: bool = False
+    _cf: bool = False  # decode_cf (see __init__)
 
     def __init__(
         self,
@@ -131,6 +127,7 @@ class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
         download_cache: str | os.PathLike[str] | None = None,
         download_cache_bytes: int = 8 << 30,
         anchors: Any = None,
+        decode_cf: bool = False,
     ) -> None:
         self._configure(
             path,
@@ -145,7 +142,7 @@ class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
             download_cache=download_cache,
             download_cache_bytes=download_cache_bytes,
         )
-        self._anchors = anchors  # windows: which anchors to sample
+        self._anchors, self._cf = anchors, bool(decode_cf)  # what open_layout reads
         reader = self._metadata_reader()  # a missing path: DatasetNotFoundError
         try:
             self._describe(reader, fields)
@@ -171,9 +168,8 @@ class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
         self.location = os.fspath(path) if isinstance(path, os.PathLike) else path
         self.channels_last = bool(channels_last)
         self.transform = transform
-        self.field_transform: FieldTransform | None = (
-            transform if is_field_transform(transform) else None
-        )
+        self.field_transform = transform if is_field_transform(transform) else None
+        self.columns_transform = transform if is_columns_transform(transform) else None
         self.batch_transform = batch_transform
         if cache_bytes < 0 or preload_bytes < 0:
             raise ValueError(
@@ -202,9 +198,8 @@ class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
     ) -> None:
         """The dataset's metadata, read through ``reader`` (open on :attr:`location` with
         :attr:`reader_options`; the caller closes it)."""
-        found = open_layout(
-            reader, fields, LayoutOptions(self.preload_bytes, anchors=self._anchors)
-        )
+        options = LayoutOptions(self.preload_bytes, anchors=self._anchors, decode_cf=self._cf)
+        found = open_layout(reader, fields, options)
         self.layout = found.dataset_layout()
         self._windows = found.windows
         # how every process's reader opens the store: a foreign store's never-written chunks
@@ -224,6 +219,8 @@ class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
         self._as_tuple = fields is not None and not self._single
         if self.field_transform is not None:
             check_field_transform(self.layout, self.field_transform.field, str(self.location))
+        if self.columns_transform is not None:  # e.g. Normalize: its stats fit the fields
+            self.columns_transform.check_dataset(self)
         self._channel_counts = self._read_channels(reader, self.layout)
 
     @classmethod
@@ -242,10 +239,8 @@ class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
         reader = dataset._metadata_reader()
         try:
             dataset._describe(reader, fields)
-            if dataset.reader_options.fill_missing:
-                # A store chunkio did not write: chunks never written (xarray and zarr skip
-                # those equal to the fill value) read as the fill value, the caller's reads
-                # too (make_loader's labels), so the reader is reopened as the dataset reads.
+            if dataset.reader_options.fill_missing:  # a user's store: the caller's reads
+                # (labels) read never-written chunks as the fill value too: reopened so
                 reader.close()
                 reader = dataset._metadata_reader()
             yield dataset, reader
@@ -253,9 +248,8 @@ class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
             reader.close()
 
     def _metadata_reader(self) -> Reader:
-        """A reader for metadata and whole small arrays, opened as the dataset reads (its
-        storage options, trust, fetched metadata) but without the download cache, which
-        holds the chunks of batches."""
+        """A reader for metadata and whole small arrays, opened as the dataset reads but
+        without the download cache (which holds the chunks of batches)."""
         return dataclasses.replace(self.reader_options, download_cache=None).open(self.location)
 
     def _read_channels(self, reader: Reader, layout: DatasetLayout) -> dict[str, int]:
@@ -385,9 +379,12 @@ class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
                 f"dataset's fields {list(self.fields)}"
             )
         rows = self._rows(indices)  # windows: the samples' anchor rows
-        return self._handle().read(
+        found = self._handle().read(
             names, rows, out, once=once, transform=self.field_transform, epoch=int(epoch)
         )
+        if self.columns_transform is not None:
+            self.columns_transform.apply_columns(found)
+        return found
 
     def read_encoded(
         self, indices: Sequence[int] | npt.ArrayLike, field: str
@@ -415,7 +412,8 @@ class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
     @property
     def _per_sample(self) -> Callable[[Any], Any] | None:
         """The transform applied to whole samples after reading (not a field transform)."""
-        return None if self.field_transform is not None else self.transform
+        declared = self.field_transform is not None or self.columns_transform is not None
+        return None if declared else self.transform
 
     def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
         """Samples ``indices`` as one :class:`~chunkio.read.batch.SampleBatch`.

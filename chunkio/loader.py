@@ -270,9 +270,16 @@ def _ring_compatible(dataset: ChunkDataset) -> bool:
     field transform), and no transform of unknown output."""
     if dataset.batch_transform is not None:
         return False
-    if dataset.transform is not None and dataset.field_transform is None:
+    if _undeclared(dataset):
         return False
     return all(dataset.output_shape(f) is not None for f in dataset.fields)
+
+
+def _undeclared(dataset: ChunkDataset) -> bool:
+    """A transform of unknown output: neither a field transform nor one of a batch's columns
+    in place (:class:`chunkio.Normalize`)."""
+    declared = dataset.field_transform is not None or dataset.columns_transform is not None
+    return dataset.transform is not None and not declared
 
 
 _MOVED = {
@@ -446,8 +453,7 @@ def _prepare(
 def _assemble(
     dataset: ChunkDataset, sampler: ChunkBatchSampler, name: str, options: LoaderOptions
 ) -> ChunkLoader:
-    undeclared = dataset.transform is not None and dataset.field_transform is None
-    if options.transport == "ring" and name == "dataloader" and undeclared:
+    if options.transport == "ring" and name == "dataloader" and _undeclared(dataset):
         warnings.warn(
             "make_loader: the dataset's transform declares no output shape, so batches "
             "cannot be preallocated and the loader falls back from the shared-memory ring "

@@ -194,6 +194,6 @@ def test_the_constructor_and_make_loaders_path_share_one_set_of_defaults() -> No
     configure = inspect.signature(chunkio.ChunkDataset._configure).parameters
     shared = [n for n in configure if n not in ("self", "path", "transform")]
     assert shared and all(configure[n].default == init[n].default for n in shared)
-    # what the dataset reads of the store (its arrays, and with windows its anchors) goes to
+    # what the dataset reads of the store (its arrays, windows' anchors, CF decoding) goes to
     # open_layout, not to the configuration
-    assert set(init) - set(configure) == {"fields", "anchors"}
+    assert set(init) - set(configure) == {"fields", "anchors", "decode_cf"}

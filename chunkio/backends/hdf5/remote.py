@@ -162,6 +162,9 @@ class RemoteHDF5Reader:
     def array_names(self) -> list[str]:
         return self._general().array_names()
 
+    def array_attrs(self, name: str) -> dict[str, Any]:
+        return self._general().array_attrs(name)
+
     def _array(self, name: str) -> _Array:
         found = self._arrays.get(name)
         if found is None:

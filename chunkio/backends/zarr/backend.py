@@ -259,8 +259,7 @@ class ZarrReader:
         return False
 
     def _raw_meta(self, name: str) -> dict[str, Any] | None:
-        """The member's zarr.json as plain JSON (None if absent), read without zarr parsing it
-        (once per reader: remotely each read is a request)."""
+        """The member's zarr.json as plain JSON (None if absent), read once, unparsed by zarr."""
         if self._docs is not None:
             return self._docs.get(name)
         if name in self._metas:
@@ -359,6 +358,17 @@ class ZarrReader:
             )
             self._infos[name] = info
         return info
+
+    def array_attrs(self, name: str) -> dict[str, Any]:
+        """The array's attributes; a v2 array xarray wrote (``_ARRAY_DIMENSIONS``) has its
+        ``fill_value`` as ``_FillValue``, as xarray reads it (:mod:`chunkio.format.cf`)."""
+        raw = self._raw_meta(name) or {}
+        if raw.get("zarr_format") != 2:
+            return dict(raw.get("attributes") or {})
+        attrs = dict(self._zarr_array(name).attrs)
+        if "_ARRAY_DIMENSIONS" in attrs and raw.get("fill_value") is not None:
+            attrs.setdefault("_FillValue", raw["fill_value"])
+        return attrs
 
     def stored_nbytes(self, name: str) -> int:
         """Bytes the array's chunks take in the store (remotely: a listing)."""
