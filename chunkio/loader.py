@@ -341,6 +341,8 @@ def make_loader(
     ring's workers each hold their lanes' share), plus two chunks per lane for the pool's
     edges. A ``Workers(transport="dataloader")`` worker reads whole batches, so each holds all
     of it and decodes every chunk (read amplification up to ``num_workers`` on that route).
+    Data whose decoded chunks all fit ``Workers(hold_bytes)`` (512 MiB) is kept whole by each
+    reader across epochs, so later epochs decode nothing.
 
     The keywords that moved into :class:`Ordering` (``pool_bytes``, ``lanes``, ``rank``,
     ``world_size``) and :class:`Workers` (``prefetch``, ``persistent_workers``,
@@ -445,6 +447,9 @@ def _prepare(
     readers = max(1, options.num_workers) if name == "ring" else 1
     # the readers must hold the pool, or they decode chunks again
     needed = sampler.capacity_chunks(given.samples_per_chunk, readers) * given.chunk_nbytes()
+    held = given.held_nbytes()  # every chunk, decoded: kept across epochs when it fits
+    if held <= options.workers.hold_bytes:
+        needed = max(needed, held)
     dataset = given._for_loader(needed)  # and the sampler asks for each sample once per epoch
     warn_if_label_sorted(dataset, sampler, reader)
     return dataset, sampler, name

@@ -194,3 +194,28 @@ def test_normalize_as_the_transform_of_a_path(store: Path) -> None:
     with loader:
         x, _, _ = next(iter(loader))
     assert abs(float(x.mean())) < 1.0 and x.dtype == torch.float32
+
+
+@pytest.mark.parametrize(("hold_bytes", "decodes_again"), [(1 << 30, False), (0, True)])
+def test_readers_keep_every_chunk_across_epochs_when_the_data_fits_hold_bytes(
+    tmp_path: Path, hold_bytes: int, decodes_again: bool
+) -> None:
+    """``Workers(hold_bytes)``: data whose decoded chunks all fit is decoded once in all (a
+    second epoch decodes nothing); with 0, a pool smaller than the data decodes it again."""
+    path = tmp_path / "long.zarr"
+    x = np.arange(4000, dtype=np.float32).reshape(2000, 2)
+    zarr.open_group(path, mode="w").create_array("x", data=x, chunks=(10, 2))
+    ds = ChunkDataset(path, fields=[Field("x", steps=[0, 1])], preload_bytes=0)  # read by chunk
+    workers = chunkio.Workers(hold_bytes=hold_bytes, copy=True)
+    ordering = chunkio.Ordering(pool_bytes=160, lanes=1)  # the pool alone keeps a few chunks
+    loader = chunkio.make_loader(ds, 8, num_workers=0, seed=0, workers=workers, ordering=ordering)
+    with loader:
+        first = np.concatenate([np.asarray(b) for (b,) in loader])
+        decoded = loader.dataset.read_stats().chunks_read
+        second = np.concatenate([np.asarray(b) for (b,) in loader])
+        again = loader.dataset.read_stats().chunks_read - decoded
+    for epoch in (first, second):
+        np.testing.assert_array_equal(epoch[:, 1], epoch[:, 0] + 2)  # row a + 1 after row a
+        assert sorted(epoch[:, 0, 0].tolist()) == x[:-1, 0].tolist()
+    assert decoded >= 200 and (again > 0) == decodes_again, (decoded, again)
+    assert ds.held_nbytes() < 1 << 30
