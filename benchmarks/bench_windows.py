@@ -161,8 +161,11 @@ def _first_epoch(loader: Any) -> tuple[float, float]:
 
 
 def _chunkio_epoch(path: Path, per_chunk: int) -> dict[str, float]:
-    """One epoch in this process: chunks decoded per stored chunk, and time spread."""
-    loader = chunkio.make_loader(_chunkio(path), BATCH, num_workers=0, seed=1)
+    """One epoch in this process: chunks decoded per stored chunk with the mixing pool only
+    (``hold_bytes=0``: at the defaults the arrays are read whole once, amplification 1 over
+    all epochs together), and time spread."""
+    loader = chunkio.make_loader(_chunkio(path), BATCH, num_workers=0, seed=1,
+                                 workers=chunkio.Workers(hold_bytes=0))  # fmt: skip
     spreads = [float(np.std(np.asarray(t, dtype=float))) for _, _, t in loader]
     stats = loader.dataset.read_stats()
     loader.close()
@@ -223,7 +226,8 @@ def measure(path: Path, per_chunk: int, budget_s: float) -> dict[str, Any]:
     ours = _chunkio_epoch(path, per_chunk)
     # a per-sample reader decodes the chunk of each of its 9 rows: 3 per step, per_chunk x
     # as many as the epoch needs
-    amplification = {"chunkio": ours["amplification"], "per-sample zarr-python": 3.0 * per_chunk,
+    amplification = {"chunkio, hold_bytes=0": ours["amplification"],
+                     "per-sample zarr-python": 3.0 * per_chunk,
                      "xbatcher": 3.0 * per_chunk}  # fmt: skip
     spread = {"chunkio": ours["time_std"], "uniform shuffle": _uniform_std(steps - 2)}
     if "time_std" in insitu:
@@ -263,8 +267,9 @@ def checks(stores: list[dict[str, Any]]) -> list[dict[str, Any]]:
                                2.0))  # fmt: skip
         found.append(check(f"windows, {k}/chunk: chunkio / per-sample zarr-python",
                            r["chunkio"] / r["per-sample zarr-python"], 20.0))  # fmt: skip
-        found.append(check(f"windows, {k}/chunk: chunkio read amplification",
-                           s["amplification"]["chunkio"], 1.1, at_most=True))  # fmt: skip
+        found.append(check(f"windows, {k}/chunk: chunkio read amplification (pool only)",
+                           s["amplification"]["chunkio, hold_bytes=0"], 1.1,
+                           at_most=True))  # fmt: skip
     return found
 
 

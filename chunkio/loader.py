@@ -448,9 +448,12 @@ def _prepare(
     # the readers must hold the pool, or they decode chunks again
     needed = sampler.capacity_chunks(given.samples_per_chunk, readers) * given.chunk_nbytes()
     held = given.held_nbytes()  # every chunk, decoded: kept across epochs when it fits
-    if held <= options.workers.hold_bytes:
-        needed = max(needed, held)
-    dataset = given._for_loader(needed)  # and the sampler asks for each sample once per epoch
+    hold = held <= options.workers.hold_bytes
+    dataset = given._for_loader(max(needed, held) if hold else needed)  # each sample once
+    if hold and given.anchors is not None:
+        # windows: each reader reads its arrays whole at once (one sequential pass, then
+        # gathers only) rather than keeping chunks as their lanes reach them (3-4 epochs)
+        dataset.preload_bytes = max(dataset.preload_bytes, held)
     warn_if_label_sorted(dataset, sampler, reader)
     return dataset, sampler, name
 

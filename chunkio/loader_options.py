@@ -129,10 +129,11 @@ class Workers:
     hold_bytes
         Decoded bytes each reader may keep across epochs (default 512 MiB; 0: off). When
         every chunk of the arrays the loader reads fits, decoded, in ``hold_bytes``, each
-        reader keeps the chunks it decodes instead of evicting them after the mixing pool
-        has passed, so later epochs decode nothing (as insitubatch's pool does): a reader's
-        memory then grows to at most the data's decoded size, which is below ``hold_bytes``.
-        Larger data keeps the pool only and decodes each chunk once per epoch.
+        reader keeps them, so later epochs decode nothing (as insitubatch's pool does): the
+        arrays of window fields (:class:`chunkio.Field`) are read whole by each reader at its
+        first batch, other fields' chunks are kept as they are decoded. A reader's memory is
+        then at most the data's decoded size, below ``hold_bytes``. Larger data keeps the
+        mixing pool only and decodes each chunk once per epoch.
 
     Examples
     --------

@@ -124,10 +124,11 @@ def test_an_epoch_decodes_each_chunk_about_once_and_mixes_time(
         )
     ds = ChunkDataset(path, fields=FIELDS, preload_bytes=0)
     sample = sum(ds.layout.field(f).sample_nbytes for f in ds.fields)
-    # a pool of 256 samples: well below the dataset, as with real ERA5 fields
-    loader = chunkio.make_loader(
-        ds, 32, num_workers=0, seed=0, ordering=chunkio.Ordering(pool_bytes=256 * sample)
-    )
+    # a pool of 256 samples: well below the dataset, and nothing held across epochs, as with
+    # real ERA5 fields
+    loader = chunkio.make_loader(ds, 32, num_workers=0, seed=0,
+                                 ordering=chunkio.Ordering(pool_bytes=256 * sample),
+                                 workers=chunkio.Workers(hold_bytes=0))  # fmt: skip
     spreads = [float(np.std(np.asarray(t, dtype=float))) for _, _, t in loader]
     stats = loader.dataset.read_stats()
     loader.close()

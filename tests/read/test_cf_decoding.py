@@ -207,3 +207,15 @@ def test_an_unreadable_hdf5_attribute_type_is_a_typed_error(tmp_path: Path) -> N
     path = netcdf_like(tmp_path, scale_factor=np.bytes_(b"0.5"))
     with pytest.raises(FormatError, match="scale_factor"):
         dataset(path, ["t2m"], decode_cf=True)
+
+
+def test_stats_of_a_decoded_dataset_are_of_the_decoded_values(tmp_path: Path) -> None:
+    """``compute_stats`` of a ``decode_cf`` dataset: per variable, NaN (fill values) left out,
+    as ``np.nanmean`` / ``np.nanstd`` of xarray's decoding; ``Normalize`` then centres it."""
+    path = weather(tmp_path, 3)
+    want = decoded(path)
+    ds = dataset(path, [Field(list(VARS), steps=[0, 1])], decode_cf=True)
+    stats = chunkio.compute_stats(ds).fields[ds.fields[0]]
+    ref = [want[v].astype(np.float64) for v in VARS]
+    np.testing.assert_allclose(stats["mean"], [np.nanmean(r) for r in ref], rtol=1e-5)
+    np.testing.assert_allclose(stats["std"], [np.nanstd(r) for r in ref], rtol=1e-5)
