@@ -135,6 +135,8 @@ def cf_coding(
         for v in _number(attrs[k], k, array, where, nan=True)
     ]
     kept = tuple(dict.fromkeys(v for v in fills if not math.isnan(v)))
+    if scale is None and offset is None and not kept and decoded_dtype(stored) == stored:
+        return None  # e.g. the NaN _FillValue xarray gives every float array: nothing to do
     return CFCoding(scale, offset, kept, decoded_dtype(stored))
 
 

@@ -219,3 +219,18 @@ def test_stats_of_a_decoded_dataset_are_of_the_decoded_values(tmp_path: Path) ->
     ref = [want[v].astype(np.float64) for v in VARS]
     np.testing.assert_allclose(stats["mean"], [np.nanmean(r) for r in ref], rtol=1e-5)
     np.testing.assert_allclose(stats["std"], [np.nanstd(r) for r in ref], rtol=1e-5)
+
+
+def test_float_arrays_with_only_a_nan_fill_value_come_back_as_stored(tmp_path: Path) -> None:
+    """xarray gives every float array a NaN ``_FillValue`` (Zarr v3): nothing to decode."""
+    path = tmp_path / "floats.zarr"
+    x = np.arange(12, dtype=np.float32).reshape(6, 2)
+    ctx = _quiet()
+    try:
+        xr.Dataset({"x": (("t", "c"), x)}).to_zarr(path, zarr_format=3, mode="w")
+    finally:
+        ctx.__exit__(None, None, None)
+    assert "_FillValue" in dict(zarr.open_group(path)["x"].attrs)
+    ds = dataset(path, ["x"], decode_cf=True)
+    assert ds.layout.field("x").cf is None
+    np.testing.assert_array_equal(ds.read_batch([4, 1])["x"], x[[4, 1]])
