@@ -13,46 +13,57 @@ import dataclasses
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 from torch.utils.data import Dataset
 
 from .backends import Reader, ReaderOptions, detect_format, reader_documents
+from .collection.core import FileSetCore
+from .collection.files import FileSet, is_file_list, open_files
+from .format.columns import column_values
 from .format.grid import SampleGrid
 from .format.layout import DatasetLayout, label_field, validate_sequence_of_names
+from .format.sparse import with_sparse_batches
 from .format.store_layout import DEFAULT_PRELOAD_BYTES, LayoutOptions, open_layout
-from .read import ReadCore, read_whole
-from .read.batch import SampleBatch, to_tensor
+from .read import ReadCore
+from .read.batch import BatchShapes, SampleBatch, to_tensor
 from .read.core import ReadCoreDataset
 from .read.windows import AnchorSamples, Field, check_field_transform
 from .sampling.order import check_int
-from .transforms.sample import is_columns_transform, is_field_transform, stored_output_shape
+from .transforms.sample import is_columns_transform, is_field_transform
 
 __all__ = ["DEFAULT_PRELOAD_BYTES", "ChunkDataset"]
 
 
-class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
+class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
     """Samples of a chunkio dataset, read chunk by chunk.
 
     Parameters
     ----------
     path
-        A ``.zarr`` directory, an ``.h5`` file, a URL zarr understands, or a zarr store.
+        A ``.zarr`` directory, an ``.h5``/``.h5ad`` file, a URL zarr understands, or a zarr
+        store; or a list of them, read as one dataset end to end (:mod:`chunkio.collection`).
     fields
         ``None``: every field, samples are ``{name: tensor}`` dicts. A sequence of names:
         samples are tuples in that order (``for x, y in loader``). A single name: samples are
         that field's tensor.
         For an HDF5 file or Zarr store chunkio did not write (h5py, zarr-python, xarray's
         ``to_zarr``), ``fields`` names its arrays: ``{"image": "train/images", ...}`` or a
-        list of array paths (see :mod:`chunkio.format.foreign`). Their values come back as stored
-        unless ``decode_cf``.
+        list of array paths (see :mod:`chunkio.format.foreign`), a sparse CSR group
+        (AnnData's ``"X"``) or a dataframe column (``"obs/cell_type"``, categorical: its
+        codes, names from :meth:`categories`). Their values come back as stored unless
+        ``decode_cf``.
     anchors
         Windows (:class:`chunkio.Field`): anchor rows to sample (:mod:`chunkio.format.windows`).
     decode_cf
         Decode CF-encoded arrays (``scale_factor``, ``add_offset``, ``_FillValue``,
         ``missing_value``) to float32 as xarray does, fill values as NaN (:mod:`chunkio.format.cf`).
+    sparse_batches
+        Fields naming a sparse CSR matrix (AnnData's ``X``): ``"dense"`` batches
+        ``(B, n_cols)`` of its dtype, or ``"csr"``: ``torch.sparse_csr_tensor`` batches (for
+        models that densify on the GPU; such batches go through a DataLoader, not the ring).
     transform
         Applied to each sample. A :class:`~chunkio.transforms.sample.FieldTransform` such
         as :class:`chunkio.transforms.image.Compose` (a declared output shape, one field, random
@@ -63,8 +74,10 @@ class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
         Applied to each stacked batch inside the worker (fast path).
     cache_bytes
         Decoded chunks each process keeps (a :class:`~chunkio.read.DecodedChunkCache` per field,
-        least recently used first out; at least a batch's): :func:`~chunkio.make_loader` raises
-        it, in the copy it reads, to hold its mixing pool.
+        least recently used evicted first), so a chunk that later batches need again is not
+        decoded again: :func:`~chunkio.make_loader` raises it, in the copy it reads, to hold
+        its mixing pool. Whatever its size, a process holds at least the chunks of the batch
+        it is reading.
     preload_bytes
         Fields whose whole array is at most this many bytes are read once per process.
     storage_options
@@ -74,9 +87,11 @@ class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
         Allow codecs, filters and links chunkio does not consider safe (code-running codecs,
         external links and storage; see the guarantees in the docs).
     channels_last
-        Batches of images chunkio decodes or transforms keep the ``(B, C, H, W)`` shape, laid
-        out channels last in memory as decoders make them (torch's ``channels_last``; saves a
-        transposing copy per image): ``x.is_contiguous()`` is false (``.reshape``, not ``.view``).
+        Batches of images that chunkio decodes or transforms (encoded fields, the field
+        transform's field) keep the ``(B, C, H, W)`` shape, laid out channels last in memory
+        as decoders produce them (torch's ``channels_last`` format, which convolutions take
+        as it is): no transposing copy per image. ``x.is_contiguous()`` is then false; use
+        ``.reshape``, not ``.view``, or ``channels_last=False`` for contiguous batches.
     download_cache, download_cache_bytes
         A remote dataset (``s3://``, ``https://``...): a local folder where fetched chunks are
         kept, at most ``download_cache_bytes`` (least recently used dropped first), shared
@@ -89,8 +104,11 @@ class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
     Attributes
     ----------
     reader_options
-        How every process opens its reader of the store (:class:`~chunkio.backends.ReaderOptions`,
-        with what reading the metadata found); it pickles with the dataset, the reader never does.
+        How every process opens its reader of the store: a frozen
+        :class:`~chunkio.backends.ReaderOptions` (storage options, trust, download cache, and
+        what reading the metadata found: a user's store reads never-written chunks as the fill
+        value, a remote one reuses the metadata fetched here). It pickles with the dataset;
+        the open reader never does (each process opens its own on first read).
     layout
         The fields and chunking, as :func:`chunkio.format.store_layout.open_layout` read them.
 
@@ -109,6 +127,8 @@ class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
     #: Reads follow an epoch order that asks for each sample once (set by make_loader): a
     #: chunk a batch uses whole, in order, is decoded into the batch and not cached.
     reads_once: bool = False
+    #: many files read as one dataset (``ChunkDataset([path1, path2, ...])``), else ``None``
+    _files: FileSet | None = None
     _cf: bool = False  # decode_cf (see __init__)
 
     def __init__(
@@ -127,6 +147,7 @@ class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
         download_cache: str | os.PathLike[str] | None = None,
         download_cache_bytes: int = 8 << 30,
         anchors: Any = None,
+        sparse_batches: str = "dense",
         decode_cf: bool = False,
     ) -> None:
         self._configure(
@@ -142,7 +163,12 @@ class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
             download_cache=download_cache,
             download_cache_bytes=download_cache_bytes,
         )
-        self._anchors, self._cf = anchors, bool(decode_cf)  # what open_layout reads
+        self._anchors, self._cf = anchors, bool(decode_cf)  # windows' anchors; CF decoding
+        self._sparse_batches = sparse_batches  # "dense" rows, or "csr" tensors
+        if is_file_list(path):
+            self._files = open_files(
+                path, fields, self.reader_options, preload_bytes=preload_bytes, anchors=anchors
+            )
         reader = self._metadata_reader()  # a missing path: DatasetNotFoundError
         try:
             self._describe(reader, fields)
@@ -166,6 +192,8 @@ class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
     ) -> None:
         """The constructor's arguments, checked (no I/O): everything but the metadata."""
         self.location = os.fspath(path) if isinstance(path, os.PathLike) else path
+        if is_file_list(path):  # many files: their paths, as given
+            self.location = tuple(os.fspath(p) if isinstance(p, os.PathLike) else p for p in path)
         self.channels_last = bool(channels_last)
         self.transform = transform
         self.field_transform = transform if is_field_transform(transform) else None
@@ -200,14 +228,17 @@ class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
         :attr:`reader_options`; the caller closes it)."""
         options = LayoutOptions(self.preload_bytes, anchors=self._anchors, decode_cf=self._cf)
         found = open_layout(reader, fields, options)
-        self.layout = found.dataset_layout()
+        if self._files is not None:  # the first file describes them all, end to end
+            found = dataclasses.replace(found, layout=self._files.layout)
+        batches = getattr(self, "_sparse_batches", "dense")  # make_loader's own: dense
+        self.layout = with_sparse_batches(found.dataset_layout(), batches)
         self._windows = found.windows
         # how every process's reader opens the store: a foreign store's never-written chunks
         # hold its fill value; a remote group's metadata, read once here, is reused
         self.reader_options = dataclasses.replace(
             found.reader_options(self.reader_options), documents=reader_documents(reader)
         )
-        self.format = detect_format(self.location)
+        self.format = detect_format(reader.location)
         self.grid = SampleGrid(self.layout.num_samples, self.layout.samples_per_chunk)
         self._single = isinstance(fields, str | Field)
         names: Sequence[str] | None
@@ -231,16 +262,20 @@ class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
         fields: Sequence[str] | str | None,
         transform: Callable[[Any], Any] | None,
         storage_options: Mapping[str, Any] | None,
-    ) -> Iterator[tuple[ChunkDataset, Reader]]:
+    ) -> Iterator[tuple[ChunkDataset, Reader | None]]:
         """A dataset and the reader that described it, left open for the caller's other
         metadata reads (make_loader's labels) and closed on exit: one open in all."""
+        if is_file_list(path):  # each file is opened and closed while describing them
+            yield cls(path, fields, transform, storage_options=storage_options), None
+            return
         dataset = cls.__new__(cls)
         dataset._configure(path, transform, storage_options=storage_options)
         reader = dataset._metadata_reader()
         try:
             dataset._describe(reader, fields)
-            if dataset.reader_options.fill_missing:  # a user's store: the caller's reads
-                # (labels) read never-written chunks as the fill value too: reopened so
+            if dataset.reader_options.fill_missing:
+                # a user's store: never-written chunks read as the fill value, the caller's
+                # reads too (make_loader's labels): reopen the reader as the dataset reads
                 reader.close()
                 reader = dataset._metadata_reader()
             yield dataset, reader
@@ -248,9 +283,11 @@ class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
             reader.close()
 
     def _metadata_reader(self) -> Reader:
-        """A reader for metadata and whole small arrays, opened as the dataset reads but
-        without the download cache (which holds the chunks of batches)."""
-        return dataclasses.replace(self.reader_options, download_cache=None).open(self.location)
+        """A reader for metadata and whole small arrays, opened as the dataset reads (its
+        storage options, trust, fetched metadata) but without the download cache, which
+        holds the chunks of batches. Many files: the first."""
+        first = self.location[0] if self._files is not None else self.location
+        return dataclasses.replace(self.reader_options, download_cache=None).open(first)
 
     def _read_channels(self, reader: Reader, layout: DatasetLayout) -> dict[str, int]:
         """Channels of the encoded image field of several sizes that a fixed-size field
@@ -309,10 +346,16 @@ class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
             f"samples={len(self)}, samples_per_chunk={self.samples_per_chunk})"
         )
 
-    # -- per-process handles ------------------------------------------------------------------
-
     def _open_handle(self) -> ReadCore:
         cache_chunks = self.cache_bytes // max(1, self._cache_chunk_nbytes())
+        if self._files is not None:  # as a ReadCore reads: read, encoded, prefetch, stats
+            files = FileSetCore(
+                self._files,
+                cache_chunks=cache_chunks,
+                preload_bytes=self.preload_bytes,
+                decode_threads=self.decode_threads,
+            )
+            return cast(ReadCore, files)
         return ReadCore(
             self.location,
             self.layout,
@@ -345,11 +388,18 @@ class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
         info = label_field(self.layout)
         if info is None:
             return None
+        if self._files is not None:
+            return self._files.labels(info)
         reader = self._metadata_reader()
-        try:  # "label", or the array a store chunkio did not write names
-            return np.asarray(read_whole(reader, info.array_names()[0]), dtype=np.int64)
+        try:  # "label", or the array (or column) a store chunkio did not write names
+            return np.asarray(column_values(reader, info), dtype=np.int64)
         finally:
             reader.close()
+
+    def categories(self, name: str) -> tuple[str, ...] | None:
+        """The category names of categorical field ``name`` (an AnnData ``obs`` column: its
+        values are codes into them, -1 for missing); ``None`` for other fields."""
+        return getattr(self.layout.field(name, where=str(self.location)), "categories", None)
 
     def read_batch(
         self,
@@ -439,60 +489,3 @@ class ChunkDataset(AnchorSamples, ReadCoreDataset, Dataset[Any]):
         if self.batch_transform is not None:
             collated = self.batch_transform(collated)
         return SampleBatch(collated, n)
-
-    def batch_fields(self) -> dict[str, tuple[np.dtype[Any], tuple[int, ...]]]:
-        """The selected fields as a transport preallocates them: ``(dtype, sample_shape)``
-        (see :class:`chunkio.transport.BatchSource`), after the field transform; fields of
-        samples with different shapes have none (a ``TypeError``)."""
-        out = {}
-        for name in self.fields:
-            info = self.layout.field(name)
-            shape = self.output_shape(name)
-            if shape is None:
-                raise TypeError(
-                    f"{self.location}: field {name!r} holds samples of different shapes "
-                    f"({info.kind}): no batch shape"
-                )
-            out[name] = (info.dtype, shape)
-        return out
-
-    def channels_last_fields(self) -> frozenset[str]:
-        """Fields a transport lays out channels last (see ``channels_last``)."""
-        if not self.channels_last:
-            return frozenset()
-        t = self.field_transform
-        out = {
-            name
-            for name in self.fields
-            if self.layout.field(name).kind == "encoded" or (t is not None and t.field == name)
-        }
-        return frozenset(n for n in out if len(self.output_shape(n) or ()) == 3)
-
-    def output_shape(self, name: str) -> tuple[int, ...] | None:
-        """The shape of field ``name`` in a batch (after the field transform), or ``None``
-        when its samples differ (ragged, or images of several sizes and no fixed-size
-        transform)."""
-        info = self.layout.field(name, where=str(self.location))
-        t = self.field_transform
-        if t is None or t.field != name:
-            return None if info.sample_shape is None else tuple(info.sample_shape)
-        if info.sample_shape is not None:
-            return stored_output_shape(t, tuple(info.sample_shape))
-        fixed = getattr(t, "fixed_size", None)
-        if info.kind == "encoded" and fixed is not None:
-            channels = self._channels(name)
-            return (channels, int(fixed[0]), int(fixed[1]))
-        return None
-
-    def _channels(self, name: str) -> int:
-        """Channels of an encoded image field of several sizes (read with the metadata)."""
-        return self._channel_counts[name]
-
-    def arrange(self, columns: dict[str, Any]) -> Any:
-        """Columns by field -> a sample or batch as ``fields`` asks: a dict, a tuple in
-        ``fields`` order, or the one field's value."""
-        if self._single:
-            return columns[self.fields[0]]
-        if self._as_tuple:
-            return tuple(columns[f] for f in self.fields)
-        return columns

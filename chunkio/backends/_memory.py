@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import DatasetNotFoundError, MissingChunkError, MissingFieldError
+from ..errors import DatasetNotFoundError, FormatError, MissingChunkError, MissingFieldError
 from ..util.numeric import ceil_div
 from .base import ArrayInfo, ArraySpec, CodecInfo, Compression, StageClock, Writer, check_region
 
@@ -88,6 +88,14 @@ class MemoryReader:
             return self._store.arrays[name]
         except KeyError as err:
             raise MissingFieldError(f"{self.location}: array {name!r} is missing") from err
+
+    def group_attrs(self, name: str) -> dict[str, Any] | None:
+        self._get(name)  # memory stores hold arrays only
+        return None
+
+    def read_text(self, name: str) -> list[str]:
+        self._get(name)
+        raise FormatError(f"{self.location}: {name!r} is not an array of strings")
 
     def array_info(self, name: str) -> ArrayInfo:
         a = self._get(name)

@@ -30,6 +30,7 @@ __all__ = [
     "Writer",
     "check_region",
     "coalesce",
+    "read_all",
     "region_shape",
 ]
 
@@ -92,6 +93,17 @@ class Reader(Protocol):
     def array_names(self) -> list[str]: ...
 
     def array_info(self, name: str) -> ArrayInfo: ...
+
+    def group_attrs(self, name: str) -> dict[str, Any] | None:
+        """The attributes of group ``name`` (an AnnData sparse matrix or dataframe column is
+        a group of arrays); ``None`` when ``name`` is an array; a
+        :class:`~chunkio.errors.MissingFieldError` when nothing is there."""
+        ...
+
+    def read_text(self, name: str) -> list[str]:
+        """Every element of the 1-D string array ``name`` (categories, column names), read
+        whole; a :class:`~chunkio.errors.FormatError` when it holds no strings."""
+        ...
 
     def read_into(
         self, name: str, ranges: Sequence[tuple[int, int]], out: npt.NDArray[Any]
@@ -289,3 +301,17 @@ def coalesce(ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int, int]]:
             runs.append((a, b, offset))
         offset += b - a
     return runs
+
+
+def read_all(reader: Reader, name: str) -> npt.NDArray[Any]:
+    """Every element of array ``name``, read chunk by chunk along axis 0 (small arrays:
+    labels, offsets, a table's columns)."""
+    info = reader.array_info(name)
+    out = np.empty(info.shape, dtype=info.dtype)
+    rows = int(info.shape[0]) if info.shape else 0
+    if rows:
+        step = max(1, int(info.chunks[0])) if info.chunks else rows
+        reader.read_into(name, [(a, min(a + step, rows)) for a in range(0, rows, step)], out)
+    elif not info.shape:
+        raise ValueError(f"{reader.location}: array {name!r} is 0-D; expected axis 0")
+    return out

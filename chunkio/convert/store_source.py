@@ -4,7 +4,7 @@
 names, read through chunkio's own read core (:class:`~chunkio.read.ReadCore`: the fast Zarr
 engine, raw HDF5 chunk reads, any codec chunkio reads, remote URLs), exactly what
 ``ChunkDataset(src, fields=...)`` opens. It pickles as its location and options; each process
-opens its own reader on first use (:class:`~chunkio.read.handles.PerProcessHandle`).
+opens its own reader on first use (:class:`~chunkio.util.handles.PerProcessHandle`).
 
 Reads are meant to follow the source's order: ``read_block(start, stop)`` decodes each chunk
 of ``[start, stop)`` once, whole chunks straight into the block. Blocks aligned to
@@ -28,7 +28,7 @@ from ..format.foreign import FieldSelection
 from ..format.layout import DatasetLayout, FieldInfo
 from ..format.store_layout import LayoutOptions, open_layout
 from ..read import ReadCore
-from ..read.handles import PerProcessHandle
+from ..util.handles import PerProcessHandle
 from .durability.staging import is_local
 
 __all__ = ["StoreSource", "check_apart"]

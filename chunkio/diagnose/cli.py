@@ -205,20 +205,24 @@ def _volumes_options(volumes: argparse.ArgumentParser) -> None:
     )
 
 
+#: the positional paths of info, verify and doctor
+PATHS_HELP = "a dataset, HDF5 file or Zarr store; several: read as one dataset, end to end"
+
+
 def _dataset_commands(commands: Any) -> None:
     """``info``, ``verify`` and ``doctor``: commands that look at an existing dataset."""
     info = commands.add_parser("info", help="describe a dataset, HDF5 file or Zarr store")
-    info.add_argument("path")
+    info.add_argument("path", nargs="+", help=PATHS_HELP)
     info.add_argument("--json", action="store_true", help="machine-readable output")
     _path_options(info)
 
     verify = commands.add_parser("verify", help="read every chunk; exit 1 on any problem")
-    verify.add_argument("path")
+    verify.add_argument("path", nargs="+", help=PATHS_HELP)
     verify.add_argument("--no-progress", action="store_true", help="no progress bar")
     _path_options(verify)
 
     doctor = commands.add_parser("doctor", help="diagnose loading speed for a dataset")
-    doctor.add_argument("path")
+    doctor.add_argument("path", nargs="+", help=PATHS_HELP)
     doctor.add_argument(
         "--step-time",
         type=float,
@@ -230,7 +234,7 @@ def _dataset_commands(commands: Any) -> None:
     stats = commands.add_parser(
         "stats", help="per-field, per-channel mean and std in one pass, saved as JSON"
     )
-    stats.add_argument("path")
+    stats.add_argument("path", nargs="+", help=PATHS_HELP)
     stats.add_argument("--out", required=True, help="the stats file to write (JSON)")
     stats.add_argument("--diff", action="store_true", help="of differences between steps")
     _path_options(stats)
@@ -366,9 +370,22 @@ def _json_object(text: str) -> dict[str, Any]:
 def _info(args: argparse.Namespace) -> int:
     from .dataset_report import info
 
-    d = info(args.path, fields=_fields(args), storage_options=args.storage_options)
-    print(json.dumps(d, indent=2) if args.json else format_info(d))
+    found = [info(p, fields=_fields(args), storage_options=args.storage_options) for p in args.path]
+    if len(found) > 1:  # several files: each described, then the dataset they make
+        _one_dataset(args)
+    if args.json:
+        whole = {"files": found, "num_samples": sum(d.get("num_samples") or 0 for d in found)}
+        print(json.dumps(found[0] if len(found) == 1 else whole, indent=2))
+    else:
+        print("\n\n".join(format_info(d) for d in found))
     return EXIT_OK
+
+
+def _one_dataset(args: argparse.Namespace) -> None:
+    """Several paths must make one dataset (the same fields): else its error."""
+    from ..dataset import ChunkDataset
+
+    ChunkDataset(list(args.path), fields=_fields(args), storage_options=args.storage_options)
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -384,21 +401,22 @@ def _verify(args: argparse.Namespace) -> int:
             bar.update()
 
     try:
-        report = verify(
-            args.path, fields=_fields(args), on_chunk=tick, storage_options=args.storage_options
-        )
+        reports = [
+            verify(p, fields=_fields(args), on_chunk=tick, storage_options=args.storage_options)
+            for p in args.path
+        ]
     finally:
         if tick is not None:
             bar.close()
-    print(report)
-    return EXIT_OK if report.ok else EXIT_PROBLEMS
+    print("\n".join(map(str, reports)))
+    return EXIT_OK if all(r.ok for r in reports) else EXIT_PROBLEMS
 
 
 def _doctor(args: argparse.Namespace) -> int:
     from .doctor import main_doctor
 
     text = main_doctor(
-        args.path,
+        args.path[0] if len(args.path) == 1 else list(args.path),
         step_time=args.step_time,
         fields=_fields(args),
         storage_options=args.storage_options,
@@ -411,7 +429,8 @@ def _stats(args: argparse.Namespace) -> int:
     from ..dataset import ChunkDataset
     from .stats import compute_stats
 
-    dataset = ChunkDataset(args.path, fields=_fields(args), storage_options=args.storage_options)
+    path = args.path[0] if len(args.path) == 1 else list(args.path)
+    dataset = ChunkDataset(path, fields=_fields(args), storage_options=args.storage_options)
     found = compute_stats(dataset, diff=args.diff)
     found.save(args.out)
     for name, f in found.fields.items():

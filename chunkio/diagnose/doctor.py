@@ -305,7 +305,7 @@ def _rate(x: float) -> str:
 
 
 def run_doctor(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,
     step_time: float | None = None,
     step_batch_size: int | None = None,
@@ -367,7 +367,9 @@ def run_doctor(
     ref = max(sizes) if step_batch_size is None else step_batch_size
     if ref not in sizes:
         raise ValueError(f"step_batch_size must be one of batch_sizes {sizes}, got {ref!r}")
-    location = os.fspath(path)
+    many = isinstance(path, list | tuple)  # several files read as one dataset
+    paths: list[Any] = list(path) if isinstance(path, list | tuple) else [path]
+    location: Any = [os.fspath(p) for p in paths] if many else os.fspath(paths[0])
     ds = ChunkDataset(
         location, fields=fields, preload_bytes=preload_bytes, storage_options=storage_options
     )
@@ -397,7 +399,7 @@ def run_doctor(
         )
     pools = _pools(ds, rec_batch, rec_workers)
     chunking = None
-    if ds.layout.foreign and fields is not None:
+    if ds.layout.foreign and fields is not None and not many:  # per store: one file
         serial = [m for m in measurements if (m.num_workers, m.batch_size) == (0, ref)]
         chunking = advise_chunking(
             ds,
@@ -410,7 +412,7 @@ def run_doctor(
             storage_options=storage_options,
         )
     return DoctorReport(
-        path=location,
+        path=" + ".join(location) if many else location,
         format=ds.format,
         num_samples=len(ds),
         samples_per_chunk=ds.samples_per_chunk,
@@ -431,7 +433,7 @@ def run_doctor(
 
 
 def main_doctor(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,
     step_time: float | None = None,
     worker_counts: Sequence[int] | None = None,

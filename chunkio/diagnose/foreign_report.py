@@ -19,6 +19,7 @@ import numpy as np
 from ..backends import ArrayInfo, Reader, detect_format
 from ..format.foreign import batchable, order_field
 from ..format.grid import SampleGrid
+from ..format.sparse import SparseInfo
 from ..format.store_layout import StoreLayout
 from ..util.numeric import ceil_div
 from .describe import describe_array, size_on_disk
@@ -91,9 +92,24 @@ def _fields_info(found: StoreLayout, preload_bytes: int) -> dict[str, Any]:
             ("num_samples", "samples_per_chunk", "num_chunks", "order_field", "fields")
         )
     described = {}
-    for f in layout.fields:
-        a = infos[f.name]
+    sparse = [f for f in layout.fields if isinstance(f, SparseInfo)]
+    for f in sparse:  # rows of a CSR group: no array of its own
         described[f.name] = {
+            "array": f.group,
+            "dtype": str(f.dtype),
+            "sample_shape": [f.n_cols],
+            "chunks": [f.data_chunk],  # values per chunk of data and indices
+            "samples_per_chunk": layout.samples_per_chunk,  # on average: rows vary in length
+            "chunk_nbytes": f.data_chunk * f.dtype.itemsize,
+            "compression": None,
+            "sparse": "csr",
+            "nnz": f.nnz,
+        }
+    for info in layout.fields:
+        if info.name in described:
+            continue
+        a = infos[info.name]
+        described[info.name] = {
             "array": a.name,
             "dtype": str(a.dtype),
             "sample_shape": list(a.shape[1:]),
@@ -105,9 +121,13 @@ def _fields_info(found: StoreLayout, preload_bytes: int) -> dict[str, Any]:
     return {
         "num_samples": layout.num_samples,
         "samples_per_chunk": layout.samples_per_chunk,
-        "num_chunks": SampleGrid(layout.num_samples, layout.samples_per_chunk).num_chunks,
-        "order_field": order_field(infos, preload_bytes=preload_bytes),
-        "fields": described,
+        "num_chunks": len(layout.order_sizes)
+        if layout.order_sizes is not None
+        else SampleGrid(layout.num_samples, layout.samples_per_chunk).num_chunks,
+        "order_field": sparse[0].name
+        if sparse
+        else order_field(infos, preload_bytes=preload_bytes),
+        "fields": {f.name: described[f.name] for f in layout.fields},
     }
 
 
@@ -126,7 +146,7 @@ def verify_foreign(
     own checks came first, in :func:`~chunkio.format.store_layout.open_layout` (a missing array is a
     :class:`~chunkio.errors.MissingFieldError` listing the arrays)."""
     if found.layout is not None:
-        names = [f.array or f.name for f in found.layout.fields]
+        names = list(dict.fromkeys(n for f in found.layout.fields for n in f.array_names()))
     else:
         names = list(_checkable(reader, report))
     for name in names:

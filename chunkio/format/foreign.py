@@ -31,8 +31,10 @@ import numpy as np
 
 from ..backends import ArrayInfo, Reader
 from ..errors import FormatError, MissingFieldError
+from .columns import describe_node
 from .layout import DatasetLayout, FieldInfo
 from .names import validate_field_name
+from .sparse import SparseInfo
 from .volume_layout import VolumeSet
 
 __all__ = [
@@ -40,7 +42,7 @@ __all__ = [
     "batchable",
     "field_arrays",
     "fields_from_words",
-    "foreign_arrays",
+    "foreign_fields",
     "foreign_volumes",
     "layout_of",
     "list_arrays",
@@ -112,40 +114,84 @@ def list_arrays(reader: Reader) -> str:
 
 
 def layout_of(
-    infos: Mapping[str, ArrayInfo], where: str, *, preload_bytes: int = 0
+    infos: Mapping[str, ArrayInfo],
+    where: str,
+    *,
+    preload_bytes: int = 0,
+    tables: Mapping[str, FieldInfo] | None = None,
+    order: Sequence[str] = (),
 ) -> DatasetLayout:
-    """The layout of the arrays :func:`foreign_arrays` looked up in a store chunkio did not
+    """The layout of the fields :func:`foreign_fields` looked up in a store chunkio did not
     write (what :func:`chunkio.format.store_layout.open_layout` returns for it).
 
     ``preload_bytes``: arrays this small are read whole once per process (the dataset's
     ``preload_bytes``), so their chunks do not order reads, however large: labels stored as
     one chunk of every sample must not make the whole dataset one chunk to the sampler.
+    ``tables``: the fields naming groups or columns (:mod:`chunkio.format.columns`), by name;
+    a sparse matrix among them orders reads (its rows grouped by its data chunks).
+    ``order``: the fields' order (the user's; default: ``infos``, then ``tables``).
     """
-    fields_info = tuple(_field(n, i.name, i, where) for n, i in infos.items())
-    costly = infos[order_field(infos, preload_bytes=preload_bytes)]
+    tables = dict(tables or {})
+    fields_info = tuple(
+        tables[n] if n in tables else _field(n, infos[n].name, infos[n], where)
+        for n in dict.fromkeys([*order, *infos, *tables])
+    )
+    sparse = [f for f in fields_info if isinstance(f, SparseInfo)]
+    if sparse:
+        sizes = max(sparse, key=lambda f: f.nnz * f.dtype.itemsize).chunk_sizes
+        num_samples = int(sum(sizes))
+        return DatasetLayout(
+            num_samples=num_samples,
+            samples_per_chunk=max(1, round(num_samples / len(sizes))) if sizes else 1,
+            fields=fields_info,
+            foreign=True,
+            order_sizes=tuple(sizes),
+        )
+    # compound columns are read whole: their table's chunks order nothing
+    plain = {n: i for n, i in infos.items() if n not in tables or tables[n].kind != "column"}
+    costly = (plain or infos)[order_field(plain or infos, preload_bytes=preload_bytes)]
     num_samples = int(costly.shape[0])
+    whole = not plain
     return DatasetLayout(
         num_samples=num_samples,
-        samples_per_chunk=max(1, min(int(costly.chunks[0]), num_samples)),
+        samples_per_chunk=max(1, num_samples if whole else min(int(costly.chunks[0]), num_samples)),
         fields=fields_info,
         foreign=True,
     )
 
 
-def foreign_arrays(reader: Reader, fields: FieldSelection | None) -> dict[str, ArrayInfo]:
-    """Field name -> the array ``fields`` names (its path is ``info.name``), checked: every
-    array exists and all have the same length along axis 0."""
+def foreign_fields(
+    reader: Reader, fields: FieldSelection | None
+) -> tuple[dict[str, ArrayInfo], dict[str, FieldInfo]]:
+    """What ``fields`` names in a store chunkio did not write, checked to have one length
+    along axis 0 (the sample axis): the arrays read (field name -> :class:`ArrayInfo`; the
+    path is ``info.name``), and the fields that name a group or a dataframe column (a sparse
+    matrix, a categorical, a compound member: field name -> its :class:`FieldInfo`,
+    :mod:`chunkio.format.columns`; a sparse one has no array entry)."""
     where = reader.location
     fields = _given(reader, fields, "arrays", "'train/images', 'label': 'train/labels'")
     arrays = field_arrays(fields, where)
-    infos = {name: _array_info(reader, path) for name, path in arrays.items()}
-    lengths = {arrays[n]: (i.shape[0] if i.shape else None) for n, i in infos.items()}
+    infos: dict[str, ArrayInfo] = {}
+    tables: dict[str, FieldInfo] = {}
+    lengths: dict[str, int | None] = {}
+    for name, path in arrays.items():
+        found = describe_node(reader, name, path)
+        if found is not None:
+            tables[name], indptr = found
+            if indptr is not None:  # a sparse matrix: rows are indptr's length - 1
+                lengths[path] = len(indptr) - 1
+                continue
+            path_read = tables[name].array_names()[0]  # the codes; a compound column's table
+        else:
+            path_read = path
+        info = infos[name] = _array_info(reader, path_read)
+        lengths[path] = info.shape[0] if info.shape else None
     if len(set(lengths.values())) != 1 or None in lengths.values():
         raise FormatError(
             f"{where}: the arrays must have the same length along axis 0 (the sample axis); "
             f"got {lengths}"
         )
-    return infos
+    return infos, tables
 
 
 def order_field(infos: Mapping[str, ArrayInfo], *, preload_bytes: int = 0) -> str:

@@ -56,8 +56,11 @@ ATTR_KEY = "chunkio"
 COMPLETE_KEY = "chunkio_complete"
 
 #: "window": steps of dense arrays around each anchor (:class:`chunkio.format.windows.WindowInfo`),
-#: made when a dataset is opened with :class:`chunkio.Field` steps; never stored
-FieldKind = Literal["dense", "ragged", "encoded", "window"]
+#: made when a dataset is opened with :class:`chunkio.Field` steps; "sparse": rows of a CSR
+#: group (:class:`chunkio.format.sparse.SparseInfo`); "column": a member of a compound dataset
+#: (:class:`chunkio.format.columns.ColumnInfo`); these three are never stored
+FieldKind = Literal["dense", "ragged", "encoded", "window", "sparse", "column"]
+FIELD_KINDS = ("dense", "ragged", "encoded", "window", "sparse", "column")
 #: what an encoded field may hold (see :mod:`chunkio.images.encoding`)
 FIELD_ENCODINGS = ("jpeg", "png", "webp")
 
@@ -95,11 +98,11 @@ class FieldInfo:
 
     def __post_init__(self) -> None:
         validate_field_name(self.name)
-        if self.kind not in ("dense", "ragged", "encoded", "window"):
+        if self.kind not in FIELD_KINDS:
             raise FormatError(
-                f"field {self.name!r}: kind must be dense, ragged or encoded; got {self.kind!r}"
+                f"field {self.name!r}: kind must be one of {list(FIELD_KINDS)}; got {self.kind!r}"
             )
-        if self.kind in ("dense", "window") and self.sample_shape is None:
+        if self.kind in ("dense", "window", "sparse", "column") and self.sample_shape is None:
             raise FormatError(f"field {self.name!r}: dense fields need a sample_shape")
         if self.kind == "ragged" and self.sample_shape is not None:
             raise FormatError(f"field {self.name!r}: ragged fields have no sample_shape")
@@ -124,7 +127,7 @@ class FieldInfo:
     def array_names(self) -> tuple[str, ...]:
         if self.kind == "encoded":
             return encoded_array_names(self.name)
-        if self.kind == "dense":
+        if self.kind in ("dense", "column"):
             return (self.array or self.name,)
         return ragged_array_names(self.name)
 
@@ -148,6 +151,9 @@ class DatasetLayout:
     #: a store chunkio did not write, read in place (:mod:`chunkio.format.foreign`): never-written
     #: chunks read as the fill value, as Zarr and HDF5 define them
     foreign: bool = False
+    #: samples per chunk of the chunk-aware order where chunks differ in size (rows of a
+    #: sparse matrix grouped by its data chunks); ``None``: ``samples_per_chunk`` each
+    order_sizes: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if not self.fields:
@@ -247,7 +253,8 @@ def label_field(layout: DatasetLayout) -> FieldInfo | None:
     if not names:
         return None
     info = layout.field(names[0])
-    scalar_int = info.kind == "dense" and not info.sample_shape and info.dtype.kind in "iu"
+    scalar_int = info.kind in ("dense", "column") and not info.sample_shape
+    scalar_int = scalar_int and info.dtype.kind in "iu"
     return info if scalar_int else None
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from ..backends import ArrayInfo, Reader, ReaderOptions
 from ..errors import FormatError
 from .cf import decode_layout
-from .foreign import FieldSelection, foreign_arrays, foreign_volumes, layout_of
+from .foreign import FieldSelection, field_arrays, foreign_fields, foreign_volumes, layout_of
 from .layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, check_arrays
 from .volume_layout import VolumeSet
 from .windows import Anchors, WindowSet, is_windowed, open_windows, window_fields
@@ -181,8 +181,11 @@ def _foreign(
     if options.spatial is not None:
         layout, volumes = foreign_volumes(reader, fields, options.spatial)
         return StoreLayout(where, attrs, native=False, layout=layout, volumes=volumes)
-    arrays = foreign_arrays(reader, fields)
-    layout = layout_of(arrays, where, preload_bytes=options.preload_bytes)
+    arrays, tables = foreign_fields(reader, fields)
+    order = list(field_arrays(fields, where)) if fields is not None else []
+    layout = layout_of(
+        arrays, where, preload_bytes=options.preload_bytes, tables=tables, order=order
+    )
     return StoreLayout(where, attrs, native=False, layout=layout, arrays=arrays)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..backends import Reader
-from ..backends.base import StageClock
+from ..backends.base import StageClock, read_all
 from ..format.grid import SampleGrid
 from ..format.layout import DatasetLayout, FieldInfo
 from ..transforms.sample import FieldTransform, stored_output_shape
@@ -130,6 +130,9 @@ class ReadRequest:
     transform: FieldTransform | None = None
     #: the epoch the batch belongs to (the transform is keyed by it)
     epoch: int = 0
+    #: the whole dataset's index of this store's sample 0 (many files read as one dataset):
+    #: transforms are keyed by the dataset's indices, not a file's
+    first: int = 0
 
 
 class FieldReads(Protocol):
@@ -147,13 +150,10 @@ class FieldReads(Protocol):
 def read_whole(reader: Reader, name: str, stats: ReadStats | None = None) -> npt.NDArray[Any]:
     """Every element of array ``name``, read chunk by chunk along axis 0 (its chunks counted
     into ``stats`` when given)."""
-    info = reader.array_info(name)
-    grid = SampleGrid(int(info.shape[0]), int(info.chunks[0]))
-    out = np.empty(info.shape, dtype=info.dtype)
-    if grid.num_chunks:
-        reader.read_into(name, [grid.bounds(c) for c in range(grid.num_chunks)], out)
+    out = read_all(reader, name)
     if stats is not None:
-        stats.chunks_read += grid.num_chunks
+        info = reader.array_info(name)
+        stats.chunks_read += SampleGrid(int(info.shape[0]), int(info.chunks[0])).num_chunks
     return out
 
 

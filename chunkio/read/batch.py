@@ -5,10 +5,15 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any, SupportsIndex, overload
 
+import numpy as np
 import torch
 from torch.utils.data import default_collate
 
-__all__ = ["SampleBatch", "collate"]
+from ..format.layout import DatasetLayout
+from ..transforms.sample import FieldTransform, stored_output_shape
+from .sparse import CSRBatch
+
+__all__ = ["BatchShapes", "SampleBatch", "collate"]
 
 
 class SampleBatch(list[Any]):
@@ -155,4 +160,77 @@ def to_tensor(value: Any) -> Any:
     """NumPy arrays (or lists of them, for ragged fields) -> tensors sharing memory."""
     if isinstance(value, list):
         return [torch.from_numpy(v) for v in value]
+    if isinstance(value, CSRBatch):
+        return value.to_torch()
     return torch.from_numpy(value)
+
+
+class BatchShapes:
+    """Mixin of :class:`chunkio.ChunkDataset`: the shapes of its batches, as transports
+    preallocate them, and samples arranged as ``fields`` asks."""
+
+    location: Any
+    layout: DatasetLayout
+    fields: tuple[str, ...]
+    field_transform: FieldTransform | None
+    channels_last: bool
+    _single: bool
+    _as_tuple: bool
+    _channel_counts: dict[str, int]
+
+    def batch_fields(self) -> dict[str, tuple[np.dtype[Any], tuple[int, ...]]]:
+        """The selected fields as a transport preallocates them: ``(dtype, sample_shape)``
+        (see :class:`chunkio.transport.BatchSource`), after the field transform; fields of
+        samples with different shapes have none (a ``TypeError``)."""
+        out = {}
+        for name in self.fields:
+            info = self.layout.field(name)
+            shape = self.output_shape(name)
+            if shape is None:
+                raise TypeError(
+                    f"{self.location}: field {name!r} holds samples of different shapes "
+                    f"({info.kind}): no batch shape"
+                )
+            out[name] = (info.dtype, shape)
+        return out
+
+    def channels_last_fields(self) -> frozenset[str]:
+        """Fields a transport lays out channels last (see ``channels_last``)."""
+        if not self.channels_last:
+            return frozenset()
+        t = self.field_transform
+        out = {
+            name
+            for name in self.fields
+            if self.layout.field(name).kind == "encoded" or (t is not None and t.field == name)
+        }
+        return frozenset(n for n in out if len(self.output_shape(n) or ()) == 3)
+
+    def output_shape(self, name: str) -> tuple[int, ...] | None:
+        """The shape of field ``name`` in a batch (after the field transform), or ``None``
+        when its samples differ (ragged, or images of several sizes and no fixed-size
+        transform)."""
+        info = self.layout.field(name, where=str(self.location))
+        if (
+            getattr(info, "batches", "dense") == "csr"
+        ):  # sparse tensors: as many values as rows hold
+            return None
+        t = self.field_transform
+        if t is None or t.field != name:
+            return None if info.sample_shape is None else tuple(info.sample_shape)
+        if info.sample_shape is not None:
+            return stored_output_shape(t, tuple(info.sample_shape))
+        fixed = getattr(t, "fixed_size", None)
+        if info.kind == "encoded" and fixed is not None:
+            channels = self._channel_counts[name]  # read with the metadata
+            return (channels, int(fixed[0]), int(fixed[1]))
+        return None
+
+    def arrange(self, columns: dict[str, Any]) -> Any:
+        """Columns by field -> a sample or batch as ``fields`` asks: a dict, a tuple in
+        ``fields`` order, or the one field's value."""
+        if self._single:
+            return columns[self.fields[0]]
+        if self._as_tuple:
+            return tuple(columns[f] for f in self.fields)
+        return columns

@@ -21,13 +21,14 @@ from ..backends import ReaderOptions
 from ..format.grid import SampleGrid
 from ..format.layout import DatasetLayout, FieldInfo
 from ..transforms.sample import FieldTransform
+from ..util.handles import PerProcessHandle
 from .base import CFDecodedField, DecodeThreads, FieldReads, ReadContext, ReadRequest, ReadStats
-from .dense import dense_field
+from .dense import ColumnField, dense_field
 from .encoded import EncodedField
-from .handles import PerProcessHandle
 from .patches import PatchReads
 from .planning import normalize_indices
 from .ragged import RaggedField
+from .sparse import SparseField
 from .windows import WindowField
 
 __all__ = ["FIELD_KINDS", "ReadCore", "ReadCoreDataset"]
@@ -38,6 +39,8 @@ FIELD_KINDS: dict[str, Callable[[ReadContext, FieldInfo], FieldReads]] = {
     "ragged": RaggedField,
     "encoded": EncodedField,
     "window": WindowField,
+    "sparse": SparseField,
+    "column": ColumnField,
 }
 
 
@@ -102,6 +105,7 @@ class ReadCore:
         once: bool = False,
         transform: FieldTransform | None = None,
         epoch: int = 0,
+        first: int = 0,
     ) -> dict[str, Any]:
         """Read ``indices`` of each field; dense fields as one array, ragged as a list,
         encoded fields decoded (as one array when their samples share a shape).
@@ -109,7 +113,8 @@ class ReadCore:
         ``once``: no later read asks for these samples again (a loader's epoch order), so a
         chunk the batch uses whole, in order, is decoded straight into the output and not
         kept. ``transform`` (of field ``transform.field``) is applied to each sample, keyed
-        by ``epoch``, on its way into the output.
+        by ``epoch`` and its index (plus ``first``: this store's first sample's index in a
+        dataset of many files), on its way into the output.
         """
         try:
             idx = normalize_indices(indices, self.layout.num_samples)
@@ -118,7 +123,7 @@ class ReadCore:
         result: dict[str, Any] = {}
         for name in fields:
             mine = transform if transform is not None and transform.field == name else None
-            how = ReadRequest(once=once, transform=mine, epoch=epoch)
+            how = ReadRequest(once=once, transform=mine, epoch=epoch, first=first)
             result[name] = self.field(name).read(idx, None if out is None else out.get(name), how)
         self.stats.samples += len(idx)
         self.stats.batches += 1

@@ -22,7 +22,7 @@ from .base import ReadContext, ReadRequest, read_whole, transformed_buffer
 from .cache import DecodedChunkCache
 from .planning import BatchPlan, plan_batch
 
-__all__ = ["DenseField", "PreloadedField", "dense_field"]
+__all__ = ["ColumnField", "DenseField", "PreloadedField", "dense_field"]
 
 
 def dense_field(ctx: ReadContext, info: FieldInfo) -> DenseField | PreloadedField:
@@ -45,7 +45,7 @@ class PreloadedField:
     ) -> npt.NDArray[Any]:
         if how.transform is not None:
             return _transformed(
-                self.ctx, self.info, how.transform, self.whole, idx, idx, out, how.epoch
+                self.ctx, self.info, how.transform, self.whole, idx, idx + how.first, out, how.epoch
             )
         out = _checked_out(self.info, len(idx), out)
         # mode="clip": idx is already validated, and the default mode="raise" makes numpy
@@ -55,6 +55,17 @@ class PreloadedField:
 
     def prefetch(self, idx: IntArray) -> None:
         pass  # held whole
+
+
+class ColumnField(PreloadedField):
+    """A member of a compound dataset (a legacy AnnData ``obs`` column): the dataset is read
+    whole once per process and the column kept."""
+
+    def __init__(self, ctx: ReadContext, info: FieldInfo) -> None:
+        self.ctx = ctx
+        self.info = info
+        whole = read_whole(ctx.reader, info.array_names()[0], ctx.stats)
+        self.whole = np.ascontiguousarray(whole[getattr(info, "member", None) or info.name])
 
 
 def _checked_out(info: FieldInfo, count: int, out: npt.NDArray[Any] | None) -> npt.NDArray[Any]:
@@ -112,7 +123,7 @@ class DenseField:
             # decoded but not gathered: a transform reads each sample straight from its chunk
             buffer, rows = self.locate(idx)
             return _transformed(
-                self.ctx, self.info, how.transform, buffer, rows, idx, out, how.epoch
+                self.ctx, self.info, how.transform, buffer, rows, idx + how.first, out, how.epoch
             )
         out = _checked_out(self.info, len(idx), out)
         return self._gather(plan_batch(idx, self.grid), out, how.once)

@@ -141,7 +141,7 @@ class EncodedField:
             shape = tuple(int(s) for s in self.shapes[i])
             target = out[j] if out is not None else None
             try:
-                return self._decode_one(i, shape, target, transform, epoch)
+                return self._decode_one(i, shape, target, transform, epoch, how.first)
             except CorruptChunkError as err:
                 chunk = int(self.spans[i][0]) // self.chunk_len
                 raise CorruptChunkError(
@@ -159,6 +159,7 @@ class EncodedField:
         out: npt.NDArray[Any] | None,
         transform: FieldTransform | None,
         epoch: int,
+        first: int = 0,
     ) -> npt.NDArray[Any]:
         data = self.sample_bytes(i)
         if transform is None:
@@ -172,7 +173,7 @@ class EncodedField:
             self.decoder.decode_into(data, scratch)
             np.copyto(target, scratch)
             return out
-        key = (int(transform.seed), int(epoch), i)
+        key = (int(transform.seed), int(epoch), i + first)  # the whole dataset's index
         plan_of = getattr(transform, "plan", None)
         render = getattr(transform, "render", None)
         if out is None:

@@ -123,6 +123,8 @@ class AnchorSamples:
         per run of row chunks, :func:`chunkio.format.windows.anchor_groups`)."""
         if self._windows is not None:
             return self._windows.group_sizes
+        if self.layout.order_sizes is not None:  # rows of a sparse matrix per data chunk
+            return np.asarray(self.layout.order_sizes, dtype=np.int64)
         return SampleGrid(self.layout.num_samples, self.layout.samples_per_chunk).chunk_sizes()
 
     @property

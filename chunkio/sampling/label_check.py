@@ -20,8 +20,8 @@ import numpy as np
 
 from ..backends import Reader
 from ..errors import caller_stacklevel
+from ..format.columns import column_values
 from ..format.layout import LABEL_FIELDS, label_field
-from ..read import read_whole
 
 __all__ = [
     "LABEL_FIELDS",
@@ -61,8 +61,8 @@ def labels_of(
     if reader is None:
         labels: np.ndarray[Any, np.dtype[np.int64]] | None = dataset.labels()
         return labels
-    array = info.array_names()[0]  # "label", or the array a store chunkio did not write names
-    return np.asarray(read_whole(reader, array), dtype=np.int64)
+    # "label", or the array (or compound column) a store chunkio did not write names
+    return np.asarray(column_values(reader, info), dtype=np.int64)
 
 
 def _distinct_ratio(groups: list[Any], labels: Any, counts: Any) -> tuple[float, float, float]:

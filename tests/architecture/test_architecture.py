@@ -280,7 +280,9 @@ LAYERS: dict[str, set[str]] = {
     "testing": {"backends", "format", "remote"},
     "read": {"backends", "format", "images", "transforms"},
     "sampling": {"backends", "format", "read"},
-    "dataset": {"backends", "format", "read", "sampling", "transforms"},
+    # many files as one dataset: one read core per file
+    "collection": {"backends", "format", "read", "transforms"},
+    "dataset": {"backends", "collection", "format", "read", "sampling", "transforms"},
     "loader_options": {"dataset", "sampling", "transport"},
     "loader": {
         "backends",

@@ -137,7 +137,9 @@ def test_a_group_is_not_an_array_and_a_missing_array_is_told_by_type(
     folder.mkdir()
     path = make(folder)
     where = re.escape(str(path))
-    with pytest.raises(FormatError, match=rf"{where}: 'train' is a group, not an array") as err:
+    with pytest.raises(
+        FormatError, match=rf"{where}: 'train' is a group \(attributes \[\]\), not an array"
+    ) as err:
         chunkio.ChunkDataset(path, fields=["train/images", "train"])
     assert not isinstance(err.value, MissingFieldError)
     with pytest.raises(MissingFieldError, match=rf"{where}: no array 'grp'; arrays found: train/"):

@@ -121,7 +121,7 @@ def test_only_open_layout_decides_native_or_foreign() -> None:
     dataset, converter and report (there were five such places)."""
     decides = re.compile(
         r"\bATTR_KEY\s+(not\s+)?in\b|[\"']chunkio[\"']\s+(not\s+)?in\s+\w*attrs|"
-        r"\b(foreign_arrays|foreign_volumes|layout_of|is_chunkio_dataset)\("
+        r"\b(foreign_fields|foreign_volumes|layout_of|is_chunkio_dataset)\("
     )
     allowed = {PACKAGE / "format" / "store_layout.py", PACKAGE / "format" / "foreign.py"}
     hits = [
@@ -194,6 +194,6 @@ def test_the_constructor_and_make_loaders_path_share_one_set_of_defaults() -> No
     configure = inspect.signature(chunkio.ChunkDataset._configure).parameters
     shared = [n for n in configure if n not in ("self", "path", "transform")]
     assert shared and all(configure[n].default == init[n].default for n in shared)
-    # what the dataset reads of the store (its arrays, windows' anchors, CF decoding) goes to
-    # open_layout, not to the configuration
-    assert set(init) - set(configure) == {"fields", "anchors", "decode_cf"}
+    # what the dataset reads of the store (its arrays, with windows its anchors, how its
+    # sparse fields are batched, CF decoding) goes to its layout, not to the configuration
+    assert set(init) - set(configure) == {"fields", "anchors", "sparse_batches", "decode_cf"}

@@ -34,7 +34,7 @@ from ...errors import (
 from ...util.numeric import ceil_div
 from ..base import ArrayInfo, StageClock, check_region, coalesce
 from ..codec_table import HDF5_SAFE, hdf5_codec_info
-from .checks import check_array, in_file_path
+from .checks import check_array, in_file_node, in_file_path, read_text
 from .raw import RawChunks, run_rows
 
 __all__ = ["HDF5Reader", "decode_attrs", "open_hdf5_readers"]
@@ -214,13 +214,10 @@ class HDF5Reader:
             return decode_attrs(self._open().attrs)
 
     def array_attrs(self, name: str) -> dict[str, Any]:
-        """The dataset's own attributes, as h5py reads them (NumPy values keep their dtype);
-        one h5py cannot read (an unsupported type) is left out."""
-        with self._lock:
-            found = self._dataset(name).attrs
-            out: dict[str, Any] = {}
+        with self._lock:  # as h5py reads them: NumPy values keep their dtype
+            found, out = self._dataset(name).attrs, dict[str, Any]()
             for key in found:
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(Exception):  # a type h5py cannot read: left out
                     out[key] = found[key]
             return out
 
@@ -273,6 +270,15 @@ class HDF5Reader:
     def array_info(self, name: str) -> ArrayInfo:
         with self._lock:
             return self._array_info(name)
+
+    def group_attrs(self, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            node = in_file_node(self._open(), name, self.location, trust=self._trust)
+            return decode_attrs(node.attrs) if isinstance(node, h5py.Group) else None
+
+    def read_text(self, name: str) -> list[str]:
+        with self._lock:
+            return read_text(in_file_node(self._open(), name, self.location, trust=self._trust))
 
     def _array_info(self, name: str) -> ArrayInfo:
         d = self._dataset(name)

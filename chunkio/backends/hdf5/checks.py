@@ -21,12 +21,13 @@ import os
 from typing import Any
 
 import h5py
+import numpy as np
 
 from ...errors import FormatError, MissingFieldError, OptionalDependencyError, UnsafeInputError
 from ..codec_packages import hdf5_filter_hint, hdf5_filter_name
 from ..codec_table import HDF5_SAFE
 
-__all__ = ["check_array", "in_file_path"]
+__all__ = ["check_array", "in_file_node", "in_file_path", "read_text"]
 
 #: soft links followed for one name before it counts as a loop
 _MAX_SOFT_LINKS = 32
@@ -140,3 +141,25 @@ def _source_exists(source: str, where: str) -> bool:
     if prefix:
         places.append(os.path.join(prefix, source))
     return any(os.path.isfile(p) for p in places)
+
+
+def in_file_node(f: h5py.File, name: str, where: str, *, trust: bool) -> Any:
+    """The group or dataset at ``name``, through soft links inside the file only (any link
+    when ``trust``); nothing there: a :class:`MissingFieldError`."""
+    path, link = in_file_path(f, name, where)
+    if path is None and not trust:
+        raise UnsafeInputError(
+            f"{where}: {name!r} is (or passes through) a {type(link).__name__}; chunkio "
+            "follows soft links inside the file only, unless trust_codecs=True"
+        )
+    return f[path or name]
+
+
+def read_text(node: Any) -> list[str]:
+    """Every value of the string dataset ``node`` (variable-length or fixed-length bytes)."""
+    if not isinstance(node, h5py.Dataset) or (
+        h5py.check_string_dtype(node.dtype) is None and node.dtype.kind != "S"
+    ):
+        raise FormatError(f"{node.file.filename}: {node.name!r} is not an array of strings")
+    values = np.asarray(node[()]).reshape(-1).tolist()
+    return [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in values]

@@ -165,6 +165,12 @@ class RemoteHDF5Reader:
     def array_attrs(self, name: str) -> dict[str, Any]:
         return self._general().array_attrs(name)
 
+    def group_attrs(self, name: str) -> dict[str, Any] | None:
+        return self._general().group_attrs(name)
+
+    def read_text(self, name: str) -> list[str]:
+        return self._general().read_text(name)
+
     def _array(self, name: str) -> _Array:
         found = self._arrays.get(name)
         if found is None:

@@ -32,6 +32,7 @@ from ..codec_packages import missing_zarr_codecs, zarr_install_hint
 from ..codec_table import ZARR2_SAFE, ZARR_SAFE, zarr2_codec_info, zarr2_codecs, zarr_codec_info
 from .documents import RemoteDocuments, v2_array_document
 from .engine import ArrayEngine
+from .nodes import array_attrs, group_attrs, read_text
 from .shard import shard_layout
 from .shard_index import ShardIndexes
 from .sources import ByteSource, LocalFiles, RemoteObjects, describe, is_remote
@@ -189,8 +190,7 @@ class ZarrReader:
         return self._zgroup
 
     def documents(self) -> dict[str, dict[str, Any] | None] | None:
-        """A remote group's ``zarr.json`` documents read so far, for ``documents=`` of a
-        reader in another process (:mod:`.documents`); ``None`` for a local group."""
+        """A remote group's documents read so far, for another process (None: local)."""
         return None if self._docs is None else self._docs.snapshot()
 
     def attrs(self) -> dict[str, Any]:
@@ -323,8 +323,7 @@ class ZarrReader:
         return ArrayEngine.build(source, name, meta, fill_missing=self._fill_missing)
 
     def _source(self, name: str) -> ByteSource | None:
-        """The stored objects of array ``name`` as chunkio reads them (None: a store object
-        only zarr-python reads)."""
+        """Array ``name``'s objects as chunkio reads them (None: only zarr-python does)."""
         if self._remote is not None:
             return RemoteObjects(self._remote, name)  # keys below the url
         store = self._group.store
@@ -338,6 +337,15 @@ class ZarrReader:
         if isinstance(arr, _Described):
             arr = self._group[name]
         return arr
+
+    def group_attrs(self, name: str) -> dict[str, Any] | None:
+        raw = self._raw_meta(name)
+        if raw is not None and raw.get("node_type") == "array":
+            return None
+        return group_attrs(self._group, name, self.location)
+
+    def read_text(self, name: str) -> list[str]:
+        return read_text(self._group, name, self.location)
 
     def array_info(self, name: str) -> ArrayInfo:
         info = self._infos.get(name)
@@ -360,15 +368,7 @@ class ZarrReader:
         return info
 
     def array_attrs(self, name: str) -> dict[str, Any]:
-        """The array's attributes; a v2 array xarray wrote (``_ARRAY_DIMENSIONS``) has its
-        ``fill_value`` as ``_FillValue``, as xarray reads it (:mod:`chunkio.format.cf`)."""
-        raw = self._raw_meta(name) or {}
-        if raw.get("zarr_format") != 2:
-            return dict(raw.get("attributes") or {})
-        attrs = dict(self._zarr_array(name).attrs)
-        if "_ARRAY_DIMENSIONS" in attrs and raw.get("fill_value") is not None:
-            attrs.setdefault("_FillValue", raw["fill_value"])
-        return attrs
+        return array_attrs(self._raw_meta(name) or {}, lambda: self._zarr_array(name).attrs)
 
     def stored_nbytes(self, name: str) -> int:
         """Bytes the array's chunks take in the store (remotely: a listing)."""

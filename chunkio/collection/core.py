@@ -1,0 +1,155 @@
+"""The per-process reads of a dataset of many files: one read core per file, opened on that
+file's first read in this process, at most :data:`MAX_OPEN_FILES` open at once (the least
+recently used closed first), so hundreds of files cost neither hundreds of handles nor memory
+per worker. A batch is split by file, each file's samples read by its core, and the parts
+scattered into the batch (categorical codes remapped to the dataset's categories)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..read import ReadCore, ReadStats
+from ..read.planning import normalize_indices
+from ..transforms.sample import FieldTransform
+from .files import FileSet
+
+__all__ = ["MAX_OPEN_FILES", "FileSetCore"]
+
+#: files each process keeps open at once
+MAX_OPEN_FILES = 32
+
+
+class FileSetCore:
+    """Serves batches of a :class:`FileSet` in the current process (the handle a
+    :class:`chunkio.ChunkDataset` of several files opens in each process)."""
+
+    def __init__(
+        self,
+        files: FileSet,
+        *,
+        cache_chunks: int = 0,
+        preload_bytes: int = 0,
+        decode_threads: int = 1,
+        max_open: int = MAX_OPEN_FILES,
+    ) -> None:
+        self.pid = os.getpid()
+        self.files = files
+        self.layout = files.layout
+        self._starts = files.starts
+        self._settings = {
+            "cache_chunks": cache_chunks,
+            "preload_bytes": preload_bytes,
+            "decode_threads": decode_threads,
+        }
+        self.max_open = max(1, int(max_open))
+        self._open: OrderedDict[int, ReadCore] = OrderedDict()
+        self._closed = ReadStats()  # what closed cores had read
+        #: files opened in this process, in all (a file closed and read again counts twice)
+        self.opened = 0
+
+    def core(self, part: int) -> ReadCore:
+        """File ``part``'s read core in this process (opened on first use)."""
+        found = self._open.get(part)
+        if found is not None:
+            self._open.move_to_end(part)
+            return found
+        while len(self._open) >= self.max_open:
+            _, oldest = self._open.popitem(last=False)
+            _add(self._closed, oldest.stats)
+            oldest.close()
+        info = self.files.parts[part]
+        found = self._open[part] = ReadCore(
+            info.location, info.layout, reader=info.options, **self._settings
+        )
+        self.opened += 1
+        return found
+
+    @property
+    def stats(self) -> ReadStats:
+        """What this process has read, over every file."""
+        total = dataclasses.replace(self._closed, per_field=dict(self._closed.per_field))
+        for core in self._open.values():
+            _add(total, core.stats)
+        return total
+
+    def close(self) -> None:
+        for core in self._open.values():
+            _add(self._closed, core.stats)
+            core.close()
+        self._open.clear()
+
+    def _split(self, indices: Any) -> tuple[npt.NDArray[np.int64], list[tuple[int, Any]]]:
+        idx = normalize_indices(indices, self.layout.num_samples)
+        part_of = np.searchsorted(self._starts, idx, side="right") - 1
+        return idx, [(int(p), np.flatnonzero(part_of == p)) for p in np.unique(part_of)]
+
+    def read(
+        self,
+        fields: Sequence[str],
+        indices: Any,
+        out: Mapping[str, npt.NDArray[Any]] | None = None,
+        *,
+        once: bool = False,
+        transform: FieldTransform | None = None,
+        epoch: int = 0,
+    ) -> dict[str, Any]:
+        """As :meth:`chunkio.read.ReadCore.read`, over the files."""
+        idx, groups = self._split(indices)
+        result: dict[str, Any] = {name: (out or {}).get(name) for name in fields}
+        for part, rows in groups:
+            start = int(self._starts[part])
+            got = self.core(part).read(
+                fields, idx[rows] - start, once=once, transform=transform, epoch=epoch, first=start
+            )
+            for name, value in got.items():
+                value = self.files.remap(part, name, value)
+                if isinstance(value, list):
+                    if result[name] is None:
+                        result[name] = [None] * len(idx)
+                    for j, row in zip(rows.tolist(), value, strict=True):
+                        result[name][j] = row
+                    continue
+                if result[name] is None:
+                    dtype = self.layout.field(name).dtype
+                    result[name] = np.empty((len(idx), *value.shape[1:]), dtype)
+                result[name][rows] = value
+        for name in fields:
+            if result[name] is None:  # an empty batch
+                result[name] = self.core(0).read([name], [])[name]
+        return result
+
+    def encoded(self, name: str, indices: Any) -> tuple[list[Any], npt.NDArray[np.int64]]:
+        """As :meth:`chunkio.read.ReadCore.encoded`, over the files."""
+        idx, groups = self._split(indices)
+        data: list[Any] = [None] * len(idx)
+        shapes: npt.NDArray[np.int64] | None = None
+        for part, rows in groups:
+            got, got_shapes = self.core(part).encoded(name, idx[rows] - self._starts[part])
+            for j, blob in zip(rows.tolist(), got, strict=True):
+                data[j] = blob
+            if shapes is None:
+                shapes = np.empty((len(idx), *got_shapes.shape[1:]), np.int64)
+            shapes[rows] = got_shapes
+        return data, shapes if shapes is not None else np.empty((0, 3), np.int64)
+
+    def prefetch(self, fields: Sequence[str], indices: Any) -> None:
+        idx, groups = self._split(indices)
+        for part, rows in groups:
+            if part in self._open:  # ahead of a read, but never opening a file for it
+                self._open[part].prefetch(fields, idx[rows] - self._starts[part])
+
+
+def _add(total: ReadStats, more: ReadStats) -> None:
+    for f in dataclasses.fields(ReadStats):
+        value = getattr(more, f.name)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            setattr(total, f.name, getattr(total, f.name) + value)
+    for key, count in more.per_field.items():
+        total.per_field[key] = total.per_field.get(key, 0) + count

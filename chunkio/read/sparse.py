@@ -1,0 +1,220 @@
+"""Sparse fields: rows of a CSR matrix, scattered into dense batches.
+
+A batch of rows reads each row's ``indptr`` range, decodes the ``data`` and ``indices``
+chunks those ranges touch once (each array through its own decoded-chunk cache, so the
+batches of a chunk-aware order that reuse a chunk do not decode it again), gathers the
+batch's values and columns, and scatters them into a zero-filled ``(B, n_cols)`` array of
+``data``'s dtype (scipy's ``toarray()`` of the same rows: duplicate columns of a row add up).
+Columns outside the matrix are a :class:`~chunkio.errors.FormatError` naming the row.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import FormatError
+from ..format.grid import SampleGrid
+from ..format.sparse import SparseInfo
+from ..util.numeric import IntArray
+from .base import ReadContext, ReadRequest, read_whole
+from .cache import DecodedChunkCache
+
+__all__ = ["CSRBatch", "SparseField"]
+
+
+@dataclass(frozen=True)
+class CSRBatch:
+    """A batch of sparse rows as CSR arrays (``ChunkDataset(sparse_batches="csr")``): row
+    ``b``'s values are ``data[indptr[b]:indptr[b + 1]]`` at columns ``indices[...]``; as a
+    tensor, ``torch.sparse_csr_tensor`` (:meth:`to_torch`)."""
+
+    indptr: IntArray
+    indices: IntArray
+    data: npt.NDArray[Any]
+    shape: tuple[int, int]
+
+    def to_torch(self) -> Any:
+        import torch
+
+        with warnings.catch_warnings():  # torch's notice that sparse CSR is a beta feature
+            warnings.filterwarnings("ignore", "Sparse CSR tensor support is in beta")
+            return torch.sparse_csr_tensor(
+                torch.from_numpy(self.indptr),
+                torch.from_numpy(self.indices),
+                torch.from_numpy(self.data),
+                size=self.shape,
+                check_invariants=False,  # built here: rows in order, columns checked on read
+            )
+
+    def toarray(self) -> npt.NDArray[Any]:
+        """The rows densified (as the default dense batches hold them)."""
+        out = np.zeros(self.shape, self.data.dtype)
+        rows = np.repeat(np.arange(self.shape[0]), np.diff(self.indptr))
+        np.add.at(out, (rows, self.indices), self.data)
+        return out
+
+
+class _Values:
+    """One 1-D array of a CSR group (``data`` or ``indices``), read through a cache of its
+    decoded chunks."""
+
+    def __init__(self, ctx: ReadContext, name: str, size: int, chunk: int, dtype: Any) -> None:
+        self.ctx = ctx
+        self.name = name
+        self.grid = SampleGrid(size, max(1, chunk))
+        self.cache = DecodedChunkCache(
+            rows_per_chunk=self.grid.samples_per_chunk,
+            sample_shape=(),
+            dtype=dtype,
+            capacity=max(1, ctx.cache_chunks),
+        )
+
+    def chunks_of(self, starts: IntArray, stops: IntArray) -> IntArray:
+        """The chunks (sorted, unique) holding the values ``[starts[i], stops[i])`` (rows that
+        hold values only): from the ranges' ends, not from every position."""
+        step = self.grid.samples_per_chunk
+        first, last = starts // step, (stops - 1) // step
+        if not len(first):
+            return np.zeros(0, np.int64)
+        if int((last - first).max()) <= 1:
+            return np.unique(np.concatenate([first, last]))
+        counts = last - first + 1  # rows longer than a chunk: every chunk between
+        offsets = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+        return np.unique(np.repeat(first, counts) + offsets)
+
+    def take(self, positions: IntArray, needed: IntArray) -> npt.NDArray[Any]:
+        """The values at ``positions`` (sorted or not), all in the chunks ``needed`` (sorted,
+        unique), decoding the chunks not held."""
+        step = self.grid.samples_per_chunk
+        slots, runs = self.cache.admit(needed)
+        stats = self.ctx.stats
+        try:
+            for run, first_slot in runs:
+                ranges = [self.grid.bounds(c) for c in run]
+                count = sum(b - a for a, b in ranges)
+                self.ctx.reader.read_into(self.name, ranges, self.cache.rows(first_slot, count))
+                stats.rows_decoded += count
+        except BaseException:
+            self.cache.forget([c for run, _ in runs for c in run])  # never serve a bad slot
+            raise
+        read = sum(len(run) for run, _ in runs)
+        stats.chunks_read += read
+        stats.cache_hits += len(needed) - read
+        stats.per_field[self.name] = stats.per_field.get(self.name, 0) + read
+        base = int(needed[0])
+        slot_of = np.zeros(int(needed[-1]) - base + 1, np.int64)  # chunk - base -> its slot
+        slot_of[needed - base] = slots
+        chunk, within = np.divmod(positions, step)
+        where = slot_of[chunk - base] * step + within
+        found: npt.NDArray[Any] = self.cache.buffer[where]
+        return found
+
+    def prefetch(self, needed: IntArray) -> None:
+        prefetch = getattr(self.ctx.reader, "prefetch", None)
+        if callable(prefetch):
+            prefetch(self.name, [c for c in needed.tolist() if c not in self.cache])
+
+
+class SparseField:
+    """One sparse field of one process's dataset handle: its ``indptr`` (read whole once per
+    process) and the caches of its ``data`` and ``indices`` chunks."""
+
+    def __init__(self, ctx: ReadContext, info: Any) -> None:
+        if not isinstance(info, SparseInfo):
+            raise TypeError(f"field {info.name!r}: a sparse field needs a SparseInfo")
+        self.ctx = ctx
+        self.info = info
+        data, indices, indptr = info.array_names()
+        self.indptr = read_whole(ctx.reader, indptr, ctx.stats).astype(np.int64)
+        self.data = _Values(ctx, data, info.nnz, info.data_chunk, info.dtype)
+        found = ctx.reader.array_info(indices)
+        self.indices = _Values(ctx, indices, info.nnz, info.indices_chunk, found.dtype)
+
+    def _positions(self, idx: IntArray) -> tuple[IntArray, IntArray]:
+        """Each stored value of rows ``idx``: its position in ``data`` and its row in the
+        batch."""
+        starts = self.indptr[idx]
+        counts = self.indptr[idx + 1] - starts
+        total = int(counts.sum())
+        rows = np.repeat(np.arange(len(idx), dtype=np.int64), counts)
+        first = np.cumsum(counts) - counts
+        positions = np.arange(total, dtype=np.int64) + np.repeat(starts - first, counts)
+        return positions, rows
+
+    def read(
+        self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadRequest
+    ) -> npt.NDArray[Any] | CSRBatch:
+        info = self.info
+        if how.transform is not None:
+            raise TypeError(f"field {info.name!r}: a field transform cannot apply to a sparse row")
+        positions, rows = self._positions(idx)
+        if info.batches == "csr":
+            return self._csr(idx, positions, rows)
+        shape = (len(idx), info.n_cols)
+        if out is None:
+            out = np.zeros(shape, dtype=info.dtype)
+        elif out.shape != shape or out.dtype != info.dtype:
+            raise ValueError(
+                f"output buffer for field {info.name!r} must be {shape} {info.dtype}; "
+                f"got {out.shape} {out.dtype}"
+            )
+        else:
+            out[...] = 0
+        if not len(positions):
+            return out
+        values, columns = self._values(idx, positions)
+        self._check_columns(columns, rows, idx)
+        if _canonical(columns, rows):
+            out[rows, columns] = values
+        else:  # a row repeats a column: its values add up, as scipy's toarray() does
+            np.add.at(out, (rows, columns), values)
+        return out
+
+    def _values(self, idx: IntArray, positions: IntArray) -> tuple[npt.NDArray[Any], IntArray]:
+        """The stored values and columns at ``positions`` (of rows ``idx``)."""
+        if not len(positions):
+            return np.zeros(0, self.info.dtype), np.zeros(0, np.int64)
+        starts, stops = self.indptr[idx], self.indptr[idx + 1]
+        held = stops > starts
+        starts, stops = starts[held], stops[held]
+        values = self.data.take(positions, self.data.chunks_of(starts, stops))
+        needed = self.indices.chunks_of(starts, stops)
+        columns = self.indices.take(positions, needed).astype(np.int64, copy=False)
+        return values, columns
+
+    def _csr(self, idx: IntArray, positions: IntArray, rows: IntArray) -> CSRBatch:
+        values, columns = self._values(idx, positions)
+        self._check_columns(columns, rows, idx)
+        counts = np.bincount(rows, minlength=len(idx)) if len(idx) else np.zeros(0, np.int64)
+        indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        return CSRBatch(indptr, columns, values, (len(idx), self.info.n_cols))
+
+    def _check_columns(self, columns: IntArray, rows: IntArray, idx: IntArray) -> None:
+        bad = np.flatnonzero((columns < 0) | (columns >= self.info.n_cols))
+        if bad.size:
+            row = int(idx[rows[bad[0]]])
+            raise FormatError(
+                f"{self.ctx.reader.location}: sparse group {self.info.group!r}, row {row}: "
+                f"column index {int(columns[bad[0]])} is outside the matrix's "
+                f"{self.info.n_cols} columns (a corrupt indices array)"
+            )
+
+    def prefetch(self, idx: IntArray) -> None:
+        starts, stops = self.indptr[idx], self.indptr[idx + 1]
+        held = stops > starts
+        for values in (self.data, self.indices):
+            values.prefetch(values.chunks_of(starts[held], stops[held]))
+
+
+def _canonical(columns: IntArray, rows: IntArray) -> bool:
+    """Whether no row of the batch repeats a column (columns rise within each row, as in
+    every canonical CSR matrix)."""
+    if len(columns) < 2:
+        return True
+    same_row = rows[1:] == rows[:-1]
+    return bool(np.all(columns[1:][same_row] > columns[:-1][same_row]))

@@ -1,0 +1,210 @@
+"""Many files as one dataset (``ChunkDataset([path1, path2, ...])``): rows end to end,
+categorical codes remapped to one category list, the order and the loader spanning files,
+each process opening files lazily and keeping a bounded number open; mismatched files
+refused naming the file and field."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import chunkio
+from chunkio.collection.core import FileSetCore
+from chunkio.errors import DatasetNotFoundError, FormatError
+from chunkio.transforms.image import Compose, RandomResizedCrop
+
+ad = pytest.importorskip("anndata", reason="anndata is not installed (pip install -e .[dev])")
+pd = pytest.importorskip("pandas")
+
+#: per file: its categories (in that file's order) and its cell count
+FILES = [(["B", "T", "NK"], 300), (["T", "Mono"], 170), (["NK", "B", "DC"], 241)]
+
+
+@pytest.fixture(scope="module")
+def collection(tmp_path_factory) -> tuple[list[str], sp.csr_matrix, np.ndarray]:
+    """Three h5ad files (one AnnData Zarr store among them): the rows stacked, and each
+    cell's type name."""
+    root = tmp_path_factory.mktemp("collection")
+    rng = np.random.default_rng(0)
+    paths, mats, names, start = [], [], [], 0
+    for i, (cats, n) in enumerate(FILES):
+        x = sp.random(n, 25, density=0.2, format="csr", dtype=np.float32, random_state=i)
+        types = rng.choice(cats, n)
+        obs = pd.DataFrame(
+            {
+                "cell_type": pd.Categorical(types, categories=cats),
+                "cell_id": np.arange(start, start + n),
+            },
+            index=[f"{i}_{k}" for k in range(n)],
+        )
+        a = ad.AnnData(X=x, obs=obs)
+        if i == 1:
+            path = str(root / f"part{i}.zarr")
+            with ad.settings.override(zarr_write_format=3), warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # anndata: "autosharding will be"
+                a.write_zarr(path)
+        else:
+            path = str(root / f"part{i}.h5ad")
+            a.write_h5ad(path, compression="gzip")
+        paths.append(path)
+        mats.append(x)
+        names.append(types)
+        start += n
+    return paths, sp.vstack(mats).tocsr(), np.concatenate(names)
+
+
+FIELDS = {"x": "X", "label": "obs/cell_type", "id": "obs/cell_id"}
+
+
+def test_rows_end_to_end_and_categories_united(collection) -> None:
+    paths, x, names = collection
+    ds = chunkio.ChunkDataset(paths, fields=FIELDS)
+    assert len(ds) == x.shape[0] == sum(n for _, n in FILES)
+    assert ds.categories("label") == ("B", "T", "NK", "Mono", "DC")
+    rng = np.random.default_rng(1)
+    idx = np.concatenate([[0, 299, 300, 469, 470, len(ds) - 1], rng.integers(0, len(ds), 200)])
+    batch = ds.read_batch(idx)
+    np.testing.assert_array_equal(batch["x"], x[idx].toarray())
+    np.testing.assert_array_equal(batch["id"], idx)
+    got = np.asarray(ds.categories("label"))[batch["label"]]
+    np.testing.assert_array_equal(got, names[idx])
+    labels = ds.labels()
+    np.testing.assert_array_equal(np.asarray(ds.categories("label"))[labels], names)
+    sizes = ds.chunk_sizes()
+    assert sizes.sum() == len(ds)
+    assert np.isin([300, 470], np.cumsum(sizes)).all()  # no chunk of the order spans two files
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_loader_epoch_spans_files_over_workers(collection, context: str) -> None:
+    paths, x, names = collection
+    loader = chunkio.make_loader(
+        paths,
+        batch_size=64,
+        fields=FIELDS,
+        num_workers=2,
+        seed=4,
+        workers=chunkio.Workers(context=context),
+    )
+    seen, spans = [], 0
+    categories = None
+    for xb, label, ids in loader:
+        ids = ids.numpy().copy()  # the loader reuses its batch buffers
+        np.testing.assert_array_equal(xb.numpy(), x[ids].toarray())
+        categories = categories or chunkio.ChunkDataset(paths, fields=FIELDS).categories("label")
+        np.testing.assert_array_equal(np.asarray(categories)[label.numpy()], names[ids])
+        spans += len(np.unique(np.searchsorted([300, 470], ids, side="right"))) > 1
+        seen.append(ids)
+    assert sorted(np.concatenate(seen).tolist()) == list(range(x.shape[0]))
+    assert spans > 0  # the mixing pool draws batches from several files
+
+
+def test_the_order_is_shared_across_ranks_and_resumes(collection) -> None:
+    paths, _, _ = collection
+    ds = chunkio.ChunkDataset(paths, fields=FIELDS)
+    ranks = [
+        chunkio.ChunkBatchSampler(
+            ds.chunk_sizes(), 32, seed=2, rank=r, world_size=3, drop_last=True
+        )
+        for r in range(3)
+    ]
+    per_rank = [np.concatenate(s.batches(0)) for s in ranks]
+    everything = np.concatenate(per_rank)
+    assert len(np.unique(everything)) == len(everything)  # no sample on two ranks
+    sampler = chunkio.ChunkBatchSampler(ds.chunk_sizes(), 32, seed=2)
+    batches = [list(b) for b in sampler]
+    state = sampler.state_dict(batches_done=5)
+    again = chunkio.ChunkBatchSampler(ds.chunk_sizes(), 32, seed=2)
+    again.load_state_dict(state)
+    assert [list(b) for b in again] == batches[5:]
+
+
+def test_each_process_opens_files_lazily_and_keeps_a_bounded_number(collection) -> None:
+    paths, x, _ = collection
+    ds = chunkio.ChunkDataset(paths, fields={"x": "X"})
+    core = FileSetCore(ds._files, max_open=2)
+    assert core.opened == 0  # nothing opened before the first read
+    out = core.read(["x"], [0, 350, 600, 1, 351])
+    np.testing.assert_array_equal(out["x"], x[[0, 350, 600, 1, 351]].toarray())
+    assert core.opened == 3 and len(core._open) == 2
+    core.read(["x"], [5])  # file 0 was closed (least recently used): opened again
+    assert core.opened == 4 and len(core._open) == 2
+    assert core.stats.samples == 6
+    core.close()
+    clone = pickle.loads(pickle.dumps(ds))  # no handle travels with the dataset
+    assert clone._local is None and len(clone) == len(ds)
+
+
+def test_native_datasets_split_over_files_read_as_the_whole(tmp_path: Path) -> None:
+    """Images split over two HDF5 files: the same samples, labels and field-transform draws
+    (keyed by the whole dataset's index) as one file of all of them."""
+    rng = np.random.default_rng(3)
+    images = rng.integers(0, 255, (60, 3, 40, 40), dtype=np.uint8)
+    labels = rng.integers(0, 5, 60)
+    whole = str(tmp_path / "whole.h5")
+    halves = [str(tmp_path / "a.h5"), str(tmp_path / "b.h5")]
+    chunkio.write_arrays(whole, {"image": images, "label": labels}, shuffle=False)
+    for path, part in zip(halves, (slice(0, 25), slice(25, 60)), strict=True):
+        chunkio.write_arrays(path, {"image": images[part], "label": labels[part]}, shuffle=False)
+    t = Compose([RandomResizedCrop(24)], field="image", seed=9)
+    one = chunkio.ChunkDataset(whole, fields=["image", "label"], transform=t)
+    two = chunkio.ChunkDataset(halves, fields=["image", "label"], transform=t)
+    idx = [59, 0, 24, 25, 30, 3]
+    a, b = one.read_batch(idx, epoch=2), two.read_batch(idx, epoch=2)
+    np.testing.assert_array_equal(a["image"], b["image"])
+    np.testing.assert_array_equal(b["label"], labels[idx])
+    np.testing.assert_array_equal(two.labels(), labels)
+
+
+def test_files_that_differ_are_refused_naming_the_file_and_field(tmp_path: Path) -> None:
+    a, b, c = (str(tmp_path / n) for n in ("a.h5", "b.h5", "c.h5"))
+    chunkio.write_arrays(a, {"x": np.zeros((10, 4), "f4"), "label": np.zeros(10, "i8")})
+    chunkio.write_arrays(b, {"x": np.zeros((10, 4), "f8"), "label": np.zeros(10, "i8")})
+    chunkio.write_arrays(c, {"x": np.zeros((10, 5), "f4")})
+    with pytest.raises(FormatError, match=r"b.h5: field 'x' has dtype 'float64', but in .*a.h5"):
+        chunkio.ChunkDataset([a, b])
+    fields = r"\['x', 'source_index'\]"
+    with pytest.raises(FormatError, match=rf"c.h5: holds fields {fields}, but .*a.h5 holds"):
+        chunkio.ChunkDataset([a, c])
+    with pytest.raises(DatasetNotFoundError, match=r"missing\.h5"):
+        chunkio.ChunkDataset([a, str(tmp_path / "missing.h5")])
+    with pytest.raises(FormatError, match="needs at least one"):
+        chunkio.ChunkDataset([])
+    with pytest.raises(FormatError, match=r"windows .* read one store"):
+        chunkio.ChunkDataset([a, a], fields=chunkio.Field("x", steps=[0, 1]))
+
+
+def test_h5ad_files_whose_genes_differ_are_refused(collection, tmp_path: Path) -> None:
+    paths, _, _ = collection
+    other = str(tmp_path / "wide.h5ad")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        obs = pd.DataFrame(
+            {"cell_type": pd.Categorical(["B"] * 5), "cell_id": np.arange(5)},
+            index=[f"w{i}" for i in range(5)],
+        )
+        ad.AnnData(
+            X=sp.random(5, 30, density=0.3, format="csr", dtype=np.float32), obs=obs
+        ).write_h5ad(other)
+    with pytest.raises(FormatError, match=r"wide.h5ad: field 'x' has sample shape \(30,\)"):
+        chunkio.ChunkDataset([paths[0], other], fields=FIELDS)
+    assert os.path.exists(other)
+
+
+def test_the_cli_reads_several_files_as_one_dataset(collection, capsys) -> None:
+    from chunkio.diagnose.cli import main
+
+    paths, _, _ = collection
+    words = ["--fields", "x=X", "label=obs/cell_type"]
+    assert main(["verify", *paths, *words]) == 0
+    out = capsys.readouterr().out
+    assert all(f"{os.path.basename(p)}:" in out for p in paths)
+    assert main(["info", *paths, *words, "--json"]) == 0
+    assert '"num_samples": 711' in capsys.readouterr().out
