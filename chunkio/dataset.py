@@ -22,6 +22,7 @@ from torch.utils.data import Dataset
 from .backends import Reader, ReaderOptions, detect_format, reader_documents
 from .collection.core import FileSetCore
 from .collection.files import FileSet, is_file_list, open_files
+from .errors import FormatError
 from .format.columns import column_values
 from .format.grid import SampleGrid
 from .format.layout import DatasetLayout, label_field, validate_sequence_of_names
@@ -166,6 +167,8 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
         self._anchors, self._cf = anchors, bool(decode_cf)  # windows' anchors; CF decoding
         self._sparse_batches = sparse_batches  # "dense" rows, or "csr" tensors
         if is_file_list(path):
+            if self._cf:  # files may pack a variable differently (ERA5: a scale_factor a year)
+                raise FormatError(f"decode_cf reads one store, not {len(path)} files: {path!r}")
             self._files = open_files(
                 path, fields, self.reader_options, preload_bytes=preload_bytes, anchors=anchors
             )

@@ -56,6 +56,7 @@ def weather(tmp_path: Path, zarr_format: int) -> Path:
         {k: (("time", "lat", "lon"), v.astype("float32")) for k, v in data.items()},
         coords={"time": np.arange(T)},
     )
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / f"packed{zarr_format}.zarr"
     encoding = {k: {**e, "chunks": (3, 3, 4)} for k, e in ENCODINGS.items()}
     ctx = _quiet()
@@ -234,3 +235,10 @@ def test_float_arrays_with_only_a_nan_fill_value_come_back_as_stored(tmp_path: P
     ds = dataset(path, ["x"], decode_cf=True)
     assert ds.layout.field("x").cf is None
     np.testing.assert_array_equal(ds.read_batch([4, 1])["x"], x[[4, 1]])
+
+
+def test_decode_cf_reads_one_store_not_a_list_of_files(tmp_path: Path) -> None:
+    """Files may pack a variable differently (a scale_factor per file): refused, not guessed."""
+    paths = [weather(tmp_path / str(k), 3) for k in range(2)]
+    with pytest.raises(FormatError, match="decode_cf reads one store, not 2 files"):
+        dataset(paths, ["t2m"], decode_cf=True)
