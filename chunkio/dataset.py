@@ -22,6 +22,7 @@ from torch.utils.data import Dataset
 from .backends import Reader, ReaderOptions, detect_format, reader_documents
 from .collection.core import FileSetCore
 from .collection.files import FileSet, is_file_list, open_files
+from .errors import FormatError
 from .format.columns import column_values
 from .format.grid import SampleGrid
 from .format.layout import DatasetLayout, label_field, validate_sequence_of_names
@@ -32,7 +33,7 @@ from .read.batch import BatchShapes, SampleBatch, to_tensor
 from .read.core import ReadCoreDataset
 from .read.windows import AnchorSamples, Field, check_field_transform
 from .sampling.order import check_int
-from .transforms.sample import FieldTransform, is_field_transform
+from .transforms.sample import is_columns_transform, is_field_transform
 
 __all__ = ["DEFAULT_PRELOAD_BYTES", "ChunkDataset"]
 
@@ -53,10 +54,13 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
         ``to_zarr``), ``fields`` names its arrays: ``{"image": "train/images", ...}`` or a
         list of array paths (see :mod:`chunkio.format.foreign`), a sparse CSR group
         (AnnData's ``"X"``) or a dataframe column (``"obs/cell_type"``, categorical: its
-        codes, names from :meth:`categories`). Their values come back as stored:
-        CF attributes (``scale_factor``, ``add_offset``, ``_FillValue``) are not applied.
+        codes, names from :meth:`categories`). Their values come back as stored unless
+        ``decode_cf``.
     anchors
         Windows (:class:`chunkio.Field`): anchor rows to sample (:mod:`chunkio.format.windows`).
+    decode_cf
+        Decode CF-encoded arrays (``scale_factor``, ``add_offset``, ``_FillValue``,
+        ``missing_value``) to float32 as xarray does, fill values as NaN (:mod:`chunkio.format.cf`).
     sparse_batches
         Fields naming a sparse CSR matrix (AnnData's ``X``): ``"dense"`` batches
         ``(B, n_cols)`` of its dtype, or ``"csr"``: ``torch.sparse_csr_tensor`` batches (for
@@ -65,8 +69,8 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
         Applied to each sample. A :class:`~chunkio.transforms.sample.FieldTransform` such
         as :class:`chunkio.transforms.image.Compose` (a declared output shape, one field, random
         parameters from ``(seed, epoch, index)``) is applied while reading, straight into
-        the batch, and keeps a loader on its shared-memory ring. Any other callable gets the
-        sample (slow path: the batch is then stacked by torch's collate).
+        the batch, and keeps a loader on its shared-memory ring; so is :class:`chunkio.Normalize`
+        (in place, per batch). Any other callable gets the sample (slow path: torch's collate).
     batch_transform
         Applied to each stacked batch inside the worker (fast path).
     cache_bytes
@@ -126,6 +130,7 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
     reads_once: bool = False
     #: many files read as one dataset (``ChunkDataset([path1, path2, ...])``), else ``None``
     _files: FileSet | None = None
+    _cf: bool = False  # decode_cf (see __init__)
 
     def __init__(
         self,
@@ -144,6 +149,7 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
         download_cache_bytes: int = 8 << 30,
         anchors: Any = None,
         sparse_batches: str = "dense",
+        decode_cf: bool = False,
     ) -> None:
         self._configure(
             path,
@@ -158,9 +164,11 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
             download_cache=download_cache,
             download_cache_bytes=download_cache_bytes,
         )
-        self._anchors = anchors  # windows: which anchors to sample
+        self._anchors, self._cf = anchors, bool(decode_cf)  # windows' anchors; CF decoding
         self._sparse_batches = sparse_batches  # "dense" rows, or "csr" tensors
         if is_file_list(path):
+            if self._cf:  # files may pack a variable differently (ERA5: a scale_factor a year)
+                raise FormatError(f"decode_cf reads one store, not {len(path)} files: {path!r}")
             self._files = open_files(
                 path, fields, self.reader_options, preload_bytes=preload_bytes, anchors=anchors
             )
@@ -191,9 +199,8 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
             self.location = tuple(os.fspath(p) if isinstance(p, os.PathLike) else p for p in path)
         self.channels_last = bool(channels_last)
         self.transform = transform
-        self.field_transform: FieldTransform | None = (
-            transform if is_field_transform(transform) else None
-        )
+        self.field_transform = transform if is_field_transform(transform) else None
+        self.columns_transform = transform if is_columns_transform(transform) else None
         self.batch_transform = batch_transform
         if cache_bytes < 0 or preload_bytes < 0:
             raise ValueError(
@@ -222,9 +229,8 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
     ) -> None:
         """The dataset's metadata, read through ``reader`` (open on :attr:`location` with
         :attr:`reader_options`; the caller closes it)."""
-        found = open_layout(
-            reader, fields, LayoutOptions(self.preload_bytes, anchors=self._anchors)
-        )
+        options = LayoutOptions(self.preload_bytes, anchors=self._anchors, decode_cf=self._cf)
+        found = open_layout(reader, fields, options)
         if self._files is not None:  # the first file describes them all, end to end
             found = dataclasses.replace(found, layout=self._files.layout)
         batches = getattr(self, "_sparse_batches", "dense")  # make_loader's own: dense
@@ -247,6 +253,8 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
         self._as_tuple = fields is not None and not self._single
         if self.field_transform is not None:
             check_field_transform(self.layout, self.field_transform.field, str(self.location))
+        if self.columns_transform is not None:  # e.g. Normalize: its stats fit the fields
+            self.columns_transform.check_dataset(self)
         self._channel_counts = self._read_channels(reader, self.layout)
 
     @classmethod
@@ -424,9 +432,12 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
                 f"dataset's fields {list(self.fields)}"
             )
         rows = self._rows(indices)  # windows: the samples' anchor rows
-        return self._handle().read(
+        found = self._handle().read(
             names, rows, out, once=once, transform=self.field_transform, epoch=int(epoch)
         )
+        if self.columns_transform is not None:
+            self.columns_transform.apply_columns(found)
+        return found
 
     def read_encoded(
         self, indices: Sequence[int] | npt.ArrayLike, field: str
@@ -454,7 +465,8 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
     @property
     def _per_sample(self) -> Callable[[Any], Any] | None:
         """The transform applied to whole samples after reading (not a field transform)."""
-        return None if self.field_transform is not None else self.transform
+        declared = self.field_transform is not None or self.columns_transform is not None
+        return None if declared else self.transform
 
     def __getitems__(self, indices: Sequence[int]) -> SampleBatch:
         """Samples ``indices`` as one :class:`~chunkio.read.batch.SampleBatch`.

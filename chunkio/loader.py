@@ -270,9 +270,16 @@ def _ring_compatible(dataset: ChunkDataset) -> bool:
     field transform), and no transform of unknown output."""
     if dataset.batch_transform is not None:
         return False
-    if dataset.transform is not None and dataset.field_transform is None:
+    if _undeclared(dataset):
         return False
     return all(dataset.output_shape(f) is not None for f in dataset.fields)
+
+
+def _undeclared(dataset: ChunkDataset) -> bool:
+    """A transform of unknown output: neither a field transform nor one of a batch's columns
+    in place (:class:`chunkio.Normalize`)."""
+    declared = dataset.field_transform is not None or dataset.columns_transform is not None
+    return dataset.transform is not None and not declared
 
 
 _MOVED = {
@@ -334,6 +341,8 @@ def make_loader(
     ring's workers each hold their lanes' share), plus two chunks per lane for the pool's
     edges. A ``Workers(transport="dataloader")`` worker reads whole batches, so each holds all
     of it and decodes every chunk (read amplification up to ``num_workers`` on that route).
+    Data whose decoded chunks all fit ``Workers(hold_bytes)`` (512 MiB) is kept whole by each
+    reader across epochs, so later epochs decode nothing.
 
     The keywords that moved into :class:`Ordering` (``pool_bytes``, ``lanes``, ``rank``,
     ``world_size``) and :class:`Workers` (``prefetch``, ``persistent_workers``,
@@ -438,7 +447,13 @@ def _prepare(
     readers = max(1, options.num_workers) if name == "ring" else 1
     # the readers must hold the pool, or they decode chunks again
     needed = sampler.capacity_chunks(given.samples_per_chunk, readers) * given.chunk_nbytes()
-    dataset = given._for_loader(needed)  # and the sampler asks for each sample once per epoch
+    held = given.held_nbytes()  # every chunk, decoded: kept across epochs when it fits
+    hold = held <= options.workers.hold_bytes
+    dataset = given._for_loader(max(needed, held) if hold else needed)  # each sample once
+    if hold and given.anchors is not None:
+        # windows: each reader reads its arrays whole at once (one sequential pass, then
+        # gathers only) rather than keeping chunks as their lanes reach them (3-4 epochs)
+        dataset.preload_bytes = max(dataset.preload_bytes, held)
     warn_if_label_sorted(dataset, sampler, reader)
     return dataset, sampler, name
 
@@ -446,8 +461,7 @@ def _prepare(
 def _assemble(
     dataset: ChunkDataset, sampler: ChunkBatchSampler, name: str, options: LoaderOptions
 ) -> ChunkLoader:
-    undeclared = dataset.transform is not None and dataset.field_transform is None
-    if options.transport == "ring" and name == "dataloader" and undeclared:
+    if options.transport == "ring" and name == "dataloader" and _undeclared(dataset):
         warnings.warn(
             "make_loader: the dataset's transform declares no output shape, so batches "
             "cannot be preallocated and the loader falls back from the shared-memory ring "

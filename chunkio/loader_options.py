@@ -19,6 +19,7 @@ from .transport.gpu import resolve_device
 from .transport.gpu_decode import GPU_DECODERS
 
 __all__ = [
+    "DEFAULT_HOLD_BYTES",
     "DEFAULT_POOL_BYTES",
     "LoaderOptions",
     "Ordering",
@@ -31,6 +32,8 @@ Transport = Literal["ring", "dataloader"]
 
 #: Default mixing pool: decoded bytes summed over the loader's readers (see make_loader).
 DEFAULT_POOL_BYTES = 64 << 20
+#: Default hold_bytes: decoded bytes each reader may keep across epochs (Workers)
+DEFAULT_HOLD_BYTES = 512 << 20
 #: batches a remote dataset's ring workers are told of beyond those in their slots, so that
 #: their chunks are fetched ahead (bench_remote: 20 ms per request)
 REMOTE_LOOKAHEAD = 8
@@ -123,12 +126,20 @@ class Workers:
         ``transform`` (a :class:`~chunkio.transforms.Compose`) on ``device`` (CUDA), one
         batch ahead on a side stream (:mod:`chunkio.transport.gpu_decode`). ``"reference"``
         runs the same route with a CPU decoder (tests).
+    hold_bytes
+        Decoded bytes each reader may keep across epochs (default 512 MiB; 0: off). When
+        every chunk of the arrays the loader reads fits, decoded, in ``hold_bytes``, each
+        reader keeps them, so later epochs decode nothing (as insitubatch's pool does): the
+        arrays of window fields (:class:`chunkio.Field`) are read whole by each reader at its
+        first batch, other fields' chunks are kept as they are decoded. A reader's memory is
+        then at most the data's decoded size, below ``hold_bytes``. Larger data keeps the
+        mixing pool only and decodes each chunk once per epoch.
 
     Examples
     --------
     >>> Workers()
     Workers(transport='ring', prefetch=2, persistent=True, context=None, timeout=0.0, \
-pin_memory=None, copy=False, decode='cpu')
+pin_memory=None, copy=False, decode='cpu', hold_bytes=536870912)
     >>> Workers(context="spawn", timeout=60).timeout
     60
     """
@@ -141,11 +152,13 @@ pin_memory=None, copy=False, decode='cpu')
     pin_memory: bool | None = None
     copy: bool = False
     decode: str = "cpu"
+    hold_bytes: int = DEFAULT_HOLD_BYTES
 
     def __post_init__(self) -> None:
         if self.transport not in ("ring", "dataloader"):
             raise ValueError(f"transport must be 'ring' or 'dataloader'; got {self.transport!r}")
         check_int("prefetch", self.prefetch, 1)
+        check_int("hold_bytes", self.hold_bytes, 0)
         if isinstance(self.timeout, bool) or not isinstance(self.timeout, int | float):
             raise TypeError(f"timeout must be a number of seconds; got {self.timeout!r}")
         if self.timeout < 0:

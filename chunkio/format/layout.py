@@ -93,6 +93,8 @@ class FieldInfo:
     encoding: str | None = None
     array: str | None = None
     rows_per_chunk: int | None = None
+    #: CF decoding on read (:class:`chunkio.format.cf.CFField`; ``dtype`` is then the decoded one)
+    cf: Any = None
 
     def __post_init__(self) -> None:
         validate_field_name(self.name)

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..backends import ArrayInfo, Reader, ReaderOptions
 from ..errors import FormatError
+from .cf import decode_layout
 from .foreign import FieldSelection, field_arrays, foreign_fields, foreign_volumes, layout_of
 from .layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, check_arrays
 from .volume_layout import VolumeSet
@@ -50,6 +51,8 @@ class LayoutOptions:
     strict: bool = True
     #: windows: which anchors to sample (a range, an index array or an :class:`Anchors`)
     anchors: Any = None
+    #: CF-encoded arrays are decoded on read (:mod:`chunkio.format.cf`)
+    decode_cf: bool = False
 
 
 @dataclass(frozen=True)
@@ -126,10 +129,21 @@ def open_layout(
     """
     attrs = reader.attrs()
     if is_windowed(fields, options.anchors):
-        return _windows(reader, attrs, fields, options)
-    if _is_native(attrs):
-        return _native(reader, attrs, options)
-    return _foreign(reader, attrs, fields, options)
+        found = _windows(reader, attrs, fields, options)
+    elif _is_native(attrs):
+        found = _native(reader, attrs, options)
+    else:
+        found = _foreign(reader, attrs, fields, options)
+    return _cf_decoded(reader, found) if options.decode_cf else found
+
+
+def _cf_decoded(reader: Reader, found: StoreLayout) -> StoreLayout:
+    """``found`` with its CF-encoded fields decoded on read (:mod:`chunkio.format.cf`)."""
+    if found.layout is None:
+        return found
+    layout = decode_layout(reader, found.layout)
+    windows = found.windows and dataclasses.replace(found.windows, layout=layout)
+    return dataclasses.replace(found, layout=layout, windows=windows)
 
 
 def _native(reader: Reader, attrs: Mapping[str, Any], options: LayoutOptions) -> StoreLayout:

@@ -8,6 +8,7 @@ field, by the field's kind, from :data:`chunkio.read.core.FIELD_KINDS`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from ..transforms.sample import FieldTransform, stored_output_shape
 from ..util.numeric import IntArray
 
 __all__ = [
+    "CFDecodedField",
     "DecodeThreads",
     "FieldReads",
     "MapRows",
@@ -172,3 +174,36 @@ def transformed_buffer(
             "(end it with a crop or a fixed-size resize)"
         )
     return np.empty((count, *shapes.pop()), info.dtype)
+
+
+class CFDecodedField:
+    """A field whose arrays are CF-encoded (``decode_cf``, :mod:`chunkio.format.cf`): read as
+    stored by the reader of its kind (``reads``), then decoded into the batch."""
+
+    def __init__(
+        self, ctx: ReadContext, info: FieldInfo, reads: Callable[[ReadContext, FieldInfo], Any]
+    ) -> None:
+        self.info = info
+        self.cf = info.cf
+        self.inner = reads(ctx, dataclasses.replace(info, dtype=info.cf.stored, cf=None))
+        #: a stacked window's variable axis in a batch (after the batch and step axes)
+        self.axis = 1 + int(getattr(info, "stepped", False))
+
+    def read(self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadRequest) -> Any:
+        info = self.info
+        if how.transform is not None:
+            raise TypeError(f"field {info.name!r}: a field transform cannot apply to a CF field")
+        shape = (len(idx), *(info.sample_shape or ()))
+        if out is None:
+            out = np.empty(shape, dtype=info.dtype)
+        elif out.shape != shape or out.dtype != info.dtype:
+            raise ValueError(
+                f"output buffer for field {info.name!r} must be {shape} {info.dtype}; "
+                f"got {out.shape} {out.dtype}"
+            )
+        raw = self.inner.read(idx, None, how)
+        self.cf.decode(raw, out, self.axis)
+        return out
+
+    def prefetch(self, idx: IntArray) -> None:
+        self.inner.prefetch(idx)

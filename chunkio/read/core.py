@@ -22,7 +22,7 @@ from ..format.grid import SampleGrid
 from ..format.layout import DatasetLayout, FieldInfo
 from ..transforms.sample import FieldTransform
 from ..util.handles import PerProcessHandle
-from .base import DecodeThreads, FieldReads, ReadContext, ReadRequest, ReadStats
+from .base import CFDecodedField, DecodeThreads, FieldReads, ReadContext, ReadRequest, ReadStats
 from .dense import ColumnField, dense_field
 from .encoded import EncodedField
 from .patches import PatchReads
@@ -89,7 +89,11 @@ class ReadCore:
         found = self._fields.get(name)
         if found is None:
             info = self.layout.field(name, where=self.reader.location)
-            found = self._fields[name] = FIELD_KINDS[info.kind](self.ctx, info)
+            reads = FIELD_KINDS[info.kind]
+            if info.cf is not None:  # decode_cf: read as stored, then decoded
+                found = self._fields[name] = CFDecodedField(self.ctx, info, reads)
+            else:
+                found = self._fields[name] = reads(self.ctx, info)
         return found
 
     def read(

@@ -24,6 +24,9 @@ from .planning import normalize_indices
 
 __all__ = ["AnchorSamples", "Field", "WindowField", "check_field_transform", "variable_reader"]
 
+#: rows of stacked variables at least this large are copied into the batch one by one
+ROW_COPY_BYTES = 2048
+
 
 def variable_reader(ctx: ReadContext, info: Any, j: int) -> DenseField | PreloadedField:
     """The process's one dense reader of variable ``j`` of window field ``info`` (made on
@@ -73,14 +76,23 @@ class WindowField:
         union, inverse = np.unique(rows, return_inverse=True)
         inverse = inverse.reshape(-1)
         view = target.reshape(len(idx) * len(self.steps), len(self.sources), -1)
+        # Stacked variables land in strided rows (every V-th), where np.take gathers into a
+        # temporary and copies it over: rows this large are copied one by one instead (2.6x
+        # less CPU for 32 KB rows of 3 variables)
+        by_row = len(self.sources) > 1 and view.shape[2] * view.itemsize >= ROW_COPY_BYTES
         for j, source in enumerate(self.sources):
             if isinstance(source, PreloadedField):
                 buffer, where = source.whole, union
             else:
                 buffer, where = source.locate(union)
             flat = buffer.reshape(len(buffer), -1)
-            # mode="clip": every row is in range; "raise" gathers into a temporary first
-            np.take(flat, where[inverse], axis=0, out=view[:, j, :], mode="clip")
+            picks = where[inverse]
+            if by_row:
+                dest = view[:, j, :]
+                for k, r in enumerate(picks.tolist()):
+                    dest[k] = flat[r]
+            else:  # mode="clip": every row is in range; "raise" gathers into a temporary
+                np.take(flat, picks, axis=0, out=view[:, j, :], mode="clip")
         if target is not out:
             out[...] = target
         return out
@@ -144,6 +156,20 @@ class AnchorSamples:
         return (
             sum(self.layout.field(f).sample_nbytes for f in fields) * self.layout.samples_per_chunk
         )
+
+    def held_nbytes(self) -> int:
+        """Decoded bytes of every chunk a batch may read, counted as a reader's caches hold
+        them (a loader keeps them all across epochs when they fit ``Workers(hold_bytes)``):
+        as many cache slots as the finest-chunked array the fields read has chunks."""
+        layout, names = self.layout, getattr(self, "fields", ())
+        rows = [
+            r
+            for f in layout.fields
+            if f.name in names
+            for r in (getattr(f, "rows", ()) or (layout.rows_per_chunk(f),))
+        ]
+        chunks = -(-layout.num_samples // max(1, min(rows, default=layout.samples_per_chunk)))
+        return self._cache_chunk_nbytes() * (chunks + 1)
 
     def _cache_chunk_nbytes(self) -> int:
         """Bytes a field's cache holds per chunk: windows' arrays each count their own row

@@ -13,7 +13,7 @@ sample index)``, so a run is reproducible and a resumed epoch repeats them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 import numpy.typing as npt
@@ -21,8 +21,10 @@ import numpy.typing as npt
 from ..util.numeric import IntArray
 
 __all__ = [
+    "ColumnsTransform",
     "FieldTransform",
     "channels_last",
+    "is_columns_transform",
     "is_field_transform",
     "stored_output_shape",
     "transform_rows",
@@ -52,6 +54,23 @@ class FieldTransform(Protocol):
 def is_field_transform(obj: Any) -> TypeGuard[FieldTransform]:
     """Whether ``obj`` declares its output shape (and so keeps batches preallocated)."""
     return isinstance(obj, FieldTransform) and isinstance(getattr(obj, "field", None), str)
+
+
+class ColumnsTransform(Protocol):
+    """Transforms a batch's columns in place, keeping their shapes and dtypes (e.g.
+    :class:`chunkio.Normalize`): the reader applies it to each batch (or a ring worker's rows
+    of it) as it is read, so batches stay preallocated."""
+
+    def apply_columns(self, columns: Mapping[str, Any]) -> None: ...
+
+    def check_dataset(self, dataset: Any) -> None:
+        """Raise unless it fits ``dataset`` (called once, before any worker starts)."""
+        ...
+
+
+def is_columns_transform(obj: Any) -> TypeGuard[ColumnsTransform]:
+    """Whether ``obj`` is a :class:`ColumnsTransform`."""
+    return all(callable(getattr(obj, m, None)) for m in ("apply_columns", "check_dataset"))
 
 
 def channels_last(sample: npt.NDArray[Any]) -> npt.NDArray[Any]:

@@ -67,7 +67,9 @@ class Normalize:
     ``fields``: the batch's field names in order when batches are tuples (``dataset.fields``);
     a ``dataset`` given instead is also checked against the stats (fields, arrays, channels):
     a :class:`~chunkio.errors.WindowError` otherwise. Apply it to each batch, e.g. on the GPU
-    after ``make_loader(..., device="cuda")``: ``x = norm(batch)``.
+    after ``make_loader(..., device="cuda")``: ``x = norm(batch)``; or give it to the dataset
+    (``ChunkDataset(..., transform=norm)``, ``make_loader(path, ..., transform=norm)``) to
+    normalise batches in the reader processes as they are read, in place (float fields only).
     """
 
     def __init__(
@@ -101,6 +103,32 @@ class Normalize:
             self._cache[key] = (mean.reshape(shape), std.clamp_min(self.eps).reshape(shape))
         mean, std = self._cache[key]
         return (x - mean) / std
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_cache": {}}  # workers make their own (no device tensors)
+
+    def apply_columns(self, columns: Mapping[str, Any]) -> None:
+        """Normalise a batch's NumPy columns in place (float fields the stats have): what a
+        reader does with it as a dataset's ``transform``, in each ring or DataLoader worker."""
+        for name, x in columns.items():
+            found = self.stats.fields.get(name)
+            if found is None or getattr(x, "dtype", None) is None or x.dtype.kind != "f":
+                continue
+            key = (name, "numpy", x.dtype)
+            if key not in self._cache:
+                mean = np.asarray(found["mean"], dtype=x.dtype)
+                std = np.maximum(np.asarray(found["std"], dtype=x.dtype), self.eps)
+                spatial = 2 if x.ndim - 1 - mean.ndim >= 2 else 0  # broadcast over (H, W)
+                shape = (*mean.shape, *([1] * spatial))
+                self._cache[key] = (mean.reshape(shape), std.reshape(shape))
+            mean, std = self._cache[key]
+            np.subtract(x, mean, out=x)
+            np.divide(x, std, out=x)
+
+    def check_dataset(self, dataset: Any) -> None:
+        """A :class:`~chunkio.errors.WindowError` unless the stats fit ``dataset`` (called by
+        the dataset that has it as ``transform``, before any worker starts)."""
+        check_stats(self.stats, dataset)
 
     def __call__(self, batch: Any) -> Any:
         if isinstance(batch, Mapping):

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 import zarr
 from resume_harness import assert_resume_equals_uninterrupted
 from weather_stores import VARS, arrays, xarray_v3
@@ -123,10 +124,11 @@ def test_an_epoch_decodes_each_chunk_about_once_and_mixes_time(
         )
     ds = ChunkDataset(path, fields=FIELDS, preload_bytes=0)
     sample = sum(ds.layout.field(f).sample_nbytes for f in ds.fields)
-    # a pool of 256 samples: well below the dataset, as with real ERA5 fields
-    loader = chunkio.make_loader(
-        ds, 32, num_workers=0, seed=0, ordering=chunkio.Ordering(pool_bytes=256 * sample)
-    )
+    # a pool of 256 samples: well below the dataset, and nothing held across epochs, as with
+    # real ERA5 fields
+    loader = chunkio.make_loader(ds, 32, num_workers=0, seed=0,
+                                 ordering=chunkio.Ordering(pool_bytes=256 * sample),
+                                 workers=chunkio.Workers(hold_bytes=0))  # fmt: skip
     spreads = [float(np.std(np.asarray(t, dtype=float))) for _, _, t in loader]
     stats = loader.dataset.read_stats()
     loader.close()
@@ -148,3 +150,73 @@ def test_make_loader_takes_fields_with_steps_with_a_path(store: Path) -> None:
     with loader:
         seen = [a for x, y, t in loader for a in _check(x, y, t)]
     assert sorted(seen) == list(range(1, len(arrays()["time"]) - 1))
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_normalize_runs_in_the_ring_workers(store: Path, context: str) -> None:
+    """``transform=Normalize(stats)``: batches stay on the ring, and the ring workers write
+    ``(x - mean) / std`` per channel into them (the main process reads nothing on the ring)."""
+    stats = chunkio.compute_stats(_dataset(store))
+    norm = chunkio.Normalize(stats)
+    ds = _dataset(store, transform=norm)
+    workers = chunkio.Workers(copy=True, context=context)
+    loader = chunkio.make_loader(ds, 8, num_workers=2, seed=0, workers=workers)
+    mean = {n: np.asarray(stats.fields[n]["mean"])[:, None, None] for n in ds.fields[:2]}
+    std = {n: np.asarray(stats.fields[n]["std"])[:, None, None] for n in ds.fields[:2]}
+    a = arrays()
+    seen = []
+    try:
+        assert loader.transport == "ring"
+        for x, y, t in loader:
+            anchors = np.asarray(t)
+            want_x = np.stack([np.stack([a[v][anchors + s] for v in VARS], 1) for s in (-1, 0)], 1)
+            want_y = np.stack([a[v][anchors + 1] for v in VARS], 1)[:, None]
+            for got, want, name in ((x, want_x, ds.fields[0]), (y, want_y, ds.fields[1])):
+                ref = (want.astype(np.float64) - mean[name]) / std[name]
+                np.testing.assert_allclose(np.asarray(got), ref, rtol=1e-5, atol=1e-5)
+            seen += anchors.tolist()
+    finally:
+        loader.close()
+    assert sorted(seen) == ds.anchors.tolist()
+
+
+def test_normalize_as_the_transform_of_a_path(store: Path) -> None:
+    """``make_loader(path, ..., transform=Normalize(stats))``: checked against the fields
+    when the loader is made, applied as batches are read."""
+    stats = chunkio.compute_stats(_dataset(store))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zarr's notes on consolidated metadata under v3
+        loader = chunkio.make_loader(store, 8, fields=FIELDS, num_workers=0, seed=0,
+                                     workers=COPY, transform=chunkio.Normalize(stats))  # fmt: skip
+        with pytest.raises(chunkio.errors.WindowError, match="stats have field"):
+            chunkio.make_loader(store, 8, fields=FIELDS[:1], num_workers=0,
+                                transform=chunkio.Normalize(stats))  # fmt: skip
+    with loader:
+        x, _, _ = next(iter(loader))
+    assert abs(float(x.mean())) < 1.0 and x.dtype == torch.float32
+
+
+@pytest.mark.parametrize(("hold_bytes", "decodes_again"), [(1 << 30, False), (0, True)])
+def test_readers_keep_every_chunk_across_epochs_when_the_data_fits_hold_bytes(
+    tmp_path: Path, hold_bytes: int, decodes_again: bool
+) -> None:
+    """``Workers(hold_bytes)``: data whose decoded chunks all fit is decoded once in all (a
+    second epoch decodes nothing); with 0, a pool smaller than the data decodes it again."""
+    path = tmp_path / "long.zarr"
+    x = np.arange(4000, dtype=np.float32).reshape(2000, 2)
+    zarr.open_group(path, mode="w").create_array("x", data=x, chunks=(10, 2))
+    ds = ChunkDataset(path, fields=[Field("x", steps=[0, 1])], preload_bytes=0)  # read by chunk
+    workers = chunkio.Workers(hold_bytes=hold_bytes, copy=True)
+    ordering = chunkio.Ordering(pool_bytes=160, lanes=1)  # the pool alone keeps a few chunks
+    loader = chunkio.make_loader(ds, 8, num_workers=0, seed=0, workers=workers, ordering=ordering)
+    with loader:
+        first = np.concatenate([np.asarray(b) for (b,) in loader])
+        decoded = loader.dataset.read_stats().chunks_read
+        second = np.concatenate([np.asarray(b) for (b,) in loader])
+        again = loader.dataset.read_stats().chunks_read - decoded
+    for epoch in (first, second):
+        np.testing.assert_array_equal(epoch[:, 1], epoch[:, 0] + 2)  # row a + 1 after row a
+        assert sorted(epoch[:, 0, 0].tolist()) == x[:-1, 0].tolist()
+    assert decoded >= 200 and (again > 0) == decodes_again, (decoded, again)
+    assert ds.held_nbytes() < 1 << 30

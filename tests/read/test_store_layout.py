@@ -194,6 +194,6 @@ def test_the_constructor_and_make_loaders_path_share_one_set_of_defaults() -> No
     configure = inspect.signature(chunkio.ChunkDataset._configure).parameters
     shared = [n for n in configure if n not in ("self", "path", "transform")]
     assert shared and all(configure[n].default == init[n].default for n in shared)
-    # what the dataset reads of the store (its arrays, with windows its anchors, and how its
-    # sparse fields are batched) goes to its layout, not to the configuration
-    assert set(init) - set(configure) == {"fields", "anchors", "sparse_batches"}
+    # what the dataset reads of the store (its arrays, with windows its anchors, how its
+    # sparse fields are batched, CF decoding) goes to its layout, not to the configuration
+    assert set(init) - set(configure) == {"fields", "anchors", "sparse_batches", "decode_cf"}

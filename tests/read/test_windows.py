@@ -8,6 +8,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import h5py
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -198,6 +199,31 @@ def test_a_missing_array_lists_what_is_there(store: Path) -> None:
 def test_bad_fields(paths: Any, steps: Any, message: str) -> None:
     with pytest.raises(WindowError, match=message):
         Field(paths, steps=steps)
+
+
+@pytest.mark.parametrize("preload_bytes", [0, 1 << 30])
+def test_large_rows_of_stacked_variables_equal_the_reference(
+    tmp_path: Path, preload_bytes: int
+) -> None:
+    """Rows of at least ``ROW_COPY_BYTES`` (images of each step) are copied into the batch
+    row by row: the same windows as the gather, duplicates and overlaps included."""
+    from chunkio.read.windows import ROW_COPY_BYTES
+
+    rng = np.random.default_rng(5)
+    data = {v: rng.standard_normal((30, 2, 16, 16)).astype(np.float32) for v in ("a", "b")}
+    assert data["a"][0].nbytes >= ROW_COPY_BYTES
+    path = tmp_path / "big.h5"
+    with h5py.File(path, "w") as f:
+        for k, v in data.items():
+            f.create_dataset(k, data=v, chunks=(4, 2, 16, 16))
+    ds = _open(path, [Field(["a", "b"], steps=[-2, 0, 1])], preload_bytes=preload_bytes)
+    idx = [5, 0, 5, 26, 13, 14]
+    got = ds.read_batch(idx)["a_b"]
+    anchors = ds.anchors[idx]
+    want = np.stack(
+        [np.stack([data[v][anchors + s] for v in ("a", "b")], 1) for s in (-2, 0, 1)], 1
+    )
+    np.testing.assert_array_equal(got, want)
 
 
 def test_field_transforms_do_not_apply_to_windows(store: Path) -> None:

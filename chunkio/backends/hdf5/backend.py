@@ -8,6 +8,7 @@ reopens lazily on its next read. Readers never pickle; datasets carry the path i
 from __future__ import annotations
 
 import atexit
+import contextlib
 import io
 import itertools
 import json
@@ -211,6 +212,14 @@ class HDF5Reader:
     def attrs(self) -> dict[str, Any]:
         with self._lock:
             return decode_attrs(self._open().attrs)
+
+    def array_attrs(self, name: str) -> dict[str, Any]:
+        with self._lock:  # as h5py reads them: NumPy values keep their dtype
+            found, out = self._dataset(name).attrs, dict[str, Any]()
+            for key in found:
+                with contextlib.suppress(Exception):  # a type h5py cannot read: left out
+                    out[key] = found[key]
+            return out
 
     def array_names(self) -> list[str]:
         with self._lock:

@@ -162,6 +162,9 @@ class RemoteHDF5Reader:
     def array_names(self) -> list[str]:
         return self._general().array_names()
 
+    def array_attrs(self, name: str) -> dict[str, Any]:
+        return self._general().array_attrs(name)
+
     def group_attrs(self, name: str) -> dict[str, Any] | None:
         return self._general().group_attrs(name)
 

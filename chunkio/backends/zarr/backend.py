@@ -32,7 +32,7 @@ from ..codec_packages import missing_zarr_codecs, zarr_install_hint
 from ..codec_table import ZARR2_SAFE, ZARR_SAFE, zarr2_codec_info, zarr2_codecs, zarr_codec_info
 from .documents import RemoteDocuments, v2_array_document
 from .engine import ArrayEngine
-from .nodes import group_attrs, read_text
+from .nodes import array_attrs, group_attrs, read_text
 from .shard import shard_layout
 from .shard_index import ShardIndexes
 from .sources import ByteSource, LocalFiles, RemoteObjects, describe, is_remote
@@ -190,8 +190,7 @@ class ZarrReader:
         return self._zgroup
 
     def documents(self) -> dict[str, dict[str, Any] | None] | None:
-        """A remote group's ``zarr.json`` documents read so far, for ``documents=`` of a
-        reader in another process (:mod:`.documents`); ``None`` for a local group."""
+        """A remote group's documents read so far, for another process (None: local)."""
         return None if self._docs is None else self._docs.snapshot()
 
     def attrs(self) -> dict[str, Any]:
@@ -260,8 +259,7 @@ class ZarrReader:
         return False
 
     def _raw_meta(self, name: str) -> dict[str, Any] | None:
-        """The member's zarr.json as plain JSON (None if absent), read without zarr parsing it
-        (once per reader: remotely each read is a request)."""
+        """The member's zarr.json as plain JSON (None if absent), read once, unparsed by zarr."""
         if self._docs is not None:
             return self._docs.get(name)
         if name in self._metas:
@@ -325,8 +323,7 @@ class ZarrReader:
         return ArrayEngine.build(source, name, meta, fill_missing=self._fill_missing)
 
     def _source(self, name: str) -> ByteSource | None:
-        """The stored objects of array ``name`` as chunkio reads them (None: a store object
-        only zarr-python reads)."""
+        """Array ``name``'s objects as chunkio reads them (None: only zarr-python does)."""
         if self._remote is not None:
             return RemoteObjects(self._remote, name)  # keys below the url
         store = self._group.store
@@ -369,6 +366,9 @@ class ZarrReader:
             )
             self._infos[name] = info
         return info
+
+    def array_attrs(self, name: str) -> dict[str, Any]:
+        return array_attrs(self._raw_meta(name) or {}, lambda: self._zarr_array(name).attrs)
 
     def stored_nbytes(self, name: str) -> int:
         """Bytes the array's chunks take in the store (remotely: a listing)."""

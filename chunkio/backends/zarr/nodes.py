@@ -4,6 +4,7 @@ group (an AnnData sparse matrix or dataframe column) and the values of a string 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -11,7 +12,7 @@ import zarr
 
 from ...errors import FormatError, MissingFieldError
 
-__all__ = ["group_attrs", "read_text"]
+__all__ = ["array_attrs", "group_attrs", "read_text"]
 
 
 def _node(group: Any, name: str, where: str) -> Any:
@@ -34,3 +35,19 @@ def read_text(group: Any, name: str, where: str) -> list[str]:
         raise FormatError(f"{where}: {name!r} is not an array of strings")
     values = np.asarray(node[...]).reshape(-1).tolist()
     return [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in values]
+
+
+def array_attrs(meta: Mapping[str, Any], v2_attrs: Callable[[], Any]) -> dict[str, Any]:
+    """An array's attributes from its metadata ``meta`` (v3 ``attributes``; v2: ``v2_attrs()``,
+    its ``.zattrs`` as zarr-python reads them). A v2 array xarray wrote (``_ARRAY_DIMENSIONS``)
+    has its ``fill_value`` as ``_FillValue``, as xarray reads it (:mod:`chunkio.format.cf`).
+
+    >>> array_attrs({"zarr_format": 2, "fill_value": -1}, lambda: {"_ARRAY_DIMENSIONS": ["t"]})
+    {'_ARRAY_DIMENSIONS': ['t'], '_FillValue': -1}
+    """
+    if meta.get("zarr_format") != 2:
+        return dict(meta.get("attributes") or {})
+    attrs = dict(v2_attrs())
+    if "_ARRAY_DIMENSIONS" in attrs and meta.get("fill_value") is not None:
+        attrs.setdefault("_FillValue", meta["fill_value"])
+    return attrs
