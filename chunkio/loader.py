@@ -341,8 +341,8 @@ def make_loader(
     ring's workers each hold their lanes' share), plus two chunks per lane for the pool's
     edges. A ``Workers(transport="dataloader")`` worker reads whole batches, so each holds all
     of it and decodes every chunk (read amplification up to ``num_workers`` on that route).
-    Data whose decoded chunks all fit ``Workers(hold_bytes)`` (512 MiB) is kept whole by each
-    reader across epochs, so later epochs decode nothing.
+    Data whose decoded chunks all fit ``Workers(hold_bytes)`` (1 GiB for all the readers
+    together) is kept whole by each reader across epochs, so later epochs decode nothing.
 
     The keywords that moved into :class:`Ordering` (``pool_bytes``, ``lanes``, ``rank``,
     ``world_size``) and :class:`Workers` (``prefetch``, ``persistent_workers``,
@@ -448,7 +448,8 @@ def _prepare(
     # the readers must hold the pool, or they decode chunks again
     needed = sampler.capacity_chunks(given.samples_per_chunk, readers) * given.chunk_nbytes()
     held = given.held_nbytes()  # every chunk, decoded: kept across epochs when it fits
-    hold = held <= options.workers.hold_bytes
+    # the readers together: memory does not grow with the number of workers
+    hold = held * max(1, options.num_workers) <= options.workers.hold_bytes
     dataset = given._for_loader(max(needed, held) if hold else needed)  # each sample once
     if hold and given.anchors is not None:
         # windows: each reader reads its arrays whole at once (one sequential pass, then

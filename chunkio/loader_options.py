@@ -32,8 +32,8 @@ Transport = Literal["ring", "dataloader"]
 
 #: Default mixing pool: decoded bytes summed over the loader's readers (see make_loader).
 DEFAULT_POOL_BYTES = 64 << 20
-#: Default hold_bytes: decoded bytes each reader may keep across epochs (Workers)
-DEFAULT_HOLD_BYTES = 512 << 20
+#: Default hold_bytes: decoded bytes the readers together may keep across epochs (Workers)
+DEFAULT_HOLD_BYTES = 1 << 30
 #: batches a remote dataset's ring workers are told of beyond those in their slots, so that
 #: their chunks are fetched ahead (bench_remote: 20 ms per request)
 REMOTE_LOOKAHEAD = 8
@@ -127,19 +127,20 @@ class Workers:
         batch ahead on a side stream (:mod:`chunkio.transport.gpu_decode`). ``"reference"``
         runs the same route with a CPU decoder (tests).
     hold_bytes
-        Decoded bytes each reader may keep across epochs (default 512 MiB; 0: off). When
-        every chunk of the arrays the loader reads fits, decoded, in ``hold_bytes``, each
-        reader keeps them, so later epochs decode nothing (as insitubatch's pool does): the
-        arrays of window fields (:class:`chunkio.Field`) are read whole by each reader at its
-        first batch, other fields' chunks are kept as they are decoded. A reader's memory is
-        then at most the data's decoded size, below ``hold_bytes``. Larger data keeps the
+        Decoded bytes the readers together may keep across epochs (default 1 GiB; 0: off).
+        When every chunk of the arrays the loader reads fits, decoded, in ``hold_bytes``
+        divided among the reader processes (``num_workers``, or 1), each reader keeps them,
+        so later epochs decode nothing (as insitubatch's pool does): the arrays of window
+        fields (:class:`chunkio.Field`) are read whole by each reader at its first batch,
+        other fields' chunks are kept as they are decoded. The readers' memory is then at
+        most ``hold_bytes`` in all, whatever the number of workers. Larger data keeps the
         mixing pool only and decodes each chunk once per epoch.
 
     Examples
     --------
     >>> Workers()
     Workers(transport='ring', prefetch=2, persistent=True, context=None, timeout=0.0, \
-pin_memory=None, copy=False, decode='cpu', hold_bytes=536870912)
+pin_memory=None, copy=False, decode='cpu', hold_bytes=1073741824)
     >>> Workers(context="spawn", timeout=60).timeout
     60
     """
