@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anndata_files as af
 import numpy as np
 import pytest
 
@@ -142,3 +143,72 @@ def recorded_dask() -> tuple[Any, list[int]]:
 
     base = da.from_array(np.arange(1000, dtype=np.int32).reshape(100, 10), chunks=(10, 10))
     return base.map_blocks(record, dtype=np.int32, meta=np.empty((0, 0), np.int32)), seen
+
+
+# -- single-cell files made by anndata (tests/support/anndata_files.py), once per session -----
+# Each fixture is an :class:`anndata_files.SingleCell`: ``.path`` / ``.paths``, ``.x_field``,
+# the expected matrix ``.x`` (scipy CSR, or an ndarray for the dense one), the expected
+# ``.obs`` and ``.labels`` (category name per cell). Tests must leave the files as they are
+# (they are shared by the session); copy one first to change it. Here rather than in
+# tests/singlecell/conftest.py: a second module named conftest would shadow this one for the
+# tests that import helpers from it.
+
+
+@pytest.fixture(scope="session")
+def sc_root(tmp_path_factory: pytest.TempPathFactory):
+    pytest.importorskip("anndata", reason="anndata is not installed (pip install -e .[dev])")
+    return tmp_path_factory.mktemp("singlecell")
+
+
+@pytest.fixture(scope="session")
+def pbmc_legacy(sc_root) -> af.SingleCell:
+    """(a) scanpy's file as shipped: ``raw.X`` an ``h5sparse_format: csr`` group."""
+    return af.legacy(sc_root)
+
+
+@pytest.fixture(scope="session")
+def pbmc_h5ad(sc_root) -> af.SingleCell:
+    """(b) modern h5ad, X ``csr_matrix``."""
+    return af.h5ad(sc_root)
+
+
+@pytest.fixture(scope="session")
+def pbmc_zarr_v2(sc_root) -> af.SingleCell:
+    """(c) AnnData Zarr v2."""
+    return af.zarr_store(sc_root, 2)
+
+
+@pytest.fixture(scope="session")
+def pbmc_zarr_v3(sc_root) -> af.SingleCell:
+    """(d) AnnData Zarr v3."""
+    return af.zarr_store(sc_root, 3)
+
+
+@pytest.fixture(scope="session")
+def pbmc_zarr_sharded(sc_root) -> af.SingleCell:
+    """(e) AnnData Zarr v3 sharded as annbatch writes it."""
+    return af.zarr_sharded(sc_root)
+
+
+@pytest.fixture(scope="session")
+def pbmc_csc(sc_root) -> af.SingleCell:
+    """(f) X ``csc_matrix`` (to be refused)."""
+    return af.csc(sc_root)
+
+
+@pytest.fixture(scope="session")
+def pbmc_split(sc_root) -> af.SingleCell:
+    """(g) three h5ad files, categories differing in order and subset."""
+    return af.split(sc_root)
+
+
+@pytest.fixture(scope="session")
+def pbmc_dense(sc_root) -> af.SingleCell:
+    """(h) X a dense array."""
+    return af.dense(sc_root)
+
+
+@pytest.fixture(params=af.CSR_FIXTURES)
+def pbmc_csr(request: pytest.FixtureRequest) -> af.SingleCell:
+    """Each CSR layout in turn."""
+    return request.getfixturevalue(request.param)

@@ -149,22 +149,23 @@ def _compound_member(reader: Reader, name: str, path: str) -> ColumnInfo | None:
 
 def _refuse_text_column(reader: Reader, path: str) -> None:
     """A column of a dataframe that cannot be batched (strings; in Zarr v2 a ``vlen-utf8``
-    codec): refused, listing the columns that can be read."""
-    if "/" not in path:
+    codec): refused, listing the columns that can be read. Numeric arrays return at once
+    (their parent is not looked at: a remote group costs requests)."""
+    try:
+        dtype = np.dtype(reader.array_info(path).dtype)
+        holds = f"{dtype} values"
+    except UnsafeInputError as err:  # strings in Zarr v2: a vlen-utf8 codec
+        dtype, holds = np.dtype(object), f"values chunkio does not decode ({err})"
+    except ChunkioError:
+        return  # refused as an array is, with its own error
+    if dtype.kind in "biuf" or "/" not in path:
         return
     parent = path.rsplit("/", 1)[0]
     try:
         attrs = reader.group_attrs(parent)
     except ChunkioError:
         return
-    if attrs is None or attrs.get("encoding-type") != "dataframe":
-        return
-    try:
-        dtype = np.dtype(reader.array_info(path).dtype)
-        holds = f"{dtype} values"
-    except UnsafeInputError as err:  # strings in Zarr v2: a vlen-utf8 codec
-        dtype, holds = np.dtype(object), f"values chunkio does not decode ({err})"
-    if dtype.kind not in "biuf":
+    if attrs is not None and attrs.get("encoding-type") == "dataframe":
         raise FormatError(
             f"{reader.location}: column {path!r} holds {holds}, which cannot be batched "
             f"(strings cannot); readable columns of {parent!r}: "

@@ -60,6 +60,8 @@ def test_rows_ratios_and_storage(results: dict[str, Any]) -> None:
         "storage",
         "imagenet",
         "imagenet",
+        "imagenet",
+        "imagenet",
     ]
     assert results["decode_limit"] > 0
     prof = results["profile_us_per_sample"]
@@ -74,7 +76,12 @@ def test_rows_ratios_and_storage(results: dict[str, Any]) -> None:
 def test_imagenet_rows_limit_and_stages(results: dict[str, Any]) -> None:
     res = results["imagenet"]
     names = [r["name"] for r in res["rows"]]
-    assert names == [bench_images.BASELINE, bench_images.JPEG_REGION, bench_images.JPEG_WHOLE]
+    assert names == [
+        bench_images.BASELINE,
+        bench_images.JPEG_REGION,
+        bench_images.JPEG_WHOLE,
+        "chunkio make_loader (yuv420)",
+    ]
     for r in res["rows"]:
         assert r["samples_per_s"] > 0
         assert [list(r["batch"][0][0]), r["batch"][0][1]] == [[BATCH, 3, 224, 224], "torch.uint8"]

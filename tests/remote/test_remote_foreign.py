@@ -170,7 +170,9 @@ def test_a_missing_array_or_object_is_a_typed_error_naming_the_url(
     url = urls[store]
     with pytest.raises(MissingFieldError, match=rf"{url}: no array 'train/nope'.*train/labels"):
         chunkio.ChunkDataset(url, fields={"image": "train/nope"}, storage_options=options)
-    with pytest.raises(FormatError, match=rf"{url}: 'train' is a group, not an array") as err:
+    with pytest.raises(
+        FormatError, match=rf"{url}: 'train' is a group \(attributes \[\]\), not an array"
+    ) as err:
         chunkio.ChunkDataset(url, fields={"image": "train"}, storage_options=options)
     assert not isinstance(err.value, MissingFieldError)
     gone = url.replace(BUCKET, f"{BUCKET}/gone", 1)
