@@ -233,6 +233,9 @@ def _model_diversity(batches: list[list[int]], sizes: list[int]) -> float:
         ([1, 2, 4], [[0, 1, 2, 3, 4, 5, 6]]),  # b = n: every chunk touched
         ([3, 1, 2], [[0, 3, 4, 5], [1, 2]]),  # n - s == b for one chunk
         ([4, 4], [[0, 4], [1, 5], [2, 6, 3]]),
+        ([1, 2, 4], [[0, 1, 2, 3, 4, 5], [6]]),  # 6 samples need the two largest chunks
+        ([2, 3], [[0, 1]]),  # one batch: a small expected excess (0.6) still divides
+        ([2, 3], [[0, 3]]),
     ],
 )
 def test_chunk_diversity_equals_its_definition(sizes: list[int], batches: list[list[int]]) -> None:

@@ -10,6 +10,7 @@ shows as bytes in the wrong place.
 from __future__ import annotations
 
 import os
+import re
 from multiprocessing.shared_memory import SharedMemory
 
 import numpy as np
@@ -17,6 +18,7 @@ import pytest
 
 from chunkio.errors import LoaderError
 from chunkio.transport import SHM_PREFIX, RingLayout, RingSpec, SlotRing
+from chunkio.transport import ring as ring_module
 from chunkio.transport.ring import FieldSpec, batch_view
 
 
@@ -52,9 +54,10 @@ def test_field_spec_sizes_and_views() -> None:
 def test_batch_view_orders_memory_channels_last_only_when_asked() -> None:
     flat = np.arange(2 * 3 * 2 * 4)
     plain = batch_view(flat, 2, (3, 2, 4))
-    assert plain.shape == (2, 3, 2, 4) and plain[1, 2, 1, 3] == 24 + 2 * 8 + 1 * 4 + 3
+    np.testing.assert_array_equal(plain, flat.reshape(2, 3, 2, 4))
     cl = batch_view(flat, 2, (3, 2, 4), channels_last=True)
-    assert cl.shape == (2, 3, 2, 4) and cl[1, 2, 1, 3] == 24 + (1 * 4 + 3) * 3 + 2
+    np.testing.assert_array_equal(cl, flat.reshape(2, 2, 4, 3).transpose(0, 3, 1, 2))
+    assert cl[1, 1, 0, 2] == 24 + (0 * 4 + 2) * 3 + 1
     assert np.shares_memory(cl, flat)
 
 
@@ -106,7 +109,11 @@ def test_slots_land_at_their_offsets_and_a_second_attachment_sees_them() -> None
     )
     ring = SlotRing.create(lay)
     try:
-        assert ring.name.startswith(f"{SHM_PREFIX}{os.getpid()}_")
+        # short: macOS allows shared-memory names of 31 characters at most
+        assert re.fullmatch(rf"{SHM_PREFIX}{os.getpid()}_[0-9a-f]{{8}}", ring.name), ring.name
+        # the address handed to cudaHostRegister is where the views start
+        assert ring.indices(0).ctypes.data == ring.address + lay.field_offset(0, -1)
+        assert ring.fields(2)["y"].ctypes.data == ring.address + lay.field_offset(2, 1)
         assert ring.num_slots == 3 and ring.nbytes == lay.nbytes
         assert ring.spec == RingSpec(ring.name, lay)
         for slot in range(3):
@@ -217,7 +224,12 @@ def test_short_shared_memory_is_refused_before_creating(monkeypatch: pytest.Monk
 
     monkeypatch.setattr("chunkio.transport.ring.shutil.disk_usage", usage)
     before = _names()
-    with pytest.raises(LoaderError, match=r"needs 6\.0 MiB of shared memory but /dev/shm has 6\.0"):
+    with pytest.raises(
+        LoaderError,
+        match=r"needs 6\.0 MiB of shared memory but /dev/shm has 6\.0 MiB free; lower prefetch, "
+        r"batch_size or num_workers, enlarge /dev/shm \(docker: --shm-size\), or use "
+        r"workers=chunkio\.Workers\(transport='dataloader'\)$",
+    ):
         SlotRing.create(lay)
     assert _names() == before
     free["n"] = lay.nbytes  # exactly enough is enough
@@ -225,3 +237,27 @@ def test_short_shared_memory_is_refused_before_creating(monkeypatch: pytest.Monk
     monkeypatch.setattr("chunkio.transport.ring.os.path.isdir", lambda p: False)
     free["n"] = 0  # no /dev/shm to measure (not Linux): nothing to check
     SlotRing.create(lay).close()
+
+
+@pytest.mark.parametrize(
+    ("version", "tracked"), [((3, 12, 9, "final", 0), True), ((3, 13, 0, "final", 0), False)]
+)
+def test_a_worker_attaches_untracked_where_python_allows(
+    monkeypatch: pytest.MonkeyPatch, version: tuple[object, ...], tracked: bool
+) -> None:
+    """From Python 3.13 a worker attaches with ``track=False``: a tracked attachment would be
+    unlinked by the worker's resource tracker when the worker exits, under the main process.
+    Before 3.13 ``SharedMemory`` has no ``track`` (this interpreter may be either, so the
+    constructor is recorded rather than called)."""
+    calls: list[dict[str, object]] = []
+
+    def record(**kw: object) -> str:
+        calls.append(kw)
+        return "attached"
+
+    monkeypatch.setattr(ring_module.sys, "version_info", version)
+    monkeypatch.setattr(ring_module, "SharedMemory", record)
+    assert ring_module._attach("chunkio_1_abcd") == "attached"
+    assert calls == [
+        {"name": "chunkio_1_abcd"} if tracked else {"name": "chunkio_1_abcd", "track": False}
+    ]
