@@ -6,7 +6,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import anndata_files as af
 import numpy as np
 import pytest
 
@@ -146,6 +145,10 @@ def recorded_dask() -> tuple[Any, list[int]]:
 
 
 # -- single-cell files made by anndata (tests/support/anndata_files.py), once per session -----
+try:
+    import anndata_files as af
+except ImportError:  # a plain script imports helpers from here with only tests/ on its path
+    af = None
 # Each fixture is an :class:`anndata_files.SingleCell`: ``.path`` / ``.paths``, ``.x_field``,
 # the expected matrix ``.x`` (scipy CSR, or an ndarray for the dense one), the expected
 # ``.obs`` and ``.labels`` (category name per cell). Tests must leave the files as they are
@@ -208,7 +211,7 @@ def pbmc_dense(sc_root) -> af.SingleCell:
     return af.dense(sc_root)
 
 
-@pytest.fixture(params=af.CSR_FIXTURES)
+@pytest.fixture(params=af.CSR_FIXTURES if af is not None else ())
 def pbmc_csr(request: pytest.FixtureRequest) -> af.SingleCell:
     """Each CSR layout in turn."""
     return request.getfixturevalue(request.param)
