@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -123,6 +123,17 @@ class _Values:
             prefetch(self.name, [c for c in needed.tolist() if c not in self.cache])
 
 
+class _RowPlan(NamedTuple):
+    """A batch's rows in a CSR matrix: each stored value's position in ``data`` and its row in
+    the batch; values per row; the ``[start, stop)`` ranges of the rows that hold any."""
+
+    positions: IntArray
+    rows: IntArray
+    counts: IntArray
+    starts: IntArray
+    stops: IntArray
+
+
 class SparseField:
     """One sparse field of one process's dataset handle: its ``indptr`` (read whole once per
     process) and the caches of its ``data`` and ``indices`` chunks."""
@@ -142,16 +153,21 @@ class SparseField:
         ratio = -(-info.data_chunk * info.order_group // info.indices_chunk) + 1
         self.indices = _Values(ctx, indices, info.nnz, info.indices_chunk, found.dtype, ratio)
 
-    def _positions(self, idx: IntArray) -> tuple[IntArray, IntArray]:
-        """Each stored value of rows ``idx``: its position in ``data`` and its row in the
-        batch."""
+    def _plan(self, idx: IntArray) -> _RowPlan:
+        """Where the stored values of rows ``idx`` are (pure: ``indptr`` looked up once)."""
         starts = self.indptr[idx]
-        counts = self.indptr[idx + 1] - starts
-        total = int(counts.sum())
-        rows = np.repeat(np.arange(len(idx), dtype=np.int64), counts)
+        stops = self.indptr[idx + 1]
+        counts = stops - starts
         first = np.cumsum(counts) - counts
-        positions = np.arange(total, dtype=np.int64) + np.repeat(starts - first, counts)
-        return positions, rows
+        total = int(counts.sum())
+        held = counts > 0
+        return _RowPlan(
+            positions=np.arange(total, dtype=np.int64) + np.repeat(starts - first, counts),
+            rows=np.repeat(np.arange(len(idx), dtype=np.int64), counts),
+            counts=counts,
+            starts=starts[held],
+            stops=stops[held],
+        )
 
     def read(
         self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadRequest
@@ -159,9 +175,12 @@ class SparseField:
         info = self.info
         if how.transform is not None:
             raise TypeError(f"field {info.name!r}: a field transform cannot apply to a sparse row")
-        positions, rows = self._positions(idx)
+        plan = self._plan(idx)
+        values, columns = self._values(plan)
+        self._check_columns(columns, plan.rows, idx)
         if info.batches == "csr":
-            return self._csr(idx, positions, rows)
+            indptr = np.concatenate([[0], np.cumsum(plan.counts)]).astype(np.int64)
+            return CSRBatch(indptr, columns, values, (len(idx), info.n_cols))
         shape = (len(idx), info.n_cols)
         if out is None:
             out = np.zeros(shape, dtype=info.dtype)
@@ -172,34 +191,21 @@ class SparseField:
             )
         else:
             out[...] = 0
-        if not len(positions):
-            return out
-        values, columns = self._values(idx, positions)
-        self._check_columns(columns, rows, idx)
-        if _canonical(columns, rows):
-            out[rows, columns] = values
+        if _canonical(columns, plan.rows):
+            out[plan.rows, columns] = values
         else:  # a row repeats a column: its values add up, as scipy's toarray() does
-            np.add.at(out, (rows, columns), values)
+            np.add.at(out, (plan.rows, columns), values)
         return out
 
-    def _values(self, idx: IntArray, positions: IntArray) -> tuple[npt.NDArray[Any], IntArray]:
-        """The stored values and columns at ``positions`` (of rows ``idx``)."""
-        if not len(positions):
+    def _values(self, plan: _RowPlan) -> tuple[npt.NDArray[Any], IntArray]:
+        """The stored values and columns the plan's rows hold, in batch order."""
+        if not len(plan.positions):
             return np.zeros(0, self.info.dtype), np.zeros(0, np.int64)
-        starts, stops = self.indptr[idx], self.indptr[idx + 1]
-        held = stops > starts
-        starts, stops = starts[held], stops[held]
-        values = self.data.take(positions, self.data.chunks_of(starts, stops))
-        needed = self.indices.chunks_of(starts, stops)
-        columns = self.indices.take(positions, needed).astype(np.int64, copy=False)
+        needed = self.data.chunks_of(plan.starts, plan.stops)
+        values = self.data.take(plan.positions, needed)
+        needed = self.indices.chunks_of(plan.starts, plan.stops)
+        columns = self.indices.take(plan.positions, needed).astype(np.int64, copy=False)
         return values, columns
-
-    def _csr(self, idx: IntArray, positions: IntArray, rows: IntArray) -> CSRBatch:
-        values, columns = self._values(idx, positions)
-        self._check_columns(columns, rows, idx)
-        counts = np.bincount(rows, minlength=len(idx)) if len(idx) else np.zeros(0, np.int64)
-        indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        return CSRBatch(indptr, columns, values, (len(idx), self.info.n_cols))
 
     def _check_columns(self, columns: IntArray, rows: IntArray, idx: IntArray) -> None:
         bad = np.flatnonzero((columns < 0) | (columns >= self.info.n_cols))
@@ -212,10 +218,9 @@ class SparseField:
             )
 
     def prefetch(self, idx: IntArray) -> None:
-        starts, stops = self.indptr[idx], self.indptr[idx + 1]
-        held = stops > starts
+        plan = self._plan(idx)
         for values in (self.data, self.indices):
-            values.prefetch(values.chunks_of(starts[held], stops[held]))
+            values.prefetch(values.chunks_of(plan.starts, plan.stops))
 
 
 def _canonical(columns: IntArray, rows: IntArray) -> bool:
