@@ -71,6 +71,28 @@ def map_tensors(fn: Callable[[torch.Tensor], Any], batch: Any) -> Any:
     return batch
 
 
+def storage_parts(t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The strided tensors holding ``t``'s memory: ``t`` itself, or a sparse tensor's index
+    and value arrays (what ``record_stream``, which takes strided tensors only, needs).
+
+    >>> [p.tolist() for p in storage_parts(torch.eye(2).to_sparse_csr())]
+    [[0, 1, 2], [0, 1], [1.0, 1.0]]
+    """
+    if t.layout == torch.sparse_csr:
+        return (t.crow_indices(), t.col_indices(), t.values())
+    if t.layout == torch.sparse_csc:
+        return (t.ccol_indices(), t.row_indices(), t.values())
+    if t.layout == torch.sparse_coo:
+        return (t._indices(), t._values())
+    return (t,)
+
+
+def record_stream(t: torch.Tensor, stream: Any) -> None:
+    """``t.record_stream(stream)`` for dense and sparse tensors alike."""
+    for part in storage_parts(t):
+        part.record_stream(stream)
+
+
 class _Done:
     def synchronize(self) -> None:
         return None
@@ -115,7 +137,7 @@ class CudaCopyStream:
         consumer = torch.cuda.current_stream(self.device)
         consumer.wait_event(event)  # type: ignore[arg-type]
         # memory allocated on the side stream must not be reused before the consumer is done
-        map_tensors(lambda t: t.record_stream(consumer), batch)
+        map_tensors(lambda t: record_stream(t, consumer), batch)
 
 
 class _Staged:

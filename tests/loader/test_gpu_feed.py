@@ -18,7 +18,13 @@ from resume_harness import assert_resume_equals_uninterrupted
 
 from chunkio import ChunkDataset, Workers, make_loader
 from chunkio.transport import Lease, RingLayout, SlotRing
-from chunkio.transport.gpu import DevicePrefetcher, map_tensors, pin_ring, resolve_device
+from chunkio.transport.gpu import (
+    DevicePrefetcher,
+    map_tensors,
+    pin_ring,
+    resolve_device,
+    storage_parts,
+)
 
 
 class FakeEvent:
@@ -177,3 +183,30 @@ def test_cuda_feed_equals_reference_from_registered_ring(make_dataset):
         assert torch.equal(x.cpu(), torch.from_numpy(arrays["image"][idx]))
         assert torch.equal(y.cpu(), torch.from_numpy(arrays["label"][idx]))
     loader.close()
+
+
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")  # torch's notice
+@pytest.mark.parametrize("layout", ["csr", "csc", "coo", "dense"])
+def test_streams_are_recorded_on_the_strided_parts_of_sparse_batches(layout: str) -> None:
+    """``record_stream`` takes strided tensors only (a sparse CSR batch on CUDA raised
+    NotImplementedError): the parts recorded are strided and hold the whole tensor."""
+    dense = torch.tensor([[0.0, 2.0, 0.0], [1.0, 0.0, 3.0]])
+    build = {
+        "csr": (
+            dense.to_sparse_csr,
+            lambda p: torch.sparse_csr_tensor(*p, size=(2, 3), check_invariants=True),
+        ),
+        "csc": (
+            dense.to_sparse_csc,
+            lambda p: torch.sparse_csc_tensor(*p, size=(2, 3), check_invariants=True),
+        ),
+        "coo": (
+            dense.to_sparse,
+            lambda p: torch.sparse_coo_tensor(*p, size=(2, 3), check_invariants=True),
+        ),
+        "dense": (dense.clone, lambda p: p[0]),
+    }
+    make, rebuild = build[layout]
+    parts = storage_parts(make())
+    assert parts and all(p.layout == torch.strided for p in parts)
+    assert torch.equal(rebuild(parts).to_dense(), dense)
