@@ -212,8 +212,8 @@ class ArraySource:
             self._fingerprint = hashlib.sha256(text.encode()).hexdigest()
         return self._fingerprint
 
-    def read_block(self, start: int, stop: int) -> dict[str, npt.NDArray[Any]]:
-        out = {}
+    def read_block(self, start: int, stop: int) -> dict[str, Any]:
+        out: dict[str, Any] = {}
         for name, arr in self._arrays.items():
             try:
                 out[name] = (
@@ -226,10 +226,10 @@ class ArraySource:
                 ) from err
         return out
 
-    def read_rows(self, indices: npt.NDArray[np.int64]) -> dict[str, npt.NDArray[Any]]:
+    def read_rows(self, indices: npt.NDArray[np.int64]) -> dict[str, Any]:
         """Samples ``indices`` (any order), in that order: the reads of a shuffled write."""
         idx = np.asarray(indices, dtype=np.int64)
-        out = {}
+        out: dict[str, Any] = {}
         for name, arr in self._arrays.items():
             try:
                 out[name] = _take(arr, idx)

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ..backends import Compression, Format, Writer, detect_format, storage_for
+from ..backends import Format, Writer, detect_format, storage_for
 from ..errors import SourceError
 from ..format.grid import SampleGrid
 from ..format.layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, FieldInfo
@@ -29,6 +29,7 @@ from .durability.staging import Destination, open_destination
 from .engine.blocks import Block, BlockJob, block_syncs, block_writes
 from .engine.chunking import DEFAULT_CHUNK_BYTES, chunk_samples
 from .engine.core import drive
+from .engine.creation import create_encoded, create_ragged, create_sparse
 from .engine.encoded import EncodedPlan
 from .engine.ragged import RaggedPlan
 from .engine.sparse import SparsePlan
@@ -411,73 +412,6 @@ def _plans_of_kind(
     )
 
 
-#: the arrays written whole when a dataset is created, and what must then be made durable
-_Initial = tuple[list[tuple[str, int, Any]], list[Sync]]
-
-
-def _create_encoded(
-    writer: Writer, plan: EncodedPlan, compression: Compression, shard_chunks: int
-) -> _Initial:
-    """Create an encoded field's three arrays; the shapes are written whole, at creation (the
-    bytes and spans by the blocks)."""
-    data, spans, shapes = plan.names
-    spc = plan.grid.samples_per_chunk
-    n = plan.grid.num_samples
-    writer.create_array(
-        data,
-        shape=(plan.num_bytes,),
-        dtype=np.dtype(np.uint8),
-        chunks=(plan.chunk_len,),
-        compression=compression,
-        shard_chunks=plan.shard_chunks,
-    )
-    writer.create_array(
-        spans,
-        shape=(n, 2),
-        dtype=np.dtype(np.int64),
-        chunks=(spc, 2),
-        compression=compression,
-        shard_chunks=shard_chunks,
-    )
-    writer.create_rows_like(shapes, plan.shapes, spc, compression, shard_chunks)
-    return [(shapes, 0, plan.shapes)], [((shapes,), 0, plan.grid.num_chunks)]
-
-
-def _create_ragged(writer: Writer, plan: RaggedPlan, compression: Compression) -> _Initial:
-    """Create a ragged field's three arrays; offsets and shapes are written whole, at
-    creation."""
-    values, offsets, shapes = plan.names
-    spc = plan.grid.samples_per_chunk
-    writer.create_array(
-        values,
-        shape=(plan.num_values,),
-        dtype=plan.field.dtype,
-        chunks=(plan.chunk_len,),
-        compression=compression,
-        shard_chunks=plan.shard_chunks,
-    )
-    whole = [(offsets, 0, plan.offsets), (shapes, 0, plan.shapes)]
-    for name, _, arr in whole:
-        writer.create_rows_like(name, arr, spc, compression, plan.group)
-    return list(whole), [((offsets, shapes), 0, plan.grid.num_chunks + 1)]
-
-
-def _create_sparse(writer: Writer, plan: SparsePlan, compression: Compression) -> _Initial:
-    """Create a sparse field's four arrays: those of a ragged field of its values, and its
-    columns chunked alike."""
-    initial = _create_ragged(writer, plan.values, compression)
-    values = plan.values
-    writer.create_array(
-        plan.names[1],
-        shape=(values.num_values,),
-        dtype=plan.index,
-        chunks=(values.chunk_len,),
-        compression=compression,
-        shard_chunks=values.shard_chunks,
-    )
-    return initial
-
-
 def _create_arrays(writer: Writer, dest: Destination, prep: _Prepared) -> None:
     """Create every array; write those written whole at creation (ragged and sparse offsets
     and shapes, encoded shapes) and make them durable."""
@@ -486,13 +420,13 @@ def _create_arrays(writer: Writer, dest: Destination, prep: _Prepared) -> None:
     writes: list[tuple[str, int, Any]] = []
     syncs: list[Sync] = []
     for plan in prep.ragged:
-        more, durable = _create_ragged(writer, plan, compression)
+        more, durable = create_ragged(writer, plan, compression)
         writes, syncs = writes + more, syncs + durable
     for sparse in prep.sparse:
-        more, durable = _create_sparse(writer, sparse, compression)
+        more, durable = create_sparse(writer, sparse, compression)
         writes, syncs = writes + more, syncs + durable
     for coded in prep.encoded:
-        more, durable = _create_encoded(writer, coded, compression, shard_chunks)
+        more, durable = create_encoded(writer, coded, compression, shard_chunks)
         writes, syncs = writes + more, syncs + durable
     spc = layout.samples_per_chunk
     for f in layout.fields:

@@ -345,7 +345,8 @@ class ExternalShuffle(ShuffledSource):
         values, value_bytes = [], []
         for f in self.source.fields:
             if f.kind == "sparse":  # its values in each source block, from its rows' counts
-                counts = np.asarray(self.source.ragged_shapes(f.name), np.int64).reshape(-1)
+                shapes = self.source.ragged_shapes(f.name)  # type: ignore[attr-defined]
+                counts = np.asarray(shapes, np.int64).reshape(-1)
                 ends = np.concatenate([[0], np.cumsum(counts)])[np.asarray(bounds)]
                 values.append(tuple(int(v) for v in np.diff(ends)))
                 value_bytes.append(f.dtype.itemsize + _index(f).itemsize)
