@@ -170,3 +170,28 @@ def test_other_sparse_formats_are_refused_naming_tocsr(kind: Any, tmp_path: Path
 def test_unequal_lengths_name_the_fields(tmp_path: Path) -> None:
     with pytest.raises(SourceError, match="same number of samples"):
         write_arrays(tmp_path / "u.zarr", {"x": matrix(), "y": np.arange(N - 1)})
+
+
+def test_a_loader_resumes_and_ranks_split_the_rows(tmp_path: Path) -> None:
+    """The chunk-aware order over the sparse field's sample chunks: a stopped loader resumes
+    exactly; two DDP ranks read disjoint rows covering the dataset."""
+    from resume_harness import assert_resume_equals_uninterrupted
+
+    import chunkio
+
+    dst = tmp_path / "r.zarr"
+    write_arrays(dst, {"x": matrix()}, output=Output(chunks=16))
+
+    def make(**ordering: Any) -> Any:
+        return make_loader(
+            dst, 32, num_workers=0, seed=1, workers=chunkio.Workers(copy=True),
+            ordering=chunkio.Ordering(**ordering),
+        )  # fmt: skip
+
+    full, _ = assert_resume_equals_uninterrupted(make, stop=4)
+    assert sorted(i for b in full for i in b["source_index"]) == list(range(N))
+    ranks = [
+        [i for b in make(rank=r, world_size=2) for i in b["source_index"].tolist()] for r in (0, 1)
+    ]
+    assert not set(ranks[0]) & set(ranks[1])
+    assert len(ranks[0]) == len(ranks[1]) >= N // 2 - 32

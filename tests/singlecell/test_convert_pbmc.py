@@ -128,3 +128,12 @@ def test_killed_then_rerun_equals_uninterrupted(pbmc_h5ad: af.SingleCell, tmp_pa
     convert_arrays(pbmc_h5ad.path, ref, fields=pbmc_h5ad.fields(), output=CHUNKS)
     assert dst.read_bytes() == ref.read_bytes()
     check_converted(dst, pbmc_h5ad, shuffled=True)
+
+
+def test_the_cli_converts_several_files(pbmc_split: af.SingleCell, tmp_path: Path) -> None:
+    from chunkio.diagnose.cli import main
+
+    dst = tmp_path / "cli.zarr"
+    words = ["convert", "arrays", *map(str, pbmc_split.paths), str(dst), "--no-progress"]
+    assert main([*words, "--fields", "x=X", "label=obs/louvain", "--samples-per-chunk", "50"]) == 0
+    check_converted(dst, pbmc_split, shuffled=True)
