@@ -16,7 +16,7 @@ from chunkio import ChunkDataset, Execution, Output, make_loader
 from chunkio.convert import write_arrays
 from chunkio.convert.engine import core as engine
 from chunkio.convert.engine import workers as pool_policy
-from chunkio.errors import SourceError
+from chunkio.errors import FormatError, SourceError
 
 SUFFIX = {"zarr": ".zarr", "hdf5": ".h5"}
 N, COLS = 300, 97
@@ -195,3 +195,20 @@ def test_a_loader_resumes_and_ranks_split_the_rows(tmp_path: Path) -> None:
     ]
     assert not set(ranks[0]) & set(ranks[1])
     assert len(ranks[0]) == len(ranks[1]) >= N // 2 - 32
+
+
+def test_verify_names_the_row_whose_column_is_outside(tmp_path: Path) -> None:
+    """``chunkio verify`` cross-checks a sparse field: offsets and counts as a ragged field's,
+    and every column inside the matrix (what checksums cannot catch: a wrong matrix written)."""
+    import h5py
+
+    from chunkio.diagnose.cli import main
+
+    dst = tmp_path / "v.h5"
+    write_arrays(dst, {"x": matrix()}, shuffle=False, output=Output(chunks=16, checksum=False))
+    assert main(["verify", str(dst), "--no-progress"]) == 0
+    with h5py.File(dst, "r+") as f:
+        f["x__indices"][int(f["x__offsets"][37])] = COLS + 3
+    assert main(["verify", str(dst), "--no-progress"]) == 1
+    with pytest.raises(FormatError, match=r"sparse field 'x', row 37: column index 100"):
+        ChunkDataset(dst).read_batch([37])
