@@ -212,3 +212,25 @@ def test_verify_names_the_row_whose_column_is_outside(tmp_path: Path) -> None:
     assert main(["verify", str(dst), "--no-progress"]) == 1
     with pytest.raises(FormatError, match=r"sparse field 'x', row 37: column index 100"):
         ChunkDataset(dst).read_batch([37])
+
+
+def test_written_in_shards_where_the_dense_fields_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``run_conversion(pack=True)`` (what ``convert_images`` does): a sparse field large enough
+    is written directly as shards of whole sample-chunk groups, its values and columns alike."""
+    from chunkio.convert import pipeline, run_conversion
+    from chunkio.convert.arrays import ArraySource
+    from chunkio.convert.shuffle.order import ShuffledSource
+
+    monkeypatch.setattr(pipeline, "SHARD_BYTES", 1_300_000)  # 3 chunks of 400 kB a shard
+    m = sp.random(1000, 2000, density=0.25, format="csr", dtype=np.float32, random_state=1)
+    dst = tmp_path / "sh.zarr"
+    source = ShuffledSource(ArraySource({"x": m, "y": np.arange(1000)}), 0)
+    run_conversion(source, dst, output=Output(chunks=200), pack=True)
+    got = read_all(dst)
+    np.testing.assert_array_equal(got["x"], m[got["source_index"]].toarray())
+    for name in ("x__values", "x__indices"):
+        codecs = json.loads((dst / name / "zarr.json").read_text())["codecs"]
+        assert codecs[0]["name"] == "sharding_indexed"
+        assert sorted(p.name for p in (dst / name).glob("c.*")) == ["c.0", "c.1"]
