@@ -209,11 +209,7 @@ class CSRArray:
     def __init__(self, name: str, matrix: Any) -> None:
         self.name = name
         self.shape = (int(matrix.shape[0]), int(matrix.shape[1]))
-        self.rows = SparseRows(
-            np.asarray(matrix.indptr, dtype=np.int64),
-            np.asarray(matrix.indices),
-            np.asarray(matrix.data),
-        )
+        self.rows = SparseRows.of(matrix)  # data and indices up to indptr[-1] (scipy may keep more)
         if len(self.rows.indptr) != self.shape[0] + 1:
             raise SourceError(
                 f"field {name!r}: indptr must hold rows + 1 = {self.shape[0] + 1} offsets for "
