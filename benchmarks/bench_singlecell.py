@@ -12,8 +12,9 @@ dense ``(256, 2000)`` rows with their cell types, with 0 and 2 worker processes:
 - scDataset (``BlockShuffling``; block size and ``fetch_factor`` swept, the fastest kept);
 - annbatch (a Python >= 3.12 venv, built here from pyenv's 3.12 if missing; its own sharded
   Zarr copy written by ``write_sharded``; threads, no workers; skipped with a note otherwise);
-- chunkio ``make_loader`` on the h5ad in place, and on a converted chunkio dataset when
-  ``convert_arrays`` takes an h5ad.
+- chunkio ``make_loader`` on the h5ad in place, and on the chunkio dataset ``convert_arrays``
+  makes of it (X stored sparse, the write-time shuffle; converted once in the parent, timed in
+  wall and CPU seconds, and cached beside the h5ad with its timing).
 
 Every configuration runs in its own process; the parent samples that process tree's memory
 (sum of RSS every 0.2 s, sum of PSS, which counts shared pages once, every second). Reported:
@@ -22,6 +23,9 @@ is shared, so compare ratios), distinct cell types per batch against a uniform s
 exact expectation, peak RSS and PSS. Writes ``benchmarks/results/singlecell.{md,json}``.
 
     python -m benchmarks.bench_singlecell [--quick] [--cells N] [--budget S] [--root DIR]
+                                          [--chunkio-only]
+
+``--chunkio-only``: the chunkio rows alone (in place and converted), to compare the two.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -55,7 +60,8 @@ ANNBATCH_SETTINGS = ((32, 512), (512, 32))
 ANNBATCH_VERSION = "0.3.1"
 ANNBATCH_VENV = Path(os.environ.get("ANNBATCH_VENV", "/work/venv312-annbatch"))
 HERE = Path(__file__).resolve().parent
-IN_PLACE, CONVERTED = "chunkio make_loader (h5ad in place)", "chunkio make_loader (converted)"
+IN_PLACE = "chunkio make_loader (h5ad in place)"
+CONVERTED = "chunkio make_loader (converted, sparse native)"
 
 
 # -- the data ---------------------------------------------------------------------------------
@@ -164,13 +170,49 @@ def _fetch_dense(view: Any) -> Any:
     return MultiIndexable(X=adata.X.toarray(), y=adata.obs["cell_type"].cat.codes.to_numpy())
 
 
-def _chunkio_converted(path: str, workers: int, out: str) -> Any:
+def _chunkio_converted(workers: int, out: str) -> Any:
     import chunkio
 
-    dst = Path(out)
-    if not dst.exists():
-        chunkio.convert_arrays(path, dst, fields=FIELDS)
-    return chunkio.make_loader(str(dst), batch_size=BATCH, shuffle=True, num_workers=workers)
+    return chunkio.make_loader(out, batch_size=BATCH, shuffle=True, num_workers=workers)
+
+
+def converted(path: Path, dst: Path) -> dict[str, Any]:
+    """``convert_arrays`` of ``path`` into ``dst`` (every core), timed; a copy made earlier is
+    kept with its timing (``<dst>.timing.json``)."""
+    timing = dst.with_name(dst.name + ".timing.json")
+    if dst.exists() and timing.exists():
+        found: dict[str, Any] = json.loads(timing.read_text())
+        return found
+    import chunkio
+
+    shutil.rmtree(dst, ignore_errors=True)
+    me = psutil.Process()
+    seen: dict[int, float] = {}  # CPU seconds of each worker process (forkserver's children)
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.1):
+            for p in me.children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    t = p.cpu_times()
+                    seen[p.pid] = t.user + t.system
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    own = sum(me.cpu_times()[:2])
+    start = time.perf_counter()
+    sampler.start()
+    try:
+        result = chunkio.convert_arrays(path, dst, fields=FIELDS)
+    finally:
+        done.set()
+        sampler.join()
+    wall = time.perf_counter() - start
+    cpu = sum(me.cpu_times()[:2]) - own + sum(seen.values())  # workers: as last sampled
+    size = sum(f.stat().st_size for f in dst.rglob("*") if f.is_file())
+    out = {"seconds": wall, "cpu_s": cpu, "cells_per_s": result.num_samples / wall,
+           "dataset_mib": size / 2**20, "workers": os.cpu_count()}  # fmt: skip
+    timing.write_text(json.dumps(out))
+    return out
 
 
 def _loader(spec: dict[str, Any]) -> Any:
@@ -201,7 +243,7 @@ def _loader(spec: dict[str, Any]) -> Any:
         return chunkio.make_loader(path, batch_size=BATCH, fields=FIELDS, shuffle=True,
                                    num_workers=w)  # fmt: skip
     if kind == "chunkio-converted":
-        return _chunkio_converted(path, w, spec["converted"])
+        return _chunkio_converted(w, spec["converted"])
     raise ValueError(f"unknown loader kind {kind!r}")
 
 
@@ -350,10 +392,11 @@ def _row(
 
 def run(*, root: str | Path | None = None, quick: bool = False, n_cells: int | None = None,
         budget_s: float | None = None, workers: int = WORKERS,
-        annbatch: bool = True) -> dict[str, Any]:  # fmt: skip
+        annbatch: bool = True, only_chunkio: bool = False) -> dict[str, Any]:  # fmt: skip
     """Every row, as one JSON-able dict (``quick``: 20k cells, 2 s budgets, a short sweep).
 
     ``annbatch=False`` leaves annbatch out (its venv takes minutes to build): the smoke test.
+    ``only_chunkio``: chunkio's rows alone (in place and converted).
     """
     from chunkio.sampling.label_metrics import uniform_distinct_labels
 
@@ -373,27 +416,28 @@ def run(*, root: str | Path | None = None, quick: bool = False, n_cells: int | N
         rows.append(row)
         return row
 
-    for w in sorted({0, workers}):
+    for w in sorted({0, workers}) if not only_chunkio else ():
         ours("per-cell backed read (read_h5ad backed, X[i])", "backed", w)
         ours("anndata AnnLoader (backed)", "annloader", w)
     sweep = SCDATASET_SWEEP[4:5] if quick else SCDATASET_SWEEP
     tried = [ours("scDataset BlockShuffling", "scdataset", workers, f"block {b}, fetch_factor {f}",
-                  block=b, fetch=f) for b, f in sweep]  # fmt: skip
+                  block=b, fetch=f) for b, f in (() if only_chunkio else sweep)]  # fmt: skip
     for best in _mark_best(tried):  # and the same settings with 0 workers, for memory
         b, f = sweep[tried.index(best)]
         ours("scDataset BlockShuffling", "scdataset", 0, best["settings"], block=b, fetch=f)
-    if annbatch:
+    if annbatch and not only_chunkio:
         rows += _annbatch_rows(path, root, budget, limit, uniform, quick)
-    for w in sorted({0, workers}):
+    dst = root / f"{path.stem}.chunkio-sparse.zarr"
+    conversion = converted(path, dst)
+    for w in sorted({0, workers}):  # side by side: in place, converted
         ours(IN_PLACE, "chunkio", w)
-    converted = str(root / f"{path.stem}.chunkio.zarr")
-    for w in sorted({0, workers}):
-        ours(CONVERTED, "chunkio-converted", w, converted=converted)
+        ours(CONVERTED, "chunkio-converted", w, converted=str(dst))
     result = {
         "settings": {"cells": n_cells, "genes": N_GENES, "types": N_TYPES, "density": DENSITY,
                      "batch": BATCH, "workers": workers, "budget_s": budget, "quick": quick,
                      "file": path.name, "file_mib": path.stat().st_size / 2**20,
                      "chunkio_commit": _commit()},
+        "conversion": conversion,
         "uniform_distinct_per_batch": uniform,
         "rows": rows,
         "elapsed_s": time.perf_counter() - started,
@@ -508,6 +552,11 @@ def table(result: dict[str, Any]) -> str:
             f"| {'' if per_cpu is None else f'{per_cpu:,.0f}'} | {r['distinct_per_batch']:.1f} "
             f"({r['distinct_ratio']:.2f}) | {r['peak_rss_mib']:,.0f} | {r['peak_pss_mib']:,.0f} |"
         )
+    c = result.get("conversion")
+    if c:
+        lines += ["", f"convert_arrays of the h5ad ({c['workers']} cores): {c['seconds']:.1f} s "
+                  f"wall ({c['cells_per_s']:,.0f} cells/s), {c['cpu_s']:.1f} CPU-s; the dataset "
+                  f"takes {c['dataset_mib']:.0f} MiB"]  # fmt: skip
     return "\n".join([*lines, "", *check_lines(result["checks"])])
 
 
@@ -528,12 +577,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--budget", type=float, help="timed seconds per row (default 10)")
     p.add_argument("--root", default="bench-data", help="data folder (default bench-data)")
     p.add_argument("--out", default=str(RESULTS), help="results folder")
+    p.add_argument("--chunkio-only", action="store_true",
+                   help="chunkio's rows alone: in place and converted")  # fmt: skip
     p.add_argument("--child", help=argparse.SUPPRESS)  # one row, in its own process
     args = p.parse_args(argv)
     if args.child:
         print(json.dumps(measure(json.loads(args.child))))
         return
-    result = run(root=args.root, quick=args.quick, n_cells=args.cells, budget_s=args.budget)
+    result = run(root=args.root, quick=args.quick, n_cells=args.cells, budget_s=args.budget,
+                 only_chunkio=args.chunkio_only)  # fmt: skip
     print(write(result, Path(args.out)))
 
 

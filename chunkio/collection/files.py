@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from ..backends import ReaderOptions, reader_documents
 from ..errors import FormatError
-from ..format.columns import ColumnInfo, column_values
+from ..format.columns import column_values
 from ..format.grid import SampleGrid
 from ..format.layout import DatasetLayout, FieldInfo
 from ..format.store_layout import LayoutOptions, open_layout
@@ -189,7 +189,7 @@ def _categories(
     fields = list(parts[0].layout.fields)
     remaps: list[dict[str, IntArray]] = [{} for _ in parts]
     for j, info in enumerate(fields):
-        if not isinstance(info, ColumnInfo) or info.categories is None:
+        if info.categories is None:  # an AnnData categorical, or a converted one
             continue
         per_file = [getattr(p.layout.fields[j], "categories", None) or () for p in parts]
         union = list(dict.fromkeys(c for cats in per_file for c in cats))

@@ -17,7 +17,8 @@ The entry points sit at the top (:mod:`.images`, :mod:`.arrays`, :mod:`.stores`,
 :mod:`.durability`, :mod:`.shuffle`, :mod:`.image` and :mod:`.volume`, which may import that
 vocabulary but no entry point. Modules here may import :mod:`chunkio.util`,
 :mod:`chunkio.errors`, :mod:`chunkio.format`, :mod:`chunkio.backends`, :mod:`chunkio.images`,
-:mod:`chunkio.read` (to stream a store) and :mod:`chunkio.sampling.order`, never the datasets,
+:mod:`chunkio.read` (to stream a store), :mod:`chunkio.collection` (to stream many files as
+one) and :mod:`chunkio.sampling.order`, never the datasets,
 the loader or diagnostics.
 """
 

@@ -269,9 +269,11 @@ def _read_layout(path: str) -> tuple[Format, DatasetLayout]:
 
 
 def _check_source(source: BlockSource, layout: DatasetLayout, path: str) -> None:
-    ragged = [f.name for f in layout.fields if f.kind != "dense"]
+    ragged = [f"{f.name} ({f.kind})" for f in layout.fields if f.kind != "dense"]
     if ragged:
-        raise ConversionError(f"{path}: cannot append to ragged field(s) {ragged}")
+        raise ConversionError(
+            f"{path}: cannot append to ragged, sparse or encoded fields: {ragged}"
+        )
     given = {f.name: f for f in source.fields}
     if set(given) != set(layout.field_names):
         raise SourceError(

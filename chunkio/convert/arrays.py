@@ -15,10 +15,12 @@ from ..backends import detect_format
 from ..errors import SourceError
 from ..format.layout import FieldInfo
 from ..format.names import validate_field_name
+from ..format.sparse import SparseInfo
 from ..util.deprecated import moved_keywords
 from ..util.numeric import ceil_div
 from .durability.rerun import Request, compression_option
 from .engine.chunking import chunk_samples
+from .engine.sparse import CSRArray, index_dtype
 from .engine.workers import Work, worker_count
 from .options import (
     DEFAULT_EXECUTION,
@@ -81,10 +83,24 @@ class _H5Array:
         return f"h5py:{self.filename}:{self.name}:{st.st_size}:{st.st_mtime_ns}"
 
 
+def _sparse(name: str, value: Any) -> CSRArray:
+    """A scipy CSR matrix as a field; any other sparse format refused, naming the fix."""
+    found = str(getattr(value, "format", type(value).__name__))
+    if found != "csr":
+        raise SourceError(
+            f"field {name!r}: a sparse field must be a CSR matrix (rows stored one after "
+            f"another, what a row read needs); got {type(value).__name__} in format "
+            f"{found!r}: pass matrix.tocsr()"
+        )
+    return CSRArray(name, value)
+
+
 def _normalise(name: str, value: Any) -> Any:
-    """One of: numpy array, dask array, zarr array, :class:`_H5Array`."""
+    """One of: numpy array, dask array, zarr array, :class:`_H5Array`, :class:`CSRArray`."""
     from dask.base import is_dask_collection
 
+    if type(value).__module__.startswith("scipy.sparse"):
+        return _sparse(name, value)
     if is_dask_collection(value):
         return value
     module = type(value).__module__
@@ -112,8 +128,10 @@ def _computed(part: Any) -> npt.NDArray[Any]:
     return np.asarray(part)
 
 
-def _take(arr: Any, idx: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
+def _take(arr: Any, idx: npt.NDArray[np.int64]) -> Any:
     """Rows ``idx`` of one normalised array, in that order."""
+    if isinstance(arr, CSRArray):
+        return arr.take(idx)
     if isinstance(arr, np.ndarray):
         return np.take(arr, idx, axis=0)
     if isinstance(arr, _H5Array):
@@ -126,7 +144,7 @@ def _take(arr: Any, idx: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
 
 
 def _fingerprint(arr: Any) -> str:
-    if isinstance(arr, _H5Array):
+    if isinstance(arr, _H5Array | CSRArray):
         return arr.fingerprint()
     if type(arr).__module__.startswith("zarr"):
         # Content is not hashed (it may be huge and remote): resume assumes it is unchanged.
@@ -141,8 +159,9 @@ class ArraySource:
     """A :class:`~chunkio.convert.BlockSource` over named arrays sharing axis 0.
 
     NumPy arrays (and anything :func:`numpy.asarray` accepts), dask arrays (computed one block
-    at a time, never whole), h5py datasets (reopened by file name in worker processes) and
-    zarr arrays. Validates names, dimensions, dtypes and lengths up front.
+    at a time, never whole), h5py datasets (reopened by file name in worker processes), zarr
+    arrays and scipy CSR matrices (stored as sparse fields). Validates names, dimensions,
+    dtypes and lengths (and a CSR matrix's structure) up front.
     """
 
     def __init__(self, arrays: Mapping[str, Any]) -> None:
@@ -176,7 +195,7 @@ class ArraySource:
                     "integer, float and complex arrays (convert object or string data first)"
                 )
             lengths[name] = int(shape[0])
-            fields.append(FieldInfo(name, dtype, tuple(int(s) for s in shape[1:])))
+            fields.append(_field(name, arr, dtype, shape))
             self._arrays[name] = arr
         if len(set(lengths.values())) > 1:
             raise SourceError(
@@ -193,11 +212,13 @@ class ArraySource:
             self._fingerprint = hashlib.sha256(text.encode()).hexdigest()
         return self._fingerprint
 
-    def read_block(self, start: int, stop: int) -> dict[str, npt.NDArray[Any]]:
-        out = {}
+    def read_block(self, start: int, stop: int) -> dict[str, Any]:
+        out: dict[str, Any] = {}
         for name, arr in self._arrays.items():
             try:
-                out[name] = _computed(arr[start:stop])
+                out[name] = (
+                    arr[start:stop] if isinstance(arr, CSRArray) else _computed(arr[start:stop])
+                )
             except Exception as err:
                 raise SourceError(
                     f"field {name!r}: reading samples {start}..{stop - 1} failed: "
@@ -205,10 +226,10 @@ class ArraySource:
                 ) from err
         return out
 
-    def read_rows(self, indices: npt.NDArray[np.int64]) -> dict[str, npt.NDArray[Any]]:
+    def read_rows(self, indices: npt.NDArray[np.int64]) -> dict[str, Any]:
         """Samples ``indices`` (any order), in that order: the reads of a shuffled write."""
         idx = np.asarray(indices, dtype=np.int64)
-        out = {}
+        out: dict[str, Any] = {}
         for name, arr in self._arrays.items():
             try:
                 out[name] = _take(arr, idx)
@@ -218,6 +239,13 @@ class ArraySource:
                     f"field {name!r}: reading {where} failed: {type(err).__name__}: {err}"
                 ) from err
         return out
+
+    def ragged_shapes(self, name: str) -> npt.NDArray[np.int64]:
+        """Stored values per row (N x 1) of sparse field ``name``: where its rows go."""
+        arr = self._arrays.get(name)
+        if not isinstance(arr, CSRArray):
+            raise SourceError(f"field {name!r} is not a sparse field")
+        return arr.counts.reshape(-1, 1)
 
     def block_chunks(self, samples_per_chunk: int, *, shuffled: bool = False) -> int:
         """Chunks per block: the unit of work, of resume and of memory in flight.
@@ -246,8 +274,25 @@ class ArraySource:
 
     @property
     def in_memory(self) -> bool:
-        """Whether every field is a NumPy array (nothing to read: a worker pool cannot help)."""
-        return all(isinstance(a, np.ndarray) for a in self._arrays.values())
+        """Whether every field is a NumPy array or a CSR matrix (nothing to read: a worker pool
+        cannot help)."""
+        return all(isinstance(a, np.ndarray | CSRArray) for a in self._arrays.values())
+
+
+def _field(name: str, arr: Any, dtype: np.dtype[Any], shape: tuple[int, ...]) -> FieldInfo:
+    """The field that stores ``arr``: sparse for a CSR matrix, which sizes chunks by its
+    stored values per row, not by its columns."""
+    if not isinstance(arr, CSRArray):
+        return FieldInfo(name, dtype, tuple(int(s) for s in shape[1:]))
+    return SparseInfo(
+        name,
+        dtype,
+        (arr.shape[1],),
+        kind="sparse",
+        nnz=arr.nnz,
+        chunk_sizes=(arr.shape[0],),
+        value_nbytes=dtype.itemsize + index_dtype(arr.shape[1]).itemsize,
+    )
 
 
 #: write_arrays' and convert_arrays' keywords that moved into the option objects
@@ -290,7 +335,10 @@ def write_arrays(
         ``memory://NAME``, a URL zarr understands or a zarr Store.
     arrays
         Field name -> array: NumPy (or anything :func:`numpy.asarray` takes), dask (computed
-        block by block), h5py dataset or zarr array. Axis 0 indexes samples.
+        block by block), h5py dataset, zarr array, or a scipy CSR matrix (``csr_matrix`` or
+        ``csr_array``: a *sparse* field, stored as its rows' values and columns and read back
+        as dense rows, see :mod:`chunkio.format.sparse`; other sparse formats are refused:
+        pass ``matrix.tocsr()``). Axis 0 indexes samples.
     class_names
         Names of the label values 0, 1, ... (stored in the layout).
     shuffle, seed

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ..backends import Compression, Format, Writer, detect_format, storage_for
+from ..backends import Format, Writer, detect_format, storage_for
 from ..errors import SourceError
 from ..format.grid import SampleGrid
 from ..format.layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, FieldInfo
@@ -29,8 +29,10 @@ from .durability.staging import Destination, open_destination
 from .engine.blocks import Block, BlockJob, block_syncs, block_writes
 from .engine.chunking import DEFAULT_CHUNK_BYTES, chunk_samples
 from .engine.core import drive
+from .engine.creation import create_encoded, create_ragged, create_sparse
 from .engine.encoded import EncodedPlan
 from .engine.ragged import RaggedPlan
+from .engine.sparse import SparsePlan
 from .engine.workers import Work, worker_count
 from .engine.writing import Sync, start_writer, write_here, write_target
 from .options import (
@@ -158,6 +160,7 @@ class _Prepared:
     plan: ConversionPlan
     ragged: tuple[RaggedPlan, ...]
     encoded: tuple[EncodedPlan, ...]
+    sparse: tuple[SparsePlan, ...]
     blocks: list[Block]
     request: Request
 
@@ -232,9 +235,11 @@ def _prepare(
     shard_chunks = _shard_chunks(layout, fmt, source) if options.pack else 1
     ragged = _plans_of_kind("ragged", RaggedPlan.build, source, layout, shard_chunks)
     encoded = _plans_of_kind("encoded", EncodedPlan.build, source, layout, shard_chunks)
+    sparse = _plans_of_kind("sparse", SparsePlan.build, source, layout, shard_chunks)
     fingerprint = str(source.fingerprint())
-    if ragged:  # the placement of ragged values is part of what resuming must agree on
-        digest = hashlib.sha256(b"".join(p.offsets.tobytes() for p in ragged)).hexdigest()
+    placed = [p.offsets for p in ragged] + [p.values.offsets for p in sparse]
+    if placed:  # the placement of ragged values is part of what resuming must agree on
+        digest = hashlib.sha256(b"".join(o.tobytes() for o in placed)).hexdigest()
         fingerprint += f":ragged={digest}"
     if encoded:  # so is the placement of encoded bytes
         parts = [p.region.tobytes() + p.shapes.tobytes() for p in encoded]
@@ -246,7 +251,7 @@ def _prepare(
     if shard_chunks > 1:  # writers own whole shards of the large fields
         block_chunks = shard_chunks * max(1, block_chunks // shard_chunks)
     request = options.request or Request("blocks", fingerprint, _options(plan, layout))
-    return _Prepared(layout, plan, ragged, encoded, _blocks(plan, block_chunks), request)
+    return _Prepared(layout, plan, ragged, encoded, sparse, _blocks(plan, block_chunks), request)
 
 
 @dataclass(frozen=True)
@@ -279,7 +284,7 @@ def _write_blocks(
 ) -> None:
     execution = options.execution
     target = write_target(dest, parallel=execution.parallel)
-    job = BlockJob(source, prep.layout.fields, target, prep.ragged, prep.encoded)
+    job = BlockJob(source, prep.layout.fields, target, prep.ragged, prep.encoded, prep.sparse)
     num_samples = prep.layout.num_samples
     progress = Progress(
         total=num_samples,
@@ -357,16 +362,17 @@ def _shard_chunks(layout: DatasetLayout, fmt: Format, source: BlockSource) -> in
     """Sample chunks per shard of the large fields: about :data:`SHARD_BYTES`, at most all.
 
     Large: a dense field whose chunks decode to :data:`DIRECT_SHARD_CHUNK_BYTES` or more, or
-    a ragged or encoded one whose chunks do on average (images of mixed sizes; encoded images
-    count decoded). Every dense field is then written in shards of that many chunks, blocks
-    owning whole shards; the small fields' shards are merged at publication
+    a ragged, sparse or encoded one whose chunks do on average (images of mixed sizes; encoded
+    images count decoded; a sparse field its stored values). Every dense field is then
+    written in shards of that many chunks, blocks owning whole shards; the small fields'
+    shards are merged at publication
     (:mod:`chunkio.backends.zarr.pack`)."""
     if not storage_for(fmt).shards:
         return 1
     spc = layout.samples_per_chunk
     large = [f.sample_nbytes * spc for f in layout.fields if f.kind == "dense"]
     for f in layout.fields:
-        if f.kind in ("ragged", "encoded"):
+        if f.kind in ("ragged", "encoded", "sparse"):
             shapes = np.asarray(source.ragged_shapes(f.name), np.int64)  # type: ignore[attr-defined]
             mean = float(np.prod(shapes, axis=1).mean()) if len(shapes) else 0.0
             large.append(int(mean * f.dtype.itemsize * spc))
@@ -386,7 +392,7 @@ def _blocks(plan: ConversionPlan, block_chunks: int) -> list[Block]:
     return out
 
 
-_Plan = TypeVar("_Plan", RaggedPlan, EncodedPlan)
+_Plan = TypeVar("_Plan", RaggedPlan, EncodedPlan, SparsePlan)
 
 
 def _plans_of_kind(
@@ -406,69 +412,21 @@ def _plans_of_kind(
     )
 
 
-#: the arrays written whole when a dataset is created, and what must then be made durable
-_Initial = tuple[list[tuple[str, int, Any]], list[Sync]]
-
-
-def _create_encoded(
-    writer: Writer, plan: EncodedPlan, compression: Compression, shard_chunks: int
-) -> _Initial:
-    """Create an encoded field's three arrays; the shapes are written whole, at creation (the
-    bytes and spans by the blocks)."""
-    data, spans, shapes = plan.names
-    spc = plan.grid.samples_per_chunk
-    n = plan.grid.num_samples
-    writer.create_array(
-        data,
-        shape=(plan.num_bytes,),
-        dtype=np.dtype(np.uint8),
-        chunks=(plan.chunk_len,),
-        compression=compression,
-        shard_chunks=plan.shard_chunks,
-    )
-    writer.create_array(
-        spans,
-        shape=(n, 2),
-        dtype=np.dtype(np.int64),
-        chunks=(spc, 2),
-        compression=compression,
-        shard_chunks=shard_chunks,
-    )
-    writer.create_rows_like(shapes, plan.shapes, spc, compression, shard_chunks)
-    return [(shapes, 0, plan.shapes)], [((shapes,), 0, plan.grid.num_chunks)]
-
-
-def _create_ragged(writer: Writer, plan: RaggedPlan, compression: Compression) -> _Initial:
-    """Create a ragged field's three arrays; offsets and shapes are written whole, at
-    creation."""
-    values, offsets, shapes = plan.names
-    spc = plan.grid.samples_per_chunk
-    writer.create_array(
-        values,
-        shape=(plan.num_values,),
-        dtype=plan.field.dtype,
-        chunks=(plan.chunk_len,),
-        compression=compression,
-        shard_chunks=plan.shard_chunks,
-    )
-    whole = [(offsets, 0, plan.offsets), (shapes, 0, plan.shapes)]
-    for name, _, arr in whole:
-        writer.create_rows_like(name, arr, spc, compression, plan.group)
-    return list(whole), [((offsets, shapes), 0, plan.grid.num_chunks + 1)]
-
-
 def _create_arrays(writer: Writer, dest: Destination, prep: _Prepared) -> None:
-    """Create every array; write those written whole at creation (ragged offsets and shapes,
-    encoded shapes) and make them durable."""
+    """Create every array; write those written whole at creation (ragged and sparse offsets
+    and shapes, encoded shapes) and make them durable."""
     layout, compression = prep.layout, prep.plan.compression
     shard_chunks = prep.plan.shard_chunks
     writes: list[tuple[str, int, Any]] = []
     syncs: list[Sync] = []
     for plan in prep.ragged:
-        more, durable = _create_ragged(writer, plan, compression)
+        more, durable = create_ragged(writer, plan, compression)
+        writes, syncs = writes + more, syncs + durable
+    for sparse in prep.sparse:
+        more, durable = create_sparse(writer, sparse, compression)
         writes, syncs = writes + more, syncs + durable
     for coded in prep.encoded:
-        more, durable = _create_encoded(writer, coded, compression, shard_chunks)
+        more, durable = create_encoded(writer, coded, compression, shard_chunks)
         writes, syncs = writes + more, syncs + durable
     spc = layout.samples_per_chunk
     for f in layout.fields:

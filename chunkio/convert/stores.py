@@ -63,7 +63,13 @@ def convert_arrays(
     ----------
     src
         An HDF5 file, a Zarr v2 or v3 store (sharded or not), local or a URL (with
-        ``storage_options``): what ``ChunkDataset(src, fields=...)`` reads. Never written.
+        ``storage_options``), or a list of them, concatenated along the sample axis: what
+        ``ChunkDataset(src, fields=...)`` reads (an ``.h5ad`` file or AnnData Zarr store
+        included). Never written. A field naming a CSR matrix (AnnData's ``X``) is stored
+        sparse, never densified (read back as dense rows, or CSR batches); a categorical
+        ``obs`` column is stored as its codes with its categories (across a list of files:
+        their union, each file's codes remapped), so ``ChunkDataset(dst).categories(name)``
+        lists them.
     dst
         As for :func:`~chunkio.convert.write_arrays`; not ``src``, nor inside it.
     fields
@@ -105,7 +111,8 @@ def convert_arrays(
     output = DEFAULT_OUTPUT if output is None else output
     execution = DEFAULT_EXECUTION if execution is None else execution
     check_order_options(shuffle, seed)
-    check_apart(src, dst)
+    for one in src if isinstance(src, list | tuple) else [src]:
+        check_apart(one, dst)
     source = StoreSource(src, fields, storage_options=storage_options, trust_codecs=trust_codecs)
     asked = output.samples_per_chunk("convert_arrays")
     spc = chunk_samples(source.fields, source.num_samples, asked, output.chunk_bytes)
@@ -120,7 +127,7 @@ def convert_arrays(
         dst,
         execution=replace(execution, workers=workers),
         block_chunks=block_chunks,
-        more={"fields": field_arrays(fields, str(src))},
+        more={"fields": field_arrays(fields, str(source.location))},
     )
     if not shuffle:
         return convert_source(source, dst, write)

@@ -12,7 +12,7 @@
                                     [--on-overflow error|clip|scale]
                                     [--nan-policy error|zero|keep]
                                     [--workers N] [--no-progress] [--overwrite]
-    chunkio convert arrays SRC DST --fields NAME=PATH [NAME=PATH ...] (or PATH [PATH ...])
+    chunkio convert arrays SRC [SRC ...] DST --fields NAME=PATH [NAME=PATH ...] (or PATH ...)
                                    [--samples-per-chunk N] [--chunk-bytes B]
                                    [--compression zstd|lz4|...] [--no-shuffle] [--seed S]
                                    [--storage-options JSON] [--trust-codecs]
@@ -67,8 +67,12 @@ _positive_int = _int_at_least(1, "a positive integer")
 _non_negative_int = _int_at_least(0, "an integer >= 0")
 
 
-def _common_convert_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("src", help="source folder (or file)")
+def _common_convert_options(p: argparse.ArgumentParser, *, sources: bool = False) -> None:
+    """``sources``: one or more SRC (files or stores read end to end as one dataset)."""
+    if sources:
+        p.add_argument("src", nargs="+", help="source file(s) or store(s), end to end")
+    else:
+        p.add_argument("src", help="source folder (or file)")
     p.add_argument("dst", help="destination: a .zarr directory or a .h5 file")
     p.add_argument("--format", choices=["zarr", "hdf5"], help="default: from the DST suffix")
     p.add_argument("--workers", type=_positive_int, help="processes (default: all cores)")
@@ -102,9 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     _volumes_options(
         kinds.add_parser("volumes", help="a folder of 3-D volumes (NIfTI, TIFF, NumPy)")
     )
-    _arrays_options(
-        kinds.add_parser("arrays", help="arrays of an existing HDF5 file or Zarr store")
-    )
+    _arrays_options(kinds.add_parser("arrays", help="arrays of existing HDF5 files or Zarr stores"))
     _dataset_commands(commands)
     return parser
 
@@ -161,7 +163,7 @@ def _shuffle_options(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def _arrays_options(arrays: argparse.ArgumentParser) -> None:
-    _common_convert_options(arrays)
+    _common_convert_options(arrays, sources=True)
     arrays.add_argument(
         "--fields",
         nargs="+",
@@ -323,7 +325,7 @@ def _convert_arrays(args: argparse.Namespace) -> int:
     from ..format.foreign import fields_from_words
 
     result = convert_arrays(
-        args.src,
+        args.src[0] if len(args.src) == 1 else list(args.src),
         args.dst,
         fields=fields_from_words(args.fields),
         storage_options=args.storage_options,

@@ -216,8 +216,13 @@ def _verify_field(
         return
     whole = {name: _read_chunks(reader, name, report, on_chunk) for name in f.array_names()}
 
-    if f.kind == "ragged":
-        _check_ragged(f, whole, int(reader.array_info(f.array_names()[0]).shape[0]), report)
+    if f.kind in ("ragged", "sparse"):
+        values_len = int(reader.array_info(f.array_names()[0]).shape[0])
+        if f.kind == "sparse":  # its rows' values are a ragged field's; then their columns
+            _check_ragged(FieldInfo(f.name, f.dtype, None, "ragged"), whole, values_len, report)
+            _check_columns(f, whole, report)
+        else:
+            _check_ragged(f, whole, values_len, report)
     elif f.name == "label" and layout.class_names is not None and whole["label"] is not None:
         _check_labels(whole["label"], len(layout.class_names), report)
 
@@ -296,6 +301,26 @@ def _check_ragged(
         "sample(s) larger than the room their offsets leave",
         lambda i: f"shape {shapes[i].tolist()} but {int(steps[i])} values",
         shapes_name,
+    )
+
+
+def _check_columns(
+    f: FieldInfo, whole: dict[str, np.ndarray[Any, Any] | None], report: VerifyReport
+) -> None:
+    """A native sparse field's columns lie inside its matrix (padding holds zeros)."""
+    _, indices_name, offsets_name, _ = f.array_names()
+    indices, offsets = whole[indices_name], whole[offsets_name]
+    if indices is None or offsets is None or not offsets.size:
+        return
+    n_cols = int((f.sample_shape or (0,))[0])
+    bad = np.flatnonzero((indices < 0) | (indices >= n_cols))
+    rows = np.searchsorted(offsets[:-1], bad, side="right") - 1
+    _report_samples(
+        report,
+        np.unique(rows),
+        f"row(s) with a column outside the {n_cols} columns",
+        lambda i: f"column {int(indices[bad[np.argmax(rows == i)]])}",
+        indices_name,
     )
 
 

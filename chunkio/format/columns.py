@@ -38,7 +38,6 @@ class ColumnInfo(FieldInfo):
     """A dataframe column: the codes of a categorical (``categories``: their names), or
     (kind ``"column"``) member ``member`` of the compound dataset ``array``, read whole."""
 
-    categories: tuple[str, ...] | None = None
     member: str | None = None
 
 

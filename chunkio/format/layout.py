@@ -18,6 +18,17 @@ An ``encoded`` field (images stored as JPEG, PNG or WebP bytes; its ``encoding``
 ``[start, stop)`` in the bytes) and ``<name>__shapes`` (N x ndim int64: each decoded shape);
 its ``dtype`` and ``sample_shape`` (``None`` if shapes differ) describe the decoded samples,
 channels first like a dense image field.
+
+A ``sparse`` field (rows of a CSR matrix, ``sample_shape == (n_cols,)``; samples read as dense
+rows) is stored as a ragged field of each row's stored values, with their columns beside them:
+``<name>__values`` (flat, the field's dtype), ``<name>__indices`` (flat, int32 or int64: the
+column of each value, chunked like the values), ``<name>__offsets`` (N + 1 int64: where each
+row's values start) and ``<name>__shapes`` (N x 1 int64: each row's number of values). Like a
+ragged field's, each sample chunk's values start on a chunk boundary of the values array
+(:mod:`chunkio.convert.engine.ragged`), so parallel writers never share a chunk.
+
+A field may carry ``categories`` (a list of names: its integer values are codes into them, -1
+for missing), as a categorical AnnData ``obs`` column converted by ``convert_arrays``.
 """
 
 from __future__ import annotations
@@ -48,6 +59,7 @@ __all__ = [
     "encoded_array_names",
     "label_field",
     "ragged_array_names",
+    "sparse_array_names",
 ]
 
 FORMAT_NAME = "chunkio"
@@ -57,8 +69,9 @@ COMPLETE_KEY = "chunkio_complete"
 
 #: "window": steps of dense arrays around each anchor (:class:`chunkio.format.windows.WindowInfo`),
 #: made when a dataset is opened with :class:`chunkio.Field` steps; "sparse": rows of a CSR
-#: group (:class:`chunkio.format.sparse.SparseInfo`); "column": a member of a compound dataset
-#: (:class:`chunkio.format.columns.ColumnInfo`); these three are never stored
+#: group (:class:`chunkio.format.sparse.SparseInfo`), stored natively too (see the module
+#: docstring); "column": a member of a compound dataset
+#: (:class:`chunkio.format.columns.ColumnInfo`); "window" and "column" are never stored
 FieldKind = Literal["dense", "ragged", "encoded", "window", "sparse", "column"]
 FIELD_KINDS = ("dense", "ragged", "encoded", "window", "sparse", "column")
 #: what an encoded field may hold (see :mod:`chunkio.images.encoding`)
@@ -73,6 +86,12 @@ def encoded_array_names(name: str) -> tuple[str, str, str]:
 def ragged_array_names(name: str) -> tuple[str, str, str]:
     """Arrays that store ragged field ``name``: values, offsets, shapes."""
     return f"{name}__values", f"{name}__offsets", f"{name}__shapes"
+
+
+def sparse_array_names(name: str) -> tuple[str, str, str, str]:
+    """Arrays that store sparse field ``name`` natively: values, indices (their columns),
+    offsets, shapes (values per row)."""
+    return f"{name}__values", f"{name}__indices", f"{name}__offsets", f"{name}__shapes"
 
 
 @dataclass(frozen=True)
@@ -95,6 +114,8 @@ class FieldInfo:
     rows_per_chunk: int | None = None
     #: CF decoding on read (:class:`chunkio.format.cf.CFField`; ``dtype`` is then the decoded one)
     cf: Any = None
+    #: names of the codes of a categorical field (its values index them; -1: missing)
+    categories: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         validate_field_name(self.name)
@@ -129,6 +150,8 @@ class FieldInfo:
             return encoded_array_names(self.name)
         if self.kind in ("dense", "column"):
             return (self.array or self.name,)
+        if self.kind == "sparse":
+            return sparse_array_names(self.name)
         return ragged_array_names(self.name)
 
     def to_json(self) -> dict[str, Any]:
@@ -136,6 +159,8 @@ class FieldInfo:
         out: dict[str, Any] = {"dtype": self.dtype.str, "sample_shape": shape, "kind": self.kind}
         if self.encoding is not None:
             out["encoding"] = self.encoding
+        if self.categories is not None:
+            out["categories"] = list(self.categories)
         return out
 
 
@@ -260,12 +285,21 @@ def label_field(layout: DatasetLayout) -> FieldInfo | None:
 
 def _parse_field(name: str, spec: Mapping[str, Any]) -> FieldInfo:
     shape = spec["sample_shape"]
+    kind = spec.get("kind", "dense")
+    if kind in ("window", "column"):  # made when a dataset is opened, never stored
+        raise FormatError(f"field {name!r}: kind {kind!r} is not a stored kind")
+    if kind == "sparse" and (shape is None or len(shape) != 1):
+        raise FormatError(f"field {name!r}: a sparse field's sample_shape is [n_cols]; got {shape}")
+    categories = spec.get("categories")
+    if categories is not None and not isinstance(categories, list):
+        raise FormatError(f"field {name!r}: categories must be a list; got {categories!r}")
     return FieldInfo(
         name=name,
         dtype=np.dtype(spec["dtype"]),
         sample_shape=None if shape is None else tuple(int(s) for s in shape),
-        kind=spec.get("kind", "dense"),
+        kind=kind,
         encoding=spec.get("encoding"),
+        categories=None if categories is None else tuple(str(c) for c in categories),
     )
 
 
@@ -298,6 +332,9 @@ def check_arrays(
                         f"got {chunks[0]}"
                     )
             continue
+        if f.kind == "sparse":
+            _check_sparse_arrays(f, arrays, n, where)
+            continue
         if f.kind == "ragged":
             _, offsets, _ = f.array_names()
             if arrays[offsets][0][0] != n + 1:
@@ -317,6 +354,35 @@ def check_arrays(
             raise FormatError(
                 f"{where}: array {f.name!r} must hold {spc} samples per chunk; got {chunks[0]}"
             )
+
+
+def _check_sparse_arrays(
+    f: FieldInfo,
+    arrays: Mapping[str, tuple[tuple[int, ...], np.dtype[Any], tuple[int, ...]]],
+    n: int,
+    where: str,
+) -> None:
+    """A native sparse field's four arrays (see the module docstring)."""
+    values, indices, offsets, shapes = sparse_array_names(f.name)
+    expected = {offsets: (n + 1,), shapes: (n, 1)}
+    for name, shape in expected.items():
+        if tuple(arrays[name][0]) != shape or arrays[name][1].kind not in "iu":
+            raise FormatError(
+                f"{where}: array {name!r} of sparse field {f.name!r} must be {shape} integers; "
+                f"got {tuple(arrays[name][0])} {arrays[name][1]}"
+            )
+    (vshape, vdtype, vchunks), (ishape, idtype, ichunks) = arrays[values], arrays[indices]
+    if vdtype != f.dtype or idtype.kind not in "iu":
+        raise FormatError(
+            f"{where}: sparse field {f.name!r}: {values!r} must hold {f.dtype} and {indices!r} "
+            f"integers; got {vdtype} and {idtype}"
+        )
+    if len(vshape) != 1 or tuple(vshape) != tuple(ishape) or tuple(vchunks) != tuple(ichunks):
+        raise FormatError(
+            f"{where}: sparse field {f.name!r}: {values!r} and {indices!r} must be 1-D arrays "
+            f"of one length and chunking; got {tuple(vshape)} / {tuple(ishape)}, chunks "
+            f"{tuple(vchunks)} / {tuple(ichunks)}"
+        )
 
 
 def validate_sequence_of_names(

@@ -13,6 +13,12 @@ conversion. ``indptr`` is read whole when the dataset is made: it is checked (it
 never decreases, ends within ``data``) and it groups rows by the ``data`` chunk their values
 start in, which the chunk-aware order follows (:func:`sparse_chunk_sizes`): rows per chunk vary
 with the number of values per row.
+
+A sparse field of a chunkio dataset (``write_arrays`` of a scipy CSR matrix, ``convert_arrays``
+of an AnnData file; stored as :mod:`chunkio.format.layout` describes) is the same
+:class:`SparseInfo` with no ``group`` (:func:`native_sparse`): each row's values start at its
+offset and number its stored count, each sample chunk's values start a chunk of their own, so
+the chunk-aware order follows the dataset's sample chunks, as for dense fields.
 """
 
 from __future__ import annotations
@@ -28,13 +34,14 @@ from ..backends import ArrayInfo, Reader
 from ..backends.base import read_all
 from ..errors import FormatError
 from ..util.numeric import IntArray
-from .layout import DatasetLayout, FieldInfo
+from .layout import DatasetLayout, FieldInfo, sparse_array_names
 
 __all__ = [
     "SPARSE_BATCHES",
     "SparseInfo",
     "check_indptr",
     "describe_sparse",
+    "native_sparse",
     "ORDER_ROWS",
     "order_group",
     "sparse_chunk_sizes",
@@ -52,7 +59,9 @@ CSC_HINT = (
 @dataclass(frozen=True)
 class SparseInfo(FieldInfo):
     """A ``"sparse"`` field: the CSR group ``group`` (its ``data``, ``indices`` and ``indptr``
-    arrays); samples are rows of ``sample_shape == (n_cols,)`` values of ``dtype``.
+    arrays), or, with no ``group``, the arrays of a chunkio dataset's own sparse field (values,
+    indices, offsets, shapes: :func:`~chunkio.format.layout.sparse_array_names`); samples are
+    rows of ``sample_shape == (n_cols,)`` values of ``dtype``.
 
     ``nnz``: stored values; ``data_chunk`` / ``indices_chunk``: values per chunk of each.
     """
@@ -71,7 +80,14 @@ class SparseInfo(FieldInfo):
     value_nbytes: int = 0
 
     def array_names(self) -> tuple[str, ...]:
+        if not self.group:
+            return sparse_array_names(self.name)
         return tuple(f"{self.group}/{a}" for a in ("data", "indices", "indptr"))
+
+    @property
+    def where(self) -> str:
+        """What error messages call it: the CSR group, or the chunkio dataset's field."""
+        return f"sparse group {self.group!r}" if self.group else f"sparse field {self.name!r}"
 
     @property
     def n_cols(self) -> int:
@@ -186,6 +202,31 @@ def describe_sparse(
         value_nbytes=np.dtype(data.dtype).itemsize + np.dtype(indices.dtype).itemsize,
     )
     return info, offsets
+
+
+def native_sparse(reader: Reader, field: FieldInfo, layout: DatasetLayout) -> SparseInfo:
+    """The :class:`SparseInfo` of a chunkio dataset's own sparse ``field`` (as the layout
+    declares it: its arrays checked by :func:`~chunkio.format.layout.check_arrays`). Its order
+    chunks are the dataset's sample chunks: each starts a values chunk of its own."""
+    if isinstance(field, SparseInfo):
+        return field
+    values, indices, _, _ = sparse_array_names(field.name)
+    data, cols = reader.array_info(values), reader.array_info(indices)
+    stored = int(data.shape[0])
+    spc, n = layout.samples_per_chunk, layout.num_samples
+    sizes = [min(spc, n - a) for a in range(0, n, spc)]
+    return SparseInfo(
+        field.name,
+        field.dtype,
+        field.sample_shape,
+        kind="sparse",
+        categories=field.categories,
+        nnz=stored,
+        data_chunk=max(1, int(data.chunks[0]) if data.chunks else stored),
+        indices_chunk=max(1, int(cols.chunks[0]) if cols.chunks else stored),
+        chunk_sizes=tuple(sizes),
+        value_nbytes=np.dtype(data.dtype).itemsize + np.dtype(cols.dtype).itemsize,
+    )
 
 
 def check_indptr(indptr: IntArray, nnz: int, where: str) -> None:

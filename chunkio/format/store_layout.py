@@ -22,6 +22,7 @@ from ..errors import FormatError
 from .cf import decode_layout
 from .foreign import FieldSelection, field_arrays, foreign_fields, foreign_volumes, layout_of
 from .layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, check_arrays
+from .sparse import native_sparse
 from .volume_layout import VolumeSet
 from .windows import Anchors, WindowSet, is_windowed, open_windows, window_fields
 
@@ -163,10 +164,21 @@ def _native(reader: Reader, attrs: Mapping[str, Any], options: LayoutOptions) ->
                     info = reader.array_info(name)
                     arrays[name] = (info.shape, info.dtype, info.chunks)
         check_arrays(layout, arrays, where=where)
+        layout = _native_sparse(reader, layout)
     volumes = None
     if options.spatial is not None:
         volumes = VolumeSet.from_extra(layout.extra, where=where)
     return StoreLayout(where, attrs, native=True, layout=layout, volumes=volumes)
+
+
+def _native_sparse(reader: Reader, layout: DatasetLayout) -> DatasetLayout:
+    """``layout`` with its sparse fields described from their arrays (checked already)."""
+    if not any(f.kind == "sparse" for f in layout.fields):
+        return layout
+    fields = tuple(
+        native_sparse(reader, f, layout) if f.kind == "sparse" else f for f in layout.fields
+    )
+    return dataclasses.replace(layout, fields=fields)
 
 
 def _foreign(

@@ -135,7 +135,8 @@ class _RowPlan(NamedTuple):
 
 
 class SparseField:
-    """One sparse field of one process's dataset handle: its ``indptr`` (read whole once per
+    """One sparse field of one process's dataset handle: where each row's values start and
+    stop (from ``indptr``, or a chunkio dataset's offsets and counts; read whole once per
     process) and the caches of its ``data`` and ``indices`` chunks."""
 
     def __init__(self, ctx: ReadContext, info: Any) -> None:
@@ -143,8 +144,15 @@ class SparseField:
             raise TypeError(f"field {info.name!r}: a sparse field needs a SparseInfo")
         self.ctx = ctx
         self.info = info
-        data, indices, indptr = info.array_names()
-        self.indptr = read_whole(ctx.reader, indptr, ctx.stats).astype(np.int64)
+        if info.group:  # a CSR group: row i is indptr[i]..indptr[i + 1] (views, no copy)
+            data, indices, indptr = info.array_names()
+            whole = read_whole(ctx.reader, indptr, ctx.stats).astype(np.int64)
+            self.starts, self.stops = whole[:-1], whole[1:]
+        else:  # chunkio's own: padding may follow a chunk's last row, so starts + counts
+            data, indices, offsets, counts = info.array_names()
+            self.starts = read_whole(ctx.reader, offsets, ctx.stats).astype(np.int64)[:-1]
+            per_row = read_whole(ctx.reader, counts, ctx.stats).astype(np.int64).reshape(-1)
+            self.stops = self.starts + per_row
         # an order chunk is the rows starting in its `order_group` data chunks: the last row
         # runs into the next chunk (the indices array may be chunked apart: in proportion)
         per = info.order_group + 1
@@ -155,8 +163,8 @@ class SparseField:
 
     def _plan(self, idx: IntArray) -> _RowPlan:
         """Where the stored values of rows ``idx`` are (pure: ``indptr`` looked up once)."""
-        starts = self.indptr[idx]
-        stops = self.indptr[idx + 1]
+        starts = self.starts[idx]
+        stops = self.stops[idx]
         counts = stops - starts
         first = np.cumsum(counts) - counts
         total = int(counts.sum())
@@ -212,7 +220,7 @@ class SparseField:
         if bad.size:
             row = int(idx[rows[bad[0]]])
             raise FormatError(
-                f"{self.ctx.reader.location}: sparse group {self.info.group!r}, row {row}: "
+                f"{self.ctx.reader.location}: {self.info.where}, row {row}: "
                 f"column index {int(columns[bad[0]])} is outside the matrix's "
                 f"{self.info.n_cols} columns (a corrupt indices array)"
             )

@@ -302,6 +302,8 @@ LAYERS: dict[str, set[str]] = {
     "convert.volume": {"backends", "convert", "convert.durability", "convert.engine", "format"},
     "convert": {
         "backends",
+        # convert_arrays of many files: described and remapped as ChunkDataset of them reads them
+        "collection",
         "format",
         "images",
         "read",

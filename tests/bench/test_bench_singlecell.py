@@ -70,3 +70,6 @@ def test_chunkio_rows(results: dict[str, Any]) -> None:
             assert "error" not in r, r
             assert r["cells_per_s"] > 0 and r["distinct_per_batch"] >= 1
     assert results["checks"], "the targets are checked once chunkio's row is measured"
+    assert results["conversion"]["seconds"] > 0 and "convert_arrays of the h5ad" in bench.table(
+        results
+    )

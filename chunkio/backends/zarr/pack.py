@@ -30,7 +30,12 @@ import shutil
 from typing import Any
 
 from ...errors import FormatError
-from ...format.layout import ATTR_KEY, encoded_array_names, ragged_array_names
+from ...format.layout import (
+    ATTR_KEY,
+    encoded_array_names,
+    ragged_array_names,
+    sparse_array_names,
+)
 from ...util.fsync import fsync_tree
 from ...util.numeric import ceil_div
 from .chunks import ChunkFiles
@@ -78,11 +83,15 @@ def _sample_arrays(group: str) -> set[str]:
     except (OSError, ValueError, AttributeError):
         return set()
     names = {"encoded": encoded_array_names, "ragged": ragged_array_names}
-    return {
+    found = {
         names[spec["kind"]](name)[0]
         for name, spec in fields.items()
         if isinstance(spec, dict) and spec.get("kind") in names
     }
+    for name, spec in fields.items():  # a sparse field's values and columns
+        if isinstance(spec, dict) and spec.get("kind") == "sparse":
+            found.update(sparse_array_names(name)[:2])
+    return found
 
 
 def _array_meta(array_dir: str) -> dict[str, Any] | None:

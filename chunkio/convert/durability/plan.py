@@ -80,7 +80,11 @@ def verified_chunks(data: str, plan: ConversionPlan, listed: set[int]) -> frozen
             expected = (n, *(f.sample_shape or ()))
             if info.shape != expected or info.dtype != f.dtype or info.chunks[0] != spc:
                 raise ConversionError(f"{data}: array {f.name!r} does not match the plan")
-        spans = {f.name: _ragged_span(reader, f, plan) for f in plan.fields if f.kind == "ragged"}
+        spans = {
+            f.name: _ragged_span(reader, f, plan)
+            for f in plan.fields
+            if f.kind in ("ragged", "sparse")
+        }
         good: set[int] = set()
         for chunk in sorted(c for c in listed if c < plan.grid.num_chunks):
             if all(_chunk_ok(reader, f, plan, chunk, spans.get(f.name)) for f in plan.fields):
@@ -92,7 +96,8 @@ def verified_chunks(data: str, plan: ConversionPlan, listed: set[int]) -> frozen
 
 def _ragged_span(reader: Any, f: FieldInfo, plan: ConversionPlan) -> Callable[[int], range]:
     """Values chunks of each sample chunk, from the staged offsets (written before any block)."""
-    values, offsets_name, _ = f.array_names()
+    names = f.array_names()  # ragged: values, offsets, ...; sparse: values, indices, offsets, ...
+    values, offsets_name = names[0], names[2 if f.kind == "sparse" else 1]
     info = reader.array_info(offsets_name)
     if info.shape != (plan.num_samples + 1,):
         raise ConversionError(f"{reader.location}: array {offsets_name!r} does not match the plan")
@@ -111,9 +116,9 @@ def _chunk_ok(
 ) -> bool:
     if f.kind == "encoded":
         return _encoded_ok(reader, f, plan, chunk)
-    if span is not None:
-        name = f.array_names()[0]
-        return all(_stored_ok(reader, name, c, plan.format) for c in span(chunk))
+    if span is not None:  # the values (and a sparse field's columns, chunked alike)
+        flat = f.array_names()[: 2 if f.kind == "sparse" else 1]
+        return all(_stored_ok(reader, n, c, plan.format) for n in flat for c in span(chunk))
     return _stored_ok(reader, f.name, chunk, plan.format)
 
 

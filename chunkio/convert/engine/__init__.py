@@ -2,8 +2,9 @@
 
 :mod:`.core` (:func:`drive`: in-process, a process pool or dask), :mod:`.processes` and
 :mod:`.workers` (the pool and how many workers), :mod:`.pipeline` (a block source -> chunk-aligned
-blocks -> a dataset), :mod:`.blocks`, :mod:`.plan`, :mod:`.writing`, :mod:`.chunking`, and where
-the values of ragged (:mod:`.ragged`) and encoded (:mod:`.encoded`) fields go. Modules here may
+blocks -> a dataset), :mod:`.blocks`, :mod:`.plan`, :mod:`.writing`, :mod:`.chunking`, where
+the values of ragged (:mod:`.ragged`), sparse (:mod:`.sparse`) and encoded (:mod:`.encoded`)
+fields go, and the arrays created for them (:mod:`.creation`). Modules here may
 import :mod:`chunkio.util`, :mod:`chunkio.errors`, :mod:`chunkio.format`, :mod:`chunkio.backends`,
 :mod:`chunkio.sampling.order` and the other :mod:`chunkio.convert` subpackages below the entry
 points, never the entry points themselves, the read side's datasets or diagnostics.

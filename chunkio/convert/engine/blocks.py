@@ -20,6 +20,7 @@ from ...format.layout import FieldInfo
 from ..source import BlockSource
 from .encoded import EncodedPlan
 from .ragged import RaggedPlan
+from .sparse import SparsePlan, SparseRows
 from .writing import Runs, Sync, WriteTarget
 
 __all__ = ["Block", "BlockJob", "block_syncs", "block_writes"]
@@ -52,6 +53,11 @@ class BlockJob:
     ragged: tuple[RaggedPlan, ...] = ()
     #: where the bytes of each encoded field go (see :mod:`chunkio.convert.engine.encoded`)
     encoded: tuple[EncodedPlan, ...] = ()
+    #: where the values and columns of each sparse field go (:mod:`chunkio.convert.engine.sparse`)
+    sparse: tuple[SparsePlan, ...] = ()
+
+    def sparse_plan(self, name: str) -> SparsePlan:
+        return next(p for p in self.sparse if p.field.name == name)
 
     def ragged_plan(self, name: str) -> RaggedPlan:
         return next(p for p in self.ragged if p.field.name == name)
@@ -86,6 +92,10 @@ def block_writes(
             else:
                 writes.extend((coded.names[0], start, buf) for start, buf in placed)
             writes.append((coded.names[1], block.start, spans))
+        elif f.kind == "sparse":
+            sparse = job.sparse_plan(f.name)
+            start, values, columns = sparse.pack(block.first_chunk, block.stop_chunk, data[f.name])
+            writes += [(sparse.names[0], start, values), (sparse.names[1], start, columns)]
         elif f.kind == "ragged":
             plan = job.ragged_plan(f.name)
             start, flat = plan.pack(block.first_chunk, block.stop_chunk, data[f.name])
@@ -103,6 +113,9 @@ def block_syncs(job: BlockJob, block: Block) -> list[Sync]:
     for plan in job.ragged:
         a, b = plan.values_chunks(block.first_chunk, block.stop_chunk)
         syncs.append(((plan.names[0],), a, b))
+    for sparse in job.sparse:
+        a, b = sparse.values_chunks(block.first_chunk, block.stop_chunk)
+        syncs.append((sparse.names[:2], a, b))
     for encoded in job.encoded:  # the regions' chunks that were written (the others are not)
         a, b = encoded.bytes_chunks(block.first_chunk, block.stop_chunk)
         syncs.append(((encoded.names[0],), a, b))
@@ -122,6 +135,9 @@ def _read_checked(
     for f in fields:
         if f.name not in data:
             raise SourceError(f"read_block returned no array for field {f.name!r}")
+        if f.kind == "sparse":  # CSR rows; checked when packed
+            out[f.name] = SparseRows.of(data[f.name])
+            continue
         if f.kind != "dense":  # a list of arrays or bytes; checked sample by sample when packed
             out[f.name] = list(data[f.name])
             continue

@@ -15,6 +15,10 @@ blocks in memory whatever the source's size:
        field 0   rows sorted by destination row, (b - a) x sample bytes
        field 1   ...
 
+   A sparse field (CSR rows, :mod:`chunkio.convert.engine.sparse`) takes, in its place:
+   ``int64 x (buckets + 1)`` where each bucket's values start, ``int64 x (b - a)`` values
+   per row, then the rows' values and their columns, each flat, sorted by destination row.
+
    A destination bucket is :attr:`SpillPlan.bucket` consecutive rows: one block of pass 2.
    The file is written beside itself and renamed into place once synced, so a spill file that
    exists is complete: a rerun skips it.
@@ -48,7 +52,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from ...format.layout import FieldInfo
 from ...util.fsync import fsync_path
@@ -56,6 +59,7 @@ from ...util.numeric import IntArray
 from ..durability.staging import Destination, StagedDestination
 from ..engine.blocks import Block
 from ..engine.core import drive
+from ..engine.sparse import SparseRows, index_dtype
 from ..options import ConversionOptions, Progress
 from .order import SOURCE_INDEX, ShuffledSource
 
@@ -81,6 +85,10 @@ class SpillPlan:
     bounds: tuple[int, ...]
     bucket: int
     row_bytes: tuple[int, ...]
+    #: per sparse field (in field order): its stored values in each source block
+    values: tuple[tuple[int, ...], ...] = ()
+    #: per sparse field: bytes of one stored value and its column
+    value_bytes: tuple[int, ...] = ()
 
     @property
     def buckets(self) -> int:
@@ -93,6 +101,8 @@ class SpillPlan:
             "bounds": list(self.bounds),
             "bucket": self.bucket,
             "row_bytes": list(self.row_bytes),
+            "values": [list(v) for v in self.values],
+            "value_bytes": list(self.value_bytes),
         }
 
 
@@ -142,7 +152,19 @@ def _spill_path(folder: str, index: int) -> str:
 
 def _spill_size(plan: SpillPlan, index: int) -> int:
     rows = plan.bounds[index + 1] - plan.bounds[index]
-    return 8 * (plan.buckets + 1) + rows * sum(plan.row_bytes)
+    size = 8 * (plan.buckets + 1) + rows * sum(plan.row_bytes)
+    for values, nbytes in zip(plan.values, plan.value_bytes, strict=True):
+        size += 8 * (plan.buckets + 1) + values[index] * nbytes
+    return size
+
+
+def _row_bytes(f: FieldInfo) -> int:
+    """Bytes per row a field takes in a spill file (a sparse one: its count of values)."""
+    return 8 if f.kind == "sparse" else f.sample_nbytes
+
+
+def _index(f: FieldInfo) -> np.dtype[Any]:
+    return index_dtype(int((f.sample_shape or (0,))[0]))
 
 
 class SpillJob:
@@ -163,6 +185,9 @@ class SpillJob:
         with open(tmp, "wb") as fh:
             fh.write(offsets.tobytes())
             for f in self.fields:
+                if f.kind == "sparse":
+                    _write_sparse(fh, SparseRows.of(data.pop(f.name)).take(order), offsets, f)
+                    continue
                 rows = np.take(np.asarray(data.pop(f.name), dtype=f.dtype), order, axis=0)
                 fh.write(rows.data)  # C-contiguous: written as it is, no copy
                 del rows
@@ -173,6 +198,14 @@ class SpillJob:
 
     def written(self, result: Any) -> bool:
         return True  # the worker wrote its spill file itself
+
+
+def _write_sparse(fh: Any, rows: SparseRows, offsets: IntArray, f: FieldInfo) -> None:
+    """A sparse field's part of a spill file: rows already sorted by destination."""
+    fh.write(rows.indptr[offsets].astype(np.int64).tobytes())  # each bucket's first value
+    fh.write(rows.counts.astype(np.int64).tobytes())
+    fh.write(np.ascontiguousarray(rows.data, dtype=f.dtype).data)
+    fh.write(np.ascontiguousarray(rows.indices, dtype=_index(f)).data)
 
 
 class _SpillOutput:
@@ -200,8 +233,14 @@ class SpilledSource:
 
     def read_block(self, start: int, stop: int) -> dict[str, Any]:
         perm = self.orders.perm
-        out = {f.name: np.empty((stop - start, *(f.sample_shape or ())), f.dtype)
-               for f in self.stored}  # fmt: skip
+        out: dict[str, Any] = {
+            f.name: np.empty((stop - start, *(f.sample_shape or ())), f.dtype)
+            for f in self.stored
+            if f.kind != "sparse"
+        }
+        sparse: dict[str, list[tuple[IntArray, SparseRows]]] = {
+            f.name: [] for f in self.stored if f.kind == "sparse"
+        }
         bucket = self.plan.bucket
         for b in range(start // bucket, (stop - 1) // bucket + 1):
             lo, hi = b * bucket, min((b + 1) * bucket, self.num_samples)
@@ -212,11 +251,20 @@ class SpilledSource:
                 rows = lo + order[cuts[k] : cuts[k + 1]]
                 keep = (rows >= start) & (rows < stop)
                 for name, piece in self._piece(k, b).items():
-                    out[name][rows[keep] - start] = piece[keep]
+                    if isinstance(piece, SparseRows):
+                        sparse[name].append((rows[keep] - start, piece.take(np.flatnonzero(keep))))
+                    else:
+                        out[name][rows[keep] - start] = piece[keep]
+        for f in self.stored:
+            if f.kind == "sparse":
+                placed = sparse[f.name]
+                at = np.concatenate([p for p, _ in placed]) if placed else np.zeros(0, np.int64)
+                whole = SparseRows.concat([r for _, r in placed], f.dtype, _index(f))
+                out[f.name] = whole.take(np.argsort(at, kind="stable"))
         out[SOURCE_INDEX] = perm[start:stop].copy()
         return out
 
-    def _piece(self, index: int, bucket: int) -> dict[str, npt.NDArray[Any]]:
+    def _piece(self, index: int, bucket: int) -> dict[str, Any]:
         """The rows of spill file ``index`` that go to destination bucket ``bucket``."""
         plan = self.plan
         count = plan.bounds[index + 1] - plan.bounds[index]
@@ -224,8 +272,15 @@ class SpilledSource:
         try:
             lo, hi = np.frombuffer(os.pread(fd, 16, 8 * bucket), dtype=np.int64).tolist()
             base = 8 * (plan.buckets + 1)
-            out = {}
+            out: dict[str, Any] = {}
+            sparse = 0
             for f, size in zip(self.stored, plan.row_bytes, strict=True):
+                if f.kind == "sparse":
+                    nnz = plan.values[sparse][index]
+                    out[f.name] = self._sparse_piece(fd, f, base, (count, nnz), (lo, hi, bucket))
+                    base += 8 * (plan.buckets + 1) + count * 8 + nnz * plan.value_bytes[sparse]
+                    sparse += 1
+                    continue
                 raw = _pread_all(fd, (hi - lo) * size, base + lo * size)
                 shape = (hi - lo, *(f.sample_shape or ()))
                 out[f.name] = np.frombuffer(raw, dtype=f.dtype).reshape(shape)
@@ -233,6 +288,25 @@ class SpilledSource:
             return out
         finally:
             os.close(fd)
+
+    def _sparse_piece(
+        self, fd: int, f: FieldInfo, base: int, sizes: tuple[int, int], where: tuple[int, ...]
+    ) -> SparseRows:
+        """Rows ``lo..hi`` (bucket ``bucket``) of the sparse field whose part of the file
+        starts at ``base`` (``sizes``: the file's rows and values)."""
+        (count, nnz), (lo, hi, bucket) = sizes, where
+        first = base + 8 * (self.plan.buckets + 1)
+        raw = _pread_all(fd, 16, base + 8 * bucket)
+        vlo, vhi = np.frombuffer(raw, dtype=np.int64).tolist()
+        counts = np.frombuffer(_pread_all(fd, (hi - lo) * 8, first + 8 * lo), dtype=np.int64)
+        itemsize, index = f.dtype.itemsize, _index(f)
+        at = first + 8 * count
+        data = np.frombuffer(_pread_all(fd, (vhi - vlo) * itemsize, at + vlo * itemsize), f.dtype)
+        at += nnz * itemsize
+        size = index.itemsize
+        columns = np.frombuffer(_pread_all(fd, (vhi - vlo) * size, at + vlo * size), index)
+        indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        return SparseRows(indptr, columns, data)
 
 
 def _pread_all(fd: int, size: int, offset: int) -> bytes:
@@ -267,8 +341,24 @@ class ExternalShuffle(ShuffledSource):
     def spill_plan(self) -> SpillPlan:
         n = self.num_samples
         bounds = (*range(0, n, self.read_samples), n) if n else (0, 0)
-        row_bytes = tuple(f.sample_nbytes for f in self.source.fields)
-        return SpillPlan(n, self.spill_seed, bounds, self.spill_samples, row_bytes)
+        row_bytes = tuple(_row_bytes(f) for f in self.source.fields)
+        values, value_bytes = [], []
+        for f in self.source.fields:
+            if f.kind == "sparse":  # its values in each source block, from its rows' counts
+                shapes = self.source.ragged_shapes(f.name)  # type: ignore[attr-defined]
+                counts = np.asarray(shapes, np.int64).reshape(-1)
+                ends = np.concatenate([[0], np.cumsum(counts)])[np.asarray(bounds)]
+                values.append(tuple(int(v) for v in np.diff(ends)))
+                value_bytes.append(f.dtype.itemsize + _index(f).itemsize)
+        return SpillPlan(
+            n,
+            self.spill_seed,
+            bounds,
+            self.spill_samples,
+            row_bytes,
+            tuple(values),
+            tuple(value_bytes),
+        )
 
 
 @contextlib.contextmanager
