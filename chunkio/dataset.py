@@ -169,9 +169,8 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
         if is_file_list(path):
             if self._cf:  # files may pack a variable differently (ERA5: a scale_factor a year)
                 raise FormatError(f"decode_cf reads one store, not {len(path)} files: {path!r}")
-            self._files = open_files(
-                path, fields, self.reader_options, preload_bytes=preload_bytes, anchors=anchors
-            )
+            self._files = open_files(path, fields, self.reader_options, preload_bytes=preload_bytes,
+                                     anchors=anchors, sparse_batches=sparse_batches)  # fmt: skip
         reader = self._metadata_reader()  # a missing path: DatasetNotFoundError
         try:
             self._describe(reader, fields)

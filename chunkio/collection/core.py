@@ -17,6 +17,7 @@ import numpy.typing as npt
 
 from ..read import ReadCore, ReadStats
 from ..read.planning import normalize_indices
+from ..read.sparse import CSRBatch, join_rows
 from ..transforms.sample import FieldTransform
 from .files import FileSet
 
@@ -103,6 +104,7 @@ class FileSetCore:
         """As :meth:`chunkio.read.ReadCore.read`, over the files."""
         idx, groups = self._split(indices)
         result: dict[str, Any] = {name: (out or {}).get(name) for name in fields}
+        sparse: dict[str, list[tuple[Any, CSRBatch]]] = {}  # CSR rows, per field and file
         for part, rows in groups:
             start = int(self._starts[part])
             got = self.core(part).read(
@@ -110,6 +112,9 @@ class FileSetCore:
             )
             for name, value in got.items():
                 value = self.files.remap(part, name, value)
+                if isinstance(value, CSRBatch):
+                    sparse.setdefault(name, []).append((rows, value))
+                    continue
                 if isinstance(value, list):
                     if result[name] is None:
                         result[name] = [None] * len(idx)
@@ -120,6 +125,8 @@ class FileSetCore:
                     dtype = self.layout.field(name).dtype
                     result[name] = np.empty((len(idx), *value.shape[1:]), dtype)
                 result[name][rows] = value
+        for name, pieces in sparse.items():
+            result[name] = join_rows(pieces, len(idx))
         for name in fields:
             if result[name] is None:  # an empty batch
                 result[name] = self.core(0).read([name], [])[name]

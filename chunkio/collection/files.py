@@ -28,6 +28,7 @@ from ..errors import FormatError
 from ..format.columns import column_values
 from ..format.grid import SampleGrid
 from ..format.layout import DatasetLayout, FieldInfo
+from ..format.sparse import with_sparse_batches
 from ..format.store_layout import LayoutOptions, open_layout
 from ..format.windows import is_windowed
 from ..util.numeric import IntArray
@@ -96,8 +97,10 @@ def open_files(
     *,
     preload_bytes: int = 0,
     anchors: Any = None,
+    sparse_batches: str = "dense",
 ) -> FileSet:
-    """Describe ``paths`` as one dataset (each opened and closed here, once)."""
+    """Describe ``paths`` as one dataset (each opened and closed here, once); sparse fields
+    read as ``sparse_batches`` (``ChunkDataset(sparse_batches=...)``) in every file."""
     locations = [os.fspath(p) if isinstance(p, os.PathLike) else p for p in paths]
     if not locations:
         raise FormatError("ChunkDataset([]): a dataset of several files needs at least one")
@@ -114,7 +117,7 @@ def open_files(
         reader = options.open(location)  # a missing file: DatasetNotFoundError, named
         try:
             found = open_layout(reader, fields, LayoutOptions(preload_bytes))
-            layout = found.dataset_layout()
+            layout = with_sparse_batches(found.dataset_layout(), sparse_batches)
             mine = dataclasses.replace(
                 found.reader_options(options), documents=reader_documents(reader)
             )

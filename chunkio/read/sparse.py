@@ -11,6 +11,7 @@ Columns outside the matrix are a :class:`~chunkio.errors.FormatError` naming the
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -24,7 +25,7 @@ from ..util.numeric import IntArray
 from .base import ReadContext, ReadRequest, read_whole
 from .cache import DecodedChunkCache
 
-__all__ = ["CSRBatch", "SparseField"]
+__all__ = ["CSRBatch", "SparseField", "join_rows"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,32 @@ class CSRBatch:
         rows = np.repeat(np.arange(self.shape[0]), np.diff(self.indptr))
         np.add.at(out, (rows, self.indices), self.data)
         return out
+
+
+def join_rows(pieces: Sequence[tuple[IntArray, CSRBatch]], num_rows: int) -> CSRBatch:
+    """One batch of ``num_rows`` rows from ``pieces`` of it: ``(rows, part)``, row ``j`` of
+    ``part`` going to row ``rows[j]`` (each row given by one piece; a batch read from several
+    files, say).
+
+    >>> a = CSRBatch(np.array([0, 1, 3]), np.array([2, 0, 1]), np.array([5.0, 6, 7]), (2, 3))
+    >>> b = CSRBatch(np.array([0, 0]), np.array([], int), np.array([]), (1, 3))
+    >>> join_rows([(np.array([0, 2]), a), (np.array([1]), b)], 3).toarray().tolist()
+    [[0.0, 0.0, 5.0], [0.0, 0.0, 0.0], [6.0, 7.0, 0.0]]
+    """
+    first = pieces[0][1]
+    counts = np.zeros(num_rows, np.int64)
+    for rows, part in pieces:
+        counts[rows] = np.diff(part.indptr)
+    indptr = np.zeros(num_rows + 1, np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    data = np.empty(int(indptr[-1]), first.data.dtype)
+    indices = np.empty(int(indptr[-1]), first.indices.dtype)
+    for rows, part in pieces:
+        nnz = int(part.indptr[-1])
+        where = np.arange(nnz) + np.repeat(indptr[rows] - part.indptr[:-1], np.diff(part.indptr))
+        data[where] = part.data[:nnz]
+        indices[where] = part.indices[:nnz]
+    return CSRBatch(indptr.astype(first.indptr.dtype), indices, data, (num_rows, first.shape[1]))
 
 
 class _Values:

@@ -17,6 +17,7 @@ import scipy.sparse as sp
 import chunkio
 from chunkio.collection.core import FileSetCore
 from chunkio.errors import DatasetNotFoundError, FormatError
+from chunkio.read.sparse import CSRBatch
 from chunkio.transforms.image import Compose, RandomResizedCrop
 
 ad = pytest.importorskip("anndata", reason="anndata is not installed (pip install -e .[dev])")
@@ -79,6 +80,19 @@ def test_rows_end_to_end_and_categories_united(collection) -> None:
     sizes = ds.chunk_sizes()
     assert sizes.sum() == len(ds)
     assert np.isin([300, 470], np.cumsum(sizes)).all()  # no chunk of the order spans two files
+
+
+def test_csr_batches_span_files(collection) -> None:
+    """``sparse_batches="csr"`` over several files: one CSR batch in the batch's order (the
+    files' rows joined), not dense rows."""
+    paths, x, _ = collection
+    ds = chunkio.ChunkDataset(paths, fields=FIELDS, sparse_batches="csr")
+    idx = [470, 0, 299, 300, 0, len(ds) - 1, 469, 5]
+    got = ds.read_batch(idx)["x"]
+    assert isinstance(got, CSRBatch) and got.shape == (len(idx), x.shape[1])
+    np.testing.assert_array_equal(got.toarray(), x[idx].toarray())
+    assert got.indptr[-1] == len(got.data) == x[idx].nnz
+    assert ds.read_batch([])["x"].shape == (0, x.shape[1])
 
 
 @pytest.mark.timeout(120)
