@@ -27,6 +27,7 @@ from weather_stores import VARS, arrays, xarray_v3
 
 import chunkio
 from chunkio import ChunkDataset, Field
+from chunkio.convert import write_arrays
 
 #: ``CHUNKIO_TEST_DEVICE=cpu`` rehearses these tests on the CPU (the device paths are the same)
 DEVICE = os.environ.get("CHUNKIO_TEST_DEVICE", "cuda")
@@ -147,14 +148,23 @@ def _pbmc_counts() -> sp.csr_matrix:
 # torch's own notices when it rebuilds a sparse tensor a worker sent (outside chunkio's reach)
 @pytest.mark.filterwarnings("ignore:Sparse invariant checks are implicitly disabled")
 @pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
+@pytest.mark.parametrize("source", ["h5ad", "native"])
 @pytest.mark.parametrize("batches", ["dense", "csr"])
-def test_sparse_cells_arrive_on_the_gpu(tmp_path: Path, batches: str) -> None:
-    expected = _pbmc_counts().toarray()
+def test_sparse_cells_arrive_on_the_gpu(tmp_path: Path, batches: str, source: str) -> None:
+    counts = _pbmc_counts()
+    expected = counts.toarray()
     with h5py.File(PBMC, "r") as f:
         codes = f["obs"]["louvain"][:]
-    path = tmp_path / "pbmc.h5ad"
-    path.write_bytes(PBMC.read_bytes())
-    ds = ChunkDataset(path, fields={"x": "raw.X", "label": "obs/louvain"}, sparse_batches=batches)
+    if source == "h5ad":  # read in place
+        path = tmp_path / "pbmc.h5ad"
+        path.write_bytes(PBMC.read_bytes())
+        fields = {"x": "raw.X", "label": "obs/louvain"}
+    else:  # chunkio's own sparse field, unshuffled so row i is cell i
+        path = tmp_path / "pbmc.zarr"
+        write_arrays(path, {"x": counts, "label": codes}, shuffle=False,
+                     output=chunkio.Output(chunks=64))  # fmt: skip
+        fields = {"x": "x", "label": "label"}
+    ds = ChunkDataset(path, fields=fields, sparse_batches=batches)
     loader = chunkio.make_loader(ds, 64, num_workers=2, seed=1, device=DEVICE)
     seen: list[int] = []
     n = 0
