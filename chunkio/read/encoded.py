@@ -107,9 +107,12 @@ class EncodedField:
         if first == last:
             base = first * step
             return self._cache[first][a - base : b - base]
-        parts = [self._cache[c] for c in range(first, last + 1)]
-        whole = np.concatenate(parts)
-        return whole[a - first * step : b - first * step]
+        # the sample's pieces only (not its chunks whole: megabytes for a sample of kilobytes)
+        parts = [
+            self._cache[c][max(a, c * step) - c * step : min(b, (c + 1) * step) - c * step]
+            for c in range(first, last + 1)
+        ]
+        return np.concatenate(parts)
 
     def encoded(self, idx: IntArray) -> tuple[list[npt.NDArray[np.uint8]], npt.NDArray[np.int64]]:
         """The encoded bytes of samples ``idx`` (each its own contiguous copy) and their
