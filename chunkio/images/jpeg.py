@@ -412,7 +412,7 @@ def decode_region(
     ----------
     out
         C-contiguous uint8, ``(h, w)`` or ``(h, w, 1)`` (gray) or ``(h, w, 3)`` (RGB): the
-        box's size.
+        box's size; or ``(h, w, 4)``: RGBX (the same RGB, then 255; for a colour JPEG).
     size
         ``(height, width)`` the header must give (at full scale): a header that says another
         size is corrupt.
