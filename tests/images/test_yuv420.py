@@ -356,3 +356,21 @@ def test_resizing_rgbx_gives_the_rgb_resize(interpolation: str) -> None:
         transform.render_crop(crop, plan, rgb)
         rgbx = np.concatenate([crop, np.full((*crop.shape[:2], 1), 255, np.uint8)], axis=2)
         np.testing.assert_array_equal(transform.resize_crop(rgbx, plan)[..., :3], rgb)
+
+
+def test_read_batch_rows_channels_first_equal_the_whole_path(
+    yuv_datasets: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without ``out`` a batch is channels-first in memory: the RGBX crops are packed into
+    planes (the loader's batches are channels-last, checked above)."""
+    transform = Compose([RandomResizedCrop(48), RandomHorizontalFlip()])
+    path = str(yuv_datasets["RGB"])
+    crops = chunkio.ChunkDataset(path, fields=("image",), transform=transform).read_batch(
+        np.arange(16), epoch=3
+    )["image"]
+    assert crops.flags.c_contiguous and crops.shape == (16, 3, 48, 48)
+    monkeypatch.setattr(Compose, "crop_box", None)  # the reader then decodes whole images
+    whole = chunkio.ChunkDataset(path, fields=("image",), transform=transform).read_batch(
+        np.arange(16), epoch=3
+    )["image"]
+    np.testing.assert_array_equal(crops, whole)
