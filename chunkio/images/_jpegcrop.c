@@ -196,7 +196,15 @@ static int run(struct job *job, struct jpeg_decompress_struct *cinfo, struct err
             }
         }
     }
+#ifdef JCS_EXTENSIONS
     cinfo->out_color_space = job->gray ? JCS_GRAYSCALE : job->channels == 4 ? JCS_EXT_RGBX : JCS_RGB;
+#else
+    if (job->channels == 4) { /* a libjpeg without libjpeg-turbo's extensions */
+        *fail = "RGBX output needs libjpeg-turbo";
+        return 1;
+    }
+    cinfo->out_color_space = job->gray ? JCS_GRAYSCALE : JCS_RGB;
+#endif
     cinfo->scale_num = 1;
     cinfo->scale_denom = (unsigned int)job->denom;
     cinfo->dct_method = JDCT_ISLOW;
@@ -422,6 +430,15 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_jpegcrop",
 PyMODINIT_FUNC PyInit__jpegcrop(void)
 {
     PyObject *m = PyModule_Create(&module);
+#ifdef JCS_EXTENSIONS
+    int rgbx = 1; /* decode_region writes RGBX into 4-channel buffers */
+#else
+    int rgbx = 0;
+#endif
+    if (m != NULL && PyModule_AddIntConstant(m, "RGBX", rgbx) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     if (m != NULL && PyModule_AddIntConstant(m, "LIBJPEG_TURBO_VERSION_NUMBER",
 #ifdef LIBJPEG_TURBO_VERSION_NUMBER
                                              LIBJPEG_TURBO_VERSION_NUMBER

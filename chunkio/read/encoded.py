@@ -252,10 +252,9 @@ class EncodedField:
             return False
         scale = 1.0 if d == 1 else min(sh / height, sw / width)
         left, top, right, bottom = transform.crop_box(plan, sh, sw, scale)
-        rgbx = self._rgbx_crop(transform, shape, out, (bottom - top, right - left))
-        crop = (
-            rgbx if rgbx is not None else np.empty((bottom - top, right - left, channels), np.uint8)
-        )
+        size = (bottom - top, right - left)
+        rgbx = self._rgbx_crop(transform, shape, out, size) if jpeg.REGION_RGBX else None
+        crop = rgbx if rgbx is not None else np.empty((*size, channels), np.uint8)
         try:
             jpeg.decode_region(data, crop, size=(height, width), left=left, top=top, denominator=d)
         except ValueError:

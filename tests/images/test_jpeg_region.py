@@ -312,12 +312,14 @@ def test_loader_batches_equal_with_and_without_the_extension(
     jpeg_datasets: dict[str, Path], monkeypatch: pytest.MonkeyPatch, mode: str, ops: list[Any]
 ) -> None:
     transform = Compose(ops)
-    with_region = _batches(jpeg_datasets[mode], transform)
+    with_region = _batches(jpeg_datasets[mode], transform)  # RGBX crops
+    monkeypatch.setattr(jpeg, "REGION_RGBX", False)  # RGB crops (a libjpeg without RGBX)
+    rgb_crops = _batches(jpeg_datasets[mode], transform)
     monkeypatch.setattr(jpeg, "REGION_DECODE", False)  # the fallback: whole-image decode
     without = _batches(jpeg_datasets[mode], transform)
-    assert len(with_region) == len(without) > 0
-    for a, b in zip(with_region, without, strict=True):
-        assert torch.equal(a, b)
+    assert len(with_region) == len(rgb_crops) == len(without) > 0
+    for a, b, c in zip(with_region, rgb_crops, without, strict=True):
+        assert torch.equal(a, c) and torch.equal(b, c)
 
 
 @pytest.mark.parametrize("damage", ["truncated", "bad huffman table", "no scan"])
