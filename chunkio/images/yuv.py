@@ -23,9 +23,12 @@ Colour (the reference)
     The loss against the source pixels is the 4:2:0 chroma subsampling and the rounding of the
     planes: no quantisation, no blocking.
 Speed
-    The conversion is chunkio's small C extension ``chunkio.images._yuv`` (built by setup.py
-    with any C compiler; no library needed); without it numpy computes the same integers,
-    several times slower.
+    A crop is one call into chunkio's small C extension ``chunkio.images._yuv`` (built by
+    setup.py with any C compiler; no library needed): header and band checks, LZ4 by lz4's own
+    ``LZ4_decompress_safe`` (found in numcodecs' build; the extension's own decoder where it is
+    not), and the conversion, into RGB or RGBX (:func:`decode_box_rgbx`: the loader's resize
+    input; :func:`rgbx_into` packs the resized pixels into a batch row). Without the extension
+    numpy computes the same integers, several times slower.
 
 Layout of one image's bytes (little-endian)::
 
@@ -305,7 +308,7 @@ def _decode_c(
         if need == 0:
             return
         scratch = _local.scratch = np.empty(need, np.uint8)
-    raise AssertionError("unreachable: the scratch buffer was sized to what it needs")
+    raise RuntimeError("yuv420: the bands' buffer was sized to what they need, yet too small")
 
 
 def _check_head(view: memoryview) -> tuple[int, int, int]:
