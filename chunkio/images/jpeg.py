@@ -376,7 +376,7 @@ def exact_scale(height: int, width: int, denominator: int) -> bool:
 #: variable ``CHUNKIO_JPEG_REGION`` is not ``0`` (for A/B runs; workers inherit it)
 REGION_DECODE = _jpegcrop is not None and os.environ.get("CHUNKIO_JPEG_REGION", "1") != "0"
 #: whether :func:`decode_region` writes RGBX into 4-channel buffers (libjpeg-turbo's headers)
-REGION_RGBX = _jpegcrop is not None and bool(_jpegcrop.RGBX)
+REGION_RGBX = _jpegcrop is not None and bool(getattr(_jpegcrop, "RGBX", 0))  # 0: a stale build
 #: whether :func:`decode_region` seeks to the restart marker above the box where a file has
 #: one at every iMCU row (``CHUNKIO_JPEG_SEEK=0``: decodes from the top, for A/B runs)
 SEEK = os.environ.get("CHUNKIO_JPEG_SEEK", "1") != "0"

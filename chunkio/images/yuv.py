@@ -55,6 +55,8 @@ try:  # the optional compiled part (setup.py): the conversion, ~10x numpy's spee
     from . import _yuv
 except ImportError:  # pragma: no cover - a build without a C compiler
     _yuv = None  # type: ignore[assignment]
+if _yuv is not None and not hasattr(_yuv, "rgbx_to_rgb"):  # pragma: no cover - a stale build
+    _yuv = None  # type: ignore[assignment]  # (rebuild: python setup.py build_ext --inplace)
 
 __all__ = [
     "BAND",
