@@ -26,7 +26,8 @@ full decode of the same files, one thread, bytes in RAM, measured in the same ru
 also given per core (``img/s / workers``) and per CPU second (the loader's processes' CPU time:
 on a machine shared with other jobs the first says how much CPU the loader got, the second what
 it costs; the decode limit is per CPU second too), as multiples of the decode limit and of the
-baseline; and chunkio's per-sample stages (:mod:`benchmarks.jpeg_stages`) both ways. Published
+baseline; and chunkio's per-sample stages (:mod:`benchmarks.jpeg_stages`): JPEG both ways, and
+``yuv420``. Published
 anchors, on other data (not comparable one to one): FFCV ~1,100 and slipstream ~1,150 decode +
 RandomResizedCrop(224) per thread on 256-px q100 images (decode 80-92% of their time: ~0.85x
 their decode-only rate); FFCV 326 per vCPU at 512 px q90; slipstream ~2,000 per thread from a
@@ -440,8 +441,9 @@ def imagenet_run(
     profile: bool = True,
 ) -> dict[str, Any]:
     """The ImageNet-size set: decode limit, baseline, chunkio JPEG by region and whole, in one
-    run; per-core rates and multiples; chunkio's stages both ways (``profile``)."""
-    from benchmarks.jpeg_stages import jpeg_stages
+    run; per-core rates and multiples; chunkio's stages, JPEG both ways and yuv420
+    (``profile``)."""
+    from benchmarks.jpeg_stages import jpeg_stages, yuv_stages
 
     n = n_images or (N_IMAGENET_QUICK if quick else N_IMAGENET_FULL)
     root = Path(root)
@@ -501,11 +503,13 @@ def imagenet_run(
             way: jpeg_stages(str(dst), region=way == "region", n=min(n, 1000))
             for way in ("whole", "region")
         }
+        out["stages_us"]["yuv420"] = yuv_stages(str(others["yuv420"]), n=min(n, 1000))
     return out
 
 
 JPEG_REGION = "chunkio make_loader (jpeg, crops by region)"
 JPEG_WHOLE = "chunkio make_loader (jpeg, whole decode)"
+YUV420 = "chunkio make_loader (yuv420)"
 
 
 def _rate_table(rows: list[dict[str, Any]], limit: float, workers: int) -> list[str]:
@@ -561,12 +565,14 @@ def format_imagenet(res: dict[str, Any]) -> list[str]:
             lines.append(
                 f"| {stage} | " + " | ".join(f"{stages[w][stage]:.0f}" for w in ways) + " |"
             )
-        region_row = next(r for r in res["rows"] if r["name"] == JPEG_REGION)
-        per_sample = 1e6 / region_row["samples_per_cpu_s"]
-        transport = per_sample - stages["region"]["loader in process"]
-        lines.append(
-            f"| transport (CPU per sample with workers, less in-process) | | {transport:.0f} |"
-        )
+        # what the workers add: CPU per sample of the loader with workers, less in-process
+        names = {"whole": JPEG_WHOLE, "region": JPEG_REGION, "yuv420": YUV420}
+        cells = []
+        for way in ways:
+            row = next((r for r in res["rows"] if r["name"] == names.get(way)), None)
+            loader_us = 1e6 / row["samples_per_cpu_s"] if row else float("nan")
+            cells.append(f"{loader_us - stages[way]['loader in process']:.0f}")
+        lines.append("| transport (with workers, less in-process) | " + " | ".join(cells) + " |")
     return lines
 
 

@@ -103,6 +103,7 @@ def lz4_block(raw: Any) -> bytes:
 
 #: :func:`lz4_block`'s inverse into ``dst`` (bounds-checked; ValueError, RuntimeError)
 lz4_unblock = _lz4
+LZ4_LIBRARY = str(_lz4_codec.__file__)  # their library, for compiled readers (images/yuv.py)
 
 
 def _hdf5_lz4(src: npt.NDArray[np.uint8], dst: npt.NDArray[np.uint8]) -> None:

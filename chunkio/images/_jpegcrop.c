@@ -3,7 +3,8 @@
  * decode_region(data, out, gray, denom, height, width, x0, y0) writes the pixels
  * [y0, y0 + out_h) x [x0, x0 + out_w) of the image decoded at scale 1/denom (coordinates in
  * that scaled image) into `out`, a C-contiguous uint8 buffer of out_h * out_w * channels bytes
- * (the caller gives out_h and out_w as out's shape).  The pixels equal a full decode at the
+ * (the caller gives out_h and out_w as out's shape; 4 channels: RGBX, libjpeg-turbo's
+ * JCS_EXT_RGBX, the same RGB and 255).  The pixels equal a full decode at the
  * same scale cut to the same box, because nothing at the box's edges is decoded as an edge:
  *
  *   - columns: jpeg_crop_scanline widens the region to iMCU boundaries, and libjpeg-turbo
@@ -195,7 +196,15 @@ static int run(struct job *job, struct jpeg_decompress_struct *cinfo, struct err
             }
         }
     }
+#ifdef JCS_EXTENSIONS
+    cinfo->out_color_space = job->gray ? JCS_GRAYSCALE : job->channels == 4 ? JCS_EXT_RGBX : JCS_RGB;
+#else
+    if (job->channels == 4) { /* a libjpeg without libjpeg-turbo's extensions */
+        *fail = "RGBX output needs libjpeg-turbo";
+        return 1;
+    }
     cinfo->out_color_space = job->gray ? JCS_GRAYSCALE : JCS_RGB;
+#endif
     cinfo->scale_num = 1;
     cinfo->scale_denom = (unsigned int)job->denom;
     cinfo->dct_method = JDCT_ISLOW;
@@ -283,7 +292,8 @@ static PyObject *decode_region(PyObject *self, PyObject *args)
                           &x0, &y0, &oh, &ow, &seek_ok))
         return NULL;
     PyObject *result = NULL;
-    int channels = gray ? 1 : 3;
+    /* RGBX (4 bytes a pixel, the 4th 255) where out has room for 4 channels: the same RGB */
+    int channels = gray ? 1 : out.len == (Py_ssize_t)oh * ow * 4 ? 4 : 3;
     if (denom != 1 && denom != 2 && denom != 4 && denom != 8) {
         PyErr_Format(PyExc_ValueError, "scale denominator must be 1, 2, 4 or 8, got %d", denom);
         goto done;
@@ -420,6 +430,15 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_jpegcrop",
 PyMODINIT_FUNC PyInit__jpegcrop(void)
 {
     PyObject *m = PyModule_Create(&module);
+#ifdef JCS_EXTENSIONS
+    int rgbx = 1; /* decode_region writes RGBX into 4-channel buffers */
+#else
+    int rgbx = 0;
+#endif
+    if (m != NULL && PyModule_AddIntConstant(m, "RGBX", rgbx) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     if (m != NULL && PyModule_AddIntConstant(m, "LIBJPEG_TURBO_VERSION_NUMBER",
 #ifdef LIBJPEG_TURBO_VERSION_NUMBER
                                              LIBJPEG_TURBO_VERSION_NUMBER

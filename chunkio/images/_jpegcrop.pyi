@@ -1,6 +1,7 @@
 from typing import Any
 
 LIBJPEG_TURBO_VERSION_NUMBER: int
+RGBX: int
 
 def decode_region(
     data: Any,

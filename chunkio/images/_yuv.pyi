@@ -1,15 +1,17 @@
 from typing import Any
 
-def to_rgb(
-    src: Any,
+class Corrupt(ValueError): ...
+
+def decode_box(
+    data: Any,
+    scratch: Any,
     out: Any,
-    height: int,
-    width: int,
-    band: int,
-    first_band: int,
     top: int,
     left: int,
     out_h: int,
     out_w: int,
+    out_channels: int,
     /,
-) -> None: ...
+) -> int: ...
+def set_lz4(address: int, /) -> None: ...
+def rgbx_to_rgb(src: Any, dst: Any, h: int, w: int, flip: bool, planar: bool, /) -> None: ...

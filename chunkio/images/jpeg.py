@@ -75,6 +75,7 @@ __all__ = [
     "Buffer",
     "JpegHeader",
     "REGION_DECODE",
+    "REGION_RGBX",
     "add_restarts",
     "decode",
     "decode_plain",
@@ -374,6 +375,8 @@ def exact_scale(height: int, width: int, denominator: int) -> bool:
 #: whether readers decode JPEG crops by region: the extension is built, and the environment
 #: variable ``CHUNKIO_JPEG_REGION`` is not ``0`` (for A/B runs; workers inherit it)
 REGION_DECODE = _jpegcrop is not None and os.environ.get("CHUNKIO_JPEG_REGION", "1") != "0"
+#: whether :func:`decode_region` writes RGBX into 4-channel buffers (libjpeg-turbo's headers)
+REGION_RGBX = _jpegcrop is not None and bool(getattr(_jpegcrop, "RGBX", 0))  # 0: a stale build
 #: whether :func:`decode_region` seeks to the restart marker above the box where a file has
 #: one at every iMCU row (``CHUNKIO_JPEG_SEEK=0``: decodes from the top, for A/B runs)
 SEEK = os.environ.get("CHUNKIO_JPEG_SEEK", "1") != "0"
@@ -412,7 +415,8 @@ def decode_region(
     ----------
     out
         C-contiguous uint8, ``(h, w)`` or ``(h, w, 1)`` (gray) or ``(h, w, 3)`` (RGB): the
-        box's size.
+        box's size; or ``(h, w, 4)``: RGBX (the same RGB, then 255; for a colour JPEG,
+        where :data:`REGION_RGBX`).
     size
         ``(height, width)`` the header must give (at full scale): a header that says another
         size is corrupt.

@@ -23,9 +23,12 @@ Colour (the reference)
     The loss against the source pixels is the 4:2:0 chroma subsampling and the rounding of the
     planes: no quantisation, no blocking.
 Speed
-    The conversion is chunkio's small C extension ``chunkio.images._yuv`` (built by setup.py
-    with any C compiler; no library needed); without it numpy computes the same integers,
-    several times slower.
+    A crop is one call into chunkio's small C extension ``chunkio.images._yuv`` (built by
+    setup.py with any C compiler; no library needed): header and band checks, LZ4 by lz4's own
+    ``LZ4_decompress_safe`` (found in numcodecs' build; the extension's own decoder where it is
+    not), and the conversion, into RGB or RGBX (:func:`decode_box_rgbx`: the loader's resize
+    input; :func:`rgbx_into` packs the resized pixels into a batch row). Without the extension
+    numpy computes the same integers, several times slower.
 
 Layout of one image's bytes (little-endian)::
 
@@ -39,20 +42,33 @@ rows of ``ceil(width / 2)`` samples each.
 from __future__ import annotations
 
 import struct
+import threading
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from ..backends.codec_table import lz4_block, lz4_unblock
+from ..backends.codec_table import LZ4_LIBRARY, lz4_block, lz4_unblock
 from ..errors import CorruptChunkError
 
 try:  # the optional compiled part (setup.py): the conversion, ~10x numpy's speed
     from . import _yuv
 except ImportError:  # pragma: no cover - a build without a C compiler
     _yuv = None  # type: ignore[assignment]
+if _yuv is not None and not hasattr(_yuv, "rgbx_to_rgb"):  # pragma: no cover - a stale build
+    _yuv = None  # type: ignore[assignment]  # (rebuild: python setup.py build_ext --inplace)
 
-__all__ = ["BAND", "COMPILED", "MAGIC", "decode_box", "encode", "header", "to_rgb_numpy"]
+__all__ = [
+    "BAND",
+    "COMPILED",
+    "MAGIC",
+    "decode_box",
+    "decode_box_rgbx",
+    "encode",
+    "header",
+    "rgbx_into",
+    "to_rgb_numpy",
+]
 
 MAGIC = b"Y420"
 #: luma rows per compressed band: a crop decompresses the bands that cover its rows
@@ -61,6 +77,25 @@ _HEAD = struct.Struct("<4sIIBBH")
 _LZ4 = 1
 #: whether the C conversion is built (else numpy computes the same integers)
 COMPILED = _yuv is not None
+
+
+def lz4_decompress_address() -> int:
+    """The address of lz4's ``LZ4_decompress_safe`` in the library that writes the bands
+    (:data:`~chunkio.backends.codec_table.LZ4_LIBRARY`, numcodecs' build), or 0 where it does
+    not export it: the extension then decompresses with its own decoder (the same bytes,
+    about half as fast)."""
+    import ctypes
+
+    try:
+        found = ctypes.CDLL(LZ4_LIBRARY).LZ4_decompress_safe
+    except (OSError, AttributeError):  # pragma: no cover - another build of numcodecs
+        return 0
+    return int(ctypes.cast(found, ctypes.c_void_p).value or 0)
+
+
+if _yuv is not None:
+    # lz4's own decoder (the extension has its own, about half as fast, where it is not found)
+    _yuv.set_lz4(lz4_decompress_address())
 
 
 def _fix(x: float) -> int:
@@ -149,15 +184,8 @@ def header(data: Any) -> tuple[int, int, int]:
 
 def _parse(view: memoryview) -> tuple[int, int, int, int, npt.NDArray[np.int64], int]:
     """Height, width, channels, band, the bands' offsets (checked) and where they start."""
-    if len(view) < _HEAD.size:
-        raise _corrupt(f"{len(view)} bytes, shorter than its header")
-    magic, height, width, channels, codec, band = _HEAD.unpack_from(view)
-    if magic != MAGIC:
-        raise _corrupt(f"expected the magic bytes {MAGIC!r}; got {bytes(magic)!r}")
-    if not (height and width and channels in (1, 3) and codec == _LZ4 and band >= 2) or band % 2:
-        raise _corrupt(
-            f"bad header ({height}x{width}, {channels} channels, codec {codec}, band {band})"
-        )
+    height, width, channels = _check_head(view)
+    band = _HEAD.unpack_from(view)[5]
     count = -(-height // band)
     start = _HEAD.size + 4 * (count + 1)
     if len(view) < start:
@@ -196,15 +224,19 @@ def decode_box(
         ``out`` does not fit the image's channels, or the box is not inside the image.
     """
     view = memoryview(data).cast("B")
+    oh, ow = out.shape[:2]
+    want = 1 if out.ndim == 2 or out.shape[2] == 1 else out.shape[2]
+    if _yuv is not None and out.flags.c_contiguous and (want == 1 or want == 3):
+        height, width, channels = _check_head(view)
+        if size is not None and tuple(size) != (height, width):
+            raise _corrupt(f"the header says {height}x{width}; the stored shape is {size}")
+        _check_out(out, want, channels, top, left, height, width)
+        _decode_c(view, out, top, left, oh, ow, want)
+        return out
     height, width, channels, band, offsets, start = _parse(view)
     if size is not None and tuple(size) != (height, width):
         raise _corrupt(f"the header says {height}x{width}; the stored shape is {size}")
-    oh, ow = out.shape[:2]
-    want = 1 if out.ndim == 2 or out.shape[2] == 1 else out.shape[2]
-    if want != channels or out.dtype != np.uint8 or not out.flags.writeable:
-        raise ValueError(f"yuv420 image has {channels} channel(s); out is {out.dtype} {out.shape}")
-    if top < 0 or left < 0 or oh < 1 or ow < 1 or top + oh > height or left + ow > width:
-        raise ValueError(f"box {oh}x{ow} at ({top}, {left}) is not inside {height}x{width}")
+    _check_out(out, want, channels, top, left, height, width)
     # chroma context: one chroma row (two luma rows) beyond the box, where the image has one
     first = max(0, top - 2) // band if channels == 3 else top // band
     last = (min(height, top + oh + 2) - 1) // band if channels == 3 else (top + oh - 1) // band
@@ -216,11 +248,99 @@ def decode_box(
         rows = full[top - first * band : top - first * band + oh, left : left + ow]
         (out if out.ndim == 2 else out[..., 0])[...] = rows
         return out
-    if _yuv is not None and out.flags.c_contiguous:
-        _yuv.to_rgb(planes, out, height, width, band, first, top, left, oh, ow)
-    else:
-        out[...] = to_rgb_numpy(planes, height, width, band, first, (top, left, oh, ow))
+    out[...] = to_rgb_numpy(planes, height, width, band, first, (top, left, oh, ow))
     return out
+
+
+def decode_box_rgbx(
+    data: Any, out: npt.NDArray[np.uint8], *, top: int, left: int, size: tuple[int, int]
+) -> npt.NDArray[np.uint8]:
+    """:func:`decode_box` of a colour image into C-contiguous uint8 ``out`` of shape
+    ``(h, w, 4)``: R, G, B and 255 a pixel (the resize's input in the loader: torch's uint8
+    kernels take 4 channels as they are, and 3 only after repacking them to 4). Needs the
+    compiled part (:data:`COMPILED`); raises as :func:`decode_box` does."""
+    if _yuv is None:
+        raise RuntimeError("chunkio was built without its yuv420 extension")
+    view = memoryview(data).cast("B")
+    height, width, channels = _check_head(view)
+    if tuple(size) != (height, width):
+        raise _corrupt(f"the header says {height}x{width}; the stored shape is {size}")
+    oh, ow = out.shape[:2]
+    if out.ndim != 3 or out.shape[2] != 4 or not out.flags.c_contiguous:
+        raise ValueError(f"decode_box_rgbx: out must be C-contiguous (h, w, 4); got {out.shape}")
+    _check_out(out[..., :3], 3, channels, top, left, height, width)
+    _decode_c(view, out, top, left, oh, ow, 4)
+    return out
+
+
+def rgbx_into(pixels: npt.NDArray[np.uint8], out: npt.NDArray[np.uint8], flip: bool) -> bool:
+    """Copy RGBX ``pixels`` ``(h, w, 4)`` into the channels-first row ``out`` ``(3, h, w)``
+    (its memory channels-first or channels-last), mirrored left to right if ``flip``; False
+    (nothing done) where the compiled part is not built or the memory is laid out otherwise
+    (the caller copies another way)."""
+    h, w = pixels.shape[:2]
+    if _yuv is None or pixels.shape != (h, w, 4) or out.shape != (3, h, w):
+        return False
+    if not pixels.flags.c_contiguous or pixels.ctypes.data % 4:
+        return False
+    if out.flags.c_contiguous:
+        _yuv.rgbx_to_rgb(pixels, out, h, w, flip, True)
+        return True
+    rows = out.transpose(1, 2, 0)  # channels-last memory: (h, w, 3) C-contiguous
+    if rows.flags.c_contiguous:
+        _yuv.rgbx_to_rgb(pixels, rows, h, w, flip, False)
+        return True
+    return False
+
+
+_local = threading.local()  # the decompressed bands' buffer, one per decoding thread
+
+
+def _decode_c(
+    view: memoryview, out: npt.NDArray[np.uint8], top: int, left: int, oh: int, ow: int, ch: int
+) -> None:
+    scratch = getattr(_local, "scratch", None)
+    if scratch is None:
+        scratch = _local.scratch = np.empty(1 << 16, np.uint8)
+    for _ in range(2):
+        try:
+            need = _yuv.decode_box(view, scratch, out, top, left, oh, ow, ch)
+        except _yuv.Corrupt as err:
+            raise _corrupt(str(err)) from None
+        if need == 0:
+            return
+        scratch = _local.scratch = np.empty(need, np.uint8)
+    raise RuntimeError("yuv420: the bands' buffer was sized to what they need, yet too small")
+
+
+def _check_head(view: memoryview) -> tuple[int, int, int]:
+    """Height, width and channels from a header that adds up (not its band offsets)."""
+    if len(view) < _HEAD.size:
+        raise _corrupt(f"{len(view)} bytes, shorter than its header")
+    magic, height, width, channels, codec, band = _HEAD.unpack_from(view)
+    if magic != MAGIC:
+        raise _corrupt(f"expected the magic bytes {MAGIC!r}; got {bytes(magic)!r}")
+    if not (height and width and channels in (1, 3) and codec == _LZ4 and band >= 2) or band % 2:
+        raise _corrupt(
+            f"bad header ({height}x{width}, {channels} channels, codec {codec}, band {band})"
+        )
+    return height, width, channels
+
+
+def _check_out(
+    out: npt.NDArray[np.uint8],
+    want: int,
+    channels: int,
+    top: int,
+    left: int,
+    height: int,
+    width: int,
+) -> None:
+    oh, ow = out.shape[:2]
+    if want != channels or out.dtype != np.uint8 or not out.flags.writeable:
+        raise ValueError(f"yuv420 image has {channels} channel(s); out is {out.dtype} {out.shape}")
+    if top < 0 or left < 0 or oh < 1 or ow < 1 or top + oh > height or left + ow > width:
+        raise ValueError(f"box {oh}x{ow} at ({top}, {left}) is not inside {height}x{width}")
 
 
 def _decompress(

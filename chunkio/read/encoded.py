@@ -107,9 +107,12 @@ class EncodedField:
         if first == last:
             base = first * step
             return self._cache[first][a - base : b - base]
-        parts = [self._cache[c] for c in range(first, last + 1)]
-        whole = np.concatenate(parts)
-        return whole[a - first * step : b - first * step]
+        # the sample's pieces only (not its chunks whole: megabytes for a sample of kilobytes)
+        parts = [
+            self._cache[c][max(a, c * step) - c * step : min(b, (c + 1) * step) - c * step]
+            for c in range(first, last + 1)
+        ]
+        return np.concatenate(parts)
 
     def encoded(self, idx: IntArray) -> tuple[list[npt.NDArray[np.uint8]], npt.NDArray[np.int64]]:
         """The encoded bytes of samples ``idx`` (each its own contiguous copy) and their
@@ -196,6 +199,11 @@ class EncodedField:
         render_crop = getattr(transform, "render_crop", None)
         if self.info.encoding == "yuv420" and crop_box is not None and render_crop is not None:
             left, top, right, bottom = crop_box(plan, height, width)
+            rgbx = self._rgbx_crop(transform, shape, out, (bottom - top, right - left))
+            if rgbx is not None:
+                yuv.decode_box_rgbx(data, rgbx, top=top, left=left, size=(height, width))
+                self._finish_rgbx(transform, rgbx, plan, out)
+                return out
             row = channels_last(out)
             crop = np.empty((bottom - top, right - left, *row.shape[2:]), np.uint8)
             yuv.decode_box(data, crop, top=top, left=left, size=(height, width))
@@ -205,7 +213,7 @@ class EncodedField:
             self.region_decode
             and crop_box is not None
             and render_crop is not None
-            and self._decode_crop(data, shape, plan, (min_h, min_w), crop_box, render_crop, out)
+            and self._decode_crop(data, shape, plan, (min_h, min_w), transform, out)
         ):
             return out
         # DCT scaling is JPEG's (a gray WebP would also come back with three channels)
@@ -225,8 +233,7 @@ class EncodedField:
         shape: tuple[int, ...],
         plan: Any,
         minimum: tuple[int, int],
-        crop_box: Any,
-        render_crop: Any,
+        transform: Any,
         out: npt.NDArray[Any],
     ) -> bool:
         """Decode only the pixels the plan's crop needs (DCT-scaled as the whole-image path
@@ -244,14 +251,48 @@ class EncodedField:
         if not jpeg.exact_scale(height, width, d):
             return False
         scale = 1.0 if d == 1 else min(sh / height, sw / width)
-        left, top, right, bottom = crop_box(plan, sh, sw, scale)
-        crop = np.empty((bottom - top, right - left, channels), np.uint8)
+        left, top, right, bottom = transform.crop_box(plan, sh, sw, scale)
+        size = (bottom - top, right - left)
+        rgbx = self._rgbx_crop(transform, shape, out, size) if jpeg.REGION_RGBX else None
+        crop = rgbx if rgbx is not None else np.empty((*size, channels), np.uint8)
         try:
             jpeg.decode_region(data, crop, size=(height, width), left=left, top=top, denominator=d)
         except ValueError:
             return False
-        render_crop(crop, plan, channels_last(out))
+        if rgbx is not None:
+            self._finish_rgbx(transform, rgbx, plan, out)
+        else:
+            transform.render_crop(crop, plan, channels_last(out))
         return True
+
+    def _rgbx_crop(
+        self, transform: Any, shape: tuple[int, ...], out: npt.NDArray[Any], size: tuple[int, int]
+    ) -> npt.NDArray[np.uint8] | None:
+        """A reused RGBX buffer of ``size`` for an RGB crop that :meth:`_finish_rgbx` can take
+        (the transform resizes crops alone and the compiled parts are built), else None: the
+        crop then takes ``render_crop``'s way. Both give the same pixels; this one saves
+        torch's repacking of 3 channels to 4 and back, and numpy's copies into the row."""
+        if (
+            shape[0] != 3
+            or not yuv.COMPILED
+            or getattr(transform, "resize_crop", None) is None
+            or out.shape[0] != 3
+        ):
+            return None
+        h, w = size
+        pool: npt.NDArray[np.uint8] | None = getattr(self._local, "rgbx", None)
+        if pool is None or pool.size < h * w * 4:
+            pool = self._local.rgbx = np.empty(max(h * w * 4, 1 << 18), np.uint8)
+        return pool[: h * w * 4].reshape(h, w, 4)
+
+    def _finish_rgbx(
+        self, transform: Any, crop: npt.NDArray[np.uint8], plan: Any, out: npt.NDArray[Any]
+    ) -> None:
+        """Resize an RGBX crop, then mirror it (per the plan) into the channels-first row."""
+        pixels = transform.resize_crop(crop, plan)
+        if not yuv.rgbx_into(pixels, out, bool(plan.flip)):
+            rgb = pixels[:, ::-1, :3] if plan.flip else pixels[..., :3]
+            np.copyto(channels_last(out), rgb)
 
     def _scratch_for(self, shape: tuple[int, ...]) -> npt.NDArray[Any]:
         """A reused decode buffer for a ``(C, H, W)`` sample, channels last."""

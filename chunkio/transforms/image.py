@@ -65,7 +65,7 @@ from .arguments import (
 )
 from .draws import GAMMA, M64, Key, epoch_state, fmix, uniform, uniform2
 from .normalization import IMAGENET_MEAN, IMAGENET_STD, normalize
-from .render import crop_span, resample_into, resize_into
+from .render import crop_span, resample_into, resize_into, resized
 
 __all__ = [
     "CenterCrop",
@@ -465,6 +465,19 @@ class Compose:
                 f"got {crop.dtype} crop and {out.dtype} out of shape {out.shape}"
             )
         resize_into(crop, plan.size, plan.flip, out, self._resample)
+
+    def resize_crop(self, crop: np.ndarray, plan: CropPlan) -> np.ndarray:
+        """The resize of :meth:`render_crop` alone, not mirrored: ``crop`` (uint8
+        ``(h, w, c)``, C-contiguous and writable, ``c`` 1, 3 or 4: RGBX, whose first three
+        channels come out exactly as an RGB crop's) resized to ``plan.size``. A reader that
+        mirrors and copies the result into its batch row itself gets :meth:`render_crop`'s
+        pixels."""
+        if crop.dtype != np.uint8 or crop.ndim != 3 or not crop.flags.c_contiguous:
+            raise ValueError(
+                f"Compose.resize_crop: a C-contiguous uint8 (h, w, c) crop expected, got "
+                f"{crop.dtype} of shape {crop.shape}"
+            )
+        return resized(crop, plan.size, self._resample)
 
     def apply(self, image: np.ndarray, out: np.ndarray, key: Key) -> None:
         """Transform ``image`` into ``out``: :meth:`render` of :meth:`plan` for ``key``."""

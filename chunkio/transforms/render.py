@@ -14,7 +14,15 @@ import numpy as np
 import torch
 from PIL import Image
 
-__all__ = ["Box", "TORCH_MODES", "crop_span", "pixel_span", "resample_into", "resize_into"]
+__all__ = [
+    "Box",
+    "TORCH_MODES",
+    "crop_span",
+    "pixel_span",
+    "resample_into",
+    "resize_into",
+    "resized",
+]
 
 #: ``(left, top, right, bottom)`` in the pixels of the image being rendered
 Box = tuple[float, float, float, float]
@@ -110,6 +118,32 @@ def resize_into(
     _resize(crop, size, flip, out, TORCH_MODES[resample])
 
 
+def resized(crop: np.ndarray, size: tuple[int, int], resample: Image.Resampling) -> np.ndarray:
+    """:func:`resize_into`'s resize alone: ``crop`` (uint8 ``(h, w, c)``, C-contiguous and
+    writable) resized to ``size``, as a C-contiguous ``(out_h, out_w, c)`` array (``crop``
+    itself where it has that size already). Each channel is resized on its own, so the RGB
+    channels of an RGBX crop (4 channels: torch's uint8 kernels take them as they are, and
+    repack 3 to 4 first) come out exactly as the RGB crop's."""
+    return _resized(torch.from_numpy(crop), size, TORCH_MODES[resample]).numpy()
+
+
+def _resized(tensor: torch.Tensor, size: tuple[int, int], mode: str) -> torch.Tensor:
+    h, w, c = tensor.shape
+    out_h, out_w = size
+    if (h, w) == (out_h, out_w):
+        return tensor  # no resample
+    # The HWC pixels as a channels-last NCHW tensor, strides spelled out: permute and
+    # unsqueeze leave a batch stride that makes torch take the batch of one for NCHW,
+    # and its kernel then runs about 2x slower and returns NCHW (slow to copy back).
+    nchw = tensor.as_strided((1, c, h, w), (h * w * c, 1, w * c, c))
+    return torch.nn.functional.interpolate(
+        nchw,
+        size=(out_h, out_w),
+        antialias=mode != "nearest-exact",
+        mode=mode,
+    )[0].permute(1, 2, 0)
+
+
 def _resize(
     crop: np.ndarray, size: tuple[int, int], flip: bool, out: np.ndarray, mode: str
 ) -> None:
@@ -117,22 +151,8 @@ def _resize(
     pixels = crop.reshape(h, w, -1)
     if not (pixels.flags.c_contiguous and pixels.flags.writeable):
         pixels = np.ascontiguousarray(pixels) if pixels.flags.writeable else pixels.copy()
-    tensor = torch.from_numpy(pixels)
+    result = _resized(torch.from_numpy(pixels), size, mode)  # crop itself: copied into out
     out_h, out_w = size
-    if (h, w) == (out_h, out_w):
-        result = tensor  # no resample: copy straight into out
-    else:
-        # The HWC pixels as a channels-last NCHW tensor, strides spelled out: permute and
-        # unsqueeze leave a batch stride that makes torch take the batch of one for NCHW,
-        # and its kernel then runs about 2x slower and returns NCHW (slow to copy back).
-        c = pixels.shape[2]
-        nchw = tensor.as_strided((1, c, h, w), (h * w * c, 1, w * c, c))
-        result = torch.nn.functional.interpolate(
-            nchw,
-            size=(out_h, out_w),
-            antialias=mode != "nearest-exact",
-            mode=mode,
-        )[0].permute(1, 2, 0)
     if flip and torch.get_num_threads() > 1:
         # In a process with several torch threads (num_workers=0), torch splits a flip this
         # small over its thread pool, which shared with decode threads or other jobs waits

@@ -86,7 +86,7 @@ def test_imagenet_rows_limit_and_stages(results: dict[str, Any]) -> None:
         assert r["samples_per_s"] > 0
         assert [list(r["batch"][0][0]), r["batch"][0][1]] == [[BATCH, 3, 224, 224], "torch.uint8"]
     assert res["decode_limit"] == max(res["decode_limit_runs"]) > 0
-    for way in ("whole", "region"):
+    for way in ("whole", "region", "yuv420"):
         stages = res["stages_us"][way]
         for stage in ("read", "span", "plan", "decode", "resize", "flip + scatter", "python"):
             assert stage in stages

@@ -5,7 +5,7 @@ process, not the test run. For every mutant and box (Hypothesis draws both):
 
 - the extension returns or raises ValueError, nothing else, and never crashes;
 - where it raises, the full decode raises too (it decodes a superset of the data);
-- where both decode, the box's pixels are equal.
+- where both decode, the box's pixels are equal (RGB, or RGBX's first three bytes).
 
     python tests/images/_fuzz_jpeg_region.py [examples]
 """
@@ -103,12 +103,17 @@ def main(examples: int) -> None:
         sh, sw = -(-h // d), -(-w // d)
         left, top = min(left, sw - 1), min(top, sh - 1)
         bw, bh = min(bw, sw - left), min(bh, sh - top)
-        out = np.empty((bh, bw, 1 if gray else 3), np.uint8)
+        # colour boxes alternate between RGB and RGBX (the loader's resize input)
+        rgbx = not gray and (left + top) % 2 == 1
+        out = np.empty((bh, bw, 1 if gray else 4 if rgbx else 3), np.uint8)
         try:
             jpeg.decode_region(blob, out, size=(h, w), left=left, top=top, denominator=d)
             got: np.ndarray | None = out
         except ValueError:
             got = None
+        if got is not None and rgbx:
+            assert (got[..., 3] == 255).all(), "RGBX's fourth byte is not 255"
+            got = got[..., :3]
         try:
             whole = jpeg.decode(blob, gray=gray, scale=(d, sh, sw) if d > 1 else None)
             expected: np.ndarray | None = whole.reshape(*whole.shape[:2], -1)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -89,11 +90,19 @@ def full(data: bytes, gray: bool, d: int) -> np.ndarray:
     return pixels[:, :, None] if gray else pixels
 
 
-def region(data: bytes, gray: bool, d: int, box: tuple[int, int, int, int]) -> np.ndarray:
+def region(
+    data: bytes, gray: bool, d: int, box: tuple[int, int, int, int], *, rgbx: bool = False
+) -> np.ndarray:
+    """The box decoded by region; ``rgbx``: into 4 channels (the loader's resize input), of
+    which the first three are returned once the fourth is checked to be 255."""
     left, top, right, bottom = box
     h, w, _ = jpeg.frame_shape(data)
-    out = np.empty((bottom - top, right - left, 1 if gray else 3), np.uint8)
-    return jpeg.decode_region(data, out, size=(h, w), left=left, top=top, denominator=d)
+    out = np.empty((bottom - top, right - left, 1 if gray else 4 if rgbx else 3), np.uint8)
+    jpeg.decode_region(data, out, size=(h, w), left=left, top=top, denominator=d)
+    if rgbx:
+        assert (out[..., 3] == 255).all()
+        return out[..., :3]
+    return out
 
 
 @st.composite
@@ -121,6 +130,9 @@ def test_region_equals_full_decode_cut(case: tuple[bytes, bool, int, tuple[int, 
     left, top, right, bottom = box
     expected = full(data, gray, d)[top:bottom, left:right]
     np.testing.assert_array_equal(region(data, gray, d, box), expected)  # type: ignore[arg-type]
+    if not gray:
+        rgbx = region(data, gray, d, box, rgbx=True)  # type: ignore[arg-type]
+        np.testing.assert_array_equal(rgbx, expected)
 
 
 @pytest.mark.parametrize("coding", sorted(CODINGS))
@@ -139,6 +151,9 @@ def test_boxes_at_every_edge_and_imcu_boundary(coding: str, d: int) -> None:
         box = (left, top, right, bottom)
         got = region(data, gray, d, box)
         np.testing.assert_array_equal(got, whole[top:bottom, left:right], err_msg=str(box))
+        if not gray:
+            got = region(data, gray, d, box, rgbx=True)
+            np.testing.assert_array_equal(got, whole[top:bottom, left:right], err_msg=str(box))
 
 
 @pytest.mark.parametrize("coding", ["420", "444", "gray", "progressive"])
@@ -147,6 +162,9 @@ def test_one_pixel_images(coding: str) -> None:
     for d in (1,):
         gray = coding == "gray"
         np.testing.assert_array_equal(region(data, gray, d, (0, 0, 1, 1)), full(data, gray, d))
+        if not gray:
+            got = region(data, gray, d, (0, 0, 1, 1), rgbx=True)
+            np.testing.assert_array_equal(got, full(data, gray, d))
 
 
 def test_cmyk_is_left_to_the_full_decode(tmp_path: Path) -> None:
@@ -159,11 +177,15 @@ def test_cmyk_is_left_to_the_full_decode(tmp_path: Path) -> None:
     from chunkio.read.encoded import EncodedField
 
     field = object.__new__(EncodedField)
+    field._local = threading.local()
     transform = Compose([RandomResizedCrop(16)])
     plan = transform.plan((0, 0, 0), 40, 48)
-    args = (plan, (16, 16), transform.crop_box, transform.render_crop)
     out = np.empty((3, 16, 16), np.uint8)
-    assert not field._decode_crop(np.frombuffer(data, np.uint8), (3, 40, 48), *args, out)
+    for rgbx in (True, False):  # an RGBX crop (the loader's), and an RGB one
+        args = (plan, (16, 16), transform if rgbx else Compose([RandomResizedCrop(16)]))
+        if not rgbx:
+            args[2].resize_crop = None  # type: ignore[method-assign]
+        assert not field._decode_crop(np.frombuffer(data, np.uint8), (3, 40, 48), *args, out)
 
 
 @pytest.mark.parametrize("coding", ["420", "progressive", "restart", "gray", "420-rows"])
@@ -290,12 +312,14 @@ def test_loader_batches_equal_with_and_without_the_extension(
     jpeg_datasets: dict[str, Path], monkeypatch: pytest.MonkeyPatch, mode: str, ops: list[Any]
 ) -> None:
     transform = Compose(ops)
-    with_region = _batches(jpeg_datasets[mode], transform)
+    with_region = _batches(jpeg_datasets[mode], transform)  # RGBX crops
+    monkeypatch.setattr(jpeg, "REGION_RGBX", False)  # RGB crops (a libjpeg without RGBX)
+    rgb_crops = _batches(jpeg_datasets[mode], transform)
     monkeypatch.setattr(jpeg, "REGION_DECODE", False)  # the fallback: whole-image decode
     without = _batches(jpeg_datasets[mode], transform)
-    assert len(with_region) == len(without) > 0
-    for a, b in zip(with_region, without, strict=True):
-        assert torch.equal(a, b)
+    assert len(with_region) == len(rgb_crops) == len(without) > 0
+    for a, b, c in zip(with_region, rgb_crops, without, strict=True):
+        assert torch.equal(a, c) and torch.equal(b, c)
 
 
 @pytest.mark.parametrize("damage", ["truncated", "bad huffman table", "no scan"])
@@ -312,9 +336,10 @@ def test_data_the_extension_refuses_goes_to_the_whole_image_path(damage: str) ->
     else:
         data = data[: bytes(data).index(b"\xff\xda")] + b"\xff\xd9"
     field = object.__new__(EncodedField)
+    field._local = threading.local()
     transform = Compose([RandomResizedCrop(32, scale=(0.01, 0.02))])
     plan = transform.plan((0, 0, 0), 333, 500)
-    args = (plan, (32, 32), transform.crop_box, transform.render_crop)
+    args = (plan, (32, 32), transform)
     out = np.empty((3, 32, 32), np.uint8)
     assert not field._decode_crop(np.frombuffer(bytes(data), np.uint8), (3, 333, 500), *args, out)
 

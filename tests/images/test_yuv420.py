@@ -268,3 +268,109 @@ def test_without_the_c_conversion_numpy_gives_the_same_pixels(tmp_path: Path) ->
     img = np.random.default_rng(0).integers(0, 256, (37, 53, 3), dtype=np.uint8)
     expected = yuv.decode_box(yuv.encode(img), np.empty((20, 30, 3), np.uint8), top=9, left=11)
     np.testing.assert_array_equal(np.load(tmp_path / "numpy.npy"), expected)
+
+
+# -- the loader's way: RGBX crops, the extension's own LZ4, the copy into the batch row ------
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(boxes(), st.integers(0, 2**16))
+def test_rgbx_crops_equal_rgb_crops(case: tuple[int, ...], seed: int) -> None:
+    h, w, top, left, oh, ow, band = case
+    rng = np.random.default_rng(seed)
+    cw, ch = -(-w // 2), -(-h // 2)
+    planes = tuple(rng.integers(0, 256, s, dtype=np.uint8) for s in [(h, w), (ch, cw), (ch, cw)])
+    data = from_planes(planes, band)
+    rgb = yuv.decode_box(data, np.empty((oh, ow, 3), np.uint8), top=top, left=left)
+    rgbx = yuv.decode_box_rgbx(
+        data, np.empty((oh, ow, 4), np.uint8), top=top, left=left, size=(h, w)
+    )
+    np.testing.assert_array_equal(rgbx[..., :3], rgb)
+    assert (rgbx[..., 3] == 255).all()
+
+
+def test_the_extensions_own_lz4_decodes_the_same_and_never_crashes() -> None:
+    """lz4's LZ4_decompress_safe (numcodecs') when found, else the extension's own decoder:
+    the same pixels, and mutated bytes raise (in a subprocess: a crash fails the test)."""
+    if not yuv.COMPILED:
+        pytest.skip("the yuv420 extension is not built")
+    # numcodecs exports it: the fast way is the one the tests above check
+    assert yuv.lz4_decompress_address() != 0
+    code = (
+        "import numpy as np\n"
+        "from chunkio.errors import CorruptChunkError\n"
+        "from chunkio.images import yuv\n"
+        "rng = np.random.default_rng(0)\n"
+        "y, x = np.mgrid[:150, :170]\n"
+        "img = (np.stack([x, y, x + y], -1) + rng.integers(0, 9, (150, 170, 3))).astype(np.uint8)\n"
+        "good = yuv.encode(img, band=16)\n"
+        "out = np.empty((100, 120, 4), np.uint8)\n"
+        "args = dict(top=30, left=41, size=(150, 170))\n"
+        "fast = yuv.decode_box_rgbx(good, out, **args).copy()\n"
+        "yuv._yuv.set_lz4(0)\n"
+        "assert np.array_equal(yuv.decode_box_rgbx(good, out, **args), fast)\n"
+        "for k in range(3000):\n"
+        "    data = bytearray(good)\n"
+        "    for _ in range(int(rng.integers(1, 4))):\n"
+        "        data[int(rng.integers(0, len(data)))] = int(rng.integers(0, 256))\n"
+        "    if k % 7 == 0:\n"
+        "        data = data[: int(rng.integers(0, len(data)))]\n"
+        "    try:\n"
+        "        yuv.decode_box_rgbx(bytes(data), out, **args)\n"
+        "    except CorruptChunkError:\n"
+        "        pass\n"
+        "print('examples', k + 1)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "examples 3000" in run.stdout
+
+
+@pytest.mark.parametrize("flip", [False, True])
+@pytest.mark.parametrize("width", [1, 2, 5, 6, 7, 224])
+def test_rgbx_into_channels_first_and_channels_last_rows(flip: bool, width: int) -> None:
+    pixels = np.random.default_rng(width).integers(0, 256, (3, width, 4), dtype=np.uint8)
+    expected = (pixels[:, ::-1] if flip else pixels)[..., :3].transpose(2, 0, 1)
+    planar = np.zeros((2, 3, 3, width), np.uint8)
+    assert yuv.rgbx_into(pixels, planar[1], flip)
+    np.testing.assert_array_equal(planar[1], expected)
+    assert not planar[0].any()
+    last = np.zeros((2, 3, width, 3), np.uint8)  # a channels-last batch, rows seen as (C, H, W)
+    assert yuv.rgbx_into(pixels, last[1].transpose(2, 0, 1), flip)
+    np.testing.assert_array_equal(last[1].transpose(2, 0, 1), expected)
+    assert not last[0].any()
+    assert not yuv.rgbx_into(pixels, np.zeros((3, 6, width), np.uint8)[:, ::2], flip)
+
+
+@pytest.mark.parametrize("interpolation", ["bilinear", "bicubic", "nearest"])
+def test_resizing_rgbx_gives_the_rgb_resize(interpolation: str) -> None:
+    """torch resizes each channel on its own: RGBX's first three equal the RGB resize."""
+    rng = np.random.default_rng(0)
+    transform = Compose([RandomResizedCrop(37, interpolation=interpolation)])  # type: ignore[arg-type]
+    for k in range(60):
+        h, w = (int(v) for v in rng.integers(1, 120, 2))
+        plan = transform.plan((0, 0, k), h, w)
+        left, top, right, bottom = transform.crop_box(plan, h, w)
+        crop = rng.integers(0, 256, (bottom - top, right - left, 3), dtype=np.uint8)
+        rgb = np.empty((37, 37, 3), np.uint8)
+        transform.render_crop(crop, plan, rgb)
+        rgbx = np.concatenate([crop, np.full((*crop.shape[:2], 1), 255, np.uint8)], axis=2)
+        np.testing.assert_array_equal(transform.resize_crop(rgbx, plan)[..., :3], rgb)
+
+
+def test_read_batch_rows_channels_first_equal_the_whole_path(
+    yuv_datasets: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without ``out`` a batch is channels-first in memory: the RGBX crops are packed into
+    planes (the loader's batches are channels-last, checked above)."""
+    transform = Compose([RandomResizedCrop(48), RandomHorizontalFlip()])
+    path = str(yuv_datasets["RGB"])
+    crops = chunkio.ChunkDataset(path, fields=("image",), transform=transform).read_batch(
+        np.arange(16), epoch=3
+    )["image"]
+    assert crops.flags.c_contiguous and crops.shape == (16, 3, 48, 48)
+    monkeypatch.setattr(Compose, "crop_box", None)  # the reader then decodes whole images
+    whole = chunkio.ChunkDataset(path, fields=("image",), transform=transform).read_batch(
+        np.arange(16), epoch=3
+    )["image"]
+    np.testing.assert_array_equal(crops, whole)
