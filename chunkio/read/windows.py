@@ -80,7 +80,7 @@ def held_stack(ctx: ReadContext, info: Any) -> npt.NDArray[Any] | None:
 
 
 #: rows read per call when a variable is read into its lane of a stack (a bounded temporary)
-_LANE_READ_BYTES = 64 << 20
+_LANE_READ_BYTES = 4 << 20
 
 
 def _read_into_lane(ctx: ReadContext, array: str, chunk_rows: int, lane: npt.NDArray[Any]) -> None:
