@@ -86,13 +86,13 @@ _LANE_READ_BYTES = 4 << 20
 def _read_into_lane(ctx: ReadContext, array: str, chunk_rows: int, lane: npt.NDArray[Any]) -> None:
     """Every row of ``array`` into ``lane`` (one variable's strided lane of a stack), whole
     chunks at a time through a bounded temporary."""
-    num_rows = len(lane)
+    num_rows, per_chunk = len(lane), max(1, chunk_rows)
     row_nbytes = max(1, lane[0].nbytes) if num_rows else 1
-    step = max(1, chunk_rows) * max(1, _LANE_READ_BYTES // (row_nbytes * max(1, chunk_rows)))
+    step = per_chunk * max(1, _LANE_READ_BYTES // (row_nbytes * per_chunk))  # whole chunks
     buffer = np.empty((min(step, num_rows), *lane.shape[1:]), dtype=lane.dtype)
     for a in range(0, num_rows, step):
         b = min(a + step, num_rows)
-        ranges = [(c, min(c + chunk_rows, b)) for c in range(a, b, max(1, chunk_rows))]
+        ranges = [(c, min(c + per_chunk, b)) for c in range(a, b, per_chunk)]
         ctx.reader.read_into(array, ranges, buffer[: b - a])
         lane[a:b] = buffer[: b - a]
         ctx.stats.chunks_read += len(ranges)
