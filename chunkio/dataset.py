@@ -452,7 +452,10 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
         """Start fetching what a later read of ``indices`` needs (remote datasets fetch the
         chunks in the background; a hint, it returns at once). Ring workers call it for the
         batches queued behind the one they are reading."""
-        self._handle().prefetch(self.fields, self._rows(indices))
+        handle = self._handle()
+        # a local store fetches nothing: skip the anchors' lookup (many files: ask each)
+        if getattr(handle, "prefetches", True):
+            handle.prefetch(self.fields, self._rows(indices))
 
     def __getitem__(self, index: int) -> Any:
         if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):

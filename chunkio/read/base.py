@@ -116,8 +116,9 @@ class ReadContext:
     #: ``map(fn, items)``, on the core's decode threads when it has more than one
     map_rows: MapRows = map
     #: readers of one array that several fields read (windows of the same variable), by
-    #: array name: each chunk decoded once per process, whichever field asks
-    shared: dict[str, Any] = field(default_factory=dict)
+    #: array name: each chunk decoded once per process, whichever field asks; arrays held
+    #: whole side by side (stacked variables), by the tuple of their names
+    shared: dict[str | tuple[str, ...], Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

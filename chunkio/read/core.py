@@ -145,10 +145,15 @@ class ReadCore:
         data, shapes = encoded(idx)
         return data, shapes
 
+    @property
+    def prefetches(self) -> bool:
+        """Whether :meth:`prefetch` does anything (remote readers fetch ahead)."""
+        return bool(getattr(self.reader, "prefetches", False))
+
     def prefetch(self, fields: Sequence[str], indices: Sequence[int] | npt.ArrayLike) -> None:
         """Start fetching the chunks a later read of ``indices`` needs and this process does
         not hold (remote datasets fetch them in the background; local ones ignore it)."""
-        if not getattr(self.reader, "prefetches", False):
+        if not self.prefetches:
             return  # a local dataset: nothing to fetch ahead (ring workers ask every batch)
         idx = normalize_indices(indices, self.layout.num_samples)
         for name in fields:

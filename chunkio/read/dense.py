@@ -35,10 +35,15 @@ def dense_field(ctx: ReadContext, info: FieldInfo) -> DenseField | PreloadedFiel
 class PreloadedField:
     """A dense field small enough (labels, metadata) to be read whole once per process."""
 
-    def __init__(self, ctx: ReadContext, info: FieldInfo) -> None:
+    def __init__(
+        self, ctx: ReadContext, info: FieldInfo, whole: npt.NDArray[Any] | None = None
+    ) -> None:
         self.ctx = ctx
         self.info = info
-        self.whole = read_whole(ctx.reader, info.array_names()[0], ctx.stats)
+        #: every row (``whole``: rows read already, e.g. a lane of stacked window variables)
+        self.whole = (
+            read_whole(ctx.reader, info.array_names()[0], ctx.stats) if whole is None else whole
+        )
 
     def read(
         self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadRequest

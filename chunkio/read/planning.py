@@ -50,6 +50,16 @@ def normalize_indices(indices: Sequence[int] | npt.ArrayLike, num_samples: int) 
     ...
     IndexError: sample index 5 out of range for a dataset of 5 samples
     """
+    # what loaders pass (a slot's index area, a sampler's batch): two reductions decide
+    if (
+        type(indices) is np.ndarray
+        and indices.dtype == np.int64
+        and indices.ndim == 1
+        and indices.size
+        and indices.min() >= 0
+        and indices.max() < num_samples
+    ):
+        return indices.copy()  # never a view of the caller's memory (a ring slot)
     idx = np.asarray(indices)
     if idx.ndim > 1:  # flattening would silently return more samples than were asked for
         raise ValueError(f"sample indices must be one-dimensional; got shape {idx.shape}")

@@ -34,16 +34,69 @@ def variable_reader(ctx: ReadContext, info: Any, j: int) -> DenseField | Preload
     array = info.arrays[j]
     found = ctx.shared.get(array)
     if found is None:
-        name = "".join(c if c.isalnum() or c in "_-" else "_" for c in array)[:120]
-        dense = FieldInfo(
-            f"v_{name}",
-            info.dtype,
-            tuple(info.sample_shape[info.stepped + info.stacked :]),
-            array=array,
-            rows_per_chunk=info.rows[j],
-        )
-        found = ctx.shared[array] = dense_field(ctx, dense)
+        found = ctx.shared[array] = dense_field(ctx, _variable_info(info, j))
     return cast(DenseField | PreloadedField, found)
+
+
+def _variable_info(info: Any, j: int) -> FieldInfo:
+    """Variable ``j`` of window field ``info`` as a dense field of its own (one step)."""
+    array = info.arrays[j]
+    name = "".join(c if c.isalnum() or c in "_-" else "_" for c in array)[:120]
+    return FieldInfo(
+        f"v_{name}",
+        info.dtype,
+        tuple(info.sample_shape[info.stepped + info.stacked :]),
+        array=array,
+        rows_per_chunk=info.rows[j],
+    )
+
+
+def held_stack(ctx: ReadContext, info: Any) -> npt.NDArray[Any] | None:
+    """The stacked variables of window field ``info`` held whole, ``(rows, V, *shape)``, read
+    once per process and shared by every window field of the same arrays, or ``None``: one
+    variable, arrays too large to hold, or one of them held apart already (another field's
+    stack or reader: each array is held once)."""
+    arrays = tuple(info.arrays)
+    found = ctx.shared.get(arrays)
+    if found is not None:
+        return cast(npt.NDArray[Any], found)
+    shape = tuple(info.sample_shape[info.stepped + info.stacked :])
+    num_rows = ctx.layout.num_samples
+    row_nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(info.dtype).itemsize
+    if (
+        len(arrays) < 2
+        or row_nbytes * num_rows > ctx.preload_bytes  # each variable's own reader would decode
+        or len(set(arrays)) < len(arrays)
+        or any(a in ctx.shared for a in arrays)
+    ):
+        return None
+    stack = np.empty((num_rows, len(arrays), *shape), dtype=info.dtype)
+    for j, array in enumerate(arrays):
+        _read_into_lane(ctx, array, info.rows[j], stack[:, j])
+        # a window field of this variable alone gathers from its lane of the stack
+        ctx.shared[array] = PreloadedField(ctx, _variable_info(info, j), stack[:, j])
+    ctx.shared[arrays] = stack
+    return stack
+
+
+#: rows read per call when a variable is read into its lane of a stack (a bounded temporary)
+_LANE_READ_BYTES = 4 << 20
+
+
+def _read_into_lane(ctx: ReadContext, array: str, chunk_rows: int, lane: npt.NDArray[Any]) -> None:
+    """Every row of ``array`` into ``lane`` (one variable's strided lane of a stack), whole
+    chunks at a time through a bounded temporary."""
+    num_rows, per_chunk = len(lane), max(1, chunk_rows)
+    row_nbytes = max(1, lane[0].nbytes) if num_rows else 1
+    step = per_chunk * max(1, _LANE_READ_BYTES // (row_nbytes * per_chunk))  # whole chunks
+    buffer = np.empty((min(step, num_rows), *lane.shape[1:]), dtype=lane.dtype)
+    for a in range(0, num_rows, step):
+        b = min(a + step, num_rows)
+        ranges = [(c, min(c + per_chunk, b)) for c in range(a, b, per_chunk)]
+        ctx.reader.read_into(array, ranges, buffer[: b - a])
+        lane[a:b] = buffer[: b - a]
+        ctx.stats.chunks_read += len(ranges)
+        ctx.stats.rows_decoded += b - a
 
 
 class WindowField:
@@ -53,6 +106,9 @@ class WindowField:
         self.ctx = ctx
         self.info = info
         self.steps = np.asarray(info.steps, dtype=np.int64)
+        #: stacked variables held whole: every (anchor, step) row of all of them is one
+        #: contiguous run of both the stack and the batch, so one ``np.take`` reads a batch
+        self.stack = held_stack(ctx, info)
         self.sources = [variable_reader(ctx, info, j) for j in range(len(info.arrays))]
 
     def read(
@@ -72,30 +128,42 @@ class WindowField:
         if not len(idx):
             return out
         target = out if out.flags.c_contiguous else np.empty(shape, dtype=info.dtype)
-        rows = idx[:, None] + self.steps[None, :]  # (B, S); anchors keep every step inside
-        union, inverse = np.unique(rows, return_inverse=True)
-        inverse = inverse.reshape(-1)
-        view = target.reshape(len(idx) * len(self.steps), len(self.sources), -1)
+        rows = (idx[:, None] + self.steps[None, :]).reshape(-1)  # anchors keep every step inside
+        if self.stack is not None:  # one pass straight into the batch, no temporary
+            flat = self.stack.reshape(len(self.stack), -1)
+            # mode="clip": every row is in range; "raise" gathers into a temporary
+            np.take(flat, rows, axis=0, out=target.reshape(len(rows), -1), mode="clip")
+        else:
+            self._gather(rows, target.reshape(len(rows), len(self.sources), -1))
+        if target is not out:
+            out[...] = target
+        return out
+
+    def _gather(self, rows: IntArray, view: npt.NDArray[Any]) -> None:
+        """Variable by variable: each ``(anchor, step)`` row of variable ``j`` lands at
+        ``view[k, j]``; chunks the cache lacks decoded once for the batch's unique rows."""
+        union: IntArray | None = None
+        inverse: IntArray | None = None
         # Stacked variables land in strided rows (every V-th), where np.take gathers into a
         # temporary and copies it over: rows this large are copied one by one instead (2.6x
         # less CPU for 32 KB rows of 3 variables)
         by_row = len(self.sources) > 1 and view.shape[2] * view.itemsize >= ROW_COPY_BYTES
         for j, source in enumerate(self.sources):
-            if isinstance(source, PreloadedField):
-                buffer, where = source.whole, union
+            if isinstance(source, PreloadedField):  # held whole: its rows are the array's
+                buffer, picks = source.whole, rows
             else:
+                if union is None:
+                    union, inverse = np.unique(rows, return_inverse=True)
+                    inverse = inverse.reshape(-1)
                 buffer, where = source.locate(union)
-            flat = buffer.reshape(len(buffer), -1)
-            picks = where[inverse]
+                picks = where[inverse]
+            flat = buffer.reshape(len(buffer), -1)  # a view: a lane's rows are contiguous
             if by_row:
                 dest = view[:, j, :]
                 for k, r in enumerate(picks.tolist()):
                     dest[k] = flat[r]
             else:  # mode="clip": every row is in range; "raise" gathers into a temporary
                 np.take(flat, picks, axis=0, out=view[:, j, :], mode="clip")
-        if target is not out:
-            out[...] = target
-        return out
 
     def prefetch(self, idx: IntArray) -> None:
         rows = np.unique(idx[:, None] + self.steps[None, :])

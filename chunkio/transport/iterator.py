@@ -228,6 +228,9 @@ class _Session:
     def _batch(self, slot: int, n: int, arrange: Arrange) -> Any:
         # Fresh views and a fresh container per batch (O(fields), whatever the batch size):
         # a consumer that edits its batch (``batch["x"] = x.cuda()``) never edits a later one.
+        # (``detach`` makes a full batch's fresh view in a third of the time of a slice)
+        if n == self.ring.layout.batch_size:
+            return arrange({k: v.detach() for k, v in self.tensors[slot].items()})
         return arrange({k: v[:n] for k, v in self.tensors[slot].items()})
 
     def _start_pass(self) -> int:

@@ -11,13 +11,15 @@ import contextlib
 import multiprocessing
 import os
 import pickle
+import select
+import selectors
 import signal
 import sys
 import time
 import traceback
 from collections import deque
 from dataclasses import dataclass
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 from typing import Any
 
@@ -96,6 +98,12 @@ def _serve(dataset: BatchSource, ring: SlotRing, conn: Connection, parent: int) 
     queued: deque[ReadRows | Stop] = deque()
     announced = 0  # how many of the queued tasks were announced
     prefetch = getattr(dataset, "prefetch", None)
+    # one poll set for the pipe: ``Connection.poll`` builds a new selector on every call
+    inbox = select.poll()
+    inbox.register(conn.fileno(), select.POLLIN)
+
+    def pending(timeout_s: float) -> bool:
+        return bool(inbox.poll(int(timeout_s * 1000)))
 
     def take(message: ToWorker) -> None:
         if isinstance(message, Hint):
@@ -107,7 +115,7 @@ def _serve(dataset: BatchSource, ring: SlotRing, conn: Connection, parent: int) 
 
     while True:
         if not queued:
-            if not conn.poll(_PARENT_CHECK_S):
+            if not pending(_PARENT_CHECK_S):
                 # Under fork this process inherits the main process's end of the pipe, so the
                 # pipe never reports EOF: watch the parent instead (reparenting means it died).
                 if os.getppid() != parent:
@@ -116,7 +124,7 @@ def _serve(dataset: BatchSource, ring: SlotRing, conn: Connection, parent: int) 
             take(conn.recv())
             if not queued:
                 continue
-        while conn.poll(0):  # everything already sent
+        while pending(0):  # everything already sent
             take(conn.recv())
         if callable(prefetch):
             for task in list(queued)[max(1, announced) :]:
@@ -204,6 +212,13 @@ class RingWorkers:
         except BaseException:
             self.shutdown(grace=0.0)
             raise
+        # one poll set for the workers' lifetime: multiprocessing's ``wait`` and
+        # ``Connection.poll`` build and fill a new selector on every call (a few per batch).
+        # poll(2), not epoll: no kernel object for a later fork to inherit
+        self._selector = selectors.PollSelector()
+        for w, (conn, proc) in enumerate(zip(self.conns, self.processes, strict=True)):
+            self._selector.register(conn, selectors.EVENT_READ, (w, False))
+            self._selector.register(proc.sentinel, selectors.EVENT_READ, (w, True))
 
     def __len__(self) -> int:
         return len(self.processes)
@@ -223,17 +238,25 @@ class RingWorkers:
     def receive(self, timeout: float) -> tuple[list[tuple[int, Any]], list[int]]:
         """Messages that arrive within ``timeout`` s, as ``(worker, message)``, and dead workers.
 
-        Pending messages of a dead worker come first, so an error it reported before exiting
-        is seen before its death.
+        One message per worker whose pipe is readable (the poll set is level-triggered: the
+        next call returns the rest at once). Pending messages of a dead worker all come first,
+        so an error it reported before exiting is seen before its death.
         """
-        sentinels = {p.sentinel: w for w, p in enumerate(self.processes)}
-        ready = set(wait([*self.conns, *sentinels], timeout))
+        readable: set[int] = set()
+        dead: list[int] = []
+        for key, _ in self._selector.select(timeout):
+            w, is_sentinel = key.data
+            if is_sentinel:
+                dead.append(w)
+            else:
+                readable.add(w)
         messages: list[tuple[int, Any]] = []
-        dead = [w for s, w in sentinels.items() if s in ready]
-        for w, conn in enumerate(self.conns):
-            if conn not in ready and w not in dead:
-                continue
+        for w in sorted({*readable, *dead}):
+            conn = self.conns[w]
             try:
+                if w not in dead:
+                    messages.append((w, conn.recv()))
+                    continue
                 while conn.poll():
                     messages.append((w, conn.recv()))
             except (EOFError, OSError):
@@ -263,6 +286,9 @@ class RingWorkers:
 
     def shutdown(self, *, grace: float) -> None:
         """Ask every worker to stop, wait up to ``grace`` s, then terminate and kill; idempotent."""
+        selector = getattr(self, "_selector", None)  # absent when a worker failed to start
+        if selector is not None:
+            selector.close()
         for conn in self.conns:
             with contextlib.suppress(OSError, ValueError):
                 conn.send(Stop())

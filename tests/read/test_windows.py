@@ -115,6 +115,38 @@ def test_each_chunk_is_decoded_once_per_batch_even_when_windows_span_two(store: 
     assert stats.chunks_read == needed  # t2m's chunks shared by both fields, read once
 
 
+def test_stacked_variables_held_whole_are_read_once_and_shared(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Held arrays of stacked variables are read once per process into one stack that every
+    window field of the same variables gathers from; a field of one of them reads its lane,
+    a field of them in another order gathers lane by lane: each array read once in all, and
+    every window equals the reference (reads of a few rows at a time: chunk-sized pieces)."""
+    import chunkio.read.windows as windows
+
+    monkeypatch.setattr(windows, "_LANE_READ_BYTES", 1)
+    fields = [
+        Field(list(VARS), steps=range(-1, 1)),
+        Field(list(VARS), steps=[1]),
+        Field("u10", steps=[-2, 1]),
+        Field(["v10", "t2m"], steps=[0]),
+    ]
+    ds = _open(store, fields, preload_bytes=1 << 30)
+    idx = [0, 7, 7, len(ds) - 1, 20, 3]
+    got = ds.read_batch(idx)
+    assert ds.anchors is not None
+    for f, name in zip(fields, ds.fields, strict=True):
+        np.testing.assert_array_equal(got[name], reference(f, ds.anchors[idx]), err_msg=name)
+    handle = ds._handle()
+    stacks = [getattr(handle.field(name), "stack", None) for name in ds.fields]
+    assert stacks[0] is not None and stacks[1] is stacks[0]
+    assert stacks[2] is None and stacks[3] is None
+    chunks = {"t2m": 5, "u10": 3, "v10": 7}
+    if "native" in str(store):
+        chunks = dict.fromkeys(VARS, 5)
+    assert ds.read_stats().chunks_read == sum(-(-T // c) for c in chunks.values())
+
+
 def test_gaps_are_skipped_by_a_mask_array_or_excluded_ranges(store: Path) -> None:
     f = Field("t2m", steps=[-1, 0, 1])
     whole = np.arange(1, T - 1)
