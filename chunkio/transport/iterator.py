@@ -267,7 +267,7 @@ class _Session:
         ids = np.asarray(indices, dtype=np.int64)
         for w, (a, b) in enumerate(self._ranges(len(ids), parts)):
             if b > a:
-                self.workers.send(w, Hint(ids[a:b]))
+                self._send(w, Hint(ids[a:b]))
 
     def _dispatch(self, indices: Indices, parts: Parts, epoch: int) -> int:
         n = len(indices)
@@ -279,8 +279,18 @@ class _Session:
         self.inflight[seq] = _Batch(slot, n, busy)
         for w in sorted(busy):
             a, b = ranges[w]
-            self.workers.send(w, ReadRows(seq, slot, a, b, epoch))
+            self._send(w, ReadRows(seq, slot, a, b, epoch))
         return seq
+
+    def _send(self, w: int, message: Hint | ReadRows) -> None:
+        """Send ``message`` to worker ``w``; if it has died, the error it reported before
+        exiting (a failed start, say) is raised rather than a bare death."""
+        try:
+            self.workers.send(w, message)
+        except LoaderError:
+            for v, said in self.workers.receive(0)[0]:
+                self._handle(v, said)  # raises a worker's own start failure
+            raise
 
     def _release(self, slot: int) -> None:
         if not self.closed:

@@ -463,6 +463,34 @@ def test_workers_failing_to_start_are_reported(make_dataset, monkeypatch):
     _assert_clean(before)
 
 
+@pytest.mark.timeout(120)
+def test_a_start_failure_is_reported_when_the_worker_exited_before_its_first_batch(
+    make_dataset, monkeypatch
+):
+    """The worker reports its error and exits before the main process sends it anything: the
+    send meets a closed pipe, and the error is still the worker's own, not a bare death."""
+    from chunkio.transport.workers import RingWorkers
+
+    path, _ = make_dataset("zarr")
+    before = _workers()
+
+    def no_segment(spec: Any) -> Any:
+        raise FileNotFoundError(f"segment {spec.name} is gone (injected)")
+
+    send = RingWorkers.send
+
+    def send_once_exited(self: Any, w: int, message: Any) -> None:
+        self.processes[w].join(timeout=60)  # the worker has reported its error and exited
+        send(self, w, message)
+
+    monkeypatch.setattr("chunkio.transport.workers.SlotRing.attach", no_segment)
+    monkeypatch.setattr(RingWorkers, "send", send_once_exited)
+    loader = make_loader(path, 50, num_workers=1, workers=Workers(context="fork"))
+    with pytest.raises(LoaderError, match=r"raised while starting(.|\n)*is gone \(injected\)"):
+        next(iter(loader))
+    _assert_clean(before)
+
+
 class HintedDataset(ChunkDataset):
     """Reads as if remote: logs each read and each prefetch hint (one line each) to ``log``."""
 
