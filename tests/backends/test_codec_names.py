@@ -177,16 +177,18 @@ def test_zarr_encoder_writes_chunk_files_byte_for_byte_as_zarr_python(
 def test_zarr_encoder_fills_settings_metadata_leaves_out_as_zarr_python_does(
     tmp_path: Path, entry: dict[str, Any]
 ) -> None:
-    """A zarr.json written by hand without a level or block size: zarr-python's defaults."""
+    """A zarr.json written by hand without a level or block size: zarr-python's defaults
+    (on values whose encodings differ from one level to the next)."""
+    data = (np.random.default_rng(0).zipf(1.5, 20_000) % 1000).astype(np.int32).reshape(200, 100)
     path = tmp_path / "p.zarr"
-    zarr.create_array(path, shape=DATA.shape, chunks=DATA.shape, dtype=DATA.dtype)
+    zarr.create_array(path, shape=data.shape, chunks=data.shape, dtype=data.dtype)
     meta = json.loads((path / "zarr.json").read_text())
     meta["codecs"] = [meta["codecs"][0], entry]
     (path / "zarr.json").write_text(json.dumps(meta))
-    zarr.open_array(path, mode="r+")[...] = DATA
+    zarr.open_array(path, mode="r+")[...] = data
     encode = zarr_encoder(entry)
     assert encode is not None
-    assert bytes(encode(DATA.tobytes())) == (path / "c" / "0" / "0").read_bytes()
+    assert bytes(encode(data.tobytes())) == (path / "c" / "0" / "0").read_bytes()
 
 
 def test_zarr_encoder_has_none_for_codecs_it_does_not_write() -> None:
