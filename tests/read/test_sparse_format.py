@@ -24,6 +24,7 @@ from chunkio.format.sparse import (
     ORDER_ROWS,
     SparseInfo,
     check_indptr,
+    describe_sparse,
     order_group,
     sparse_chunk_sizes,
     sparse_format,
@@ -42,7 +43,8 @@ def _group(path: Path, attrs: dict[str, Any], **parts: Any) -> str:
         g.attrs.update(attrs)
         for name, values in arrays.items():
             if values is not None:
-                g.create_dataset(name, data=values, chunks=(3, *values.shape[1:]))
+                chunks = (3, *values.shape[1:]) if len(values) >= 3 else None
+                g.create_dataset(name, data=values, chunks=chunks)
     return str(path)
 
 
@@ -66,6 +68,7 @@ def test_a_tagged_group_reads_as_its_rows(tmp_path: Path, attrs: dict[str, Any])
     info = ds.layout.field("m")
     assert isinstance(info, SparseInfo)
     assert (info.kind, info.group, info.nnz, info.n_cols) == ("sparse", "m", 12, 4)
+    assert info.array == "m"  # the group read (label checks and store sources name it)
     assert (info.data_chunk, info.indices_chunk, info.value_nbytes) == (3, 3, 4 + 8)
     assert info.array_names() == ("m/data", "m/indices", "m/indptr")
     # 4 data chunks of about a row each: grouped up to ORDER_ROWS rows, one order chunk
@@ -123,6 +126,56 @@ def test_bad_groups_are_refused_saying_what_was_expected(
     with pytest.raises(FormatError, match=message) as info:
         chunkio.ChunkDataset(path, fields={"m": "m"})
     assert "bad.h5" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("shape", "attrs", "parts"),
+    [
+        ((5, 1), {"shape": [5, 1]}, {"indices": np.zeros(12, np.int32)}),  # one column
+        (
+            (0, 4),
+            {"shape": [0, 4]},
+            {
+                "indptr": np.zeros(1, np.int64),
+                "data": np.zeros(0),
+                "indices": np.zeros(0, np.int32),
+            },
+        ),  # no rows
+        ((5, 4), {"shape": np.array([[5, 4]])}, {}),  # the shape as a 1 x 2 array
+    ],
+)
+def test_matrices_at_the_edges_of_their_shape(
+    tmp_path: Path, shape: tuple[int, int], attrs: dict[str, Any], parts: dict[str, Any]
+) -> None:
+    path = _group(tmp_path / "e.h5", {"encoding-type": "csr_matrix", **attrs}, **parts)
+    ds = chunkio.ChunkDataset(path, fields={"m": "m"})
+    assert (len(ds), ds.layout.field("m").n_cols) == shape
+
+
+def test_chunks_of_one_value(tmp_path: Path) -> None:
+    path = tmp_path / "one.h5"
+    with h5py.File(path, "w") as f:
+        g = f.create_group("m")
+        g.attrs.update(CSR)
+        g.create_dataset("data", data=np.arange(1, 13, dtype=np.float32), chunks=(1,))
+        g.create_dataset("indices", data=np.arange(12) % 4, chunks=(1,))
+        g.create_dataset("indptr", data=INDPTR)
+    info = chunkio.ChunkDataset(path, fields={"m": "m"}).layout.field("m")
+    assert (info.data_chunk, info.indices_chunk) == (1, 1)
+    assert info.chunk_sizes == (5,)  # 12 chunks of 1 value: grouped up to ORDER_ROWS rows
+
+
+def test_describe_sparse_refuses_a_group_without_a_sparse_encoding(tmp_path: Path) -> None:
+    reader = (
+        chunkio.ChunkDataset(_group(tmp_path / "g.h5", CSR), fields={"m": "m"})._handle().reader
+    )
+    with pytest.raises(FormatError) as info:
+        describe_sparse(reader, "m", "m", {"encoding-type": "dict", "b": 1})
+    assert str(info.value) == (
+        f"{reader.location}: 'm' is a group without a sparse encoding (attributes "
+        "['b', 'encoding-type']); a sparse field names a CSR group ('encoding-type: "
+        "csr_matrix' with 'shape', or 'h5sparse_format: csr')"
+    )
 
 
 def test_a_sparse_reader_needs_a_sparse_info(tmp_path: Path) -> None:
@@ -187,6 +240,10 @@ def test_order_chunks_are_runs_of_rows_starting_in_one_group(
         (1000, 10_001, 1000, ORDER_ROWS // 90),  # 11 chunks (the last one short)
         (4000, 1000, 1000, 1),  # one chunk of 4,000 rows: more than ORDER_ROWS already
         (ORDER_ROWS, 1000, 1000, 1),
+        (8, 16, 4, ORDER_ROWS // 2),  # 4 chunks of exactly 2 rows
+        (7, 16, 4, ORDER_ROWS),  # 4 chunks of 1.75 rows: 1 a chunk
+        (8, 17, 4, ORDER_ROWS),  # 5 chunks (the last holds the 17th value only)
+        (1, 10, 4, ORDER_ROWS),  # one row over 3 chunks
         (3, 9, 1, ORDER_ROWS),  # chunks of less than a row: a row counts as one
         (5, 0, 10, 1),  # no values: no chunks
         (0, 0, 10, 1),  # no rows
