@@ -10,6 +10,9 @@ The chunks a batch decodes, the cache hits and the prefetch hints are counted fr
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import chunkio
+from chunkio.errors import ChunkReadError, FormatError
 from chunkio.read.base import ReadRequest
 from chunkio.read.sparse import CSRBatch
 
@@ -69,9 +73,15 @@ def test_any_rows_equal_scipys_rows_dense_and_csr(
     idx = [p % m.shape[0] for p in picks]
     expected = m[idx] if idx else sp.csr_matrix((0, m.shape[1]), dtype=m.dtype)
     with tempfile.TemporaryDirectory() as tmp:
-        path = _write(Path(tmp) / "m.h5", m, max(1, data_chunk), indices_chunk)
+        path = _write(Path(tmp) / "m.h5", m, data_chunk, indices_chunk)
         kw: dict[str, Any] = {"fields": {"m": "m"}, "cache_bytes": (1 << 20) * cache}
-        dense = chunkio.ChunkDataset(path, **kw).read_batch(idx)["m"]
+        ds = chunkio.ChunkDataset(path, **kw)
+        ds.read_batch([])  # opens the handle (indptr read whole)
+        base = ds.read_stats().chunks_read
+        dense = ds.read_batch(idx)["m"]
+        positions = [p for r in idx for p in range(m.indptr[r], m.indptr[r + 1])]
+        chunks = {p // data_chunk for p in positions}, {p // indices_chunk for p in positions}
+        assert ds.read_stats().chunks_read - base == len(chunks[0]) + len(chunks[1])
         csr = chunkio.ChunkDataset(path, sparse_batches="csr", **kw).read_batch(idx)["m"]
     assert dense.dtype == np.float32 and dense.shape == (len(idx), m.shape[1])
     np.testing.assert_array_equal(dense, expected.toarray())
@@ -125,6 +135,8 @@ def test_each_chunk_is_decoded_once_and_then_served_from_the_cache(tiny: Any) ->
     again = ds.read_stats()
     assert again.chunks_read == read  # nothing decoded twice
     assert again.cache_hits - hits == len(data) + len(indices)
+    assert again.per_field["m/data"] == len(data)  # counts add up over batches
+    assert again.per_field["m/indices"] == len(indices)
 
 
 def test_rows_without_values_read_as_zeros(tiny: Any) -> None:
@@ -178,6 +190,49 @@ def test_prefetch_names_the_chunks_of_both_arrays_the_caches_lack(
         ("m/indices", [c for c in _chunks(m, idx, 7) if c not in held_i]),
     ]
     assert ds.read_stats().chunks_read == len(held_d) + len(held_i) + 1  # + indptr: no reads
+    asked.clear()
+    ds.prefetch([4, 5, 6])  # rows without values: nothing to fetch
+    assert asked == [("m/data", []), ("m/indices", [])]
+
+
+def test_a_prefetch_hint_to_a_reader_that_cannot_prefetch_does_nothing(tiny: Any) -> None:
+    path, _ = tiny
+    ds = chunkio.ChunkDataset(path, fields={"m": "m"}, cache_bytes=1 << 20)
+    core = ds._handle()
+    assert not hasattr(core.reader, "prefetch")
+    field = core.field("m")  # reads indptr
+    read = ds.read_stats().chunks_read
+    field.prefetch(np.array([0, 9, 33]))
+    assert ds.read_stats().chunks_read == read
+
+
+def test_a_corrupt_chunk_is_an_error_and_never_served_from_the_cache(tmp_path: Path) -> None:
+    rng = np.random.default_rng(8)
+    m = sp.random(30, 10, density=0.5, format="csr", dtype=np.float64, random_state=rng)
+    path = tmp_path / "bad.h5"
+    with h5py.File(path, "w") as f:
+        g = f.create_group("m")
+        g.attrs.update({"encoding-type": "csr_matrix", "shape": list(m.shape)})
+        g.create_dataset("data", data=m.data, chunks=(10,), fletcher32=True)
+        g.create_dataset("indices", data=m.indices, chunks=(10,))
+        g.create_dataset("indptr", data=m.indptr)
+    with h5py.File(path, "r") as f:
+        info = f["m/data"].id.get_chunk_info_by_coord((20,))  # data chunk 2
+        offset = int(info.byte_offset) + 3
+    with open(path, "r+b") as fh:
+        fh.seek(offset)
+        byte = fh.read(1)
+        fh.seek(offset)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+    ds = chunkio.ChunkDataset(str(path), fields={"m": "m"}, cache_bytes=1 << 20)
+    rows = [r for r in range(30) if m.indptr[r] < 40 and m.indptr[r + 1] > m.indptr[r]]
+    with pytest.raises(ChunkReadError):
+        ds.read_batch(rows)  # data chunks 0..3 in one run, chunk 2 corrupt
+    good = [r for r in rows if m.indptr[r + 1] <= 20]  # rows in data chunks 0 and 1 only
+    assert good
+    np.testing.assert_array_equal(ds.read_batch(good)["m"], m[good].toarray())
+    with pytest.raises(ChunkReadError):
+        ds.read_batch(rows)
 
 
 def test_a_row_longer_than_several_chunks(tmp_path: Path) -> None:
@@ -198,11 +253,68 @@ def test_a_row_longer_than_several_chunks(tmp_path: Path) -> None:
 
 
 def test_csr_batches_densify_and_become_torch_tensors_with_repeated_columns() -> None:
-    batch = CSRBatch(
-        np.array([0, 3, 3, 4]), np.array([2, 0, 2, 1]), np.array([1.0, 2.0, 4.0, 8.0]), (3, 3)
-    )
-    expected = [[2.0, 0.0, 5.0], [0.0, 0.0, 0.0], [0.0, 8.0, 0.0]]
-    assert batch.toarray().tolist() == expected
+    # 5 columns, the last two empty: the shape comes from the matrix, not from the values
+    batch = CSRBatch(np.array([0, 3, 3, 4]), np.array([2, 0, 2, 1]), np.array([1, 2, 4, 8]), (3, 5))
+    expected = [[2, 0, 5, 0, 0], [0, 0, 0, 0, 0], [0, 8, 0, 0, 0]]
+    dense = batch.toarray()
+    assert dense.dtype == batch.data.dtype and dense.tolist() == expected
     t = batch.to_torch()
-    assert t.layout == torch.sparse_csr and tuple(t.shape) == (3, 3)
+    assert t.layout == torch.sparse_csr and tuple(t.shape) == (3, 5)
     assert t.to_dense().tolist() == expected
+
+
+def test_to_torch_keeps_torchs_beta_notice_out_of_a_fresh_process() -> None:
+    # torch warns once per process: only a fresh one shows whether to_torch lets it through
+    code = (
+        "import numpy as np; from chunkio.read.sparse import CSRBatch; "
+        "CSRBatch(np.array([0, 1]), np.array([0]), np.array([1.0]), (1, 2)).to_torch()"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", code], capture_output=True, text=True, env=env,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_with_the_cache_off_a_chunk_is_decoded_again_after_another(tiny: Any) -> None:
+    path, m = tiny
+    ds = chunkio.ChunkDataset(path, fields={"m": "m"}, cache_bytes=0)
+    first = [r for r in range(40) if m.indptr[r + 1] <= 5 and m.indptr[r + 1] > m.indptr[r]]
+    later = [r for r in range(40) if m.indptr[r] >= 35 and m.indptr[r + 1] <= 40]
+    assert first and later  # rows in data chunk 0 only, and in data chunk 7 only
+    ds.read_batch([])
+    counts = []
+    for idx in (first, later, first):
+        np.testing.assert_array_equal(ds.read_batch(idx)["m"], m[idx].toarray())
+        counts.append(ds.read_stats().per_field["m/data"])
+    assert counts == [1, 2, 3]  # one slot: chunk 0 is gone when chunk 7 came
+
+
+def _matrix_file(tmp_path: Path, indices: list[int], indptr: list[int], cols: int) -> str:
+    path = tmp_path / "h.h5"
+    with h5py.File(path, "w") as f:
+        g = f.create_group("m")
+        g.attrs.update({"encoding-type": "csr_matrix", "shape": [len(indptr) - 1, cols]})
+        g.create_dataset("data", data=np.arange(1, len(indices) + 1, dtype=np.float32))
+        g.create_dataset("indices", data=np.asarray(indices, np.int32))
+        g.create_dataset("indptr", data=np.asarray(indptr, np.int64))
+    return str(path)
+
+
+def test_two_values_of_one_row_in_one_column_add_up(tmp_path: Path) -> None:
+    path = _matrix_file(tmp_path, [1, 1, 0], [0, 2, 3], 3)
+    ds = chunkio.ChunkDataset(path, fields={"m": "m"})
+    assert ds.read_batch([0])["m"].tolist() == [[0.0, 3.0, 0.0]]  # 1 + 2, as scipy adds them
+
+
+def test_a_column_index_equal_to_the_column_count_names_its_row(tmp_path: Path) -> None:
+    path = _matrix_file(tmp_path, [0, 1, 2, 4, 1], [0, 3, 4, 5], 4)
+    ds = chunkio.ChunkDataset(path, fields={"m": "m"})
+    assert ds.read_batch([0, 2])["m"].tolist() == [[1, 2, 3, 0], [0, 5, 0, 0]]
+    with pytest.raises(FormatError) as info:
+        ds.read_batch([2, 1])
+    assert str(info.value) == (
+        f"{path}: sparse group 'm', row 1: column index 4 is outside the matrix's 4 columns "
+        "(a corrupt indices array)"
+    )
