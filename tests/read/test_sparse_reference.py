@@ -318,3 +318,31 @@ def test_a_column_index_equal_to_the_column_count_names_its_row(tmp_path: Path) 
         f"{path}: sparse group 'm', row 1: column index 4 is outside the matrix's 4 columns "
         "(a corrupt indices array)"
     )
+
+
+def test_a_cache_of_one_order_chunk_holds_its_data_and_indices_chunks(tmp_path: Path) -> None:
+    """``cache_bytes = chunk_nbytes()`` holds one order chunk: the ``order_group + 1`` data
+    chunks its rows reach (the last row runs into the next) and the indices chunks over the
+    same values; reading another order chunk's rows evicts them."""
+    lengths = np.ones(2048, np.int64)
+    lengths[510], lengths[1532] = 3, 5  # values 510..512 and 1534..1538: into the next chunk
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    indices = (np.arange(indptr[-1]) % 7).astype(np.int32)
+    m = sp.csr_matrix((np.ones(indptr[-1], np.float32), indices, indptr), shape=(2048, 7))
+    path = _write(tmp_path / "o.h5", m, 512, 256)
+    probe = chunkio.ChunkDataset(path, fields={"m": "m"})
+    assert probe.layout.field("m").order_group == 1  # 512 rows a data chunk
+    ds = chunkio.ChunkDataset(path, fields={"m": "m"}, cache_bytes=probe.chunk_nbytes())
+    ds.read_batch([])
+    first = [r for r in range(2048) if indptr[r] < 512]  # order chunk 0: data chunks 0, 1
+    third = [r for r in range(2048) if 1024 <= indptr[r] < 1536]  # data chunks 2, 3
+    stats = ds.read_stats()
+    decoded = []
+    for idx in (first[:200], first[200:], first, third, first):
+        before = (stats.per_field.get("m/data", 0), stats.per_field.get("m/indices", 0))
+        np.testing.assert_array_equal(ds.read_batch(idx)["m"], m[idx].toarray())
+        after = (stats.per_field["m/data"], stats.per_field["m/indices"])
+        decoded.append((after[0] - before[0], after[1] - before[1]))
+    # indices: order chunk 0's values 0..512 lie in chunks 0, 1, 2 of 256; the third order
+    # chunk's 1024..1538 in 4, 5, 6: three slots, then all three evicted
+    assert decoded == [(1, 1), (1, 2), (0, 0), (2, 3), (2, 3)]
