@@ -190,8 +190,12 @@ def test_prefetch_names_the_chunks_of_both_arrays_the_caches_lack(
         ("m/indices", [c for c in _chunks(m, idx, 7) if c not in held_i]),
     ]
     assert ds.read_stats().chunks_read == len(held_d) + len(held_i) + 1  # + indptr: no reads
+    fresh = chunkio.ChunkDataset(path, fields={"m": "m"}, cache_bytes=1 << 20)
+    reader = fresh._handle().reader
+    monkeypatch.setattr(reader, "prefetches", True, raising=False)
+    monkeypatch.setattr(reader, "prefetch", lambda a, c: asked.append((a, list(c))), raising=False)
     asked.clear()
-    ds.prefetch([4, 5, 6])  # rows without values: nothing to fetch
+    fresh.prefetch([4, 5, 6])  # rows without values, no chunk held: nothing to fetch
     assert asked == [("m/data", []), ("m/indices", [])]
 
 
