@@ -28,10 +28,11 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any
         "a": rng.standard_normal((T, 30)).astype(np.float32),  # chunks of 10 rows
         "g.x/b": rng.integers(0, 1000, (T, 2, 2)).astype(np.float64),  # chunks of 7
         LONG: rng.standard_normal((T, 30)).astype(np.float32),  # chunks of 15
+        "one": np.arange(T, dtype=np.int8),  # chunks of 1 row
     }
     path = tmp_path_factory.mktemp("w") / "w.h5"
     with h5py.File(path, "w") as f:
-        for (name, values), rows in zip(data.items(), (10, 7, 15), strict=True):
+        for (name, values), rows in zip(data.items(), (10, 7, 15, 1), strict=True):
             f.create_dataset(name, data=values, chunks=(rows, *values.shape[1:]))
     return path, data
 
@@ -114,7 +115,7 @@ def test_prefetch_names_each_variables_chunks_the_cache_lacks(
     monkeypatch.setattr(
         core.reader, "prefetch", lambda a, c: asked.append((a, list(c))), raising=False
     )
-    idx = [50, 1, 22]
+    idx = [50, 1, 22, 4]  # anchor 6: its window's step +1 (row 7) is in chunk 1 of "g.x/b"
     anchors = ds.anchors[idx]
     ds.prefetch(idx)
     window = np.unique(anchors[:, None] + [-2, 0, 1])
@@ -182,6 +183,8 @@ def test_the_bytes_a_loaders_cache_is_sized_by(store: Any) -> None:
     assert plain.chunk_nbytes() == (120 + 32) * plain.samples_per_chunk
     rows = min(plain.layout.rows_per_chunk(f) for f in plain.layout.fields)
     assert plain.held_nbytes() == plain.chunk_nbytes() * (-(-T // rows) + 1)
+    rowwise = ChunkDataset(path, fields=["a", "one"])  # an array in chunks of one row
+    assert rowwise.held_nbytes() == rowwise.chunk_nbytes() * (T + 1)
 
 
 def test_public_window_names() -> None:
