@@ -491,7 +491,8 @@ def hdf5_codec_info(filters: Sequence[tuple[int, Sequence[int]]]) -> CodecInfo:
         elif fid == 32004:
             codec, level = "lz4", None  # the HDF5 LZ4 filter has no level
         elif fid in (1, 32015):
-            codec, level = ("gzip" if fid == 1 else "zstd"), (int(values[0]) if values else None)
+            codec = "gzip" if fid == 1 else "zstd"  # cd_values are unsigned: zstd's -3 below
+            level = int(np.uint32(values[0]).view(np.int32)) if values else None
         elif fid == 32001 and len(values) >= 7:
             codec = f"blosc-{_BLOSC_CODES.get(values[6], values[6])}"
             level = int(values[4])

@@ -34,7 +34,9 @@ WORK = ROOT / "build" / "mutation"
 TARGET = 0.90
 #: copied into each work folder (mutmut copies chunkio/ and tests/ into its mutants/ folder)
 COPIED = ("chunkio", "tests", "benchmarks", "converters")
-KILLED = {1, 3, 36, 24, -24, 152, 255}  # mutmut's exit codes: failed tests, or a timeout
+#: mutmut's exit codes: failed tests, a timeout, or a test process the mutant crashed (SIGSEGV:
+#: e.g. the ring's mapping dropped while a view still points into it)
+KILLED = {1, 3, 36, 24, -24, 152, 255, -11}
 _EQUIVALENT_LINE = re.compile(r"^(?P<name>\S+__mutmut_\d+)\s+#\s*(?P<why>\S.*)$")
 
 
