@@ -232,8 +232,7 @@ HDF5_SAFE: dict[int, str] = {
     32015: "zstd",
     32026: "blosc2",
 }
-#: the HDF5 byte shuffle filter, undone by :func:`unshuffle`
-HDF5_SHUFFLE = 2
+HDF5_SHUFFLE = 2  # the HDF5 byte shuffle filter, undone by unshuffle()
 
 
 def hdf5plugin_filters() -> dict[int, str]:
