@@ -33,6 +33,7 @@ __all__ = [
     "ReadContext",
     "ReadRequest",
     "ReadStats",
+    "checked_out",
     "read_whole",
     "transformed_buffer",
 ]
@@ -194,17 +195,23 @@ class CFDecodedField:
         info = self.info
         if how.transform is not None:
             raise TypeError(f"field {info.name!r}: a field transform cannot apply to a CF field")
-        shape = (len(idx), *(info.sample_shape or ()))
-        if out is None:
-            out = np.empty(shape, dtype=info.dtype)
-        elif out.shape != shape or out.dtype != info.dtype:
-            raise ValueError(
-                f"output buffer for field {info.name!r} must be {shape} {info.dtype}; "
-                f"got {out.shape} {out.dtype}"
-            )
+        out = checked_out(info, len(idx), out)
         raw = self.inner.read(idx, None, how)
         self.cf.decode(raw, out, self.axis)
         return out
 
     def prefetch(self, idx: IntArray) -> None:
         self.inner.prefetch(idx)
+
+
+def checked_out(info: FieldInfo, count: int, out: npt.NDArray[Any] | None) -> npt.NDArray[Any]:
+    """``out``, checked to fit ``count`` samples of ``info``, or a new array for them."""
+    shape = (count, *(info.sample_shape or ()))
+    if out is None:
+        return np.empty(shape, dtype=info.dtype)
+    if out.shape != shape or out.dtype != info.dtype:
+        raise ValueError(
+            f"output buffer for field {info.name!r} must be {shape} {info.dtype}; "
+            f"got {out.shape} {out.dtype}"
+        )
+    return out

@@ -18,7 +18,7 @@ from ..format.grid import SampleGrid
 from ..format.layout import FieldInfo
 from ..transforms.sample import FieldTransform, transform_rows
 from ..util.numeric import IntArray
-from .base import ReadContext, ReadRequest, read_whole, transformed_buffer
+from .base import ReadContext, ReadRequest, checked_out, read_whole, transformed_buffer
 from .cache import DecodedChunkCache
 from .planning import BatchPlan, plan_batch
 
@@ -52,7 +52,7 @@ class PreloadedField:
             return _transformed(
                 self.ctx, self.info, how.transform, self.whole, idx, idx + how.first, out, how.epoch
             )
-        out = _checked_out(self.info, len(idx), out)
+        out = checked_out(self.info, len(idx), out)
         # mode="clip": idx is already validated, and the default mode="raise" makes numpy
         # gather into a temporary and copy it over (about 3x slower)
         np.take(self.whole, idx, axis=0, out=out, mode="clip")
@@ -71,19 +71,6 @@ class ColumnField(PreloadedField):
         self.info = info
         whole = read_whole(ctx.reader, info.array_names()[0], ctx.stats)
         self.whole = np.ascontiguousarray(whole[getattr(info, "member", None) or info.name])
-
-
-def _checked_out(info: FieldInfo, count: int, out: npt.NDArray[Any] | None) -> npt.NDArray[Any]:
-    """``out``, checked to fit ``count`` samples of ``info``, or a new array for them."""
-    shape = (count, *(info.sample_shape or ()))
-    if out is None:
-        return np.empty(shape, dtype=info.dtype)
-    if out.shape != shape or out.dtype != info.dtype:
-        raise ValueError(
-            f"output buffer for field {info.name!r} must be {shape} {info.dtype}; "
-            f"got {out.shape} {out.dtype}"
-        )
-    return out
 
 
 def _transformed(
@@ -130,7 +117,7 @@ class DenseField:
             return _transformed(
                 self.ctx, self.info, how.transform, buffer, rows, idx + how.first, out, how.epoch
             )
-        out = _checked_out(self.info, len(idx), out)
+        out = checked_out(self.info, len(idx), out)
         return self._gather(plan_batch(idx, self.grid), out, how.once)
 
     def locate(self, idx: IntArray) -> tuple[npt.NDArray[Any], IntArray]:

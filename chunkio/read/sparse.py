@@ -22,7 +22,7 @@ from ..errors import FormatError
 from ..format.grid import SampleGrid
 from ..format.sparse import SparseInfo
 from ..util.numeric import IntArray
-from .base import ReadContext, ReadRequest, read_whole
+from .base import ReadContext, ReadRequest, checked_out, read_whole
 from .cache import DecodedChunkCache
 
 __all__ = ["CSRBatch", "SparseField", "join_rows"]
@@ -216,16 +216,8 @@ class SparseField:
         if info.batches == "csr":
             indptr = np.concatenate([[0], np.cumsum(plan.counts)]).astype(np.int64)
             return CSRBatch(indptr, columns, values, (len(idx), info.n_cols))
-        shape = (len(idx), info.n_cols)
-        if out is None:
-            out = np.zeros(shape, dtype=info.dtype)
-        elif out.shape != shape or out.dtype != info.dtype:
-            raise ValueError(
-                f"output buffer for field {info.name!r} must be {shape} {info.dtype}; "
-                f"got {out.shape} {out.dtype}"
-            )
-        else:
-            out[...] = 0
+        out = checked_out(info, len(idx), out)
+        out[...] = 0
         if _canonical(columns, plan.rows):
             out[plan.rows, columns] = values
         else:  # a row repeats a column: its values add up, as scipy's toarray() does

@@ -18,7 +18,7 @@ from ..format.grid import SampleGrid
 from ..format.layout import DatasetLayout, FieldInfo
 from ..format.windows import Field, WindowSet
 from ..util.numeric import IntArray
-from .base import ReadContext, ReadRequest
+from .base import ReadContext, ReadRequest, checked_out
 from .dense import DenseField, PreloadedField, dense_field
 from .planning import normalize_indices
 
@@ -117,14 +117,8 @@ class WindowField:
         info = self.info
         if how.transform is not None:
             raise TypeError(f"field {info.name!r}: a field transform cannot apply to a window")
-        shape = (len(idx), *info.sample_shape)
-        if out is None:
-            out = np.empty(shape, dtype=info.dtype)
-        elif out.shape != shape or out.dtype != info.dtype:
-            raise ValueError(
-                f"output buffer for field {info.name!r} must be {shape} {info.dtype}; "
-                f"got {out.shape} {out.dtype}"
-            )
+        out = checked_out(info, len(idx), out)
+        shape = out.shape
         if not len(idx):
             return out
         target = out if out.flags.c_contiguous else np.empty(shape, dtype=info.dtype)
