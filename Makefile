@@ -3,7 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.chunkio-installed
-# CI machines have 2 cores; pytest runs serially (multi-process tests spawn their own workers).
+# CI machines have 2 cores: two pytest processes (pytest-xdist) keep both busy while either waits
+# on its tests' worker start-ups and I/O; PYTEST_WORKERS=0 runs the suite in one process.
+PYTEST_WORKERS ?= 2
 PYTEST_ARGS ?=
 
 .PHONY: venv demo test lint typecheck unit docs docs-check bench bench-full bench-remote soak mutate clean
@@ -35,7 +37,7 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy --strict chunkio
 
 unit: $(STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 # the documentation site (mkdocs.yml, docs/): served with live reload on http://127.0.0.1:8000
 docs: $(STAMP)
