@@ -210,6 +210,9 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
         self.preload_bytes = int(preload_bytes)
         #: threads each process decodes and transforms images with
         self.decode_threads = check_int("decode_threads", decode_threads, 1)
+        #: a loader's shared-memory segments of stacked window variables, by their arrays
+        #: (set on the loader's copy: its workers decode them once together)
+        self.held_segments: dict[tuple[str, ...], str] = {}
         if download_cache_bytes < 0:
             raise ValueError(f"download_cache_bytes must be >= 0; got {download_cache_bytes}")
         cache = None
@@ -365,6 +368,7 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
             preload_bytes=self.preload_bytes,
             decode_threads=self.decode_threads,
             reader=self.reader_options,
+            held=self.held_segments,
         )
 
     # -- reading ------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from .loader_options import (
     pool_samples,
 )
 from .read.batch import collate
+from .read.windows import held_segments
 from .sampling.label_check import warn_if_label_sorted
 from .sampling.sampler import ChunkBatchSampler
 from .transport import Lease, LocalTransport, RingTransport
@@ -46,6 +47,7 @@ from .transport.gpu import DevicePrefetcher, copy_stream_for, map_tensors, pin_r
 from .transport.gpu_decode import gpu_decode_route
 from .transport.iterator import Indices, Parts
 from .util.deprecated import Moved, moved_keywords
+from .util.shared_stack import HeldSegments
 
 __all__ = [
     "DEFAULT_POOL_BYTES",
@@ -158,6 +160,7 @@ class ChunkLoader:
         num_workers: int,
         device: torch.device | None = None,
         copy: bool = False,
+        segments: HeldSegments | None = None,
     ) -> None:
         self.dataset = dataset
         self.sampler = sampler
@@ -166,6 +169,7 @@ class ChunkLoader:
         self.device = device
         self.copy = copy
         self._route = route
+        self._segments = segments  # where the workers hold windows' arrays
         self._delivered = 0
         self._resume_from = 0
         self._auto_epoch = True
@@ -221,6 +225,8 @@ class ChunkLoader:
     def close(self) -> None:
         """Stop persistent workers and free shared memory (also done when garbage collected)."""
         self._route.close()
+        if self._segments is not None:
+            self._segments.close()
 
     def __enter__(self) -> ChunkLoader:
         return self
@@ -342,7 +348,8 @@ def make_loader(
     edges. A ``Workers(transport="dataloader")`` worker reads whole batches, so each holds all
     of it and decodes every chunk (read amplification up to ``num_workers`` on that route).
     Data whose decoded chunks all fit ``Workers(hold_bytes)`` (1 GiB for all the readers
-    together) is kept whole by each reader across epochs, so later epochs decode nothing.
+    together) is kept across epochs, so later epochs decode nothing (windows' arrays once,
+    in shared memory, for all the workers).
 
     The keywords that moved into :class:`Ordering` (``pool_bytes``, ``lanes``, ``rank``,
     ``world_size``) and :class:`Workers` (``prefetch``, ``persistent_workers``,
@@ -428,19 +435,22 @@ def make_loader(
                 "make_loader(transform=..., storage_options=...) go with a path; a "
                 "ChunkDataset has its own (pass them to ChunkDataset)"
             )
-        dataset, sampler, name = _prepare(path_or_dataset, None, options)
+        prepared = _prepare(path_or_dataset, None, options)
     else:  # one open: the reader that describes the dataset also reads its labels
         opened = ChunkDataset._opened(path_or_dataset, fields, transform, storage_options)
         with opened as (described, reader):
-            dataset, sampler, name = _prepare(described, reader, options)
-    return _assemble(dataset, sampler, name, options)
+            prepared = _prepare(described, reader, options)
+    return _assemble(prepared, options)
 
 
-def _prepare(
-    given: ChunkDataset, reader: Reader | None, options: LoaderOptions
-) -> tuple[ChunkDataset, ChunkBatchSampler, str]:
-    """The dataset the loader reads (a copy of ``given``, which stays as it is), its sampler
-    and route. ``reader``: one open on the dataset for the label check (else it opens one)."""
+#: a loader's dataset, sampler, route and the segments its workers hold windows' arrays in
+_Prepared = tuple[ChunkDataset, ChunkBatchSampler, str, HeldSegments | None]
+
+
+def _prepare(given: ChunkDataset, reader: Reader | None, options: LoaderOptions) -> _Prepared:
+    """The dataset the loader reads (a copy of ``given``, which stays as it is), its sampler,
+    route and the segments its workers hold windows' arrays in. ``reader``: one open on the
+    dataset for the label check (else it opens one)."""
     sampler = options.sampler(given)
     name = _route_name(given, options.transport, options.num_workers, options.decode)
     # ring workers read their lanes' rows of each batch; DataLoader workers whole batches
@@ -448,20 +458,25 @@ def _prepare(
     # the readers must hold the pool, or they decode chunks again
     needed = sampler.capacity_chunks(given.samples_per_chunk, readers) * given.chunk_nbytes()
     held = given.held_nbytes()  # every chunk, decoded: kept across epochs when it fits
-    # the readers together: memory does not grow with the number of workers
-    hold = held * max(1, options.num_workers) <= options.workers.hold_bytes
+    # within hold_bytes in all, whatever the number of workers: windows' stacks held once for
+    # all of them (shared memory), other chunks by each reader
+    limit, segments = options.workers.hold_bytes, None
+    if given.anchors is not None and options.num_workers and held <= limit:
+        segments = held_segments(given.layout, given.fields)
+    hold = segments is not None or held * max(1, options.num_workers) <= limit
     dataset = given._for_loader(max(needed, held) if hold else needed)  # each sample once
     if hold and given.anchors is not None:
         # windows: each reader reads its arrays whole at once (one sequential pass, then
         # gathers only) rather than keeping chunks as their lanes reach them (3-4 epochs)
         dataset.preload_bytes = max(dataset.preload_bytes, held)
+    if segments is not None:
+        dataset.held_segments = dict(segments.names)
     warn_if_label_sorted(dataset, sampler, reader)
-    return dataset, sampler, name
+    return dataset, sampler, name, segments
 
 
-def _assemble(
-    dataset: ChunkDataset, sampler: ChunkBatchSampler, name: str, options: LoaderOptions
-) -> ChunkLoader:
+def _assemble(prepared: _Prepared, options: LoaderOptions) -> ChunkLoader:
+    dataset, sampler, name, segments = prepared
     if options.transport == "ring" and name == "dataloader" and _undeclared(dataset):
         warnings.warn(
             "make_loader: the dataset's transform declares no output shape, so batches "
@@ -481,4 +496,5 @@ def _assemble(
         num_workers=options.num_workers,
         device=options.target,
         copy=options.copy,
+        segments=segments,
     )

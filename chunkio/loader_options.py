@@ -128,13 +128,16 @@ class Workers:
         runs the same route with a CPU decoder (tests).
     hold_bytes
         Decoded bytes the readers together may keep across epochs (default 1 GiB; 0: off).
-        When every chunk of the arrays the loader reads fits, decoded, in ``hold_bytes``
-        divided among the reader processes (``num_workers``, or 1), each reader keeps them,
-        so later epochs decode nothing (as insitubatch's pool does): the arrays of window
-        fields (:class:`chunkio.Field`) are read whole by each reader at its first batch,
-        other fields' chunks are kept as they are decoded. The readers' memory is then at
-        most ``hold_bytes`` in all, whatever the number of workers. Larger data keeps the
-        mixing pool only and decodes each chunk once per epoch.
+        When every chunk of the arrays the loader reads fits, decoded, in ``hold_bytes``,
+        later epochs decode nothing (as insitubatch's pool does). The stacked variables of
+        window fields (:class:`chunkio.Field`) are then held once for all the workers: the
+        main process makes one shared-memory segment per stack and the workers decode it
+        together before their first batches, each chunk about once (each reader its own copy
+        where ``/dev/shm`` is too small, and without workers). Other fields' chunks are kept
+        by each reader as it decodes them, when they fit ``hold_bytes`` divided among the
+        readers (``num_workers``, or 1). The readers' memory is then at most ``hold_bytes`` in
+        all, whatever the number of workers. Larger data keeps the mixing pool only and
+        decodes each chunk once per epoch.
 
     Examples
     --------

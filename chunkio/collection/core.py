@@ -67,7 +67,12 @@ class FileSetCore:
             oldest.close()
         info = self.files.parts[part]
         found = self._open[part] = ReadCore(
-            info.location, info.layout, reader=info.options, **self._settings
+            info.location,
+            info.layout,
+            reader=info.options,
+            cache_chunks=self._settings["cache_chunks"],
+            preload_bytes=self._settings["preload_bytes"],
+            decode_threads=self._settings["decode_threads"],
         )
         self.opened += 1
         return found

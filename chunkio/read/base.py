@@ -9,7 +9,7 @@ field, by the field's kind, from :data:`chunkio.read.core.FIELD_KINDS`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -120,6 +120,9 @@ class ReadContext:
     #: array name: each chunk decoded once per process, whichever field asks; arrays held
     #: whole side by side (stacked variables), by the tuple of their names
     shared: dict[str | tuple[str, ...], Any] = field(default_factory=dict)
+    #: stacked window variables' shared-memory segments, by the tuple of their names: a
+    #: loader's workers decode them once together (:mod:`chunkio.util.shared_stack`)
+    held: Mapping[tuple[str, ...], str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

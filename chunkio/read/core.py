@@ -48,7 +48,8 @@ class ReadCore:
     """Serves batches of one dataset in the current process.
 
     ``cache_chunks``: sample-axis chunks each dense field's cache keeps (at least a batch's);
-    ``cache_bytes``: decoded bytes the patch caches keep besides a batch's chunks.
+    ``cache_bytes``: decoded bytes the patch caches keep besides a batch's chunks; ``held``:
+    shared-memory segments of stacked window variables (:attr:`ReadContext.held`).
     """
 
     def __init__(
@@ -61,6 +62,7 @@ class ReadCore:
         preload_bytes: int = 0,
         decode_threads: int = 1,
         reader: ReaderOptions = ReaderOptions(),  # noqa: B008 - a frozen value object
+        held: Mapping[tuple[str, ...], str] | None = None,
     ) -> None:
         self.pid = os.getpid()
         self.threads = DecodeThreads(decode_threads)
@@ -75,6 +77,7 @@ class ReadCore:
             cache_chunks=cache_chunks,
             preload_bytes=preload_bytes,
             map_rows=self.threads.map,
+            held=held or {},
         )
         self.cache_bytes = cache_bytes
         self._fields: dict[str, FieldReads] = {}

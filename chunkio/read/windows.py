@@ -9,6 +9,7 @@ puts each ``(anchor, step)`` row into the batch at ``[b, step, variable]``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -18,11 +19,20 @@ from ..format.grid import SampleGrid
 from ..format.layout import DatasetLayout, FieldInfo
 from ..format.windows import Field, WindowSet
 from ..util.numeric import IntArray
+from ..util.shared_stack import BLOCK_BYTES, HeldSegments, StackShape, fill_shared
 from .base import ReadContext, ReadRequest, checked_out
 from .dense import DenseField, PreloadedField, dense_field
 from .planning import normalize_indices
 
-__all__ = ["AnchorSamples", "Field", "WindowField", "check_field_transform", "variable_reader"]
+__all__ = [
+    "AnchorSamples",
+    "Field",
+    "WindowField",
+    "check_field_transform",
+    "held_segments",
+    "stack_shapes",
+    "variable_reader",
+]
 
 #: rows of stacked variables at least this large are copied into the batch one by one
 ROW_COPY_BYTES = 2048
@@ -51,52 +61,102 @@ def _variable_info(info: Any, j: int) -> FieldInfo:
     )
 
 
+def stack_shape(layout: DatasetLayout, info: Any) -> StackShape:
+    """The stack of window field ``info``'s variables (blocks of :data:`BLOCK_BYTES`)."""
+    return StackShape(
+        tuple(info.arrays),
+        tuple(info.rows),
+        layout.num_samples,
+        tuple(info.sample_shape[info.stepped + info.stacked :]),
+        np.dtype(info.dtype).str,
+        BLOCK_BYTES,
+    )
+
+
+def stack_shapes(layout: DatasetLayout, fields: Sequence[str]) -> list[StackShape] | None:
+    """The stacks :func:`held_stack` makes for the window fields ``fields`` (read in that
+    order), one per distinct tuple of two or more arrays; ``None`` when one of them would not
+    be made: an array of it held apart before (by a field of that variable alone, or another
+    stack), or a variable twice in one field. A field of one variable that no stack holds
+    reads it through its own reader; one whose variables are all stacked reads their lanes."""
+    found: dict[tuple[str, ...], StackShape] = {}
+    stacked: set[str] = set()
+    apart: set[str] = set()
+    for name in fields:
+        info: Any = layout.field(name)
+        arrays = tuple(getattr(info, "arrays", ()))
+        if info.kind != "window" or arrays in found:
+            continue
+        if len(set(arrays)) < len(arrays):
+            return None
+        if len(arrays) == 1 or set(arrays) <= stacked:
+            apart |= set(arrays) - stacked
+            continue
+        if (stacked | apart) & set(arrays):
+            return None
+        stacked |= set(arrays)
+        found[arrays] = stack_shape(layout, info)
+    return list(found.values())
+
+
+def held_segments(layout: DatasetLayout, fields: Sequence[str]) -> HeldSegments | None:
+    """Shared-memory segments for the stacks of window fields ``fields``, made by a loader's
+    main process for its workers; ``None``: nothing stacked (or some window array held
+    apart), or ``/dev/shm`` too small for them (each worker then holds its own)."""
+    shapes = stack_shapes(layout, fields)
+    return HeldSegments.if_room(shapes) if shapes else None
+
+
 def held_stack(ctx: ReadContext, info: Any) -> npt.NDArray[Any] | None:
     """The stacked variables of window field ``info`` held whole, ``(rows, V, *shape)``, read
-    once per process and shared by every window field of the same arrays, or ``None``: one
-    variable, arrays too large to hold, or one of them held apart already (another field's
-    stack or reader: each array is held once)."""
+    once per process (or once for all of a loader's workers, in the shared-memory segment the
+    loader made for them: :mod:`chunkio.util.shared_stack`) and shared by every window field of the
+    same arrays, or ``None``: one variable, arrays too large to hold, or one of them held apart
+    already (another field's stack or reader: each array is held once)."""
     arrays = tuple(info.arrays)
     found = ctx.shared.get(arrays)
     if found is not None:
         return cast(npt.NDArray[Any], found)
-    shape = tuple(info.sample_shape[info.stepped + info.stacked :])
-    num_rows = ctx.layout.num_samples
-    row_nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(info.dtype).itemsize
+    shape = stack_shape(ctx.layout, info)
     if (
         len(arrays) < 2
-        or row_nbytes * num_rows > ctx.preload_bytes  # each variable's own reader would decode
+        or shape.data_nbytes // len(arrays) > ctx.preload_bytes  # each variable's own reader
         or len(set(arrays)) < len(arrays)
         or any(a in ctx.shared for a in arrays)
     ):
         return None
-    stack = np.empty((num_rows, len(arrays), *shape), dtype=info.dtype)
-    for j, array in enumerate(arrays):
-        _read_into_lane(ctx, array, info.rows[j], stack[:, j])
+    fill = _LaneFiller(ctx, shape)
+    name = ctx.held.get(arrays)
+    stack = None if name is None else fill_shared(name, shape, fill)
+    if stack is None:  # this process's own
+        stack = np.empty((shape.num_rows, len(arrays), *shape.sample_shape), dtype=info.dtype)
+        for j, a, b in shape.blocks:
+            fill(stack, j, a, b)
+    for j in range(len(arrays)):
         # a window field of this variable alone gathers from its lane of the stack
-        ctx.shared[array] = PreloadedField(ctx, _variable_info(info, j), stack[:, j])
+        ctx.shared[arrays[j]] = PreloadedField(ctx, _variable_info(info, j), stack[:, j])
     ctx.shared[arrays] = stack
     return stack
 
 
-#: rows read per call when a variable is read into its lane of a stack (a bounded temporary)
-_LANE_READ_BYTES = 4 << 20
+class _LaneFiller:
+    """Reads rows ``a:b`` (whole chunks) of variable ``j`` into its strided lane of a stack,
+    through one bounded temporary."""
 
+    def __init__(self, ctx: ReadContext, shape: StackShape) -> None:
+        self.ctx = ctx
+        self.shape = shape
+        self.buffer: npt.NDArray[Any] | None = None
 
-def _read_into_lane(ctx: ReadContext, array: str, chunk_rows: int, lane: npt.NDArray[Any]) -> None:
-    """Every row of ``array`` into ``lane`` (one variable's strided lane of a stack), whole
-    chunks at a time through a bounded temporary."""
-    num_rows, per_chunk = len(lane), max(1, chunk_rows)
-    row_nbytes = max(1, lane[0].nbytes) if num_rows else 1
-    step = per_chunk * max(1, _LANE_READ_BYTES // (row_nbytes * per_chunk))  # whole chunks
-    buffer = np.empty((min(step, num_rows), *lane.shape[1:]), dtype=lane.dtype)
-    for a in range(0, num_rows, step):
-        b = min(a + step, num_rows)
+    def __call__(self, stack: npt.NDArray[Any], j: int, a: int, b: int) -> None:
+        if self.buffer is None or len(self.buffer) < b - a:
+            self.buffer = np.empty((b - a, *stack.shape[2:]), dtype=stack.dtype)
+        per_chunk = max(1, self.shape.chunk_rows[j])
         ranges = [(c, min(c + per_chunk, b)) for c in range(a, b, per_chunk)]
-        ctx.reader.read_into(array, ranges, buffer[: b - a])
-        lane[a:b] = buffer[: b - a]
-        ctx.stats.chunks_read += len(ranges)
-        ctx.stats.rows_decoded += b - a
+        self.ctx.reader.read_into(self.shape.arrays[j], ranges, self.buffer[: b - a])
+        stack[a:b, j] = self.buffer[: b - a]
+        self.ctx.stats.chunks_read += len(ranges)
+        self.ctx.stats.rows_decoded += b - a
 
 
 class WindowField:

@@ -7,17 +7,13 @@ the main process) followed by one ``(batch_size, *sample_shape)`` array per dens
 
 Lifetime: the main process creates the segment and is the only one that unlinks it; workers
 attach by name. The mapping itself lives as long as any array viewing it (see
-:class:`_Mapping`), so a tensor kept after the ring closed stays readable instead of pointing
-at unmapped memory; its contents are then simply no longer refreshed.
+:class:`~chunkio.util.shm.SegmentMapping`), so a tensor kept after the ring closed stays
+readable instead of pointing at unmapped memory; its contents are then no longer refreshed.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import secrets
-import shutil
-import sys
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from multiprocessing.shared_memory import SharedMemory
@@ -28,11 +24,10 @@ import numpy.typing as npt
 
 from ..errors import LoaderError
 from ..util.numeric import IntArray, ceil_div
+from ..util.shm import SHM_PREFIX, SegmentMapping, attach, create, free_bytes
 
 __all__ = ["SHM_PREFIX", "FieldSpec", "RingLayout", "RingSpec", "SlotRing"]
 
-#: every segment chunkio creates is named ``/dev/shm/chunkio_<pid>_<random>``
-SHM_PREFIX = "chunkio_"
 #: field regions start on cache-line boundaries so workers never share a line across fields
 _ALIGN = 64
 
@@ -145,51 +140,10 @@ class RingSpec:
     layout: RingLayout
 
 
-class _Mapping:
-    """Owns one attached segment; numpy arrays made from it keep it (and so the map) alive.
-
-    ``numpy.asarray`` of an object with ``__array_interface__`` records that object as the
-    array's base, so the segment is unmapped only after the last view (a user's tensor
-    included) is gone. Viewing ``SharedMemory.buf`` directly would instead make ``close()``
-    fail with ``BufferError`` whenever a user still holds a batch.
-    """
-
-    def __init__(self, shm: SharedMemory) -> None:
-        self.shm = shm
-        probe = np.frombuffer(shm.buf, dtype=np.uint8)  # type: ignore[arg-type]
-        self.address = int(probe.ctypes.data)
-        del probe  # release the buffer export at once, or close() could never succeed
-        self.__array_interface__ = {
-            "shape": (shm.size,),
-            "typestr": "|u1",
-            "data": (self.address, False),
-            "version": 3,
-        }
-        self.release_hooks: list[Callable[[], None]] = []
-
-    def __del__(self) -> None:
-        # hooks first: memory registered with CUDA must be unregistered before it is unmapped
-        for hook in reversed(self.release_hooks):
-            with contextlib.suppress(Exception):  # nothing useful to do during teardown
-                hook()
-        self.shm.close()
-
-
-def _attach(name: str) -> SharedMemory:
-    if sys.version_info >= (3, 13):
-        # the creator alone tracks (and unlinks) the segment
-        return SharedMemory(name=name, track=False)  # type: ignore[call-arg,unused-ignore]
-    # Before 3.13 attaching registers the name with the resource tracker again; the tracker
-    # keeps a set shared by this process tree, so the creator's unlink still unregisters it.
-    return SharedMemory(name=name)
-
-
 def _check_space(nbytes: int) -> None:
     """A too-small /dev/shm fails later as SIGBUS in a worker; fail here, clearly, instead."""
-    if not os.path.isdir("/dev/shm"):
-        return
-    free = shutil.disk_usage("/dev/shm").free
-    if free < nbytes:
+    free = free_bytes()
+    if free is not None and free < nbytes:
         raise LoaderError(
             f"the batch ring needs {nbytes / 2**20:.1f} MiB of shared memory but /dev/shm has "
             f"{free / 2**20:.1f} MiB free; lower prefetch, batch_size or num_workers, enlarge "
@@ -213,8 +167,8 @@ class SlotRing:
         self._owner = owner
         self._unlinked = False
         self._shm: SharedMemory | None = shm
-        mapping = _Mapping(shm)
-        self._mapping: _Mapping | None = mapping
+        mapping = SegmentMapping(shm)
+        self._mapping: SegmentMapping | None = mapping
         self.address = mapping.address  # start of the mapping here (for ``cudaHostRegister``)
         whole = np.asarray(mapping)
         self._indices: list[IntArray] = []
@@ -233,15 +187,12 @@ class SlotRing:
     def create(cls, layout: RingLayout) -> SlotRing:
         """A new segment sized for ``layout`` (the caller must :meth:`close` it)."""
         _check_space(layout.nbytes)
-        name = f"{SHM_PREFIX}{os.getpid()}_{secrets.token_hex(4)}"
-        return cls(
-            SharedMemory(name=name, create=True, size=max(layout.nbytes, 1)), layout, owner=True
-        )
+        return cls(create(layout.nbytes), layout, owner=True)
 
     @classmethod
     def attach(cls, spec: RingSpec) -> SlotRing:
         """Attach to a ring another process created (never unlinks it)."""
-        return cls(_attach(spec.name), spec.layout, owner=False)
+        return cls(attach(spec.name), spec.layout, owner=False)
 
     @property
     def spec(self) -> RingSpec:

@@ -5,6 +5,7 @@ chunk about once while batches stay mixed in time."""
 from __future__ import annotations
 
 import warnings
+from multiprocessing.shared_memory import SharedMemory
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,9 @@ from resume_harness import assert_resume_equals_uninterrupted
 from weather_stores import VARS, arrays, xarray_v3
 
 import chunkio
+import chunkio.read.windows as windows
 from chunkio import ChunkDataset, Field
+from chunkio.util.shared_stack import READY
 
 #: batches are kept (compared across loaders): copies, not views of the ring
 COPY = chunkio.Workers(copy=True)
@@ -50,16 +53,59 @@ def _check(x: Any, y: Any, t: Any) -> list[int]:
 def test_the_ring_reads_every_anchor_once_under_each_start_method(
     store: Path, context: str
 ) -> None:
+    """...with the stacked variables held once for both workers, in the loader's segment: every
+    block decoded by one of them, and the segment unlinked when the loader closes."""
     ds = _dataset(store)
     loader = chunkio.make_loader(ds, 8, num_workers=2, seed=0,
                                  workers=chunkio.Workers(copy=True, context=context))  # fmt: skip
     try:
         assert loader.transport == "ring"
         seen = [a for x, y, t in loader for a in _check(x, y, t)]
+        (name,) = loader.dataset.held_segments.values()
+        claimers = _claimers(name, ds)
+        assert claimers and claimers <= set(loader.worker_pids()), claimers
     finally:
         loader.close()
+    assert not Path(f"/dev/shm/{name}").exists()
     assert ds.anchors is not None
     assert sorted(seen) == ds.anchors.tolist()
+
+
+def _claimers(name: str, ds: ChunkDataset) -> set[int]:
+    """The processes that decoded the blocks of the stack in segment ``name`` (every block
+    must be decoded)."""
+    (shape,) = windows.stack_shapes(ds.layout, ds.fields) or []
+    states_at, pids_at, nbytes = shape.offsets()
+    shm = SharedMemory(name=name)
+    try:
+        raw = np.ndarray((nbytes,), dtype=np.uint8, buffer=shm.buf)
+        states = raw[states_at : states_at + len(shape.blocks)].copy()
+        pids = raw[pids_at:nbytes].view(np.int64).copy()
+        del raw
+    finally:
+        shm.close()
+    assert (states == READY).all(), states
+    return set(pids.tolist())
+
+
+@pytest.mark.parametrize(
+    ("num_workers", "hold", "shared"),
+    [(2, 1.0, True), (2, 1.9, True), (2, 0.9, False), (0, 10.0, False)],
+)
+def test_workers_share_one_held_copy_within_hold_bytes(
+    store: Path, num_workers: int, hold: float, shared: bool
+) -> None:
+    """``hold_bytes`` counts the stacks once, whatever the number of workers (they share one
+    copy); data larger than it is not held; without workers the process holds its own."""
+    ds = _dataset(store)
+    workers = chunkio.Workers(copy=True, hold_bytes=int(hold * ds.held_nbytes()))
+    with chunkio.make_loader(ds, 8, num_workers=num_workers, seed=0, workers=workers) as loader:
+        assert bool(loader.dataset.held_segments) == shared
+        seen = [a for x, y, t in loader for a in _check(x, y, t)]
+        if shared:  # held: read whole by the workers together
+            (name,) = loader.dataset.held_segments.values()
+            assert _claimers(name, ds) <= set(loader.worker_pids())
+    assert ds.anchors is not None and sorted(seen) == ds.anchors.tolist()
 
 
 @pytest.mark.timeout(180)

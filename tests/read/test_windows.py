@@ -124,7 +124,7 @@ def test_stacked_variables_held_whole_are_read_once_and_shared(
     every window equals the reference (reads of a few rows at a time: chunk-sized pieces)."""
     import chunkio.read.windows as windows
 
-    monkeypatch.setattr(windows, "_LANE_READ_BYTES", 1)
+    monkeypatch.setattr(windows, "BLOCK_BYTES", 1)
     fields = [
         Field(list(VARS), steps=range(-1, 1)),
         Field(list(VARS), steps=[1]),

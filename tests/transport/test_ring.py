@@ -18,8 +18,8 @@ import pytest
 
 from chunkio.errors import LoaderError
 from chunkio.transport import SHM_PREFIX, RingLayout, RingSpec, SlotRing
-from chunkio.transport import ring as ring_module
 from chunkio.transport.ring import FieldSpec, batch_view
+from chunkio.util import shm as shm_module
 
 
 def _raw(name: str) -> bytes:
@@ -222,7 +222,7 @@ def test_short_shared_memory_is_refused_before_creating(monkeypatch: pytest.Monk
         assert path == "/dev/shm"
         return type("Usage", (), {"free": free["n"]})()
 
-    monkeypatch.setattr("chunkio.transport.ring.shutil.disk_usage", usage)
+    monkeypatch.setattr("chunkio.util.shm.shutil.disk_usage", usage)
     before = _names()
     with pytest.raises(
         LoaderError,
@@ -234,7 +234,7 @@ def test_short_shared_memory_is_refused_before_creating(monkeypatch: pytest.Monk
     assert _names() == before
     free["n"] = lay.nbytes  # exactly enough is enough
     SlotRing.create(lay).close()
-    monkeypatch.setattr("chunkio.transport.ring.os.path.isdir", lambda p: False)
+    monkeypatch.setattr("chunkio.util.shm.os.path.isdir", lambda p: False)
     free["n"] = 0  # no /dev/shm to measure (not Linux): nothing to check
     SlotRing.create(lay).close()
 
@@ -255,9 +255,9 @@ def test_a_worker_attaches_untracked_where_python_allows(
         calls.append(kw)
         return "attached"
 
-    monkeypatch.setattr(ring_module.sys, "version_info", version)
-    monkeypatch.setattr(ring_module, "SharedMemory", record)
-    assert ring_module._attach("chunkio_1_abcd") == "attached"
+    monkeypatch.setattr(shm_module.sys, "version_info", version)
+    monkeypatch.setattr(shm_module, "SharedMemory", record)
+    assert shm_module.attach("chunkio_1_abcd") == "attached"
     assert calls == [
         {"name": "chunkio_1_abcd"} if tracked else {"name": "chunkio_1_abcd", "track": False}
     ]

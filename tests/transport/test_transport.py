@@ -400,7 +400,7 @@ def test_ring_layout_and_clear_error_when_shared_memory_is_short(monkeypatch):
     ring.close()
     assert not _segments()
     monkeypatch.setattr(
-        "chunkio.transport.ring.shutil.disk_usage", lambda p: type("U", (), {"free": 1024})()
+        "chunkio.util.shm.shutil.disk_usage", lambda p: type("U", (), {"free": 1024})()
     )
     with pytest.raises(LoaderError, match=r"/dev/shm has 0\.0 MiB free"):
         SlotRing.create(layout)

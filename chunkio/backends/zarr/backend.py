@@ -360,8 +360,7 @@ class ZarrReader:
                 dtype=np.dtype(arr.dtype),
                 chunks=tuple(arr.chunks),
                 codecs=tuple(json.dumps(c, sort_keys=True) for c in codecs),
-                # remotely a listing of every chunk: asked for separately (stored_nbytes)
-                stored_nbytes=None if self._remote is not None else int(arr.nbytes_stored()),
+                stored_nbytes=None,  # a listing of every chunk: asked for by reports alone
                 compression=zarr2_codec_info(meta) if v2 else zarr_codec_info(codecs),
             )
             self._infos[name] = info

@@ -1,0 +1,201 @@
+"""Stacked window variables held once for all of a loader's workers (chunkio.util.shared_stack,
+chunkio.read.windows.stack_shapes): which fields are stacked, workers filling one segment
+together (each block decoded about once), a claimer that died or hangs, a failed decode, a
+segment that is gone."""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing
+import os
+import subprocess
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing.shared_memory import SharedMemory
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from held_fill import fill, pattern
+from weather_stores import VARS, xarray_v3
+
+import chunkio.util.shared_stack as shared_stack
+from chunkio import ChunkDataset, Field
+from chunkio.read.windows import held_segments, stack_shapes
+from chunkio.util.shared_stack import CLAIMED, FREE, READY, HeldSegments, StackShape, fill_shared
+
+#: 2 variables, 40 rows of 64 bytes, blocks of 4 rows (chunks of 2) and 3 rows (chunks of 3)
+SHAPE = StackShape(("a", "b"), (2, 3), 40, (16,), "<f4", 256)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return xarray_v3(tmp_path_factory.mktemp("held"))
+
+
+def _table(name: str, shape: StackShape) -> tuple[Any, np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """(segment, block states, claimers' ids) of segment ``name``."""
+    shm = SharedMemory(name=name)
+    states_at, pids_at, nbytes = shape.offsets()
+    raw = np.ndarray((nbytes,), dtype=np.uint8, buffer=shm.buf)
+    n = len(shape.blocks)
+    return shm, raw[states_at : states_at + n], raw[pids_at:nbytes].view(np.int64)
+
+
+def _reader(shape: StackShape, fail_at: int | None = None) -> tuple[Any, list[Any]]:
+    want, done = pattern(shape), []
+
+    def read_block(stack: np.ndarray[Any, Any], j: int, a: int, b: int) -> None:
+        if fail_at is not None and shape.blocks[fail_at] == (j, a, b):
+            raise ValueError("a corrupt chunk")
+        stack[a:b, j] = want[a:b, j]
+        done.append((j, a, b))
+
+    return read_block, done
+
+
+def test_blocks_are_whole_chunks_of_one_variable() -> None:
+    assert SHAPE.blocks[:3] == [(0, 0, 4), (0, 4, 8), (0, 8, 12)]
+    assert SHAPE.blocks[10:12] == [(1, 0, 3), (1, 3, 6)] and SHAPE.blocks[-1] == (1, 39, 40)
+    assert len(SHAPE.blocks) == 10 + 14
+    states, pids, nbytes = SHAPE.offsets()
+    assert states == 40 * 2 * 64 and pids == states + 64 and nbytes == pids + 8 * 24
+
+
+@pytest.mark.parametrize(
+    ("fields", "stacks"),
+    [
+        ([Field(list(VARS), steps=range(-1, 1)), Field(list(VARS), steps=[1]), "time"], [VARS]),
+        # after the stack, a field of one of its variables (or of them reordered) reads lanes
+        ([Field(list(VARS)), Field("u10", steps=[-2, 1]), Field(["v10", "t2m"])], [VARS]),
+        ([Field("u10"), Field(list(VARS))], None),  # u10 has its own reader first
+        ([Field(["t2m", "u10"]), Field(["u10", "v10"])], None),  # u10 in two stacks
+        ([Field(["t2m", "t2m"])], None),  # a variable twice
+        ([Field("t2m", steps=[0, 1]), "time"], []),  # nothing stacked: each reader its own
+    ],
+)
+def test_the_stacks_are_the_ones_the_readers_make(
+    store: Path, fields: list[Any], stacks: list[tuple[str, ...]] | None
+) -> None:
+    ds = ChunkDataset(store, fields=fields, preload_bytes=1 << 30)
+    found = stack_shapes(ds.layout, ds.fields)
+    assert (None if found is None else [s.arrays for s in found]) == stacks
+    if not found:
+        return
+    ds.read_batch([0, 5])  # the reader makes exactly the planned stacks
+    shared = ds._handle().ctx.shared
+    assert [k for k in shared if isinstance(k, tuple)] == stacks
+
+
+@pytest.mark.timeout(120)
+def test_two_processes_fill_one_stack_decoding_each_block_about_once() -> None:
+    segments = HeldSegments([SHAPE])
+    name = segments.names[SHAPE.arrays]
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(2, mp_context=ctx) as pool:
+        runs = [pool.submit(fill, name, SHAPE, 0.005) for _ in range(2)]
+        results = [r.result() for r in runs]
+    pids = {pid for pid, _ in results}
+    done = [d for _, d in results]
+    blocks = [b for d in done for b in d]
+    assert set(blocks) == set(SHAPE.blocks)
+    # two processes claiming one block at the same instant both decode it; rare, bounded
+    assert len(blocks) <= len(SHAPE.blocks) + 2, done
+    shm, states, claimers = _table(name, SHAPE)
+    try:
+        assert (states == READY).all() and set(claimers.tolist()) <= pids
+        # a third reader finds it complete and decodes nothing
+        read_block, mine = _reader(SHAPE)
+        stack = fill_shared(name, SHAPE, read_block)
+        assert stack is not None and mine == []
+        np.testing.assert_array_equal(stack, pattern(SHAPE))
+        del stack
+    finally:
+        del states, claimers
+        shm.close()
+        segments.close()
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+@pytest.mark.parametrize("claimer", ["dead", "hung"])
+def test_a_block_claimed_by_a_dead_or_hung_process_is_decoded_by_a_waiter(
+    claimer: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claimer that died leaves its block to whoever waits for it; one still alive that never
+    finishes (stuck) does after ``STALL_S``."""
+    monkeypatch.setattr(shared_stack, "STALL_S", 0.05)
+    segments = HeldSegments([SHAPE])
+    name = segments.names[SHAPE.arrays]
+    shm, states, claimers = _table(name, SHAPE)
+    try:
+        claimers[3] = _dead_pid() if claimer == "dead" else os.getppid()
+        states[3] = CLAIMED
+        read_block, done = _reader(SHAPE)
+        stack = fill_shared(name, SHAPE, read_block)
+        assert stack is not None and SHAPE.blocks[3] in done
+        np.testing.assert_array_equal(stack, pattern(SHAPE))
+        assert (states == READY).all() and claimers[3] == os.getpid()
+        del stack
+    finally:
+        del states, claimers
+        shm.close()
+        segments.close()
+
+
+def test_a_failed_decode_frees_its_block_for_the_next_reader() -> None:
+    segments = HeldSegments([SHAPE])
+    name = segments.names[SHAPE.arrays]
+    shm, states, _ = _table(name, SHAPE)
+    try:
+        read_block, _ = _reader(SHAPE, fail_at=5)
+        with pytest.raises(ValueError, match="a corrupt chunk"):
+            fill_shared(name, SHAPE, read_block)
+        assert states[5] == FREE
+        read_block, done = _reader(SHAPE)
+        stack = fill_shared(name, SHAPE, read_block)
+        assert stack is not None and SHAPE.blocks[5] in done
+        np.testing.assert_array_equal(stack, pattern(SHAPE))
+        del stack
+    finally:
+        del states
+        shm.close()
+        segments.close()
+
+
+def test_a_segment_that_is_gone_or_too_small_is_not_used() -> None:
+    segments = HeldSegments([SHAPE])
+    name = segments.names[SHAPE.arrays]
+    bigger = StackShape(("a", "b"), (2, 3), 80, (16,), "<f4", 256)
+    read_block, done = _reader(bigger)
+    assert fill_shared(name, bigger, read_block) is None and done == []
+    segments.close()
+    assert not os.path.exists(f"/dev/shm/{name}")
+    assert fill_shared(name, SHAPE, _reader(SHAPE)[0]) is None
+    segments.close()  # idempotent
+
+
+def test_segments_are_unlinked_when_garbage_collected() -> None:
+    segments = HeldSegments([SHAPE])
+    name = segments.names[SHAPE.arrays]
+    assert os.path.exists(f"/dev/shm/{name}")
+    del segments
+    gc.collect()
+    assert not os.path.exists(f"/dev/shm/{name}")
+
+
+def test_no_segments_when_dev_shm_is_too_small(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ds = ChunkDataset(store, fields=[Field(list(VARS), steps=[0, 1])])
+    need = sum(s.offsets()[2] for s in stack_shapes(ds.layout, ds.fields) or [])
+    monkeypatch.setattr(shared_stack, "free_bytes", lambda: need - 1)
+    assert held_segments(ds.layout, ds.fields) is None
+    monkeypatch.setattr(shared_stack, "free_bytes", lambda: need)
+    found = held_segments(ds.layout, ds.fields)
+    assert found is not None and list(found.names) == [VARS]
+    found.close()
