@@ -109,7 +109,8 @@ class HeldSegments:
         self._segments = []
         try:
             for shape in shapes:
-                self._segments.append(create(shape.offsets()[2]))
+                self._segments.append(seg := create(shape.offsets()[2]))
+                _reserve(seg)
         except BaseException:
             _unlink(self._segments)
             raise
@@ -123,11 +124,23 @@ class HeldSegments:
         free = free_bytes()
         if free is not None and free < sum(s.offsets()[2] for s in shapes):
             return None
-        return cls(shapes)
+        try:
+            return cls(shapes)
+        except OSError:  # ENOSPC while reserving: another process took the room meanwhile
+            return None
 
     def close(self) -> None:
         """Unlink the segments (memory is returned when the last worker unmaps it)."""
         self._finalizer()
+
+
+def _reserve(segment: Any) -> None:
+    """Allocate the segment's pages now: ``/dev/shm`` pages are otherwise taken as the workers
+    first write them, so a ``/dev/shm`` that looked large enough could run out under them
+    (SIGBUS), and the batch ring's own check of the room left would not count this segment."""
+    fd = getattr(segment, "_fd", -1)
+    if fd >= 0 and hasattr(os, "posix_fallocate"):
+        os.posix_fallocate(fd, 0, segment.size)
 
 
 def _unlink(segments: list[Any]) -> None:

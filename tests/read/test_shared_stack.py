@@ -199,3 +199,23 @@ def test_no_segments_when_dev_shm_is_too_small(
     found = held_segments(ds.layout, ds.fields)
     assert found is not None and list(found.names) == [VARS]
     found.close()
+
+
+def test_segment_pages_are_reserved_up_front_or_none_are_made(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The pages are allocated when the segment is made (a ``/dev/shm`` that fills up later
+    would fail the workers with SIGBUS); no room for them: no segment, nothing left behind."""
+    segments = HeldSegments([SHAPE])
+    name = segments.names[SHAPE.arrays]
+    assert os.stat(f"/dev/shm/{name}").st_blocks * 512 >= SHAPE.offsets()[2]
+    segments.close()
+    mine = f"chunkio_{os.getpid()}_"  # this process's segments (other test processes run too)
+    before = {n for n in os.listdir("/dev/shm") if n.startswith(mine)}
+
+    def full(fd: int, offset: int, size: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(shared_stack.os, "posix_fallocate", full)
+    assert HeldSegments.if_room([SHAPE, SHAPE]) is None
+    assert {n for n in os.listdir("/dev/shm") if n.startswith(mine)} == before
