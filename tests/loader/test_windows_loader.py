@@ -14,7 +14,7 @@ import pytest
 import torch
 import zarr
 from resume_harness import assert_resume_equals_uninterrupted
-from weather_stores import VARS, arrays, xarray_v3
+from weather_stores import STORES, VARS, arrays, xarray_v3
 
 import chunkio
 import chunkio.read.windows as windows
@@ -86,6 +86,20 @@ def _claimers(name: str, ds: ChunkDataset) -> set[int]:
         shm.close()
     assert (states == READY).all(), states
     return set(pids.tolist())
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", sorted(STORES))
+def test_every_kind_of_store_is_held_once_for_the_workers(tmp_path: Path, kind: str) -> None:
+    """Zarr v2/v3 (sharded) by xarray and zarr-python, h5py, chunkio's own: the workers fill
+    one shared stack and every window equals the source arrays."""
+    ds = _dataset(STORES[kind](tmp_path))
+    workers = chunkio.Workers(copy=True, context="fork")
+    with chunkio.make_loader(ds, 8, num_workers=2, seed=0, workers=workers) as loader:
+        seen = [a for x, y, t in loader for a in _check(x, y, t)]
+        (name,) = loader.dataset.held_segments.values()
+        assert _claimers(name, ds) <= set(loader.worker_pids())
+    assert ds.anchors is not None and sorted(seen) == ds.anchors.tolist()
 
 
 @pytest.mark.parametrize(
