@@ -83,9 +83,9 @@ def stack_shapes(layout: DatasetLayout, fields: Sequence[str]) -> list[StackShap
     stacked: set[str] = set()
     apart: set[str] = set()
     for name in fields:
-        info: Any = layout.field(name)
-        arrays = tuple(getattr(info, "arrays", ()))
-        if info.kind != "window" or arrays in found:
+        info: Any = layout.field(name)  # with windows, every field is a window field
+        arrays = tuple(info.arrays)
+        if arrays in found:
             continue
         if len(set(arrays)) < len(arrays):
             return None

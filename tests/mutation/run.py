@@ -74,6 +74,8 @@ def _pyproject(module: str, tests: list[str]) -> str:
         [
             "[tool.mutmut]",
             'source_paths = ["chunkio"]',
+            # tests that build their inputs with the benchmarks' data helpers import them
+            'also_copy = ["benchmarks"]',
             f"only_mutate = {json.dumps([module])}",
             f"pytest_add_cli_args = {json.dumps(args)}",
             f"pytest_add_cli_args_test_selection = {json.dumps(tests)}",

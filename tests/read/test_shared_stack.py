@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import zarr
 from held_fill import fill, pattern
 from weather_stores import VARS, xarray_v3
 
@@ -28,9 +29,29 @@ from chunkio.util.shared_stack import CLAIMED, FREE, READY, HeldSegments, StackS
 SHAPE = StackShape(("a", "b"), (2, 3), 40, (16,), "<f4", 256)
 
 
+#: rows of the five-variable store, and its variables' rows per chunk
+T, CHUNK_ROWS = 40, {"a": 1, "b": 2, "c": 3, "d": 4, "e": 5}
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return xarray_v3(tmp_path_factory.mktemp("held"))
+
+
+@pytest.fixture(scope="module")
+def five(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Five float32 variables ``(T, 2)`` chunked 1-5 rows, and a ``time`` coordinate."""
+    path = tmp_path_factory.mktemp("five") / "five.zarr"
+    group = zarr.open_group(path, mode="w", zarr_format=3)
+    for k, (name, rows) in enumerate(CHUNK_ROWS.items()):
+        values = np.arange(T * 2, dtype=np.float32).reshape(T, 2) + 1000 * k
+        group.create_array(name, shape=values.shape, chunks=(rows, 2), dtype="<f4")[...] = values
+    group.create_array("time", shape=(T,), chunks=(8,), dtype="<i8")[...] = np.arange(T)
+    return path
+
+
+def _five(path: Path, name: str) -> np.ndarray[Any, Any]:
+    return np.asarray(zarr.open_group(path, mode="r")[name][...])
 
 
 def _table(name: str, shape: StackShape) -> tuple[Any, np.ndarray[Any, Any], np.ndarray[Any, Any]]:
@@ -80,6 +101,8 @@ def test_the_stacks_are_the_ones_the_readers_make(
     ds = ChunkDataset(store, fields=fields, preload_bytes=1 << 30)
     found = stack_shapes(ds.layout, ds.fields)
     assert (None if found is None else [s.arrays for s in found]) == stacks
+    if found == []:  # nothing to share: the loader makes no segment
+        assert held_segments(ds.layout, ds.fields) is None
     if not found:
         return
     ds.read_batch([0, 5])  # the reader makes exactly the planned stacks
@@ -132,16 +155,20 @@ def test_a_block_claimed_by_a_dead_or_hung_process_is_decoded_by_a_waiter(
     segments = HeldSegments([SHAPE])
     name = segments.names[SHAPE.arrays]
     shm, states, claimers = _table(name, SHAPE)
+    hung = subprocess.Popen(["sleep", "120"])  # alive, never finishes its block
     try:
-        claimers[3] = _dead_pid() if claimer == "dead" else os.getppid()
+        claimers[3] = _dead_pid() if claimer == "dead" else hung.pid
         states[3] = CLAIMED
         read_block, done = _reader(SHAPE)
         stack = fill_shared(name, SHAPE, read_block)
         assert stack is not None and SHAPE.blocks[3] in done
         np.testing.assert_array_equal(stack, pattern(SHAPE))
         assert (states == READY).all() and claimers[3] == os.getpid()
+        assert hung.poll() is None  # asking whether a claimer lives sends it no signal
         del stack
     finally:
+        hung.kill()
+        hung.wait()
         del states, claimers
         shm.close()
         segments.close()
@@ -219,3 +246,72 @@ def test_segment_pages_are_reserved_up_front_or_none_are_made(
     monkeypatch.setattr(shared_stack.os, "posix_fallocate", full)
     assert HeldSegments.if_room([SHAPE, SHAPE]) is None
     assert {n for n in os.listdir("/dev/shm") if n.startswith(mine)} == before
+
+
+@pytest.mark.parametrize(
+    ("fields", "stacks"),
+    [
+        ([Field(["a", "b"], steps=[0, 1])], [("a", "b")]),  # two variables are a stack too
+        # the same stack again, then a field sharing one of its variables with another
+        ([Field(["a", "b"]), Field(["a", "b"], steps=[1]), Field(["b", "c"])], None),
+        ([Field(["a", "b", "c"]), Field(["c", "a", "b"])], [("a", "b", "c")]),  # reordered
+        ([Field("a"), Field("b"), Field(["a", "c"])], None),  # a read apart, before
+        ([Field(["a", "b"]), Field(["c", "d"]), Field(["a", "e"])], None),  # a in two stacks
+        ([Field(["a", "b"]), Field(["c", "d"]), "e"], [("a", "b"), ("c", "d")]),
+    ],
+)
+def test_which_fields_are_stacked(five: Path, fields: list[Any], stacks: Any) -> None:
+    ds = ChunkDataset(five, fields=fields, preload_bytes=1 << 30)
+    found = stack_shapes(ds.layout, ds.fields)
+    assert (None if found is None else [s.arrays for s in found]) == stacks
+    if found:
+        ds.read_batch([0, 5])  # the reader makes exactly the planned stacks
+        shared = ds._handle().ctx.shared
+        assert [k for k in shared if isinstance(k, tuple)] == stacks
+
+
+def test_a_dataset_given_segments_fills_and_then_reads_them(five: Path) -> None:
+    """In one process (as a loader's worker does): the first dataset decodes every block into
+    the segment; a second one given the same segment decodes nothing; both equal the source."""
+    fields = [Field(["a", "b", "c"], steps=[-1, 0]), Field(["a", "b", "c"], steps=[1])]
+    ds = ChunkDataset(five, fields=fields, preload_bytes=1 << 30)
+    (shape,) = stack_shapes(ds.layout, ds.fields) or []
+    assert shape.data_nbytes == T * 3 * 2 * 4 and shape.dtype == "<f4"
+    segments = held_segments(ds.layout, ds.fields)
+    assert segments is not None
+    (name,) = segments.names.values()
+    assert os.path.getsize(f"/dev/shm/{name}") == shape.offsets()[2]
+    idx = [0, 37, 5, 5, 20]
+    want = {v: _five(five, v) for v in "abc"}
+    try:
+        for first in (True, False):
+            reader = ChunkDataset(five, fields=fields, preload_bytes=1 << 30)
+            reader.held_segments = dict(segments.names)
+            got = reader.read_batch(idx)
+            assert reader.anchors is not None
+            anchors = reader.anchors[idx]
+            x = np.stack([np.stack([want[v][anchors + s] for v in "abc"], 1) for s in (-1, 0)], 1)
+            np.testing.assert_array_equal(got[reader.fields[0]], x)
+            y = np.stack([want[v][anchors + 1] for v in "abc"], 1)[:, None]
+            np.testing.assert_array_equal(got[reader.fields[1]], y)
+            stats = reader.read_stats()
+            chunks = sum(-(-T // CHUNK_ROWS[v]) for v in "abc")
+            assert (stats.chunks_read, stats.rows_decoded) == ((chunks, 3 * T) if first else (0, 0))
+        shm, states, claimers = _table(name, shape)
+        assert (states == READY).all() and set(claimers.tolist()) == {os.getpid()}
+        del states, claimers
+        shm.close()
+    finally:
+        segments.close()
+
+
+@pytest.mark.parametrize(("spare", "stacked"), [(0, True), (-1, False)])
+def test_a_stack_is_made_when_each_variable_fits_preload_bytes(
+    five: Path, spare: int, stacked: bool
+) -> None:
+    """``preload_bytes`` bounds each variable, exactly: at the bound its rows are stacked."""
+    per_variable = T * 2 * 4
+    fields = [Field(["a", "b"], steps=[0])]
+    ds = ChunkDataset(five, fields=fields, preload_bytes=per_variable + spare)
+    ds.read_batch([1, 2])
+    assert (("a", "b") in ds._handle().ctx.shared) == stacked
