@@ -57,6 +57,8 @@ def lane_blocks(
     [(0, 3), (3, 6), (6, 9), (9, 10)]
     >>> lane_blocks(10, 3, 1, 4 << 20)
     [(0, 10)]
+    >>> lane_blocks(10, 1, 1, 4), lane_blocks(5, 1, 1, 1)
+    ([(0, 4), (4, 8), (8, 10)], [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)])
     """
     per_chunk = max(1, chunk_rows)
     step = per_chunk * max(1, block_bytes // (max(1, row_nbytes) * per_chunk))

@@ -9,6 +9,7 @@ import gc
 import multiprocessing
 import os
 import subprocess
+import threading
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing.shared_memory import SharedMemory
 from pathlib import Path
@@ -315,3 +316,62 @@ def test_a_stack_is_made_when_each_variable_fits_preload_bytes(
     ds = ChunkDataset(five, fields=fields, preload_bytes=per_variable + spare)
     ds.read_batch([1, 2])
     assert (("a", "b") in ds._handle().ctx.shared) == stacked
+
+
+def test_a_waiter_leaves_a_live_claimers_block_to_it_and_takes_over_a_dead_ones() -> None:
+    """Block 3 is claimed by a process that died, block 5 by a live one that finishes it a
+    little later: the waiter decodes block 3 itself, then waits for block 5 (it does not
+    decode it: the live claimer is within ``STALL_S``)."""
+    segments = HeldSegments([SHAPE])
+    name = segments.names[SHAPE.arrays]
+    shm, states, claimers = _table(name, SHAPE)
+    want = pattern(SHAPE)
+    views = {"data": np.ndarray(want.shape, dtype=want.dtype, buffer=shm.buf), "states": states}
+    j, a, b = SHAPE.blocks[5]
+
+    def finish() -> None:  # the live claimer (this process, on a thread) completes block 5
+        views["data"][a:b, j] = want[a:b, j]
+        views["states"][5] = READY
+
+    timer = threading.Timer(0.3, finish)
+    live = subprocess.Popen(["sleep", "120"])  # stands for the claimer of block 5
+    try:
+        claimers[3], states[3] = _dead_pid(), CLAIMED
+        claimers[5], states[5] = live.pid, CLAIMED
+        read_block, done = _reader(SHAPE)
+        timer.start()
+        stack = fill_shared(name, SHAPE, read_block)
+        assert stack is not None and SHAPE.blocks[3] in done and SHAPE.blocks[5] not in done
+        np.testing.assert_array_equal(stack, want)
+        del stack
+        assert live.poll() is None  # asking whether a claimer lives sends it no signal
+    finally:
+        timer.join()
+        live.kill()
+        live.wait()
+        views.clear()
+        del states, claimers
+        shm.close()
+        segments.close()
+
+
+def test_whether_a_claimer_is_alive() -> None:
+    live = subprocess.Popen(["sleep", "120"])
+    try:
+        assert shared_stack._alive(live.pid) and not shared_stack._alive(_dead_pid())
+        assert live.poll() is None  # no signal was sent
+    finally:
+        live.kill()
+        live.wait()
+    assert shared_stack._alive(2**70)  # no such process id can be asked about: assume alive
+
+
+def test_an_empty_stack_and_a_segment_removed_by_hand() -> None:
+    empty = StackShape(("a", "b"), (2, 3), 0, (16,), "<f4", 256)
+    segments = HeldSegments([empty])
+    read_block, done = _reader(empty)
+    stack = fill_shared(segments.names[empty.arrays], empty, read_block)
+    assert stack is not None and stack.shape == (0, 2, 16) and done == []
+    del stack
+    os.unlink(f"/dev/shm/{segments.names[empty.arrays]}")  # gone already: closing still works
+    segments.close()
