@@ -271,13 +271,20 @@ def test_which_fields_are_stacked(five: Path, fields: list[Any], stacks: Any) ->
         assert [k for k in shared if isinstance(k, tuple)] == stacks
 
 
-def test_a_dataset_given_segments_fills_and_then_reads_them(five: Path) -> None:
+def test_a_dataset_given_segments_fills_and_then_reads_them(
+    five: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """In one process (as a loader's worker does): the first dataset decodes every block into
-    the segment; a second one given the same segment decodes nothing; both equal the source."""
+    the segment; a second one given the same segment decodes nothing; both equal the source
+    (blocks of about 64 bytes: several per variable)."""
+    import chunkio.read.windows as windows
+
+    monkeypatch.setattr(windows, "BLOCK_BYTES", 64)
     fields = [Field(["a", "b", "c"], steps=[-1, 0]), Field(["a", "b", "c"], steps=[1])]
     ds = ChunkDataset(five, fields=fields, preload_bytes=1 << 30)
     (shape,) = stack_shapes(ds.layout, ds.fields) or []
     assert shape.data_nbytes == T * 3 * 2 * 4 and shape.dtype == "<f4"
+    assert len(shape.blocks) > 3 * 4  # rows 8 bytes: a 64-byte block holds whole chunks
     segments = held_segments(ds.layout, ds.fields)
     assert segments is not None
     (name,) = segments.names.values()
