@@ -382,3 +382,8 @@ def test_an_empty_stack_and_a_segment_removed_by_hand() -> None:
     del stack
     os.unlink(f"/dev/shm/{segments.names[empty.arrays]}")  # gone already: closing still works
     segments.close()
+
+
+def test_blocks_of_one_byte_rows_and_one_row_chunks() -> None:
+    assert shared_stack.lane_blocks(10, 1, 1, 4) == [(0, 4), (4, 8), (8, 10)]
+    assert shared_stack.lane_blocks(5, 1, 1, 1) == [(k, k + 1) for k in range(5)]
