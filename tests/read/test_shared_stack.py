@@ -10,8 +10,8 @@ import multiprocessing
 import os
 import subprocess
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
-from multiprocessing.shared_memory import SharedMemory
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ import chunkio.util.shared_stack as shared_stack
 from chunkio import ChunkDataset, Field
 from chunkio.read.windows import held_segments, stack_shapes
 from chunkio.util.shared_stack import CLAIMED, FREE, READY, HeldSegments, StackShape, fill_shared
+from chunkio.util.shm import SegmentMapping, attach
 
 #: 2 variables, 40 rows of 64 bytes, blocks of 4 rows (chunks of 2) and 3 rows (chunks of 3)
 SHAPE = StackShape(("a", "b"), (2, 3), 40, (16,), "<f4", 256)
@@ -55,13 +56,28 @@ def _five(path: Path, name: str) -> np.ndarray[Any, Any]:
     return np.asarray(zarr.open_group(path, mode="r")[name][...])
 
 
-def _table(name: str, shape: StackShape) -> tuple[Any, np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """(segment, block states, claimers' ids) of segment ``name``."""
-    shm = SharedMemory(name=name)
+def _table(name: str, shape: StackShape) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """(block states, claimers' ids) of segment ``name``: views that keep it mapped."""
+    raw = SegmentMapping(attach(name)).bytes()
     states_at, pids_at, nbytes = shape.offsets()
-    raw = np.ndarray((nbytes,), dtype=np.uint8, buffer=shm.buf)
-    n = len(shape.blocks)
-    return shm, raw[states_at : states_at + n], raw[pids_at:nbytes].view(np.int64)
+    return raw[states_at : states_at + len(shape.blocks)], raw[pids_at:nbytes].view(np.int64)
+
+
+@pytest.fixture
+def segment() -> Iterator[str]:
+    """The name of a new segment for :data:`SHAPE` (unlinked after the test)."""
+    segments = HeldSegments([SHAPE])
+    yield segments.names[SHAPE.arrays]
+    segments.close()
+
+
+@pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    """A live process that stands for a claimer (killed after the test)."""
+    live = subprocess.Popen(["sleep", "120"])
+    yield live
+    live.kill()
+    live.wait()
 
 
 def _reader(shape: StackShape, fail_at: int | None = None) -> tuple[Any, list[Any]]:
@@ -112,12 +128,10 @@ def test_the_stacks_are_the_ones_the_readers_make(
 
 
 @pytest.mark.timeout(120)
-def test_two_processes_fill_one_stack_decoding_each_block_about_once() -> None:
-    segments = HeldSegments([SHAPE])
-    name = segments.names[SHAPE.arrays]
+def test_two_processes_fill_one_stack_decoding_each_block_about_once(segment: str) -> None:
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(2, mp_context=ctx) as pool:
-        runs = [pool.submit(fill, name, SHAPE, 0.005) for _ in range(2)]
+        runs = [pool.submit(fill, segment, SHAPE, 0.005) for _ in range(2)]
         results = [r.result() for r in runs]
     pids = {pid for pid, _ in results}
     done = [d for _, d in results]
@@ -125,19 +139,13 @@ def test_two_processes_fill_one_stack_decoding_each_block_about_once() -> None:
     assert set(blocks) == set(SHAPE.blocks)
     # two processes claiming one block at the same instant both decode it; rare, bounded
     assert len(blocks) <= len(SHAPE.blocks) + 2, done
-    shm, states, claimers = _table(name, SHAPE)
-    try:
-        assert (states == READY).all() and set(claimers.tolist()) <= pids
-        # a third reader finds it complete and decodes nothing
-        read_block, mine = _reader(SHAPE)
-        stack = fill_shared(name, SHAPE, read_block)
-        assert stack is not None and mine == []
-        np.testing.assert_array_equal(stack, pattern(SHAPE))
-        del stack
-    finally:
-        del states, claimers
-        shm.close()
-        segments.close()
+    states, claimers = _table(segment, SHAPE)
+    assert (states == READY).all() and set(claimers.tolist()) <= pids
+    # a third reader finds it complete and decodes nothing
+    read_block, mine = _reader(SHAPE)
+    stack = fill_shared(segment, SHAPE, read_block)
+    assert stack is not None and mine == []
+    np.testing.assert_array_equal(stack, pattern(SHAPE))
 
 
 def _dead_pid() -> int:
@@ -148,51 +156,32 @@ def _dead_pid() -> int:
 
 @pytest.mark.parametrize("claimer", ["dead", "hung"])
 def test_a_block_claimed_by_a_dead_or_hung_process_is_decoded_by_a_waiter(
-    claimer: str, monkeypatch: pytest.MonkeyPatch
+    claimer: str, monkeypatch: pytest.MonkeyPatch, segment: str, sleeper: Any
 ) -> None:
     """A claimer that died leaves its block to whoever waits for it; one still alive that never
-    finishes (stuck) does after ``STALL_S``."""
+    finishes (stuck: the sleeper) does after ``STALL_S``."""
     monkeypatch.setattr(shared_stack, "STALL_S", 0.05)
-    segments = HeldSegments([SHAPE])
-    name = segments.names[SHAPE.arrays]
-    shm, states, claimers = _table(name, SHAPE)
-    hung = subprocess.Popen(["sleep", "120"])  # alive, never finishes its block
-    try:
-        claimers[3] = _dead_pid() if claimer == "dead" else hung.pid
-        states[3] = CLAIMED
-        read_block, done = _reader(SHAPE)
-        stack = fill_shared(name, SHAPE, read_block)
-        assert stack is not None and SHAPE.blocks[3] in done
-        np.testing.assert_array_equal(stack, pattern(SHAPE))
-        assert (states == READY).all() and claimers[3] == os.getpid()
-        assert hung.poll() is None  # asking whether a claimer lives sends it no signal
-        del stack
-    finally:
-        hung.kill()
-        hung.wait()
-        del states, claimers
-        shm.close()
-        segments.close()
+    states, claimers = _table(segment, SHAPE)
+    claimers[3] = _dead_pid() if claimer == "dead" else sleeper.pid
+    states[3] = CLAIMED
+    read_block, done = _reader(SHAPE)
+    stack = fill_shared(segment, SHAPE, read_block)
+    assert stack is not None and SHAPE.blocks[3] in done
+    np.testing.assert_array_equal(stack, pattern(SHAPE))
+    assert (states == READY).all() and claimers[3] == os.getpid()
+    assert sleeper.poll() is None  # asking whether a claimer lives sends it no signal
 
 
-def test_a_failed_decode_frees_its_block_for_the_next_reader() -> None:
-    segments = HeldSegments([SHAPE])
-    name = segments.names[SHAPE.arrays]
-    shm, states, _ = _table(name, SHAPE)
-    try:
-        read_block, _ = _reader(SHAPE, fail_at=5)
-        with pytest.raises(ValueError, match="a corrupt chunk"):
-            fill_shared(name, SHAPE, read_block)
-        assert states[5] == FREE
-        read_block, done = _reader(SHAPE)
-        stack = fill_shared(name, SHAPE, read_block)
-        assert stack is not None and SHAPE.blocks[5] in done
-        np.testing.assert_array_equal(stack, pattern(SHAPE))
-        del stack
-    finally:
-        del states
-        shm.close()
-        segments.close()
+def test_a_failed_decode_frees_its_block_for_the_next_reader(segment: str) -> None:
+    states, _ = _table(segment, SHAPE)
+    read_block, _ = _reader(SHAPE, fail_at=5)
+    with pytest.raises(ValueError, match="a corrupt chunk"):
+        fill_shared(segment, SHAPE, read_block)
+    assert states[5] == FREE
+    read_block, done = _reader(SHAPE)
+    stack = fill_shared(segment, SHAPE, read_block)
+    assert stack is not None and SHAPE.blocks[5] in done
+    np.testing.assert_array_equal(stack, pattern(SHAPE))
 
 
 def test_a_segment_that_is_gone_or_too_small_is_not_used() -> None:
@@ -305,10 +294,8 @@ def test_a_dataset_given_segments_fills_and_then_reads_them(
             stats = reader.read_stats()
             chunks = sum(-(-T // CHUNK_ROWS[v]) for v in "abc")
             assert (stats.chunks_read, stats.rows_decoded) == ((chunks, 3 * T) if first else (0, 0))
-        shm, states, claimers = _table(name, shape)
+        states, claimers = _table(name, shape)
         assert (states == READY).all() and set(claimers.tolist()) == {os.getpid()}
-        del states, claimers
-        shm.close()
     finally:
         segments.close()
 
@@ -325,51 +312,39 @@ def test_a_stack_is_made_when_each_variable_fits_preload_bytes(
     assert (("a", "b") in ds._handle().ctx.shared) == stacked
 
 
-def test_a_waiter_leaves_a_live_claimers_block_to_it_and_takes_over_a_dead_ones() -> None:
-    """Block 3 is claimed by a process that died, block 5 by a live one that finishes it a
-    little later: the waiter decodes block 3 itself, then waits for block 5 (it does not
-    decode it: the live claimer is within ``STALL_S``)."""
-    segments = HeldSegments([SHAPE])
-    name = segments.names[SHAPE.arrays]
-    shm, states, claimers = _table(name, SHAPE)
+def test_a_waiter_leaves_a_live_claimers_block_to_it_and_takes_over_a_dead_ones(
+    segment: str, sleeper: Any
+) -> None:
+    """Block 3 is claimed by a process that died, block 5 by a live one (the sleeper) that
+    finishes it a little later (a thread does it for it): the waiter decodes block 3 itself,
+    then waits for block 5 (it does not decode it: the live claimer is within ``STALL_S``)."""
+    states, claimers = _table(segment, SHAPE)
     want = pattern(SHAPE)
-    views = {"data": np.ndarray(want.shape, dtype=want.dtype, buffer=shm.buf), "states": states}
+    data = SegmentMapping(attach(segment)).bytes()[: SHAPE.data_nbytes].view(want.dtype)
+    data = data.reshape(want.shape)
     j, a, b = SHAPE.blocks[5]
 
-    def finish() -> None:  # the live claimer (this process, on a thread) completes block 5
-        views["data"][a:b, j] = want[a:b, j]
-        views["states"][5] = READY
+    def finish() -> None:
+        data[a:b, j] = want[a:b, j]
+        states[5] = READY
 
+    claimers[3], states[3] = _dead_pid(), CLAIMED
+    claimers[5], states[5] = sleeper.pid, CLAIMED
+    read_block, done = _reader(SHAPE)
     timer = threading.Timer(0.3, finish)
-    live = subprocess.Popen(["sleep", "120"])  # stands for the claimer of block 5
+    timer.start()
     try:
-        claimers[3], states[3] = _dead_pid(), CLAIMED
-        claimers[5], states[5] = live.pid, CLAIMED
-        read_block, done = _reader(SHAPE)
-        timer.start()
-        stack = fill_shared(name, SHAPE, read_block)
-        assert stack is not None and SHAPE.blocks[3] in done and SHAPE.blocks[5] not in done
-        np.testing.assert_array_equal(stack, want)
-        del stack
-        assert live.poll() is None  # asking whether a claimer lives sends it no signal
+        stack = fill_shared(segment, SHAPE, read_block)
     finally:
         timer.join()
-        live.kill()
-        live.wait()
-        views.clear()
-        del states, claimers
-        shm.close()
-        segments.close()
+    assert stack is not None and SHAPE.blocks[3] in done and SHAPE.blocks[5] not in done
+    np.testing.assert_array_equal(stack, want)
+    assert sleeper.poll() is None  # asking whether a claimer lives sends it no signal
 
 
-def test_whether_a_claimer_is_alive() -> None:
-    live = subprocess.Popen(["sleep", "120"])
-    try:
-        assert shared_stack._alive(live.pid) and not shared_stack._alive(_dead_pid())
-        assert live.poll() is None  # no signal was sent
-    finally:
-        live.kill()
-        live.wait()
+def test_whether_a_claimer_is_alive(sleeper: Any) -> None:
+    assert shared_stack._alive(sleeper.pid) and not shared_stack._alive(_dead_pid())
+    assert sleeper.poll() is None  # no signal was sent
     assert shared_stack._alive(2**70)  # no such process id can be asked about: assume alive
 
 
