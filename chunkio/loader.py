@@ -469,8 +469,8 @@ def _prepare(given: ChunkDataset, reader: Reader | None, options: LoaderOptions)
         # windows: each reader reads its arrays whole at once (one sequential pass, then
         # gathers only) rather than keeping chunks as their lanes reach them (3-4 epochs)
         dataset.preload_bytes = max(dataset.preload_bytes, held)
-    if segments is not None:
-        dataset.held_segments = dict(segments.names)
+    # a dataset taken from another loader does not keep that loader's segments
+    dataset.held_segments = dict(segments.names) if segments is not None else {}
     warn_if_label_sorted(dataset, sampler, reader)
     return dataset, sampler, name, segments
 

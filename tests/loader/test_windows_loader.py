@@ -280,3 +280,11 @@ def test_readers_keep_every_chunk_across_epochs_when_the_data_fits_hold_bytes(
         assert sorted(epoch[:, 0, 0].tolist()) == x[:-1, 0].tolist()
     assert decoded >= 200 and (again > 0) == decodes_again, (decoded, again)
     assert ds.held_nbytes() < 1 << 30
+
+
+def test_a_dataset_taken_from_a_loader_does_not_keep_its_segments(store: Path) -> None:
+    with chunkio.make_loader(_dataset(store), 8, num_workers=2, seed=0, workers=COPY) as first:
+        assert first.dataset.held_segments
+        with chunkio.make_loader(first.dataset, 8, num_workers=0, seed=0, workers=COPY) as second:
+            assert second.dataset.held_segments == {}
+            assert [a for x, y, t in second for a in _check(x, y, t)]
