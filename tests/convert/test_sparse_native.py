@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from pool_counter import pools_fixture  # noqa: F401 (the pools fixture)
 
 from chunkio import ChunkDataset, Execution, Output, make_loader
 from chunkio.convert import write_arrays
-from chunkio.convert.engine import core as engine
 from chunkio.convert.engine import workers as pool_policy
 from chunkio.errors import FormatError, SourceError
 
@@ -94,27 +94,20 @@ def test_the_stored_arrays_and_their_checksums(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def pools(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    started: list[int] = []
-    real = engine.worker_processes
-
-    def counting(workers: int, **kw: Any) -> Any:
-        started.append(workers)
-        return real(workers, **kw)
-
-    monkeypatch.setattr(engine, "worker_processes", counting)
+def eager_pools(pools: list[int], monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The pool counter, with pools started however short the work."""
     monkeypatch.setattr(pool_policy, "POOL_MIN_SECONDS", 0.0)
-    return started
+    return pools
 
 
 @pytest.mark.timeout(60)
-def test_worker_processes_write_the_same_dataset(tmp_path: Path, pools: list[int]) -> None:
+def test_worker_processes_write_the_same_dataset(tmp_path: Path, eager_pools: list[int]) -> None:
     m = matrix()
     one = tmp_path / "one.h5"
     write_arrays(one, {"x": m}, output=Output(chunks=16), execution=Execution(workers=1))
     two = tmp_path / "two.h5"
     write_arrays(two, {"x": m}, output=Output(chunks=16), execution=Execution(workers=2))
-    assert pools == [2]
+    assert eager_pools == [2]
     assert two.read_bytes() == one.read_bytes()
 
 

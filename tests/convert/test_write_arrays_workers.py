@@ -15,25 +15,11 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import source_array
+from pool_counter import pools_fixture  # noqa: F401 (the pools fixture)
 
 from chunkio import ChunkDataset, Execution, Output
 from chunkio.convert.arrays import ArraySource, write_arrays
-from chunkio.convert.engine import core as engine
 from chunkio.convert.engine import workers as pool_policy
-
-
-@pytest.fixture
-def pools(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The worker count of every pool the engine starts."""
-    started: list[int] = []
-    real = engine.worker_processes
-
-    def counting(workers: int, **kw: Any) -> Any:
-        started.append(workers)
-        return real(workers, **kw)
-
-    monkeypatch.setattr(engine, "worker_processes", counting)
-    return started
 
 
 def data(n: int = 120) -> dict[str, np.ndarray]:

@@ -12,9 +12,8 @@ to scipy's.
 from __future__ import annotations
 
 import os
-import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import h5py
 import numpy as np
@@ -23,10 +22,10 @@ import scipy.sparse as sp
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as tmp
-from weather_stores import VARS, arrays, xarray_v3
+from weather_stores import VARS, arrays, window_dataset, window_fields, xarray_v3
 
 import chunkio
-from chunkio import ChunkDataset, Field
+from chunkio import ChunkDataset
 from chunkio.convert import write_arrays
 
 #: ``CHUNKIO_TEST_DEVICE=cpu`` rehearses these tests on the CPU (the device paths are the same)
@@ -35,7 +34,7 @@ pytestmark = pytest.mark.skipif(
     DEVICE == "cuda" and not torch.cuda.is_available(), reason="needs CUDA"
 )
 
-FIELDS = [Field(list(VARS), steps=range(-1, 1)), Field(list(VARS), steps=[1]), "time"]
+FIELDS = window_fields()
 PBMC = Path(__file__).resolve().parents[1] / "data" / "singlecell" / "pbmc68k_reduced.h5ad"
 
 
@@ -45,9 +44,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _dataset(path: Path, **kw: Any) -> ChunkDataset:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # zarr's notes on consolidated metadata under v3
-        return ChunkDataset(path, fields=FIELDS, **kw)
+    return cast(ChunkDataset, window_dataset(path, **kw))
 
 
 def _windows(anchors: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:

@@ -7,14 +7,14 @@ from __future__ import annotations
 import warnings
 from multiprocessing.shared_memory import SharedMemory
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
 import torch
 import zarr
 from resume_harness import assert_resume_equals_uninterrupted
-from weather_stores import STORES, VARS, arrays, xarray_v3
+from weather_stores import STORES, VARS, arrays, window_dataset, window_fields, xarray_v3
 
 import chunkio
 import chunkio.read.windows as windows
@@ -24,7 +24,7 @@ from chunkio.util.shared_stack import READY
 #: batches are kept (compared across loaders): copies, not views of the ring
 COPY = chunkio.Workers(copy=True)
 
-FIELDS = [Field(list(VARS), steps=range(-1, 1)), Field(list(VARS), steps=[1]), "time"]
+FIELDS = window_fields()
 
 
 @pytest.fixture(scope="module")
@@ -33,9 +33,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _dataset(path: Path, **kw: Any) -> ChunkDataset:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # zarr's notes on consolidated metadata under v3
-        return ChunkDataset(path, fields=FIELDS, **kw)
+    return cast(ChunkDataset, window_dataset(path, **kw))
 
 
 def _check(x: Any, y: Any, t: Any) -> list[int]:

@@ -105,3 +105,19 @@ STORES: dict[str, Callable[[Path], Path]] = {
     "h5py": h5py_file,
     "chunkio": native,
 }
+
+
+def window_fields() -> list[Any]:
+    """The benchmark's window: ``t-1, t`` of the three variables, the ``t+1`` target, time."""
+    from chunkio import Field
+
+    return [Field(list(VARS), steps=range(-1, 1)), Field(list(VARS), steps=[1]), "time"]
+
+
+def window_dataset(path: Path, **kw: Any) -> Any:
+    """:func:`window_fields` of the store at ``path`` as a ``ChunkDataset``."""
+    from chunkio import ChunkDataset
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zarr's notes on consolidated metadata under v3
+        return ChunkDataset(path, fields=window_fields(), **kw)
