@@ -50,8 +50,6 @@ from ..util.numeric import IntArray, ceil_div
 __all__ = [
     "DEFAULT_LANES",
     "OrderSpec",
-    "canonical_batches",
-    "canonical_stream",
     "check_state",
     "lane_quotas",
     "lane_sizes",
@@ -184,67 +182,6 @@ def lane_sizes(num_samples: int, quotas: IntArray) -> IntArray:
         order = np.lexsort((np.arange(quotas.size), -(exact % total)))
         sizes[order[:short]] += 1
     return sizes.astype(np.int64)
-
-
-def _chunk_stream(sizes: IntArray, rng: np.random.Generator) -> IntArray:
-    order = rng.permutation(sizes.size)
-    perm_sizes = sizes[order]
-    starts = (np.cumsum(sizes) - sizes)[order]  # first sample id of each chunk, shuffled
-    first_pos = np.cumsum(perm_sizes) - perm_sizes  # its position in the stream
-    out: IntArray = np.arange(int(sizes.sum()), dtype=np.int64) + np.repeat(
-        starts - first_pos, perm_sizes
-    )
-    return out
-
-
-def canonical_stream(chunk_sizes: Any, spec: OrderSpec, *, seed: int, epoch: int) -> IntArray:
-    """All sample ids of one epoch in global batch order (see the module docstring).
-
-    >>> s = OrderSpec(batch_size=4, pool=0, lanes=2)
-    >>> canonical_stream([2, 2, 2, 2], s, seed=0, epoch=0).tolist()
-    [4, 5, 7, 6, 0, 1, 3, 2]
-    >>> canonical_stream([3, 2], OrderSpec(2, 8, shuffle=False), seed=0, epoch=0).tolist()
-    [0, 1, 2, 3, 4]
-    """
-    sizes = as_sizes(chunk_sizes)
-    rng = np.random.default_rng([check_int("seed", seed, 0), check_int("epoch", epoch, 0)])
-    n = int(sizes.sum())
-    if not spec.shuffle:
-        return np.arange(n, dtype=np.int64)
-    ids = _chunk_stream(sizes, rng)
-    quotas = lane_quotas(spec.batch_size, spec.lanes)
-    lengths = lane_sizes(n, quotas)
-    lane = np.repeat(np.arange(quotas.size, dtype=np.int64), lengths)
-    lane_start = np.cumsum(lengths) - lengths
-    pos = np.arange(n, dtype=np.int64) - lane_start[lane]
-    # Odd lanes run backwards, so a chunk cut by a lane boundary is emitted at the same time
-    # (both lanes' start, or both ends) and is decoded once, not once per lane.
-    emit = np.where(lane % 2 == 1, lengths[lane] - 1 - pos, pos)
-    window = spec.pool * quotas / spec.batch_size  # each lane's share of the pool, in samples
-    key = emit + rng.random(n) * window[lane]
-    span = float(lengths.max()) + float(window.max()) + 1.0
-    by_lane = np.argsort(lane * span + key, kind="stable")  # lane by lane, by jittered position
-    ids, lane = ids[by_lane], lane[by_lane]
-    q = quotas[lane]
-    offset = (np.cumsum(quotas) - quotas)[lane]
-    batch_key = (pos // q) * spec.batch_size + offset + pos % q  # pos is lane-relative
-    out: IntArray = ids[np.argsort(batch_key, kind="stable")]
-    return out
-
-
-def canonical_batches(
-    chunk_sizes: Any, spec: OrderSpec, *, seed: int, epoch: int
-) -> list[IntArray]:
-    """The epoch's global batches (int64 sample ids), the last one partial unless dropped.
-
-    >>> [b.tolist() for b in canonical_batches([3, 2], OrderSpec(2, 0, shuffle=False),
-    ...                                        seed=0, epoch=0)]
-    [[0, 1], [2, 3], [4]]
-    """
-    stream = canonical_stream(chunk_sizes, spec, seed=seed, epoch=epoch)
-    b = spec.batch_size
-    stop = stream.size - stream.size % b if spec.drop_last else stream.size
-    return [stream[i : i + b] for i in range(0, stop, b)]
 
 
 def rank_rows(batch: IntArray, pad: IntArray, rank: int, world_size: int) -> IntArray:

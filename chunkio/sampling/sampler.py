@@ -25,16 +25,15 @@ from torch.utils.data import Sampler
 
 from ..errors import IncompatibleStateError
 from ..util.numeric import IntArray, ceil_div
+from .epoch_order import EpochOrder, rank_batches
 from .order import (
     DEFAULT_LANES,
     OrderSpec,
     as_sizes,
-    canonical_stream,
     check_int,
     check_state,
     lane_quotas,
     pool_capacity_chunks,
-    rank_rows,
     split_rows,
 )
 
@@ -67,34 +66,6 @@ def num_batches(
     """
     b = check_int("batch_size", batch_size, 1) * check_int("world_size", world_size, 1)
     return num_samples // b if drop_last else ceil_div(num_samples, b)
-
-
-def rank_batches(
-    chunk_sizes: ChunkSizes,
-    spec: OrderSpec,
-    *,
-    seed: int,
-    epoch: int,
-    rank: int = 0,
-    world_size: int = 1,
-) -> list[IntArray]:
-    """Rank ``rank``'s batches of one epoch: its rows of every canonical global batch.
-
-    >>> spec = OrderSpec(batch_size=4, pool=0, shuffle=False)
-    >>> [b.tolist() for b in rank_batches([3, 3], spec, seed=0, epoch=0, rank=1, world_size=2)]
-    [[2, 3], [5]]
-    """
-    world = check_int("world_size", world_size, 1)
-    r = check_int("rank", rank, 0, world - 1)
-    if spec.batch_size % world:
-        raise ValueError(
-            f"the global batch size {spec.batch_size} must be divisible by world_size {world}"
-        )
-    stream = canonical_stream(chunk_sizes, spec, seed=seed, epoch=epoch)
-    b = spec.batch_size
-    stop = stream.size - stream.size % b if spec.drop_last else stream.size
-    pad = stream[:world]
-    return [rank_rows(stream[i : i + b], pad, r, world) for i in range(0, stop, b)]
 
 
 def _dist_rank_world() -> tuple[int, int]:
@@ -202,15 +173,25 @@ class ChunkBatchSampler(Sampler[list[int]]):
         return self.spec.lanes
 
     def batches(self, epoch: int | None = None) -> list[IntArray]:
-        """This rank's batches of ``epoch`` (default: the current one), as int64 arrays."""
-        return rank_batches(
+        """This rank's batches of ``epoch`` (default: the current one), as int64 arrays.
+
+        The whole epoch at once (8 bytes per sample); :meth:`iter_batches` yields them as
+        they are needed.
+        """
+        return list(self.iter_batches(epoch))
+
+    def iter_batches(self, epoch: int | None = None, *, start: int = 0) -> Iterator[IntArray]:
+        """This rank's batches ``start``, ``start + 1``, ... of ``epoch``, generated block by
+        block (:mod:`chunkio.sampling.epoch_order`): the first comes after one pool's work,
+        however long the epoch, and ``start`` skips ahead without replaying the batches before.
+        """
+        order = EpochOrder(
             self.chunk_sizes,
             self.spec,
             seed=self.seed,
             epoch=self.epoch if epoch is None else epoch,
-            rank=self.rank,
-            world_size=self.world_size,
         )
+        return order.rank_batches(self.rank, self.world_size, start=start)
 
     def reader_rows(self, n: int, readers: int) -> list[tuple[int, int]]:
         """Split rows ``[0, n)`` of this rank's batch among ``readers`` along lane boundaries."""
@@ -263,12 +244,12 @@ class ChunkBatchSampler(Sampler[list[int]]):
         """Like ``iter(self)`` (same resume and state tracking), yielding int64 arrays."""
         start, self._resume = self._resume, 0  # runs on the first next(), not before
         self._done = start
-        yield from self._run(self.batches(), start)
+        yield from self._run(self.iter_batches(start=start), start)
 
-    def _run(self, batches: list[IntArray], start: int) -> Iterator[IntArray]:
-        for i in range(start, len(batches)):
+    def _run(self, batches: Iterable[IntArray], start: int) -> Iterator[IntArray]:
+        for i, batch in enumerate(batches, start):
             self._done = i + 1
-            yield batches[i]
+            yield batch
         self._done = 0  # epoch complete: the next pass starts at batch 0
 
     def _config(self) -> dict[str, Any]:

@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chunkio.errors import IncompatibleStateError
+from chunkio.sampling.epoch_order import canonical_stream
 from chunkio.sampling.order import (
     OrderSpec,
-    canonical_stream,
     check_state,
     pool_capacity_chunks,
     rank_rows,

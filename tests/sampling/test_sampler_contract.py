@@ -25,7 +25,8 @@ from chunkio.sampling import (
     read_amplification,
     shuffle_quality,
 )
-from chunkio.sampling.order import OrderSpec, canonical_batches, lane_quotas, split_rows
+from chunkio.sampling.epoch_order import canonical_batches
+from chunkio.sampling.order import OrderSpec, lane_quotas, split_rows
 from chunkio.sampling.sampler import num_batches
 
 

@@ -26,7 +26,8 @@ from chunkio.sampling import (
     shuffle_quality,
 )
 from chunkio.sampling import sampler as sampling
-from chunkio.sampling.order import OrderSpec, canonical_batches, lane_quotas, lane_sizes, split_rows
+from chunkio.sampling.epoch_order import canonical_batches
+from chunkio.sampling.order import OrderSpec, lane_quotas, lane_sizes, split_rows
 
 SETTINGS = settings(max_examples=60, deadline=None)
 sizes_st = st.lists(st.integers(1, 12), min_size=1, max_size=16)
