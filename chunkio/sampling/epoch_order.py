@@ -58,7 +58,10 @@ class _Stream:
         self._ends = np.cumsum(perm_sizes)
         first_pos = self._ends - perm_sizes  # each chunk's first position in the stream
         self._shift = (np.cumsum(sizes) - sizes)[order] - first_pos  # id - position
-        self._state = rng.bit_generator.state  # the uniforms start right after the permutation
+        bits = rng.bit_generator
+        if not isinstance(bits, np.random.PCG64):  # advance() and one draw per double
+            raise TypeError(f"expected default_rng's PCG64, got {type(bits).__name__}")
+        self._state = bits.state  # the uniforms start right after the permutation
 
     def ids(self, lo: int, hi: int) -> IntArray:
         """Sample ids at stream positions ``[lo, hi)``."""

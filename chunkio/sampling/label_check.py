@@ -13,6 +13,7 @@ give their labels, so that ``fields=["train/images", "train/labels"]`` is checke
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from typing import Any
 
@@ -97,7 +98,8 @@ def check_label_mixing(
     stored = _distinct_ratio(chunks, codes, counts)[2]
     if stored >= SORTED_THRESHOLD:  # mixed chunks mix batches: skip computing the epoch
         return {"stored_ratio": stored, "loader_ratio": 1.0}
-    batches = sampler.batches(sampler.epoch)[:_BATCHES_CHECKED]
+    # the first batches only: generated lazily, they cost one pool's work, not the epoch's
+    batches = list(itertools.islice(sampler.iter_batches(sampler.epoch), _BATCHES_CHECKED))
     seen, uniform, ratio = _distinct_ratio(batches, codes, counts)
     return {
         "stored_ratio": stored,
