@@ -29,6 +29,12 @@ How an epoch is built (``shuffle=True``):
 
 ``shuffle=False`` gives storage order (time series), cut into batches.
 
+This module states the order and its arithmetic (the spec, lane quotas and sizes, rank rows,
+reader splits); :mod:`.epoch_order` generates it, block by block: the steps above read as one
+sort of the whole epoch, but a sample's key is never below its emit position, so each lane is
+merged a pool at a time with the same result, and an epoch's first batch (or a resume) costs
+the chunk permutation and one pool per lane, not the epoch.
+
 DDP: rank ``r`` of ``W`` takes rows ``[r * B / W, (r + 1) * B / W)`` of every global batch
 (:func:`rank_rows`), so the concatenation of the ranks' batches *is* the global batch; with
 ``W`` dividing ``lanes`` each rank reads disjoint chunks. A last partial global batch is padded

@@ -25,7 +25,7 @@ from torch.utils.data import Sampler
 
 from ..errors import IncompatibleStateError
 from ..util.numeric import IntArray, ceil_div
-from .epoch_order import EpochOrder, rank_batches
+from .epoch_order import EpochOrder
 from .order import (
     DEFAULT_LANES,
     OrderSpec,
@@ -41,7 +41,6 @@ __all__ = [
     "ChunkBatchSampler",
     "describe_sampler",
     "num_batches",
-    "rank_batches",
     "read_amplification",
     "shuffle_quality",
 ]
