@@ -442,3 +442,20 @@ def test_claims_go_unlocked_where_flock_is_refused(
     assert stack is not None and sorted(done) == sorted(SHAPE.blocks)
     np.testing.assert_array_equal(stack, pattern(SHAPE))
     assert tried == [fcntl.LOCK_EX]  # asked once, then not again
+
+
+def test_a_failed_decode_leaves_a_block_taken_over_meanwhile_to_its_new_claimer(
+    segment: str, sleeper: Any
+) -> None:
+    """A stuck claimer whose block a waiter took over (see ``STALL_S``), failing at last, does
+    not free the block under the waiter decoding it."""
+    states, claimers = _table(segment, SHAPE)
+
+    def read_block(stack: np.ndarray[Any, Any], j: int, a: int, b: int) -> None:
+        claimers[SHAPE.blocks.index((j, a, b))] = sleeper.pid  # taken over while decoding
+        raise ValueError("a corrupt chunk")
+
+    with pytest.raises(ValueError, match="a corrupt chunk"):
+        fill_shared(segment, SHAPE, read_block)
+    (k,) = np.flatnonzero(states != FREE).tolist()
+    assert (states[k], claimers[k]) == (CLAIMED, sleeper.pid)
