@@ -2,8 +2,9 @@
 
 ``-ra`` lists each skip by location; this groups them by reason, so a run where a whole suite
 skipped (a server that did not start, an optional package missing) says so in one line even
-when nothing failed. Enabled by ``pytest_plugins`` in ``tests/conftest.py`` (or ``-p
-chunkio.testing.skips``).
+when nothing failed. Its last lines say whether chunkio's compiled parts are built, and for
+each one that is not, how many tests skipped for it (:func:`chunkio.testing.compiled.summary`).
+Enabled by ``pytest_plugins`` in ``tests/conftest.py`` (or ``-p chunkio.testing.skips``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from collections import Counter
 from typing import Any
 
 import pytest
+
+from .compiled import problems, summary
 
 __all__ = ["pytest_terminal_summary", "skip_reasons"]
 
@@ -33,3 +36,6 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.write_line(f"{len(reports)} skipped" + (":" if reports else ""))
     for reason, count in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])):
         terminalreporter.write_line(f"  {count:5d}  {reason}")
+    missing = problems()
+    for line in summary(list(reasons.elements()), missing):
+        terminalreporter.write_line(line, yellow=bool(missing))

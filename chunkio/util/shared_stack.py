@@ -6,13 +6,19 @@ Without workers the stack is the process's own memory. With workers, the main pr
 one shared-memory segment per stack (:class:`HeldSegments`, before the workers start) and the
 workers fill it together: the stack is cut into blocks of whole chunks of one variable; a
 worker claims a free block, decodes it and marks it ready, then waits for the blocks others
-claimed. Each chunk is decoded about once for all workers (not once per worker), memory does
+claimed. Each chunk is decoded once for all workers (not once per worker), memory does
 not grow with the number of workers, and the first batches come after ``1 / workers`` of the
 whole decode.
 
-No lock is needed: two workers that claim the same block at the same instant both decode it
-and write the same bytes. A block whose claimer died (or is stuck for :data:`STALL_S`) is
-decoded by whoever waits for it; a worker whose decode fails frees its block again.
+A claim reads a block's state and marks it claimed as one step, under an ``flock`` of the
+segment held for just that (a process that found a block free re-checks it there, so it never
+claims a block another process claimed or finished meanwhile; the kernel drops the lock of a
+process that dies). So each block is decoded once, and a ready block is never written again
+while others read it, with one exception: a block whose claimer died (or is stuck for
+:data:`STALL_S`) is decoded by whoever waits for it (a stuck claimer may still finish it too,
+with the same bytes). A worker whose decode fails frees its block again. Where ``flock``
+is refused (a filesystem without it) claims go unlocked: two workers claiming a block at
+the same instant then both decode it.
 
 Segment layout: the stack ``(rows, V, *shape)``, then one state byte per block, then the id of
 the process that claimed each block (``int64``).
@@ -21,6 +27,7 @@ the process that claimed each block (``int64``).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import secrets
 import time
@@ -174,22 +181,34 @@ def fill_shared(
     states = raw[states_at : states_at + len(blocks)]
     pids = raw[pids_at:nbytes].view(np.int64)
     me = os.getpid()
+    lock = _ClaimLock(getattr(shm, "_fd", -1))
 
-    def claim_and_read(k: int) -> None:
-        pids[k] = me
-        states[k] = CLAIMED
+    def takeable(k: int, stalled: bool) -> bool:
+        state = states[k]
+        return bool(state == FREE or (state == CLAIMED and (stalled or not _alive(pids[k]))))
+
+    def claim_and_read(k: int, stalled: bool) -> bool:
+        """Decode block ``k`` if it is still ``takeable`` once this process holds the lock."""
+        with lock:
+            if not takeable(k, stalled):
+                return False  # claimed (or finished) by another process since it was seen
+            pids[k] = me
+            states[k] = CLAIMED
         try:
             read_block(stack, *blocks[k])
         except BaseException:
-            states[k] = FREE  # another process may try (and name the error itself)
+            with lock:
+                if pids[k] == me:  # not taken over meanwhile (see STALL_S)
+                    states[k] = FREE  # another process may try (and name the error itself)
             raise
         states[k] = READY
+        return True
 
     # start at a random block, so that workers starting together claim different blocks
     start = secrets.randbelow(len(blocks)) if blocks else 0
     for k in [*range(start, len(blocks)), *range(start)]:
-        if states[k] == FREE:
-            claim_and_read(k)
+        if states[k] == FREE:  # looked at without the lock first: most blocks are taken
+            claim_and_read(k, stalled=False)
     waiting_since = time.monotonic()
     while True:
         pending = np.flatnonzero(states != READY)
@@ -197,10 +216,29 @@ def fill_shared(
             return stack
         stalled = time.monotonic() - waiting_since > STALL_S
         for k in pending.tolist():
-            if states[k] == FREE or (states[k] == CLAIMED and (stalled or not _alive(pids[k]))):
-                claim_and_read(k)
+            if takeable(k, stalled) and claim_and_read(k, stalled):
                 waiting_since = time.monotonic()
         time.sleep(POLL_S)
+
+
+class _ClaimLock:
+    """An exclusive ``flock`` of a segment, through one attach's own file descriptor (so it
+    excludes other processes and other attaches in this one); a no-op where the descriptor or
+    ``flock`` is missing."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __enter__(self) -> None:
+        if self.fd >= 0:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX)
+            except OSError:  # not supported here: claims go unlocked from now on
+                self.fd = -1
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd >= 0:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
 
 
 def _alive(pid: Any) -> bool:

@@ -350,6 +350,7 @@ def test_killed_and_resumed_equals_uninterrupted_byte_for_byte(fmt: str, tmp_pat
         SlowSource(), dst, output=Output(chunks=5), execution=Execution(progress=False)
     )
     assert resumed.resumed_blocks >= 5 and resumed.written_blocks > 0
+    assert resumed.resumed_blocks + resumed.written_blocks == 40
     ref = tmp_path / f"ref{SUFFIX[fmt]}"
     run_conversion(SlowSource(), ref, output=Output(chunks=5), execution=Execution(progress=False))
     assert files(dst) == files(ref)

@@ -37,6 +37,17 @@ def _check(path: str, fields: dict[str, np.ndarray], indices: list[int]) -> None
     ds = ChunkDataset(path, preload_bytes=0)
     batch = ds.__getitems__(indices)
     assert len(batch) == len(indices)
+    # the batch decodes each chunk it touches once per field, nothing else (a fresh dataset:
+    # nothing cached, nothing held)
+    n = len(next(iter(fields.values())))
+    spc = ds.layout.samples_per_chunk
+    chunks = {(i % n) // spc for i in indices}
+    rows = sum(min(spc, n - c * spc) for c in chunks)
+    stats = ds.read_stats()
+    assert set(stats.per_field) <= set(fields)
+    assert {f: stats.per_field.get(f, 0) for f in fields} == dict.fromkeys(fields, len(chunks))
+    assert (stats.chunks_read, stats.cache_hits) == (len(fields) * len(chunks), 0)
+    assert stats.rows_decoded == len(fields) * rows
     for got, i in zip(batch, indices, strict=True):
         single = ds[i]
         for name, arr in fields.items():
@@ -44,8 +55,6 @@ def _check(path: str, fields: dict[str, np.ndarray], indices: list[int]) -> None
             for value in (got[name], single[name]):
                 assert value.numpy().dtype == want.dtype, name
                 assert value.numpy().tobytes() == want.tobytes(), name
-    stats = ds.read_stats()
-    assert stats.chunks_read >= 0
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

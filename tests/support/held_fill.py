@@ -1,15 +1,17 @@
-"""A child process's side of the shared-stack tests (tests/read/test_held.py): fill a segment
-with a known pattern, slowly, and report which blocks this process decoded. Imports only
-NumPy and chunkio.util.shared_stack, so a spawned child starts fast."""
+"""A child process's side of the shared-stack tests (tests/read/test_shared_stack.py): fill a
+segment with a known pattern, slowly, and report which blocks this process decoded. Imports
+only NumPy and chunkio.util.shared_stack, so a spawned child starts fast."""
 
 from __future__ import annotations
 
 import os
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
+import chunkio.util.shared_stack as shared_stack
 from chunkio.util.shared_stack import StackShape, fill_shared
 
 
@@ -37,3 +39,29 @@ def fill(name: str, shape: StackShape, delay_s: float) -> tuple[int, list[tuple[
     assert stack is not None
     np.testing.assert_array_equal(stack, want)
     return os.getpid(), done
+
+
+def fill_from(
+    name: str, shape: StackShape, first_block: int, start_at: float, delay_s: float
+) -> tuple[int, list[tuple[int, int, int]], bool]:
+    """A filler (in a pool process) that starts at ``first_block`` at ``start_at`` (monotonic
+    time: one clock for every process) and takes ``delay_s`` per block, its bytes half
+    written meanwhile: its id, the blocks it decoded, and whether the stack it got was whole."""
+    shared_stack.secrets = SimpleNamespace(randbelow=lambda n: first_block % n)
+    want, done = pattern(shape), []
+
+    def read_block(stack: np.ndarray[Any, Any], j: int, a: int, b: int) -> None:
+        stack[a:b, j] = -1  # what a reader of a block being rewritten would see
+        time.sleep(delay_s)
+        stack[a:b, j] = want[a:b, j]
+        done.append((j, a, b))
+
+    time.sleep(max(0.0, start_at - time.monotonic()))
+    stack = fill_shared(name, shape, read_block)
+    return os.getpid(), done, stack is not None and np.array_equal(stack, want)
+
+
+def busy_pid(seconds: float) -> int:
+    """This process's id, after ``seconds`` (a pool given one per process starts them all)."""
+    time.sleep(seconds)
+    return os.getpid()
