@@ -308,6 +308,9 @@ class Compose:
     (224, 224)
     """
 
+    #: the dtype of the images it takes (a dataset refuses a field of another when it is made)
+    input_dtype = np.dtype(np.uint8)
+
     def __init__(self, ops: Sequence[_Op], *, field: str = "image", seed: int = 0) -> None:
         if isinstance(ops, (str, bytes)) or not isinstance(ops, Sequence):
             raise TypeError(f"Compose: ops must be a sequence of ops, got {ops!r}")
