@@ -67,7 +67,9 @@ class Normalize:
     ``fields``: the batch's field names in order when batches are tuples (``dataset.fields``);
     a ``dataset`` given instead is also checked against the stats (fields, arrays, channels):
     a :class:`~chunkio.errors.WindowError` otherwise. Apply it to each batch, e.g. on the GPU
-    after ``make_loader(..., device="cuda")``: ``x = norm(batch)``; or give it to the dataset
+    after ``make_loader(..., device="cuda")``: ``x = norm(batch)`` (float tensors are
+    normalised, integer scalars and vectors such as labels pass as they are, integer images
+    and lists are a :class:`~chunkio.errors.TransformError`); or give it to the dataset
     (``ChunkDataset(..., transform=norm)``, ``make_loader(path, ..., transform=norm)``) to
     normalise batches in the reader processes as they are read, in place: float fields; integer
     scalars and vectors (labels, times) are left as they are, and a field it cannot normalise in
@@ -93,8 +95,17 @@ class Normalize:
 
     def _apply(self, name: str, x: Any) -> Any:
         found = self.stats.fields.get(name)
-        if found is None or not hasattr(x, "dtype") or not x.dtype.is_floating_point:
+        if found is None:
             return x
+        if not hasattr(x, "dtype") or (not x.dtype.is_floating_point and x.dim() >= 3):
+            what = f"{x.dtype} of shape {tuple(x.shape)}" if hasattr(x, "dtype") else "a list"
+            raise TransformError(
+                f"Normalize: field {name!r} of the batch is {what}, which it cannot "
+                "normalise: float tensors only (x.float(), or chunkio.transforms.normalize for "
+                "uint8 (B, C, H, W) images); integer labels and times are left as they are"
+            )
+        if not x.dtype.is_floating_point:
+            return x  # integer scalars and vectors: labels, times, codes
         key = (name, str(x.device), x.dtype)
         if key not in self._cache:
             import torch

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 import scipy.sparse
+import torch
 from PIL import Image
 
 from chunkio import (
@@ -265,3 +266,16 @@ def test_normalize_refuses_images_of_several_sizes(mixed: Path) -> None:
     match = r"Normalize cannot apply to field 'image' in place: it is ragged, of samples of several"
     with pytest.raises(TransformError, match=match):
         ChunkDataset(mixed, fields=["image"], transform=Normalize(stats))
+
+
+def test_normalize_on_a_batch_normalises_floats_passes_labels_and_refuses_integer_images() -> None:
+    norm = Normalize(_stats(x=([0.5] * 3, [0.25] * 3), y=([2.0], [1.0]), label=(2.5, 1.0)))
+    x = torch.rand(2, 3, 4, 5)
+    label = torch.tensor([1, 3])
+    got = norm({"x": x, "label": label, "other": x})
+    torch.testing.assert_close(got["x"], (x - 0.5) / 0.25)
+    assert got["label"] is label and got["other"] is x  # a label; a field the stats lack
+    with pytest.raises(TransformError, match=r"field 'x' of the batch is torch.uint8 of shape"):
+        norm({"x": torch.zeros(2, 3, 4, 5, dtype=torch.uint8)})
+    with pytest.raises(TransformError, match=r"field 'y' of the batch is a list"):
+        norm({"y": [torch.zeros(1, 4, 5), torch.zeros(1, 6, 5)]})
