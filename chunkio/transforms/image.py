@@ -362,7 +362,11 @@ class Compose:
 
     @property
     def fixed_size(self) -> tuple[int, int] | None:
-        """Output ``(height, width)`` if it does not depend on the input size, else ``None``."""
+        """Output ``(height, width)`` if it does not depend on the input size, else ``None``.
+
+        Images of several sizes (a ragged raw field, an encoded one) need a fixed size to make
+        one batch: a dataset refuses a transform without one on such a field when it is made
+        (:class:`~chunkio.errors.TransformError`), rather than returning lists."""
         for op in reversed(self.ops):
             if isinstance(op, RandomHorizontalFlip):
                 continue
