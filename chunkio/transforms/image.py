@@ -292,8 +292,9 @@ class Compose:
     field : str
         The dataset field it transforms.
     seed : int
-        The transform's own seed. :meth:`plan` uses only its key: the caller combines this seed
-        with the loader's into the key's seed.
+        The transform's own seed: the readers key each sample's draws by ``(seed, epoch,
+        index)`` with it (a loader's ``seed`` sets the order only: another seed here, other
+        draws). :meth:`plan` uses only its key.
 
     Examples
     --------
