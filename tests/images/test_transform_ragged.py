@@ -46,11 +46,12 @@ def raw(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     return _store(tmp_path_factory.mktemp(request.param), request.param)
 
 
-def _alone(path: Path, t: Compose, index: int, epoch: int) -> np.ndarray:
-    """The transform of sample ``index`` read on its own, untransformed: ``(C, h, w)``."""
+def _alone(path: Path, t: Compose, index: int, epoch: int, key: int | None = None) -> np.ndarray:
+    """The transform of sample ``index`` read on its own, untransformed, its draws keyed by
+    ``key`` (default: ``index``): ``(C, h, w)``."""
     (image,) = ChunkDataset(path, fields="image").read_batch([index])["image"]
     seen = image[0] if image.shape[0] == 1 else image.transpose(1, 2, 0)  # (H, W[, C])
-    out = t(np.ascontiguousarray(seen), key=(t.seed, epoch, index))
+    out = t(np.ascontiguousarray(seen), key=(t.seed, epoch, index if key is None else key))
     return out[None] if out.ndim == 2 else out.transpose(2, 0, 1)
 
 
@@ -79,9 +80,19 @@ def test_each_sample_is_transformed_as_if_read_alone(raw: Path, t: Compose) -> N
         assert not np.array_equal(first, again)
 
 
+def test_many_files_key_the_draws_by_the_whole_datasets_index(raw: Path) -> None:
+    ds = ChunkDataset([raw, raw], fields="image", transform=AUGMENT)
+    n = len(SIZES)
+    got = ds.read_batch([n + 3, 3, n], epoch=1)["image"]
+    for row, i in zip(got, [n + 3, 3, n], strict=True):
+        np.testing.assert_array_equal(row, _alone(raw, AUGMENT, i % n, 1, key=i))
+    assert not np.array_equal(got[0], got[1])  # the same image, other draws
+
+
 def test_a_given_buffer_is_filled_and_a_wrong_one_refused(raw: Path) -> None:
     ds = ChunkDataset(raw, fields="image", transform=AUGMENT)
     want = ds.read_batch([4, 2, 7], epoch=1)["image"]
+    assert ds.read_batch([])["image"].shape == (0, *want.shape[1:])  # an empty batch too
     out = np.zeros_like(want)
     assert ds.read_batch([4, 2, 7], {"image": out}, epoch=1)["image"] is out
     np.testing.assert_array_equal(out, want)
