@@ -30,8 +30,8 @@ from .format.sparse import with_sparse_batches
 from .format.store_layout import DEFAULT_PRELOAD_BYTES, LayoutOptions, open_layout
 from .read import ReadCore
 from .read.batch import BatchShapes, SampleBatch, to_tensor
-from .read.core import ReadCoreDataset
-from .read.windows import AnchorSamples, Field, check_field_transform
+from .read.core import ReadCoreDataset, check_transform
+from .read.windows import AnchorSamples, Field
 from .sampling.order import check_int
 from .transforms.sample import is_columns_transform, is_field_transform
 
@@ -254,7 +254,7 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
         self.fields = validate_sequence_of_names(names, self.layout, str(self.location))
         self._as_tuple = fields is not None and not self._single
         if self.field_transform is not None:
-            check_field_transform(self.layout, self.field_transform.field, str(self.location))
+            check_transform(self.field_transform, self.layout, self.fields, reader)
         if self.columns_transform is not None:  # e.g. Normalize: its stats fit the fields
             self.columns_transform.check_dataset(self)
         self._channel_counts = self._read_channels(reader, self.layout)
@@ -295,13 +295,13 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
         return dataclasses.replace(self.reader_options, download_cache=None).open(first)
 
     def _read_channels(self, reader: Reader, layout: DatasetLayout) -> dict[str, int]:
-        """Channels of the encoded image field of several sizes that a fixed-size field
-        transform makes batches of (the first stored shape's; batch shapes need it)."""
+        """Channels of the encoded or ragged image field of several sizes that a fixed-size
+        field transform makes batches of (the first stored shape's; batch shapes need it)."""
         t = self.field_transform
         if t is None or getattr(t, "fixed_size", None) is None:
             return {}
-        found = [f for f in layout.fields if f.name == t.field and f.kind == "encoded"]
-        if not found or found[0].sample_shape is not None:
+        found = [f for f in layout.fields if f.name == t.field and f.sample_shape is None]
+        if not found or found[0].kind not in ("encoded", "ragged"):
             return {}
         name = found[0].array_names()[2]
         info = reader.array_info(name)
@@ -310,7 +310,7 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
             return {t.field: 3}
         first = np.empty((grid.bounds(0)[1], *info.shape[1:]), info.dtype)
         reader.read_into(name, [grid.bounds(0)], first)
-        return {t.field: int(first[0, 0])}
+        return {t.field: int(first[0, 0])} if first.shape[1] == 3 else {}  # not (H, W) images
 
     # -- metadata ---------------------------------------------------------------------------
 

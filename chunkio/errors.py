@@ -16,6 +16,7 @@ The tree::
     │   └── MissingFieldError       (KeyError)           a declared/requested field is absent
     ├── UnsafeInputError            (ValueError)         untrusted codec, link, filter or name
     ├── WindowError                 (ValueError)         windows, anchors or stats that do not fit
+    ├── TransformError              (ValueError)         a transform that cannot apply to its field
     ├── ChunkReadError              (OSError)            a chunk could not be read or decoded
     │   ├── CorruptChunkError                            checksum mismatch / undecodable bytes
     │   ├── MissingChunkError                            the chunk is absent from the store
@@ -54,6 +55,7 @@ __all__ = [
     "RemoteNotFoundError",
     "RemoteTimeoutError",
     "SourceError",
+    "TransformError",
     "UnknownFormatError",
     "UnsafeInputError",
     "UnsupportedVersionError",
@@ -100,6 +102,12 @@ class UnsafeInputError(ChunkioError, ValueError):
 class WindowError(ChunkioError, ValueError):
     """Fields with steps (:class:`chunkio.Field`), anchors, a valid-mask or statistics that do
     not fit the dataset: the message names the field, the arrays and the values."""
+
+
+class TransformError(ChunkioError, ValueError):
+    """A dataset's transform that cannot apply to its field (a kind, shape, dtype or channel
+    count it does not take, a field not selected): raised when the dataset is made, naming the
+    field, the transform and what would work, never skipped in silence."""
 
 
 class ChunkReadError(ChunkioError, OSError):

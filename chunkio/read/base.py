@@ -19,6 +19,7 @@ import numpy.typing as npt
 
 from ..backends import Reader
 from ..backends.base import StageClock, read_all
+from ..errors import TransformError
 from ..format.grid import SampleGrid
 from ..format.layout import DatasetLayout, FieldInfo
 from ..transforms.sample import FieldTransform, stored_output_shape
@@ -36,6 +37,7 @@ __all__ = [
     "checked_out",
     "read_whole",
     "transformed_buffer",
+    "transformed_shape",
 ]
 
 #: runs a function over items, in order, maybe on several threads (:meth:`DecodeThreads.map`)
@@ -171,14 +173,31 @@ def transformed_buffer(
 ) -> npt.NDArray[Any]:
     """A new array for ``count`` transformed samples of ``info`` whose stored shapes are
     ``stored``; they must transform to one shape."""
-    shapes = {stored_output_shape(transform, s) for s in stored}
+    return np.empty((count, *transformed_shape(ctx, info, transform, stored)), info.dtype)
+
+
+def transformed_shape(
+    ctx: ReadContext, info: FieldInfo, transform: FieldTransform, stored: set[tuple[int, ...]]
+) -> tuple[int, ...]:
+    """The one shape samples of ``info`` of stored shapes ``stored`` transform to; a
+    :class:`~chunkio.errors.TransformError` naming the field if one does not fit the
+    transform or they give several (a batch needs one)."""
+    shapes = set()
+    for shape in sorted(stored):
+        try:
+            shapes.add(stored_output_shape(transform, shape))
+        except (TypeError, ValueError) as err:
+            raise TransformError(
+                f"{ctx.reader.location}: the transform of field {info.name!r} cannot apply to "
+                f"a sample of shape {shape}: {err}"
+            ) from err
     if len(shapes) != 1:
-        raise ValueError(
+        raise TransformError(
             f"{ctx.reader.location}: the transform of field {info.name!r} gives samples "
             f"of {len(shapes)} different shapes ({sorted(shapes)[:3]}...); a batch needs one "
             "(end it with a crop or a fixed-size resize)"
         )
-    return np.empty((count, *shapes.pop()), info.dtype)
+    return shapes.pop()
 
 
 class CFDecodedField:

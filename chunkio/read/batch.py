@@ -221,8 +221,10 @@ class BatchShapes:
         if info.sample_shape is not None:
             return stored_output_shape(t, tuple(info.sample_shape))
         fixed = getattr(t, "fixed_size", None)
-        if info.kind == "encoded" and fixed is not None:
-            channels = self._channel_counts[name]  # read with the metadata
+        if info.kind in ("encoded", "ragged") and fixed is not None:
+            channels = self._channel_counts.get(name)  # read with the metadata
+            if channels is None:  # ragged (H, W) images
+                return None
             return (channels, int(fixed[0]), int(fixed[1]))
         return None
 

@@ -17,10 +17,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..backends import ReaderOptions
+from ..backends import Reader, ReaderOptions
+from ..errors import TransformError
 from ..format.grid import SampleGrid
 from ..format.layout import DatasetLayout, FieldInfo
-from ..transforms.sample import FieldTransform
+from ..transforms.sample import FieldTransform, stored_output_shape
 from ..util.handles import PerProcessHandle
 from .base import CFDecodedField, DecodeThreads, FieldReads, ReadContext, ReadRequest, ReadStats
 from .dense import ColumnField, dense_field
@@ -29,9 +30,9 @@ from .patches import PatchReads
 from .planning import normalize_indices
 from .ragged import RaggedField
 from .sparse import SparseField
-from .windows import WindowField
+from .windows import WindowField, check_field_transform
 
-__all__ = ["FIELD_KINDS", "ReadCore", "ReadCoreDataset"]
+__all__ = ["FIELD_KINDS", "TRANSFORMABLE_KINDS", "ReadCore", "ReadCoreDataset", "check_transform"]
 
 #: field kind -> the reader of one such field, made once per process on the field's first read
 FIELD_KINDS: dict[str, Callable[[ReadContext, FieldInfo], FieldReads]] = {
@@ -42,6 +43,78 @@ FIELD_KINDS: dict[str, Callable[[ReadContext, FieldInfo], FieldReads]] = {
     "sparse": SparseField,
     "column": ColumnField,
 }
+
+#: field kinds whose readers apply a field transform to each sample (windows, sparse rows and
+#: CF-decoded fields refuse one when the dataset is made: :func:`check_transform`)
+TRANSFORMABLE_KINDS = ("dense", "column", "ragged", "encoded")
+
+
+def check_transform(
+    transform: FieldTransform, layout: DatasetLayout, fields: Sequence[str], reader: Reader
+) -> None:
+    """Raise a :class:`~chunkio.errors.TransformError` unless ``transform`` applies to every
+    sample of its field: the field is one of ``fields`` (else the transform would never run),
+    of a kind that takes transforms, of the dtype the transform takes (its optional
+    ``input_dtype``), and its samples' shapes (a dense field's, or the first stored sample's
+    of a field of several sizes: ``reader`` reads it) fit ``output_shape``. A transform whose
+    ``fixed_size`` is ``None`` (an output size that follows the input's) cannot make one batch
+    of images of several sizes, so it is refused there too. Called when a dataset is made,
+    before any worker starts: the reads never skip a transform in silence."""
+    where, name = str(reader.location), transform.field
+    check_field_transform(layout, name, where)  # a window: its own message
+    about = f"{where}: the transform of field {name!r} ({transform!r})"
+    if name not in fields:
+        raise TransformError(
+            f"{about} would never run: the dataset reads fields {list(fields)}; select "
+            f"{name!r} too, or give the transform the field it is for"
+        )
+    info = layout.field(name, where=where)
+    if info.cf is not None or info.kind not in TRANSFORMABLE_KINDS:
+        kind = "CF-decoded (decode_cf=True)" if info.cf is not None else info.kind
+        raise TransformError(
+            f"{about} cannot apply: the field is {kind}; field transforms apply to the samples "
+            f"of {', '.join(TRANSFORMABLE_KINDS)} fields (images). Normalise numbers with "
+            "chunkio.Normalize, or transform the batches yourself"
+        )
+    want = getattr(transform, "input_dtype", None)
+    if want is not None and info.dtype != np.dtype(want):
+        raise TransformError(
+            f"{about} takes {np.dtype(want)} images; field {name!r} is {info.dtype}. Convert "
+            f"the images to {np.dtype(want)}, or transform the batches yourself"
+        )
+    stored = info.sample_shape
+    if stored is None:
+        if getattr(transform, "fixed_size", ()) is None:
+            raise TransformError(
+                f"{about} makes images of each input's size, and field {name!r} holds images "
+                "of several sizes: a batch needs one. End the Compose with a fixed-size op "
+                "(RandomResizedCrop(size), CenterCrop(size) or Resize((height, width))), or "
+                "read the field without a transform (a list of images)"
+            )
+        stored = _first_stored_shape(reader, info)
+        if stored is None:
+            return  # no samples
+    try:
+        stored_output_shape(transform, tuple(stored))
+    except (TypeError, ValueError) as err:
+        raise TransformError(
+            f"{about} cannot apply to its samples ({info.kind}, {info.dtype}, shape "
+            f"{tuple(stored)}): {err}"
+        ) from err
+
+
+def _first_stored_shape(reader: Reader, info: FieldInfo) -> tuple[int, ...] | None:
+    """The stored shape of sample 0 of a ragged or encoded field (its shapes array's first
+    row, read from its first chunk), or ``None`` for a field with no samples."""
+    name = info.array_names()[2]  # values/bytes, offsets/spans, shapes
+    found = reader.array_info(name)
+    if not int(found.shape[0]):
+        return None
+    first = np.empty(
+        (min(int(found.chunks[0]), int(found.shape[0])), *found.shape[1:]), found.dtype
+    )
+    reader.read_into(name, [(0, len(first))], first)
+    return tuple(int(s) for s in first[0])
 
 
 class ReadCore:
@@ -110,8 +183,9 @@ class ReadCore:
         epoch: int = 0,
         first: int = 0,
     ) -> dict[str, Any]:
-        """Read ``indices`` of each field; dense fields as one array, ragged as a list,
-        encoded fields decoded (as one array when their samples share a shape).
+        """Read ``indices`` of each field; dense fields as one array, ragged as a list (as one
+        array when transformed), encoded fields decoded (as one array when their samples share
+        a shape or are transformed).
 
         ``once``: no later read asks for these samples again (a loader's epoch order), so a
         chunk the batch uses whole, in order, is decoded straight into the output and not

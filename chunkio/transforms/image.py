@@ -292,8 +292,9 @@ class Compose:
     field : str
         The dataset field it transforms.
     seed : int
-        The transform's own seed. :meth:`plan` uses only its key: the caller combines this seed
-        with the loader's into the key's seed.
+        The transform's own seed: the readers key each sample's draws by ``(seed, epoch,
+        index)`` with it (a loader's ``seed`` sets the order only: another seed here, other
+        draws). :meth:`plan` uses only its key.
 
     Examples
     --------
@@ -307,6 +308,9 @@ class Compose:
     >>> t(np.zeros((427, 640), np.uint8)).shape
     (224, 224)
     """
+
+    #: the dtype of the images it takes (a dataset refuses a field of another when it is made)
+    input_dtype = np.dtype(np.uint8)
 
     def __init__(self, ops: Sequence[_Op], *, field: str = "image", seed: int = 0) -> None:
         if isinstance(ops, (str, bytes)) or not isinstance(ops, Sequence):
@@ -359,7 +363,11 @@ class Compose:
 
     @property
     def fixed_size(self) -> tuple[int, int] | None:
-        """Output ``(height, width)`` if it does not depend on the input size, else ``None``."""
+        """Output ``(height, width)`` if it does not depend on the input size, else ``None``.
+
+        Images of several sizes (a ragged raw field, an encoded one) need a fixed size to make
+        one batch: a dataset refuses a transform without one on such a field when it is made
+        (:class:`~chunkio.errors.TransformError`), rather than returning lists."""
         for op in reversed(self.ops):
             if isinstance(op, RandomHorizontalFlip):
                 continue

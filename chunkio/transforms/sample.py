@@ -9,11 +9,17 @@ Image fields are stored channels first, ``(C, H, W)``; a transform sees them cha
 as Pillow and image decoders do: ``(H, W, C)``, or ``(H, W)`` for one channel. Its
 ``output_shape`` is in that layout too. Random parameters come from ``key = (seed, epoch,
 sample index)``, so a run is reproducible and a resumed epoch repeats them.
+
+Two members are optional, and let a dataset refuse a transform that cannot apply when it is
+made (a :class:`~chunkio.errors.TransformError`) rather than when a batch is read:
+``input_dtype`` (the one dtype it takes, e.g. ``uint8``) and ``fixed_size`` (the output
+``(height, width)`` whatever the input's, or ``None`` when it depends on it: such a
+transform cannot make one batch of images of several sizes).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 import numpy.typing as npt
@@ -103,7 +109,7 @@ def stored_output_shape(transform: FieldTransform, stored: tuple[int, ...]) -> t
 
 def transform_rows(
     transform: FieldTransform,
-    source: npt.NDArray[Any],
+    source: npt.NDArray[Any] | Sequence[npt.NDArray[Any]],
     rows: IntArray,
     indices: IntArray,
     out: npt.NDArray[Any],
@@ -111,7 +117,9 @@ def transform_rows(
     map_rows: Callable[[Callable[[Any], Any], Iterable[Any]], Iterator[Any]] = map,
 ) -> None:
     """``out[j] = transform(source[rows[j]])`` for each sample, keyed by ``(seed, epoch,
-    indices[j])``; ``map_rows`` may spread the samples over threads."""
+    indices[j])``; ``map_rows`` may spread the samples over threads. ``source`` is an array
+    of samples (a dense field's decoded chunks) or a list of them (a ragged field's, each of
+    its own shape)."""
     seed = int(transform.seed)
 
     def one(job: tuple[int, tuple[int, int]]) -> None:

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import WindowError
+from ..errors import TransformError, WindowError
 
 __all__ = ["Normalize", "Stats", "check_stats"]
 
@@ -67,9 +67,14 @@ class Normalize:
     ``fields``: the batch's field names in order when batches are tuples (``dataset.fields``);
     a ``dataset`` given instead is also checked against the stats (fields, arrays, channels):
     a :class:`~chunkio.errors.WindowError` otherwise. Apply it to each batch, e.g. on the GPU
-    after ``make_loader(..., device="cuda")``: ``x = norm(batch)``; or give it to the dataset
+    after ``make_loader(..., device="cuda")``: ``x = norm(batch)`` (float tensors are
+    normalised, integer scalars and vectors such as labels pass as they are, integer images
+    and lists are a :class:`~chunkio.errors.TransformError`); or give it to the dataset
     (``ChunkDataset(..., transform=norm)``, ``make_loader(path, ..., transform=norm)``) to
-    normalise batches in the reader processes as they are read, in place (float fields only).
+    normalise batches in the reader processes as they are read, in place: float fields; integer
+    scalars and vectors (labels, times) are left as they are, and a field it cannot normalise in
+    place (integer images, samples of several shapes) is a
+    :class:`~chunkio.errors.TransformError` when the dataset is made.
     """
 
     def __init__(
@@ -90,8 +95,17 @@ class Normalize:
 
     def _apply(self, name: str, x: Any) -> Any:
         found = self.stats.fields.get(name)
-        if found is None or not hasattr(x, "dtype") or not x.dtype.is_floating_point:
+        if found is None:
             return x
+        if not hasattr(x, "dtype") or (not x.dtype.is_floating_point and x.dim() >= 3):
+            what = f"{x.dtype} of shape {tuple(x.shape)}" if hasattr(x, "dtype") else "a list"
+            raise TransformError(
+                f"Normalize: field {name!r} of the batch is {what}, which it cannot "
+                "normalise: float tensors only (x.float(), or chunkio.transforms.normalize for "
+                "uint8 (B, C, H, W) images); integer labels and times are left as they are"
+            )
+        if not x.dtype.is_floating_point:
+            return x  # integer scalars and vectors: labels, times, codes
         key = (name, str(x.device), x.dtype)
         if key not in self._cache:
             import torch
@@ -126,9 +140,31 @@ class Normalize:
             np.divide(x, std, out=x)
 
     def check_dataset(self, dataset: Any) -> None:
-        """A :class:`~chunkio.errors.WindowError` unless the stats fit ``dataset`` (called by
-        the dataset that has it as ``transform``, before any worker starts)."""
+        """A :class:`~chunkio.errors.WindowError` unless the stats fit ``dataset``, a
+        :class:`~chunkio.errors.TransformError` for a field it would leave as it is (called by
+        the dataset that has it as ``transform``, before any worker starts).
+
+        In place, it normalises float arrays: a field of samples of several shapes (a list)
+        or integer images (two axes or more: ``uint8`` pixels) cannot take it and is refused;
+        integer scalars and vectors (labels, times, codes) are left as they are."""
         check_stats(self.stats, dataset)
+        for name in self.stats.fields:
+            info = dataset.layout.field(name)
+            shape = info.sample_shape
+            if shape is None or info.kind not in ("dense", "window", "column"):
+                raise TransformError(
+                    f"{dataset.location}: Normalize cannot apply to field {name!r} in place: "
+                    f"it is {info.kind}, of samples of several shapes (a list); normalise the "
+                    "samples after reading, or drop the field from the stats"
+                )
+            if info.dtype.kind != "f" and len(shape) >= 2:
+                raise TransformError(
+                    f"{dataset.location}: Normalize writes (x - mean) / std into the batch in "
+                    f"place; field {name!r} is {info.dtype} of shape {tuple(shape)}, which "
+                    "cannot hold it. Normalise those batches on the device instead "
+                    "(chunkio.transforms.normalize(x) for uint8 (B, C, H, W) images, or "
+                    "norm(batch) on float tensors), or drop the field from the stats"
+                )
 
     def __call__(self, batch: Any) -> Any:
         if isinstance(batch, Mapping):

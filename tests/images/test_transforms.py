@@ -193,6 +193,23 @@ def test_random_resized_crop_positions_cover_the_image() -> None:
     assert grid.min() > 4000 / 16 * 0.75 and grid.max() < 4000 / 16 * 1.25
 
 
+def test_random_resized_crop_offsets_reach_the_bottom_and_right_edges() -> None:
+    """Each offset is uniform over every position the crop fits at, both edges included, as
+    torchvision's ``get_params`` draws them (``torch.randint(0, H - h + 1)``): a 24 x 24 crop
+    of a 30 x 50 image starts at each top in [0, 6] and each left in [0, 26] equally often.
+    Top and left apart, so that an edge one of them never reaches is caught."""
+    height, width, n = 30, 50, 5400
+    t = Compose([RandomResizedCrop(8, scale=(0.384, 0.384), ratio=(1.0, 1.0))])
+    plans = [t.plan((4, 1, i), height, width) for i in range(n)]
+    boxes = np.array([p.box for p in plans])
+    assert set(boxes[:, 2] - boxes[:, 0]) == set(boxes[:, 3] - boxes[:, 1]) == {24.0}
+    for offsets, room in ((boxes[:, 1], height - 24), (boxes[:, 0], width - 24)):
+        counts = np.bincount(offsets.astype(int), minlength=room + 1)
+        assert len(counts) == room + 1 and counts[0] > 0 and counts[room] > 0  # both edges
+        expected = n / (room + 1)
+        assert counts.min() > 0.7 * expected and counts.max() < 1.3 * expected, counts
+
+
 @pytest.mark.parametrize("p", [0.0, 0.3, 0.5, 1.0])
 def test_flip_rate_matches_p(p: float) -> None:
     t = Compose([RandomHorizontalFlip(p)])
