@@ -99,6 +99,8 @@ class ChunkFiles:
             if self.general is not None:
                 target[...] = self.general(payload)
             elif self.decompress is None:
+                if payload.size != flat.size:  # else NumPy would broadcast a 1-byte chunk
+                    raise ValueError(f"{payload.size} stored bytes, expected {flat.size}")
                 flat[...] = payload
             else:
                 self.decompress(payload, flat)
