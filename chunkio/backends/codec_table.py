@@ -73,10 +73,13 @@ def _inflate(src: npt.NDArray[np.uint8], dst: npt.NDArray[np.uint8]) -> None:
     """Deflate in a zlib (HDF5's gzip filter, Zarr v2 ``zlib``) or gzip (Zarr ``gzip``)
     container, by libdeflate: the fastest correct decoder on the package index, measured
     against zlib, zlib-ng and ISA-L by ``python -m benchmarks.bench_deflate`` (README)."""
-    if src[:2].tobytes() == framing.GZIP_MAGIC:
-        data = deflate.gzip_decompress(src)
-    else:  # at most dst.size bytes: a longer stream fails
-        data = deflate.zlib_decompress(src, dst.size)
+    try:
+        if src[:2].tobytes() == framing.GZIP_MAGIC:
+            data = deflate.gzip_decompress(src)
+        else:  # at most dst.size bytes: a longer stream fails
+            data = deflate.zlib_decompress(src, dst.size)
+    except deflate.DeflateError as err:  # an Exception of its own: the contract says which
+        raise ValueError(f"deflate stream cannot be decoded ({err})") from err
     if len(data) != dst.size:
         raise ValueError(f"deflate gave {len(data)} bytes, expected {dst.size}")
     dst[...] = np.frombuffer(data, np.uint8)
