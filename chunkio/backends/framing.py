@@ -38,8 +38,9 @@ Declared = Callable[[npt.NDArray[np.uint8], int], int | None]
 GZIP_MAGIC = b"\x1f\x8b"
 
 
-def _le(src: npt.NDArray[np.uint8], at: int, n: int) -> int:
-    return int.from_bytes(src[at : at + n].tobytes(), "little")
+def _le(src: npt.NDArray[np.uint8] | bytes, at: int, n: int) -> int:
+    data = src[at : at + n]
+    return int.from_bytes(data if isinstance(data, bytes) else data.tobytes(), "little")
 
 
 def blosc_size(src: npt.NDArray[np.uint8], expected: int) -> int:
@@ -53,10 +54,11 @@ def blosc_size(src: npt.NDArray[np.uint8], expected: int) -> int:
     """
     if src.size < 16:
         raise ValueError(f"Blosc stream of {src.size} bytes is shorter than its 16-byte header")
-    stored = _le(src, 12, 4)
+    header = src[:16].tobytes()  # one copy of the header: slicing the array costs more
+    stored = _le(header, 12, 4)
     if stored != src.size:
         raise ValueError(f"Blosc header declares {stored} stored bytes; the stream has {src.size}")
-    return _le(src, 4, 4)
+    return _le(header, 4, 4)
 
 
 def lz4_size(src: npt.NDArray[np.uint8], expected: int) -> int:
@@ -144,24 +146,25 @@ def _zstd_frame(src: npt.NDArray[np.uint8], at: int, *, walk: bool) -> tuple[int
     where it ends (``walk``) or where its header ends."""
     if src.size - at < 4:
         raise ValueError(f"zstd stream ends inside a frame's magic number (byte {at})")
-    magic = _le(src, at, 4)
+    header = src[at : at + 18].tobytes()  # the longest frame header: one copy, parsed as bytes
+    magic = _le(header, 0, 4)
     if magic & 0xFFFFFFF0 == _SKIPPABLE_MAGIC:  # its size (4 bytes), then that many bytes
-        end = at + 8 + _le(src, at + 4, 4)
+        end = at + 8 + _le(header, 4, 4)
         if end > src.size:
             raise ValueError(f"zstd skippable frame at byte {at} runs past the stream's end")
         return 0, end
     if magic != _ZSTD_MAGIC:
         raise ValueError(f"no zstd frame at byte {at} (magic number {magic:#010x})")
-    if src.size - at < 6:  # magic, descriptor, then at least a window or size byte
+    if len(header) < 6:  # magic, descriptor, then at least a window or size byte
         raise ValueError(f"zstd stream ends inside the header of the frame at byte {at}")
-    descriptor = int(src[at + 4])
+    descriptor = header[4]
     single = descriptor >> 5 & 1
-    pos = at + 5 + (1 - single) + _DICT_ID_BYTES[descriptor & 3]
+    pos = 5 + (1 - single) + _DICT_ID_BYTES[descriptor & 3]
     n = (single, 2, 4, 8)[descriptor >> 6]
-    if pos + n > src.size:
+    if pos + n > len(header):
         raise ValueError(f"zstd stream ends inside the header of the frame at byte {at}")
-    size = None if n == 0 else _le(src, pos, n) + (256 if n == 2 else 0)
-    pos += n
+    size = None if n == 0 else _le(header, pos, n) + (256 if n == 2 else 0)
+    pos += at + n
     if not walk:
         return size, pos
     last = 0
