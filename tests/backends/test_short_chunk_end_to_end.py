@@ -29,8 +29,8 @@ from chunkio.backends.zarr.shard import inner_range, shard_layout
 from chunkio.errors import CorruptChunkError
 
 N, SPC, BAD = 100, 16, 2  # samples, samples per chunk, the chunk rewritten (samples 32..47)
+EDGE = N // SPC  # the partial last chunk (samples 96..99), stored at the full chunk shape
 HALF = SPC // 2
-ROWS = range(BAD * SPC, (BAD + 1) * SPC)
 
 
 def _arrays() -> dict[str, np.ndarray[Any, Any]]:
@@ -57,33 +57,33 @@ def _half_chunk_v3(tmp: Path, field_dir: Path, rows: np.ndarray[Any, Any]) -> by
     return chunk.read_bytes()
 
 
-def _zarr_v3(tmp: Path, compression: str) -> str:
+def _zarr_v3(tmp: Path, compression: str, bad: int) -> str:
     path = tmp / "d.zarr"
     write_arrays(path, _arrays(), shuffle=False, output=Output(chunks=SPC, compression=compression))
-    half = _half_chunk_v3(tmp, path / "image", _arrays()["image"][ROWS][:HALF])
-    zarr_chunk_file(path, "image", BAD).write_bytes(half)
+    half = _half_chunk_v3(tmp, path / "image", _arrays()["image"][:HALF])
+    zarr_chunk_file(path, "image", bad).write_bytes(half)
     return str(path)
 
 
-def _zarr_sharded(tmp: Path, compression: str) -> str:
+def _zarr_sharded(tmp: Path, compression: str, bad: int) -> str:
     path = tmp / "d.zarr"
     write_arrays(path, _arrays(), shuffle=False, output=Output(chunks=SPC, compression=compression))
     assert "image" in pack_arrays(str(path))
     layout = shard_layout(json.loads((path / "image" / "zarr.json").read_text()))
     assert layout is not None
-    shard = zarr_chunk_file(path, "image", BAD)
+    shard = zarr_chunk_file(path, "image", bad)
     blob = shard.read_bytes()
     index = layout.parse_index(blob, where="test")
     inner: list[bytes | None] = []
     for i in range(layout.n_inner):
         span = inner_range(index, i)
         inner.append(None if span is None else blob[span[0] : span[1]])
-    inner[BAD % layout.grid[0]] = _half_chunk_v3(tmp, path / "image", _arrays()["image"][:HALF])
+    inner[bad % layout.grid[0]] = _half_chunk_v3(tmp, path / "image", _arrays()["image"][:HALF])
     shard.write_bytes(layout.encode(inner))
     return str(path)
 
 
-def _zarr_v2(tmp: Path, compression: str) -> str:
+def _zarr_v2(tmp: Path, compression: str, bad: int) -> str:
     """A store zarr-python wrote (Zarr v2, Blosc), one chunk rewritten by zarr-python too."""
     path = tmp / "v2.zarr"
     blosc = numcodecs.Blosc(cname=compression, clevel=5, shuffle=numcodecs.Blosc.SHUFFLE)
@@ -97,11 +97,11 @@ def _zarr_v2(tmp: Path, compression: str) -> str:
     half = zarr.create_array(tmp / "half.zarr", shape=rows.shape, chunks=rows.shape,
                              dtype=rows.dtype, compressors=blosc, zarr_format=2)  # fmt: skip
     half[...] = rows
-    (path / "image" / f"{BAD}.0.0.0").write_bytes((tmp / "half.zarr" / "0.0.0.0").read_bytes())
+    (path / "image" / f"{bad}.0.0.0").write_bytes((tmp / "half.zarr" / "0.0.0.0").read_bytes())
     return str(path)
 
 
-def _hdf5(tmp: Path, compression: str) -> str:
+def _hdf5(tmp: Path, compression: str, bad: int) -> str:
     """fletcher32 on: h5py writes the half chunk with its filters and checksum."""
     path = tmp / "d.h5"
     write_arrays(path, _arrays(), shuffle=False, output=Output(chunks=SPC, compression=compression))
@@ -112,11 +112,11 @@ def _hdf5(tmp: Path, compression: str) -> str:
         mask, stored = f["x"].id.read_direct_chunk((0, 0, 0, 0))
     with h5py.File(path, "r+") as f:
         assert f["image"].fletcher32
-        f["image"].id.write_direct_chunk((BAD * SPC, 0, 0, 0), stored, mask)
+        f["image"].id.write_direct_chunk((bad * SPC, 0, 0, 0), stored, mask)
     return str(path)
 
 
-STORES: dict[str, Callable[[Path, str], str]] = {
+STORES: dict[str, Callable[[Path, str, int], str]] = {
     "zarr-v3": _zarr_v3,
     "zarr-sharded": _zarr_sharded,
     "zarr-v2-by-zarr-python": _zarr_v2,
@@ -130,38 +130,42 @@ CODECS = {
     "zarr-v2-by-zarr-python": ["lz4", "zstd"],
     "hdf5": ["blosc-zstd", "zstd", "lz4", "gzip", "none"],
 }
-CASES = [(store, codec) for store in STORES for codec in CODECS[store]]
+CASES = [(store, codec, BAD) for store in STORES for codec in CODECS[store]]
+CASES += [(store, CODECS[store][0], EDGE) for store in STORES]
 
 
-def _expect_named(err: BaseException) -> None:
+def _expect_named(err: BaseException, bad: int = BAD) -> None:
     text = str(err)
     assert "'image'" in text, text
-    assert f"chunk {BAD}" in text or f"chunks {BAD}..{BAD}" in text, text
+    assert f"chunk {bad}" in text or f"chunks {bad}..{bad}" in text, text
 
 
-@pytest.mark.parametrize(("store", "codec"), CASES, ids=[f"{s}-{c}" for s, c in CASES])
+@pytest.mark.parametrize(
+    ("store", "codec", "bad"), CASES, ids=[f"{s}-{c}-chunk{b}" for s, c, b in CASES]
+)
 def test_a_chunk_decoding_to_half_its_rows_is_a_corrupt_chunk(
-    tmp_path: Path, store: str, codec: str
+    tmp_path: Path, store: str, codec: str, bad: int
 ) -> None:
-    path = STORES[store](tmp_path, codec)
+    path = STORES[store](tmp_path, codec, bad)
     arrays = _arrays()
+    rows = list(range(bad * SPC, min(N, (bad + 1) * SPC)))
     ds = ChunkDataset(path, fields=["image", "label"], preload_bytes=0)
-    for batch in ([BAD * SPC], [BAD * SPC + HALF + 1], [0, BAD * SPC + 3, N - 1], list(range(N))):
+    for batch in ([rows[0]], [rows[-1]], [0, rows[1], N - 1], list(range(N))):
         with pytest.raises(CorruptChunkError) as info:
             ds.read_batch(batch)
-        _expect_named(info.value)
-    ok = [i for i in range(N) if i // SPC != BAD]
+        _expect_named(info.value, bad)
+    ok = [i for i in range(N) if i // SPC != bad]
     got = ds.read_batch(ok)
     np.testing.assert_array_equal(got["image"], arrays["image"][ok])
     np.testing.assert_array_equal(got["label"], arrays["label"][ok])
-    labels = ChunkDataset(path, fields=["label"]).read_batch(list(ROWS))["label"]
-    np.testing.assert_array_equal(labels, arrays["label"][ROWS])  # beside the bad chunk
+    labels = ChunkDataset(path, fields=["label"]).read_batch(rows)["label"]
+    np.testing.assert_array_equal(labels, arrays["label"][rows])  # beside the bad chunk
 
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("store", list(STORES))
 def test_the_same_error_reaches_the_user_through_loader_workers(tmp_path: Path, store: str) -> None:
-    path = STORES[store](tmp_path, CODECS[store][0])
+    path = STORES[store](tmp_path, CODECS[store][0], BAD)
     loader = make_loader(path, SPC, fields=["image", "label"], shuffle=False, num_workers=2)
     with pytest.raises(CorruptChunkError) as info:
         for _ in loader:
