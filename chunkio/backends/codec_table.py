@@ -58,6 +58,7 @@ __all__ = [
     "zarr2_codec_info",
     "zarr2_codecs",
     "zarr2_decoder",
+    "zarr2_framing",
     "zarr_decoder",
     "zarr_encoder",
 ]
@@ -171,6 +172,12 @@ def zarr2_decoder(config: Mapping[str, Any]) -> Decode | None:
     """The decoder of a Zarr v2 compressor (its numcodecs config), ``None`` if chunkio has
     none (the array is then decoded through numcodecs itself)."""
     return _BY_ZARR2.get(str(config.get("id")))
+
+
+def zarr2_framing(config: Mapping[str, Any]) -> framing.Declared | None:
+    """The framing check of a Zarr v2 compressor chunkio knows, for chains numcodecs decodes
+    whole (its Blosc reads as far as a header says, past a stream cut short)."""
+    return next((d.declared for d in DECODED if str(config.get("id")) in d.zarr2), None)
 
 
 def zarr2_codec(config: Mapping[str, Any]) -> Any:

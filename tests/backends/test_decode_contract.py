@@ -262,3 +262,27 @@ def test_hdf5_raw_chunks_that_decode_short_are_corrupt_chunks_naming_array_and_c
     out = np.full((40, 75), 0xA5, np.uint8)
     with pytest.raises(CorruptChunkError, match=r"array 'images': chunk 0 \(samples 0\.\.39\)"):
         raw.decode_into(stored, 0, out, StageClock())
+
+
+def test_zarr_v2_chains_numcodecs_decodes_check_the_compressors_framing_first() -> None:
+    """A v2 chain with filters is decoded by numcodecs whole; its Blosc would read as far as
+    a header says, so a stream cut short is refused before numcodecs sees it, and a valid
+    stream of half the rows is refused by its size."""
+    delta = {"id": "delta", "dtype": "<u2"}
+    blosc = numcodecs.Blosc("lz4", 5, numcodecs.Blosc.SHUFFLE)
+    meta = {
+        "zarr_format": 2, "shape": [N], "chunks": [N], "dtype": "<u2", "order": "C",
+        "compressor": blosc.get_config(), "filters": [delta],
+    }  # fmt: skip
+    files = ChunkFiles.build("", "x", meta)
+    assert files is not None and files.general is not None
+    data = np.frombuffer(_data(2 * N), np.uint16)
+    stored = blosc.encode(numcodecs.get_codec(delta).encode(data))
+    out = np.full(N, 7, np.uint16)
+    files.decode_bytes(stored, out, where=lambda: "chunk 0")
+    np.testing.assert_array_equal(out, data)
+    with pytest.raises(CorruptChunkError, match=r"'x': chunk 0 .*Blosc header declares \d+ sto"):
+        files.decode_bytes(stored[: len(stored) // 2], out, where=lambda: "chunk 0")
+    half = blosc.encode(numcodecs.get_codec(delta).encode(data[: N // 2]))
+    with pytest.raises(CorruptChunkError, match=r"'x': chunk 0 cannot be decoded"):
+        files.decode_bytes(half, out, where=lambda: "chunk 0")
