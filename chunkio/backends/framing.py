@@ -130,7 +130,7 @@ def zstd_size(src: npt.NDArray[np.uint8], expected: int) -> int | None:
     are walked frame by frame, block header by block header.
     """
     first, _ = _zstd_frame(src, 0, walk=False)
-    if first is not None and first >= expected:
+    if first is None or first >= expected:
         return first
     total, at = 0, 0
     while at < src.size:
