@@ -64,7 +64,8 @@ class RawChunks:
     dtype: np.dtype[Any]
     decode: Decode | None
     checksum: bool
-    #: chunk index along axis 0 -> (byte offset, stored size); chunks left to h5py are absent
+    #: chunk index along axis 0 -> (byte offset, stored size); absent: never written, or
+    #: written with a filter mask naming filters the pipeline does not have
     index: dict[int, tuple[int, int]]
     #: chunks h5py reads (a partial edge chunk, a filter mask this reader does not know)
     masked: frozenset[int] = frozenset()
