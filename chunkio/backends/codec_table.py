@@ -31,6 +31,8 @@ import numpy as np
 import numpy.typing as npt
 from numcodecs import lz4 as _lz4_codec
 
+from . import framing
+
 __all__ = [
     "CODECS",
     "DECODED",
@@ -56,91 +58,54 @@ __all__ = [
     "zarr2_codec_info",
     "zarr2_codecs",
     "zarr2_decoder",
+    "zarr2_framing",
     "zarr_decoder",
     "zarr_encoder",
 ]
 
-#: decode ``src`` (stored bytes) into ``dst`` (exactly the decoded size), or raise
+#: decode ``src`` (stored bytes) into all of ``dst``, or raise ValueError or RuntimeError
 Decode = Callable[[npt.NDArray[np.uint8], npt.NDArray[np.uint8]], None]
 
 
 # -- decoders ---------------------------------------------------------------------------------
 
 
-_GZIP_MAGIC = b"\x1f\x8b"
-
-
 def _inflate(src: npt.NDArray[np.uint8], dst: npt.NDArray[np.uint8]) -> None:
     """Deflate in a zlib (HDF5's gzip filter, Zarr v2 ``zlib``) or gzip (Zarr ``gzip``)
     container, by libdeflate: the fastest correct decoder on the package index, measured
     against zlib, zlib-ng and ISA-L by ``python -m benchmarks.bench_deflate`` (README)."""
-    if src[:2].tobytes() == _GZIP_MAGIC:
-        data = deflate.gzip_decompress(src)
-    else:
-        data = deflate.zlib_decompress(src, dst.size)
+    try:
+        if src[:2].tobytes() == framing.GZIP_MAGIC:
+            data = deflate.gzip_decompress(src)
+        else:  # at most dst.size bytes: a longer stream fails
+            data = deflate.zlib_decompress(src, dst.size)
+    except deflate.DeflateError as err:  # an Exception of its own: the contract says which
+        raise ValueError(f"deflate stream cannot be decoded ({err})") from err
     if len(data) != dst.size:
         raise ValueError(f"deflate gave {len(data)} bytes, expected {dst.size}")
     dst[...] = np.frombuffer(data, np.uint8)
 
 
-def _blosc(src: npt.NDArray[np.uint8], dst: npt.NDArray[np.uint8]) -> None:
-    numcodecs.blosc.decompress(src, dst)
-
-
-def _zstd(src: npt.NDArray[np.uint8], dst: npt.NDArray[np.uint8]) -> None:
-    numcodecs.zstd.decompress(src, dst)
-
-
-def _lz4(src: npt.NDArray[np.uint8], dst: npt.NDArray[np.uint8]) -> None:
-    """numcodecs' LZ4 format (Zarr v2 ``lz4``): the decoded size (4 bytes), then one block."""
-    _lz4_codec.decompress(src, dst)
-
-
-def lz4_block(raw: Any) -> bytes:
-    """``raw`` in numcodecs' LZ4 format (decoded size: 4 bytes little-endian; one block)."""
-    return bytes(_lz4_codec.compress(raw))
-
-
-#: :func:`lz4_block`'s inverse into ``dst`` (bounds-checked; ValueError, RuntimeError)
-lz4_unblock = _lz4
-LZ4_LIBRARY = str(_lz4_codec.__file__)  # their library, for compiled readers (images/yuv.py)
-
-
 def _hdf5_lz4(src: npt.NDArray[np.uint8], dst: npt.NDArray[np.uint8]) -> None:
-    """The HDF5 LZ4 filter's frame: total size (8 bytes, big-endian), block size (4), then per
-    block its compressed size (4) and the LZ4 block (stored raw when it would not shrink).
+    """The HDF5 LZ4 filter's frame (:func:`~.framing.hdf5_lz4_blocks`), block by block.
 
     numcodecs' LZ4 wants a block preceded by its decoded size (4 bytes, little-endian): those
     four bytes are written over the block's size field, so ``src`` must be writable and is
     changed (it was checked before).
     """
-    if src.size < 12:
-        raise ValueError(f"LZ4 frame of {src.size} bytes is shorter than its header")
-    total = int.from_bytes(src[:8].tobytes(), "big")
-    block = int.from_bytes(src[8:12].tobytes(), "big") or total
-    if total != dst.size:
-        raise ValueError(f"LZ4 frame holds {total} bytes, expected {dst.size}")
-    pos, out = 12, 0
-    while out < total:
-        want = min(block, total - out)
-        if pos + 4 > src.size:
-            raise ValueError("LZ4 frame ends inside a block header")
-        size = int.from_bytes(src[pos : pos + 4].tobytes(), "big")
-        if size > src.size - pos - 4:
-            raise ValueError(f"LZ4 block of {size} bytes runs past the frame's end")
+    for pos, size, out, want in framing.hdf5_lz4_blocks(src):
         if size == want:  # stored uncompressed
             dst[out : out + want] = src[pos + 4 : pos + 4 + want]
-        else:
+        else:  # numcodecs fills exactly ``want`` bytes or raises (the prefix says ``want``)
             src[pos : pos + 4] = np.frombuffer(want.to_bytes(4, "little"), np.uint8)
-            got = _lz4_codec.decompress(src[pos : pos + 4 + size], dst[out : out + want])
-            if len(memoryview(got)) != want:  # pragma: no cover - numcodecs checks sizes
-                raise ValueError(f"LZ4 block gave {len(memoryview(got))} bytes, expected {want}")
-        pos, out = pos + 4 + size, out + want
+            _lz4_codec.decompress(src[pos : pos + 4 + size], dst[out : out + want])
 
 
 def unshuffle(src: npt.NDArray[np.uint8], dst: npt.NDArray[np.uint8], itemsize: int) -> None:
     """Undo HDF5's byte shuffle filter (id 2): the first bytes of every element, then the
     second bytes, ...; a tail shorter than one element is stored as it is."""
+    if src.size != dst.size:
+        raise ValueError(f"shuffled chunk of {src.size} bytes, expected {dst.size}")
     whole = src.size - src.size % itemsize
     n = whole // itemsize
     dst[:whole].reshape(n, itemsize)[...] = src[:whole].reshape(itemsize, n).T
@@ -149,24 +114,52 @@ def unshuffle(src: npt.NDArray[np.uint8], dst: npt.NDArray[np.uint8], itemsize: 
 
 @dataclass(frozen=True)
 class Decoded:
-    """A compressor chunkio decodes itself: its stored names and its decoder."""
+    """A compressor chunkio decodes itself: its stored names, its framing and its decoder.
 
+    :meth:`decode` is the one place the :data:`Decode` contract is kept for every codec:
+    the decoded size the stream declares (``declared``, read from its framing in O(1)) must
+    be the destination's before ``decompress`` runs, which then fills exactly the declared
+    bytes or raises (where a stream declares no size, exactly the destination).
+    """
+
+    name: str
     zarr: str | None  # the Zarr v3 codec name
     zarr2: tuple[str, ...]  # the Zarr v2 (numcodecs) compressor ids
     hdf5: int | None  # the HDF5 filter id
-    decode: Decode
+    declared: framing.Declared
+    decompress: Decode
+
+    def decode(self, src: npt.NDArray[np.uint8], dst: npt.NDArray[np.uint8]) -> None:
+        """Decode ``src`` into all of ``dst``, or raise ValueError (a stream of another size
+        than ``dst``, cut short, padded) or RuntimeError (the library's own refusals)."""
+        declared = self.declared(src, dst.size)
+        if declared is not None and declared != dst.size:
+            raise ValueError(
+                f"{self.name} stream declares {declared} decoded bytes, expected {dst.size}"
+            )
+        self.decompress(src, dst)
 
 
 DECODED: tuple[Decoded, ...] = (
-    Decoded("zstd", ("zstd",), 32015, _zstd),
-    Decoded("blosc", ("blosc",), 32001, _blosc),
-    Decoded("gzip", ("gzip", "zlib"), 1, _inflate),  # HDF5 calls it deflate
-    Decoded(None, ("lz4",), None, _lz4),  # numcodecs' LZ4 framing
-    Decoded(None, (), 32004, _hdf5_lz4),  # the HDF5 LZ4 filter's own framing
+    Decoded("zstd", "zstd", ("zstd",), 32015, framing.zstd_size, numcodecs.zstd.decompress),
+    Decoded("Blosc", "blosc", ("blosc",), 32001, framing.blosc_size, numcodecs.blosc.decompress),
+    Decoded("deflate", "gzip", ("gzip", "zlib"), 1, framing.gzip_size, _inflate),  # HDF5 name
+    Decoded("LZ4", None, ("lz4",), None, framing.lz4_size, _lz4_codec.decompress),  # numcodecs'
+    Decoded("HDF5 LZ4", None, (), 32004, framing.hdf5_lz4_size, _hdf5_lz4),  # the filter's
 )
 _BY_ZARR = {d.zarr: d.decode for d in DECODED if d.zarr is not None}
 _BY_ZARR2 = {name: d.decode for d in DECODED for name in d.zarr2}
 HDF5_DECODERS: dict[int, Decode] = {d.hdf5: d.decode for d in DECODED if d.hdf5 is not None}
+
+
+def lz4_block(raw: Any) -> bytes:
+    """``raw`` in numcodecs' LZ4 format (decoded size: 4 bytes little-endian; one block)."""
+    return bytes(_lz4_codec.compress(raw))
+
+
+#: :func:`lz4_block`'s inverse into ``dst`` (exactly its size; ValueError, RuntimeError)
+lz4_unblock: Decode = _BY_ZARR2["lz4"]
+LZ4_LIBRARY = str(_lz4_codec.__file__)  # their library, for compiled readers (images/yuv.py)
 
 
 def zarr_decoder(codec: Mapping[str, Any]) -> Decode | None:
@@ -179,6 +172,12 @@ def zarr2_decoder(config: Mapping[str, Any]) -> Decode | None:
     """The decoder of a Zarr v2 compressor (its numcodecs config), ``None`` if chunkio has
     none (the array is then decoded through numcodecs itself)."""
     return _BY_ZARR2.get(str(config.get("id")))
+
+
+def zarr2_framing(config: Mapping[str, Any]) -> framing.Declared | None:
+    """The framing check of a Zarr v2 compressor chunkio knows, for chains numcodecs decodes
+    whole (its Blosc reads as far as a header says, past a stream cut short)."""
+    return next((d.declared for d in DECODED if str(config.get("id")) in d.zarr2), None)
 
 
 def zarr2_codec(config: Mapping[str, Any]) -> Any:

@@ -120,9 +120,12 @@ def test_zarr_v2_compressors_chunkio_does_not_decode_have_no_decoder() -> None:
 
 def test_inflate_refuses_a_stream_of_another_size() -> None:
     data = _payload(100)
-    stored = numcodecs.GZip(level=1).encode(data)
-    with pytest.raises(ValueError, match="deflate gave 100 bytes, expected 99"):
-        _decode(zarr_decoder({"name": "gzip"}), stored, 99)
+    gzipped = numcodecs.GZip(level=1).encode(data)  # its trailer says 100: refused unread
+    with pytest.raises(ValueError, match="deflate stream declares 100 decoded bytes, expected 99"):
+        _decode(zarr_decoder({"name": "gzip"}), gzipped, 99)
+    zlibbed = numcodecs.Zlib(level=1).encode(data)  # no size stored: what the decoder wrote
+    with pytest.raises(ValueError, match="deflate gave 100 bytes, expected 101"):
+        _decode(zarr2_decoder({"id": "zlib"}), zlibbed, 101)
 
 
 def test_lz4_block_is_numcodecs_lz4_format_both_ways() -> None:
@@ -260,8 +263,10 @@ def test_hdf5_lz4_frames_cut_short_or_of_another_size_are_refused(tmp_path: Path
     decode = HDF5_DECODERS[32004]
     with pytest.raises(ValueError, match="LZ4 frame of 11 bytes is shorter than its header"):
         _decode(decode, frame[:11], data.size)
-    with pytest.raises(ValueError, match=f"LZ4 frame holds {data.size} bytes, expected 2400"):
+    with pytest.raises(ValueError, match=f"LZ4 stream declares {data.size} decoded bytes, exp"):
         _decode(decode, frame, 2400)
+    with pytest.raises(ValueError, match=rf"of {data.size} bytes ends at byte {len(frame)} of"):
+        _decode(decode, frame + b"\0", data.size)  # a byte past the last block
     for cut in (first, first + 2, second, second + 3):  # inside or right before a size field
         with pytest.raises(ValueError, match=r"^LZ4 frame ends inside a block header$"):
             _decode(decode, frame[:cut], data.size)

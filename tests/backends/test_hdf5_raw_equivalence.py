@@ -15,10 +15,12 @@ from typing import Any
 import h5py
 import hdf5plugin
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chunkio.backends.hdf5.backend import HDF5Reader
+from chunkio.backends.hdf5.raw import RawChunks
 from chunkio.testing.contract import assert_row_reads_agree
 
 
@@ -75,3 +77,35 @@ def test_raw_chunk_reads_equal_h5py(spec: dict[str, Any]) -> None:
         finally:
             raw.close()
             general.close()
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("fletcher32", [False, True])
+def test_chunks_stored_with_a_filter_skipped_read_raw_as_h5py_reads_them(
+    tmp_path: Path, shuffle: bool, fletcher32: bool
+) -> None:
+    """Blosc's HDF5 filter skips chunks it cannot shrink (filter mask bit set, the bytes
+    stored as they came, shuffled or not): raw reads decode those without Blosc."""
+    rng = np.random.default_rng(5)
+    data = rng.integers(0, 2**16, (64, 2000), dtype=np.uint16)
+    data[::2] = 3  # even chunks of 1 row compress, odd ones of noise do not
+    path = str(tmp_path / "a.h5")
+    with h5py.File(path, "w") as f:
+        f.create_dataset(
+            "x", data=data, chunks=(1, 2000), shuffle=shuffle, fletcher32=fletcher32,
+            compression=hdf5plugin.Blosc(cname="lz4", clevel=5),
+        )  # fmt: skip
+        raw_chunks = RawChunks.build(f["x"], path, "x")
+    assert raw_chunks is not None
+    assert set(raw_chunks.skipped) == set(range(1, 64, 2)) and not raw_chunks.masked
+    raw, general = HDF5Reader(path), HDF5Reader(path, raw_chunks=False)
+    try:
+        a, b = np.full_like(data, 7), np.full_like(data, 9)
+        raw.read_into("x", [(0, 64)], a)
+        general.read_into("x", [(0, 64)], b)
+        np.testing.assert_array_equal(a, data)
+        np.testing.assert_array_equal(b, data)
+        assert raw.read_path("x") == "raw"
+    finally:
+        raw.close()
+        general.close()

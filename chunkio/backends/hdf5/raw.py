@@ -64,9 +64,15 @@ class RawChunks:
     dtype: np.dtype[Any]
     decode: Decode | None
     checksum: bool
-    #: chunk index along axis 0 -> (byte offset, stored size); filter-masked chunks are absent
+    #: chunk index along axis 0 -> (byte offset, stored size); absent: never written, or
+    #: written with a filter mask naming filters the pipeline does not have
     index: dict[int, tuple[int, int]]
+    #: chunks h5py reads (a partial edge chunk, a filter mask this reader does not know)
     masked: frozenset[int] = frozenset()
+    #: the filter pipeline's ids, in order, and the chunks written with some of them skipped
+    #: (chunk -> filter mask: bit i set, filter i skipped, e.g. Blosc on data it cannot shrink)
+    filters: tuple[int, ...] = ()
+    skipped: dict[int, int] = field(default_factory=dict)
     #: the byte shuffle filter ran before the compressor
     shuffled: bool = False
     #: a contiguous dataset read in runs (the last one short)
@@ -107,24 +113,30 @@ class RawChunks:
             return None
         index: dict[int, tuple[int, int]] = {}
         masked: set[int] = set()
+        skipped: dict[int, int] = {}
         step = int(chunks[0])
 
         def visit(info: Any) -> None:
             chunk = int(info.chunk_offset[0]) // step
+            if info.filter_mask >> len(ids):
+                masked.add(chunk)  # skips filters the pipeline does not have: HDF5's to judge
+                return
             if info.filter_mask:
-                masked.add(chunk)  # a filter was skipped: let HDF5 decode this one
-            else:
-                index[chunk] = (int(info.byte_offset), int(info.size))
+                skipped[chunk] = int(info.filter_mask)
+            index[chunk] = (int(info.byte_offset), int(info.size))
 
         if hasattr(dset.id, "chunk_iter"):
             dset.id.chunk_iter(visit)
         else:  # pragma: no cover - HDF5 < 1.14
             for i in range(dset.id.get_num_chunks()):
                 visit(dset.id.get_chunk_info(i))
-        if dset.shape[0] % step:
+        edge, nbytes = int(dset.shape[0]) // step, int(np.prod(chunks)) * dtype.itemsize
+        if dset.shape[0] % step and index.get(edge, (0, nbytes))[1] == nbytes:
             # HDF5 can store a partial edge chunk unfiltered (other writers may set
-            # H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS) with filter mask 0: h5py reads that one.
-            masked.add(int(dset.shape[0]) // step)
+            # H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS) with filter mask 0, at the chunk's full
+            # size: h5py reads that one. One of another size went through the filters and
+            # decodes here, its decoded size checked (h5py fills a short one with heap bytes).
+            masked.add(edge)
         return cls(
             path=path,
             name=name,
@@ -136,6 +148,8 @@ class RawChunks:
             index=index,
             masked=frozenset(masked),
             shuffled=shuffled,
+            filters=tuple(ids),
+            skipped=skipped,
         )
 
     @classmethod
@@ -168,9 +182,20 @@ class RawChunks:
             contiguous=True,
         )
 
-    def _decode_into(self, body: npt.NDArray[np.uint8], flat: npt.NDArray[np.uint8]) -> None:
-        if self.decode is not None:
-            self.decode(body, flat)
+    def _steps(self, chunk: int) -> tuple[bool, Decode | None, bool]:
+        """``(shuffled, decoder, checksum)``: the filters that ran on chunk ``chunk``."""
+        mask = self.skipped.get(chunk, 0)
+        if not mask:
+            return self.shuffled, self.decode, self.checksum
+        ran = {f for i, f in enumerate(self.filters) if not mask >> i & 1}
+        decode = self.decode if ran & HDF5_DECODERS.keys() else None
+        return HDF5_SHUFFLE in ran, decode, _FLETCHER32 in ran
+
+    def _decode_into(
+        self, decode: Decode | None, body: npt.NDArray[np.uint8], flat: npt.NDArray[np.uint8]
+    ) -> None:
+        if decode is not None:
+            decode(body, flat)
         elif body.size == flat.size or (self.contiguous and body.size < flat.size):
             flat[: body.size] = body  # a contiguous dataset's last run is short
         else:
@@ -249,7 +274,8 @@ class RawChunks:
         t1 = time.perf_counter()
         size = raw.size
         body = raw
-        if self.checksum:
+        shuffled, decode, checksum = self._steps(chunk)
+        if checksum:
             offset = self.index.get(chunk, (-1, size))[0]
             if size < 4:
                 raise CorruptChunkError(f"{self.where(chunk)} is truncated ({size} bytes)")
@@ -267,12 +293,12 @@ class RawChunks:
         target = out if full else np.empty(self.chunks, self.dtype)
         flat = target.reshape(-1).view(np.uint8)
         try:
-            if self.shuffled:
-                shuffled = np.empty(flat.size, np.uint8)
-                self._decode_into(body, shuffled)
-                unshuffle(shuffled, flat, self.dtype.itemsize)
+            if shuffled:
+                unshuffled = np.empty(flat.size, np.uint8)
+                self._decode_into(decode, body, unshuffled)
+                unshuffle(unshuffled, flat, self.dtype.itemsize)
             else:
-                self._decode_into(body, flat)
+                self._decode_into(decode, body, flat)
         except Exception as err:
             raise CorruptChunkError(
                 f"{self.where(chunk)} cannot be decoded ({type(err).__name__}: {err})"

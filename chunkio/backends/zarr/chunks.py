@@ -12,6 +12,7 @@ zarr would.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -25,7 +26,7 @@ import numpy.typing as npt
 from ...errors import CorruptChunkError
 from .._checksum import crc32c
 from ..base import StageClock
-from ..codec_table import Decode, zarr2_codec, zarr2_decoder, zarr_decoder
+from ..codec_table import Decode, zarr2_codec, zarr2_decoder, zarr2_framing, zarr_decoder
 
 __all__ = ["ChunkFiles"]
 
@@ -99,6 +100,8 @@ class ChunkFiles:
             if self.general is not None:
                 target[...] = self.general(payload)
             elif self.decompress is None:
+                if payload.size != flat.size:  # else NumPy would broadcast a 1-byte chunk
+                    raise ValueError(f"{payload.size} stored bytes, expected {flat.size}")
                 flat[...] = payload
             else:
                 self.decompress(payload, flat)
@@ -254,9 +257,13 @@ def _v2_pipeline(
     bytes as ``dtype`` in the array's order (numcodecs does the decoding; the reader has
     already refused codecs that could run code unless trusted)."""
     codec = None if compressor is None else zarr2_codec(compressor)
+    check = None if compressor is None else zarr2_framing(compressor)
     undo = [zarr2_codec(f) for f in reversed(filters)]
+    nbytes = math.prod(chunks) * stored.itemsize
 
     def decode(payload: npt.NDArray[np.uint8]) -> npt.NDArray[Any]:
+        if check is not None:  # its framing first: filters may change the size, so only
+            check(payload, nbytes)  # a stream cut short is refused here; the reshape checks
         data: Any = payload if codec is None else codec.decode(payload)
         for f in undo:
             data = f.decode(data)
