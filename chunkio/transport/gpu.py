@@ -249,7 +249,8 @@ def copy_stream_for(device: torch.device) -> CopyStream:
 def pin_ring(ring: SlotRing) -> bool:
     """Page-lock a ring's shared memory for DMA (``cudaHostRegister``); False if refused.
 
-    The memory is unregistered right before it is unmapped.
+    The memory is unregistered right before it is unmapped, or when a batch the consumer
+    kept is moved out of the ring (:meth:`SlotRing.detach`).
     """
     if not torch.cuda.is_available():
         return False
@@ -258,7 +259,7 @@ def pin_ring(ring: SlotRing) -> bool:
     portable = 1  # cudaHostRegisterPortable: pinned for every CUDA context, as torch does
     if int(cudart.cudaHostRegister(address, ring.nbytes, portable)) != 0:
         return False
-    ring.add_release_hook(lambda: cudart.cudaHostUnregister(address))
+    ring.pinned(lambda: cudart.cudaHostUnregister(address))
     return True
 
 

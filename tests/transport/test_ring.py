@@ -18,6 +18,7 @@ import pytest
 
 from chunkio.errors import LoaderError
 from chunkio.transport import SHM_PREFIX, RingLayout, RingSpec, SlotRing
+from chunkio.transport.detach import PAGE
 from chunkio.transport.ring import FieldSpec, batch_view
 from chunkio.util import shm as shm_module
 
@@ -67,22 +68,26 @@ def test_layout_refuses_an_empty_ring(batch: int, slots: int) -> None:
         RingLayout((), batch_size=batch, num_slots=slots)
 
 
-def test_layout_arithmetic_aligns_every_region_to_64_bytes() -> None:
+def test_layout_arithmetic_gives_every_region_whole_pages() -> None:
+    page = PAGE  # regions are moved out of the ring page by page (kept batches)
     lay = RingLayout.of(
         {"a": (np.dtype("<f4"), (3,)), "b": (np.dtype("|u1"), (1,)), "c": (np.dtype("<i8"), ())},
         batch_size=5,
         num_slots=3,
     )
-    # indices 5*8=40 -> 64; a 5*12=60 -> 64; b 5 -> 64; c 40 -> 64
-    assert lay._sizes == [64, 64, 64, 64]
-    assert lay.slot_nbytes == 256 and lay.nbytes == 768
-    assert [lay.field_offset(2, k) for k in (-1, 0, 1, 2)] == [512, 576, 640, 704]
-    big = RingLayout.of({"x": (np.dtype("<f8"), (17,))}, batch_size=9, num_slots=2)
-    # indices 72 -> 128; x 9*136=1224 -> 1280
-    assert big._sizes == [128, 1280] and big.slot_nbytes == 1408 and big.nbytes == 2816
-    assert big.field_offset(1, 0) == 1408 + 128
-    exact = RingLayout.of({"x": (np.dtype("|u1"), (8,))}, batch_size=8, num_slots=1)
-    assert exact._sizes == [64, 64]  # a region already a multiple of 64 is not padded
+    # indices 5*8=40, a 5*12=60, b 5, c 40: one page each
+    assert lay._sizes == [page] * 4
+    assert [lay.region_nbytes(k) for k in (-1, 0, 1, 2)] == [page] * 4
+    assert lay.slot_nbytes == 4 * page and lay.nbytes == 12 * page
+    assert [lay.field_offset(2, k) for k in (-1, 0, 1, 2)] == [8 * page + i * page for i in range(4)]
+    big = RingLayout.of({"x": (np.dtype("<f8"), (17,))}, batch_size=9 * page, num_slots=2)
+    # indices 72 pages; x 9*136 = 1224 pages
+    assert big._sizes == [72 * page, 1224 * page] and big.slot_nbytes == 1296 * page
+    assert big.field_offset(1, 0) == 1296 * page + 72 * page
+    over = RingLayout.of({"x": (np.dtype("|u1"), (page + 1,))}, batch_size=1, num_slots=1)
+    assert over._sizes == [page, 2 * page]  # one byte past a page takes the next page
+    exact = RingLayout.of({"x": (np.dtype("|u1"), (page,))}, batch_size=1, num_slots=1)
+    assert exact._sizes == [page, page]  # a region already whole pages is not padded
 
 
 def test_layout_of_normalises_fields() -> None:
@@ -173,7 +178,7 @@ def test_channels_last_slots_hold_pixels_channel_innermost() -> None:
 def test_an_empty_layout_still_makes_a_segment() -> None:
     ring = SlotRing.create(RingLayout((), batch_size=1, num_slots=1))
     try:
-        assert ring.nbytes == 64 and ring.fields(0) == {}
+        assert ring.nbytes == PAGE and ring.fields(0) == {}
     finally:
         ring.close()
 
