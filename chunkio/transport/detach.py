@@ -21,7 +21,6 @@ import mmap
 import os
 import sys
 import weakref
-from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -136,7 +135,3 @@ class KeptViews:
         """The fields of ``slot``'s last batch still viewed; forgets them."""
         refs, self._refs[slot] = self._refs[slot], []
         return [name for name, ref in refs if ref() is not None]
-
-    def alive(self, slots: Iterable[int]) -> int:
-        """How many fields of ``slots`` are still viewed (without forgetting them)."""
-        return sum(ref() is not None for s in slots for _, ref in self._refs[s])

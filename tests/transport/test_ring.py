@@ -79,7 +79,7 @@ def test_layout_arithmetic_gives_every_region_whole_pages() -> None:
     assert lay._sizes == [page] * 4
     assert [lay.region_nbytes(k) for k in (-1, 0, 1, 2)] == [page] * 4
     assert lay.slot_nbytes == 4 * page and lay.nbytes == 12 * page
-    assert [lay.field_offset(2, k) for k in (-1, 0, 1, 2)] == [8 * page + i * page for i in range(4)]
+    assert [lay.field_offset(2, k) for k in (-1, 0, 1, 2)] == [p * page for p in (8, 9, 10, 11)]
     big = RingLayout.of({"x": (np.dtype("<f8"), (17,))}, batch_size=9 * page, num_slots=2)
     # indices 72 pages; x 9*136 = 1224 pages
     assert big._sizes == [72 * page, 1224 * page] and big.slot_nbytes == 1296 * page
