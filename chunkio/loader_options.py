@@ -121,7 +121,8 @@ class Workers:
         to keep batches: by default batches view reused memory, and a batch (or any view of
         it) still held when that memory comes round is moved out of the way first (on Linux:
         its pages are copied once, in place) and never changes; batches not kept cost no
-        copy. Without Linux a kept batch changes (with a ``UserWarning``): pass ``True``.
+        copy, and fields kept steadily are soon handed out as copies. Without Linux a kept
+        batch changes (with a ``UserWarning``): pass ``True``.
     decode
         ``"cpu"`` (default): JPEG fields are decoded by the reading processes. ``"gpu"``
         (nvImageCodec) or ``"torchvision"`` (its nvJPEG): no worker processes; this process

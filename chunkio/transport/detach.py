@@ -114,24 +114,59 @@ def map_region(name: str, offset: int, nbytes: int) -> npt.NDArray[np.uint8]:
 
 
 class KeptViews:
-    """Which of the arrays last handed out of each slot are still viewed.
+    """Which of the arrays last handed out of each slot are still viewed, and which fields a
+    consumer keeps so steadily that copying them at once is cheaper.
+
+    A field kept at ``streak`` slot reuses in a row is handed out as copies (fresh memory,
+    not watched) for the next ``copies`` batches, then as a watched view again, to see
+    whether it is still kept: a consumer that keeps every batch (or every label) costs one
+    copy per batch, and the pages moved stay few, instead of one region moved and one
+    mapping made per batch (a process may hold only so many mappings, ``vm.max_map_count``).
 
     >>> kept = KeptViews(2)
     >>> a, b = np.zeros(3), np.zeros(3)
-    >>> kept.hand_out(0, {"x": a, "y": b})
-    >>> del a
+    >>> out = kept.hand_out(0, {"x": a, "y": b})
+    >>> out["x"] is a, out["y"] is b  # views, watched
+    (True, True)
+    >>> del a, out
     >>> kept.take(0), kept.take(0)
     (['y'], [])
     """
 
-    def __init__(self, num_slots: int) -> None:
+    def __init__(self, num_slots: int, *, streak: int = 2, copies: int = 64) -> None:
         self._refs: list[list[tuple[str, weakref.ref[Any]]]] = [[] for _ in range(num_slots)]
+        self._streak, self._copies = streak, copies
+        self._kept_in_a_row: dict[str, int] = {}
+        self._copies_left: dict[str, int] = {}
+        self.copied = 0  # field arrays handed out as copies
 
-    def hand_out(self, slot: int, arrays: dict[str, npt.NDArray[Any]]) -> None:
-        """``arrays`` (one per field) are what ``slot``'s batch is made of from now on."""
-        self._refs[slot] = [(name, weakref.ref(a)) for name, a in arrays.items()]
+    def hand_out(
+        self, slot: int, arrays: dict[str, npt.NDArray[Any]]
+    ) -> dict[str, npt.NDArray[Any]]:
+        """What ``slot``'s batch is made of from now on: ``arrays`` (one view per field,
+        watched), except fields kept steadily of late, which are copied."""
+        out, refs = {}, []
+        for name, a in arrays.items():
+            left = self._copies_left.get(name, 0)
+            if left:
+                self._copies_left[name] = left - 1
+                out[name] = a.copy()
+                self.copied += 1
+            else:
+                out[name] = a
+                refs.append((name, weakref.ref(a)))
+        self._refs[slot] = refs
+        return out
 
     def take(self, slot: int) -> list[str]:
         """The fields of ``slot``'s last batch still viewed; forgets them."""
         refs, self._refs[slot] = self._refs[slot], []
-        return [name for name, ref in refs if ref() is not None]
+        alive = []
+        for name, ref in refs:
+            kept = ref() is not None
+            run = self._kept_in_a_row[name] = self._kept_in_a_row.get(name, 0) + 1 if kept else 0
+            if run >= self._streak:
+                self._copies_left[name] = self._copies
+            if kept:
+                alive.append(name)
+        return alive

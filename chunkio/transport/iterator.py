@@ -10,7 +10,8 @@ consumer sees is the sampler's, whatever the number of workers.
 Kept batches: a released slot waits one more release before it is reused (``for batch in
 loader`` still holds the previous batch while it asks for the next), and if any view of its
 last batch is still alive then, that memory is left to its holder (:mod:`.detach`) before
-the workers write the slot again. A batch nobody kept costs no copy.
+the workers write the slot again. A batch nobody kept costs no copy; a field the consumer
+keeps steadily is handed out as copies for a while (:class:`.detach.KeptViews`).
 """
 
 from __future__ import annotations
@@ -251,7 +252,7 @@ class _Session:
             # one fresh array per field, watched: every tensor and ``.numpy()`` view of the
             # batch keeps it alive (``torch.from_numpy`` holds it), so it says "still kept"
             arrays = {k: v[:n] for k, v in self.ring.fields(slot).items()}
-            self.kept.hand_out(slot, arrays)
+            arrays = self.kept.hand_out(slot, arrays)
             return arrange({k: torch.from_numpy(a) for k, a in arrays.items()})
         # (``detach`` makes a full batch's fresh view in a third of the time of a slice)
         if n == self.ring.layout.batch_size:

@@ -43,12 +43,13 @@ class LocalTransport:
         self.replaced = 0
 
     def _buffer(self) -> tuple[Buffer, KeptViews]:
-        while self._free:
-            buf, kept = self._free.pop()
-            if not kept.take(0):
-                return buf, kept
-            self.replaced += 1  # its last batch is still viewed: the holder keeps the memory
-        return self._new_buffer(), KeptViews(1)
+        if not self._free:
+            return self._new_buffer(), KeptViews(1)
+        buf, kept = self._free.pop()
+        if not kept.take(0):
+            return buf, kept
+        self.replaced += 1  # its last batch is still viewed: the holder keeps the memory
+        return self._new_buffer(), kept  # (which keeps what it learnt of the consumer)
 
     def _new_buffer(self) -> Buffer:
         last = channels_last_fields(self.dataset)
@@ -71,7 +72,7 @@ class LocalTransport:
             except BaseException:
                 self._free.append((buf, kept))
                 raise
-            kept.hand_out(0, out)
+            out = kept.hand_out(0, out)
             tensors = {k: torch.from_numpy(v) for k, v in out.items()}
             yield Lease(self.dataset.arrange(tensors), partial(self._release, (buf, kept)))
 

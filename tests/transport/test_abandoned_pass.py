@@ -4,7 +4,9 @@ Batches of an abandoned pass keep their slots until every part has landed: freei
 early lets the next pass read into it while a slow worker still writes the old batch there.
 With the same rows split the same way the old write lands first and hides the bug (each
 worker serves its pipe in order), so here the two passes split their rows between different
-workers: the old pass's slow worker, the new pass's fast one.
+workers: the old pass's slow worker, the new pass's fast one. A late read also takes the
+sample ids the new pass wrote into the slot, so rows are marked with the epoch that wrote
+them, as an augmentation keyed by epoch would differ.
 """
 
 from __future__ import annotations

@@ -44,6 +44,15 @@ def _moved(loader: Any) -> int:
     return route._session.detached
 
 
+def _copied(loader: Any) -> int:
+    """Field arrays handed out as copies (fields the consumer kept steadily)."""
+    route = loader._route
+    if isinstance(route, LocalTransport):
+        pool = [*route._free, *([route._waiting] if route._waiting else [])]
+        return sum(kept.copied for _, kept in pool)
+    return route._session.kept.copied
+
+
 ROUTES = [(2, "fork"), (2, "spawn"), (0, "fork")]
 
 
@@ -98,8 +107,32 @@ def test_nothing_kept_moves_nothing(make_dataset, workers):
                 assert torch.equal(x, wx) and torch.equal(y, wy)
                 n += 1
             assert n == len(want)
-        assert _moved(loader) == 0, kw
+        assert _moved(loader) == 0 and _copied(loader) == 0, kw
         loader.close()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("workers", [2, 0])
+def test_a_consumer_that_keeps_every_batch_gets_copies_not_moved_pages(make_dataset, workers):
+    """Keeping every batch (or every label) for long must not move a region and make a
+    mapping per batch (a process holds only so many mappings): steady keeping turns to
+    copies, and keeping stopped turns back to views."""
+    path, _ = make_dataset("zarr", samples_per_chunk=10)
+    loader = _loader(path, workers)
+    kept: list[Any] = []
+    epochs = 4
+    for epoch in range(epochs):
+        before = len(kept)
+        kept.extend(loader)
+        assert all(
+            torch.equal(x, wx) and torch.equal(y, wy)
+            for (x, y), (wx, wy) in zip(kept[before:], _reference(loader, epoch), strict=True)
+        )
+    arrays = 2 * len(kept)  # image and label of every batch
+    assert _copied(loader) > arrays // 2 and _moved(loader) < arrays // 4
+    assert all(  # the earliest ones too, after every later batch
+        torch.equal(x, wx) for (x, _), (wx, _) in zip(kept, _reference(loader, 0), strict=False)
+    )
 
 
 @pytest.mark.timeout(120)
