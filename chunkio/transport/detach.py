@@ -150,7 +150,7 @@ class KeptViews:
             left = self._copies_left.get(name, 0)
             if left:
                 self._copies_left[name] = left - 1
-                out[name] = a.copy()
+                out[name] = a.copy(order="K")  # in the slot's memory order (channels last)
                 self.copied += 1
             else:
                 out[name] = a

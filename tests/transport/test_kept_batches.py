@@ -174,3 +174,26 @@ def test_kept_views_report_only_what_is_still_viewed() -> None:
     assert kept.take(0) == [] and kept.take(1) == ["a"]
     assert kept.take(1) == []  # forgotten once taken
     del t
+
+
+@pytest.mark.timeout(120)
+def test_where_pages_cannot_move_a_kept_batch_is_reported(make_dataset, monkeypatch):
+    monkeypatch.setattr("chunkio.transport.iterator.can_detach", lambda: False)
+    path, _ = make_dataset("zarr", samples_per_chunk=10)
+    loader = _loader(path, 2)
+    with pytest.warns(UserWarning, match=r"a batch you kept .* changes.*Workers\(copy=True\)"):
+        kept = list(loader)
+    assert len(kept) == len(loader) and _moved(loader) == 0
+    loader.close()
+
+
+def test_steady_copies_keep_the_slot_memory_order() -> None:
+    kept = KeptViews(1, streak=1, copies=1)
+    slot = np.zeros((2, 4, 4, 3), np.uint8).transpose(0, 3, 1, 2)  # channels last
+    first = kept.hand_out(0, {"x": slot[:2]})
+    assert kept.take(0) == ["x"]  # kept: the next one is a copy
+    copy = kept.hand_out(0, {"x": slot[:2]})["x"]
+    assert copy is not slot and not np.shares_memory(copy, slot)
+    assert copy.strides == slot.strides and kept.copied == 1
+    assert kept.hand_out(0, {"x": slot[:2]})["x"].base is slot.base  # watched again
+    del first
