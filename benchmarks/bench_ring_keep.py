@@ -5,10 +5,11 @@ Two loaders over the same data and order, in one process, epochs interleaved:
 ``before``
     The ring as it was before kept batches were detected (a private switch,
     ``_Session.keep_kept = False``): persistent per-slot tensors, a slot reused as soon as it
-    is released.
+    is released, ``workers * prefetch + 1`` slots.
 ``after``
     The default: fresh arrays per batch watched through weak references, a released slot
-    waiting one more release, a kept batch's pages moved out of the ring.
+    waiting one more release (one slot more, so as many batches are in flight), a kept
+    batch's pages moved out of the ring.
 
 Nothing is kept in either (``for batch in loader`` only counts samples), so the ratio is the
 price of the check itself. Workers hold the decoded arrays in RAM (``preload_bytes``): no

@@ -138,7 +138,7 @@ class _Session:
         on_ring: Callable[[SlotRing], Any],
     ) -> None:
         # one slot more than are in flight and held: the slot released last waits (see above)
-        num_slots = opts.num_workers * opts.prefetch + opts.held + 1
+        num_slots = opts.num_workers * opts.prefetch + opts.held + int(self.keep_kept)
         fields = dataset.batch_fields()
         layout = RingLayout.of(
             fields,
