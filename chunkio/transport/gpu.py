@@ -14,6 +14,7 @@ falling back to the CPU would hide a misconfigured job.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
@@ -259,7 +260,14 @@ def pin_ring(ring: SlotRing) -> bool:
     portable = 1  # cudaHostRegisterPortable: pinned for every CUDA context, as torch does
     if int(cudart.cudaHostRegister(address, ring.nbytes, portable)) != 0:
         return False
-    ring.pinned(lambda: cudart.cudaHostUnregister(address))
+
+    def unpin() -> None:
+        # a copy the consumer issued from the ring (``non_blocking=True``) may still read it
+        with contextlib.suppress(Exception):
+            torch.cuda.synchronize()
+        cudart.cudaHostUnregister(address)
+
+    ring.pinned(unpin)
     return True
 
 
