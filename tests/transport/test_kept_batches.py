@@ -197,3 +197,18 @@ def test_steady_copies_keep_the_slot_memory_order() -> None:
     assert copy.strides == slot.strides and kept.copied == 1
     assert kept.hand_out(0, {"x": slot[:2]})["x"].base is slot.base  # watched again
     del first
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.timeout(120)
+def test_kept_batches_of_a_page_locked_ring_stay_intact_on_host_and_device(make_dataset):
+    path, _ = make_dataset("zarr", samples_per_chunk=10)
+    loader = _loader(path, 2)  # CUDA: the ring is page-locked (pin_memory's default)
+    kept = []
+    for x, y in loader:
+        kept.append((x, y, x.cuda(non_blocking=True)))  # copies in flight while pages move
+    torch.cuda.synchronize()
+    for (x, y, on_device), (wx, wy) in zip(kept, _reference(loader, 0), strict=True):
+        assert torch.equal(x, wx) and torch.equal(y, wy) and torch.equal(on_device.cpu(), wx)
+    assert _moved(loader) > 0
+    loader.close()
