@@ -143,11 +143,11 @@ class ChunkLoader:
     ones workers have prefetched), so a restored loader continues exactly after the last batch
     you received. If you never call ``set_epoch``, each completed pass advances the epoch.
 
-    **Batch lifetime (ring and local routes, host delivery).** A batch's tensors view memory
-    that is reused for a later batch: a batch is valid until you ask for the next one. Keep
-    one longer with ``.clone()``, or build the loader with ``workers=Workers(copy=True)``.
-    Batches delivered to a device (``device=...``) and batches of the DataLoader route are
-    fresh memory.
+    **Batch lifetime (ring and local routes, host delivery).** Batches view reused memory; a
+    batch you keep (or any view of it: a slice, ``.numpy()``) is moved out of the way before
+    that memory is reused (Linux), so it never changes, and batches you do not keep cost no
+    copy (``workers=Workers(copy=True)``: copies). Batches delivered to a device
+    (``device=...``) and batches of the DataLoader route are fresh memory.
     """
 
     def __init__(
@@ -332,9 +332,9 @@ def make_loader(
 ) -> ChunkLoader:
     """A loader over a chunkio dataset with chunk-aware shuffling and sensible defaults.
 
-    By default batches come through a shared-memory ring and are views of reused memory: a
-    batch is valid until you ask for the next one (``workers=Workers(copy=True)`` or
-    ``.clone()`` to keep one).
+    By default batches come through a shared-memory ring and are views of reused memory; a
+    batch you keep is moved out of the way before its memory is reused, so it never changes
+    (Linux; see :class:`ChunkLoader`), and batches you do not keep cost no copy.
 
     **Order.** The sequence of global batches is fixed by ``(seed, epoch, data, batch_size x
     world_size, pool, lanes, shuffle, drop_last)`` (:mod:`chunkio.sampling.order`): the same for

@@ -117,8 +117,12 @@ class Workers:
         Page-lock host batches (default ``None``: ``torch.cuda.is_available()``). Pinning
         needs CUDA: ``True`` without it warns once (``UserWarning``) and is skipped.
     copy
-        Host delivery only: hand out copies instead of views of reused memory, so batches
-        may be kept (costs one copy per batch).
+        Host delivery only: hand out a copy of every batch (one copy per batch). Not needed
+        to keep batches: by default batches view reused memory, and a batch (or any view of
+        it) still held when that memory comes round is moved out of the way first (on Linux:
+        its pages are copied once, in place) and never changes; batches not kept cost no
+        copy, and fields kept steadily are soon handed out as copies. Without Linux a kept
+        batch changes (with a ``UserWarning``): pass ``True``.
     decode
         ``"cpu"`` (default): JPEG fields are decoded by the reading processes. ``"gpu"``
         (nvImageCodec) or ``"torchvision"`` (its nvJPEG): no worker processes; this process

@@ -11,8 +11,9 @@ batch is comes in through :class:`BatchSource`. :mod:`.gpu` moves batches onto t
 
 from __future__ import annotations
 
-from .iterator import STARTUP_TIMEOUT_S, LocalTransport, RingOptions, RingTransport
+from .iterator import STARTUP_TIMEOUT_S, RingOptions, RingTransport
 from .lease import Lease, as_lease
+from .local import LocalTransport
 from .ring import SHM_PREFIX, RingLayout, RingSpec, SlotRing
 from .source import BatchSource, FieldShapes
 

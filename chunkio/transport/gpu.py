@@ -14,6 +14,7 @@ falling back to the CPU would hide a misconfigured job.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
@@ -249,7 +250,8 @@ def copy_stream_for(device: torch.device) -> CopyStream:
 def pin_ring(ring: SlotRing) -> bool:
     """Page-lock a ring's shared memory for DMA (``cudaHostRegister``); False if refused.
 
-    The memory is unregistered right before it is unmapped.
+    The memory is unregistered right before it is unmapped, or when a batch the consumer
+    kept is moved out of the ring (:meth:`SlotRing.detach`).
     """
     if not torch.cuda.is_available():
         return False
@@ -258,7 +260,14 @@ def pin_ring(ring: SlotRing) -> bool:
     portable = 1  # cudaHostRegisterPortable: pinned for every CUDA context, as torch does
     if int(cudart.cudaHostRegister(address, ring.nbytes, portable)) != 0:
         return False
-    ring.add_release_hook(lambda: cudart.cudaHostUnregister(address))
+
+    def unpin() -> None:
+        # a copy the consumer issued from the ring (``non_blocking=True``) may still read it
+        with contextlib.suppress(Exception):
+            torch.cuda.synchronize()
+        cudart.cudaHostUnregister(address)
+
+    ring.pinned(unpin)
     return True
 
 

@@ -6,6 +6,12 @@ lanes, so each worker reads only its own lanes' chunks and decodes each chunk on
 takes one slot of the shared ring as soon as one is free, and is handed out, in order, when
 every part has landed; the slot returns when the consumer releases the lease. The order the
 consumer sees is the sampler's, whatever the number of workers.
+
+Kept batches: a released slot waits one more release before it is reused (``for batch in
+loader`` still holds the previous batch while it asks for the next), and if any view of its
+last batch is still alive then, that memory is left to its holder (:mod:`.detach`) before
+the workers write the slot again. A batch nobody kept costs no copy; a field the consumer
+keeps steadily is handed out as copies for a while (:class:`.detach.KeptViews`).
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import pickle
 import time
+import warnings
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -21,18 +28,18 @@ from functools import partial
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import torch
 
 from ..errors import ChunkioError, LoaderError
 from ..util.numeric import IntArray, ceil_div
+from .detach import KeptViews, can_detach
 from .lease import Lease
 from .messages import Done, Failed, Hint, ReadRows, Ready
-from .ring import RingLayout, SlotRing, batch_view
+from .ring import RingLayout, SlotRing
 from .source import BatchSource, channels_last_fields
 from .workers import RingWorkers
 
-__all__ = ["STARTUP_TIMEOUT_S", "LocalTransport", "RingOptions", "RingTransport"]
+__all__ = ["STARTUP_TIMEOUT_S", "RingOptions", "RingTransport", "even_parts"]
 
 #: a worker that has not attached to the ring after this long is reported, never waited on
 STARTUP_TIMEOUT_S = 120.0
@@ -52,7 +59,7 @@ class RingOptions:
 
     num_workers: int
     prefetch: int = 2
-    held: int = 1  # batches the consumer may hold at once (slots per worker = prefetch + held)
+    held: int = 1  # batches the consumer may hold at once (slots = workers * prefetch + held + 1)
     persistent: bool = True
     context: Any = None
     timeout: float = 0.0
@@ -119,6 +126,10 @@ class _Batch:
 class _Session:
     """One set of workers and their ring: for one pass or, if persistent, for many."""
 
+    #: leave batches still viewed when their slot comes round to their holders (off: the
+    #: route before kept batches were detected, for the A/B benchmark bench_ring_keep only)
+    keep_kept = True
+
     def __init__(
         self,
         dataset: BatchSource,
@@ -126,7 +137,8 @@ class _Session:
         opts: RingOptions,
         on_ring: Callable[[SlotRing], Any],
     ) -> None:
-        num_slots = opts.num_workers * opts.prefetch + opts.held
+        # one slot more than are in flight and held: the slot released last waits (see above)
+        num_slots = opts.num_workers * opts.prefetch + opts.held + int(self.keep_kept)
         fields = dataset.batch_fields()
         layout = RingLayout.of(
             fields,
@@ -151,10 +163,18 @@ class _Session:
         self.opts = opts
         self.closed = False
         self.free: deque[int] = deque(range(layout.num_slots))
-        self.tensors = [
-            {k: torch.from_numpy(v) for k, v in self.ring.fields(s).items()}
-            for s in range(layout.num_slots)
-        ]
+        self.keep = self.keep_kept
+        self.kept = KeptViews(layout.num_slots)
+        self.waiting: int | None = None  # the slot released last, not reused before the next
+        self.detached = 0  # field regions left to a consumer that kept their batch
+        self.tensors = (
+            []
+            if self.keep
+            else [
+                {k: torch.from_numpy(v) for k, v in self.ring.fields(s).items()}
+                for s in range(layout.num_slots)
+            ]
+        )
         self.parts: dict[int, list[tuple[int, int]]] = {}  # batch size -> checked parts
         self.inflight: dict[int, _Batch] = {}  # seq -> batch, until every part has landed
         self.stale: set[int] = set()  # in flight for a pass the consumer abandoned
@@ -228,6 +248,12 @@ class _Session:
     def _batch(self, slot: int, n: int, arrange: Arrange) -> Any:
         # Fresh views and a fresh container per batch (O(fields), whatever the batch size):
         # a consumer that edits its batch (``batch["x"] = x.cuda()``) never edits a later one.
+        if self.keep:
+            # one fresh array per field, watched: every tensor and ``.numpy()`` view of the
+            # batch keeps it alive (``torch.from_numpy`` holds it), so it says "still kept"
+            arrays = {k: v[:n] for k, v in self.ring.fields(slot).items()}
+            arrays = self.kept.hand_out(slot, arrays)
+            return arrange({k: torch.from_numpy(a) for k, a in arrays.items()})
         # (``detach`` makes a full batch's fresh view in a third of the time of a slice)
         if n == self.ring.layout.batch_size:
             return arrange({k: v.detach() for k, v in self.tensors[slot].items()})
@@ -272,7 +298,7 @@ class _Session:
     def _dispatch(self, indices: Indices, parts: Parts, epoch: int) -> int:
         n = len(indices)
         ranges = self._ranges(n, parts)
-        slot = self.free.popleft()
+        slot = self._take()
         self.ring.indices(slot)[:n] = indices
         seq, self.next_seq = self.next_seq, self.next_seq + 1
         busy = {w for w, (a, b) in enumerate(ranges) if b > a}
@@ -292,9 +318,35 @@ class _Session:
                 self._handle(v, said)  # raises a worker's own start failure
             raise
 
+    def _take(self) -> int:
+        """A free slot, its last batch's memory left to whoever still views it."""
+        slot = self.free.popleft()
+        kept = self.kept.take(slot)
+        if kept:
+            if can_detach():
+                self.ring.detach(slot, kept)
+                self.detached += len(kept)
+            else:
+                warnings.warn(
+                    f"a batch you kept (fields {kept}) views ring memory that is now reused: "
+                    "it changes. Moving it out of the ring needs Linux; keep batches with "
+                    "workers=chunkio.Workers(copy=True) or .clone()",
+                    UserWarning,
+                    stacklevel=2,
+                )
+        return slot
+
     def _release(self, slot: int) -> None:
-        if not self.closed:
+        if self.closed:
+            return
+        if not self.keep:
             self.free.append(slot)
+            return
+        # ``for batch in loader`` still holds batch k while it asks for k + 1, which releases
+        # k's slot: that slot waits until k + 2 is asked for, so only kept batches are moved
+        if self.waiting is not None:
+            self.free.append(self.waiting)
+        self.waiting = slot
 
     def _discard(self, seq: int) -> None:
         self.stale.discard(seq)
@@ -438,50 +490,3 @@ class RingTransport:
         if self._session is not None:
             self._session.close(failed=False)
             self._session = None
-
-
-Allocate = Callable[[tuple[int, ...], np.dtype[Any]], npt.NDArray[Any]]
-
-
-class LocalTransport:
-    """``num_workers=0``: read each batch in this process into a reused buffer."""
-
-    def __init__(
-        self, dataset: BatchSource, *, batch_size: int, allocate: Allocate = np.empty
-    ) -> None:
-        self.dataset = dataset
-        self.batch_size = int(batch_size)
-        self._allocate = allocate
-        self._free: list[dict[str, npt.NDArray[Any]]] = []
-
-    def _buffer(self) -> dict[str, npt.NDArray[Any]]:
-        if self._free:
-            return self._free.pop()
-        last = channels_last_fields(self.dataset)
-        out = {}
-        for name, (dtype, shape) in self.dataset.batch_fields().items():
-            flat = self._allocate((self.batch_size * int(np.prod(shape)),), dtype)
-            cl = name in last and len(shape) == 3
-            out[name] = batch_view(flat, self.batch_size, shape, channels_last=cl)
-        return out
-
-    def run(
-        self, batches: Iterable[Indices], parts: Parts = even_parts, *, epoch: int = 0
-    ) -> Iterator[Lease]:
-        for indices in batches:
-            buf = self._buffer()
-            n = len(indices)
-            out = {k: v[:n] for k, v in buf.items()}
-            try:
-                self.dataset.read_batch(indices, out=out, epoch=epoch)
-            except BaseException:
-                self._free.append(buf)
-                raise
-            tensors = {k: torch.from_numpy(v) for k, v in out.items()}
-            yield Lease(self.dataset.arrange(tensors), partial(self._free.append, buf))
-
-    def worker_pids(self) -> tuple[int, ...]:
-        return ()
-
-    def close(self) -> None:
-        self._free.clear()

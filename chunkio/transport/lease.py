@@ -13,7 +13,8 @@ def _noop() -> None:
 
 
 class Lease:
-    """``batch`` stays valid until ``release()`` is called; release is idempotent.
+    """``batch`` stays valid until ``release()`` is called; release is idempotent and drops
+    the lease's reference to the batch (a batch nobody else holds then counts as not kept).
 
     >>> freed = []
     >>> lease = Lease("batch", lambda: freed.append(1))
@@ -29,6 +30,7 @@ class Lease:
 
     def release(self) -> None:
         release, self._release = self._release, None
+        self.batch = None
         if release is not None:
             release()
 

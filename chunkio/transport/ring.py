@@ -9,6 +9,8 @@ Lifetime: the main process creates the segment and is the only one that unlinks 
 attach by name. The mapping itself lives as long as any array viewing it (see
 :class:`~chunkio.util.shm.SegmentMapping`), so a tensor kept after the ring closed stays
 readable instead of pointing at unmapped memory; its contents are then no longer refreshed.
+A batch still viewed when its slot comes round is left to its holder (:meth:`SlotRing.detach`,
+:mod:`.detach`): every region owns whole pages so that it can be moved alone.
 """
 
 from __future__ import annotations
@@ -25,11 +27,13 @@ import numpy.typing as npt
 from ..errors import LoaderError
 from ..util.numeric import IntArray, ceil_div
 from ..util.shm import SHM_PREFIX, SegmentMapping, attach, create, free_bytes
+from .detach import PAGE, map_region, privatise
 
 __all__ = ["SHM_PREFIX", "FieldSpec", "RingLayout", "RingSpec", "SlotRing"]
 
-#: field regions start on cache-line boundaries so workers never share a line across fields
-_ALIGN = 64
+#: every region (a slot's indices, each field) owns whole pages: workers never share a cache
+#: line across regions, and a kept batch's region can be moved out of the ring on its own
+_ALIGN = PAGE
 
 
 def _aligned(n: int) -> int:
@@ -81,8 +85,9 @@ class RingLayout:
     """Where each slot's indices and fields live inside the segment (pure arithmetic).
 
     >>> lay = RingLayout((FieldSpec("x", "|u1", (3,)),), batch_size=4, num_slots=2)
-    >>> lay.slot_nbytes, lay.nbytes, lay.field_offset(1, 0)
-    (128, 256, 192)
+    >>> page = _ALIGN  # each region rounded up to whole pages
+    >>> lay.slot_nbytes == 2 * page, lay.nbytes == 4 * page, lay.field_offset(1, 0) == 3 * page
+    (True, True, True)
     """
 
     fields: tuple[FieldSpec, ...]
@@ -131,6 +136,10 @@ class RingLayout:
         """Byte offset of field number ``field`` of ``slot`` (``-1`` selects the indices)."""
         return slot * self.slot_nbytes + sum(self._sizes[: field + 1])
 
+    def region_nbytes(self, field: int) -> int:
+        """Bytes of field number ``field``'s region in every slot (whole pages)."""
+        return self._sizes[field + 1]
+
 
 @dataclass(frozen=True)
 class RingSpec:
@@ -173,6 +182,9 @@ class SlotRing:
         whole = np.asarray(mapping)
         self._indices: list[IntArray] = []
         self._fields: list[dict[str, npt.NDArray[Any]]] = []
+        #: where each slot's field regions are mapped here (moved by :meth:`detach`)
+        self._addresses: list[list[int]] = []
+        self._unpin: Callable[[], None] | None = None
         b = layout.batch_size
         for slot in range(layout.num_slots):
             start = layout.field_offset(slot, -1)
@@ -182,6 +194,9 @@ class SlotRing:
                 start = layout.field_offset(slot, k)
                 views[f.name] = f.view(whole[start : start + b * f.sample_nbytes], b)
             self._fields.append(views)
+            self._addresses.append(
+                [self.address + layout.field_offset(slot, k) for k in range(len(layout.fields))]
+            )
 
     @classmethod
     def create(cls, layout: RingLayout) -> SlotRing:
@@ -220,6 +235,51 @@ class SlotRing:
             raise LoaderError(f"shared-memory ring {self.name} is closed")
         self._mapping.release_hooks.append(hook)
 
+    def pinned(self, unregister: Callable[[], None]) -> None:
+        """The mapping was page-locked for CUDA; ``unregister`` undoes it (run once: by
+        :meth:`detach`, or right before the memory is unmapped)."""
+        done: list[bool] = []
+
+        def once() -> None:
+            if not done:
+                done.append(True)
+                unregister()
+
+        self._unpin = once
+        self.add_release_hook(once)
+
+    def detach(self, slot: int, names: Collection[str]) -> None:
+        """Leave fields ``names`` of ``slot`` to whoever still views them, as they are.
+
+        The pages under those views become private copies (same addresses, same bytes,
+        never written again) and this process maps the slot's shared regions afresh for the
+        next batches. Main process only, and only while no worker writes ``slot``. A
+        page-locked ring is unlocked first (CUDA cannot keep pages that move); its batches
+        are then pinned per copy. Raises :class:`~chunkio.errors.LoaderError` if the kernel
+        refuses.
+        """
+        if self._mapping is None:
+            raise LoaderError(f"shared-memory ring {self.name} is closed")
+        if self._unpin is not None:
+            self._unpin()
+        b = self.layout.batch_size
+        for k, f in enumerate(self.layout.fields):
+            if f.name not in names:
+                continue
+            start, nbytes = self.layout.field_offset(slot, k), self.layout.region_nbytes(k)
+            try:
+                fresh = map_region(self.name, start, nbytes)
+                privatise(self._addresses[slot][k], nbytes)
+            except OSError as err:
+                raise LoaderError(
+                    f"field {f.name!r} of ring slot {slot} is still viewed by a batch you kept, "
+                    f"and moving it out of the ring ({nbytes} bytes at offset {start} of "
+                    f"/dev/shm/{self.name}) failed: {err}; pass "
+                    "workers=chunkio.Workers(copy=True) to keep batches"
+                ) from err
+            self._addresses[slot][k] = int(fresh.ctypes.data)
+            self._fields[slot][f.name] = f.view(fresh[: b * f.sample_nbytes], b)
+
     def close(self) -> None:
         """Unlink the segment (creator only) and drop this object's views; idempotent.
 
@@ -231,5 +291,5 @@ class SlotRing:
             with contextlib.suppress(FileNotFoundError):
                 self._shm.unlink()
         self._shm = None
-        self._indices, self._fields = [], []
+        self._indices, self._fields, self._addresses = [], [], []
         self._mapping = None

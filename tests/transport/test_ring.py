@@ -15,9 +15,11 @@ from multiprocessing.shared_memory import SharedMemory
 
 import numpy as np
 import pytest
+import torch
 
 from chunkio.errors import LoaderError
 from chunkio.transport import SHM_PREFIX, RingLayout, RingSpec, SlotRing
+from chunkio.transport.detach import PAGE, can_detach
 from chunkio.transport.ring import FieldSpec, batch_view
 from chunkio.util import shm as shm_module
 
@@ -67,22 +69,26 @@ def test_layout_refuses_an_empty_ring(batch: int, slots: int) -> None:
         RingLayout((), batch_size=batch, num_slots=slots)
 
 
-def test_layout_arithmetic_aligns_every_region_to_64_bytes() -> None:
+def test_layout_arithmetic_gives_every_region_whole_pages() -> None:
+    page = PAGE  # regions are moved out of the ring page by page (kept batches)
     lay = RingLayout.of(
         {"a": (np.dtype("<f4"), (3,)), "b": (np.dtype("|u1"), (1,)), "c": (np.dtype("<i8"), ())},
         batch_size=5,
         num_slots=3,
     )
-    # indices 5*8=40 -> 64; a 5*12=60 -> 64; b 5 -> 64; c 40 -> 64
-    assert lay._sizes == [64, 64, 64, 64]
-    assert lay.slot_nbytes == 256 and lay.nbytes == 768
-    assert [lay.field_offset(2, k) for k in (-1, 0, 1, 2)] == [512, 576, 640, 704]
-    big = RingLayout.of({"x": (np.dtype("<f8"), (17,))}, batch_size=9, num_slots=2)
-    # indices 72 -> 128; x 9*136=1224 -> 1280
-    assert big._sizes == [128, 1280] and big.slot_nbytes == 1408 and big.nbytes == 2816
-    assert big.field_offset(1, 0) == 1408 + 128
-    exact = RingLayout.of({"x": (np.dtype("|u1"), (8,))}, batch_size=8, num_slots=1)
-    assert exact._sizes == [64, 64]  # a region already a multiple of 64 is not padded
+    # indices 5*8=40, a 5*12=60, b 5, c 40: one page each
+    assert lay._sizes == [page] * 4
+    assert [lay.region_nbytes(k) for k in (-1, 0, 1, 2)] == [page] * 4
+    assert lay.slot_nbytes == 4 * page and lay.nbytes == 12 * page
+    assert [lay.field_offset(2, k) for k in (-1, 0, 1, 2)] == [p * page for p in (8, 9, 10, 11)]
+    big = RingLayout.of({"x": (np.dtype("<f8"), (17,))}, batch_size=9 * page, num_slots=2)
+    # indices 72 pages; x 9*136 = 1224 pages
+    assert big._sizes == [72 * page, 1224 * page] and big.slot_nbytes == 1296 * page
+    assert big.field_offset(1, 0) == 1296 * page + 72 * page
+    over = RingLayout.of({"x": (np.dtype("|u1"), (page + 1,))}, batch_size=1, num_slots=1)
+    assert over._sizes == [page, 2 * page]  # one byte past a page takes the next page
+    exact = RingLayout.of({"x": (np.dtype("|u1"), (page,))}, batch_size=1, num_slots=1)
+    assert exact._sizes == [page, page]  # a region already whole pages is not padded
 
 
 def test_layout_of_normalises_fields() -> None:
@@ -173,7 +179,7 @@ def test_channels_last_slots_hold_pixels_channel_innermost() -> None:
 def test_an_empty_layout_still_makes_a_segment() -> None:
     ring = SlotRing.create(RingLayout((), batch_size=1, num_slots=1))
     try:
-        assert ring.nbytes == 64 and ring.fields(0) == {}
+        assert ring.nbytes == PAGE and ring.fields(0) == {}
     finally:
         ring.close()
 
@@ -261,3 +267,75 @@ def test_a_worker_attaches_untracked_where_python_allows(
     assert calls == [
         {"name": "chunkio_1_abcd"} if tracked else {"name": "chunkio_1_abcd", "track": False}
     ]
+
+
+@pytest.mark.skipif(not can_detach(), reason="moving kept pages needs Linux")
+def test_a_detached_slot_keeps_the_views_and_the_ring_writes_fresh_memory() -> None:
+    lay = RingLayout.of(
+        {"x": (np.dtype("<f4"), (3,)), "y": (np.dtype("<i2"), ())}, batch_size=5, num_slots=2
+    )
+    ring = SlotRing.create(lay)
+    worker = SlotRing.attach(ring.spec)  # writes as a worker does, through its own mapping
+    try:
+        worker.fields(1)["x"][...] = 1.5
+        worker.fields(1)["y"][...] = 4
+        x, y = torch.from_numpy(ring.fields(1)["x"]), ring.fields(1)["y"]
+        view, numpy_view = x[1:3], x.numpy()[0]
+        ring.detach(1, ["x"])
+        worker.fields(1)["x"][...] = -1.0  # the next batch of the slot
+        worker.fields(1)["y"][...] = -4
+        assert torch.equal(x, torch.full((5, 3), 1.5)) and torch.equal(view, x[1:3])
+        assert numpy_view.tolist() == [1.5] * 3
+        assert ring.fields(1)["x"].tolist() == [[-1.0] * 3] * 5  # the ring sees the new batch
+        assert y.tolist() == [-4] * 5  # a field not detached is still the slot's
+        assert ring.fields(0)["x"].ctypes.data == ring.address + lay.field_offset(0, 0)
+        ring.detach(1, ["x"])  # a region detached before is moved again from where it is now
+        worker.fields(1)["x"][...] = 2.0
+        assert ring.fields(1)["x"].tolist() == [[2.0] * 3] * 5
+        assert torch.equal(x, torch.full((5, 3), 1.5))
+    finally:
+        worker.close()
+        ring.close()
+    assert numpy_view.tolist() == [1.5] * 3  # still mapped after the ring closed
+
+
+@pytest.mark.skipif(not can_detach(), reason="moving kept pages needs Linux")
+def test_a_pinned_ring_is_unpinned_once_before_pages_move_or_the_memory_goes() -> None:
+    lay = RingLayout.of({"x": (np.dtype("u1"), (8,))}, batch_size=2, num_slots=2)
+    calls: list[str] = []
+    ring = SlotRing.create(lay)
+    ring.pinned(lambda: calls.append("unpin"))
+    held = ring.fields(0)["x"]
+    ring.detach(0, ["x"])  # CUDA cannot keep pages that move: unpinned first
+    assert calls == ["unpin"]
+    ring.detach(1, ["x"])
+    ring.close()
+    del held
+    assert calls == ["unpin"]  # once, not again when the memory is unmapped
+    other = SlotRing.create(lay)
+    other.pinned(lambda: calls.append("at unmap"))
+    other.close()  # nothing views it: unmapped at once
+    assert calls == ["unpin", "at unmap"]
+    closed = SlotRing.create(lay)
+    closed.close()
+    with pytest.raises(LoaderError, match="is closed"):
+        closed.detach(0, ["x"])
+
+
+@pytest.mark.skipif(not can_detach(), reason="moving kept pages needs Linux")
+def test_a_refused_move_is_a_loader_error_naming_field_slot_and_the_way_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refuse(address: int, nbytes: int) -> None:
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr("chunkio.transport.ring.privatise", refuse)
+    ring = SlotRing.create(RingLayout.of({"x": (np.dtype("u1"), (8,))}, batch_size=2, num_slots=2))
+    try:
+        with pytest.raises(
+            LoaderError, match=r"field 'x' of ring slot 1 .*Workers\(copy=True\)"
+        ) as info:
+            ring.detach(1, ["x"])
+        assert isinstance(info.value.__cause__, OSError)
+    finally:
+        ring.close()
