@@ -240,7 +240,8 @@ class EncodedField:
         scales), then resize them into ``out``: the whole-image path's pixels, less work.
 
         False where the whole-image path must decide: data the extension refuses (corrupt,
-        truncated, CMYK: that path raises its own typed error or decodes it) and tiny images
+        truncated, CMYK, samplings simplejpeg reads otherwise or not at all: that path raises
+        its own typed error or decodes it) and tiny images
         whose DCT scale simplejpeg picks otherwise (:func:`~chunkio.images.jpeg.exact_scale`).
         """
         channels, height, width = shape
@@ -254,10 +255,15 @@ class EncodedField:
         left, top, right, bottom = transform.crop_box(plan, sh, sw, scale)
         size = (bottom - top, right - left)
         rgbx = self._rgbx_crop(transform, shape, out, size) if jpeg.REGION_RGBX else None
-        crop = rgbx if rgbx is not None else np.empty((*size, channels), np.uint8)
+        # a gray crop is 2-D, as channels_last makes a gray row: render_crop wants the two alike
+        crop = (
+            rgbx
+            if rgbx is not None
+            else np.empty(size if channels == 1 else (*size, channels), np.uint8)
+        )
         try:
             jpeg.decode_region(data, crop, size=(height, width), left=left, top=top, denominator=d)
-        except ValueError:
+        except (ValueError, NotImplementedError):  # the whole-image path gives the verdict
             return False
         if rgbx is not None:
             self._finish_rgbx(transform, rgbx, plan, out)

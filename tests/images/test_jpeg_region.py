@@ -168,11 +168,12 @@ def test_one_pixel_images(coding: str) -> None:
 
 
 def test_cmyk_is_left_to_the_full_decode(tmp_path: Path) -> None:
-    """The extension refuses CMYK (simplejpeg converts it); a reader then decodes it whole."""
+    """The extension leaves CMYK to the whole decode (simplejpeg converts it); a reader then
+    decodes it whole."""
     buf = io.BytesIO()
     Image.fromarray(photo(40, 48, 0)).convert("CMYK").save(buf, format="JPEG", quality=90)
     data = buf.getvalue()
-    with pytest.raises(ValueError, match="color conversion"):
+    with pytest.raises(NotImplementedError, match="whole-image decode"):
         region(data, False, 1, (3, 5, 30, 20))
     from chunkio.read.encoded import EncodedField
 
@@ -218,7 +219,8 @@ def test_add_restarts_keeps_the_pixels_and_marks_every_imcu_row(coding: str) -> 
 
 def test_seeking_skips_the_rows_above_the_box(monkeypatch: pytest.MonkeyPatch) -> None:
     """Damage in the entropy data of the top rows: the full decode (and a region decode from
-    the top) fails, a region decode that seeks to the box's rows never reads it."""
+    the top, the default) fails, a region decode that seeks to the box's rows (opted in)
+    never reads it."""
     data = bytearray(encode(333, 500, "420-rows", seed=3))
     start = bytes(data).index(b"\xff\xda")
     start += 2 + int.from_bytes(data[start + 2 : start + 4], "big")
@@ -228,6 +230,8 @@ def test_seeking_skips_the_rows_above_the_box(monkeypatch: pytest.MonkeyPatch) -
         full(bytes(data), False, 1)
     box = (100, 200, 300, 300)
     good = full(encode(333, 500, "420-rows", seed=3), False, 1)[200:300, 100:300]
+    assert not jpeg.SEEK  # off by default: one verdict with the full decode
+    monkeypatch.setattr(jpeg, "SEEK", True)
     np.testing.assert_array_equal(region(bytes(data), False, 1, box), good)
     monkeypatch.setattr(jpeg, "SEEK", False)
     with pytest.raises(ValueError):
