@@ -385,3 +385,34 @@ def test_without_the_extension_reads_decode_whole_images(tmp_path: Path) -> None
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and "ok" in run.stdout, run.stderr[-3000:]
+
+
+@pytest.mark.parametrize("region_decode", [True, False])
+def test_gray_fields_read_through_a_crop_transform(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, region_decode: bool
+) -> None:
+    """A one-channel JPEG field with a crop transform: by region and whole, each sample is
+    Pillow's decode of its bytes taken through the same transform (the crop and resize of
+    a 2-D image, as the row is). Crops under twice the output's side: no DCT scaling."""
+    src = tmp_path / "src" / "c0"
+    src.mkdir(parents=True)
+    for i in range(5):
+        Image.fromarray(photo(60 + 7 * i, 80 - 5 * i, i)).convert("L").save(src / f"{i}.jpg")
+    chunkio.convert_images(
+        tmp_path / "src",
+        tmp_path / "d.zarr",
+        images=chunkio.ImageOptions(encoding="jpeg", mode="L"),
+        execution=chunkio.Execution(workers=1, progress=False),
+    )
+    monkeypatch.setattr(jpeg, "REGION_DECODE", region_decode)
+    transform = Compose([RandomResizedCrop(24, scale=(0.05, 0.2)), RandomHorizontalFlip()], seed=5)
+    dataset = chunkio.ChunkDataset(str(tmp_path / "d.zarr"), fields="image", transform=transform)
+    indices = list(range(5))
+    got = list(dataset.__getitems__(indices))
+    data, shapes = dataset.read_encoded(indices, "image")
+    assert (shapes[:, 0] == 1).all()
+    for i, (sample, encoded) in enumerate(zip(got, data, strict=True)):
+        image = np.asarray(Image.open(io.BytesIO(encoded.tobytes())))
+        expected = transform(image, (5, 0, i))
+        assert tuple(sample.shape) == (1, 24, 24)
+        np.testing.assert_array_equal(sample[0].numpy(), expected)
