@@ -65,6 +65,7 @@ __all__ = [
     "decode_box",
     "decode_box_rgbx",
     "encode",
+    "head",
     "header",
     "rgbx_into",
     "to_rgb_numpy",
@@ -183,6 +184,18 @@ def header(data: Any) -> tuple[int, int, int]:
         No ``yuv420`` header, or one that does not add up.
     """
     return _parse(memoryview(data))[:3]
+
+
+def head(data: Any) -> tuple[int, int, int]:
+    """``(height, width, channels)`` from the header alone (its size checked against the
+    bytes there are: :func:`header` checks the bands too).
+
+    Raises
+    ------
+    chunkio.errors.CorruptChunkError
+        No ``yuv420`` header, or one naming more pixels than the bytes can hold.
+    """
+    return _check_head(memoryview(data).cast("B"))
 
 
 def _parse(view: memoryview) -> tuple[int, int, int, int, npt.NDArray[np.int64], int]:
