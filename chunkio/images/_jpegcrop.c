@@ -17,9 +17,11 @@
  *     decode.  Rows below the box are never decoded.
  *
  * Strict as simplejpeg's strict=True: every libjpeg warning (corrupt data, premature end) is
- * an error, raised as ValueError.  Data that does not end with the EOI marker is decoded to
- * its last row (and finished), so a truncated file fails exactly where a full decode fails;
- * otherwise the decode stops after the box (rows below it are not checked).
+ * an error, raised as ValueError.  The rows below the box are entropy-decoded to the end of
+ * the data (jpeg_skip_scanlines: no IDCT, no upsampling), so a corrupt or truncated file is
+ * refused wherever the damage is, as the whole-image decode refuses it.  Files whose
+ * components or sampling factors the whole-image decode (TurboJPEG) reads otherwise or not at
+ * all raise NotImplementedError: the caller leaves them to it (whole_kind).
  *
  * The header's size must be (height, width) at full scale: a corrupt header cannot make
  * libjpeg allocate for an image larger than the one the caller expects.

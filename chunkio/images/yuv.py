@@ -86,8 +86,8 @@ COMPILED = _yuv is not None
 def lz4_decompress_address() -> int:
     """The address of lz4's ``LZ4_decompress_safe`` in the library that writes the bands
     (:data:`~chunkio.backends.codec_table.LZ4_LIBRARY`, numcodecs' build), or 0 where it does
-    not export it: the extension then decompresses with its own decoder (the same bytes,
-    about half as fast)."""
+    not export it: the extension then decompresses with its own decoder (the same bytes and
+    the same refusals as lz4 1.10's, somewhat slower)."""
     import ctypes
 
     try:
@@ -98,7 +98,7 @@ def lz4_decompress_address() -> int:
 
 
 if _yuv is not None:
-    # lz4's own decoder (the extension has its own, about half as fast, where it is not found)
+    # lz4's own decoder (the extension has its own, a little slower, where it is not found)
     _yuv.set_lz4(lz4_decompress_address())
 
 
