@@ -17,9 +17,11 @@
  *     decode.  Rows below the box are never decoded.
  *
  * Strict as simplejpeg's strict=True: every libjpeg warning (corrupt data, premature end) is
- * an error, raised as ValueError.  Data that does not end with the EOI marker is decoded to
- * its last row (and finished), so a truncated file fails exactly where a full decode fails;
- * otherwise the decode stops after the box (rows below it are not checked).
+ * an error, raised as ValueError.  The rows below the box are entropy-decoded to the end of
+ * the data (jpeg_skip_scanlines: no IDCT, no upsampling), so a corrupt or truncated file is
+ * refused wherever the damage is, as the whole-image decode refuses it.  Files whose
+ * components or sampling factors the whole-image decode (TurboJPEG) reads otherwise or not at
+ * all raise NotImplementedError: the caller leaves them to it (whole_kind).
  *
  * The header's size must be (height, width) at full scale: a corrupt header cannot make
  * libjpeg allocate for an image larger than the one the caller expects.
@@ -156,7 +158,27 @@ static unsigned long seek_rows(struct job *job, struct jpeg_decompress_struct *c
     return n;
 }
 
-/* Returns 0 on success, else 1 with err->message set (or a short message in `fail`). */
+/* Whether the components' sampling factors are of a kind the whole-image decode
+ * (simplejpeg: TurboJPEG, which names each kind it decodes) reads, and the same way: gray, or
+ * luma 1x1, 2x1, 2x2, 1x2 or 4x1 over 1x1 chroma.  Others (4x2, 2x4, 3x1, chroma sampled
+ * finer than luma, CMYK, ...) TurboJPEG refuses, or (1x4, factors all equal) reads only in
+ * some versions: decoding them here would read files the whole-image path refuses. */
+static int whole_kind(const struct jpeg_decompress_struct *cinfo)
+{
+    if (cinfo->num_components == 1)
+        return 1;
+    if (cinfo->num_components != 3)
+        return 0;
+    for (int c = 1; c < 3; c++)
+        if (cinfo->comp_info[c].h_samp_factor != 1 || cinfo->comp_info[c].v_samp_factor != 1)
+            return 0;
+    int h = cinfo->comp_info[0].h_samp_factor, v = cinfo->comp_info[0].v_samp_factor;
+    return (h == 1 && v == 1) || (h == 2 && v == 1) || (h == 2 && v == 2) ||
+           (h == 1 && v == 2) || (h == 4 && v == 1);
+}
+
+/* Returns 0 on success, else 1 with err->message set (or a short message in `fail`), or 2
+ * (`fail` set) for a file left to the whole-image decode. */
 static int run(struct job *job, struct jpeg_decompress_struct *cinfo, struct error_mgr *err,
                const char **fail)
 {
@@ -165,6 +187,10 @@ static int run(struct job *job, struct jpeg_decompress_struct *cinfo, struct err
     if ((long)cinfo->image_height != job->height || (long)cinfo->image_width != job->width) {
         *fail = "the JPEG header's size is not the stored shape";
         return 1;
+    }
+    if (!whole_kind(cinfo)) {
+        *fail = "components or sampling factors left to the whole-image decode";
+        return 2;
     }
     int ends = job->size >= 2 && job->data[job->size - 2] == 0xFF &&
                job->data[job->size - 1] == 0xD9;
@@ -248,7 +274,7 @@ static int run(struct job *job, struct jpeg_decompress_struct *cinfo, struct err
     long cut = (job->x0 - (long)xoff) * job->channels, keep = job->ow * job->channels;
     int direct = cut == 0 && keep == row_bytes;
     long stop = job->y0 + job->oh;
-    long last = ends ? stop : out_h;
+    long last = stop;
     while ((long)cinfo->output_scanline < last) {
         long first = (long)cinfo->output_scanline;
         int want = batch;
@@ -274,10 +300,22 @@ static int run(struct job *job, struct jpeg_decompress_struct *cinfo, struct err
             return 1;
         }
     }
-    if (ends)
-        jpeg_abort_decompress(cinfo);
-    else
-        jpeg_finish_decompress(cinfo);
+    /* The rows below the box are entropy-decoded (no IDCT, no colour), to the end of the
+       data: corrupt or truncated data there is refused as the whole-image decode refuses it.
+       Skipping to the last row, not past it (which libjpeg takes as "stop here"), then
+       reading that row makes finish_decompress read on to the end-of-image marker. */
+    long below = out_h - 1 - (long)cinfo->output_scanline;
+    if (below > 0)
+        jpeg_skip_scanlines(cinfo, (JDIMENSION)below);
+    while ((long)cinfo->output_scanline < out_h) {
+        job->pointers[0] = job->rows;
+        if (jpeg_read_scanlines(cinfo, job->pointers, 1) == 0) {
+            *fail = "no rows decoded";
+            return 1;
+        }
+    }
+    (void)ends;
+    jpeg_finish_decompress(cinfo);
     (void)err;
     return 0;
 }
@@ -340,7 +378,9 @@ static PyObject *decode_region(PyObject *self, PyObject *args)
     free(job.pointers);
     free(job.seek);
     Py_END_ALLOW_THREADS
-    if (failed)
+    if (failed == 2)
+        PyErr_SetString(PyExc_NotImplementedError, fail);
+    else if (failed)
         PyErr_SetString(PyExc_ValueError, fail != NULL ? fail : err.message);
     else
         result = Py_NewRef(Py_None);

@@ -190,76 +190,125 @@ static int convert(const struct planes *p, uint8_t *out, long stride, int channe
 
 /* -- LZ4 ----------------------------------------------------------------------------------
  * One LZ4 block (the format of lz4's LZ4_decompress_safe) into exactly `cap` bytes; 0 on
- * success, 1 for data that is not such a block.  Every read and write is bounds-checked; away
- * from the ends, copies go 16 (or 8) bytes at a time and may write past the sequence's end
- * into bytes the next sequence overwrites ("wild" copies, as lz4's own decoder does). */
-#define COPY16(d, s) memcpy((d), (s), 16)
-#define COPY8(d, s) memcpy((d), (s), 8)
-
-static int lz4_length(const uint8_t **ip, const uint8_t *end, size_t *len)
+ * success, 1 for data that is not such a block.  It refuses exactly what lz4 1.10's
+ * LZ4_decompress_safe refuses (its control flow, checks and limits are followed one for one:
+ * a fast loop while 64 bytes of output are left, then a safe loop; the end-of-block rules,
+ * last literals 6 bytes from the input's end or 12 from the output's, no match ending in the
+ * last 5 bytes; the length bytes' read limits; an offset of 0 copies zeros), and gives the
+ * same bytes, so pixels and refusals do not depend on which of the two decodes.  Indices, not
+ * pointers: every read and write is bounds-checked by the conditions it follows. */
+static int lz4_more(const uint8_t *src, long n, long *i, long limit, int initial, long *len)
 {
-    unsigned b;
+    if ((initial && *i >= limit) || *i >= n)
+        return 1;
+    unsigned s;
     do {
-        if (*ip >= end)
+        s = src[(*i)++];
+        *len += (long)s;
+        if (*i > limit)
             return 1;
-        b = *(*ip)++;
-        *len += b;
-    } while (b == 255);
+    } while (s == 255);
     return 0;
 }
 
-static int lz4_block(const uint8_t *ip, size_t n, uint8_t *dst, size_t cap)
+/* ml bytes from `offset` back (byte by byte where they overlap: LZ77's repeat) */
+static void lz4_match(uint8_t *dst, long o, long offset, long ml)
 {
-    const uint8_t *end = ip + n;
-    uint8_t *op = dst, *oend = dst + cap;
+    if (offset == 0)
+        memset(dst + o, 0, (size_t)ml);
+    else if (offset >= ml)
+        memcpy(dst + o, dst + o - offset, (size_t)ml);
+    else
+        for (long k = 0; k < ml; k++)
+            dst[o + k] = dst[o + k - offset];
+}
+
+static int lz4_block(const uint8_t *src, size_t size, uint8_t *dst, size_t capacity)
+{
+    long n = (long)size, cap = (long)capacity, i = 0, o = 0, lit, ml, offset, cpy;
+    unsigned token;
+    if (cap == 0)
+        return !(n == 1 && src[0] == 0);
+    if (n == 0)
+        return 1;
+    int fast = cap >= 64;
     for (;;) {
-        if (ip >= end)
-            return 1;
-        unsigned token = *ip++;
-        size_t lit = token >> 4;
-        if (lit == 15 && lz4_length(&ip, end, &lit))
-            return 1;
-        size_t in_left = (size_t)(end - ip), out_left = (size_t)(oend - op);
-        if (lit > in_left || lit > out_left)
-            return 1;
-        if (in_left >= lit + 16 && out_left >= lit + 16) {
-            for (size_t i = 0; i < lit; i += 16)
-                COPY16(op + i, ip + i);
-        } else {
-            memcpy(op, ip, lit);
+        if (i >= n)
+            return 1; /* lz4 never gets here (asserted): each way in leaves a byte */
+        token = src[i++];
+        lit = token >> 4;
+        if (fast) { /* at least 64 bytes of output left */
+            if (lit == 15) {
+                if (lz4_more(src, n, &i, n - 15, 1, &lit))
+                    return 1;
+                if (o + lit > cap - 32 || i + lit > n - 32) {
+                    fast = 0;
+                    goto safe_literals;
+                }
+            } else if (i > n - 17) {
+                fast = 0;
+                goto safe_literals;
+            }
+            memcpy(dst + o, src + i, (size_t)lit);
+            i += lit, o += lit;
+            offset = (long)src[i] | ((long)src[i + 1] << 8);
+            i += 2;
+            ml = token & 15;
+            if (ml == 15 && lz4_more(src, n, &i, n - 4, 0, &ml))
+                return 1;
+            ml += 4;
+            if (o + ml >= cap - 64) {
+                fast = 0;
+                goto safe_match;
+            }
+            if (offset > o)
+                return 1;
+            lz4_match(dst, o, offset, ml);
+            o += ml;
+            continue;
         }
-        op += lit, ip += lit;
-        if (ip == end) /* the last sequence has literals only */
-            return op == oend ? 0 : 1;
-        if (end - ip < 2)
-            return 1;
-        size_t offset = (size_t)ip[0] | ((size_t)ip[1] << 8);
-        ip += 2;
-        size_t len = (token & 15) + 4;
-        if ((token & 15) == 15 && lz4_length(&ip, end, &len))
-            return 1;
-        out_left = (size_t)(oend - op);
-        if (offset == 0 || offset > (size_t)(op - dst) || len > out_left)
-            return 1;
-        const uint8_t *m = op - offset;
-        if (out_left >= len + 16 && offset >= 16) { /* each chunk reads bytes already final */
-            for (size_t i = 0; i < len; i += 16)
-                COPY16(op + i, m + i);
-        } else if (out_left >= len + 8 && offset >= 8) {
-            for (size_t i = 0; i < len; i += 8)
-                COPY8(op + i, m + i);
-        } else if (offset >= len) {
-            memcpy(op, m, len);
-        } else { /* a short repeating pattern */
-            for (size_t i = 0; i < len; i++)
-                op[i] = m[i];
+        if (lit != 15 && i < n - 16 && o <= cap - 32) { /* lz4's two-stage shortcut */
+            memcpy(dst + o, src + i, (size_t)lit);
+            o += lit, i += lit;
+            ml = token & 15;
+            offset = (long)src[i] | ((long)src[i + 1] << 8);
+            i += 2;
+            if (ml != 15 && offset >= 8 && offset <= o) {
+                lz4_match(dst, o, offset, ml + 4);
+                o += ml + 4;
+                continue;
+            }
+            goto match_length;
         }
-        op += len;
+        if (lit == 15 && lz4_more(src, n, &i, n - 15, 1, &lit))
+            return 1;
+    safe_literals:
+        cpy = o + lit;
+        if (cpy > cap - 12 || i + lit > n - 6) { /* must be the last sequence */
+            if (i + lit != n || cpy > cap)
+                return 1;
+            memcpy(dst + o, src + i, (size_t)lit);
+            return cpy != cap;
+        }
+        memcpy(dst + o, src + i, (size_t)lit);
+        i += lit, o = cpy;
+        offset = (long)src[i] | ((long)src[i + 1] << 8);
+        i += 2;
+        ml = token & 15;
+    match_length:
+        if (ml == 15 && lz4_more(src, n, &i, n - 4, 0, &ml))
+            return 1;
+        ml += 4;
+    safe_match:
+        if (offset > o || o + ml > cap - 5)
+            return 1;
+        lz4_match(dst, o, offset, ml);
+        o += ml;
     }
 }
 
 /* lz4's own LZ4_decompress_safe where Python found it (numcodecs' build, the library that
-   wrote the bands: about twice as fast as lz4_block), else NULL */
+   wrote the bands: somewhat faster than lz4_block, with the same verdicts), else NULL */
 typedef int (*lz4_safe_fn)(const char *src, char *dst, int src_size, int dst_capacity);
 static lz4_safe_fn lz4_safe = NULL;
 
@@ -283,6 +332,7 @@ static PyObject *set_lz4(PyObject *self, PyObject *arg)
 /* -- decode_box ---------------------------------------------------------------------------- */
 
 #define HEAD 16 /* b"Y420", height u32, width u32, channels u8, codec u8, band u16 */
+#define LZ4_RATIO 255 /* the most bytes an LZ4 block gives per byte of it (yuv.py) */
 
 static PyObject *Corrupt; /* _yuv.Corrupt, a ValueError: the bytes are not a yuv420 image */
 
@@ -320,27 +370,33 @@ static long decode(const uint8_t *d, size_t len, uint8_t *scratch, size_t cap, u
         snprintf(why, why_len, "band offsets do not add up to its %zu bytes (truncated?)", len);
         return -1;
     }
+    /* every band checked, as yuv.py's _parse checks them (the same order and messages): a
+       corrupt band is refused wherever the box is, by either path */
+    for (long i = 0; i < count; i++) {
+        long long a = le32(offs + 4 * (size_t)i), b = le32(offs + 4 * (size_t)(i + 1));
+        if (b - a < 4) {
+            snprintf(why, why_len, "band %ld: offsets that do not rise by 4 or more", i);
+            return -1;
+        }
+    }
+    for (long i = 0; i < count; i++) {
+        long long a = le32(offs + 4 * (size_t)i), b = le32(offs + 4 * (size_t)(i + 1));
+        long long n = band_size(height, width, channels, band, i);
+        uint32_t declared = le32(d + start + a);
+        if ((long long)declared != n || n > LZ4_RATIO * (b - a - 4)) {
+            snprintf(why, why_len, "band %ld declares %u bytes in %lld; its rows are %lld", i,
+                     declared, b - a - 4, n);
+            return -1;
+        }
+    }
     long top = bx->top, oh = bx->oh;
     long first = channels == 3 ? (top - 2 < 0 ? 0 : top - 2) / band : top / band;
     long last_row = channels == 3 ? (height < top + oh + 2 ? height : top + oh + 2) - 1
                                   : top + oh - 1;
     long last = last_row / band;
     size_t need = 0;
-    for (long i = first; i <= last; i++) { /* every band checked before anything is decoded */
-        uint32_t a = le32(offs + 4 * (size_t)i), b = le32(offs + 4 * (size_t)(i + 1));
-        size_t n = (size_t)band_size(height, width, channels, band, i);
-        if (b < a || b - a < 4 || start + b > len) {
-            snprintf(why, why_len, "band offsets do not add up to its %zu bytes (truncated?)",
-                     len);
-            return -1;
-        }
-        uint32_t declared = le32(d + start + a);
-        if (declared != n) {
-            snprintf(why, why_len, "band %ld declares %u bytes; its rows are %zu", i, declared, n);
-            return -1;
-        }
-        need += n;
-    }
+    for (long i = first; i <= last; i++)
+        need += (size_t)band_size(height, width, channels, band, i);
     if (need > cap)
         return (long)need;
     size_t at = 0;
@@ -349,7 +405,7 @@ static long decode(const uint8_t *d, size_t len, uint8_t *scratch, size_t cap, u
         size_t n = (size_t)band_size(height, width, channels, band, i);
         if (lz4_decompress(d + start + a + 4, b - a - 4, scratch + at, n)) {
             snprintf(why, why_len, "band %ld: LZ4 data that does not decompress to its %zu bytes",
-                     i, n);
+                     i, n);  /* yuv.py's message too */
             return -1;
         }
         at += n;

@@ -29,21 +29,25 @@ Partial decode
     libjpeg-turbo widens a cropped region to iMCU boundaries and upsamples the chroma at the
     region's edges as if they were the image's, so the extension decodes one iMCU more on each
     side (and from one iMCU row above) than the box needs and cuts the box out of that.
-    CMYK and YCCK files are refused (ValueError; simplejpeg converts them), and so is a DCT
-    scale simplejpeg would not pick (:func:`exact_scale`): callers decode those whole.
-    Strict like :func:`decode`; data without its end-of-image marker is decoded to the end,
-    so a truncated file fails as in a full decode; rows below the box are otherwise not
-    decoded, so corruption confined to them goes unseen (the chunk checksums catch damage
-    in storage). :data:`REGION_DECODE` is whether the extension is built; without it
-    callers decode whole images with :func:`decode` (as with ``CHUNKIO_JPEG_REGION=0``).
+    Files of a kind the whole decode may read otherwise are left to it
+    (``NotImplementedError``): any but gray or luma sampled 1x1, 2x1, 2x2, 1x2 or 4x1 over
+    1x1 chroma (simplejpeg refuses 4x2, 2x4, 3x1, ...; CMYK and YCCK it converts), and so is
+    a DCT scale simplejpeg would not pick (:func:`exact_scale`): callers decode those whole.
+    One verdict with :func:`decode`: strict like it, and the rows below the box are
+    entropy-decoded to the end of the data (no inverse DCT, no colour conversion), so a
+    corrupt or truncated file is refused wherever the damage is.
+    :data:`REGION_DECODE` is whether the extension is built; without it callers decode
+    whole images with :func:`decode` (as with ``CHUNKIO_JPEG_REGION=0``).
 Restart markers
     :func:`add_restarts` rewrites a JPEG losslessly (libjpeg-turbo's transcoding, like
     ``jpegtran -restart 1 -optimize``: the same coefficients, so the same pixels) as one
-    sequential scan with a restart marker at every iMCU row. :func:`decode_region` of a file
-    laid out so (rewritten, or written with ``restart_marker_rows=1``) starts at the marker
-    one iMCU row above the box (a stream of the headers and the rows it needs), so the rows
-    above are not Huffman-decoded either (``CHUNKIO_JPEG_SEEK=0`` turns this off, for A/B
-    runs). Conversion does not rewrite files so: measured on ImageNet-size photos with
+    sequential scan with a restart marker at every iMCU row. With ``CHUNKIO_JPEG_SEEK=1``
+    (off by default), :func:`decode_region` of a file laid out so (rewritten, or written with
+    ``restart_marker_rows=1``) starts at the marker one iMCU row above the box (a stream of
+    the headers and the rows it needs), so the rows above and below are not Huffman-decoded:
+    faster, but corruption there goes unseen, where :func:`decode` refuses the file (the
+    chunk checksums still catch damage in storage). Conversion does not rewrite files so:
+    measured on ImageNet-size photos with
     RandomResizedCrop(224), the markers cost the decode about what seeking saves (region
     decode 561 us per image with both against 554 us for the file as it was).
 """
@@ -378,8 +382,9 @@ REGION_DECODE = _jpegcrop is not None and os.environ.get("CHUNKIO_JPEG_REGION", 
 #: whether :func:`decode_region` writes RGBX into 4-channel buffers (libjpeg-turbo's headers)
 REGION_RGBX = _jpegcrop is not None and bool(getattr(_jpegcrop, "RGBX", 0))  # 0: a stale build
 #: whether :func:`decode_region` seeks to the restart marker above the box where a file has
-#: one at every iMCU row (``CHUNKIO_JPEG_SEEK=0``: decodes from the top, for A/B runs)
-SEEK = os.environ.get("CHUNKIO_JPEG_SEEK", "1") != "0"
+#: one at every iMCU row (``CHUNKIO_JPEG_SEEK=1``; off by default: the rows it skips are not
+#: checked, so its verdict on a corrupt file may differ from :func:`decode`'s)
+SEEK = os.environ.get("CHUNKIO_JPEG_SEEK", "0") == "1"
 
 
 def add_restarts(data: Buffer) -> bytes | None:
@@ -426,6 +431,9 @@ def decode_region(
     ValueError
         libjpeg-turbo refuses the data (corrupt, truncated), the header's size is not
         ``size``, or the box is not inside the scaled image.
+    NotImplementedError
+        A file left to :func:`decode` (CMYK, YCCK, sampling factors other than the module
+        docstring's): :func:`decode` gives its verdict.
     RuntimeError
         The extension is not built (:data:`REGION_DECODE` is False).
     """

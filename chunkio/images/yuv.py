@@ -65,6 +65,7 @@ __all__ = [
     "decode_box",
     "decode_box_rgbx",
     "encode",
+    "head",
     "header",
     "rgbx_into",
     "to_rgb_numpy",
@@ -75,6 +76,9 @@ MAGIC = b"Y420"
 BAND = 64
 _HEAD = struct.Struct("<4sIIBBH")
 _LZ4 = 1
+#: the most bytes an LZ4 block gives per byte of it (a match's length grows by at most 255 a
+#: byte): a header or band declaring more is corrupt, refused before anything is allocated
+LZ4_RATIO = 255
 #: whether the C conversion is built (else numpy computes the same integers)
 COMPILED = _yuv is not None
 
@@ -82,8 +86,8 @@ COMPILED = _yuv is not None
 def lz4_decompress_address() -> int:
     """The address of lz4's ``LZ4_decompress_safe`` in the library that writes the bands
     (:data:`~chunkio.backends.codec_table.LZ4_LIBRARY`, numcodecs' build), or 0 where it does
-    not export it: the extension then decompresses with its own decoder (the same bytes,
-    about half as fast)."""
+    not export it: the extension then decompresses with its own decoder (the same bytes and
+    the same refusals as lz4 1.10's, somewhat slower)."""
     import ctypes
 
     try:
@@ -94,7 +98,7 @@ def lz4_decompress_address() -> int:
 
 
 if _yuv is not None:
-    # lz4's own decoder (the extension has its own, about half as fast, where it is not found)
+    # lz4's own decoder (the extension has its own, a little slower, where it is not found)
     _yuv.set_lz4(lz4_decompress_address())
 
 
@@ -182,8 +186,23 @@ def header(data: Any) -> tuple[int, int, int]:
     return _parse(memoryview(data))[:3]
 
 
+def head(data: Any) -> tuple[int, int, int]:
+    """``(height, width, channels)`` from the header alone (its size checked against the
+    bytes there are: :func:`header` checks the bands too).
+
+    Raises
+    ------
+    chunkio.errors.CorruptChunkError
+        No ``yuv420`` header, or one naming more pixels than the bytes can hold.
+    """
+    return _check_head(memoryview(data).cast("B"))
+
+
 def _parse(view: memoryview) -> tuple[int, int, int, int, npt.NDArray[np.int64], int]:
-    """Height, width, channels, band, the bands' offsets (checked) and where they start."""
+    """Height, width, channels, band, the bands' offsets and where they start, every band
+    checked (the C path checks the same, in the same order, with the same messages): the
+    offsets rise by at least 4 to the end of the data, and each band declares its rows'
+    size, no more than LZ4 can give from its bytes."""
     height, width, channels = _check_head(view)
     band = _HEAD.unpack_from(view)[5]
     count = -(-height // band)
@@ -191,8 +210,21 @@ def _parse(view: memoryview) -> tuple[int, int, int, int, npt.NDArray[np.int64],
     if len(view) < start:
         raise _corrupt(f"{len(view)} bytes, shorter than the offsets of its {count} bands")
     offsets = np.frombuffer(view, "<u4", count + 1, _HEAD.size).astype(np.int64)
-    if offsets[0] != 0 or (np.diff(offsets) < 4).any() or start + offsets[-1] != len(view):
+    if offsets[0] != 0 or start + offsets[-1] != len(view):
         raise _corrupt(f"band offsets do not add up to its {len(view)} bytes (truncated?)")
+    gaps = np.diff(offsets)
+    if (gaps < 4).any():
+        raise _corrupt(f"band {int(np.argmax(gaps < 4))}: offsets that do not rise by 4 or more")
+    declared = np.frombuffer(view, np.uint8)[start + offsets[:-1, None] + np.arange(4)]
+    declared = declared.astype(np.int64) @ (1 << (8 * np.arange(4, dtype=np.int64)))
+    sizes = np.array([_band_size(height, width, channels, band, i) for i in range(count)])
+    bad = np.flatnonzero((declared != sizes) | (sizes > LZ4_RATIO * (gaps - 4)))
+    if bad.size:
+        i = int(bad[0])
+        raise _corrupt(
+            f"band {i} declares {int(declared[i])} bytes in {int(gaps[i]) - 4}; its rows are "
+            f"{int(sizes[i])}"
+        )
     return height, width, channels, band, offsets, start
 
 
@@ -233,10 +265,12 @@ def decode_box(
         _check_out(out, want, channels, top, left, height, width)
         _decode_c(view, out, top, left, oh, ow, want)
         return out
-    height, width, channels, band, offsets, start = _parse(view)
+    # the C path's order: header, stored shape, box, then every band
+    height, width, channels = _check_head(view)
     if size is not None and tuple(size) != (height, width):
         raise _corrupt(f"the header says {height}x{width}; the stored shape is {size}")
     _check_out(out, want, channels, top, left, height, width)
+    band, offsets, start = _parse(view)[3:]
     # chroma context: one chroma row (two luma rows) beyond the box, where the image has one
     first = max(0, top - 2) // band if channels == 3 else top // band
     last = (min(height, top + oh + 2) - 1) // band if channels == 3 else (top + oh - 1) // band
@@ -324,6 +358,12 @@ def _check_head(view: memoryview) -> tuple[int, int, int]:
         raise _corrupt(
             f"bad header ({height}x{width}, {channels} channels, codec {codec}, band {band})"
         )
+    pixels = height * width + (2 * ((height + 1) // 2) * ((width + 1) // 2) if channels == 3 else 0)
+    if pixels > LZ4_RATIO * len(view):
+        raise _corrupt(
+            f"the header says {height}x{width} ({pixels} bytes of planes), more than "
+            f"{len(view)} bytes of LZ4 can hold"
+        )
     return height, width, channels
 
 
@@ -354,14 +394,12 @@ def _decompress(
     at = 0
     for k, n in enumerate(sizes):
         a, b = start + int(offsets[first + k]), start + int(offsets[first + k + 1])
-        block = view[a:b]
-        declared = int.from_bytes(block[:4], "little")
-        if declared != n:
-            raise _corrupt(f"band {first + k} declares {declared} bytes; its rows are {n}")
-        try:
-            lz4_unblock(np.frombuffer(block, np.uint8), planes[at : at + n])
+        try:  # each band's declared size was checked by _parse
+            lz4_unblock(np.frombuffer(view[a:b], np.uint8), planes[at : at + n])
         except (RuntimeError, ValueError) as err:
-            raise _corrupt(f"band {first + k}: {err}") from err
+            raise _corrupt(
+                f"band {first + k}: LZ4 data that does not decompress to its {n} bytes"
+            ) from err
         at += n
 
 

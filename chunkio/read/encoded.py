@@ -11,6 +11,12 @@ extension is built; else the whole image), then resized (one antialiased resize)
 into the batch row. Both ways give the same pixels. A ``yuv420`` field's crop decompresses
 and colour-converts the bands of rows that cover it only (:func:`chunkio.images.yuv.decode_box`),
 then takes the same resize.
+
+Stored sizes are checked before they size anything: the spans and shapes once, when the field
+is opened (each span inside the bytes, each shape positive and the field's where it declares
+one: :class:`~chunkio.errors.FormatError` naming the row), and each sample's shape against
+its bytes' header before a batch is allocated (:class:`~chunkio.errors.CorruptChunkError`
+naming the field, sample and bytes chunk).
 """
 
 from __future__ import annotations
@@ -23,11 +29,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import CorruptChunkError
+from ..errors import CorruptChunkError, FormatError
 from ..format.grid import SampleGrid
 from ..format.layout import FieldInfo
 from ..images import jpeg, yuv
 from ..images.decoders import ImageDecoder, image_decoder
+from ..images.encoding import decoded_shape
 from ..transforms.sample import FieldTransform, channels_last
 from ..util.numeric import IntArray, ceil_div
 from .base import ReadContext, ReadRequest, read_whole, transformed_buffer
@@ -48,6 +55,7 @@ class EncodedField:
         data = reader.array_info(self.data_name)
         self.chunk_len = int(data.chunks[0])
         self.grid = SampleGrid(int(data.shape[0]), self.chunk_len)
+        self._check_index(int(data.shape[0]), spans_name, shapes_name)
         self.decoder: ImageDecoder = image_decoder(info.encoding)  # type: ignore[arg-type]
         # crops of JPEGs decoded by region: libjpeg-turbo, as the default decoder's
         self.region_decode = (
@@ -57,6 +65,65 @@ class EncodedField:
         self.cache_chunks = max(1, 2 * ctx.cache_chunks)
         self._cache: OrderedDict[int, npt.NDArray[np.uint8]] = OrderedDict()
         self._local = threading.local()  # decode buffers, one set per decoding thread
+
+    def _check_index(self, size: int, spans_name: str, shapes_name: str) -> None:
+        """The stored spans and shapes, checked once before any is used: each span inside
+        the bytes, each shape positive (and the field's, where it declares one). A corrupt
+        index is refused here, naming the row, not met as an allocation or a read it sizes."""
+        where = f"{self.reader.location}: field {self.info.name!r}"
+        spans, shapes = self.spans, self.shapes
+        if spans.ndim != 2 or spans.shape[1] != 2 or shapes.ndim != 2 or shapes.shape[1] != 3:
+            raise FormatError(
+                f"{where}: {spans_name!r} must be (N, 2) and {shapes_name!r} (N, 3); got "
+                f"{spans.shape} and {shapes.shape}"
+            )
+        if len(spans) != len(shapes):
+            raise FormatError(
+                f"{where}: {spans_name!r} has {len(spans)} rows, {shapes_name!r} {len(shapes)}"
+            )
+        bad = (spans[:, 0] < 0) | (spans[:, 0] > spans[:, 1]) | (spans[:, 1] > size)
+        if bad.any():
+            row = int(np.argmax(bad))
+            raise FormatError(
+                f"{where}: {spans_name!r} row {row} is {spans[row].tolist()}; a [start, stop) "
+                f"inside the {size} bytes of {self.data_name!r} expected"
+            )
+        fixed = self.info.sample_shape
+        wrong = (shapes < 1).any(axis=1)
+        if fixed is not None and len(fixed) == 3:
+            wrong = wrong | (shapes != np.asarray(fixed)).any(axis=1)
+        if wrong.any():
+            row = int(np.argmax(wrong))
+            want = f"{tuple(fixed)} (the field's shape)" if fixed is not None else "sizes >= 1"
+            raise FormatError(
+                f"{where}: {shapes_name!r} row {row} is {shapes[row].tolist()}; {want} expected"
+            )
+
+    def _check_shape(self, data: npt.NDArray[np.uint8], shape: tuple[int, ...]) -> None:
+        """The sample's stored ``(C, H, W)`` against its bytes' header (raw: their length),
+        before anything is allocated or planned by it. CorruptChunkError where they differ
+        (the reader names the field, sample and chunk)."""
+        encoding = self.info.encoding
+        c, h, w = shape
+        if encoding == "raw":
+            need = c * h * w * self.info.dtype.itemsize
+            if data.size != need:
+                raise CorruptChunkError(
+                    f"raw image of {data.size} bytes; its stored shape {shape} "
+                    f"{self.info.dtype} needs {need}"
+                )
+            return
+        if encoding == "yuv420":  # the header alone (its bands are checked by the decode)
+            hh, ww, cc = yuv.head(data)
+        else:
+            header = decoded_shape(data, str(encoding))
+            hh, ww, cc = (*header, 1) if len(header) == 2 else header
+        # a WebP has no gray mode: a gray row takes the luminance of its RGB
+        if (hh, ww) != (h, w) or not (cc == c or (encoding == "webp" and c == 1 and cc == 3)):
+            raise CorruptChunkError(
+                f"the {encoding} header says {hh}x{ww} with {cc} channel(s); the stored "
+                f"shape is {shape}"
+            )
 
     # -- bytes ------------------------------------------------------------------------------
 
@@ -131,6 +198,13 @@ class EncodedField:
         have no common shape and no ``out`` was given. The samples may be spread over the
         core's decode threads (every decoder here releases the GIL)."""
         transform, epoch = how.transform, how.epoch
+        self._fetch(idx)
+        # every stored shape against its header before any buffer is sized by the shapes
+        for i in idx.tolist():
+            try:
+                self._check_shape(self.sample_bytes(i), tuple(int(s) for s in self.shapes[i]))
+            except CorruptChunkError as err:
+                raise self._named(i, err) from err
         if out is None and transform is not None:
             fixed = self.info.sample_shape
             stored = (
@@ -139,7 +213,6 @@ class EncodedField:
             out = transformed_buffer(self.ctx, self.info, transform, stored, len(idx))
         elif out is None and self.info.sample_shape is not None:
             out = np.empty((len(idx), *self.info.sample_shape), self.info.dtype)
-        self._fetch(idx)
 
         def one(job: tuple[int, int]) -> npt.NDArray[Any]:
             j, i = job
@@ -148,14 +221,18 @@ class EncodedField:
             try:
                 return self._decode_one(i, shape, target, transform, epoch, how.first)
             except CorruptChunkError as err:
-                chunk = int(self.spans[i][0]) // self.chunk_len
-                raise CorruptChunkError(
-                    f"{self.reader.location}: field {self.info.name!r}, sample {i} (bytes chunk "
-                    f"{chunk} of {self.data_name!r}): {err}"
-                ) from err
+                raise self._named(i, err) from err
 
         rows = list(self.ctx.map_rows(one, enumerate(idx.tolist())))
         return out if out is not None else rows
+
+    def _named(self, i: int, err: CorruptChunkError) -> CorruptChunkError:
+        """``err`` with the place: the store, field, sample and bytes chunk."""
+        chunk = int(self.spans[i][0]) // self.chunk_len
+        return CorruptChunkError(
+            f"{self.reader.location}: field {self.info.name!r}, sample {i} (bytes chunk "
+            f"{chunk} of {self.data_name!r}): {err}"
+        )
 
     def _decode_one(
         self,
@@ -166,7 +243,7 @@ class EncodedField:
         epoch: int,
         first: int = 0,
     ) -> npt.NDArray[Any]:
-        data = self.sample_bytes(i)
+        data = self.sample_bytes(i)  # its shape was checked against its header by read()
         if transform is None:
             if out is None:
                 out = np.empty(shape, self.info.dtype)
@@ -240,7 +317,8 @@ class EncodedField:
         scales), then resize them into ``out``: the whole-image path's pixels, less work.
 
         False where the whole-image path must decide: data the extension refuses (corrupt,
-        truncated, CMYK: that path raises its own typed error or decodes it) and tiny images
+        truncated, CMYK, samplings simplejpeg reads otherwise or not at all: that path raises
+        its own typed error or decodes it) and tiny images
         whose DCT scale simplejpeg picks otherwise (:func:`~chunkio.images.jpeg.exact_scale`).
         """
         channels, height, width = shape
@@ -254,10 +332,15 @@ class EncodedField:
         left, top, right, bottom = transform.crop_box(plan, sh, sw, scale)
         size = (bottom - top, right - left)
         rgbx = self._rgbx_crop(transform, shape, out, size) if jpeg.REGION_RGBX else None
-        crop = rgbx if rgbx is not None else np.empty((*size, channels), np.uint8)
+        # a gray crop is 2-D, as channels_last makes a gray row: render_crop wants the two alike
+        crop = (
+            rgbx
+            if rgbx is not None
+            else np.empty(size if channels == 1 else (*size, channels), np.uint8)
+        )
         try:
             jpeg.decode_region(data, crop, size=(height, width), left=left, top=top, denominator=d)
-        except ValueError:
+        except (ValueError, NotImplementedError):  # the whole-image path gives the verdict
             return False
         if rgbx is not None:
             self._finish_rgbx(transform, rgbx, plan, out)

@@ -168,11 +168,12 @@ def test_one_pixel_images(coding: str) -> None:
 
 
 def test_cmyk_is_left_to_the_full_decode(tmp_path: Path) -> None:
-    """The extension refuses CMYK (simplejpeg converts it); a reader then decodes it whole."""
+    """The extension leaves CMYK to the whole decode (simplejpeg converts it); a reader then
+    decodes it whole."""
     buf = io.BytesIO()
     Image.fromarray(photo(40, 48, 0)).convert("CMYK").save(buf, format="JPEG", quality=90)
     data = buf.getvalue()
-    with pytest.raises(ValueError, match="color conversion"):
+    with pytest.raises(NotImplementedError, match="whole-image decode"):
         region(data, False, 1, (3, 5, 30, 20))
     from chunkio.read.encoded import EncodedField
 
@@ -218,7 +219,8 @@ def test_add_restarts_keeps_the_pixels_and_marks_every_imcu_row(coding: str) -> 
 
 def test_seeking_skips_the_rows_above_the_box(monkeypatch: pytest.MonkeyPatch) -> None:
     """Damage in the entropy data of the top rows: the full decode (and a region decode from
-    the top) fails, a region decode that seeks to the box's rows never reads it."""
+    the top, the default) fails, a region decode that seeks to the box's rows (opted in)
+    never reads it."""
     data = bytearray(encode(333, 500, "420-rows", seed=3))
     start = bytes(data).index(b"\xff\xda")
     start += 2 + int.from_bytes(data[start + 2 : start + 4], "big")
@@ -228,6 +230,8 @@ def test_seeking_skips_the_rows_above_the_box(monkeypatch: pytest.MonkeyPatch) -
         full(bytes(data), False, 1)
     box = (100, 200, 300, 300)
     good = full(encode(333, 500, "420-rows", seed=3), False, 1)[200:300, 100:300]
+    assert not jpeg.SEEK  # off by default: one verdict with the full decode
+    monkeypatch.setattr(jpeg, "SEEK", True)
     np.testing.assert_array_equal(region(bytes(data), False, 1, box), good)
     monkeypatch.setattr(jpeg, "SEEK", False)
     with pytest.raises(ValueError):
@@ -381,3 +385,34 @@ def test_without_the_extension_reads_decode_whole_images(tmp_path: Path) -> None
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and "ok" in run.stdout, run.stderr[-3000:]
+
+
+@pytest.mark.parametrize("region_decode", [True, False])
+def test_gray_fields_read_through_a_crop_transform(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, region_decode: bool
+) -> None:
+    """A one-channel JPEG field with a crop transform: by region and whole, each sample is
+    Pillow's decode of its bytes taken through the same transform (the crop and resize of
+    a 2-D image, as the row is). Crops under twice the output's side: no DCT scaling."""
+    src = tmp_path / "src" / "c0"
+    src.mkdir(parents=True)
+    for i in range(5):
+        Image.fromarray(photo(60 + 7 * i, 80 - 5 * i, i)).convert("L").save(src / f"{i}.jpg")
+    chunkio.convert_images(
+        tmp_path / "src",
+        tmp_path / "d.zarr",
+        images=chunkio.ImageOptions(encoding="jpeg", mode="L"),
+        execution=chunkio.Execution(workers=1, progress=False),
+    )
+    monkeypatch.setattr(jpeg, "REGION_DECODE", region_decode)
+    transform = Compose([RandomResizedCrop(24, scale=(0.05, 0.2)), RandomHorizontalFlip()], seed=5)
+    dataset = chunkio.ChunkDataset(str(tmp_path / "d.zarr"), fields="image", transform=transform)
+    indices = list(range(5))
+    got = list(dataset.__getitems__(indices))
+    data, shapes = dataset.read_encoded(indices, "image")
+    assert (shapes[:, 0] == 1).all()
+    for i, (sample, encoded) in enumerate(zip(got, data, strict=True)):
+        image = np.asarray(Image.open(io.BytesIO(encoded.tobytes())))
+        expected = transform(image, (5, 0, i))
+        assert tuple(sample.shape) == (1, 24, 24)
+        np.testing.assert_array_equal(sample[0].numpy(), expected)

@@ -1,0 +1,101 @@
+"""An encoded field's stored spans and shapes are checked before they size anything
+(RELIABILITY row 34): a span past the bytes or a non-positive shape is refused at open, a
+shape that is not its image's header at the read, each with a typed error naming the field
+and the row; never a MemoryError, an untyped ValueError or another sample's pixels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+from PIL import Image
+
+import chunkio
+from chunkio.errors import CorruptChunkError, FormatError
+from chunkio.images import jpeg
+from chunkio.transforms import Compose, RandomResizedCrop
+
+
+@pytest.fixture(params=["jpeg", "yuv420", "png"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """Four colour images of different heights (no declared sample shape)."""
+    src = tmp_path / "src" / "c0"
+    src.mkdir(parents=True)
+    for i in range(4):
+        pixels = np.random.default_rng(i).integers(0, 255, (40 + 8 * i, 64, 3), np.uint8)
+        Image.fromarray(pixels).save(src / f"{i}.png")
+    chunkio.convert_images(
+        tmp_path / "src",
+        tmp_path / "d.zarr",
+        images=chunkio.ImageOptions(encoding=request.param),
+        execution=chunkio.Execution(workers=1, progress=False),
+    )
+    return tmp_path / "d.zarr"
+
+
+def _set(path: Path, name: str, row: int, value: list[int]) -> None:
+    array = zarr.open_group(str(path), mode="r+")[name]
+    array[row] = value  # written through zarr: its checksum is recomputed, the value is wrong
+
+
+def _read(path: Path, transform: Compose | None, indices: list[int]) -> None:
+    dataset = chunkio.ChunkDataset(str(path), fields="image", transform=transform)
+    dataset.__getitems__(indices)
+
+
+@pytest.mark.parametrize("transform", [None, Compose([RandomResizedCrop(16)])])
+@pytest.mark.parametrize(
+    "shape", [[3, 8, 192], [1, 56, 64], [3, 2**31, 2**32], [3, 10**12, 1], [4, 56, 64]]
+)
+def test_a_shape_that_is_not_the_header_is_a_typed_error(
+    store: Path, monkeypatch: pytest.MonkeyPatch, transform: Compose | None, shape: list[int]
+) -> None:
+    """Sample 0 stored as 56x64 RGB; the shapes array claims otherwise: CorruptChunkError
+    naming the field and sample, on the region and the whole-image paths, before anything is
+    allocated by the claim."""
+    _set(store, "image__shapes", 0, shape)
+    _read(store, transform, [1, 2])  # the others are still read
+    for region in (True, False):
+        monkeypatch.setattr(jpeg, "REGION_DECODE", region)
+        with pytest.raises(CorruptChunkError, match=r"field 'image', sample 0 .*header says 56x64"):
+            _read(store, transform, [1, 0])
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "match"),
+    [
+        ("image__spans", [0, 10**9], r"row 2 is \[0, 1000000000\]; a \[start, stop\) inside"),
+        ("image__spans", [-5, 3], r"row 2 is \[-5, 3\]"),
+        ("image__spans", [30, 20], r"row 2 is \[30, 20\]"),
+        ("image__shapes", [3, 0, 64], r"'image__shapes' row 2 is \[3, 0, 64\]; sizes >= 1"),
+        ("image__shapes", [-3, 56, 64], r"row 2 is \[-3, 56, 64\]"),
+    ],
+)
+def test_spans_and_shapes_outside_their_bounds_are_refused_at_open(
+    store: Path, name: str, value: list[int], match: str
+) -> None:
+    _set(store, name, 2, value)
+    with pytest.raises(FormatError, match=match):
+        _read(store, None, [0])
+
+
+def test_a_declared_sample_shape_bounds_every_row(tmp_path: Path) -> None:
+    """Images of one size: the field declares (3, 32, 32); a row claiming more is refused at
+    open, however large its bytes' header says the image is."""
+    src = tmp_path / "src" / "c0"
+    src.mkdir(parents=True)
+    for i in range(3):
+        Image.fromarray(np.full((32, 32, 3), 40 * i, np.uint8)).save(src / f"{i}.png")
+    path = tmp_path / "d.zarr"
+    chunkio.convert_images(
+        tmp_path / "src",
+        path,
+        images=chunkio.ImageOptions(encoding="jpeg"),
+        execution=chunkio.Execution(workers=1, progress=False),
+    )
+    _read(path, None, [0, 1, 2])
+    _set(path, "image__shapes", 1, [3, 2**31, 2**32])
+    with pytest.raises(FormatError, match=r"row 1 is .*; \(3, 32, 32\) \(the field's shape\)"):
+        _read(path, None, [0])
