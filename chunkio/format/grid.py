@@ -140,14 +140,14 @@ samples of one chunk lie end to end (offsets, spans or shapes corrupt)
     before = np.concatenate([[0], stop[:-1]])
     head = np.zeros(n, dtype=bool)
     head[:: grid.samples_per_chunk] = True
-    i = _first(~head & (start != before))
-    if i is not None:
+    inner = ~head & (start != before)
+    i = _first(inner | (head & ((start < before) | (start % max(1, chunk_len) != 0))))
+    if i is not None and inner[i]:
         raise FormatError(
             f"{where}: sample {i} starts at {start[i]}, not where sample {i - 1} ends "
             f"({before[i]}): the samples of one chunk lie end to end (offsets, spans or "
             "shapes corrupt)"
         )
-    i = _first(head & ((start < before) | (start % max(1, chunk_len) != 0)))
     if i is not None:
         raise FormatError(
             f"{where}: sample {i} (the first of sample chunk {i // grid.samples_per_chunk}) "
