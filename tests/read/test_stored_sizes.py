@@ -14,27 +14,27 @@ from __future__ import annotations
 
 import shutil
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import h5py
-import hdf5plugin  # noqa: F401 (the LZ4 filter chunkio's HDF5 files are written with)
 import numpy as np
 import pytest
 import scipy.sparse as sp
 import zarr
+from corrupt_stores import Change, add_to, corrupt, read_every_row, set_to, swap
 
 import chunkio
 from chunkio import ChunkDataset, Output, write_arrays
 from chunkio.errors import ChunkioError, FormatError
 
 N, COLS, SPC = 40, 30, 8
-Change = Callable[[np.ndarray[Any, Any]], None]
 
 
 def _matrix() -> sp.csr_matrix:
     return sp.random(N, COLS, density=0.2, format="csr", dtype=np.float32, random_state=1)
+
+
+case = pytest.param
 
 
 @pytest.fixture(scope="module")
@@ -54,71 +54,23 @@ def sparse_stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return out
 
 
-def corrupt(src: Path, dst_dir: Path, array: str, change: Change) -> Path:
-    """A copy of the store ``src`` whose ``array`` is rewritten after ``change`` (in place on
-    its values), through zarr-python or h5py: its checksums recomputed."""
-    dst = dst_dir / src.name
-    if src.is_dir():
-        shutil.copytree(src, dst)
-        a = zarr.open_array(dst / array, mode="r+")
-        values = a[...]
-        change(values)
-        a[...] = values
-    else:
-        shutil.copy(src, dst)
-        with h5py.File(dst, "r+") as f:
-            values = f[array][...]
-            change(values)
-            f[array][...] = values
-    return dst
-
-
-def read_every_row(ds: ChunkDataset, batch: int = 5) -> list[Any]:
-    return [
-        ds.__getitems__(list(range(a, min(a + batch, len(ds))))) for a in range(0, len(ds), batch)
-    ]
-
-
-def _set(index: Any, value: Any) -> Change:
-    def change(v: np.ndarray[Any, Any]) -> None:
-        v[index] = value
-
-    return change
-
-
-def _add(index: Any, delta: int) -> Change:
-    def change(v: np.ndarray[Any, Any]) -> None:
-        v[index] += delta
-
-    return change
-
-
-def _swap(i: int, j: int) -> Change:
-    def change(v: np.ndarray[Any, Any]) -> None:
-        v[[i, j]] = v[[j, i]]
-
-    return change
-
-
 #: (array, change, what the message says after "sparse field 'x' (...): ")
 SPARSE_CASES = [
-    pytest.param("x__offsets", _set(5, 10**4), "sample 5 lies at [10000, ", id="offset-past"),
-    pytest.param("x__offsets", _set(5, -3), "sample 5 lies at [-3, ", id="offset-negative"),
-    pytest.param("x__offsets", _set(5, 2**31), "sample 5 lies at [2147483648, ", id="offset-2^31"),
-    pytest.param(
-        "x__offsets", _set(5, 2**40), "sample 5 lies at [1099511627776, ", id="offset-2^40"
+    case("x__offsets", set_to(5, 10**4), "sample 5 lies at [10000, ", id="offset-past"),
+    case("x__offsets", set_to(5, -3), "sample 5 lies at [-3, ", id="offset-negative"),
+    case("x__offsets", set_to(5, 2**31), "sample 5 lies at [2147483648, ", id="offset-2^31"),
+    case("x__offsets", set_to(5, 2**40), "sample 5 lies at [1099511627776, ", id="offset-2^40"),
+    case("x__offsets", set_to(5, 1), "sample 5 starts at 1, not where", id="decreasing"),
+    case("x__offsets", set_to(-1, 10**4), "the last offset is 10000", id="last-past"),
+    case(
+        "x__offsets", set_to(SPC, 3), f"sample {SPC} (the first of sample chunk 1)", id="chunk-head"
     ),
-    pytest.param("x__offsets", _set(5, 1), "sample 5 starts at 1, not where", id="decreasing"),
-    pytest.param("x__offsets", _set(-1, 10**4), "the last offset is 10000", id="last-past"),
-    pytest.param(
-        "x__offsets", _set(SPC, 3), f"sample {SPC} (the first of sample chunk 1)", id="chunk-head"
-    ),
-    pytest.param("x__offsets", _swap(5, 6), "sample 5 starts at", id="rows-swapped"),
-    pytest.param("x__shapes", _set((5, 0), -3), "sample 5 has shape (-3,)", id="count-negative"),
-    pytest.param("x__shapes", _set((5, 0), 2**31), "2.15e+09 values", id="count-2^31"),
-    pytest.param("x__shapes", _set((5, 0), 2**40), "1.1e+12 values", id="count-2^40"),
-    pytest.param("x__shapes", _add((5, 0), 2), "sample 6 starts at", id="count-into-next"),
-    pytest.param("x__shapes", _add((5, 0), -1), "sample 6 starts at", id="count-short"),
+    case("x__offsets", swap(5, 6), "sample 5 starts at", id="rows-swapped"),
+    case("x__shapes", set_to((5, 0), -3), "sample 5 has shape (-3,)", id="count-negative"),
+    case("x__shapes", set_to((5, 0), 2**31), "2.15e+09 values", id="count-2^31"),
+    case("x__shapes", set_to((5, 0), 2**40), "1.1e+12 values", id="count-2^40"),
+    case("x__shapes", add_to((5, 0), 2), "sample 6 starts at", id="count-into-next"),
+    case("x__shapes", add_to((5, 0), -1), "sample 6 starts at", id="count-short"),
 ]
 
 
