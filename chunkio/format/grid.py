@@ -126,41 +126,62 @@ samples of one chunk lie end to end (offsets, spans or shapes corrupt)
             f"{where}: expected where each of {n} samples lies; got {len(start)} starts and "
             f"{len(count)} sizes"
         )
-    i = _first(count < 0)
+    # one unsigned comparison each (a number below 0 is a huge one there): every count and
+    # start from 0 to the total, so that start + count cannot wrap around
+    i = _first(count.view(np.uint64) > total)
     if i is not None:
-        raise FormatError(f"{where}: sample {i} holds {count[i]} values (a negative count)")
-    # compared without a sum that could wrap around: start + count may pass 2**63
-    i = _first((start < 0) | (start > total) | (count > total - np.clip(start, 0, total)))
+        raise FormatError(
+            f"{where}: sample {i} holds {count[i]} values; expected 0 to the {total} stored"
+        )
+    i = _first(start.view(np.uint64) > total)
     if i is not None:
         raise FormatError(
             f"{where}: sample {i} lies at [{start[i]}, {int(start[i]) + int(count[i])}), "
             f"outside the {total} stored values"
         )
     stop: IntArray = start + count
-    before = np.concatenate([[0], stop[:-1]])
-    head = np.zeros(n, dtype=bool)
-    head[:: grid.samples_per_chunk] = True
-    inner = ~head & (start != before)
-    i = _first(inner | (head & ((start < before) | (start % max(1, chunk_len) != 0))))
-    if i is not None and inner[i]:
+    if not n:
+        _check_end(end, 0, total, where)
+        return stop
+    # gap[i - 1]: from where sample i - 1 ends to where sample i starts; 0 inside a chunk
+    gap = start[1:] - stop[:-1]
+    step = grid.samples_per_chunk
+    heads = np.arange(0, n, step)
+    before_head = np.concatenate([[0], gap[heads[1:] - 1]])
+    gap[heads[1:] - 1] = 0
+    inner = np.flatnonzero(gap)
+    bad_head = heads[(before_head < 0) | (start[heads] % max(1, chunk_len) != 0)]
+    firsts = ([int(inner[0]) + 1] if inner.size else []) + bad_head[:1].tolist()
+    if firsts:
+        i = min(firsts)
+        before = int(stop[i - 1]) if i else 0
+        if i % step:
+            raise FormatError(
+                f"{where}: sample {i} starts at {start[i]}, not where sample {i - 1} ends "
+                f"({before}): the samples of one chunk lie end to end (offsets, spans or "
+                "shapes corrupt)"
+            )
         raise FormatError(
-            f"{where}: sample {i} starts at {start[i]}, not where sample {i - 1} ends "
-            f"({before[i]}): the samples of one chunk lie end to end (offsets, spans or "
-            "shapes corrupt)"
+            f"{where}: sample {i} (the first of sample chunk {i // step}) starts at "
+            f"{start[i]}: expected a multiple of the chunk length {chunk_len} at or after "
+            f"{before}, where the samples before it end"
         )
-    if i is not None:
+    # in order and end to end, so the last sample ends furthest
+    if stop[-1] > total:
         raise FormatError(
-            f"{where}: sample {i} (the first of sample chunk {i // grid.samples_per_chunk}) "
-            f"starts at {start[i]}: expected a multiple of the chunk length {chunk_len} at or "
-            f"after {before[i]}, where the samples before it end"
+            f"{where}: sample {n - 1} lies at [{start[-1]}, {stop[-1]}), outside the "
+            f"{total} stored values"
         )
-    last = int(stop[-1]) if n else 0
+    _check_end(end, int(stop[-1]), total, where)
+    return stop
+
+
+def _check_end(end: int | None, last: int, total: int, where: str) -> None:
     if end is not None and not last <= end <= total:
         raise FormatError(
             f"{where}: the last offset is {end}; expected where the last sample ends ({last}), "
             f"within the {total} stored values"
         )
-    return stop
 
 
 def _first(bad: npt.NDArray[np.bool_] | np.bool_) -> int | None:
@@ -214,6 +235,17 @@ values, more than the 6 stored
     found = np.asarray(shapes, dtype=np.int64)
     if found.ndim != 2:
         raise FormatError(f"{where}: shapes must be (samples, ndim); got {found.shape}")
+    if found.shape[1] == 1:  # a sparse row's count: one unsigned comparison (see checked_runs)
+        sizes: IntArray = np.ascontiguousarray(found[:, 0])
+        i = _first(sizes.view(np.uint64) > total)
+        if i is not None and sizes[i] < 0:
+            raise FormatError(f"{where}: sample {i} has shape ({sizes[i]},): a side below 0")
+        if i is not None:
+            raise FormatError(
+                f"{where}: sample {i} has shape ({sizes[i]},): {float(sizes[i]):.3g} values, "
+                f"more than the {total} stored"
+            )
+        return sizes
     i = _first((found < 0).any(axis=1))
     if i is not None:
         raise FormatError(f"{where}: sample {i} has shape {_shape(found[i])}: a side below 0")
@@ -224,8 +256,8 @@ values, more than the 6 stored
             f"{where}: sample {i} has shape {_shape(found[i])}: {approx[i]:.3g} values, more "
             f"than the {total} stored"
         )
-    sizes: IntArray = np.prod(found, axis=1, dtype=np.int64)
-    return sizes
+    product: IntArray = np.prod(found, axis=1, dtype=np.int64)
+    return product
 
 
 def _shape(row: IntArray) -> tuple[int, ...]:

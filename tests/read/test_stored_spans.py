@@ -19,11 +19,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from corrupt_stores import Change, add_to, corrupt, read_every_row, set_to, swap
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from PIL import Image
 
 from chunkio import ChunkDataset, Execution, ImageOptions, Output, convert_images
 from chunkio.backends import open_reader
 from chunkio.backends.base import read_all
+from chunkio.convert.engine.ragged import RaggedPlan
 from chunkio.errors import FormatError
 from chunkio.format.grid import (
     MAX_IMAGE_PIXELS,
@@ -31,6 +34,7 @@ from chunkio.format.grid import (
     checked_encoded,
     checked_ragged,
 )
+from chunkio.format.layout import FieldInfo
 from chunkio.format.store_layout import open_layout
 
 SPC = 4
@@ -160,3 +164,31 @@ def test_a_dataset_refuses_the_same_placements(
     with pytest.raises(FormatError, match=r"field 'image'") as caught:
         read_every_row(ChunkDataset(path, fields=["image"]), batch=4)
     assert says in str(caught.value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 40), max_size=40),
+    spc=st.integers(1, 9),
+    group=st.integers(1, 4),
+    ndim=st.integers(1, 3),
+    data=st.data(),
+)
+def test_every_placement_the_writer_makes_passes_and_a_moved_sample_does_not(
+    sizes: list[int], spc: int, group: int, ndim: int, data: st.DataObject
+) -> None:
+    """The writer's placements (:class:`~chunkio.convert.engine.ragged.RaggedPlan`, sharded
+    in groups or not) all pass; moving any sample but a chunk's first by one value does not."""
+    grid = SampleGrid(len(sizes), spc)
+    shapes = np.ones((len(sizes), ndim), np.int64)
+    shapes[:, 0] = sizes
+    plan = RaggedPlan.build(FieldInfo("x", np.dtype("f4"), None, "ragged"), shapes, grid, group)
+    stops = checked_ragged(plan.offsets, shapes, grid, plan.chunk_len, plan.num_values, where="x")
+    np.testing.assert_array_equal(stops, plan.offsets[:-1] + sizes)
+    inner = [i for i in range(len(sizes)) if i % spc]
+    if inner:
+        i = data.draw(st.sampled_from(inner))
+        moved = plan.offsets.copy()
+        moved[i] += data.draw(st.sampled_from([-1, 1]))
+        with pytest.raises(FormatError, match=rf"^x: sample {i} starts at"):
+            checked_ragged(moved, shapes, grid, plan.chunk_len, plan.num_values, where="x")
