@@ -27,6 +27,8 @@ __all__ = [
     "checked_ragged",
     "checked_runs",
     "checked_spans",
+    "image_rule",
+    "image_shapes_ok",
     "sample_sizes",
     "values_chunk_span",
 ]
@@ -272,6 +274,25 @@ MAX_IMAGE_PIXELS = 2 * 89_478_485
 IMAGE_SIDES = {"jpeg": 65_535, "webp": 16_383, "png": 2**31 - 1, "yuv420": 2**31 - 1}
 
 
+def image_shapes_ok(
+    shapes: IntArray, encoding: str, max_pixels: int = MAX_IMAGE_PIXELS
+) -> npt.NDArray[np.bool_]:
+    """Which ``(C, H, W)`` rows of ``shapes`` an image of ``encoding`` can have (see
+    :func:`image_rule`)."""
+    side = IMAGE_SIDES.get(encoding, 2**31 - 1)
+    c, h, w = shapes.T
+    sides = (h >= 1) & (w >= 1) & (h <= side) & (w <= side)
+    pixels = np.where(sides, h, 0) * np.where(sides, w, 0)  # sides < 2**31: no wrap around
+    ok: npt.NDArray[np.bool_] = (c >= 1) & (c <= 4) & sides & (pixels <= max_pixels)
+    return ok
+
+
+def image_rule(encoding: str, max_pixels: int = MAX_IMAGE_PIXELS) -> str:
+    """What :func:`image_shapes_ok` accepts, for error messages."""
+    side = IMAGE_SIDES.get(encoding, 2**31 - 1)
+    return f"(channels 1-4, height, width) with sides 1..{side} and at most {max_pixels} pixels"
+
+
 def checked_image_shapes(
     shapes: npt.ArrayLike,
     sample_shape: tuple[int, ...] | None,
@@ -296,15 +317,11 @@ height, width) with sides 1..2147483647 and at most 178956970 pixels
     found = np.asarray(shapes, dtype=np.int64)
     if found.ndim != 2 or found.shape[1] != 3:
         raise FormatError(f"{where}: shapes must be (samples, 3): (C, H, W); got {found.shape}")
-    side = IMAGE_SIDES.get(encoding, 2**31 - 1)
-    c, h, w = found.T
-    sides = (h >= 1) & (w >= 1) & (h <= side) & (w <= side)
-    pixels = np.where(sides, h, 0) * np.where(sides, w, 0)  # sides < 2**31: no wrap around
-    i = _first(~((c >= 1) & (c <= 4) & sides & (pixels <= max_pixels)))
+    i = _first(~image_shapes_ok(found, encoding, max_pixels))
     if i is not None:
         raise FormatError(
-            f"{where}: sample {i} has shape {_shape(found[i])}: expected (channels 1-4, "
-            f"height, width) with sides 1..{side} and at most {max_pixels} pixels"
+            f"{where}: sample {i} has shape {_shape(found[i])}: expected "
+            f"{image_rule(encoding, max_pixels)}"
         )
     if sample_shape is not None:
         declared = np.asarray(sample_shape, dtype=np.int64)

@@ -46,6 +46,7 @@ from ..errors import (
     UnsafeInputError,
     UnsupportedVersionError,
 )
+from .grid import image_rule, image_shapes_ok
 from .names import validate_field_name
 
 __all__ = [
@@ -296,6 +297,14 @@ def _parse_field(name: str, spec: Mapping[str, Any]) -> FieldInfo:
     sample_shape = None if shape is None else tuple(int(s) for s in shape)
     if sample_shape is not None and any(s < 0 for s in sample_shape):
         raise FormatError(f"field {name!r}: sample_shape must hold sizes >= 0; got {shape}")
+    encoding = str(spec.get("encoding"))
+    if kind == "encoded" and sample_shape is not None:  # it sizes every batch of the field
+        declared = np.array([sample_shape], dtype=np.int64)
+        if len(sample_shape) != 3 or not image_shapes_ok(declared, encoding)[0]:
+            raise FormatError(
+                f"field {name!r}: sample_shape {list(sample_shape)} is no image shape: "
+                f"expected {image_rule(encoding)}"
+            )
     return FieldInfo(
         name=name,
         dtype=np.dtype(spec["dtype"]),

@@ -26,6 +26,8 @@ from corrupt_stores import Change, add_to, corrupt, read_every_row, set_to, swap
 import chunkio
 from chunkio import ChunkDataset, Output, write_arrays
 from chunkio.errors import ChunkioError, FormatError
+from chunkio.format.cf import cf_coding
+from chunkio.format.layout import DatasetLayout
 
 N, COLS, SPC = 40, 30, 8
 
@@ -178,3 +180,62 @@ def test_a_negative_declared_shape_is_refused_when_the_dataset_is_made(
     group.attrs["chunkio"] = meta
     with pytest.raises(FormatError, match=rf"^{path}: field '{field}': {says}"):
         ChunkDataset(path)
+
+
+def _attrs(field: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "chunkio": {
+            "format": "chunkio",
+            "version": 1,
+            "num_samples": 4,
+            "samples_per_chunk": 2,
+            "fields": {"image": field},
+        },
+        "chunkio_complete": True,
+    }
+
+
+@pytest.mark.parametrize(
+    "shape", [[3, 10**6, 10**6], [3, 70_000, 8], [9, 8, 8], [3, 0, 8], [3, 8], [3, 8, 8, 1]]
+)
+def test_a_declared_image_shape_that_no_image_has_is_refused_before_it_sizes_a_batch(
+    shape: list[int],
+) -> None:
+    spec = {"dtype": "|u1", "sample_shape": shape, "kind": "encoded", "encoding": "jpeg"}
+    with pytest.raises(FormatError, match=r"^x: field 'image': sample_shape \[.*no image shape"):
+        DatasetLayout.from_attrs(_attrs(spec), where="x")
+    spec["sample_shape"] = [3, 8, 8]
+    layout = DatasetLayout.from_attrs(_attrs(spec), where="x")
+    assert layout.field("image").sample_shape == (3, 8, 8)
+
+
+def test_a_cf_missing_value_list_is_bounded() -> None:
+    """Each missing value is a pass over every batch: a list of a million is refused (and
+    its message shortened), a short one decodes."""
+    many = list(range(10**6))
+    with pytest.raises(FormatError, match=r"'missing_value' .*at most 64\).*got \[0, 1, 2, 3"):
+        cf_coding({"missing_value": many}, np.dtype("i2"), "t2m", "x")
+    assert cf_coding({"missing_value": [1, 2]}, np.dtype("i2"), "t2m", "x").fills == (1.0, 2.0)
+
+
+def test_chunks_longer_than_the_array_size_no_cache_beyond_it(tmp_path: Path) -> None:
+    """Array metadata may declare chunks of more rows than the array holds (Zarr allows it):
+    a dense field's and a sparse field's caches hold the array, no more."""
+    path = tmp_path / "long.zarr"
+    group = zarr.open_group(path, mode="w")
+    values = np.arange(30, dtype=np.float32).reshape(10, 3)
+    group.create_array("a", shape=(10, 3), chunks=(1000, 3), dtype="f4")[...] = values
+    ds = ChunkDataset(path, fields=["a"], preload_bytes=0)
+    np.testing.assert_array_equal(ds.read_batch([9, 0, 4])["a"], values[[9, 0, 4]])
+    assert ds._handle().field("a").cache.rows_per_chunk == 10  # type: ignore[attr-defined]
+    m = _matrix()
+    x = zarr.open_group(path / "x", mode="w")
+    x.attrs.update({"encoding-type": "csr_matrix", "encoding-version": "0.1.0", "shape": m.shape})
+    for part, chunk in (("data", 10**6), ("indices", 10**6), ("indptr", 1000)):
+        array = getattr(m, part)
+        x.create_array(part, shape=array.shape, chunks=(chunk,), dtype=array.dtype)[...] = array
+    sparse = ChunkDataset(path, fields={"x": "x"})
+    np.testing.assert_array_equal(sparse.read_batch([3, 1])["x"], m.toarray()[[3, 1]])
+    field = sparse._handle().field("x")
+    assert field.data.cache.rows_per_chunk == m.nnz  # type: ignore[attr-defined]
+    assert field.indices.cache.rows_per_chunk == m.nnz  # type: ignore[attr-defined]
