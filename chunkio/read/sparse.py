@@ -5,7 +5,9 @@ chunks those ranges touch once (each array through its own decoded-chunk cache, 
 batches of a chunk-aware order that reuse a chunk do not decode it again), gathers the
 batch's values and columns, and scatters them into a zero-filled ``(B, n_cols)`` array of
 ``data``'s dtype (scipy's ``toarray()`` of the same rows: duplicate columns of a row add up).
-Columns outside the matrix are a :class:`~chunkio.errors.FormatError` naming the row.
+Columns outside the matrix are a :class:`~chunkio.errors.FormatError` naming the row; so are
+offsets and counts that place a row outside the stored values or over another row's
+(:func:`chunkio.format.grid.checked_ragged`, once per process, when the field is opened).
 """
 
 from __future__ import annotations
