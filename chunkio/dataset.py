@@ -236,7 +236,7 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
         if self._files is not None:  # the first file describes them all, end to end
             found = dataclasses.replace(found, layout=self._files.layout)
         batches = getattr(self, "_sparse_batches", "dense")  # make_loader's own: dense
-        self.layout = with_sparse_batches(found.dataset_layout(), batches)
+        self.layout = with_sparse_batches(found.dataset_layout(), batches, where=reader.location)
         self._windows = found.windows
         # how every process's reader opens the store: a foreign store's never-written chunks
         # hold its fill value; a remote group's metadata, read once here, is reused

@@ -117,7 +117,9 @@ def open_files(
         reader = options.open(location)  # a missing file: DatasetNotFoundError, named
         try:
             found = open_layout(reader, fields, LayoutOptions(preload_bytes))
-            layout = with_sparse_batches(found.dataset_layout(), sparse_batches)
+            layout = with_sparse_batches(
+                found.dataset_layout(), sparse_batches, where=reader.location
+            )
             mine = dataclasses.replace(
                 found.reader_options(options), documents=reader_documents(reader)
             )

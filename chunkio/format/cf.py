@@ -27,6 +27,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import math
+import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,8 @@ __all__ = ["CF_ATTRIBUTES", "CFCoding", "CFField", "cf_coding", "decode_layout",
 
 #: the attributes that make a variable CF-encoded
 CF_ATTRIBUTES = ("scale_factor", "add_offset", "_FillValue", "missing_value")
+#: the most values a ``missing_value`` list may hold (each is a pass over every batch)
+MAX_FILLS = 64
 
 
 @dataclass(frozen=True)
@@ -96,15 +99,17 @@ def _number(value: Any, key: str, array: str, where: str, *, nan: bool = False) 
         if len(blob) in (2, 4, 8):
             return [float(np.frombuffer(blob, f"<f{len(blob)}")[0])]
     values = np.asarray(value).reshape(-1) if not isinstance(value, str | bytes) else None
-    ok = values is not None and values.size >= 1 and values.dtype.kind in "iuf"
+    ok = values is not None and 1 <= values.size <= MAX_FILLS and values.dtype.kind in "iuf"
     if ok and values is not None and (key == "missing_value" or values.size == 1):
         found = [float(v) for v in values]
         if nan or all(math.isfinite(v) for v in found):
             return found
     what = "a number or NaN" if nan else "a finite number"
+    if key == "missing_value":  # each one is a pass over every batch
+        what += f" (or a list of at most {MAX_FILLS})"
     raise FormatError(
         f"{where}: array {array!r}: CF attribute {key!r} must be {what} to decode "
-        f"(decode_cf=True); got {value!r}"
+        f"(decode_cf=True); got {reprlib.repr(value)}"
     )
 
 

@@ -46,6 +46,7 @@ from ..errors import (
     UnsafeInputError,
     UnsupportedVersionError,
 )
+from .grid import image_rule, image_shapes_ok
 from .names import validate_field_name
 
 __all__ = [
@@ -293,10 +294,21 @@ def _parse_field(name: str, spec: Mapping[str, Any]) -> FieldInfo:
     categories = spec.get("categories")
     if categories is not None and not isinstance(categories, list):
         raise FormatError(f"field {name!r}: categories must be a list; got {categories!r}")
+    sample_shape = None if shape is None else tuple(int(s) for s in shape)
+    if sample_shape is not None and any(s < 0 for s in sample_shape):
+        raise FormatError(f"field {name!r}: sample_shape must hold sizes >= 0; got {shape}")
+    encoding = str(spec.get("encoding"))
+    if kind == "encoded" and sample_shape is not None:  # it sizes every batch of the field
+        declared = np.array([sample_shape], dtype=np.int64)
+        if len(sample_shape) != 3 or not image_shapes_ok(declared, encoding)[0]:
+            raise FormatError(
+                f"field {name!r}: sample_shape {list(sample_shape)} is no image shape: "
+                f"expected {image_rule(encoding)}"
+            )
     return FieldInfo(
         name=name,
         dtype=np.dtype(spec["dtype"]),
-        sample_shape=None if shape is None else tuple(int(s) for s in shape),
+        sample_shape=sample_shape,
         kind=kind,
         encoding=spec.get("encoding"),
         categories=None if categories is None else tuple(str(c) for c in categories),
@@ -318,13 +330,14 @@ def check_arrays(
                     f"{where}: field {f.name!r} declared but array {array!r} is missing"
                 )
         if f.kind == "encoded":
-            _, spans, shapes = f.array_names()
-            for array, width in ((spans, 2), (shapes, None)):
+            flat, spans, shapes = f.array_names()
+            _check_flat(arrays, flat, f, where)
+            for array, width in ((spans, 2), (shapes, 3)):
                 shape, dtype, chunks = arrays[array]
-                if len(shape) != 2 or shape[0] != n or (width and shape[1] != width):
+                if len(shape) != 2 or shape[0] != n or shape[1] != width or dtype.kind not in "iu":
                     raise FormatError(
-                        f"{where}: array {array!r} must be ({n}, {width or 'ndim'}); "
-                        f"got {tuple(shape)}"
+                        f"{where}: array {array!r} must be ({n}, {width}) integers; "
+                        f"got {tuple(shape)} {dtype}"
                     )
                 if n and chunks[0] != spc:
                     raise FormatError(
@@ -336,11 +349,18 @@ def check_arrays(
             _check_sparse_arrays(f, arrays, n, where)
             continue
         if f.kind == "ragged":
-            _, offsets, _ = f.array_names()
-            if arrays[offsets][0][0] != n + 1:
-                got = arrays[offsets][0][0]
+            flat, offsets, shapes = f.array_names()
+            _check_flat(arrays, flat, f, where)
+            (oshape, otype, _), (sshape, stype, _) = arrays[offsets], arrays[shapes]
+            if tuple(oshape) != (n + 1,) or otype.kind not in "iu":
                 raise FormatError(
-                    f"{where}: array {offsets!r} must have {n + 1} offsets; got {got}"
+                    f"{where}: array {offsets!r} must hold {n + 1} integer offsets; got "
+                    f"{tuple(oshape)} {otype}"
+                )
+            if len(sshape) != 2 or sshape[0] != n or sshape[1] < 1 or stype.kind not in "iu":
+                raise FormatError(
+                    f"{where}: array {shapes!r} must be ({n}, ndim) integers; got "
+                    f"{tuple(sshape)} {stype}"
                 )
             continue
         shape, dtype, chunks = arrays[f.name]
@@ -354,6 +374,20 @@ def check_arrays(
             raise FormatError(
                 f"{where}: array {f.name!r} must hold {spc} samples per chunk; got {chunks[0]}"
             )
+
+
+def _check_flat(
+    arrays: Mapping[str, tuple[tuple[int, ...], np.dtype[Any], tuple[int, ...]]],
+    name: str,
+    f: FieldInfo,
+    where: str,
+) -> None:
+    """The flat array of a ragged or encoded field: 1-D (each sample a run of it)."""
+    if len(arrays[name][0]) != 1:
+        raise FormatError(
+            f"{where}: array {name!r} of {f.kind} field {f.name!r} must be 1-D; got "
+            f"{tuple(arrays[name][0])}"
+        )
 
 
 def _check_sparse_arrays(

@@ -37,6 +37,7 @@ from ..util.numeric import IntArray
 from .layout import DatasetLayout, FieldInfo, sparse_array_names
 
 __all__ = [
+    "MAX_DENSE_ROW_BYTES",
     "SPARSE_BATCHES",
     "SparseInfo",
     "check_indptr",
@@ -307,10 +308,27 @@ def sparse_chunk_sizes(indptr: IntArray, data_chunk: int, group: int = 1) -> Int
 SPARSE_BATCHES = ("dense", "csr")
 
 
-def with_sparse_batches(layout: DatasetLayout, batches: str) -> DatasetLayout:
-    """``layout`` with its sparse fields read as ``batches`` (see :data:`SPARSE_BATCHES`)."""
+#: the most bytes a sparse row may take densified (``"dense"`` batches): 2**28 float32
+#: columns; a stored ``shape`` of 10**12 columns would otherwise size every batch
+MAX_DENSE_ROW_BYTES = 2**30
+
+
+def with_sparse_batches(layout: DatasetLayout, batches: str, *, where: str = "") -> DatasetLayout:
+    """``layout`` with its sparse fields read as ``batches`` (see :data:`SPARSE_BATCHES`);
+    dense rows larger than :data:`MAX_DENSE_ROW_BYTES` are refused (``where``: the file, for
+    the message)."""
     if batches not in SPARSE_BATCHES:
         raise ValueError(f"sparse_batches must be one of {list(SPARSE_BATCHES)}; got {batches!r}")
+    for f in layout.fields:
+        if batches != "dense" or not isinstance(f, SparseInfo):
+            continue
+        row = f.n_cols * f.dtype.itemsize
+        if row > MAX_DENSE_ROW_BYTES:
+            raise FormatError(
+                f"{where}: {f.where} has {f.n_cols} columns: a dense row would take {row} "
+                f"bytes (more than {MAX_DENSE_ROW_BYTES}); check the stored shape, or read rows "
+                "as CSR batches (sparse_batches='csr')"
+            )
     fields = tuple(
         dataclasses.replace(f, batches=batches) if isinstance(f, SparseInfo) else f
         for f in layout.fields

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..errors import FormatError
 from ..format.grid import SampleGrid
 from ..format.layout import FieldInfo
 from ..transforms.sample import FieldTransform, transform_rows
@@ -56,7 +57,7 @@ class PreloadedField:
         # mode="clip": idx is already validated, and the default mode="raise" makes numpy
         # gather into a temporary and copy it over (about 3x slower)
         np.take(self.whole, idx, axis=0, out=out, mode="clip")
-        return out
+        return checked_codes(self.ctx, self.info, out, idx)
 
     def prefetch(self, idx: IntArray) -> None:
         pass  # held whole
@@ -71,6 +72,30 @@ class ColumnField(PreloadedField):
         self.info = info
         whole = read_whole(ctx.reader, info.array_names()[0], ctx.stats)
         self.whole = np.ascontiguousarray(whole[getattr(info, "member", None) or info.name])
+
+
+def checked_codes(
+    ctx: ReadContext, info: FieldInfo, values: npt.NDArray[Any], idx: IntArray
+) -> npt.NDArray[Any]:
+    """``values`` (samples ``idx`` of ``info``), checked to be codes of its categories when it
+    has them (-1: missing), else a :class:`~chunkio.errors.FormatError` naming the sample: a
+    code past them would name no category, or another file's (columns larger than
+    :data:`~chunkio.format.columns.CHECK_CODES_BYTES` are not checked when the dataset is
+    made, and a file may change after)."""
+    if info.categories is None or not len(idx):
+        return values
+    count = len(info.categories)
+    outside = ((values < -1) | (values >= count)).reshape(len(idx), -1)
+    found = np.flatnonzero(outside.any(axis=1))
+    if found.size:
+        j = int(found[0])
+        code = values.reshape(len(idx), -1)[j][outside[j]][0]
+        raise FormatError(
+            f"{ctx.reader.location}: field {info.name!r} ({info.array_names()[0]!r}), sample "
+            f"{int(idx[j])}: code {code} is outside the {count} categories (codes are -1 for "
+            f"missing, else 0..{count - 1})"
+        )
+    return values
 
 
 def _transformed(
@@ -98,8 +123,11 @@ class DenseField:
     def __init__(self, ctx: ReadContext, info: FieldInfo) -> None:
         self.ctx = ctx
         self.info = info
-        #: the field's own chunks (a store chunkio did not write may chunk fields apart)
-        self.grid = SampleGrid(ctx.layout.num_samples, ctx.layout.rows_per_chunk(info))
+        #: the field's own chunks (a store chunkio did not write may chunk fields apart); a
+        #: chunk longer than the array (as stored metadata may say) holds the array: the
+        #: cache's slots are never sized by more rows than there are
+        n = ctx.layout.num_samples
+        self.grid = SampleGrid(n, max(1, min(ctx.layout.rows_per_chunk(info), n)))
         self.array = info.array_names()[0]
         self.cache = DecodedChunkCache(
             rows_per_chunk=self.grid.samples_per_chunk,
@@ -118,7 +146,9 @@ class DenseField:
                 self.ctx, self.info, how.transform, buffer, rows, idx + how.first, out, how.epoch
             )
         out = checked_out(self.info, len(idx), out)
-        return self._gather(plan_batch(idx, self.grid), out, how.once)
+        return checked_codes(
+            self.ctx, self.info, self._gather(plan_batch(idx, self.grid), out, how.once), idx
+        )
 
     def locate(self, idx: IntArray) -> tuple[npt.NDArray[Any], IntArray]:
         """Decode the chunks of samples ``idx`` the cache lacks; the cache's buffer and the

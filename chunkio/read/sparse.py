@@ -5,7 +5,9 @@ chunks those ranges touch once (each array through its own decoded-chunk cache, 
 batches of a chunk-aware order that reuse a chunk do not decode it again), gathers the
 batch's values and columns, and scatters them into a zero-filled ``(B, n_cols)`` array of
 ``data``'s dtype (scipy's ``toarray()`` of the same rows: duplicate columns of a row add up).
-Columns outside the matrix are a :class:`~chunkio.errors.FormatError` naming the row.
+Columns outside the matrix are a :class:`~chunkio.errors.FormatError` naming the row; so are
+offsets and counts that place a row outside the stored values or over another row's
+(:func:`chunkio.format.grid.checked_ragged`, once per process, when the field is opened).
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import FormatError
-from ..format.grid import SampleGrid
-from ..format.sparse import SparseInfo
+from ..format.grid import SampleGrid, checked_ragged
+from ..format.sparse import SparseInfo, check_indptr
 from ..util.numeric import IntArray
 from .base import ReadContext, ReadRequest, checked_out, read_whole
 from .cache import DecodedChunkCache
@@ -96,7 +98,9 @@ class _Values:
         """``slots_per_chunk``: this array's chunks a chunk of the order reads."""
         self.ctx = ctx
         self.name = name
-        self.grid = SampleGrid(size, max(1, chunk))
+        # a chunk longer than the array (as its metadata may say) holds the array: the cache's
+        # slots are never sized by more values than are stored
+        self.grid = SampleGrid(size, max(1, min(chunk, size)))
         self.cache = DecodedChunkCache(
             rows_per_chunk=self.grid.samples_per_chunk,
             sample_shape=(),
@@ -171,15 +175,33 @@ class SparseField:
             raise TypeError(f"field {info.name!r}: a sparse field needs a SparseInfo")
         self.ctx = ctx
         self.info = info
+        where = f"{ctx.reader.location}: {info.where}"
+        # where rows lie is read again in each process (the file may have changed since the
+        # dataset was made) and checked whole before any of it sizes a read: every process
+        # then gives the same verdict, and no row reads another's values
         if info.group:  # a CSR group: row i is indptr[i]..indptr[i + 1] (views, no copy)
             data, indices, indptr = info.array_names()
             whole = read_whole(ctx.reader, indptr, ctx.stats).astype(np.int64)
+            rows = sum(info.chunk_sizes)
+            if len(whole) != rows + 1:
+                raise FormatError(
+                    f"{where}: {indptr!r} holds {len(whole)} offsets; the dataset was made "
+                    f"with {rows} rows (rows + 1 offsets): the file changed"
+                )
+            check_indptr(whole, info.nnz, where)
             self.starts, self.stops = whole[:-1], whole[1:]
         else:  # chunkio's own: padding may follow a chunk's last row, so starts + counts
             data, indices, offsets, counts = info.array_names()
-            self.starts = read_whole(ctx.reader, offsets, ctx.stats).astype(np.int64)[:-1]
-            per_row = read_whole(ctx.reader, counts, ctx.stats).astype(np.int64).reshape(-1)
-            self.stops = self.starts + per_row
+            stored = read_whole(ctx.reader, offsets, ctx.stats)
+            self.starts = stored.astype(np.int64)[:-1]
+            self.stops = checked_ragged(
+                stored,
+                read_whole(ctx.reader, counts, ctx.stats),
+                ctx.grid,
+                info.data_chunk,
+                info.nnz,
+                where=f"{where} ({offsets!r}, {counts!r})",
+            )
         # an order chunk is the rows starting in its `order_group` data chunks: the last row
         # runs into the next chunk (the indices array may be chunked apart: in proportion)
         per = info.order_group + 1
