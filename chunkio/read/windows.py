@@ -144,30 +144,30 @@ def window_path(
     if hold:
         where = "in shared memory for all the workers" if segments else "by each reader"
         _log.info(
-            "chunkio windows: held path: the decoded arrays (%.0f MiB) fit "
-            "Workers(hold_bytes=%.0f MiB); decoded once %s, kept across epochs",
+            "chunkio windows: held path: the decoded arrays (%.1f MiB) fit "
+            "Workers(hold_bytes=%.1f MiB); decoded once %s, kept across epochs",
             held / mb, hold_bytes / mb, where,
         )  # fmt: skip
         return True, segments
     if held > hold_bytes:
         why = (
-            f"the decoded arrays ({held / mb:.0f} MiB) exceed "
-            f"Workers(hold_bytes={hold_bytes / mb:.0f} MiB)"
+            f"the decoded arrays ({held / mb:.1f} MiB) exceed "
+            f"Workers(hold_bytes={hold_bytes / mb:.1f} MiB)"
         )
     elif shapes:
         why = (
-            f"/dev/shm has no room for one copy ({held / mb:.0f} MiB) shared by the {workers} "
+            f"/dev/shm has no room for one copy ({held / mb:.1f} MiB) shared by the {workers} "
             "workers (a copy each would decode every chunk once per worker)"
         )
     else:
         why = (
-            f"a copy per worker ({workers} x {held / mb:.0f} MiB) exceeds "
-            f"Workers(hold_bytes={hold_bytes / mb:.0f} MiB)"
+            f"a copy per worker ({workers} x {held / mb:.1f} MiB) exceeds "
+            f"Workers(hold_bytes={hold_bytes / mb:.1f} MiB)"
         )
     if shapes and all(len(set(s.chunk_rows)) == 1 for s in shapes):
         _log.info(
             "chunkio windows: streamed path: %s; each chunk decoded once per pass through "
-            "a cache of %.0f MiB per reader (the mixing pool), variables side by side",
+            "a cache of %.1f MiB per reader (the mixing pool), variables side by side",
             why, cache_bytes / mb,
         )  # fmt: skip
     else:
