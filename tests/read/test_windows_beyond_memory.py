@@ -198,3 +198,24 @@ def test_a_variable_alone_reads_its_lane_of_the_streamed_stack(store: Path) -> N
     rows = anchors[:, None] + np.array([-1, 0, 1])
     needed = len(np.unique(rows // PER_CHUNK))
     assert ds.read_stats().per_field["v_t2m"] == needed  # shared: t2m decoded once
+
+
+def test_remote_reads_fetch_the_next_batches_chunks_ahead(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A remote reader is asked, per variable, for the streamed chunks a later batch needs
+    and the cache lacks (the loader hints the next batches to every reader)."""
+    ds = _dataset(store, FIELDS[:2]).with_cache(1 << 20)
+    ds.read_batch([0])  # anchor 1: rows 0..2, chunk 0 of every variable held
+    core = ds._handle()
+    asked: list[tuple[str, list[int]]] = []
+    monkeypatch.setattr(type(core.reader), "prefetches", property(lambda self: True))
+    monkeypatch.setattr(
+        core.reader, "prefetch", lambda a, c: asked.append((a, list(c))), raising=False
+    )
+    idx = [3, 40, 41, 1000]
+    ds.prefetch(idx)
+    rows = ds.anchors[idx][:, None] + np.array([-1, 0, 1])
+    wanted = [c for c in np.unique(rows // PER_CHUNK).tolist() if c != 0]
+    # each field asks for the stack's missing chunks (the second finds the same ones)
+    assert asked and all(a == (v, wanted) for a, v in zip(asked, [*VARS, *VARS], strict=True))
