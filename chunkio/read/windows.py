@@ -4,7 +4,10 @@ A batch of anchors ``a`` reads rows ``a + step`` of each variable. Windows of ne
 anchors overlap, so the batch's rows are made unique first; each variable's dense reader
 (:class:`~chunkio.read.dense.DenseField`, shared by every window field of that array in this
 process) decodes the chunks of that union once, through its cache, and one gather per variable
-puts each ``(anchor, step)`` row into the batch at ``[b, step, variable]``.
+puts each ``(anchor, step)`` row into the batch at ``[b, step, variable]``. A loader keeps a
+field's stacked variables decoded whole, side by side, when they fit its budget (held), else
+streams them through one cache of chunks side by side (:mod:`chunkio.read.window_stream`):
+either way a batch of the field is one ``np.take``; :func:`window_path` picks and logs it.
 """
 
 from __future__ import annotations
@@ -164,13 +167,13 @@ def window_path(
             f"a copy per worker ({workers} x {held / mb:.1f} MiB) exceeds "
             f"Workers(hold_bytes={hold_bytes / mb:.1f} MiB)"
         )
-    if shapes and all(len(set(s.chunk_rows)) == 1 for s in shapes):
+    if shapes is not None and all(len(set(s.chunk_rows)) == 1 for s in shapes):
         _log.info(
             "chunkio windows: streamed path: %s; each chunk decoded once per pass through "
-            "a cache of %.1f MiB per reader (the mixing pool), variables side by side",
-            why, cache_bytes / mb,
+            "a cache of %.1f MiB per reader (the mixing pool)%s",
+            why, cache_bytes / mb, ", variables side by side" if shapes else "",
         )  # fmt: skip
-    else:
+    else:  # stacked variables that cannot share one cache
         _log.warning(
             "chunkio windows: streamed path, variable by variable: %s, and the variables "
             "are not stacked alike (chunked apart along time, or read apart by another "

@@ -219,3 +219,15 @@ def test_remote_reads_fetch_the_next_batches_chunks_ahead(
     wanted = [c for c in np.unique(rows // PER_CHUNK).tolist() if c != 0]
     # each field asks for the stack's missing chunks (the second finds the same ones)
     assert asked and all(a == (v, wanted) for a, v in zip(asked, [*VARS, *VARS], strict=True))
+
+
+def test_a_variable_alone_past_the_budget_streams_without_a_warning(
+    store: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ds = _dataset(store, [Field("t2m", steps=[-1, 0])])
+    with caplog.at_level(logging.INFO, logger="chunkio"):
+        loader = chunkio.make_loader(ds, 8, num_workers=0, workers=chunkio.Workers(hold_bytes=0))
+    loader.close()
+    (line,) = [r for r in caplog.records if r.name == "chunkio"]
+    assert line.levelno == logging.INFO and "streamed path" in line.message
+    assert "side by side" not in line.message  # nothing to stack
