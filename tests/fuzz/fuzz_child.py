@@ -8,6 +8,7 @@ workers still holding the pipe open cannot keep the parent waiting for an end of
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import select
@@ -97,10 +98,8 @@ def _reap(pid: int, deadline: float) -> int | None:
 
 def _kill_group(pid: int) -> None:
     """Whatever the child left behind in its group (loader workers) is killed."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def describe(err: BaseException, store: str = "") -> dict[str, Any]:

@@ -39,7 +39,7 @@ OPS = {
         "short",
         "long",
         "shard-index",
-    ),  # fmt: skip
+    ),
     "h5": ("flip", "truncate", "json", "value", "short", "long"),
 }
 
@@ -100,8 +100,12 @@ def plan(rng: np.random.Generator, root: Path, layout: str) -> dict[str, Any]:
             array = str(rng.choice(arrays))
             files = _chunk_files(root, array)
             if files:
-                return {"op": op, "array": array, "file": str(rng.choice(files)),
-                        "bytes": int(rng.choice([1, 3, 8, 64]))}  # fmt: skip
+                return {
+                    "op": op,
+                    "array": array,
+                    "file": str(rng.choice(files)),
+                    "bytes": int(rng.choice([1, 3, 8, 64])),
+                }
             op = "value"
         return {"op": "value", "array": str(rng.choice(arrays)), "draw": int(rng.integers(2**31))}
     size = root.stat().st_size
@@ -117,16 +121,22 @@ def plan(rng: np.random.Generator, root: Path, layout: str) -> dict[str, Any]:
     if op in ("short", "long"):
         chunked = [a for a in arrays if _h5_chunked(root, a)]
         if chunked:
-            return {"op": op, "array": str(rng.choice(chunked)), "draw": int(rng.integers(2**31)),
-                    "bytes": int(rng.choice([1, 3, 8, 64]))}  # fmt: skip
+            return {
+                "op": op,
+                "array": str(rng.choice(chunked)),
+                "draw": int(rng.integers(2**31)),
+                "bytes": int(rng.choice([1, 3, 8, 64])),
+            }
     return {"op": "value", "array": str(rng.choice(arrays)), "draw": int(rng.integers(2**31))}
 
 
 def _byte_params(rng: np.random.Generator, op: str, size: int) -> dict[str, Any]:
     if op == "flip":
         n = int(rng.integers(1, 4))
-        return {"offset": [int(rng.integers(max(size, 1))) for _ in range(n)],
-                "xor": [int(rng.integers(1, 256)) for _ in range(n)]}  # fmt: skip
+        return {
+            "offset": [int(rng.integers(max(size, 1))) for _ in range(n)],
+            "xor": [int(rng.integers(1, 256)) for _ in range(n)],
+        }
     if op == "truncate":
         return {"size": int(rng.integers(max(size, 1)))}
     if op == "extend":
@@ -274,8 +284,15 @@ def _hostile_leaf(old: Any, rng: np.random.Generator) -> Any:
         return str(rng.choice(["", "../x", "<i8", "|u1", "<f8", "zstd", "x" * 3, old[::-1]]))
     if isinstance(old, list):
         choice = int(rng.integers(4))
-        return [] if choice == 0 else old[:-1] if choice == 1 else [*old, 0] if choice == 2 \
-            else [2**40 for _ in old]  # fmt: skip
+        return (
+            []
+            if choice == 0
+            else old[:-1]
+            if choice == 1
+            else [*old, 0]
+            if choice == 2
+            else [2**40 for _ in old]
+        )
     if old is None:
         return int(rng.choice(HOSTILE))
     if isinstance(old, dict) and old:
@@ -354,8 +371,9 @@ def _codec(config: dict[str, Any]) -> Any:
     name, conf = config["name"], config.get("configuration", {})
     if name == "blosc":
         shuffle = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}.get(conf.get("shuffle"), 0)
-        return numcodecs.Blosc(cname=conf.get("cname", "lz4"), clevel=conf.get("clevel", 5),
-                               shuffle=shuffle)  # fmt: skip
+        return numcodecs.Blosc(
+            cname=conf.get("cname", "lz4"), clevel=conf.get("clevel", 5), shuffle=shuffle
+        )
     if name == "zstd":
         return numcodecs.Zstd(level=conf.get("level", 0))
     if name == "gzip":

@@ -37,9 +37,11 @@ def rows_of(batch: Any, into: Rows | None = None) -> Rows:
     import torch
 
     into = {} if into is None else into
-    items = batch.items() if isinstance(batch, dict) else enumerate(
-        batch if isinstance(batch, tuple | list) else (batch,)
-    )  # fmt: skip
+    items = (
+        batch.items()
+        if isinstance(batch, dict)
+        else enumerate(batch if isinstance(batch, tuple | list) else (batch,))
+    )
     for key, value in items:
         out = into.setdefault(str(key), [])
         if isinstance(value, torch.Tensor):
@@ -151,7 +153,7 @@ def _dense(store: Store, name: str, info: dict[str, Any], n: int) -> list[np.nda
 
 
 def _ragged_spans(offsets: np.ndarray[Any, Any], total: int, n: int) -> np.ndarray[Any, Any]:
-    if offsets.shape != (n + 1,) or n and (offsets[0] != 0 or offsets[-1] > total):
+    if offsets.shape != (n + 1,) or (n and (offsets[0] != 0 or offsets[-1] > total)):
         raise Invalid(f"offsets {offsets.shape} for {n} rows over {total} values")
     if np.any(np.diff(offsets) < 0):
         raise Invalid("offsets decrease")
@@ -183,7 +185,9 @@ def _sparse(store: Store, name: str, info: dict[str, Any], n: int) -> list[np.nd
         raise Invalid("indices / counts sizes")
     if np.any(counts < 0) or np.any(offsets[:-1] + counts > offsets[1:]):
         raise Invalid("counts past the next row's offset")
-    take = np.concatenate([np.arange(o, o + c) for o, c in zip(offsets[:-1], counts)] or [[]])
+    take = np.concatenate(
+        [np.arange(o, o + c) for o, c in zip(offsets[:-1], counts, strict=True)] or [[]]
+    )
     take = take.astype(np.int64)
     cols_of = indices[take]
     if cols_of.size and (cols_of.min() < 0 or cols_of.max() >= cols):

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import pickle
 import shutil
 import sys
@@ -91,8 +90,9 @@ def read_rows(kind: Kind, path: Path, mode: str) -> Rows:
         fields = window_fields()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # zarr's notes on consolidated metadata
-        ds = chunkio.ChunkDataset(path, fields=fields, transform=_crop() if kind.crop else None,
-                                  **kind.options)  # fmt: skip
+        ds = chunkio.ChunkDataset(
+            path, fields=fields, transform=_crop() if kind.crop else None, **kind.options
+        )
     rows: Rows = {}
     if mode.startswith("0w"):
         for start in range(0, len(ds), BATCH):
@@ -199,8 +199,12 @@ def run_case(case: str, kinds: list[str], out: Path, timeout: float) -> dict[str
     status, prep = in_child(mutate, timeout)
     if status != "done" or "raised" in prep:
         shutil.rmtree(work, ignore_errors=True)
-        return {"id": case, "kind": kind.name, "verdict": "harness",
-                "detail": prep["raised"] if status == "done" else status}  # fmt: skip
+        return {
+            "id": case,
+            "kind": kind.name,
+            "verdict": "harness",
+            "detail": prep["raised"] if status == "done" else status,
+        }
     before = store_digest(path)
     results = {m: run_mode(kind, path, m, out, work, timeout) for m in modes(kind)}
     touched = store_digest(path) != before
@@ -240,21 +244,33 @@ def run_mode(
         except BaseException as err:
             return {"raised": describe(err, path.name)}
         skip = ("image",) if kind.crop else ()
-        return {"digests": digests(rows), "pristine": same(rows, pristine),
-                "differs": first_difference(rows, pristine),
-                "reference": same(rows, expected, skip) and not (kind.crop and not same(rows, pristine))}  # fmt: skip
+        return {
+            "digests": digests(rows),
+            "pristine": same(rows, pristine),
+            "differs": first_difference(rows, pristine),
+            "reference": same(rows, expected, skip)
+            and not (kind.crop and not same(rows, pristine)),
+        }
 
     status, value = in_child(read, timeout)
     if status != "done":
         return {"verdict": status, "signal": value}
     if "raised" in value:
         err = value["raised"]
-        return {"verdict": "typed" if err["typed"] else "untyped", "error": err["type"],
-                "message": err["message"], "names_file": err["names_file"],
-                "traceback": err["traceback"]}  # fmt: skip
+        return {
+            "verdict": "typed" if err["typed"] else "untyped",
+            "error": err["type"],
+            "message": err["message"],
+            "names_file": err["names_file"],
+            "traceback": err["traceback"],
+        }
     ok = value["pristine"] or value["reference"]
-    return {"verdict": "ok" if ok else "wrong", "digests": value["digests"],
-            "pristine": value["pristine"], "differs": value["differs"]}  # fmt: skip
+    return {
+        "verdict": "ok" if ok else "wrong",
+        "digests": value["digests"],
+        "pristine": value["pristine"],
+        "differs": value["differs"],
+    }
 
 
 # -- the run -------------------------------------------------------------------------------
@@ -299,8 +315,10 @@ def summary(records: list[dict[str, Any]]) -> str:
             + (f" (vs pristine: {v['differs']})" if v["verdict"] == "wrong" else "")
             for name, v in r.get("modes", {}).items()
         )
-        lines.append(f"{r['verdict']}{' split' if r.get('split') else ''} {r['id']} {r['kind']} {what}"
-                     f"\n    {modes_}\n    {r.get('repro', '')}")  # fmt: skip
+        lines.append(
+            f"{r['verdict']}{' split' if r.get('split') else ''} {r['id']} {r['kind']} {what}"
+            f"\n    {modes_}\n    {r.get('repro', '')}"
+        )
     return "\n".join(lines)
 
 
@@ -357,9 +375,9 @@ def _preimport(kinds: list[str]) -> None:
     import torch  # noqa: F401
     import zarr  # noqa: F401
 
-    import chunkio.dataset  # noqa: F401
-    import chunkio.images.jpeg  # noqa: F401
-    import chunkio.images.yuv  # noqa: F401
+    import chunkio.dataset
+    import chunkio.images.jpeg
+    import chunkio.images.yuv
     import chunkio.loader  # noqa: F401
 
     if any(k.startswith("anndata") for k in kinds):

@@ -111,8 +111,13 @@ def _native(suffix: str, *, compression: Any = None) -> Callable[[Path], Path]:
         output = chunkio.Output(chunks=SPC)
         if compression is not None:
             output = chunkio.Output(chunks=SPC, compression=compression)
-        chunkio.write_arrays(path, _arrays(), shuffle=False, output=output,
-                             execution=chunkio.Execution(progress=False))  # fmt: skip
+        chunkio.write_arrays(
+            path,
+            _arrays(),
+            shuffle=False,
+            output=output,
+            execution=chunkio.Execution(progress=False),
+        )
         return path
 
     return make
@@ -123,9 +128,13 @@ def _native_sparse(suffix: str) -> Callable[[Path], Path]:
         import chunkio
 
         path = root / f"sparse{suffix}"
-        chunkio.write_arrays(path, {"x": _sparse(), "label": np.arange(ROWS) % 3},
-                             shuffle=False, output=chunkio.Output(chunks=SPC),
-                             execution=chunkio.Execution(progress=False))  # fmt: skip
+        chunkio.write_arrays(
+            path,
+            {"x": _sparse(), "label": np.arange(ROWS) % 3},
+            shuffle=False,
+            output=chunkio.Output(chunks=SPC),
+            execution=chunkio.Execution(progress=False),
+        )
         return path
 
     return make
@@ -200,8 +209,9 @@ def _cf(zarr_format: int) -> Callable[[Path], Path]:
         rng = np.random.default_rng(4)
         t2m = rng.integers(-3000, 3000, (ROWS, 3, 4)).astype(np.int16)
         t2m[3, 0, 0] = -32767
-        ds = xr.Dataset({"t2m": (("time", "lat", "lon"), t2m)},
-                        coords={"time": np.arange(ROWS, dtype=np.int64)})  # fmt: skip
+        ds = xr.Dataset(
+            {"t2m": (("time", "lat", "lon"), t2m)}, coords={"time": np.arange(ROWS, dtype=np.int64)}
+        )
         ds["t2m"].attrs.update(
             scale_factor=np.float32(0.01),
             add_offset=np.float32(273.15),
@@ -211,8 +221,9 @@ def _cf(zarr_format: int) -> Callable[[Path], Path]:
         encoding = {"t2m": {"chunks": (8, 3, 4)}}
         caught = _quiet()
         try:
-            xr.Dataset(ds).to_zarr(path, zarr_format=zarr_format, encoding=encoding,
-                                   mask_and_scale=False)  # fmt: skip
+            xr.Dataset(ds).to_zarr(
+                path, zarr_format=zarr_format, encoding=encoding, mask_and_scale=False
+            )
         except TypeError:  # an xarray whose to_zarr takes no mask_and_scale
             ds.to_zarr(path, zarr_format=zarr_format, encoding=encoding)
         finally:
@@ -255,14 +266,14 @@ KINDS: dict[str, Kind] = {
             lambda r: _convert(r, "jpeg", sizes=True, fmt="JPEG", quality=90),
             "zarr",
             images=True,
-        ),  # fmt: skip
+        ),
         Kind(
             "jpeg-crop",
             lambda r: _convert(r, "jpeg", sizes=False, fmt="JPEG", quality=90),
             "zarr",
             crop=True,
             images=True,
-        ),  # fmt: skip
+        ),
         Kind("yuv420", lambda r: _convert(r, "yuv420", sizes=True), "zarr", images=True),
         Kind(
             "yuv420-crop",
@@ -270,7 +281,7 @@ KINDS: dict[str, Kind] = {
             "zarr",
             crop=True,
             images=True,
-        ),  # fmt: skip
+        ),
         Kind("png", lambda r: _convert(r, "png", sizes=True), "zarr", images=True),
         Kind("webp", lambda r: _convert(r, "webp", sizes=False), "zarr", images=True),
         Kind("h5py", _foreign_h5, "h5", fields=FOREIGN_FIELDS),
@@ -280,6 +291,6 @@ KINDS: dict[str, Kind] = {
         Kind("windows", _weather, "zarr", fields="windows"),
         Kind(
             "cf", _cf(3), "zarr", fields={"t2m": "t2m", "time": "time"}, options={"decode_cf": True}
-        ),  # fmt: skip
+        ),
     )
 }
