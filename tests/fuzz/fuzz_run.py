@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import pickle
 import shutil
 import sys
@@ -67,6 +68,27 @@ def plain_decoders() -> None:
     jpeg.REGION_RGBX = False
     yuv._yuv = None  # type: ignore[assignment]
     yuv.COMPILED = False
+
+
+def load_extensions(folder: Path) -> None:
+    """Use the compiled decoders built under ``folder`` (``make fuzz-asan``: the same sources
+    with AddressSanitizer) instead of the ones beside the package: the readers look them up
+    as module attributes at each call."""
+    import importlib.machinery
+    import importlib.util
+
+    from chunkio.images import jpeg, yuv
+
+    for name, module in (("_jpegcrop", jpeg), ("_yuv", yuv)):
+        found = sorted(folder.rglob(f"{name}*.so"))
+        if not found:
+            raise SystemExit(f"fuzz: no {name}*.so under {folder}")
+        spec = importlib.util.spec_from_file_location(f"chunkio.images.{name}", found[0])
+        assert spec is not None and spec.loader is not None  # a path that exists: a spec
+        ext = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(ext)
+        setattr(module, name, ext)
+    yuv._yuv.set_lz4(yuv.lz4_decompress_address())
 
 
 def _crop() -> Any:
@@ -252,9 +274,11 @@ def run_mode(
             and not (kind.crop and not same(rows, pristine)),
         }
 
+    started = time.monotonic()
     status, value = in_child(read, timeout)
+    seconds = round(time.monotonic() - started, 2)
     if status != "done":
-        return {"verdict": status, "signal": value}
+        return {"verdict": status, "signal": value, "seconds": seconds}
     if "raised" in value:
         err = value["raised"]
         return {
@@ -263,6 +287,7 @@ def run_mode(
             "message": err["message"],
             "names_file": err["names_file"],
             "traceback": err["traceback"],
+            "seconds": seconds,
         }
     ok = value["pristine"] or value["reference"]
     return {
@@ -270,6 +295,7 @@ def run_mode(
         "digests": value["digests"],
         "pristine": value["pristine"],
         "differs": value["differs"],
+        "seconds": seconds,
     }
 
 
@@ -338,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown kinds {sorted(unknown)}; known: {', '.join(KINDS)}")
     args.out.mkdir(parents=True, exist_ok=True)
     _preimport(kinds)
+    if os.environ.get("CHUNKIO_FUZZ_EXTENSIONS"):
+        load_extensions(Path(os.environ["CHUNKIO_FUZZ_EXTENSIONS"]))
     if args.case:
         record = run_case(args.case, kinds, args.out, args.timeout)
         print(json.dumps(record, indent=1))
@@ -368,17 +396,14 @@ def main(argv: list[str] | None = None) -> int:
 def _preimport(kinds: list[str]) -> None:
     """What every child needs, imported once here (a fork then costs no imports); no thread
     is started and no file opened, so forking stays safe."""
+    import multiprocessing.synchronize  # noqa: F401
+
     import h5py  # noqa: F401
     import numcodecs  # noqa: F401
     import PIL.Image  # noqa: F401
     import scipy.sparse  # noqa: F401
     import torch  # noqa: F401
     import zarr  # noqa: F401
-
-    import chunkio.dataset
-    import chunkio.images.jpeg
-    import chunkio.images.yuv
-    import chunkio.loader  # noqa: F401
 
     if any(k.startswith("anndata") for k in kinds):
         import anndata  # noqa: F401
