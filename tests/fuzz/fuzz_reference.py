@@ -96,6 +96,7 @@ class Store:
         self.path, self.layout = path, layout
         if layout == "h5":
             import h5py
+            import hdf5plugin  # noqa: F401  # the filters chunkio writes (LZ4), as chunkio does
 
             self.file: Any = h5py.File(path, "r")
 
