@@ -131,6 +131,11 @@ def plan(rng: np.random.Generator, root: Path, layout: str) -> dict[str, Any]:
     return {"op": "value", "array": str(rng.choice(arrays)), "draw": int(rng.integers(2**31))}
 
 
+def _pick(rng: np.random.Generator, options: Any) -> Any:
+    """One of ``options``, as drawn (Python numbers kept: no numpy array that overflows)."""
+    return list(options)[int(rng.integers(len(options)))]
+
+
 def _byte_params(rng: np.random.Generator, op: str, size: int) -> dict[str, Any]:
     if op == "flip":
         n = int(rng.integers(1, 4))
@@ -300,11 +305,11 @@ def _hostile_leaf(old: Any, rng: np.random.Generator) -> Any:
     if isinstance(old, bool):
         return not old
     if isinstance(old, int):
-        return int(rng.choice([*HOSTILE, old + 1, old - 1, old * 2]))
+        return _pick(rng, [*HOSTILE, old + 1, old - 1, old * 2])
     if isinstance(old, float):
-        return float(rng.choice([0.0, -1.0, 1e300, old * 2]))
+        return _pick(rng, [0.0, -1.0, 1e300, old * 2])
     if isinstance(old, str):
-        return str(rng.choice(["", "../x", "<i8", "|u1", "<f8", "zstd", "x" * 3, old[::-1]]))
+        return _pick(rng, ["", "../x", "<i8", "|u1", "<f8", "zstd", "x" * 3, old[::-1]])
     if isinstance(old, list):
         choice = int(rng.integers(4))
         return (
@@ -317,7 +322,7 @@ def _hostile_leaf(old: Any, rng: np.random.Generator) -> Any:
             else [2**40 for _ in old]
         )
     if old is None:
-        return int(rng.choice(HOSTILE))
+        return _pick(rng, HOSTILE)
     if isinstance(old, dict) and old:
         copy = dict(old)
         copy.pop(sorted(copy)[int(rng.integers(len(copy)))])
@@ -339,7 +344,7 @@ def _set_value(array: Any, rng: np.random.Generator) -> None:
     dtype = np.dtype(array.dtype)
     if dtype.kind in "iub":
         n = int(array.shape[0])
-        value: Any = int(rng.choice([*HOSTILE, n, n + 1, -n]))
+        value: Any = _pick(rng, [*HOSTILE, n, n + 1, -n])
     elif dtype.kind == "f":
         value = float(rng.choice([np.nan, np.inf, -1.0, 1e30, 0.0]))
     else:
@@ -372,7 +377,7 @@ def _h5_attr(path: Path, rng: np.random.Generator) -> None:
             a = np.array(old)
             if a.dtype.kind in "iuf" and a.size:
                 a = a.copy().reshape(-1)
-                a[int(rng.integers(a.size))] = np.array(int(rng.choice(HOSTILE))).astype(a.dtype)
+                a[int(rng.integers(a.size))] = np.array(_pick(rng, HOSTILE)).astype(a.dtype)
                 obj.attrs[key] = a.reshape(np.shape(old))
             else:
                 del obj.attrs[key]
