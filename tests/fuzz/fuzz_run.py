@@ -354,7 +354,8 @@ def summary(records: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--cases", type=int, default=1000)
+    p.add_argument("--cases", type=int, default=1000, help="run cases SEED:FIRST .. SEED:CASES-1")
+    p.add_argument("--first", type=int, default=0, help="(to split a run over processes)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--kinds", default=",".join(KINDS))
     p.add_argument("--out", type=Path, default=ROOT / "build" / "fuzz")
@@ -376,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if record["verdict"] not in (*BAD, "harness") and not record.get("split") else 1
     results = args.results or args.out / "results.jsonl"
     done = load(results)
-    ids = [f"{args.seed}:{i}" for i in range(args.cases)]
+    ids = [f"{args.seed}:{i}" for i in range(args.first, args.cases)]
     started = time.monotonic()
     with results.open("a") as fh:
         for n, case in enumerate(ids):
