@@ -82,7 +82,12 @@ def first_difference(a: Rows, b: Rows) -> str:
             return f"{key}: {len(a[key])} rows vs {len(b[key])}"
         for i, (x, y) in enumerate(zip(a[key], b[key], strict=True)):
             if not same({key: [x]}, {key: [y]}):
-                return f"{key}[{i}]: {x.ravel()[:4].tolist()} vs {y.ravel()[:4].tolist()}"
+                if x.shape != y.shape:
+                    return f"{key}[{i}]: shape {x.shape} vs {y.shape}"
+                at = int(np.flatnonzero(~((x == y) | ((x != x) & (y != y))))[0])
+                return (
+                    f"{key}[{i}] element {at}: {x.ravel()[at].item()!r} vs {y.ravel()[at].item()!r}"
+                )
     return ""
 
 
