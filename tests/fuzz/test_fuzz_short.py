@@ -24,7 +24,8 @@ import numpy as np
 import pytest
 from fuzz_child import in_child
 from fuzz_expect import BY_OP, allowed, markdown
-from fuzz_mutate import OPS, crc32c, fletcher32, plan
+from fuzz_mutate import OPS, plan
+from fuzz_recode import crc32c, fletcher32
 from fuzz_run import BAD
 from fuzz_stores import KINDS
 
