@@ -33,6 +33,7 @@ def in_child(fn: Callable[[], Any], timeout: float) -> tuple[str, Any]:
         try:
             os.close(r)
             os.setpgid(0, 0)
+            _die_with_parent()
             try:
                 value: Any = fn()
             except BaseException as err:  # everything, MemoryError included, is a verdict
@@ -94,6 +95,15 @@ def _reap(pid: int, deadline: float) -> int | None:
         time.sleep(0.01)
     os.killpg(pid, signal.SIGKILL)
     return os.waitpid(pid, 0)[1]
+
+
+def _die_with_parent() -> None:
+    """Linux: this child is killed when the runner dies (a runner killed by a test's timeout
+    leaves no reader behind, hung or not)."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _kill_group(pid: int) -> None:
