@@ -97,8 +97,10 @@ def _crop() -> Any:
     return Compose([RandomResizedCrop(16, scale=(0.3, 0.9))], field="image", seed=0)
 
 
-def read_rows(kind: Kind, path: Path, mode: str) -> Rows:
-    """Every row of the store at ``path`` read the way ``mode`` says."""
+def read_rows(kind: Kind, path: Path, mode: str, timeout: float = 60.0) -> Rows:
+    """Every row of the store at ``path`` read the way ``mode`` says (a loader's workers
+    time out before the runner's ``timeout``: a hang inside them is then the loader's
+    error, as a user sees it)."""
     import warnings
 
     import chunkio
@@ -121,7 +123,8 @@ def read_rows(kind: Kind, path: Path, mode: str) -> Rows:
             stop = min(start + BATCH, len(ds))
             rows_of(chunkio.collate(ds.__getitems__(list(range(start, stop)))), rows)
         return rows
-    workers = chunkio.Workers(context="fork", copy=True, timeout=20, persistent=False)
+    wait = max(5.0, 0.8 * timeout)
+    workers = chunkio.Workers(context="fork", copy=True, timeout=wait, persistent=False)
     loader = chunkio.make_loader(ds, BATCH, shuffle=False, num_workers=2, workers=workers)
     try:
         for batch in loader:
@@ -263,7 +266,7 @@ def run_mode(
     def read() -> dict[str, Any]:
         expected = pickle.loads((work / "reference.pkl").read_bytes())
         try:
-            rows = read_rows(kind, path, mode)
+            rows = read_rows(kind, path, mode, timeout)
         except BaseException as err:
             return {"raised": describe(err, path.name)}
         image = ("image",) if kind.crop else ()
