@@ -127,7 +127,7 @@ def shard_index(folder: Path, target: Path, rng: np.random.Generator) -> None:
     if choice == 4 and n > 1:  # two chunks' entries swapped (out of order)
         index = index.reshape(n, 2)[rng.permutation(n)].reshape(-1)
     else:
-        index[k] = [2**40, 10**12, 2**64 - 1, int(index[k]) + 1][min(choice, 3)]
+        index[k] = [2**40, 10**12, 2**64 - 1, (int(index[k]) + 1) % 2**64][min(choice, 3)]
     packed = index.astype("<u8").tobytes()
     target.write_bytes(raw[:start] + packed + (crc32c(packed) if has_crc else b""))
 
