@@ -25,6 +25,7 @@ to ``build/fuzz/results.jsonl``, one line per case; a rerun skips the cases alre
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import hashlib
 import json
 import os
@@ -68,6 +69,24 @@ def plain_decoders() -> None:
     jpeg.REGION_RGBX = False
     yuv._yuv = None  # type: ignore[assignment]
     yuv.COMPILED = False
+
+
+#: address space a reading process may add to what it holds at the fork: a stored size that
+#: reaches an allocation then fails it (a MemoryError: untyped) instead of taking the shared
+#: machine's memory
+READ_MEMORY = 3 << 30
+
+
+def limit_memory() -> None:
+    """Cap this process's address space (not under AddressSanitizer, whose shadow memory
+    is reserved address space)."""
+    import resource
+
+    if "asan" in os.environ.get("LD_PRELOAD", ""):
+        return
+    with open("/proc/self/statm") as fh:
+        size = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    resource.setrlimit(resource.RLIMIT_AS, (size + READ_MEMORY, resource.RLIM_INFINITY))
 
 
 def load_extensions(folder: Path) -> None:
@@ -263,7 +282,12 @@ def run_mode(
 ) -> dict[str, Any]:
     pristine = pickle.loads((out / "stores" / kind.name / "pristine.pkl").read_bytes())
 
+    stack = work / f"stack-{mode}.txt"
+
     def read() -> dict[str, Any]:
+        limit_memory()
+        # a hang's record says where: the stacks shortly before the runner's timeout
+        faulthandler.dump_traceback_later(timeout * 0.9, file=stack.open("w"))
         expected = pickle.loads((work / "reference.pkl").read_bytes())
         try:
             rows = read_rows(kind, path, mode, timeout)
@@ -284,7 +308,8 @@ def run_mode(
     status, value = in_child(read, timeout)
     seconds = round(time.monotonic() - started, 2)
     if status != "done":
-        return {"verdict": status, "signal": value, "seconds": seconds}
+        where = stack.read_text()[-3000:] if stack.exists() else ""
+        return {"verdict": status, "signal": value, "seconds": seconds, "traceback": where}
     if "raised" in value:
         err = value["raised"]
         return {
