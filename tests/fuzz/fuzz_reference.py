@@ -9,9 +9,10 @@ and returns the rows a correct reader returns, as :data:`Rows`: output key -> on
 row. ``None``: the store is invalid (or unreadable) by those rules, so a correct reader raises,
 or returns the rows it can still prove (the pristine ones).
 
-Output keys follow :func:`rows_of`: a dict batch by field name, a tuple batch by position.
-:data:`UNCHECKED` marks a key no reader here can decide (a seeded crop of a changed image):
-the runner compares it with the same read through chunkio's plain decoders instead.
+Output keys follow :func:`rows_of`: a dict batch by field name, a tuple batch by position. A
+seeded crop of a changed image is the one thing no reader here decides (a crop kind's
+``image`` rows are left empty): the runner holds it to the same read through chunkio's plain
+decoders, which decode the whole image and crop it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from typing import Any
 import numpy as np
 
 Rows = dict[str, list[np.ndarray[Any, Any]]]
-UNCHECKED = "unchecked"
+#: arrays larger than this are a mutated shape: the stores here hold a few thousand values
+MAX_ELEMENTS = 10**7
 
 
 class Invalid(Exception):
@@ -111,10 +113,15 @@ class Store:
 
     def array(self, name: str) -> np.ndarray[Any, Any]:
         if self.layout == "h5":
-            return np.asarray(self.file[name][()])
-        import zarr
+            node: Any = self.file[name]
+        else:
+            import zarr
 
-        return np.asarray(zarr.open_array(self.path / name, mode="r")[...])
+            node = zarr.open_array(self.path / name, mode="r")
+        size = int(np.prod(node.shape, dtype=object))
+        if size > MAX_ELEMENTS:  # a hostile shape: zarr-python would walk every chunk of it
+            raise Invalid(f"{name}: shape {node.shape}")
+        return np.asarray(node[()] if self.layout == "h5" else node[...])
 
     def shape(self, name: str) -> tuple[int, ...]:
         if self.layout == "h5":
