@@ -37,8 +37,7 @@ CASES = len(KINDS)  # one per kind (round robin)
 #: an entry whose fix lands makes its test pass, which strict xfail reports as a failure).
 _SHORT = (
     "a chunk that decodes short (valid checksum) reads as heap memory, different with 0 and 2 "
-    "workers: chunkio/backends/codec_table.py _blosc/_zstd do not check the decoded size "
-    "(/work/fuzz-findings.md, finding 1)"
+    "workers: chunkio/backends/codec_table.py _blosc/_zstd do not check the decoded size"
 )
 KNOWN: dict[str, str] = {
     "ragged": f"case 7:3, its `path` array: {_SHORT}",
