@@ -57,6 +57,17 @@ def _pictures(n: int, *, sizes: bool, seed: int = 0) -> list[np.ndarray[Any, Any
     return out
 
 
+def _jpeg_coding(i: int) -> dict[str, Any]:
+    """JPEG codings a region decode must match the whole decode on (RELIABILITY row 35):
+    4:4:4, 4:2:2 and 4:2:0 sampling, baseline and progressive, restart markers or none."""
+    coding: dict[str, Any] = {"subsampling": i % 3}
+    if i % 4 == 3:
+        coding["progressive"] = True
+    elif i % 5 == 4:
+        coding["restart_marker_blocks"] = 2
+    return coding
+
+
 def _image_folder(root: Path, *, sizes: bool, fmt: str = "PNG", **save: Any) -> Path:
     from PIL import Image
 
@@ -65,7 +76,8 @@ def _image_folder(root: Path, *, sizes: bool, fmt: str = "PNG", **save: Any) -> 
         folder = src / ("a" if i % 2 else "b")
         folder.mkdir(parents=True, exist_ok=True)
         suffix = ".jpg" if fmt == "JPEG" else ".png"
-        Image.fromarray(pixels).save(folder / f"{i:02d}{suffix}", format=fmt, **save)
+        Image.fromarray(pixels).save(folder / f"{i:02d}{suffix}", format=fmt, **save,
+                                     **(_jpeg_coding(i) if fmt == "JPEG" else {}))  # fmt: skip
     return src
 
 
