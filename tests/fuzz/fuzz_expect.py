@@ -3,8 +3,8 @@
 One row per mutation operator of :mod:`fuzz_mutate`: the input it stands for, the error
 classes a reader may raise for it (a subclass counts), what the message names, and what is
 left untouched. The fuzz suite holds chunkio to it: a typed error outside its row's classes
-fails ``test_fuzz_short.py``, and the page must be the table :func:`markdown` writes
-(``python tests/fuzz/fuzz_expect.py > docs/reference/bad-input-table.md`` prints it).
+fails ``test_fuzz_short.py``, and the page's table, between its ``fuzz-table`` markers, must be
+the one :func:`markdown` writes (``python tests/fuzz/fuzz_expect.py`` prints it).
 """
 
 from __future__ import annotations
