@@ -23,8 +23,11 @@ from .files import FileSet
 
 __all__ = ["MAX_OPEN_FILES", "FileSetCore"]
 
-#: files each process keeps open at once
+#: files each process keeps open at once, at least
 MAX_OPEN_FILES = 32
+#: ... and at most, whatever the chunks it holds (a file handle is a descriptor, and HDF5's
+#: metadata cache per open file is ~1 MB)
+MAX_OPEN_CEILING = 512
 
 
 class FileSetCore:
@@ -49,7 +52,11 @@ class FileSetCore:
             "preload_bytes": preload_bytes,
             "decode_threads": decode_threads,
         }
-        self.max_open = max(1, int(max_open))
+        # the loader sizes cache_chunks to the chunks its order needs held at once
+        # (.sampling.file_order keeps those in a few files per lane), and each held chunk
+        # lies in one file: that many files open, and a file is opened once per pass
+        needed = min(cache_chunks, len(files.parts), MAX_OPEN_CEILING)
+        self.max_open = max(1, int(max_open), needed)
         self._open: OrderedDict[int, ReadCore] = OrderedDict()
         self._closed = ReadStats()  # what closed cores had read
         #: files opened in this process, in all (a file closed and read again counts twice)
