@@ -51,6 +51,11 @@ class FilePart:
     layout: DatasetLayout
     start: int
 
+    @property
+    def layout_chunks(self) -> int:
+        """Chunks of this file along the order."""
+        return int((_chunk_sizes(self.layout) > 0).sum())
+
 
 @dataclass(frozen=True, eq=False)
 class FileSet:
@@ -73,8 +78,7 @@ class FileSet:
         """Chunks of each file holding samples, in order (``layout.order_sizes`` file by
         file): what keeps a file's chunks together in the order
         (:mod:`chunkio.sampling.file_order`)."""
-        counts = [int((_chunk_sizes(p.layout) > 0).sum()) for p in self.parts]
-        return np.array([c for c in counts if c], np.int64)
+        return np.array([p.layout_chunks for p in self.parts if p.layout_chunks], np.int64)
 
     def remap(self, part: int, name: str, values: Any) -> Any:
         """Codes of categorical field ``name`` read from file ``part``, in the dataset's

@@ -30,7 +30,7 @@ from .order import as_sizes, lane_quotas
 __all__ = ["FILES_PER_LANE", "file_permutation", "file_pool", "file_samples"]
 
 #: typical files one lane's share of the mixing pool spans, at most
-FILES_PER_LANE = 2
+FILES_PER_LANE = 1
 
 
 def as_file_chunks(files: Any, num_chunks: int) -> IntArray:
@@ -74,7 +74,7 @@ def file_pool(pool: int, file_sizes: IntArray, batch_size: int, lanes: int) -> i
     of the median size (each lane's share is ``pool * quota / batch_size``).
 
     >>> file_pool(400_000, np.full(1000, 500), 256, 24), file_pool(100, np.full(9, 500), 256, 24)
-    (23272, 100)
+    (11636, 100)
     """
     typical = float(np.median(file_sizes))
     quota = int(lane_quotas(batch_size, lanes).max())

@@ -93,6 +93,11 @@ def check_label_mixing(
     files = getattr(dataset, "_files", None)
     if files is not None:  # many files: read the labels of a few, not of every file
         return _check_files(dataset, files, sampler)
+    return _check_whole(dataset, sampler, reader)
+
+
+def _check_whole(dataset: Any, sampler: Any, reader: Reader | None) -> dict[str, float] | None:
+    """:func:`check_label_mixing` from every sample's label, read at once."""
     labels = labels_of(dataset, reader)
     if labels is None or labels.size == 0:
         return None
