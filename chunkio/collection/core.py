@@ -1,8 +1,11 @@
 """The per-process reads of a dataset of many files: one read core per file, opened on that
-file's first read in this process, at most :data:`MAX_OPEN_FILES` open at once (the least
-recently used closed first), so hundreds of files cost neither hundreds of handles nor memory
-per worker. A batch is split by file, each file's samples read by its core, and the parts
-scattered into the batch (categorical codes remapped to the dataset's categories)."""
+file's first read in this process, as many open at once as the chunks the loader's order holds
+(at least :data:`MAX_OPEN_FILES`, at most :data:`MAX_OPEN_CEILING`; the least recently used
+closed first), so hundreds of files cost neither hundreds of handles nor memory per worker,
+and the file-aware order (:mod:`chunkio.sampling.file_order`) opens each about once per pass.
+A batch is split by file, each file's samples read by its core (a one-chunk file read whole
+on a pass's first read of it), and the parts scattered into the batch (categorical codes
+remapped to the dataset's categories)."""
 
 from __future__ import annotations
 
