@@ -70,13 +70,21 @@ def file_samples(chunk_sizes: Any, files: IntArray) -> IntArray:
 
 
 def file_pool(pool: int, file_sizes: IntArray, batch_size: int, lanes: int) -> int:
-    """``pool`` capped so that each lane's share spans at most :data:`FILES_PER_LANE` files
-    of the median size (each lane's share is ``pool * quota / batch_size``).
+    """``pool`` capped so that each lane's share spans at most :data:`FILES_PER_LANE` typical
+    files (each lane's share is ``pool * quota / batch_size``).
+
+    The typical file is the one the median *sample* lies in (files weighted by their samples):
+    with one large file among many small ones, lanes inside the large file keep a pool of its
+    size rather than of a small file's, which could be smaller than one of its chunks.
 
     >>> file_pool(400_000, np.full(1000, 500), 256, 24), file_pool(100, np.full(9, 500), 256, 24)
     (11636, 100)
+    >>> file_pool(10**6, np.array([100] * 50 + [10_000]), 256, 24)
+    232727
     """
-    typical = float(np.median(file_sizes))
+    sizes = np.sort(np.asarray(file_sizes, np.int64))
+    weight = np.cumsum(sizes)
+    typical = float(sizes[int(np.searchsorted(weight, weight[-1] / 2))])
     quota = int(lane_quotas(batch_size, lanes).max())
     cap = int(FILES_PER_LANE * typical * batch_size // quota)
     return min(pool, max(1, cap))

@@ -300,8 +300,11 @@ class ChunkBatchSampler(Sampler[list[int]]):
         Raises :class:`~chunkio.errors.IncompatibleStateError` if the state is malformed or
         fixes another order (other data, global batch size, pool, lanes, ...).
         """
+        config = self._config()
+        if isinstance(state, dict) and "files_sha256" in state:  # saved by a file-aware order
+            config.setdefault("files_sha256", None)
         state = check_state(
-            state, version=STATE_VERSION, config=self._config(), what="sampler", hints=_HINTS
+            state, version=STATE_VERSION, config=config, what="sampler", hints=_HINTS
         )
         try:
             seed = check_int("seed", state.get("seed"), 0)

@@ -151,6 +151,8 @@ def test_a_state_saved_without_files_does_not_resume_the_file_order() -> None:
     plain = chunkio.ChunkBatchSampler(sizes, 4, world_size=1, rank=0)
     with pytest.raises(IncompatibleStateError, match="files_sha256"):
         grouped.load_state_dict(plain.state_dict())
+    with pytest.raises(IncompatibleStateError, match="files_sha256"):
+        plain.load_state_dict(grouped.state_dict())
     again = chunkio.ChunkBatchSampler(sizes, 4, files=[2, 2, 2], world_size=1, rank=0)
     again.load_state_dict(grouped.state_dict(batches_done=2))
     assert [list(b) for b in again] == [list(b) for b in grouped][2:]
