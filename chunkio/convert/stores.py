@@ -127,6 +127,7 @@ def convert_arrays(
         dst,
         execution=replace(execution, workers=workers),
         block_chunks=block_chunks,
+        num_samples=source.num_samples,
         more={"fields": field_arrays(fields, str(source.location))},
     )
     if not shuffle:
