@@ -212,7 +212,7 @@ def _appended_extra(layout: DatasetLayout, source: BlockSource) -> dict[str, Any
     order = dict(order) if isinstance(order, Mapping) else {"shuffled": False, "seed": None}
     start = layout.num_samples
     appends = [*order.get("appends", [])]
-    entry = {
+    entry: dict[str, Any] = {
         "start": start,
         "stop": start + source.num_samples,
         "shuffled": seed is not None,

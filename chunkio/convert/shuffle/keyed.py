@@ -32,6 +32,8 @@ __all__ = ["ROUNDS", "KeyedPermutation"]
 
 #: Feistel rounds: 4 make a pseudo-random permutation of a good round function; 6 for margin
 ROUNDS = 6
+#: elements computed at a time
+_PIECE = 1 << 16
 _KEY_TAG = 0x6B657965  # separates the round keys' stream from default_rng(seed)'s own
 _U64 = npt.NDArray[np.uint64]
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
@@ -79,15 +81,19 @@ class KeyedPermutation:
             raise IndexError(
                 f"positions must lie in [0, {self.num_samples}); got {int(x.min())}..{int(x.max())}"
             )
-        out = x.astype(np.uint64)
+        out = np.empty(x.shape, dtype=np.int64)
+        flat, source = out.reshape(-1), x.reshape(-1)
         n = np.uint64(self.num_samples)
-        todo = np.arange(out.size)
-        flat = out.reshape(-1)
-        while todo.size:  # cycle-walking: the values outside [0, N) are stepped again
-            got = step(flat[todo])
-            flat[todo] = got
-            todo = todo[got >= n]
-        return flat.reshape(x.shape).astype(np.int64)
+        # a piece at a time: the rounds' temporaries stay a few MiB for a block of any size
+        for at in range(0, flat.size, _PIECE):
+            piece = source[at : at + _PIECE].astype(np.uint64)
+            todo = np.arange(piece.size)
+            while todo.size:  # cycle-walking: the values outside [0, N) are stepped again
+                got = step(piece[todo])
+                piece[todo] = got
+                todo = todo[got >= n]
+            flat[at : at + _PIECE] = piece
+        return out
 
     def _round(self, right: npt.NDArray[np.uint64], key: np.uint64) -> npt.NDArray[np.uint64]:
         return _mix(right ^ key) & self.mask

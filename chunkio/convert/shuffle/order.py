@@ -125,20 +125,23 @@ class StoredOrder:
     ([4, 3], [3, 4, 0, 2, 1])
     """
 
-    def __init__(self, num_samples: int, seed: int | None) -> None:
+    def __init__(self, num_samples: int, seed: int | None, *, method: str | None = None) -> None:
         self.num_samples, self.seed = int(num_samples), seed
+        if method is None:  # decided here, once: workers get it pickled, not recomputed
+            big = self.num_samples > WHOLE_ORDER_MAX
+            method = "source" if seed is None else "keyed" if big else "numpy"
+        if method not in ("source", "numpy", "keyed") or (method == "source") != (seed is None):
+            raise ValueError(
+                f"order method must be 'source' (seed None) or 'numpy' or 'keyed' (a seed); "
+                f"got {method!r} with seed {seed!r}"
+            )
+        #: ``"source"`` (no shuffle), ``"numpy"`` or ``"keyed"``
+        self.method = method
         self._perm: IntArray | None = None
         self._inv: IntArray | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_perm": None, "_inv": None}
-
-    @property
-    def method(self) -> str:
-        """``"source"`` (no shuffle), ``"numpy"`` or ``"keyed"``."""
-        if self.seed is None:
-            return "source"
-        return "numpy" if self.num_samples <= WHOLE_ORDER_MAX else "keyed"
 
     def _keyed(self) -> KeyedPermutation:
         return KeyedPermutation(self.num_samples, int(self.seed or 0))

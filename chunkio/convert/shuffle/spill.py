@@ -95,6 +95,11 @@ class SpillPlan:
     values: tuple[tuple[int, ...], ...] = ()
     #: per sparse field: bytes of one stored value and its column
     value_bytes: tuple[int, ...] = ()
+    #: the order's method (:class:`~chunkio.convert.shuffle.order.StoredOrder`), decided once
+    method: str = "numpy"
+
+    def order(self) -> StoredOrder:
+        return StoredOrder(self.num_samples, self.seed, method=self.method)
 
     @property
     def buckets(self) -> int:
@@ -105,7 +110,7 @@ class SpillPlan:
             "num_samples": self.num_samples,
             "seed": self.seed,
             # a spill sorted in numpy's order is not one sorted in the keyed order
-            "order": StoredOrder(self.num_samples, self.seed).method,
+            "order": self.method,
             "bounds": list(self.bounds),
             "bucket": self.bucket,
             "row_bytes": list(self.row_bytes),
@@ -152,7 +157,7 @@ class SpillJob:
 
     def __init__(self, source: Any, fields: Sequence[FieldInfo], plan: SpillPlan, folder: str):
         self.source, self.fields, self.plan, self.folder = source, tuple(fields), plan, folder
-        self.order = StoredOrder(plan.num_samples, plan.seed)
+        self.order = plan.order()
 
     def run(self, task: SourceBlock) -> int:
         data = self.source.read_block(task.start, task.stop)
@@ -205,7 +210,7 @@ class SpilledSource:
         self._fingerprint = shuffle.fingerprint()
         self.stored = shuffle.source.fields
         self.plan, self.folder = plan, folder
-        self.order = StoredOrder(plan.num_samples, plan.seed)
+        self.order = plan.order()
         self._bounds = np.asarray(plan.bounds, dtype=np.int64)
 
     def fingerprint(self) -> str:
@@ -340,6 +345,7 @@ class ExternalShuffle(ShuffledSource):
             row_bytes,
             tuple(values),
             tuple(value_bytes),
+            self.order.method,
         )
 
 
