@@ -10,9 +10,10 @@ files, windows) slot in beside ``convert``.
 ``convert``: ``convert_arrays`` of a Zarr v3 store (zarr-python, written block by block, never
 whole in memory) of ``rows`` rows: ``x`` (rows, 4) float32 and ``y`` (rows,) int64 in chunks
 of 65,536 rows (24 bytes a row: 2.4 GB decoded at 100M), into ``out.zarr``, shuffled (the
-external two-pass shuffle) with 2 worker processes, in a child process that reports its own
-peak RSS (``ru_maxrss`` of ``RUSAGE_SELF``) and the largest of its workers' (``RUSAGE_CHILDREN``:
-the workers are its children and are reaped when the pool shuts down).
+external two-pass shuffle) with 2 worker processes (a pool at every size), in a child
+process; the parent polls the peak RSS (``VmHWM``) and CPU time of that process and of each of
+its descendants (workers started by the forkserver: not its children, so ``RUSAGE_CHILDREN``
+would miss them). ``peak_rss_worker_mb`` is the largest worker's.
 ``tests/convert/test_convert_memory.py`` asserts the memory bound on a reduced source.
 
     python -m benchmarks.bench_scale [--sections convert] [--rows 1e6 1e7 1e8]
