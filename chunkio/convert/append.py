@@ -212,14 +212,15 @@ def _appended_extra(layout: DatasetLayout, source: BlockSource) -> dict[str, Any
     order = dict(order) if isinstance(order, Mapping) else {"shuffled": False, "seed": None}
     start = layout.num_samples
     appends = [*order.get("appends", [])]
-    appends.append(
-        {
-            "start": start,
-            "stop": start + source.num_samples,
-            "shuffled": seed is not None,
-            "seed": seed,
-        }
-    )
+    entry: dict[str, Any] = {
+        "start": start,
+        "stop": start + source.num_samples,
+        "shuffled": seed is not None,
+        "seed": seed,
+    }
+    if isinstance(source, ShuffledSource) and source.order.method == "keyed":
+        entry["method"] = "keyed"
+    appends.append(entry)
     order["appends"] = appends
     extra[ORDER_KEY] = order
     return extra

@@ -401,6 +401,7 @@ def write_arrays(
         dst,
         execution=replace(execution, workers=workers),
         block_chunks=block_chunks,
+        num_samples=source.num_samples,
     )
     return convert_source(shuffled(source, shuffle=shuffle, seed=seed), dst, write)
 
@@ -424,11 +425,13 @@ class ArrayWrite:
         *,
         execution: Execution,
         block_chunks: int,
+        num_samples: int,
         more: Mapping[str, Any] | None = None,
     ) -> ConversionOptions:
         """The conversion's options, with the request a rerun compares: the source's
         ``fingerprint`` and every option that shapes the result (``more``: a caller's own,
-        such as the arrays a store's fields name)."""
+        such as the arrays a store's fields name); ``num_samples`` picks the order's method
+        (:class:`~chunkio.convert.shuffle.order.StoredOrder`)."""
         compression = self.output.compression_codec()
         spc = self.samples_per_chunk
         shuffle, seed, extra = self.shuffle, self.seed, self.output.extra
@@ -447,7 +450,7 @@ class ArrayWrite:
             samples_per_chunk=spc,
             compression=compression,
             class_names=None if self.class_names is None else tuple(self.class_names),
-            extra=order_extra(extra, shuffle=shuffle, seed=seed),
+            extra=order_extra(extra, shuffle=shuffle, seed=seed, num_samples=num_samples),
             execution=execution,
             block_chunks=block_chunks,
             request=Request("arrays", fingerprint, options),

@@ -444,7 +444,9 @@ def _write(
         options,
         samples_per_chunk=spc,
         class_names=scan.class_names,
-        extra=order_extra(extra, shuffle=job.shuffle, seed=job.seed),
+        extra=order_extra(
+            extra, shuffle=job.shuffle, seed=job.seed, num_samples=source.num_samples
+        ),
         execution=replace(execution, workers=workers),
         block_chunks=_block_chunks(source, spc, workers),
     )

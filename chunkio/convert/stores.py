@@ -53,7 +53,18 @@ def convert_arrays(
     execution: Execution | None = None,
 ) -> ConversionResult:
     """Rewrite the arrays ``fields`` names in an existing HDF5 file or Zarr store as a
-    chunkio dataset, streaming: a few blocks in memory, whatever the source's size.
+    chunkio dataset, streaming: a bounded number of blocks in memory, whatever the source's
+    size.
+
+    Memory per process is ``O(blocks in flight + chunks)``, never ``O(rows)``: a block is
+    about :data:`STORE_BLOCK_BYTES` of decoded samples, this process keeps at most two per
+    worker in flight and each worker holds one at a time (shuffled: a source block of about
+    :data:`STORE_READ_BYTES` twice, or a destination block and one spill piece, each with 8
+    bytes a row of that block); per chunk a few numbers (the manifest, the block list). The
+    stored order costs no memory per row above
+    :data:`~chunkio.convert.shuffle.order.WHOLE_ORDER_MAX` samples and at most 64 MiB below
+    it. The shuffle's spill is on disk: the source's decoded size. A sparse field's row
+    offsets (8 bytes a row, as stored) are the exception: read whole to plan where rows go.
 
     The keywords that moved into :class:`~chunkio.Output` and :class:`~chunkio.Execution`
     are accepted for one release with a ``DeprecationWarning``, as for
@@ -127,6 +138,7 @@ def convert_arrays(
         dst,
         execution=replace(execution, workers=workers),
         block_chunks=block_chunks,
+        num_samples=source.num_samples,
         more={"fields": field_arrays(fields, str(source.location))},
     )
     if not shuffle:

@@ -512,7 +512,7 @@ def test_shuffled_source_reads_blocks_in_permuted_order() -> None:
     for name, values in data.items():
         np.testing.assert_array_equal(block[name], values[p[5:12]])
     clone = pickle.loads(pickle.dumps(source))
-    assert clone._perm is None  # recomputed in each process, not shipped
+    assert clone.order._perm is None  # recomputed in each process, not shipped
     np.testing.assert_array_equal(clone.read_block(0, 30)["image"], data["image"][p])
     prints = {
         ShuffledSource(ArraySource(data), 8).fingerprint(),

@@ -1,6 +1,7 @@
 """The write-time shuffle: the order in which a conversion stores its source's samples.
 
-:mod:`.order` (the in-memory permutation and the ``source_index`` field) and :mod:`.spill` (the
+:mod:`.order` (the stored order, served a slice at a time, and the ``source_index`` field),
+:mod:`.keyed` (the seeded bijection large orders use, pure numpy) and :mod:`.spill` (the
 external two-pass shuffle of sources larger than memory). Modules here may import
 :mod:`chunkio.util`, :mod:`chunkio.errors`, :mod:`chunkio.format`,
 :mod:`chunkio.convert.engine` and :mod:`chunkio.convert.durability`.

@@ -8,7 +8,12 @@ The order is exactly::
 
     perm = np.random.default_rng(seed).permutation(N)
 
-and stored row ``i`` holds source sample ``perm[i]``. The shuffled dataset gets one more
+for ``N <= WHOLE_ORDER_MAX`` (4,194,304) samples, and stored row ``i`` holds source sample
+``perm[i]``. numpy's permutation exists only whole (8 bytes a sample, its inverse as much
+again), so above that size the order is :class:`~chunkio.convert.shuffle.keyed.KeyedPermutation`
+``(N, seed)`` instead: a seeded bijection that every process evaluates one block at a time,
+so a conversion's memory does not grow with its rows (:class:`StoredOrder` picks and serves
+either); ``extra["order"]`` then also says ``"method": "keyed"``. The shuffled dataset gets one more
 field, ``source_index`` (``(N,)`` int64, equal to ``perm``), so every stored row maps back to
 its source position, and the attribute ``extra["order"] = {"shuffled": true, "seed": seed}``.
 With ``shuffle=False`` rows are stored in source order, no ``source_index`` field is added
@@ -34,12 +39,15 @@ import numpy.typing as npt
 from ...errors import SourceError
 from ...format.layout import FieldInfo
 from ...util.numeric import IntArray
+from .keyed import KeyedPermutation
 
 __all__ = [
     "ORDER_KEY",
     "SOURCE_INDEX",
+    "WHOLE_ORDER_MAX",
     "RowSource",
     "ShuffledSource",
+    "StoredOrder",
     "check_order_options",
     "gather_rows",
     "order_extra",
@@ -51,6 +59,9 @@ __all__ = [
 SOURCE_INDEX = "source_index"
 #: the key of ``extra`` recording the order
 ORDER_KEY = "order"
+#: The most samples shuffled in numpy's order, which every process using it holds whole with
+#: its inverse (16 bytes a sample: 64 MiB here, two blocks' worth); above, the keyed order.
+WHOLE_ORDER_MAX = 1 << 22
 
 
 @runtime_checkable
@@ -90,16 +101,87 @@ def check_order_options(shuffle: object, seed: object) -> None:
 
 
 def permutation(num_samples: int, seed: int) -> IntArray:
-    """The stored order: ``np.random.default_rng(seed).permutation(num_samples)``.
+    """The stored order, whole: ``np.random.default_rng(seed).permutation(num_samples)`` up
+    to :data:`WHOLE_ORDER_MAX` samples, the keyed order above (:class:`StoredOrder`).
 
     >>> permutation(5, 0).tolist()
     [2, 4, 3, 0, 1]
     """
-    return np.random.default_rng(seed).permutation(num_samples).astype(np.int64, copy=False)
+    return StoredOrder(num_samples, seed).rows(0, num_samples)
 
 
-def order_extra(extra: Mapping[str, Any] | None, *, shuffle: bool, seed: int) -> dict[str, Any]:
-    """``extra`` with ``extra["order"]`` recording the order (a key the caller may not set)."""
+class StoredOrder:
+    """The stored order of ``num_samples`` samples, served a slice at a time.
+
+    ``seed=None`` is the source's own order. ``rows(a, b)`` is ``perm[a:b]``: the source
+    samples of stored rows ``a..b-1``; ``positions(a, b)`` is ``inv[a:b]``: the stored rows of
+    source samples ``a..b-1``. Up to :data:`WHOLE_ORDER_MAX` samples the order is numpy's,
+    computed whole on first use and kept (with its inverse, once asked for); above, the
+    :class:`~chunkio.convert.shuffle.keyed.KeyedPermutation`, which holds nothing: memory
+    ``O(b - a)`` per call. It pickles as ``(num_samples, seed)``.
+
+    >>> order = StoredOrder(5, 0)
+    >>> order.rows(1, 3).tolist(), order.positions(0, 5).tolist()
+    ([4, 3], [3, 4, 0, 2, 1])
+    """
+
+    def __init__(self, num_samples: int, seed: int | None, *, method: str | None = None) -> None:
+        self.num_samples, self.seed = int(num_samples), seed
+        if method is None:  # decided here, once: workers get it pickled, not recomputed
+            big = self.num_samples > WHOLE_ORDER_MAX
+            method = "source" if seed is None else "keyed" if big else "numpy"
+        if method not in ("source", "numpy", "keyed") or (method == "source") != (seed is None):
+            raise ValueError(
+                f"order method must be 'source' (seed None) or 'numpy' or 'keyed' (a seed); "
+                f"got {method!r} with seed {seed!r}"
+            )
+        #: ``"source"`` (no shuffle), ``"numpy"`` or ``"keyed"``
+        self.method = method
+        self._perm: IntArray | None = None
+        self._inv: IntArray | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_perm": None, "_inv": None}
+
+    def _keyed(self) -> KeyedPermutation:
+        return KeyedPermutation(self.num_samples, int(self.seed or 0))
+
+    def _whole(self) -> IntArray:
+        if self._perm is None:
+            rng = np.random.default_rng(self.seed)
+            self._perm = rng.permutation(self.num_samples).astype(np.int64, copy=False)
+        return self._perm
+
+    def rows(self, start: int, stop: int) -> IntArray:
+        """``perm[start:stop]``, a new array."""
+        start, stop = max(0, start), min(stop, self.num_samples)
+        method = self.method
+        if method == "source" or stop <= start:
+            return np.arange(start, max(start, stop), dtype=np.int64)
+        if method == "keyed":
+            return self._keyed().take(np.arange(start, stop, dtype=np.int64))
+        return self._whole()[start:stop].copy()
+
+    def positions(self, start: int, stop: int) -> IntArray:
+        """``inv[start:stop]``: where source samples ``start..stop-1`` are stored."""
+        start, stop = max(0, start), min(stop, self.num_samples)
+        method = self.method
+        if method == "source" or stop <= start:
+            return np.arange(start, max(start, stop), dtype=np.int64)
+        if method == "keyed":
+            return self._keyed().inverse(np.arange(start, stop, dtype=np.int64))
+        if self._inv is None:
+            inv = np.empty(self.num_samples, dtype=np.int64)
+            inv[self._whole()] = np.arange(self.num_samples, dtype=np.int64)
+            self._inv = inv
+        return self._inv[start:stop].copy()
+
+
+def order_extra(
+    extra: Mapping[str, Any] | None, *, shuffle: bool, seed: int, num_samples: int = 0
+) -> dict[str, Any]:
+    """``extra`` with ``extra["order"]`` recording the order (a key the caller may not set);
+    ``"method": "keyed"`` added where ``num_samples`` takes the keyed order."""
     out = dict(extra or {})
     if ORDER_KEY in out:
         raise ValueError(
@@ -107,6 +189,8 @@ def order_extra(extra: Mapping[str, Any] | None, *, shuffle: bool, seed: int) ->
             f"got extra[{ORDER_KEY!r}] = {out[ORDER_KEY]!r}"
         )
     out[ORDER_KEY] = {"shuffled": bool(shuffle), "seed": int(seed) if shuffle else None}
+    if shuffle and StoredOrder(num_samples, int(seed)).method == "keyed":
+        out[ORDER_KEY]["method"] = "keyed"
     return out
 
 
@@ -140,7 +224,8 @@ class ShuffledSource:
 
     ``read_block(start, stop)`` returns source samples ``perm[start:stop]`` in that order and
     ``source_index = offset + perm[start:stop]``; ragged shapes are permuted alike. It pickles
-    as its arguments: the permutation is recomputed, not shipped, in each worker.
+    as its arguments: the order (:class:`StoredOrder`) is recomputed, not shipped, in each
+    worker.
     """
 
     def __init__(self, source: RowSource, seed: int | None, *, offset: int = 0) -> None:
@@ -166,28 +251,23 @@ class ShuffledSource:
             *source.fields,
             FieldInfo(SOURCE_INDEX, np.dtype(np.int64), ()),
         )
-        self._perm: IntArray | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_perm": None}
+        self.order = StoredOrder(self.num_samples, self.seed)
 
     @property
     def perm(self) -> IntArray:
-        """Source position of each stored row (before ``offset``)."""
-        if self._perm is None:
-            if self.seed is None:
-                self._perm = np.arange(self.num_samples, dtype=np.int64)
-            else:
-                self._perm = permutation(self.num_samples, self.seed)
-        return self._perm
+        """Source position of each stored row (before ``offset``), whole: 8 bytes a sample
+        (blocks take theirs from :attr:`order`)."""
+        return self.order.rows(0, self.num_samples)
 
     def fingerprint(self) -> str:
         order = "source-order" if self.seed is None else f"shuffled:seed={self.seed}"
+        if self.order.method == "keyed":  # never resume a run begun in numpy's order
+            order += ":keyed"
         text = f"{self.source.fingerprint()}|{order}|offset={self.offset}"
         return hashlib.sha256(text.encode()).hexdigest()
 
     def read_block(self, start: int, stop: int) -> dict[str, Any]:
-        idx = self.perm[start:stop]
+        idx = self.order.rows(start, stop)
         out = dict(self.source.read_rows(idx))
         out[SOURCE_INDEX] = idx + self.offset
         return out

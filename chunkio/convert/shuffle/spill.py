@@ -34,9 +34,15 @@ rerun finds it there too. It is removed once every block is written; an interrup
 conversion leaves it for its rerun. It holds the source's decoded size on disk while the
 conversion runs.
 
-Memory: a pass-1 task holds its source block twice (decoded, then one field sorted at a time);
-a pass-2 task holds its destination block and one piece. Besides, every process holds the
-permutation and its inverse (16 bytes per sample).
+Memory, per process, whatever the source's size: a pass-1 task holds its source block twice
+(decoded, then one field sorted at a time) and its rows' destinations (8 bytes a row); a
+pass-2 task holds its destination block, one piece, and its rows' sources (8 bytes a row).
+Each takes its slice of the order from :class:`~chunkio.convert.shuffle.order.StoredOrder`:
+computed for the slice (above :data:`~chunkio.convert.shuffle.order.WHOLE_ORDER_MAX` samples),
+else numpy's permutation and its inverse held whole (16 bytes a sample, 64 MiB at most). The
+plan (kept by every process) holds 8 bytes per source block and, per sparse field, 8 more;
+each spill file starts with 8 bytes per destination bucket. On disk the spill holds the
+source's decoded size (sparse fields: their values and columns, and 8 bytes a row).
 """
 
 from __future__ import annotations
@@ -61,7 +67,7 @@ from ..engine.blocks import Block
 from ..engine.core import drive
 from ..engine.sparse import SparseRows, index_dtype
 from ..options import ConversionOptions, Progress
-from .order import SOURCE_INDEX, ShuffledSource
+from .order import SOURCE_INDEX, ShuffledSource, StoredOrder
 
 __all__ = [
     "ExternalShuffle",
@@ -89,6 +95,11 @@ class SpillPlan:
     values: tuple[tuple[int, ...], ...] = ()
     #: per sparse field: bytes of one stored value and its column
     value_bytes: tuple[int, ...] = ()
+    #: the order's method (:class:`~chunkio.convert.shuffle.order.StoredOrder`), decided once
+    method: str = "numpy"
+
+    def order(self) -> StoredOrder:
+        return StoredOrder(self.num_samples, self.seed, method=self.method)
 
     @property
     def buckets(self) -> int:
@@ -98,6 +109,8 @@ class SpillPlan:
         return {
             "num_samples": self.num_samples,
             "seed": self.seed,
+            # a spill sorted in numpy's order is not one sorted in the keyed order
+            "order": self.method,
             "bounds": list(self.bounds),
             "bucket": self.bucket,
             "row_bytes": list(self.row_bytes),
@@ -116,34 +129,6 @@ class SourceBlock:
 
     def describe(self) -> str:
         return f"shuffle pass, source samples {self.start}..{self.stop - 1}"
-
-
-class _Orders:
-    """The permutation and its inverse, computed once per process (not pickled)."""
-
-    def __init__(self, num_samples: int, seed: int) -> None:
-        self.num_samples, self.seed = num_samples, seed
-        self._perm: IntArray | None = None
-        self._inv: IntArray | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"num_samples": self.num_samples, "seed": self.seed, "_perm": None, "_inv": None}
-
-    @property
-    def perm(self) -> IntArray:
-        if self._perm is None:
-            from .order import permutation
-
-            self._perm = permutation(self.num_samples, self.seed)
-        return self._perm
-
-    @property
-    def inv(self) -> IntArray:
-        if self._inv is None:
-            inv = np.empty(self.num_samples, dtype=np.int64)
-            inv[self.perm] = np.arange(self.num_samples, dtype=np.int64)
-            self._inv = inv
-        return self._inv
 
 
 def _spill_path(folder: str, index: int) -> str:
@@ -172,11 +157,11 @@ class SpillJob:
 
     def __init__(self, source: Any, fields: Sequence[FieldInfo], plan: SpillPlan, folder: str):
         self.source, self.fields, self.plan, self.folder = source, tuple(fields), plan, folder
-        self.orders = _Orders(plan.num_samples, plan.seed)
+        self.order = plan.order()
 
     def run(self, task: SourceBlock) -> int:
         data = self.source.read_block(task.start, task.stop)
-        dest = self.orders.inv[task.start : task.stop]
+        dest = self.order.positions(task.start, task.stop)
         order = np.argsort(dest, kind="stable")
         edges = np.arange(self.plan.buckets + 1, dtype=np.int64) * self.plan.bucket
         offsets = np.searchsorted(dest[order], edges).astype(np.int64)
@@ -225,14 +210,13 @@ class SpilledSource:
         self._fingerprint = shuffle.fingerprint()
         self.stored = shuffle.source.fields
         self.plan, self.folder = plan, folder
-        self.orders = _Orders(plan.num_samples, plan.seed)
+        self.order = plan.order()
         self._bounds = np.asarray(plan.bounds, dtype=np.int64)
 
     def fingerprint(self) -> str:
         return self._fingerprint
 
     def read_block(self, start: int, stop: int) -> dict[str, Any]:
-        perm = self.orders.perm
         out: dict[str, Any] = {
             f.name: np.empty((stop - start, *(f.sample_shape or ())), f.dtype)
             for f in self.stored
@@ -242,9 +226,11 @@ class SpilledSource:
             f.name: [] for f in self.stored if f.kind == "sparse"
         }
         bucket = self.plan.bucket
+        sources = []  # the source samples of each bucket's rows, in stored order
         for b in range(start // bucket, (stop - 1) // bucket + 1):
             lo, hi = b * bucket, min((b + 1) * bucket, self.num_samples)
-            blocks = np.searchsorted(self._bounds, perm[lo:hi], side="right") - 1
+            sources.append(self.order.rows(lo, hi))
+            blocks = np.searchsorted(self._bounds, sources[-1], side="right") - 1
             order = np.argsort(blocks, kind="stable")  # rows of each source block, increasing
             cuts = np.searchsorted(blocks[order], np.arange(len(self._bounds)))
             for k in np.unique(blocks).tolist():
@@ -261,7 +247,8 @@ class SpilledSource:
                 at = np.concatenate([p for p, _ in placed]) if placed else np.zeros(0, np.int64)
                 whole = SparseRows.concat([r for _, r in placed], f.dtype, _index(f))
                 out[f.name] = whole.take(np.argsort(at, kind="stable"))
-        out[SOURCE_INDEX] = perm[start:stop].copy()
+        first = start // bucket * bucket
+        out[SOURCE_INDEX] = np.concatenate(sources)[start - first : stop - first]
         return out
 
     def _piece(self, index: int, bucket: int) -> dict[str, Any]:
@@ -358,6 +345,7 @@ class ExternalShuffle(ShuffledSource):
             row_bytes,
             tuple(values),
             tuple(value_bytes),
+            self.order.method,
         )
 
 
