@@ -18,6 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from chunkio.backends import _checksum
+from chunkio.backends._checksum import Fletcher32, fletcher32_reference
 from chunkio.backends.hdf5.backend import HDF5Reader
 from chunkio.backends.hdf5.grid import RawGrid, partial_chunks_unfiltered
 from chunkio.backends.hdf5.raw import RawChunks
@@ -170,3 +172,19 @@ def test_chains_chunkio_cannot_decode_are_read_by_h5py(
         np.testing.assert_array_equal(out, data[2:7, 3:9, 4:11])
     finally:
         reader.close()
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 3, 7, 8, 9, 4097, 65536, 262144, 262145, 262150])
+def test_fletcher32_of_small_and_large_buffers_is_hdf5s(
+    size: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Buffers up to 256 KiB are summed by numcodecs' C loop, larger ones by NumPy: both give
+    HDF5's sum (the reference loop), on either side of the threshold and forced each way."""
+    data = np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8)
+    data[: size // 3] = 255  # long runs of 0xff: sums that wrap modulo 65535
+    want = fletcher32_reference(data.tobytes())
+    assert Fletcher32()(data) == want
+    monkeypatch.setattr(_checksum, "_C_BELOW", -1)  # NumPy for every size
+    assert Fletcher32()(data) == want
+    monkeypatch.setattr(_checksum, "_C_BELOW", 1 << 30)  # numcodecs for every size
+    assert Fletcher32()(data) == want

@@ -32,11 +32,11 @@ import numpy.typing as npt
 
 from ...errors import CorruptChunkError, MissingChunkError
 from ...util.numeric import ceil_div
-from .._checksum import Fletcher32
+from .._checksum import Fletcher32, fletcher32_matches
 from ..base import StageClock
 from ..codec_table import HDF5_DECODERS, HDF5_SHUFFLE, Decode, unshuffle
 
-__all__ = ["FLETCHER32", "RawGrid", "fletcher_matches", "partial_chunks_unfiltered"]
+__all__ = ["FLETCHER32", "Pipeline", "RawGrid", "partial_chunks_unfiltered"]
 
 FLETCHER32 = 3
 _DONT_FILTER_PARTIAL_CHUNKS = 0x0002
@@ -45,12 +45,6 @@ Coords = tuple[int, ...]
 Stored = Callable[[Coords], "npt.NDArray[np.uint8] | None"]
 #: reads one box through h5py into the buffer given (chunks HDF5 must decode itself)
 Fallback = Callable[[tuple[slice, ...], npt.NDArray[Any]], None]
-
-
-def fletcher_matches(computed: int, stored: int) -> bool:
-    """As HDF5 checks: the checksum, or the byte-pair-swapped one that HDF5 < 1.6.3 wrote."""
-    swapped = ((computed & 0x00FF00FF) << 8) | ((computed >> 8) & 0x00FF00FF)
-    return stored in (computed, swapped)
 
 
 @functools.cache
@@ -246,14 +240,11 @@ class RawGrid:
         decoded once. A chunk never written is the ``fill`` value, or MissingChunkError
         where ``fill`` is None."""
         scratch: npt.NDArray[Any] | None = None
-        for coords in self.chunks_in(region):
-            lo = [x * c for x, c in zip(coords, self.chunks, strict=True)]
-            a = [max(s.start, o) for s, o in zip(region, lo, strict=True)]
-            z = [min(s.stop, o + c) for s, o, c in zip(region, lo, self.chunks, strict=True)]
-            starts = [s.start for s in region]
-            dst = tuple(slice(p - b, q - b) for p, q, b in zip(a, z, starts, strict=True))
+        for pieces in itertools.product(*self._axis_pieces(region)):
+            coords = tuple(p[0] for p in pieces)
+            dst = tuple(p[1] for p in pieces)
             if coords in self.masked:
-                fallback(tuple(map(slice, a, z)), out[dst])
+                fallback(tuple(p[3] for p in pieces), out[dst])
                 continue
             t0 = time.perf_counter()
             raw = stored(coords)
@@ -267,15 +258,36 @@ class RawGrid:
                 out[dst] = fill
                 continue
             part = out[dst]
-            whole = part.shape == self.chunks and part.flags.c_contiguous
-            if whole and part.dtype == self.dtype:
-                self.decode_into(raw, coords, part, clock)
+            if part.shape == self.chunks and part.flags.c_contiguous and part.dtype == self.dtype:
+                self.decode_into(raw, coords, part, clock)  # no copy: the box holds the chunk
                 continue
             if scratch is None:
                 scratch = np.empty(self.chunks, self.dtype)
             self.decode_into(raw, coords, scratch, clock)
-            src = tuple(slice(p - o, q - o) for p, q, o in zip(a, z, lo, strict=True))
-            part[...] = scratch[src]
+            part[...] = scratch[tuple(p[2] for p in pieces)]
+
+    def _axis_pieces(
+        self, region: tuple[slice, ...]
+    ) -> list[list[tuple[int, slice, slice, slice]]]:
+        """Per axis, each chunk ``region`` touches as ``(grid coordinate, slice of the box,
+        slice of the chunk, slice of the array)`` (pure; a chunk's are their product).
+
+        >>> grid = RawGrid("x", (10,), (4,), np.dtype("u1"), Pipeline((), False, None, False), {})
+        >>> [p[:3] for p in grid._axis_pieces((slice(3, 9),))[0]]
+        [(0, slice(0, 1, None), slice(3, 4, None)), (1, slice(1, 5, None), slice(0, 4, None)), \
+(2, slice(5, 6, None), slice(0, 1, None))]
+        """
+        axes = []
+        for s, c in zip(region, self.chunks, strict=True):
+            pieces = []
+            for x in range(s.start // c, ceil_div(s.stop, c)):
+                o = x * c
+                a, z = max(s.start, o), min(s.stop, o + c)
+                pieces.append(
+                    (x, slice(a - s.start, z - s.start), slice(a - o, z - o), slice(a, z))
+                )
+            axes.append(pieces)
+        return axes
 
     def decode_into(
         self,
@@ -298,7 +310,7 @@ class RawGrid:
             body = raw[:-4]
             sum_stored = int.from_bytes(raw[-4:].tobytes(), "little")
             if self._verified.get(coords) != (offset, size, sum_stored):
-                if not fletcher_matches(self._fletcher(body), sum_stored):
+                if not fletcher32_matches(self._fletcher(body), sum_stored):
                     raise CorruptChunkError(
                         f"{self.where(coords)} fails its fletcher32 checksum (the file is corrupt)"
                     )

@@ -25,10 +25,10 @@ import numpy.typing as npt
 
 from ...errors import CorruptChunkError, MissingChunkError
 from ...util.numeric import ceil_div
-from .._checksum import Fletcher32
+from .._checksum import Fletcher32, fletcher32_matches
 from ..base import StageClock
 from ..codec_table import HDF5_DECODERS, HDF5_SHUFFLE, Decode, unshuffle
-from .grid import fletcher_matches, partial_chunks_unfiltered
+from .grid import partial_chunks_unfiltered
 
 __all__ = ["RawChunks"]
 
@@ -281,7 +281,7 @@ class RawChunks:
             body = raw[:-4]
             stored = int.from_bytes(raw[-4:].tobytes(), "little")
             if self._verified.get(chunk) != (offset, size, stored):
-                if not fletcher_matches(self._fletcher(body), stored):
+                if not fletcher32_matches(self._fletcher(body), stored):
                     raise CorruptChunkError(
                         f"{self.where(chunk)} fails its fletcher32 checksum (the file is corrupt)"
                     )
