@@ -113,9 +113,10 @@ def _json_or_text(text: str) -> Any:
 class HDF5Reader:
     """Read-only access to a chunkio HDF5 file; opens the file on first use in each process.
 
-    Arrays chunked along the sample axis whose filters are ones chunkio writes are read as raw
-    chunks (:mod:`chunkio.backends.hdf5.raw`: one ``pread`` each, checked and decoded here);
-    others, and boxes, through h5py.
+    Arrays whose filters chunkio decodes are read as raw chunks (one ``pread`` each, checked
+    and decoded here): by rows where chunks hold whole samples
+    (:mod:`chunkio.backends.hdf5.raw`), by boxes of the chunk grid otherwise and for
+    :meth:`read_region` (:mod:`chunkio.backends.hdf5.grid`); others through h5py.
     """
 
     #: a chunk never written is reported (HDF5 itself would return the fill value)

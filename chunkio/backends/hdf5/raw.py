@@ -7,8 +7,9 @@ datasets chunked along the sample axis only, with the filters chunkio writes (on
 Zstd or deflate, then optionally fletcher32 last), this module reads each stored chunk with one
 ``pread`` at the offset HDF5's chunk index gives, checks its checksum
 (:mod:`chunkio.backends._checksum`) and decodes it with numcodecs, the decoders the Zarr path
-uses, straight into the caller's buffer. Anything else keeps using h5py; the backend contract
-tests run both paths.
+uses, straight into the caller's buffer. Arrays chunked along other axes too are read by
+boxes (:mod:`.grid`); anything else keeps using h5py; the backend contract tests run both
+paths.
 """
 
 from __future__ import annotations
