@@ -7,6 +7,7 @@ chains chunkio cannot decode stay with h5py."""
 from __future__ import annotations
 
 import ctypes
+import itertools
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from hypothesis import strategies as st
 
 from chunkio.backends import _checksum
 from chunkio.backends._checksum import Fletcher32, fletcher32_reference
+from chunkio.backends.hdf5 import grid as grid_module
 from chunkio.backends.hdf5.backend import HDF5Reader
 from chunkio.backends.hdf5.grid import RawGrid, partial_chunks_unfiltered
 from chunkio.backends.hdf5.raw import RawChunks
@@ -149,6 +151,23 @@ def test_partial_edge_chunks_stored_unfiltered_read_raw(
     if rows is not None:  # its edge chunk decoded raw, not left to h5py
         assert not rows.masked and rows.skipped == {2: 0xFFFFFFFF}
     _assert_boxes_agree(path, data, np.random.default_rng(3))
+
+
+def test_where_libhdf5_cannot_be_asked_full_size_edge_chunks_go_to_h5py(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if _libhdf5() is None:
+        pytest.skip("libhdf5 is not a shared library of its own here")
+    data = np.random.default_rng(5).integers(-9, 9, (10, 13, 7)).astype(np.int16)
+    path = str(tmp_path / "a.h5")
+    with h5py.File(path, "w") as f:
+        _unfiltered_partial_chunks(f, "x", data, (4, 5, 7))
+    monkeypatch.setattr(grid_module, "partial_chunks_unfiltered", lambda plist: None)
+    with h5py.File(path, "r") as f:
+        grid = RawGrid.build(f["x"], "x")
+    partial = {c for c in itertools.product(range(3), range(3), range(1)) if 2 in c[:2]}
+    assert grid is not None and grid.masked == partial  # the chunks h5py reads
+    _assert_boxes_agree(path, data, np.random.default_rng(6))
 
 
 @pytest.mark.parametrize(
