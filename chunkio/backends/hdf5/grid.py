@@ -241,10 +241,9 @@ class RawGrid:
         where ``fill`` is None."""
         scratch: npt.NDArray[Any] | None = None
         for pieces in itertools.product(*self._axis_pieces(region)):
-            coords = tuple(p[0] for p in pieces)
-            dst = tuple(p[1] for p in pieces)
+            coords, dst, src, box = zip(*pieces, strict=True)
             if coords in self.masked:
-                fallback(tuple(p[3] for p in pieces), out[dst])
+                fallback(box, out[dst])
                 continue
             t0 = time.perf_counter()
             raw = stored(coords)
@@ -264,7 +263,7 @@ class RawGrid:
             if scratch is None:
                 scratch = np.empty(self.chunks, self.dtype)
             self.decode_into(raw, coords, scratch, clock)
-            part[...] = scratch[tuple(p[2] for p in pieces)]
+            part[...] = scratch[src]
 
     def _axis_pieces(
         self, region: tuple[slice, ...]
