@@ -184,9 +184,9 @@ def test_a_missing_array_or_object_is_a_typed_error_naming_the_url(
 def test_hdf5_that_chunkio_does_not_decode_is_read_by_h5py_through_the_file_object(
     s3_server: S3Server, tmp_path: Path
 ) -> None:
-    """Chunks that split samples and scale-offset: h5py reads them through the remote file
-    object, in the parent (which read first) and in forked workers (its file closed before
-    the fork)."""
+    """Scale-offset (chunks that split samples are decoded by chunkio, as boxes): h5py reads
+    it through the remote file object, in the parent (which read first) and in forked
+    workers (its file closed before the fork)."""
     import h5py
     import torch.utils.data
 
@@ -200,7 +200,7 @@ def test_hdf5_that_chunkio_does_not_decode_is_read_by_h5py_through_the_file_obje
     url = f"s3://{BUCKET}/split/split.h5"
     ds = chunkio.ChunkDataset(url, fields=["images", "labels"],
                               storage_options=s3_server.storage_options())  # fmt: skip
-    assert ds._handle().reader.read_path("images") == "h5py"
+    assert ds._handle().reader.read_path("labels") == "h5py"  # scale-offset
     batch = ds.read_batch([299, 3, 150])
     np.testing.assert_array_equal(batch["images"], images[[299, 3, 150]])
     loader = torch.utils.data.DataLoader(ds, batch_size=50, num_workers=2,

@@ -1,8 +1,9 @@
 """The HDF5 backend (private: use it through :mod:`chunkio.backends`).
 
-:mod:`.backend` (:class:`HDF5Reader` over h5py), :mod:`.raw` (raw chunk reads for the filter
-pipelines chunkio writes), :mod:`.remote` (HDF5 files on an object store, read in place),
-:mod:`.checks` (what an array must pass before it is read) and :mod:`.write`
+:mod:`.backend` (:class:`HDF5Reader` over h5py), :mod:`.raw` (raw chunk reads by rows for the
+filter pipelines chunkio decodes), :mod:`.grid` (the same by boxes of any chunk grid),
+:mod:`.storage` (where an array's chunks lie), :mod:`.remote` (HDF5 files on an object store,
+read in place), :mod:`.checks` (what an array must pass before it is read) and :mod:`.write`
 (:class:`HDF5Writer`). Modules here may import :mod:`chunkio.util`, :mod:`chunkio.errors`,
 :mod:`chunkio.remote` and the rest of :mod:`chunkio.backends` (its protocol, codec table and
 checksums), never the Zarr backend, the read side, sampling or conversion.

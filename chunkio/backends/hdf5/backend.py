@@ -10,7 +10,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import io
-import itertools
 import json
 import os
 import threading
@@ -35,7 +34,9 @@ from ...util.numeric import ceil_div
 from ..base import ArrayInfo, StageClock, check_region, coalesce
 from ..codec_table import HDF5_SAFE, hdf5_codec_info
 from .checks import check_array, in_file_node, in_file_path, read_text
-from .raw import RawChunks, run_rows
+from .grid import RawGrid
+from .raw import RawChunks
+from .storage import chunks_of, first_bad_chunk, missing_chunks, open_same_file
 
 __all__ = ["HDF5Reader", "decode_attrs", "open_hdf5_readers"]
 
@@ -112,9 +113,10 @@ def _json_or_text(text: str) -> Any:
 class HDF5Reader:
     """Read-only access to a chunkio HDF5 file; opens the file on first use in each process.
 
-    Arrays chunked along the sample axis whose filters are ones chunkio writes are read as raw
-    chunks (:mod:`chunkio.backends.hdf5.raw`: one ``pread`` each, checked and decoded here);
-    others, and boxes, through h5py.
+    Arrays whose filters chunkio decodes are read as raw chunks (one ``pread`` each, checked
+    and decoded here): by rows where chunks hold whole samples
+    (:mod:`chunkio.backends.hdf5.raw`), by boxes of the chunk grid otherwise and for
+    :meth:`read_region` (:mod:`chunkio.backends.hdf5.grid`); others through h5py.
     """
 
     #: a chunk never written is reported (HDF5 itself would return the fill value)
@@ -141,8 +143,9 @@ class HDF5Reader:
         self._raw_chunks = raw_chunks
         self._fill_missing = fill_missing
         self.clock = StageClock()
-        #: per array, its raw chunk reader (None: read through h5py)
+        #: per array, its raw chunk reader (None: read through h5py), for rows and for boxes
         self._raw: dict[str, RawChunks | None] = {}
+        self._grid: dict[str, RawGrid | None] = {}
         self._fd: int | None = None
         self._file: h5py.File | None = None
         self._checked: set[str] = set()
@@ -183,7 +186,7 @@ class HDF5Reader:
                         f"and open it again ({err})"
                     ) from err
                 raise FormatError(f"{self.location}: cannot open as HDF5: {err}") from err
-            self._fd = _open_same_file(self.location, before)
+            self._fd = open_same_file(self.location, before)
         return self._file
 
     def _open_file_object(self) -> h5py.File:
@@ -208,6 +211,12 @@ class HDF5Reader:
             in_file = self._paths.get(name) is not None  # soft links resolved, not external
             raw = RawChunks.build(d, self.location, name) if in_file else None
             return raw, d.fillvalue
+
+    def describe_grid(self, name: str) -> RawGrid | None:
+        """As :meth:`describe_raw`, by boxes of array ``name``'s chunk grid (None: h5py)."""
+        with self._lock:
+            d = self._dataset(name)
+            return RawGrid.build(d, name) if self._paths.get(name) is not None else None
 
     def attrs(self) -> dict[str, Any]:
         with self._lock:
@@ -249,7 +258,7 @@ class HDF5Reader:
                 )
             self._paths[name] = path  # None: through an external link, trusted
             check_array(f[path or name], name, self.location, trust=self._trust)
-            self._missing[name] = _missing_chunks(f[path or name])
+            self._missing[name] = missing_chunks(f[path or name])
             self._checked.add(name)
         path = self._paths[name]
         dset = f[path or name]
@@ -265,6 +274,7 @@ class HDF5Reader:
                 and self._fd is not None
             )
             self._raw[name] = RawChunks.build(dset, self.location, name) if usable else None
+            self._grid[name] = RawGrid.build(dset, name) if usable else None
         return dset
 
     def array_info(self, name: str) -> ArrayInfo:
@@ -292,7 +302,7 @@ class HDF5Reader:
             name=name,
             shape=tuple(d.shape),
             dtype=np.dtype(d.dtype),
-            chunks=raw.chunks if raw is not None else _chunks_of(d),
+            chunks=raw.chunks if raw is not None else chunks_of(d),
             codecs=filters,
             stored_nbytes=int(d.id.get_storage_size()),
             compression=hdf5_codec_info(
@@ -310,9 +320,16 @@ class HDF5Reader:
         self, name: str, ranges: Sequence[tuple[int, int]], out: npt.NDArray[Any]
     ) -> None:
         d = self._dataset(name)
-        raw = self._raw.get(name)
+        raw, grid = self._raw.get(name), self._grid.get(name)
         if raw is not None and self._fd is not None:
             self._read_raw(d, raw, self._fd, ranges, out)
+            return
+        if grid is not None and self._fd is not None:  # chunks that split samples
+            rest = tuple(slice(0, n) for n in d.shape[1:])
+            for start, stop, offset in coalesce(ranges):
+                box = (slice(start, stop), *rest)
+                self._require_chunks(name, box, grid.chunks)
+                self._read_grid(d, grid, self._fd, box, out[offset : offset + stop - start])
             return
         started = time.perf_counter()
         try:
@@ -361,7 +378,7 @@ class HDF5Reader:
             d.read_direct(out, np.s_[start:stop], np.s_[0 : stop - start])
         except OSError as err:
             step = (d.chunks or d.shape)[0]
-            bad = _first_bad_chunk(d, start, stop, step)
+            bad = first_bad_chunk(d, start, stop, step)
             where = (
                 f"chunk {bad}"
                 if bad is not None
@@ -379,6 +396,10 @@ class HDF5Reader:
             if not check_region(region, tuple(d.shape), out, where):
                 return
             self._require_chunks(name, region, d.chunks or d.shape)
+            grid = self._grid.get(name)
+            if grid is not None and self._fd is not None:
+                self._read_grid(d, grid, self._fd, region, out)
+                return
             try:
                 # h5py's fast reader (d[...]) beats read_direct's Python-level selection
                 # handling several-fold on the small boxes patch reads ask for
@@ -386,6 +407,35 @@ class HDF5Reader:
             except OSError as err:
                 box = [(s.start, s.stop) for s in region]
                 raise CorruptChunkError(f"{where}: box {box} cannot be read: {err}") from err
+
+    def _read_grid(
+        self,
+        d: h5py.Dataset,
+        grid: RawGrid,
+        fd: int,
+        region: tuple[slice, ...],
+        out: npt.NDArray[Any],
+    ) -> None:
+        """Box ``region`` by raw chunk reads (:mod:`.grid`); chunks HDF5 must decode itself
+        (a filter mask the pipeline lacks) through h5py."""
+
+        def by_h5py(box: tuple[slice, ...], part: npt.NDArray[Any]) -> None:
+            try:
+                part[...] = d[box]
+            except OSError as err:
+                where = [(s.start, s.stop) for s in box]
+                raise CorruptChunkError(
+                    f"{self.location}: array {grid.name!r}, box {where} cannot be read: {err}"
+                ) from err
+
+        grid.check_file(fd)
+        fill = d.fillvalue if self._fill_missing else None
+        try:
+            grid.read_region(region, out, grid.pread(fd), self.clock, fallback=by_h5py, fill=fill)
+        except (CorruptChunkError, MissingChunkError) as err:
+            if str(err).startswith(self.location):
+                raise
+            raise type(err)(f"{self.location}: {err}") from err
 
     def _require_chunks(self, name: str, box: tuple[slice, ...], chunks: tuple[int, ...]) -> None:
         """Raise if a chunk the box touches was never stored: it would read back as zeros."""
@@ -418,7 +468,8 @@ class HDF5Reader:
     def read_path(self, name: str) -> str:
         with self._lock:
             self._dataset(name)
-            return "h5py" if self._raw.get(name) is None else "raw"
+            raw = self._raw.get(name) is not None or self._grid.get(name) is not None
+            return "raw" if raw else "h5py"
 
     def close(self) -> None:
         with self._lock:
@@ -426,6 +477,7 @@ class HDF5Reader:
 
     def _close_locked(self) -> None:
         self._datasets.clear()
+        self._grid.clear()
         self._raw.clear()  # rebuilt from the file opened next (it may have been replaced)
         if self._fd is not None:
             os.close(self._fd)
@@ -442,59 +494,3 @@ class HDF5Reader:
 
 def _is_array(obj: Any) -> bool:
     return isinstance(obj, h5py.Dataset)
-
-
-def _open_same_file(path: str, before: os.stat_result) -> int | None:
-    """A raw descriptor of ``path`` if it is still the file h5py just opened (same inode and
-    modification time as ``before``, taken right before), else None: raw reads then stay off,
-    rather than reading one file with another file's chunk index."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return None
-    now = os.fstat(fd)
-    same = (now.st_dev, now.st_ino, now.st_mtime_ns, now.st_size) == (
-        before.st_dev,
-        before.st_ino,
-        before.st_mtime_ns,
-        before.st_size,
-    )
-    if not same:
-        os.close(fd)
-        return None
-    return fd
-
-
-def _first_bad_chunk(d: h5py.Dataset, start: int, stop: int, step: int) -> int | None:
-    """The first chunk of rows ``[start, stop)`` that fails to read (error path only)."""
-    for chunk in range(start // step, ceil_div(stop, step)):
-        a, b = max(start, chunk * step), min(stop, (chunk + 1) * step)
-        try:
-            d[a:b]
-        except OSError:
-            return chunk
-    return None
-
-
-def _missing_chunks(d: Any) -> frozenset[tuple[int, ...]]:
-    """Chunk grid coordinates of ``d`` that hold no stored chunk (one cheap call if none)."""
-    if not isinstance(d, h5py.Dataset) or d.chunks is None or d.is_virtual:
-        return frozenset()
-    grid = [ceil_div(s, c) for s, c in zip(d.shape, d.chunks, strict=True)]
-    stored = d.id.get_num_chunks()
-    if stored >= int(np.prod(grid, dtype=np.int64)):
-        return frozenset()
-    have = {
-        tuple(o // c for o, c in zip(d.id.get_chunk_info(i).chunk_offset, d.chunks, strict=True))
-        for i in range(stored)
-    }
-    return frozenset(itertools.product(*map(range, grid))) - have
-
-
-def _chunks_of(d: h5py.Dataset) -> tuple[int, ...]:
-    """An array's chunks; contiguous and compact data by runs of rows, as raw reads do."""
-    if d.chunks is not None:
-        return tuple(d.chunks)
-    if not d.shape:
-        return ()
-    return (run_rows(d.shape, d.dtype), *d.shape[1:])

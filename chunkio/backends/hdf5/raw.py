@@ -7,8 +7,9 @@ datasets chunked along the sample axis only, with the filters chunkio writes (on
 Zstd or deflate, then optionally fletcher32 last), this module reads each stored chunk with one
 ``pread`` at the offset HDF5's chunk index gives, checks its checksum
 (:mod:`chunkio.backends._checksum`) and decodes it with numcodecs, the decoders the Zarr path
-uses, straight into the caller's buffer. Anything else keeps using h5py; the backend contract
-tests run both paths.
+uses, straight into the caller's buffer. Arrays chunked along other axes too are read by
+boxes (:mod:`.grid`); anything else keeps using h5py; the backend contract tests run both
+paths.
 """
 
 from __future__ import annotations
@@ -25,13 +26,16 @@ import numpy.typing as npt
 
 from ...errors import CorruptChunkError, MissingChunkError
 from ...util.numeric import ceil_div
-from .._checksum import Fletcher32
+from .._checksum import Fletcher32, fletcher32_matches
 from ..base import StageClock
 from ..codec_table import HDF5_DECODERS, HDF5_SHUFFLE, Decode, unshuffle
+from .grid import partial_chunks_unfiltered
 
 __all__ = ["RawChunks"]
 
 _FLETCHER32 = 3
+#: a filter mask with every filter skipped (a partial edge chunk stored unfiltered)
+_UNFILTERED = 0xFFFFFFFF
 #: a contiguous dataset is read in runs of rows of about this many bytes (its "chunks")
 CONTIGUOUS_RUN_BYTES = 1 << 20
 
@@ -45,12 +49,6 @@ def run_rows(shape: Sequence[int], dtype: np.dtype[Any]) -> int:
     """
     row = int(np.prod(shape[1:], dtype=np.int64)) * np.dtype(dtype).itemsize
     return min(max(1, CONTIGUOUS_RUN_BYTES // max(1, row)), max(1, int(shape[0])))
-
-
-def _fletcher_matches(computed: int, stored: int) -> bool:
-    """As HDF5 checks: the checksum, or the byte-pair-swapped one that HDF5 < 1.6.3 wrote."""
-    swapped = ((computed & 0x00FF00FF) << 8) | ((computed >> 8) & 0x00FF00FF)
-    return stored in (computed, swapped)
 
 
 @dataclass
@@ -131,11 +129,13 @@ class RawChunks:
             for i in range(dset.id.get_num_chunks()):
                 visit(dset.id.get_chunk_info(i))
         edge, nbytes = int(dset.shape[0]) // step, int(np.prod(chunks)) * dtype.itemsize
-        if dset.shape[0] % step and index.get(edge, (0, nbytes))[1] == nbytes:
-            # HDF5 can store a partial edge chunk unfiltered (other writers may set
-            # H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS) with filter mask 0, at the chunk's full
-            # size: h5py reads that one. One of another size went through the filters and
-            # decodes here, its decoded size checked (h5py fills a short one with heap bytes).
+        unfiltered = partial_chunks_unfiltered(plist) if ids else False
+        if dset.shape[0] % step and edge in index and unfiltered:
+            skipped[edge] = _UNFILTERED  # H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS: stored as is
+        elif dset.shape[0] % step and unfiltered is None and index.get(edge, (0, 0))[1] == nbytes:
+            # libhdf5 cannot be asked whether partial edge chunks skip the filters (stored
+            # with filter mask 0 at the chunk's full size): h5py reads that one. One of
+            # another size went through the filters and decodes here, its size checked.
             masked.add(edge)
         return cls(
             path=path,
@@ -282,7 +282,7 @@ class RawChunks:
             body = raw[:-4]
             stored = int.from_bytes(raw[-4:].tobytes(), "little")
             if self._verified.get(chunk) != (offset, size, stored):
-                if not _fletcher_matches(self._fletcher(body), stored):
+                if not fletcher32_matches(self._fletcher(body), stored):
                     raise CorruptChunkError(
                         f"{self.where(chunk)} fails its fletcher32 checksum (the file is corrupt)"
                     )

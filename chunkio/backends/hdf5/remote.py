@@ -32,8 +32,9 @@ from ...errors import ChunkReadError, CorruptChunkError, MissingChunkError
 from ...remote import RangeFetcher
 from ...remote.ahead import FetchAhead
 from ...util.numeric import ceil_div
-from ..base import ArrayInfo, StageClock, coalesce
+from ..base import ArrayInfo, StageClock, check_region, coalesce
 from .backend import HDF5Reader
+from .grid import RawGrid
 from .raw import RawChunks
 
 __all__ = ["BLOCK_BYTES", "RangeFile", "RemoteHDF5Reader"]
@@ -103,6 +104,8 @@ class _Array:
     info: ArrayInfo
     raw: RawChunks | None
     fill_value: Any
+    #: the same array by boxes of its chunk grid (None: h5py reads boxes)
+    grid: RawGrid | None = None
 
 
 class RemoteHDF5Reader:
@@ -176,11 +179,11 @@ class RemoteHDF5Reader:
         if found is None:
             h5 = self._general()
             info = h5.array_info(name)  # refuses what is unsafe, names what is missing
-            raw, fill = h5.describe_raw(name)
+            (raw, fill), grid = h5.describe_raw(name), h5.describe_grid(name)
             if raw is not None:
                 raw = self._unmask_edge(h5, raw) if raw.masked else raw
                 info = dataclasses.replace(info, chunks=raw.chunks)  # contiguous: runs
-            found = self._arrays[name] = _Array(info, raw, fill)
+            found = self._arrays[name] = _Array(info, raw, fill, grid)
         return found
 
     def _unmask_edge(self, h5: HDF5Reader, raw: RawChunks) -> RawChunks:
@@ -211,7 +214,8 @@ class RemoteHDF5Reader:
         return self._array(name).info
 
     def read_path(self, name: str) -> str:
-        return "remote raw" if self._array(name).raw is not None else "h5py"
+        array = self._array(name)
+        return "remote raw" if array.raw is not None or array.grid is not None else "h5py"
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -220,6 +224,13 @@ class RemoteHDF5Reader:
     ) -> None:
         array = self._array(name)
         raw = array.raw
+        if raw is None and array.grid is not None:  # chunks that split samples: boxes
+            rest = tuple(slice(0, n) for n in array.info.shape[1:])
+            for start, stop, at in coalesce(ranges):
+                self._read_grid(
+                    name, array, (slice(start, stop), *rest), out[at : at + stop - start]
+                )
+            return
         if raw is None:
             started = time.perf_counter()
             try:
@@ -291,15 +302,60 @@ class RemoteHDF5Reader:
             self._ahead.start((name, c) for c in ok)
 
     def read_region(self, name: str, region: tuple[slice, ...], out: npt.NDArray[Any]) -> None:
-        self._array(name)
+        array = self._array(name)
+        where = f"{self.location}: array {name!r}"
+        if array.grid is not None and check_region(region, array.info.shape, out, where):
+            self._read_grid(name, array, region, out)
+            return
         started = time.perf_counter()
         try:
             self._general().read_region(name, region, out)
         finally:
             self.clock.decode += time.perf_counter() - started
 
+    def _read_grid(
+        self, name: str, array: _Array, region: tuple[slice, ...], out: npt.NDArray[Any]
+    ) -> None:
+        """Box ``region`` by raw chunk reads: the chunks it touches fetched in one round."""
+        grid = array.grid
+        if grid is None:  # pragma: no cover - only called with one
+            raise TypeError(f"{name!r} has no raw chunk grid")
+        wanted = [c for c in grid.chunks_in(region) if c in grid.index and c not in grid.masked]
+        t0 = time.perf_counter()
+        spans = [("", grid.index[c][0], grid.index[c][0] + grid.index[c][1]) for c in wanted]
+        blobs = dict(zip(wanted, self._fetcher.cat_ranges(spans), strict=True))
+        self.clock.read += time.perf_counter() - t0
+
+        def stored(coords: tuple[int, ...]) -> npt.NDArray[np.uint8] | None:
+            blob = blobs.get(coords)
+            if blob is None:
+                return None
+            offset, size, _ = grid.index[coords]
+            if len(blob) != size:
+                raise CorruptChunkError(
+                    f"{grid.where(coords)}: read {len(blob)} of its {size} bytes at offset "
+                    f"{offset} (the file is truncated or was replaced)"
+                )
+            return np.frombuffer(bytearray(blob), np.uint8)  # writable: decoders work in place
+
+        def by_h5py(box: tuple[slice, ...], part: npt.NDArray[Any]) -> None:
+            self._general().read_region(name, box, part)
+
+        fill = array.fill_value if self._fill_missing else None
+        try:
+            grid.read_region(region, out, stored, self.clock, fallback=by_h5py, fill=fill)
+        except (CorruptChunkError, MissingChunkError) as err:
+            if str(err).startswith(self.location):
+                raise
+            raise type(err)(f"{self.location}: {err}") from err
+
     def chunk_exists(self, name: str, chunk: int | tuple[int, ...]) -> bool:
-        raw = self._array(name).raw
+        array = self._array(name)
+        if array.raw is None and array.grid is not None:
+            if isinstance(chunk, int):
+                chunk = (chunk,) + (0,) * (len(array.grid.chunks) - 1)
+            return tuple(chunk) in array.grid.index
+        raw = array.raw
         if raw is None:
             return self._general().chunk_exists(name, chunk)
         if not isinstance(chunk, int):  # grid coordinates: raw chunks hold whole samples
