@@ -211,7 +211,11 @@ def table(result: dict[str, Any]) -> str:
         f"start-up, annbatch's first preload); {s['rounds']} rounds, the configurations "
         f"alternating within each; load average at the end {load} (2 cores, shared); chunkio "
         f"at commit {s['chunkio_commit']}. Mixing: distinct cell types per batch / a uniform "
-        f"shuffle's {result['uniform_distinct_per_batch']:.1f}.",
+        f"shuffle's {result['uniform_distinct_per_batch']:.1f}. `hold_bytes=0` turns off the "
+        f"held copy, not the mixing pool's cache of decoded chunks (`Ordering(pool_bytes)`, "
+        f"64 MiB): data whose stored values and columns fit the pool (100,000 cells: about "
+        f"61 MiB) still find their chunks there in later epochs, so the first epoch (every "
+        f"chunk decoded once) is the figure for data beyond memory.",
         "",
         "| round | loader | workers | settings | first epoch cells/s | cells/CPU-s | mixing "
         "| later epochs cells/s | cells/CPU-s | mixing | peak PSS MiB |",
