@@ -411,7 +411,7 @@ def run(*, root: str | Path | None = None, quick: bool = False, n_cells: int | N
     started = time.perf_counter()
     path = synthetic_h5ad(root, n_cells)
     uniform = uniform_distinct_labels(type_sizes(n_cells), BATCH)
-    limit = 60 + 20 * budget
+    limit = 180 + 20 * budget  # a child starts torch and anndata: minutes on a loaded machine
     base = {"path": str(path), "budget_s": budget}
     rows: list[dict[str, Any]] = []
 
