@@ -73,3 +73,50 @@ def test_chunkio_rows(results: dict[str, Any]) -> None:
     assert results["conversion"]["seconds"] > 0 and "convert_arrays of the h5ad" in bench.table(
         results
     )
+
+
+@pytest.fixture(scope="module")
+def epoch_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    from benchmarks import bench_singlecell_epochs as epochs
+
+    root = tmp_path_factory.mktemp("bench_singlecell_epochs")
+    return epochs.run(root=root, n_cells=CELLS, n_epochs=2, rounds=1, workers=1, annbatch=False)
+
+
+@pytest.mark.timeout(600)
+def test_epochs_first_and_later_apart(epoch_results: dict[str, Any], tmp_path: Path) -> None:
+    from benchmarks import bench_singlecell_epochs as epochs
+
+    ours = [r for r in epoch_results["rows"] if r["loader"].startswith("chunkio")]
+    assert {(r["loader"], r["settings"], r["workers"]) for r in ours} == {
+        (name, s, w) for name in (bench.IN_PLACE, bench.CONVERTED)
+        for s, w in ((epochs.DEFAULT, 1), (epochs.HOLD_OFF, 1), (epochs.HOLD_OFF, 0))
+    }  # fmt: skip
+    for r in ours:
+        assert "error" not in r, r
+        for part in ("first", "later"):  # 2 epochs: each part one epoch, every cell once
+            assert r[part]["cells"] == CELLS, (r, part)
+            assert r[part]["cells_per_s"] > 0 and 0 < r[part]["distinct_ratio"] <= 1.5
+    skipped = [r for r in epoch_results["rows"] if r["loader"].startswith("annbatch")]
+    assert len(skipped) == 1 and "skipped" in skipped[0]["error"]
+    text = epochs.write(epoch_results, tmp_path)
+    assert epochs.SECTION in text and "not available: skipped" in text
+    (tmp_path / "singlecell.md").write_text("# kept\n\nthe full table\n\n" + text + "\n")
+    epochs.write(epoch_results, tmp_path)  # the section is replaced, the rest kept
+    md = (tmp_path / "singlecell.md").read_text()
+    assert md.count(epochs.SECTION) == 1 and md.startswith("# kept\n\nthe full table")
+
+
+def test_epochs_check_takes_the_worst_round() -> None:
+    from benchmarks import bench_singlecell_epochs as epochs
+
+    def row(loader: str, k: int, per_cpu: float, settings: str = epochs.HOLD_OFF) -> Any:
+        part = {"cells_per_s": 1.0, "cells_per_cpu_s": per_cpu, "distinct_ratio": 1.0}
+        return {"loader": loader, "settings": settings, "round": k, "first": part, "workers": 2}
+
+    rows = [row("annbatch Loader (README set-up)", 0, 100.0), row(bench.IN_PLACE, 0, 200.0),
+            row("annbatch Loader (README set-up)", 1, 100.0), row(bench.IN_PLACE, 1, 120.0),
+            row(bench.IN_PLACE, 1, 900.0, settings="default")]  # fmt: skip
+    (found,) = epochs.checks(rows)
+    assert found["measured"] == pytest.approx(1.2) and not found["passed"]
+    assert "in place, 2 workers" in found["target"] and "first" in found["target"]
