@@ -32,6 +32,7 @@ from ..codec_packages import missing_zarr_codecs, zarr_install_hint
 from ..codec_table import ZARR2_SAFE, ZARR_SAFE, zarr2_codec_info, zarr2_codecs, zarr_codec_info
 from .documents import RemoteDocuments, v2_array_document
 from .engine import ArrayEngine
+from .metadata import check_array_document
 from .nodes import array_attrs, group_attrs, read_text
 from .shard import shard_layout
 from .shard_index import ShardIndexes
@@ -39,6 +40,11 @@ from .sources import ByteSource, LocalFiles, RemoteObjects, describe, is_remote
 from .writing import CHUNK_KEY_ENCODING, ZarrWriter
 
 __all__ = ["CHUNK_KEY_ENCODING", "ZarrReader", "ZarrWriter"]
+
+#: what zarr-python's codecs and chunk decoding raise on bytes they cannot decode (e.g.
+#: numcodecs' Zstd: ``RuntimeError: Zstd decompression error``; a chunk of the wrong size:
+#: ``ValueError``; a codec's framing: ``KeyError``, ``TypeError``, ``IndexError``)
+_ZARR_DECODE_ERRORS = (ValueError, RuntimeError, KeyError, TypeError, IndexError, AssertionError)
 
 
 def _check_codecs(
@@ -297,7 +303,9 @@ class ZarrReader:
                 raise MissingFieldError(f"{self.location}: array {name!r} is missing")
             if raw.get("node_type") == "group":
                 raise FormatError(f"{self.location}: {name!r} is a group, not an array")
-            # before zarr builds (or a reader decodes) anything
+            # before zarr builds (or a reader decodes) anything: every field chunkio reads
+            # of the document typed, then its codecs
+            check_array_document(raw, where=f"{self.location}: array {name!r}")
             _check_codecs(raw, name, self.location, trust=self._trust)
             engine = self._engine(name, raw) if self._remote is not None else None
             if engine is not None:  # no zarr array needed (nor its metadata requests)
@@ -397,7 +405,7 @@ class ZarrReader:
                 self._require_chunks(arr, name, start, stop, step)
                 try:
                     out[offset : offset + stop - start] = arr[start:stop]
-                except ValueError as err:
+                except _ZARR_DECODE_ERRORS as err:
                     raise CorruptChunkError(
                         f"{self.location}: array {name!r}, samples {start}..{stop - 1} "
                         f"(chunks {start // step}..{(stop - 1) // step}) cannot be decoded: {err}"
@@ -448,7 +456,7 @@ class ZarrReader:
                 raise MissingChunkError(f"{where}: chunk {coords} is missing from the store")
         try:
             out[...] = arr[region]
-        except ValueError as err:
+        except _ZARR_DECODE_ERRORS as err:
             box = [(s.start, s.stop) for s in region]
             msg = f"{where}: a chunk of box {box} cannot be decoded: {err}"
             raise CorruptChunkError(msg) from err
