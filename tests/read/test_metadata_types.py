@@ -131,3 +131,41 @@ def test_a_truncated_categories_chunk_is_a_corrupt_chunk_error(tmp_path: Path) -
     for error in _both_ways(cell.path, CorruptChunkError, cell.fields(column)):
         assert f"array 'obs/{column}/categories'" in str(error)
         assert str(cell.path) in str(error)
+
+
+def _flip_until(path: Path, fails: Callable[[Path], bool]) -> Path:
+    """A copy of the h5ad ``path`` with one byte flipped: the first (of every 97th) that
+    makes ``fails`` true, so the test needs no offsets of this h5py's file layout."""
+    data = path.read_bytes()
+    dst = path.with_name("flipped.h5ad")
+    for pos in range(0, len(data), 97):
+        flipped = bytearray(data)
+        flipped[pos] ^= 0xFF
+        dst.write_bytes(bytes(flipped))
+        if fails(dst):
+            return dst
+    raise AssertionError("no flipped byte of the file makes h5py's walk fail")
+
+
+def _walk_fails(path: Path) -> bool:
+    """h5py's own walk of the file raises RuntimeError (as on a damaged object header)."""
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as f:
+            f.visititems(lambda name, obj: None)
+    except RuntimeError:
+        return True
+    except Exception:  # other damage: not the case this test is about
+        return False
+    return False
+
+
+@pytest.mark.timeout(240)
+def test_an_h5ad_h5py_cannot_walk_is_a_format_error_naming_the_file(tmp_path: Path) -> None:
+    """The fuzzer's flipped h5ad byte: h5py's ``RuntimeError: Object visitation failed``
+    while the layout is read becomes a FormatError naming the file, both ways."""
+    cell = anndata_files.h5ad(tmp_path)
+    path = _flip_until(cell.path, _walk_fails)
+    for error in _both_ways(path, FormatError):
+        assert str(path) in str(error) and "RuntimeError" in str(error)
