@@ -8,7 +8,7 @@ STAMP := $(VENV)/.chunkio-installed
 PYTEST_WORKERS ?= 2
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test lint typecheck unit docs docs-check bench bench-full bench-remote soak mutate clean
+.PHONY: venv demo test lint typecheck unit docs docs-check bench bench-full bench-remote soak mutate fuzz fuzz-long fuzz-asan clean
 
 venv: $(STAMP)
 
@@ -75,6 +75,30 @@ soak: $(STAMP)
 MODULES ?=
 mutate: $(STAMP)
 	$(PY) tests/mutation/run.py $(MODULES)
+
+# the fuzz suite (tests/fuzz, docs/reference/bad-input.md): seeded mutations of small stores of
+# every kind, each read in a fresh process with 0 and 2 workers, with and without the compiled
+# decoders; resumable (build/fuzz/results.jsonl), a table at the end, a repro line per bad case.
+# A short fixed-seed run is part of `make unit` (tests/fuzz/test_fuzz_short.py).
+FUZZ_CASES ?= 1000
+FUZZ_SEED ?= 0
+FUZZ_KINDS ?=
+fuzz: $(STAMP)
+	$(PY) tests/fuzz/fuzz_run.py --cases $(FUZZ_CASES) --seed $(FUZZ_SEED) $(if $(FUZZ_KINDS),--kinds $(FUZZ_KINDS))
+
+fuzz-long: $(STAMP)
+	$(PY) tests/fuzz/fuzz_run.py --cases 20000 --seed 1 --results build/fuzz/results-long.jsonl
+
+# the compiled decoders built with AddressSanitizer (build/asan), then the image kinds fuzzed
+# through them: an out-of-bounds read or write stops the child (a crash) with ASan's report
+ASAN_FLAGS := -fsanitize=address -fno-omit-frame-pointer -g -O1
+fuzz-asan: $(STAMP)
+	rm -rf build/asan
+	CFLAGS="$(ASAN_FLAGS)" LDFLAGS="-fsanitize=address" $(PY) setup.py -q build_ext \
+		--build-lib build/asan/lib --build-temp build/asan/tmp
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 LD_PRELOAD="$$(gcc -print-file-name=libasan.so)" \
+		CHUNKIO_FUZZ_EXTENSIONS=build/asan/lib $(PY) tests/fuzz/fuzz_run.py --out build/fuzz-asan \
+		--kinds jpeg,jpeg-crop,yuv420,yuv420-crop --cases $(FUZZ_CASES) --seed $(FUZZ_SEED)
 
 clean:
 	rm -rf $(VENV) demo-data bench-data site build/mutation mutants .pytest_cache .mypy_cache .ruff_cache

@@ -8,14 +8,17 @@ targets: a 3-step window stands in for input and target) and insitubatch 0.2 (sh
 geometries, in a Python 3.12 venv at ``INSITUBATCH_PYTHON`` or ``/work/venv312``; skipped with
 a note when absent). insitubatch keeps the decoded chunks of its first epoch in its pool and
 serves later epochs from it; so do chunkio's readers at their defaults when the decoded data
-fits ``Workers(hold_bytes)`` (512 MiB per reader; the store is 287 MB), so both are shown
-after their first epoch, in their first epoch, and chunkio with ``hold_bytes=0`` (the mixing
-pool only: every chunk decoded once per epoch).
+fits ``Workers(hold_bytes)`` (1 GiB for all the readers; the store is 287 MB), so both are
+shown after their first epoch, in their first epoch, and chunkio with ``hold_bytes=0`` (the
+mixing pool only: every chunk decoded once per epoch) and *beyond memory*: a budget below the
+store's decoded size (``--hold-bytes``, default half of it), the path every store larger than
+the budget takes (real ERA5 stores: terabytes), streamed, each chunk decoded once per pass.
 Reports samples/s, samples per CPU-second (every process of the loader: user + system time),
 GB/s delivered, read amplification (chunks decoded per stored chunk in an epoch) and the std
 of anchor times per batch against a uniform shuffle's.
 
     python -m benchmarks.bench_windows [--quick] [--budget S] [--per-chunk 1 24]
+        [--steps N] [--shape H W] [--hold-bytes B]
         [--loaders chunkio,insitubatch,xbatcher,zarr]
 """
 
@@ -52,6 +55,14 @@ SAMPLE_BYTES = 9 * ROW_BYTES
 INSITU = Path(os.environ.get("INSITUBATCH_PYTHON", "/work/venv312/bin/python"))
 #: what ``--loaders`` may name (chunkio, always measured: at the defaults and hold_bytes=0)
 LOADERS = frozenset({"chunkio", "zarr", "xbatcher", "insitubatch"})
+
+
+def set_shape(height: int, width: int) -> None:
+    """Measure ``(height, width)`` fields instead of 64x128 (e.g. ``--shape 32 64``)."""
+    global SHAPE, ROW_BYTES, SAMPLE_BYTES
+    SHAPE = (height, width)
+    ROW_BYTES = height * width * 4
+    SAMPLE_BYTES = 9 * ROW_BYTES
 
 
 def era_store(root: Path, steps: int, per_chunk: int) -> Path:
@@ -163,12 +174,12 @@ def _first_epoch(loader: Any) -> tuple[float, float]:
     return n / (time.perf_counter() - start), n / (_tree_cpu() - cpu)
 
 
-def _chunkio_epoch(path: Path, per_chunk: int) -> dict[str, float]:
-    """One epoch in this process: chunks decoded per stored chunk with the mixing pool only
-    (``hold_bytes=0``: at the defaults the arrays are read whole once, amplification 1 over
+def _chunkio_epoch(path: Path, per_chunk: int, hold_bytes: int = 0) -> dict[str, float]:
+    """One epoch in this process: chunks decoded per stored chunk when streamed (``hold_bytes``
+    below the store: at the defaults the arrays are read whole once, amplification 1 over
     all epochs together), and time spread."""
     loader = chunkio.make_loader(_chunkio(path), BATCH, num_workers=0, seed=1,
-                                 workers=chunkio.Workers(hold_bytes=0))  # fmt: skip
+                                 workers=chunkio.Workers(hold_bytes=hold_bytes))  # fmt: skip
     spreads = [float(np.std(np.asarray(t, dtype=float))) for _, _, t in loader]
     stats = loader.dataset.read_stats()
     loader.close()
@@ -198,21 +209,28 @@ def _uniform_std(n: int) -> float:
 
 
 def measure(
-    path: Path, per_chunk: int, budget_s: float, loaders: frozenset[str] = LOADERS
+    path: Path,
+    per_chunk: int,
+    budget_s: float,
+    loaders: frozenset[str] = LOADERS,
+    hold_bytes: int | None = None,
 ) -> dict[str, Any]:
     steps = zarr.open_group(path, mode="r")["t2m"].shape[0]
     rates: dict[str, float] = {}
     per_cpu: dict[str, float] = {}
     epoch_batches = (steps - 2) // BATCH
-    # at the defaults the store (287 MB decoded) fits hold_bytes: each reader reads it whole
-    # before its first batch and serves every later batch from memory (timed after epoch 1)
-    for name, workers in (("chunkio", chunkio.Workers()),
-                          ("chunkio, hold_bytes=0", chunkio.Workers(hold_bytes=0))):  # fmt: skip
+    held = _chunkio(path).held_nbytes()
+    beyond = held // 2 if hold_bytes is None else hold_bytes
+    # at the defaults the store fits hold_bytes: the workers read it whole before their first
+    # batches and serve every later batch from memory; past the budget (and with
+    # hold_bytes=0) they stream it, each chunk decoded once per pass (later epochs timed apart)
+    runs = {"chunkio": chunkio.Workers(), "chunkio, hold_bytes=0": chunkio.Workers(hold_bytes=0),
+            "chunkio, beyond memory": chunkio.Workers(hold_bytes=beyond)}  # fmt: skip
+    for name, workers in runs.items():
         loader = chunkio.make_loader(_chunkio(path), BATCH, num_workers=WORKERS, seed=0,
                                      workers=workers)  # fmt: skip
         first = _first_epoch(loader)
-        if name == "chunkio":
-            rates["chunkio, first epoch"], per_cpu["chunkio, first epoch"] = first
+        rates[f"{name}, first epoch"], per_cpu[f"{name}, first epoch"] = first
         rates[name], per_cpu[name] = timed(loader, budget_s=budget_s, warmup=epoch_batches)
         loader.close()
     name = "per-sample zarr-python"
@@ -232,9 +250,11 @@ def measure(
         per_cpu["insitubatch"] = insitu["samples_per_cpu_s"]
         per_cpu["insitubatch, first epoch"] = insitu["first_epoch_samples_per_cpu_s"]
     ours = _chunkio_epoch(path, per_chunk)
+    streamed = _chunkio_epoch(path, per_chunk, beyond)["amplification"]
     # a per-sample reader decodes the chunk of each of its 9 rows: 3 per step, per_chunk x
     # as many as the epoch needs
     amplification = {"chunkio, hold_bytes=0": ours["amplification"],
+                     "chunkio, beyond memory": streamed,
                      "per-sample zarr-python": 3.0 * per_chunk,
                      "xbatcher": 3.0 * per_chunk}  # fmt: skip
     amplification = {k: v for k, v in amplification.items() if k in rates}
@@ -243,6 +263,8 @@ def measure(
         spread["insitubatch"] = insitu["time_std"]
     return {
         "steps_per_chunk": per_chunk,
+        "held_bytes": held,
+        "beyond_memory_hold_bytes": beyond,
         "samples_per_s": rates,
         "samples_per_cpu_s": per_cpu,
         "gb_per_s": {k: v * SAMPLE_BYTES / 1e9 for k, v in rates.items()},
@@ -259,14 +281,16 @@ def run(
     quick: bool = False,
     per_chunk: tuple[int, ...] = (1, 24),
     loaders: frozenset[str] = LOADERS,
+    hold_bytes: int | None = None,
 ) -> dict[str, Any]:
     if quick:
         steps, budget_s = min(steps, 730), 2.0
-    out: dict[str, Any] = {"steps": steps, "batch": BATCH, "workers": WORKERS, "stores": []}
+    out: dict[str, Any] = {"steps": steps, "shape": list(SHAPE), "batch": BATCH,
+                           "workers": WORKERS, "stores": []}  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         for k in per_chunk:
             path = era_store(Path(tmp), steps, k)
-            out["stores"].append(measure(path, k, budget_s, loaders))
+            out["stores"].append(measure(path, k, budget_s, loaders, hold_bytes))
     out["checks"] = checks(out["stores"])
     return out
 
@@ -284,6 +308,19 @@ def checks(stores: list[dict[str, Any]]) -> list[dict[str, Any]]:
             found.append(check(f"windows, {k}/chunk: chunkio / insitubatch, first epochs",
                                r["chunkio, first epoch"] / r["insitubatch, first epoch"],
                                2.0))  # fmt: skip
+            found.append(check(f"windows, {k}/chunk: beyond memory / insitubatch's first epoch",
+                               r["chunkio, beyond memory"] / r["insitubatch, first epoch"],
+                               2.0))  # fmt: skip
+        # the default (held) path is never slower than turning holding off, epoch for epoch
+        for when in ("", ", first epoch"):
+            found.append(check(f"windows, {k}/chunk: defaults / hold_bytes=0{when}",
+                               r[f"chunkio{when}"] / r[f"chunkio, hold_bytes=0{when}"],
+                               1.0))  # fmt: skip
+        found.append(check(f"windows, {k}/chunk: beyond memory / held (later epochs)",
+                           r["chunkio, beyond memory"] / r["chunkio"], 0.5))  # fmt: skip
+        found.append(check(f"windows, {k}/chunk: read amplification beyond memory",
+                           s["amplification"]["chunkio, beyond memory"], 1.2,
+                           at_most=True))  # fmt: skip
         if "per-sample zarr-python" in r:
             found.append(check(f"windows, {k}/chunk: chunkio / per-sample zarr-python",
                                r["chunkio"] / r["per-sample zarr-python"], 20.0))  # fmt: skip
@@ -294,9 +331,15 @@ def checks(stores: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def table(result: dict[str, Any]) -> str:
+    h, w = result.get("shape", SHAPE)
     lines = [
-        f"ERA5-like store by xarray: 3 variables x {result['steps']} steps x 64x128 float32; "
-        f"window t-1, t + target t+1; batch {BATCH}, {WORKERS} workers",
+        f"ERA5-like store by xarray: 3 variables x {result['steps']} steps x {h}x{w} float32; "
+        f"window t-1, t + target t+1; batch {BATCH}, {WORKERS} workers; beyond memory: "
+        + ", ".join(
+            f"hold_bytes {s['beyond_memory_hold_bytes'] / 2**20:,.0f} MiB < "
+            f"{s['held_bytes'] / 2**20:,.0f} MiB decoded"
+            for s in result["stores"][:1]
+        ),
         "",
         "| steps/chunk | loader | samples/s | x chunkio | samples/CPU-s | GB/s delivered | "
         "read amplification |",
@@ -331,6 +374,11 @@ def main() -> None:
         "--per-chunk", type=int, nargs="+", default=[1, 24],
         help="steps per chunk of the stores to measure (default: 1 24)",
     )  # fmt: skip
+    parser.add_argument("--shape", type=int, nargs=2, default=list(SHAPE),
+                        help="each variable's (lat, lon) size (default: 64 128)")  # fmt: skip
+    parser.add_argument("--hold-bytes", type=int, default=None,
+                        help="the beyond-memory row's Workers(hold_bytes), below the store's "
+                        "decoded size (default: half of it)")  # fmt: skip
     parser.add_argument(
         "--loaders", default=",".join(sorted(LOADERS)),
         help=f"comma-separated: chunkio and any of {sorted(LOADERS)} (default: all)",
@@ -339,8 +387,10 @@ def main() -> None:
     loaders = frozenset(args.loaders.split(","))
     if not loaders <= LOADERS or "chunkio" not in loaders:
         parser.error(f"--loaders: chunkio and any of {sorted(LOADERS)}; got {args.loaders}")
+    set_shape(*args.shape)
     result = run(steps=args.steps, budget_s=args.budget, quick=args.quick,
-                 per_chunk=tuple(args.per_chunk), loaders=loaders)  # fmt: skip
+                 per_chunk=tuple(args.per_chunk), loaders=loaders,
+                 hold_bytes=args.hold_bytes)  # fmt: skip
     print(table(result))
     print(json.dumps(result))
 

@@ -39,7 +39,7 @@ from .loader_options import (
     pool_samples,
 )
 from .read.batch import collate
-from .read.windows import held_segments
+from .read.windows import window_path
 from .sampling.label_check import warn_if_label_sorted
 from .sampling.sampler import ChunkBatchSampler
 from .transport import Lease, LocalTransport, RingTransport
@@ -458,12 +458,12 @@ def _prepare(given: ChunkDataset, reader: Reader | None, options: LoaderOptions)
     # the readers must hold the pool, or they decode chunks again
     needed = sampler.capacity_chunks(given.samples_per_chunk, readers) * given.chunk_nbytes()
     held = given.held_nbytes()  # every chunk, decoded: kept across epochs when it fits
-    # within hold_bytes in all, whatever the number of workers: windows' stacks held once for
-    # all of them (shared memory), other chunks by each reader
+    # within hold_bytes in all: windows' stacks once for all the workers, others per reader
     limit, segments = options.workers.hold_bytes, None
-    if given.anchors is not None and options.num_workers and held <= limit:
-        segments = held_segments(given.layout, given.fields)
-    hold = segments is not None or held * max(1, options.num_workers) <= limit
+    hold = held * max(1, options.num_workers) <= limit
+    if given.anchors is not None:  # held once for all the workers, or streamed (logged)
+        hold, segments = window_path(given.layout, given.fields, held=held, hold_bytes=limit,
+                                     workers=options.num_workers, cache_bytes=needed)  # fmt: skip
     dataset = given._for_loader(max(needed, held) if hold else needed)  # each sample once
     if hold and given.anchors is not None:
         # windows: each reader reads its arrays whole at once (one sequential pass, then

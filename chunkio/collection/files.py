@@ -51,6 +51,11 @@ class FilePart:
     layout: DatasetLayout
     start: int
 
+    @property
+    def layout_chunks(self) -> int:
+        """Chunks of this file along the order."""
+        return int((_chunk_sizes(self.layout) > 0).sum())
+
 
 @dataclass(frozen=True, eq=False)
 class FileSet:
@@ -69,6 +74,12 @@ class FileSet:
         """Each file's first sample, and the total at the end."""
         return np.array([p.start for p in self.parts] + [self.layout.num_samples], np.int64)
 
+    def chunks_per_file(self) -> IntArray:
+        """Chunks of each file holding samples, in order (``layout.order_sizes`` file by
+        file): what keeps a file's chunks together in the order
+        (:mod:`chunkio.sampling.file_order`)."""
+        return np.array([p.layout_chunks for p in self.parts if p.layout_chunks], np.int64)
+
     def remap(self, part: int, name: str, values: Any) -> Any:
         """Codes of categorical field ``name`` read from file ``part``, in the dataset's
         categories (other fields as they are)."""
@@ -79,15 +90,19 @@ class FileSet:
 
     def labels(self, info: FieldInfo) -> npt.NDArray[np.int64]:
         """Field ``info``'s values of every sample, file after file, read whole."""
-        out = []
-        for i, part in enumerate(self.parts):
-            reader = part.options.open(part.location)
-            try:
-                mine = part.layout.field(info.name, where=part.location)
-                out.append(np.asarray(self.remap(i, info.name, column_values(reader, mine))))
-            finally:
-                reader.close()
-        return np.concatenate(out).astype(np.int64)
+        return np.concatenate([self.part_labels(i, info) for i in range(len(self.parts))])
+
+    def part_labels(self, part: int, info: FieldInfo) -> npt.NDArray[np.int64]:
+        """Field ``info``'s values of file ``part``'s samples (in the dataset's categories),
+        read whole; the file opened and closed here."""
+        where = self.parts[part]
+        reader = where.options.open(where.location)
+        try:
+            mine = where.layout.field(info.name, where=where.location)
+            values = self.remap(part, info.name, column_values(reader, mine))
+        finally:
+            reader.close()
+        return np.asarray(values).astype(np.int64)
 
 
 def open_files(

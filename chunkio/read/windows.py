@@ -4,11 +4,15 @@ A batch of anchors ``a`` reads rows ``a + step`` of each variable. Windows of ne
 anchors overlap, so the batch's rows are made unique first; each variable's dense reader
 (:class:`~chunkio.read.dense.DenseField`, shared by every window field of that array in this
 process) decodes the chunks of that union once, through its cache, and one gather per variable
-puts each ``(anchor, step)`` row into the batch at ``[b, step, variable]``.
+puts each ``(anchor, step)`` row into the batch at ``[b, step, variable]``. A loader keeps a
+field's stacked variables decoded whole, side by side, when they fit its budget (held), else
+streams them through one cache of chunks side by side (:mod:`chunkio.read.window_stream`):
+either way a batch of the field is one ``np.take``; :func:`window_path` picks and logs it.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -23,6 +27,7 @@ from ..util.shared_stack import BLOCK_BYTES, HeldSegments, StackShape, fill_shar
 from .base import ReadContext, ReadRequest, checked_out
 from .dense import DenseField, PreloadedField, dense_field
 from .planning import normalize_indices
+from .window_stream import StreamedStack, streamed_lane, streamed_stack, variable_field_name
 
 __all__ = [
     "AnchorSamples",
@@ -32,10 +37,13 @@ __all__ = [
     "held_segments",
     "stack_shapes",
     "variable_reader",
+    "window_path",
 ]
 
 #: rows of stacked variables at least this large are copied into the batch one by one
 ROW_COPY_BYTES = 2048
+
+_log = logging.getLogger("chunkio")
 
 
 def variable_reader(ctx: ReadContext, info: Any, j: int) -> DenseField | PreloadedField:
@@ -51,9 +59,8 @@ def variable_reader(ctx: ReadContext, info: Any, j: int) -> DenseField | Preload
 def _variable_info(info: Any, j: int) -> FieldInfo:
     """Variable ``j`` of window field ``info`` as a dense field of its own (one step)."""
     array = info.arrays[j]
-    name = "".join(c if c.isalnum() or c in "_-" else "_" for c in array)[:120]
     return FieldInfo(
-        f"v_{name}",
+        variable_field_name(array),
         info.dtype,
         tuple(info.sample_shape[info.stepped + info.stacked :]),
         array=array,
@@ -105,6 +112,76 @@ def held_segments(layout: DatasetLayout, fields: Sequence[str]) -> HeldSegments 
     apart), or ``/dev/shm`` too small for them (each worker then holds its own)."""
     shapes = stack_shapes(layout, fields)
     return HeldSegments.if_room(shapes) if shapes else None
+
+
+def window_path(
+    layout: DatasetLayout,
+    fields: Sequence[str],
+    *,
+    held: int,
+    hold_bytes: int,
+    workers: int,
+    cache_bytes: int,
+) -> tuple[bool, HeldSegments | None]:
+    """Whether a loader's readers hold its window fields' arrays whole (``held`` decoded
+    bytes, against ``hold_bytes``), and the shared-memory segments its ``workers`` hold them
+    in; logged (logger ``"chunkio"``) with the sizes and why.
+
+    Held: decoded once (in shared memory, once for all the workers), kept across epochs. Else
+    streamed: each chunk decoded once per pass through a cache of ``cache_bytes`` per reader
+    (the mixing pool). Stacked variables are streamed, not held a copy per worker, when
+    ``/dev/shm`` has no room for one shared copy: each worker would decode every chunk before
+    its first batch. A stream whose variables cannot share one cache (chunked apart along
+    time, or an array read apart by another field) reads them one by one, several times
+    slower: a warning.
+    """
+    segments = held_segments(layout, fields) if workers and held <= hold_bytes else None
+    shapes = stack_shapes(layout, fields)
+    if segments is not None:
+        hold = True
+    elif workers and shapes:
+        hold = False
+    else:
+        hold = held * max(1, workers) <= hold_bytes
+    mb = 1 << 20
+    if hold:
+        where = "in shared memory for all the workers" if segments else "by each reader"
+        _log.info(
+            "chunkio windows: held path: the decoded arrays (%.1f MiB) fit "
+            "Workers(hold_bytes=%.1f MiB); decoded once %s, kept across epochs",
+            held / mb, hold_bytes / mb, where,
+        )  # fmt: skip
+        return True, segments
+    if held > hold_bytes:
+        why = (
+            f"the decoded arrays ({held / mb:.1f} MiB) exceed "
+            f"Workers(hold_bytes={hold_bytes / mb:.1f} MiB)"
+        )
+    elif shapes:
+        why = (
+            f"/dev/shm has no room for one copy ({held / mb:.1f} MiB) shared by the {workers} "
+            "workers (a copy each would decode every chunk once per worker)"
+        )
+    else:
+        why = (
+            f"a copy per worker ({workers} x {held / mb:.1f} MiB) exceeds "
+            f"Workers(hold_bytes={hold_bytes / mb:.1f} MiB)"
+        )
+    if shapes is not None and all(len(set(s.chunk_rows)) == 1 for s in shapes):
+        _log.info(
+            "chunkio windows: streamed path: %s; each chunk decoded once per pass through "
+            "a cache of %.1f MiB per reader (the mixing pool)%s",
+            why, cache_bytes / mb, ", variables side by side" if shapes else "",
+        )  # fmt: skip
+    else:  # stacked variables that cannot share one cache
+        _log.warning(
+            "chunkio windows: streamed path, variable by variable: %s, and the variables "
+            "are not stacked alike (chunked apart along time, or read apart by another "
+            "field), so each batch gathers every variable on its own, several times slower "
+            "than the held path; rechunk them alike, or raise Workers(hold_bytes)",
+            why,
+        )
+    return False, None
 
 
 def held_stack(ctx: ReadContext, info: Any) -> npt.NDArray[Any] | None:
@@ -169,7 +246,37 @@ class WindowField:
         #: stacked variables held whole: every (anchor, step) row of all of them is one
         #: contiguous run of both the stack and the batch, so one ``np.take`` reads a batch
         self.stack = held_stack(ctx, info)
-        self.sources = [variable_reader(ctx, info, j) for j in range(len(info.arrays))]
+        #: not held (beyond the budget): the same rows streamed through one cache of chunks
+        #: of all the variables side by side, again one ``np.take`` a batch
+        self.streamed: StreamedStack | None = None
+        if (
+            self.stack is None
+            and len(info.arrays) > 1
+            and len(set(info.arrays)) == len(info.arrays)
+        ):
+            self.streamed = streamed_stack(ctx, stack_shape(ctx.layout, info))
+        #: a variable alone whose chunks a streamed stack decodes: read from its lane there
+        self.lane = (
+            streamed_lane(ctx, info.arrays[0])
+            if self.stack is None and len(info.arrays) == 1
+            else None
+        )
+        self._sources: list[DenseField | PreloadedField] | None = None
+
+    @property
+    def path(self) -> str:
+        """How this field reads: ``"held"``, ``"streamed"`` or ``"per variable"``."""
+        if self.stack is not None:
+            return "held"
+        return "per variable" if self.streamed is None and self.lane is None else "streamed"
+
+    @property
+    def sources(self) -> list[DenseField | PreloadedField]:
+        """Each variable's own reader (made on first use: a stack needs none)."""
+        if self._sources is None:
+            info = self.info
+            self._sources = [variable_reader(self.ctx, info, j) for j in range(len(info.arrays))]
+        return self._sources
 
     def read(
         self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadRequest
@@ -187,6 +294,10 @@ class WindowField:
             flat = self.stack.reshape(len(self.stack), -1)
             # mode="clip": every row is in range; "raise" gathers into a temporary
             np.take(flat, rows, axis=0, out=target.reshape(len(rows), -1), mode="clip")
+        elif self.streamed is not None:
+            self.streamed.gather(rows, target.reshape(len(rows), -1))
+        elif self.lane is not None:
+            self.lane[0].gather(rows, target.reshape(len(rows), -1), self.lane[1])
         else:
             self._gather(rows, target.reshape(len(rows), len(self.sources), -1))
         if target is not out:
@@ -220,7 +331,13 @@ class WindowField:
                 np.take(flat, picks, axis=0, out=view[:, j, :], mode="clip")
 
     def prefetch(self, idx: IntArray) -> None:
+        if self.stack is not None:
+            return  # held whole
         rows = np.unique(idx[:, None] + self.steps[None, :])
+        streamed = self.streamed or (self.lane[0] if self.lane is not None else None)
+        if streamed is not None:
+            streamed.prefetch(rows)
+            return
         for source in self.sources:
             source.prefetch(rows)
 

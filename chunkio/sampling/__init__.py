@@ -1,7 +1,9 @@
 """The order samples are read in, and how well it mixes labels. :mod:`.order` (the canonical
 order: one global batch sequence, whatever the worker count or world size; pure functions of
 chunk sizes, seed and epoch), :mod:`.epoch_order` (that order generated block by block: an
-epoch's first batch and a resume cost one pool's work, not the epoch's), :mod:`.sampler`
+epoch's first batch and a resume cost one pool's work, not the epoch's), :mod:`.file_order`
+(the same order over many files: each file's chunks together, the pool a few files per lane),
+:mod:`.sampler`
 (:class:`ChunkBatchSampler`, per rank and resumable, and the read-amplification and
 shuffle-quality metrics), :mod:`.label_metrics` (label mixing measured against a uniform
 shuffle; the mixing *pool* that produces it is :mod:`.order`'s) and :mod:`.label_check` (the

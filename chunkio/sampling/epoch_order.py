@@ -35,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..util.numeric import IntArray, ceil_div
+from .file_order import as_file_chunks, file_permutation
 from .order import OrderSpec, as_sizes, check_int, lane_quotas, lane_sizes, rank_rows
 
 __all__ = ["EpochOrder", "canonical_batches", "canonical_stream", "rank_batches"]
@@ -52,8 +53,11 @@ class _Stream:
     """The epoch's permuted chunk stream, addressed by stream position: sample ids and the
     uniforms of the mixing pool for any segment, from O(chunks) state."""
 
-    def __init__(self, sizes: IntArray, rng: np.random.Generator) -> None:
-        order = rng.permutation(sizes.size)
+    def __init__(
+        self, sizes: IntArray, rng: np.random.Generator, files: IntArray | None = None
+    ) -> None:
+        # a dataset of many files keeps each file's chunks together (.file_order)
+        order = rng.permutation(sizes.size) if files is None else file_permutation(rng, files)
         perm_sizes = sizes[order]
         self._ends = np.cumsum(perm_sizes)
         first_pos = self._ends - perm_sizes  # each chunk's first position in the stream
@@ -156,6 +160,9 @@ class EpochOrder:
         The global batch size, pool, lanes, shuffle and drop_last.
     seed, epoch
         Fix the permutation and the pool's draws.
+    files
+        Chunks per file, for a dataset of many files: each file's chunks stay together in
+        the stream (:func:`.file_order.file_permutation`); ``None``: one dataset.
 
     Examples
     --------
@@ -164,8 +171,11 @@ class EpochOrder:
     (3, [[2, 3], [4]])
     """
 
-    def __init__(self, chunk_sizes: Any, spec: OrderSpec, *, seed: int, epoch: int) -> None:
+    def __init__(
+        self, chunk_sizes: Any, spec: OrderSpec, *, seed: int, epoch: int, files: Any = None
+    ) -> None:
         self.sizes = as_sizes(chunk_sizes)
+        self.files = None if files is None else as_file_chunks(files, self.sizes.size)
         self.spec = spec
         self.seed = check_int("seed", seed, 0)
         self.epoch = check_int("epoch", epoch, 0)
@@ -207,7 +217,7 @@ class EpochOrder:
 
     def _lanes(self, start: int) -> list[_Lane]:
         spec, n = self.spec, self.num_samples
-        stream = _Stream(self.sizes, np.random.default_rng([self.seed, self.epoch]))
+        stream = _Stream(self.sizes, np.random.default_rng([self.seed, self.epoch]), self.files)
         quotas = lane_quotas(spec.batch_size, spec.lanes)
         lengths = lane_sizes(n, quotas)
         window = spec.pool * quotas / spec.batch_size  # each lane's share of the pool

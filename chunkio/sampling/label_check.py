@@ -41,6 +41,8 @@ SORTED_THRESHOLD = 0.5
 #: label fields larger than this are not read just to warn
 _MAX_LABEL_BYTES = 64 << 20
 _BATCHES_CHECKED = 64
+#: files of a dataset of many files whose labels tell whether it stores them sorted
+_FILES_CHECKED = 8
 _warned: set[tuple[str, int, int, int]] = set()
 
 
@@ -88,6 +90,14 @@ def check_label_mixing(
     batches vs a uniform shuffle) and the loader's and a uniform shuffle's mean distinct labels
     per batch (``loader_ratio`` is 1.0 otherwise). ``reader``: as for :func:`labels_of`.
     """
+    files = getattr(dataset, "_files", None)
+    if files is not None:  # many files: read the labels of a few, not of every file
+        return _check_files(dataset, files, sampler)
+    return _check_whole(dataset, sampler, reader)
+
+
+def _check_whole(dataset: Any, sampler: Any, reader: Reader | None) -> dict[str, float] | None:
+    """:func:`check_label_mixing` from every sample's label, read at once."""
     labels = labels_of(dataset, reader)
     if labels is None or labels.size == 0:
         return None
@@ -98,8 +108,15 @@ def check_label_mixing(
     stored = _distinct_ratio(chunks, codes, counts)[2]
     if stored >= SORTED_THRESHOLD:  # mixed chunks mix batches: skip computing the epoch
         return {"stored_ratio": stored, "loader_ratio": 1.0}
+    return _loader_mixing(stored, _first_batches(sampler), codes, counts)
+
+
+def _first_batches(sampler: Any) -> list[Any]:
     # the first batches only: generated lazily, they cost one pool's work, not the epoch's
-    batches = list(itertools.islice(sampler.iter_batches(sampler.epoch), _BATCHES_CHECKED))
+    return list(itertools.islice(sampler.iter_batches(sampler.epoch), _BATCHES_CHECKED))
+
+
+def _loader_mixing(stored: float, batches: list[Any], codes: Any, counts: Any) -> dict[str, float]:
     seen, uniform, ratio = _distinct_ratio(batches, codes, counts)
     return {
         "stored_ratio": stored,
@@ -146,3 +163,70 @@ def warn_if_label_sorted(dataset: Any, sampler: Any, reader: Reader | None = Non
             LabelMixingWarning,
             stacklevel=caller_stacklevel(),  # the user's line, however deep the call
         )
+
+
+class _FileLabels:
+    """The labels of a dataset of many files, each file's read on first use (and kept)."""
+
+    def __init__(self, files: Any, info: Any) -> None:
+        self.files, self.info = files, info
+        self.starts = files.starts
+        self.read: dict[int, np.ndarray[Any, np.dtype[np.int64]]] = {}
+
+    def part(self, i: int) -> np.ndarray[Any, np.dtype[np.int64]]:
+        if i not in self.read:
+            self.read[i] = self.files.part_labels(i, self.info)
+        return self.read[i]
+
+    def of(self, ids: Any) -> np.ndarray[Any, np.dtype[np.int64]]:
+        ids = np.asarray(ids, dtype=np.int64)
+        part_of = np.searchsorted(self.starts, ids, side="right") - 1
+        out = np.empty(ids.size, np.int64)
+        for i in np.unique(part_of).tolist():
+            here = part_of == i
+            out[here] = self.part(i)[ids[here] - self.starts[i]]
+        return out
+
+
+def _check_files(dataset: Any, files: Any, sampler: Any) -> dict[str, float] | None:
+    """:func:`check_label_mixing` of a dataset of many files: the stored order judged from
+    :data:`_FILES_CHECKED` files spread over the list, the loader's batches (only when it is
+    sorted) from the files they touch; no other file is read."""
+    info = label_field(dataset.layout)
+    if info is None or len(dataset) == 0:
+        return None
+    labels = _FileLabels(files, info)
+    n = len(files.parts)
+    picked = np.unique(np.linspace(0, n - 1, min(n, _FILES_CHECKED)).round().astype(np.int64))
+    sizes = dataset.chunk_sizes()
+    ends = np.cumsum(sizes)
+    chunks = []
+    for i in picked.tolist():  # the chunks of the picked files (a chunk lies in one file)
+        lo, hi = int(files.starts[i]), int(files.starts[i + 1])
+        first, last = np.searchsorted(ends, [lo, hi], side="right").tolist()
+        bounds = np.clip(np.concatenate(([lo], ends[first:last])), lo, hi)
+        chunks += [np.arange(a, b) for a, b in itertools.pairwise(bounds) if b > a]
+    if not chunks:
+        return None
+    ids = np.concatenate(chunks)
+    values, codes = np.unique(labels.of(ids), return_inverse=True)
+    counts = np.bincount(codes)
+    position = {v: k for k, v in enumerate(values.tolist())}
+    stored = _distinct_ratio(_runs([c.size for c in chunks]), codes, counts)[2]
+    if stored >= SORTED_THRESHOLD:
+        return {"stored_ratio": stored, "loader_ratio": 1.0}
+    batches = _first_batches(sampler)
+    seen = [labels.of(b) for b in batches]
+    extra = sorted({v for b in seen for v in b.tolist()} - set(position))
+    for v in extra:  # labels the picked files lack: counted as one sample each
+        position[v] = len(position)
+    counts = np.concatenate((counts, np.ones(len(extra), np.int64)))
+    mapped = [np.array([position[v] for v in b.tolist()], np.int64) for b in seen]
+    flat = np.concatenate(mapped) if mapped else np.zeros(0, np.int64)
+    return _loader_mixing(stored, _runs([b.size for b in mapped]), flat, counts)
+
+
+def _runs(lengths: list[int]) -> list[Any]:
+    """Positions of consecutive runs of ``lengths`` in their concatenation."""
+    bounds = np.cumsum([0, *lengths])
+    return [np.arange(a, b) for a, b in itertools.pairwise(bounds)]

@@ -26,6 +26,7 @@ from torch.utils.data import Sampler
 from ..errors import IncompatibleStateError
 from ..util.numeric import IntArray, ceil_div
 from .epoch_order import EpochOrder
+from .file_order import as_file_chunks, file_pool, file_samples
 from .order import (
     DEFAULT_LANES,
     OrderSpec,
@@ -113,6 +114,10 @@ class ChunkBatchSampler(Sampler[list[int]]):
         As for a DataLoader.
     rank, world_size
         Default to ``torch.distributed`` when initialised, else 0 and 1.
+    files
+        Chunks per file of a dataset of many files (the loader passes them): each file's
+        chunks stay together in the order, and the pool is capped to span a few files per
+        lane (:mod:`chunkio.sampling.file_order`), so a reader holds a few files at a time.
 
     Examples
     --------
@@ -133,8 +138,10 @@ class ChunkBatchSampler(Sampler[list[int]]):
         drop_last: bool = False,
         rank: int | None = None,
         world_size: int | None = None,
+        files: ChunkSizes | None = None,
     ) -> None:
         self.chunk_sizes = as_sizes(chunk_sizes)
+        self.files = None if files is None else as_file_chunks(files, self.chunk_sizes.size)
         self.batch_size = check_int("batch_size", batch_size, 1)
         self.seed = check_int("seed", seed, 0)
         dist_rank, dist_world = _dist_rank_world()
@@ -143,9 +150,13 @@ class ChunkBatchSampler(Sampler[list[int]]):
         )
         self.rank = check_int("rank", dist_rank if rank is None else rank, 0, self.world_size - 1)
         global_batch = self.batch_size * self.world_size
+        pool = DEFAULT_POOL_BATCHES * global_batch if pool is None else pool
+        if self.files is not None and self.files.size > 1 and check_int("pool", pool, 0):
+            sizes = file_samples(self.chunk_sizes, self.files)
+            pool = file_pool(pool, sizes, global_batch, check_int("lanes", lanes, 1))
         self.spec = OrderSpec(
             batch_size=global_batch,
-            pool=DEFAULT_POOL_BATCHES * global_batch if pool is None else pool,
+            pool=pool,
             lanes=lanes,
             shuffle=shuffle,
             drop_last=drop_last,
@@ -189,6 +200,7 @@ class ChunkBatchSampler(Sampler[list[int]]):
             self.spec,
             seed=self.seed,
             epoch=self.epoch if epoch is None else epoch,
+            files=self.files,
         )
         return order.rank_batches(self.rank, self.world_size, start=start)
 
@@ -253,12 +265,15 @@ class ChunkBatchSampler(Sampler[list[int]]):
 
     def _config(self) -> dict[str, Any]:
         digest = hashlib.sha256(self.chunk_sizes.astype("<i8").tobytes()).hexdigest()
-        return {
+        config = {
             **self.spec.to_json(),
             "num_chunks": int(self.chunk_sizes.size),
             "num_samples": int(self.chunk_sizes.sum()),
             "chunk_sizes_sha256": digest,
         }
+        if self.files is not None:  # grouped by file: another order than the same chunks'
+            config["files_sha256"] = hashlib.sha256(self.files.astype("<i8").tobytes()).hexdigest()
+        return config
 
     def _check_done(self, batches_done: object) -> int:
         done = check_int("batches_done", batches_done, 0)
@@ -285,8 +300,11 @@ class ChunkBatchSampler(Sampler[list[int]]):
         Raises :class:`~chunkio.errors.IncompatibleStateError` if the state is malformed or
         fixes another order (other data, global batch size, pool, lanes, ...).
         """
+        config = self._config()
+        if isinstance(state, dict) and "files_sha256" in state:  # saved by a file-aware order
+            config.setdefault("files_sha256", None)
         state = check_state(
-            state, version=STATE_VERSION, config=self._config(), what="sampler", hints=_HINTS
+            state, version=STATE_VERSION, config=config, what="sampler", hints=_HINTS
         )
         try:
             seed = check_int("seed", state.get("seed"), 0)

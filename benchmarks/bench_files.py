@@ -1,0 +1,197 @@
+"""Many files as one dataset: cells/s, label mixing, files opened and ``make_loader`` time at
+10-3,000 h5ad files, the file-aware order (:mod:`chunkio.sampling.file_order`) against the order
+chunkio used before it, in one run.
+
+Each file is what anndata writes for 500 cells x 200 genes (float32 CSR ``X``, 10% non-zero)
+and a categorical ``obs/cell_type`` of 20 types whose codes differ per file (categories
+shuffled per file); files are written once under ``--root`` and reused (the first ``n`` of
+them make the ``n``-file dataset). Each row runs in a fresh process:
+``ChunkDataset(paths, fields={"x": "X", "label": "obs/cell_type"})``, ``make_loader`` (timed),
+batch 256, 2 ring workers (fork), then batches for ``--seconds`` after the first (several epochs
+when the dataset is small): cells/s, the mean distinct labels per batch against a uniform
+shuffle's (:func:`chunkio.sampling.label_metrics.label_mixing_of_batches`), and the files each
+worker opens per epoch, modelled from the order (each worker's rows of every batch through an
+LRU of the worker's open-file cap, as :class:`chunkio.collection.FileSetCore` keeps them).
+
+``before`` rows switch the file-aware parts off (privately, in the child process): no file
+grouping and the pool sized by memory alone, the open-file cap at 32, the label check reading
+every file's labels. Outside the test suite (a script, not collected);
+``tests/read/test_many_files.py`` asserts the bounds without timing.
+
+    python -m benchmarks.bench_files [--files 10 100 1000] [--seconds 20] [--root DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+import warnings
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["files_opened", "measure", "write_files"]
+
+BATCH = 256
+WORKERS = 2
+CELLS, GENES, TYPES = 500, 200, 20
+FIELDS = {"x": "X", "label": "obs/cell_type"}
+
+
+def write_files(root: Path, n: int) -> list[Path]:
+    """The first ``n`` files under ``root`` (written if missing; the same bytes every run)."""
+    import anndata as ad
+    import pandas as pd
+    import scipy.sparse as sp
+
+    root.mkdir(parents=True, exist_ok=True)
+    types = [f"t{i}" for i in range(TYPES)]
+    paths = [root / f"{k:05d}.h5ad" for k in range(n)]
+    for k, path in enumerate(paths):
+        if path.exists():
+            continue
+        rng = np.random.default_rng([0, k])
+        x = sp.random(CELLS, GENES, density=0.1, format="csr", dtype=np.float32, random_state=rng)
+        cats = list(types)
+        rng.shuffle(cats)  # codes differ per file
+        labels = pd.Categorical(rng.choice(types, CELLS), categories=cats)
+        obs = pd.DataFrame({"cell_type": labels}, index=[f"c{k}_{i}" for i in range(CELLS)])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # anndata's index-conversion notes
+            ad.AnnData(x, obs=obs).write_h5ad(path)
+    return paths
+
+
+def _before() -> None:
+    """Switch the file-aware parts off in this process (and the workers it forks)."""
+    from chunkio.collection import core, files
+    from chunkio.sampling import label_check
+
+    files.FileSet.chunks_per_file = lambda self: None  # type: ignore[assignment,method-assign,return-value]
+    core.MAX_OPEN_CEILING = 0  # the cap stays MAX_OPEN_FILES
+    label_check._check_files = lambda dataset, _, sampler: label_check._check_whole(  # type: ignore[assignment]
+        dataset, sampler, None
+    )
+
+
+def files_opened(sampler: Any, starts: Any, max_open: int, readers: int) -> float:
+    """Files each of ``readers`` workers opens in one epoch of ``sampler`` (mean), keeping
+    ``max_open`` open, least recently used closed first."""
+    opened = np.zeros(readers, np.int64)
+    lru: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(readers)]
+    for batch in sampler.iter_batches(0):
+        for r, (lo, hi) in enumerate(sampler.reader_rows(batch.size, readers)):
+            for f in np.unique(np.searchsorted(starts, batch[lo:hi], side="right") - 1).tolist():
+                if f in lru[r]:
+                    lru[r].move_to_end(f)
+                    continue
+                opened[r] += 1
+                lru[r][f] = None
+                if len(lru[r]) > max_open:
+                    lru[r].popitem(last=False)
+    return float(opened.mean())
+
+
+def measure(spec: dict[str, Any]) -> dict[str, Any]:
+    """One row, in this process."""
+    if spec["mode"] == "before":
+        _before()
+    import chunkio
+    from chunkio.sampling.label_metrics import label_mixing_of_batches
+
+    paths = write_files(Path(spec["root"]), spec["files"])
+    t0 = time.perf_counter()
+    dataset = chunkio.ChunkDataset(paths, fields=FIELDS)
+    t1 = time.perf_counter()
+    loader = chunkio.make_loader(
+        dataset, BATCH, num_workers=WORKERS, workers=chunkio.Workers(context="fork")
+    )
+    t2 = time.perf_counter()
+    cells, labels, start, epoch = 0, [], 0.0, 0
+    while not start or time.perf_counter() - start < spec["seconds"]:
+        loader.set_epoch(epoch)
+        for batch in loader:
+            if not start:  # from the first batch: worker start-up is not the rate
+                start = time.perf_counter()
+                continue
+            y = batch["label"] if isinstance(batch, dict) else batch[list(FIELDS).index("label")]
+            cells += int(y.shape[0])
+            labels.append(np.asarray(y).astype(np.int64) + 1)  # missing (-1) as class 0
+            if time.perf_counter() - start >= spec["seconds"]:
+                break
+        epoch += 1
+    rate = cells / (time.perf_counter() - start)
+    loader.close()
+    counts = np.bincount(dataset.labels() + 1)
+    mixing = label_mixing_of_batches(labels, counts)
+    handle = loader.dataset._open_handle()
+    opened = files_opened(loader.sampler, dataset._files.starts, handle.max_open, WORKERS)
+    return {
+        **spec,
+        "describe_s": t1 - t0,
+        "make_loader_s": t2 - t1,
+        "cells_per_s": rate,
+        "distinct_ratio": mixing["distinct_labels_ratio"],
+        "pool": loader.sampler.pool,
+        "max_open": handle.max_open,
+        "files_opened_per_worker_epoch": opened,
+    }
+
+
+def run(files: list[int], seconds: float, root: Path) -> list[dict[str, Any]]:
+    write_files(root, max(files))
+    rows = []
+    for n in files:
+        for mode in ("before", "after"):
+            spec = {"files": n, "mode": mode, "seconds": seconds, "root": str(root)}
+            cmd = [sys.executable, "-m", "benchmarks.bench_files", "--child", json.dumps(spec)]
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode:
+                raise RuntimeError(f"{spec}: {done.stderr[-3000:]}")
+            out = done.stdout
+            rows.append(json.loads(out.strip().splitlines()[-1]))
+            print(json.dumps(rows[-1]), file=sys.stderr)
+    return rows
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = ("| files | mode | cells/s | x 10-file rate | distinct vs uniform | pool | open cap "
+            "| files opened / worker / epoch | make_loader s | describe s |")  # fmt: skip
+    lines = [head, "|" + "---|" * 10]
+    base = {
+        r["mode"]: r["cells_per_s"] for r in rows if r["files"] == min(x["files"] for x in rows)
+    }
+    for r in rows:
+        lines.append(
+            f"| {r['files']} | {r['mode']} | {r['cells_per_s']:,.0f} | "
+            f"{r['cells_per_s'] / base[r['mode']]:.2f} | {r['distinct_ratio']:.3f} | "
+            f"{r['pool']:,} | {r['max_open']} | {r['files_opened_per_worker_epoch']:,.0f} | "
+            f"{r['make_loader_s']:.2f} | {r['describe_s']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", type=int, nargs="+", default=[10, 100, 1000])
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--root", type=Path, default=Path("/tmp/chunkio-bench-files"))
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(measure(json.loads(args.child))))
+        return
+    rows = run(args.files, args.seconds, args.root)
+    if args.out:
+        args.out.write_text(json.dumps(rows, indent=1))
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""Stacked window variables streamed through one cache of decoded chunks (beyond the budget).
+
+When a window field's arrays do not fit ``Workers(hold_bytes)``, its variables cannot be held
+whole (:func:`chunkio.read.windows.held_stack`). Read one by one through each variable's own
+cache, a batch costs a plan, a ``np.unique`` and a gather per variable plus one Python-level
+copy per ``(anchor, step, variable)`` row (the rows land strided in the batch): about 10x the
+held path's time beside the decode. Here the variables share one cache whose slots hold one
+row chunk of each, ``(V, rows_per_chunk, *shape)`` (each variable's chunk decoded in place,
+no staging copy): a batch admits the chunks its rows reach (those the cache lacks decoded
+once) and is then one ``np.take`` of ``(row, variable)`` runs straight into the batch. The
+cache is shared by every window field of the same arrays (a field of one of the variables
+alone reads its lane) and sized by the order's mixing pool
+(:func:`chunkio.sampling.order.pool_capacity_chunks`), so each chunk is decoded about once per
+pass over the data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..util.numeric import IntArray
+from ..util.shared_stack import StackShape
+from .base import ReadContext
+from .cache import DecodedChunkCache
+
+__all__ = ["StreamedStack", "streamed_lane", "streamed_stack", "variable_field_name"]
+
+
+def streamed_stack(ctx: ReadContext, shape: StackShape) -> StreamedStack | None:
+    """The process's one streamed stack of ``shape``'s arrays (shared by every window field
+    of those arrays), or ``None`` when its variables are chunked apart along time (a slot
+    would not be whole chunks of each) or one of them has a reader of its own already."""
+    key = ("streamed", *shape.arrays)
+    found = ctx.shared.get(key)
+    if isinstance(found, StreamedStack):
+        return found
+    if len(set(shape.chunk_rows)) != 1 or any(a in ctx.shared for a in shape.arrays):
+        return None
+    stack = ctx.shared[key] = StreamedStack(ctx, shape)
+    return stack
+
+
+def streamed_lane(ctx: ReadContext, array: str) -> tuple[StreamedStack, int] | None:
+    """The streamed stack that holds ``array`` and its lane there, if one does: a window
+    field of that variable alone reads it from there (each chunk decoded once per process)."""
+    for found in ctx.shared.values():
+        if isinstance(found, StreamedStack) and array in found.shape.arrays:
+            return found, found.shape.arrays.index(array)
+    return None
+
+
+class StreamedStack:
+    """Row chunks of a window field's variables decoded side by side into cache slots."""
+
+    def __init__(self, ctx: ReadContext, shape: StackShape) -> None:
+        self.ctx = ctx
+        self.shape = shape
+        self.rows_per_chunk = max(1, shape.chunk_rows[0])
+        # ctx.cache_chunks counts chunks of the dataset's rows per chunk (the order's unit)
+        spc = max(1, ctx.layout.samples_per_chunk)
+        self.cache = DecodedChunkCache(
+            rows_per_chunk=self.rows_per_chunk,
+            sample_shape=(len(shape.arrays), *shape.sample_shape),
+            dtype=shape.dtype,
+            capacity=max(1, -(-ctx.cache_chunks * spc // self.rows_per_chunk)),
+        )
+        #: variable -> the name its chunk counts go under in the read statistics (as the
+        #: variable's own reader counts them)
+        self._counted = [variable_field_name(a) for a in shape.arrays]
+
+    def gather(self, rows: IntArray, out: npt.NDArray[Any], lane: int | None = None) -> None:
+        """Rows ``rows`` of every variable into ``out``, ``(len(rows), V * row size)`` (of
+        variable ``lane`` alone: ``(len(rows), row size)``); chunks the cache lacks decoded
+        once."""
+        per_chunk, variables = self.rows_per_chunk, len(self.shape.arrays)
+        chunks, inverse = np.unique(rows // per_chunk, return_inverse=True)
+        slots = self._admit(chunks)
+        # a slot is V blocks of one chunk's rows, one per variable (each decoded in place)
+        first = slots[inverse.reshape(-1)] * (variables * per_chunk) + rows % per_chunk
+        if lane is None:  # (row, variable) pairs: V row-sized runs per batch row, in order
+            where = (first[:, None] + np.arange(variables) * per_chunk).reshape(-1)
+        else:
+            where = first + lane * per_chunk
+        buffer = self.cache.buffer  # after admit: it may have grown
+        flat = buffer.reshape(len(buffer) * variables, -1)
+        # mode="clip": every row is in range; "raise" gathers into a temporary
+        np.take(flat, where, axis=0, out=out.reshape(len(where), -1), mode="clip")
+
+    def _admit(self, chunks: IntArray) -> IntArray:
+        """The cache slot of each of ``chunks``, decoding those it lacks into their slots."""
+        ctx, cache, shape = self.ctx, self.cache, self.shape
+        per_chunk, variables = self.rows_per_chunk, len(shape.arrays)
+        slots, runs = cache.admit(chunks)
+        blocks = cache.buffer.reshape(cache.capacity, variables, per_chunk, -1)
+        decoded = rows = 0
+        try:
+            for run, first_slot in runs:
+                for k, chunk in enumerate(run):
+                    a = chunk * per_chunk
+                    b = min(a + per_chunk, shape.num_rows)
+                    for j, array in enumerate(shape.arrays):
+                        dest = blocks[first_slot + k, j, : b - a].reshape(
+                            b - a, *shape.sample_shape
+                        )
+                        ctx.reader.read_into(array, [(a, b)], dest)
+                    rows += b - a
+                decoded += len(run)
+        except BaseException:
+            cache.forget([c for run, _ in runs for c in run])  # never serve a bad slot
+            raise
+        stats = ctx.stats
+        stats.chunks_read += decoded * variables
+        stats.rows_decoded += rows * variables
+        stats.cache_hits += (len(chunks) - decoded) * variables
+        for name in self._counted:
+            stats.per_field[name] = stats.per_field.get(name, 0) + decoded
+        return slots
+
+    def prefetch(self, rows: IntArray) -> None:
+        """Start fetching the chunks of ``rows`` the cache lacks (remote readers)."""
+        prefetch = getattr(self.ctx.reader, "prefetch", None)
+        if callable(prefetch):
+            chunks = np.unique(rows // self.rows_per_chunk).tolist()
+            missing = [c for c in chunks if c not in self.cache]
+            for array in self.shape.arrays:
+                prefetch(array, missing)
+
+
+def variable_field_name(array: str) -> str:
+    """The dense field a window variable ``array`` is read (and its chunks counted) as."""
+    return "v_" + "".join(c if c.isalnum() or c in "_-" else "_" for c in array)[:120]

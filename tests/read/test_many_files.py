@@ -1,0 +1,181 @@
+"""Hundreds of files as one dataset: the file-aware order (:mod:`chunkio.sampling.file_order`)
+keeps each reader on a few files at a time while batches mix like a uniform shuffle, and
+``make_loader`` reads a few files' labels, not every file's. Not timed: the rates are in
+``benchmarks/bench_files.py``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import chunkio
+from chunkio.collection.core import MAX_OPEN_FILES, FileSetCore
+from chunkio.collection.files import FileSet
+from chunkio.errors import IncompatibleStateError
+from chunkio.sampling.epoch_order import EpochOrder
+from chunkio.sampling.label_check import check_label_mixing
+from chunkio.sampling.label_metrics import label_mixing
+from chunkio.sampling.order import OrderSpec
+
+h5py = pytest.importorskip("h5py")
+
+FILES, ROWS, CLASSES = 200, 20, 7
+FIELDS = {"x": "x", "label": "label"}
+
+
+def _write(root: Path, labels: np.ndarray) -> list[str]:
+    """``FILES`` HDF5 files of ``ROWS`` rows each (a user's own files, read in place)."""
+    root.mkdir(exist_ok=True)
+    paths = []
+    for k in range(FILES):
+        path = root / f"{k:03d}.h5"
+        rows = slice(k * ROWS, (k + 1) * ROWS)
+        with h5py.File(path, "w") as f:
+            f["x"] = np.arange(rows.start, rows.stop, dtype=np.float32)[:, None].repeat(3, 1)
+            f["label"] = labels[rows]
+        paths.append(str(path))
+    return paths
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory) -> tuple[list[str], np.ndarray]:
+    """Files whose labels are drawn at random: each holds most classes."""
+    labels = np.random.default_rng(0).integers(0, CLASSES, FILES * ROWS)
+    return _write(tmp_path_factory.mktemp("mixed"), labels), labels
+
+
+def _opened(loader: chunkio.ChunkLoader, readers: int) -> list[int]:
+    """Files each of ``readers`` loader workers opens over one epoch: each reads its rows of
+    every batch through its own per-process handle, as the ring's workers do."""
+    opened = []
+    for r in range(readers):
+        core = loader.dataset._open_handle()
+        assert isinstance(core, FileSetCore)
+        for batch in loader.sampler.iter_batches(0):
+            lo, hi = loader.sampler.reader_rows(batch.size, readers)[r]
+            core.read(["x"], batch[lo:hi])
+        opened.append(core.opened)
+        core.close()
+    return opened
+
+
+def test_each_worker_opens_each_of_its_files_about_once_per_epoch(mixed) -> None:
+    paths, labels = mixed
+    ds = chunkio.ChunkDataset(paths, fields=FIELDS)
+    loader = chunkio.make_loader(ds, 64, num_workers=2)
+    try:
+        opened = _opened(loader, 2)
+        # each worker reads its half of the lanes: its files once, plus the files at the
+        # edges of its lanes (shared with a neighbour)
+        assert sum(opened) <= FILES + 2 * loader.sampler.lanes
+        assert max(opened) <= FILES // 2 + loader.sampler.lanes
+        mixing = label_mixing(list(loader.sampler.iter_batches(0)), labels)
+        assert mixing["distinct_labels_ratio"] >= 0.9  # as mixed as a uniform shuffle, to 10%
+    finally:
+        loader.close()
+
+
+def test_the_order_before_it_reopened_files_for_every_batch(mixed) -> None:
+    """The same loader with the order built as for one dataset (no file grouping, the pool
+    sized by memory alone) and the old open-file cap: what the bound above rules out."""
+    paths, _ = mixed
+    ds = chunkio.ChunkDataset(paths, fields=FIELDS)
+    sampler = chunkio.ChunkBatchSampler(ds.chunk_sizes(), 64, pool=FILES * ROWS, seed=0)
+    core = FileSetCore(ds._files, max_open=MAX_OPEN_FILES)
+    for batch in sampler.iter_batches(0):
+        core.read(["x"], batch[: batch.size // 2])
+    assert core.opened > 3 * FILES  # each batch spans most files: >> one open per file
+    core.close()
+
+
+def test_make_loader_reads_a_few_files_labels(mixed, monkeypatch) -> None:
+    paths, _ = mixed
+    ds = chunkio.ChunkDataset(paths, fields=FIELDS)
+    reads: list[int] = []
+    original = FileSet.part_labels
+    monkeypatch.setattr(
+        FileSet, "part_labels", lambda self, i, info: reads.append(i) or original(self, i, info)
+    )
+    chunkio.make_loader(ds, 64, num_workers=0).close()
+    assert 0 < len(reads) <= 8  # the stored order judged from a few files spread over the list
+    assert max(reads) == FILES - 1 and min(reads) == 0
+
+
+def test_label_sorted_files_are_judged_from_the_files_batches_touch(tmp_path, monkeypatch) -> None:
+    labels = np.repeat(np.arange(FILES) % CLASSES, ROWS)  # one class per file
+    ds = chunkio.ChunkDataset(_write(tmp_path / "sorted", labels), fields=FIELDS)
+    sampler = chunkio.ChunkBatchSampler(
+        ds.chunk_sizes(), 16, pool=10 * ROWS, files=ds._files.chunks_per_file()
+    )
+    reads: list[int] = []
+    original = FileSet.part_labels
+    monkeypatch.setattr(
+        FileSet, "part_labels", lambda self, i, info: reads.append(i) or original(self, i, info)
+    )
+    found = check_label_mixing(ds, sampler)
+    assert found is not None and found["stored_ratio"] < 0.5
+    assert len(set(reads)) < FILES // 2  # only the files of the first batches
+    expected = label_mixing(list(sampler.iter_batches(0))[:64], labels)
+    assert found["loader_distinct"] == pytest.approx(expected["distinct_labels"])
+
+
+@pytest.mark.parametrize("files", [[3, 1, 2, 4], [1] * 10])
+def test_the_file_order_keeps_files_whole_and_resumes_and_splits(files: list[int]) -> None:
+    sizes = np.arange(1, sum(files) + 1) % 5 + 3
+    file_of_chunk = np.repeat(np.arange(len(files)), files)
+    sample_file = np.repeat(file_of_chunk, sizes)
+    one_lane = EpochOrder(sizes, OrderSpec(4, 0, lanes=1), seed=1, epoch=2, files=files)
+    runs = np.diff(sample_file[np.concatenate(list(one_lane.batches()))]) != 0
+    assert runs.sum() == len(files) - 1  # each file read in one run
+    spec = OrderSpec(6, 12, lanes=3)
+    order = EpochOrder(sizes, spec, seed=1, epoch=2, files=files)
+    whole = [b.tolist() for b in order.batches()]
+    assert sorted(np.concatenate(whole).tolist()) == list(range(int(sizes.sum())))
+    assert [b.tolist() for b in order.batches(start=3)] == whole[3:]  # resume
+    assert whole == [
+        b.tolist() for b in EpochOrder(sizes, spec, seed=1, epoch=2, files=files).batches()
+    ]
+    assert whole != [
+        b.tolist() for b in EpochOrder(sizes, spec, seed=1, epoch=3, files=files).batches()
+    ]
+    ranks = [list(order.rank_batches(r, 2)) for r in range(2)]
+    joined = [np.concatenate(parts).tolist() for parts in zip(*ranks, strict=True)]
+    assert joined[: len(whole) - 1] == whole[:-1]  # the ranks' rows make the global batch
+
+
+def test_a_state_saved_without_files_does_not_resume_the_file_order() -> None:
+    sizes = [5] * 6
+    grouped = chunkio.ChunkBatchSampler(sizes, 4, files=[2, 2, 2], world_size=1, rank=0)
+    plain = chunkio.ChunkBatchSampler(sizes, 4, world_size=1, rank=0)
+    with pytest.raises(IncompatibleStateError, match="files_sha256"):
+        grouped.load_state_dict(plain.state_dict())
+    with pytest.raises(IncompatibleStateError, match="files_sha256"):
+        plain.load_state_dict(grouped.state_dict())
+    again = chunkio.ChunkBatchSampler(sizes, 4, files=[2, 2, 2], world_size=1, rank=0)
+    again.load_state_dict(grouped.state_dict(batches_done=2))
+    assert [list(b) for b in again] == [list(b) for b in grouped][2:]
+
+
+def test_files_must_count_every_chunk() -> None:
+    with pytest.raises(ValueError, match="summing to the 6 chunks"):
+        chunkio.ChunkBatchSampler([5] * 6, 4, files=[2, 2], world_size=1, rank=0)
+
+
+def test_one_chunk_files_read_whole_give_what_planned_reads_give(mixed) -> None:
+    paths, labels = mixed
+    ds = chunkio.ChunkDataset(paths, fields=FIELDS)
+    sampler = chunkio.ChunkBatchSampler(
+        ds.chunk_sizes(), 64, pool=2 * ROWS, files=ds._files.chunks_per_file(), world_size=1
+    )
+    whole, planned = FileSetCore(ds._files, max_open=FILES), FileSetCore(ds._files)
+    for batch in sampler.iter_batches(0):
+        got = whole.read(["x", "label"], batch, once=True)
+        want = planned.read(["x", "label"], batch)
+        np.testing.assert_array_equal(got["x"], want["x"])
+        np.testing.assert_array_equal(got["label"], labels[batch])
+        np.testing.assert_array_equal(want["x"][:, 0], batch)
+    assert whole.opened == FILES and not whole._whole  # each file read once, none kept after
+    whole.close()
+    planned.close()
