@@ -1,4 +1,5 @@
-"""An array's metadata document (v3 ``zarr.json``, v2 ``.zarray``) checked at the boundary.
+"""An array's metadata document (v3 ``zarr.json``, v2 ``.zarray``) checked at the boundary:
+its fields (:func:`check_array_document`), then its codecs (:func:`check_codecs`).
 
 Every field of the document that chunkio reads (to pick an engine, refuse codecs, size a
 chunk buffer) is checked for its type and range here, once, before anything uses it: a
@@ -16,14 +17,17 @@ samples than a chunk holds).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from ...errors import FormatError
+from ...errors import FormatError, OptionalDependencyError, UnsafeInputError
+from ..codec_packages import missing_zarr_codecs, zarr_install_hint
+from ..codec_table import ZARR2_SAFE, ZARR_SAFE
+from .shard import shard_layout
 
-__all__ = ["MAX_CHUNK_BYTES", "check_array_document"]
+__all__ = ["MAX_CHUNK_BYTES", "check_array_document", "check_codecs"]
 
 #: the most bytes one chunk may declare: what Blosc (and numcodecs' other codecs, whose
 #: buffers are C ints) take in one buffer; a larger chunk cannot have been written by them
@@ -169,4 +173,50 @@ def _check_chunk_bytes(chunks: tuple[int, ...], itemsize: int, where: str) -> No
         raise FormatError(
             f"{where}: a chunk of {list(chunks)} x {itemsize} bytes is {nbytes} bytes; at most "
             f"{MAX_CHUNK_BYTES} expected (the most one chunk is decoded into)"
+        )
+
+
+def check_codecs(
+    meta: Mapping[str, Any], name: str, where: str, *, trust: bool = False
+) -> tuple[str, ...]:
+    """The array's codec names (v2: its compressor and filter ids; v3: its codecs, those
+    inside shards included), refused unless decoding them cannot run code (or ``trust``),
+    and unless a codec registry here knows each (:class:`OptionalDependencyError` naming the
+    package to install), before zarr parses or decodes anything."""
+    fmt = 2 if meta.get("zarr_format") == 2 else 3
+    what = f"{where}: array {name!r}" + (" (Zarr v2)" if fmt == 2 else "")
+    if fmt == 2:
+        configs = [meta.get("compressor"), *(meta.get("filters") or [])]
+        names = [str(c.get("id")) for c in configs if isinstance(c, Mapping)]
+    else:
+        codecs = list(meta.get("codecs") or [])
+        names = [str(c.get("name")) for c in codecs if c.get("name") != "sharding_indexed"]
+        if not trust:  # before the shard configuration is parsed
+            _refuse_unsafe(names, ZARR_SAFE, what, fmt)
+        layout = shard_layout(meta, where=what)  # FormatError if unreadable
+        if layout is not None:
+            names += [str(c.get("name")) for c in (*layout.inner_codecs, *layout.index_codecs)]
+    if not trust:
+        _refuse_unsafe(names, ZARR2_SAFE if fmt == 2 else ZARR_SAFE, what, fmt)
+    missing = missing_zarr_codecs(names, fmt)
+    if missing:
+        registry = "numcodecs" if fmt == 2 else "zarr-python"
+        hints = "; ".join(f"{c!r}: {zarr_install_hint(c)}" for c in missing)
+        raise OptionalDependencyError(
+            f"{what} declares codec(s) {missing} that this installation cannot decode (no "
+            f"{registry} codec of that name is registered): {hints}"
+        )
+    return tuple(names)
+
+
+def _refuse_unsafe(names: Sequence[str], safe: frozenset[str], what: str, fmt: int) -> None:
+    """Raise :class:`UnsafeInputError` naming the codecs of ``names`` outside ``safe`` (and
+    what to install for those no registry knows either)."""
+    unsafe = [n for n in names if n not in safe]
+    if unsafe:
+        missing = missing_zarr_codecs(unsafe, fmt)
+        hints = "".join(f"; {c!r} is not installed either: {zarr_install_hint(c)}" for c in missing)
+        raise UnsafeInputError(
+            f"{what} declares codec(s) {unsafe}; chunkio only decodes {sorted(safe)} unless "
+            f"opened with trust_codecs=True{hints}"
         )

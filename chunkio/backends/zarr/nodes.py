@@ -12,10 +12,12 @@ import zarr
 
 from ...errors import ChunkioError, CorruptChunkError, FormatError, MissingFieldError
 
-__all__ = ["array_attrs", "group_attrs", "read_text"]
+__all__ = ["ZARR_DECODE_ERRORS", "array_attrs", "group_attrs", "read_text"]
 
-#: what zarr-python raises on chunk bytes or documents it cannot decode
-_DECODE_ERRORS = (ValueError, RuntimeError, KeyError, TypeError, IndexError)
+#: what zarr-python's codecs and chunk decoding raise on bytes they cannot decode (e.g.
+#: numcodecs' Zstd: ``RuntimeError: Zstd decompression error``; a chunk of the wrong size:
+#: ``ValueError``; a codec's framing: ``KeyError``, ``TypeError``, ``IndexError``)
+ZARR_DECODE_ERRORS = (ValueError, RuntimeError, KeyError, TypeError, IndexError, AssertionError)
 
 
 def _node(group: Any, name: str, where: str) -> Any:
@@ -25,7 +27,7 @@ def _node(group: Any, name: str, where: str) -> Any:
         raise MissingFieldError(f"{where}: nothing at {name!r}") from err
     except ChunkioError:
         raise
-    except _DECODE_ERRORS as err:  # a zarr.json zarr-python cannot parse
+    except ZARR_DECODE_ERRORS as err:  # a zarr.json zarr-python cannot parse
         raise FormatError(
             f"{where}: {name!r} cannot be opened by zarr-python ({type(err).__name__}: {err})"
         ) from err
@@ -44,7 +46,7 @@ def read_text(group: Any, name: str, where: str) -> list[str]:
         raise FormatError(f"{where}: {name!r} is not an array of strings")
     try:
         values = np.asarray(node[...]).reshape(-1).tolist()
-    except _DECODE_ERRORS as err:  # zarr-python's codecs: e.g. "Zstd decompression error"
+    except ZARR_DECODE_ERRORS as err:  # zarr-python's codecs: e.g. "Zstd decompression error"
         raise CorruptChunkError(
             f"{where}: array {name!r} (read whole by zarr-python) cannot be decoded "
             f"({type(err).__name__}: {err})"
