@@ -8,6 +8,7 @@ travels is the location string they were opened from.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -16,11 +17,13 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from ..errors import FormatError
 from .codec_table import CODECS, DEFAULT_CODEC, CodecInfo, Compression
 
 __all__ = [
     "CODECS",
     "DEFAULT_CODEC",
+    "MAX_WHOLE_BYTES",
     "ArrayInfo",
     "ArraySpec",
     "CodecInfo",
@@ -303,15 +306,33 @@ def coalesce(ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int, int]]:
     return runs
 
 
+#: the most bytes :func:`read_all` allocates for one array, by its declared shape: the arrays
+#: read whole are per-sample indexes (offsets, spans, labels, codes; 8 GiB: the offsets of a
+#: billion samples), so a larger declaration is damage or a hostile file, refused before any
+#: allocation instead of met as a MemoryError (or a swap storm) sized by metadata
+MAX_WHOLE_BYTES = 2**33
+
+
 def read_all(reader: Reader, name: str) -> npt.NDArray[Any]:
     """Every element of array ``name``, read chunk by chunk along axis 0 (small arrays:
-    labels, offsets, a table's columns)."""
+    labels, offsets, a table's columns).
+
+    An array declaring more than :data:`MAX_WHOLE_BYTES` is a
+    :class:`~chunkio.errors.FormatError` naming it, before anything is allocated."""
     info = reader.array_info(name)
+    # Python ints: a hostile shape's product must not wrap around to a small number
+    nbytes = math.prod(int(n) for n in info.shape) * info.dtype.itemsize
+    if nbytes > MAX_WHOLE_BYTES:
+        raise FormatError(
+            f"{reader.location}: array {name!r} declares shape {tuple(info.shape)} "
+            f"{info.dtype}: {nbytes} bytes, read whole; at most {MAX_WHOLE_BYTES} expected "
+            "(an index of samples; the shape is corrupt)"
+        )
     out = np.empty(info.shape, dtype=info.dtype)
     rows = int(info.shape[0]) if info.shape else 0
     if rows:
         step = max(1, int(info.chunks[0])) if info.chunks else rows
         reader.read_into(name, [(a, min(a + step, rows)) for a in range(0, rows, step)], out)
     elif not info.shape:
-        raise ValueError(f"{reader.location}: array {name!r} is 0-D; expected axis 0")
+        raise FormatError(f"{reader.location}: array {name!r} is 0-D; expected axis 0")
     return out

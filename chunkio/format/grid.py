@@ -370,6 +370,11 @@ def checked_encoded(
 ) -> None:
     """An encoded image field's stored ``spans`` (N x 2, in ``total`` bytes in chunks of
     ``chunk_len``) and ``shapes`` (N x 3), checked by :func:`checked_spans` and
-    :func:`checked_image_shapes` (``sample_shape`` and ``encoding``: the field's)."""
+    :func:`checked_image_shapes` (``sample_shape`` and ``encoding``: the field's), one of
+    each per sample."""
     checked_spans(spans, grid, chunk_len, total, where=where)
-    checked_image_shapes(shapes, sample_shape, encoding, where=where)
+    found = checked_image_shapes(shapes, sample_shape, encoding, where=where)
+    if len(found) != grid.num_samples:
+        raise FormatError(
+            f"{where}: expected a shape for each of {grid.num_samples} samples; got {len(found)}"
+        )

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..backends import ArrayInfo, Reader, ReaderOptions
-from ..errors import FormatError
+from ..errors import ChunkioError, FormatError
 from .cf import decode_layout
 from .foreign import FieldSelection, field_arrays, foreign_fields, foreign_volumes, layout_of
 from .layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, check_arrays
@@ -27,6 +27,10 @@ from .volume_layout import VolumeSet
 from .windows import Anchors, WindowSet, is_windowed, open_windows, window_fields
 
 __all__ = ["DEFAULT_PRELOAD_BYTES", "LayoutOptions", "StoreLayout", "open_layout"]
+
+#: what h5py and zarr-python raise on bytes they cannot parse (h5py maps HDF5's errors to
+#: these; a chunkio error, a missing file and a refused permission pass through as they are)
+_LIBRARY_ERRORS = (OSError, RuntimeError, KeyError)
 
 #: fields whose whole array is at most this large (labels, ids) are read once per process
 DEFAULT_PRELOAD_BYTES = 16 * 2**20
@@ -127,15 +131,27 @@ def open_layout(
     >>> found.native, found.layout.field_names, found.layout.num_samples
     (True, ('x',), 6)
     >>> reader.close()
+
+    A file its library cannot parse while the layout is read (h5py's ``OSError`` or
+    ``RuntimeError`` on a damaged object header, zarr-python's on a damaged document) is a
+    :class:`~chunkio.errors.FormatError` naming the store.
     """
-    attrs = reader.attrs()
-    if is_windowed(fields, options.anchors):
-        found = _windows(reader, attrs, fields, options)
-    elif _is_native(attrs):
-        found = _native(reader, attrs, options)
-    else:
-        found = _foreign(reader, attrs, fields, options)
-    return _cf_decoded(reader, found) if options.decode_cf else found
+    try:
+        attrs = reader.attrs()
+        if is_windowed(fields, options.anchors):
+            found = _windows(reader, attrs, fields, options)
+        elif _is_native(attrs):
+            found = _native(reader, attrs, options)
+        else:
+            found = _foreign(reader, attrs, fields, options)
+        return _cf_decoded(reader, found) if options.decode_cf else found
+    except (ChunkioError, FileNotFoundError, PermissionError):
+        raise
+    except _LIBRARY_ERRORS as err:
+        raise FormatError(
+            f"{reader.location}: its layout cannot be read: the file is damaged or not one "
+            f"its library reads ({type(err).__name__}: {err})"
+        ) from err
 
 
 def _cf_decoded(reader: Reader, found: StoreLayout) -> StoreLayout:

@@ -13,8 +13,9 @@ and colour-converts the bands of rows that cover it only (:func:`chunkio.images.
 then takes the same resize.
 
 Stored sizes are checked before they size anything: the spans and shapes once, when the field
-is opened (each span inside the bytes, each shape positive and the field's where it declares
-one: :class:`~chunkio.errors.FormatError` naming the row), and each sample's shape against
+is opened (:func:`chunkio.format.grid.checked_encoded`: each span inside the bytes, where the
+writer places it, each shape an image the encoding can hold and the field's where it declares
+one: :class:`~chunkio.errors.FormatError` naming the sample), and each sample's shape against
 its bytes' header before a batch is allocated (:class:`~chunkio.errors.CorruptChunkError`
 naming the field, sample and bytes chunk).
 """
@@ -29,8 +30,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import CorruptChunkError, FormatError
-from ..format.grid import SampleGrid
+from ..errors import CorruptChunkError
+from ..format.grid import SampleGrid, checked_encoded
 from ..format.layout import FieldInfo
 from ..images import jpeg, yuv
 from ..images.decoders import ImageDecoder, image_decoder
@@ -55,7 +56,17 @@ class EncodedField:
         data = reader.array_info(self.data_name)
         self.chunk_len = int(data.chunks[0])
         self.grid = SampleGrid(int(data.shape[0]), self.chunk_len)
-        self._check_index(int(data.shape[0]), spans_name, shapes_name)
+        # the one check of the stored index (the one ragged and sparse fields' go through)
+        checked_encoded(
+            self.spans,
+            self.shapes,
+            ctx.grid,
+            self.chunk_len,
+            self.grid.num_samples,
+            sample_shape=info.sample_shape,
+            encoding=str(info.encoding),
+            where=f"{reader.location}: field {info.name!r} ({spans_name!r}, {shapes_name!r})",
+        )
         self.decoder: ImageDecoder = image_decoder(info.encoding)  # type: ignore[arg-type]
         # crops of JPEGs decoded by region: libjpeg-turbo, as the default decoder's
         self.region_decode = (
@@ -65,39 +76,6 @@ class EncodedField:
         self.cache_chunks = max(1, 2 * ctx.cache_chunks)
         self._cache: OrderedDict[int, npt.NDArray[np.uint8]] = OrderedDict()
         self._local = threading.local()  # decode buffers, one set per decoding thread
-
-    def _check_index(self, size: int, spans_name: str, shapes_name: str) -> None:
-        """The stored spans and shapes, checked once before any is used: each span inside
-        the bytes, each shape positive (and the field's, where it declares one). A corrupt
-        index is refused here, naming the row, not met as an allocation or a read it sizes."""
-        where = f"{self.reader.location}: field {self.info.name!r}"
-        spans, shapes = self.spans, self.shapes
-        if spans.ndim != 2 or spans.shape[1] != 2 or shapes.ndim != 2 or shapes.shape[1] != 3:
-            raise FormatError(
-                f"{where}: {spans_name!r} must be (N, 2) and {shapes_name!r} (N, 3); got "
-                f"{spans.shape} and {shapes.shape}"
-            )
-        if len(spans) != len(shapes):
-            raise FormatError(
-                f"{where}: {spans_name!r} has {len(spans)} rows, {shapes_name!r} {len(shapes)}"
-            )
-        bad = (spans[:, 0] < 0) | (spans[:, 0] > spans[:, 1]) | (spans[:, 1] > size)
-        if bad.any():
-            row = int(np.argmax(bad))
-            raise FormatError(
-                f"{where}: {spans_name!r} row {row} is {spans[row].tolist()}; a [start, stop) "
-                f"inside the {size} bytes of {self.data_name!r} expected"
-            )
-        fixed = self.info.sample_shape
-        wrong = (shapes < 1).any(axis=1)
-        if fixed is not None and len(fixed) == 3:
-            wrong = wrong | (shapes != np.asarray(fixed)).any(axis=1)
-        if wrong.any():
-            row = int(np.argmax(wrong))
-            want = f"{tuple(fixed)} (the field's shape)" if fixed is not None else "sizes >= 1"
-            raise FormatError(
-                f"{where}: {shapes_name!r} row {row} is {shapes[row].tolist()}; {want} expected"
-            )
 
     def _check_shape(self, data: npt.NDArray[np.uint8], shape: tuple[int, ...]) -> None:
         """The sample's stored ``(C, H, W)`` against its bytes' header (raw: their length),

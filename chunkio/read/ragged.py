@@ -1,5 +1,6 @@
 """Ragged fields: samples of different shapes, stored as one flat values array plus each
-sample's offset and shape (read whole once per process).
+sample's offset and shape (read whole once per process, and checked then, before any of them
+sizes a read: :func:`chunkio.format.grid.checked_ragged`, a FormatError naming the sample).
 
 Without a transform a batch is a list of arrays, one per sample. With a field transform (images
 of several sizes stored raw, e.g. by ``convert_images(..., encoding="raw")``) each sample is
@@ -15,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import TransformError
-from ..format.grid import SampleGrid
+from ..format.grid import SampleGrid, checked_ragged
 from ..format.layout import FieldInfo
 from ..transforms.sample import FieldTransform, transform_rows
 from ..util.numeric import IntArray, ceil_div
@@ -33,11 +34,21 @@ class RaggedField:
         self.ctx = ctx
         self.info = info
         self.values_name, offsets_name, shapes_name = info.array_names()
+        where = f"{ctx.reader.location}: field {info.name!r} ({offsets_name!r}, {shapes_name!r})"
         self.offsets = read_whole(ctx.reader, offsets_name).astype(np.int64)
         self.shapes = read_whole(ctx.reader, shapes_name).astype(np.int64)
         values = ctx.reader.array_info(self.values_name)
         self.step = int(values.chunks[0])
         self.grid = SampleGrid(int(values.shape[0]), self.step)
+        # stored numbers: checked before any of them sizes a read or a staging buffer
+        checked_ragged(
+            self.offsets,
+            self.shapes,
+            ctx.grid,
+            self.step,
+            self.grid.num_samples,
+            where=where,
+        )
 
     def read(
         self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadRequest

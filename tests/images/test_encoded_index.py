@@ -46,15 +46,13 @@ def _read(path: Path, transform: Compose | None, indices: list[int]) -> None:
 
 
 @pytest.mark.parametrize("transform", [None, Compose([RandomResizedCrop(16)])])
-@pytest.mark.parametrize(
-    "shape", [[3, 8, 192], [1, 56, 64], [3, 2**31, 2**32], [3, 10**12, 1], [4, 56, 64]]
-)
+@pytest.mark.parametrize("shape", [[3, 8, 192], [1, 56, 64], [4, 56, 64], [3, 56, 65_535]])
 def test_a_shape_that_is_not_the_header_is_a_typed_error(
     store: Path, monkeypatch: pytest.MonkeyPatch, transform: Compose | None, shape: list[int]
 ) -> None:
-    """Sample 0 stored as 56x64 RGB; the shapes array claims otherwise: CorruptChunkError
-    naming the field and sample, on the region and the whole-image paths, before anything is
-    allocated by the claim."""
+    """Sample 0 stored as 56x64 RGB; the shapes array claims another image the encoding could
+    hold: CorruptChunkError naming the field and sample, on the region and the whole-image
+    paths, before anything is allocated by the claim."""
     _set(store, "image__shapes", 0, shape)
     _read(store, transform, [1, 2])  # the others are still read
     for region in (True, False):
@@ -63,27 +61,35 @@ def test_a_shape_that_is_not_the_header_is_a_typed_error(
             _read(store, transform, [1, 0])
 
 
+#: the field's arrays, as every message names them
+ARRAYS = r"field 'image' \('image__spans', 'image__shapes'\): "
+
+
 @pytest.mark.parametrize(
     ("name", "value", "match"),
     [
-        ("image__spans", [0, 10**9], r"row 2 is \[0, 1000000000\]; a \[start, stop\) inside"),
-        ("image__spans", [-5, 3], r"row 2 is \[-5, 3\]"),
-        ("image__spans", [30, 20], r"row 2 is \[30, 20\]"),
-        ("image__shapes", [3, 0, 64], r"'image__shapes' row 2 is \[3, 0, 64\]; sizes >= 1"),
-        ("image__shapes", [-3, 56, 64], r"row 2 is \[-3, 56, 64\]"),
+        ("image__spans", [0, 10**9], r"sample 2 has the bytes \[0, 1000000000\): expected 0 <="),
+        ("image__spans", [-5, 3], r"sample 2 has the bytes \[-5, 3\)"),
+        ("image__spans", [30, 20], r"sample 2 has the bytes \[30, 20\)"),
+        ("image__shapes", [3, 0, 64], r"sample 2 has shape \(3, 0, 64\): expected \(channels 1-4"),
+        ("image__shapes", [-3, 56, 64], r"sample 2 has shape \(-3, 56, 64\)"),
+        ("image__shapes", [3, 2**31, 2**32], r"sample 2 has shape \(3, 2147483648, 4294967296\)"),
+        ("image__shapes", [3, 10**12, 1], r"sample 2 has shape \(3, 1000000000000, 1\)"),
+        ("image__shapes", [3, 2**14, 2**14], r"sample 2 .* at most 178956970 pixels"),
     ],
 )
 def test_spans_and_shapes_outside_their_bounds_are_refused_at_open(
     store: Path, name: str, value: list[int], match: str
 ) -> None:
+    """Refused when the field is opened (a dataset's first read), whatever is read."""
     _set(store, name, 2, value)
-    with pytest.raises(FormatError, match=match):
+    with pytest.raises(FormatError, match=ARRAYS + match):
         _read(store, None, [0])
 
 
 def test_a_declared_sample_shape_bounds_every_row(tmp_path: Path) -> None:
-    """Images of one size: the field declares (3, 32, 32); a row claiming more is refused at
-    open, however large its bytes' header says the image is."""
+    """Images of one size: the field declares (3, 32, 32); a row claiming another image
+    shape is refused at open, before its bytes' header is read."""
     src = tmp_path / "src" / "c0"
     src.mkdir(parents=True)
     for i in range(3):
@@ -96,6 +102,8 @@ def test_a_declared_sample_shape_bounds_every_row(tmp_path: Path) -> None:
         execution=chunkio.Execution(workers=1, progress=False),
     )
     _read(path, None, [0, 1, 2])
-    _set(path, "image__shapes", 1, [3, 2**31, 2**32])
-    with pytest.raises(FormatError, match=r"row 1 is .*; \(3, 32, 32\) \(the field's shape\)"):
+    _set(path, "image__shapes", 1, [3, 64, 64])  # an image JPEG can hold, not the field's
+    with pytest.raises(
+        FormatError, match=r"sample 1 has .*; the field declares every sample \(3, 32, 32\)"
+    ):
         _read(path, None, [0])

@@ -8,8 +8,7 @@ through zarr-python or h5py (checksums recomputed) the way a hostile file would 
 checks of :mod:`chunkio.format.grid` are run on the arrays as the field readers read them:
 each corruption is a :class:`~chunkio.errors.FormatError` naming the file, the field and the
 sample; every intact store passes. The readers call the same checks when they open a field
-(``read/ragged.py``, ``read/encoded.py``): the end-to-end table below says so, and is marked
-as expected to fail until both do.
+(``read/ragged.py``, ``read/encoded.py``): the end-to-end table below says so.
 """
 
 from __future__ import annotations
@@ -149,10 +148,6 @@ def test_corrupt_placement_is_a_format_error_naming_file_field_and_sample(
     assert says in str(caught.value)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="read/ragged.py and read/encoded.py do not call chunkio.format.grid's checks yet",
-)
 @pytest.mark.parametrize(
     ("store", "array", "change", "says"),
     [p for p in CASES if p.id in ("r-past", "r-zero-side", "e-other", "e-1e12")],

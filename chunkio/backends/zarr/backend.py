@@ -22,69 +22,21 @@ from ...errors import (
     FormatError,
     MissingChunkError,
     MissingFieldError,
-    OptionalDependencyError,
-    UnsafeInputError,
 )
 from ...util.numeric import ceil_div
 from .. import ReaderOptions
 from ..base import ArrayInfo, StageClock, check_region, coalesce
-from ..codec_packages import missing_zarr_codecs, zarr_install_hint
-from ..codec_table import ZARR2_SAFE, ZARR_SAFE, zarr2_codec_info, zarr2_codecs, zarr_codec_info
+from ..codec_table import zarr2_codec_info, zarr2_codecs, zarr_codec_info
 from .documents import RemoteDocuments, v2_array_document
 from .engine import ArrayEngine
-from .nodes import array_attrs, group_attrs, read_text
+from .metadata import check_array_document, check_codecs
+from .nodes import ZARR_DECODE_ERRORS, array_attrs, group_attrs, read_text
 from .shard import shard_layout
 from .shard_index import ShardIndexes
 from .sources import ByteSource, LocalFiles, RemoteObjects, describe, is_remote
 from .writing import CHUNK_KEY_ENCODING, ZarrWriter
 
 __all__ = ["CHUNK_KEY_ENCODING", "ZarrReader", "ZarrWriter"]
-
-
-def _check_codecs(
-    meta: Mapping[str, Any], name: str, where: str, *, trust: bool = False
-) -> tuple[str, ...]:
-    """The array's codec names (v2: its compressor and filter ids; v3: its codecs, those
-    inside shards included), refused unless decoding them cannot run code (or ``trust``),
-    and unless a codec registry here knows each (:class:`OptionalDependencyError` naming the
-    package to install), before zarr parses or decodes anything."""
-    fmt = 2 if meta.get("zarr_format") == 2 else 3
-    what = f"{where}: array {name!r}" + (" (Zarr v2)" if fmt == 2 else "")
-    if fmt == 2:
-        configs = [meta.get("compressor"), *(meta.get("filters") or [])]
-        names = [str(c.get("id")) for c in configs if isinstance(c, Mapping)]
-    else:
-        codecs = list(meta.get("codecs") or [])
-        names = [str(c.get("name")) for c in codecs if c.get("name") != "sharding_indexed"]
-        if not trust:  # before the shard configuration is parsed
-            _refuse_unsafe(names, ZARR_SAFE, what, fmt)
-        layout = shard_layout(meta, where=what)  # FormatError if unreadable
-        if layout is not None:
-            names += [str(c.get("name")) for c in (*layout.inner_codecs, *layout.index_codecs)]
-    if not trust:
-        _refuse_unsafe(names, ZARR2_SAFE if fmt == 2 else ZARR_SAFE, what, fmt)
-    missing = missing_zarr_codecs(names, fmt)
-    if missing:
-        registry = "numcodecs" if fmt == 2 else "zarr-python"
-        hints = "; ".join(f"{c!r}: {zarr_install_hint(c)}" for c in missing)
-        raise OptionalDependencyError(
-            f"{what} declares codec(s) {missing} that this installation cannot decode (no "
-            f"{registry} codec of that name is registered): {hints}"
-        )
-    return tuple(names)
-
-
-def _refuse_unsafe(names: Sequence[str], safe: frozenset[str], what: str, fmt: int) -> None:
-    """Raise :class:`UnsafeInputError` naming the codecs of ``names`` outside ``safe`` (and
-    what to install for those no registry knows either)."""
-    unsafe = [n for n in names if n not in safe]
-    if unsafe:
-        missing = missing_zarr_codecs(unsafe, fmt)
-        hints = "".join(f"; {c!r} is not installed either: {zarr_install_hint(c)}" for c in missing)
-        raise UnsafeInputError(
-            f"{what} declares codec(s) {unsafe}; chunkio only decodes {sorted(safe)} unless "
-            f"opened with trust_codecs=True{hints}"
-        )
 
 
 def _declared_arrays(attrs: Mapping[str, Any]) -> list[str]:
@@ -297,8 +249,9 @@ class ZarrReader:
                 raise MissingFieldError(f"{self.location}: array {name!r} is missing")
             if raw.get("node_type") == "group":
                 raise FormatError(f"{self.location}: {name!r} is a group, not an array")
-            # before zarr builds (or a reader decodes) anything
-            _check_codecs(raw, name, self.location, trust=self._trust)
+            # its fields typed, then its codecs, before zarr builds or decodes anything
+            check_array_document(raw, where=f"{self.location}: array {name!r}")
+            check_codecs(raw, name, self.location, trust=self._trust)
             engine = self._engine(name, raw) if self._remote is not None else None
             if engine is not None:  # no zarr array needed (nor its metadata requests)
                 self._fast[name] = engine
@@ -397,7 +350,7 @@ class ZarrReader:
                 self._require_chunks(arr, name, start, stop, step)
                 try:
                     out[offset : offset + stop - start] = arr[start:stop]
-                except ValueError as err:
+                except ZARR_DECODE_ERRORS as err:
                     raise CorruptChunkError(
                         f"{self.location}: array {name!r}, samples {start}..{stop - 1} "
                         f"(chunks {start // step}..{(stop - 1) // step}) cannot be decoded: {err}"
@@ -448,7 +401,7 @@ class ZarrReader:
                 raise MissingChunkError(f"{where}: chunk {coords} is missing from the store")
         try:
             out[...] = arr[region]
-        except ValueError as err:
+        except ZARR_DECODE_ERRORS as err:
             box = [(s.start, s.stop) for s in region]
             msg = f"{where}: a chunk of box {box} cannot be decoded: {err}"
             raise CorruptChunkError(msg) from err

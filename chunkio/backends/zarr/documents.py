@@ -98,6 +98,11 @@ class RemoteDocuments:
             self._docs[ROOT] = root
             if isinstance(consolidated, Mapping) and consolidated.get("kind") == "inline":
                 members = consolidated.get("metadata") or {}
+                if not isinstance(members, Mapping):
+                    raise FormatError(
+                        f"{self.where}: zarr.json 'consolidated_metadata'.'metadata' must be an "
+                        f"object of members' documents; got {members!r}"
+                    )
                 self._consolidate({str(k): v for k, v in members.items() if isinstance(v, Mapping)})
             return
         zgroup, zattrs, zmetadata = self.fetcher.get_objects([".zgroup", ".zattrs", ".zmetadata"])
@@ -108,7 +113,7 @@ class RemoteDocuments:
         attrs = {} if zattrs is None else self._parse(".zattrs", zattrs)
         self._docs[ROOT] = {**_v2_group_document(attrs), "zarr_format": group.get("zarr_format")}
         if zmetadata is not None:
-            self._consolidate(_v2_members(self._parse(".zmetadata", zmetadata) or {}))
+            self._consolidate(_v2_members(self._parse(".zmetadata", zmetadata) or {}, self.where))
 
     def _consolidate(self, members: Mapping[str, Mapping[str, Any]]) -> None:
         for name, doc in members.items():
@@ -173,10 +178,12 @@ class RemoteDocuments:
         return doc if isinstance(doc, dict) else None
 
 
-def _v2_members(zmetadata: Mapping[str, Any]) -> dict[str, Document]:
+def _v2_members(zmetadata: Mapping[str, Any], where: str) -> dict[str, Document]:
     """Members' documents from a v2 ``.zmetadata`` (keys ``path/.zarray``, ``path/.zgroup``,
     ``path/.zattrs``), normalised; the root's own entries left out (fetched themselves)."""
     entries = zmetadata.get("metadata") or {}
+    if not isinstance(entries, Mapping):
+        raise FormatError(f"{where}: .zmetadata 'metadata' must be an object; got {entries!r}")
     out: dict[str, Document] = {}
     for key, doc in entries.items():
         path, _, document = str(key).rpartition("/")

@@ -35,6 +35,7 @@ from ...remote.ahead import FetchAhead
 from ...util.numeric import ceil_div
 from ..base import StageClock, coalesce
 from .chunks import ChunkFiles
+from .metadata import check_array_document
 from .shard import (
     ShardLayout,
     inner_meta,
@@ -114,7 +115,10 @@ class ArrayEngine:
         cls, source: ByteSource, name: str, meta: dict[str, Any], *, fill_missing: bool = False
     ) -> ArrayEngine | None:
         """The engine for array ``name`` (its ``zarr.json``, or v2 ``.zarray``, as a dict), or
-        ``None`` where its codecs or grid are ones only zarr-python decodes."""
+        ``None`` where its codecs or grid are ones only zarr-python decodes. A document whose
+        fields chunkio reads are mistyped, or whose chunks hold none or too much, is a
+        :class:`~chunkio.errors.FormatError` (:func:`.metadata.check_array_document`)."""
+        check_array_document(meta, where=f"array {name!r}")
         layout = shard_layout(meta, where=f"array {name!r}")
         files = ChunkFiles.build("", name, inner_meta(meta, layout) if layout else meta)
         if files is None:

@@ -10,9 +10,14 @@ from typing import Any
 import numpy as np
 import zarr
 
-from ...errors import FormatError, MissingFieldError
+from ...errors import ChunkioError, CorruptChunkError, FormatError, MissingFieldError
 
-__all__ = ["array_attrs", "group_attrs", "read_text"]
+__all__ = ["ZARR_DECODE_ERRORS", "array_attrs", "group_attrs", "read_text"]
+
+#: what zarr-python's codecs and chunk decoding raise on bytes they cannot decode (e.g.
+#: numcodecs' Zstd: ``RuntimeError: Zstd decompression error``; a chunk of the wrong size:
+#: ``ValueError``; a codec's framing: ``KeyError``, ``TypeError``, ``IndexError``)
+ZARR_DECODE_ERRORS = (ValueError, RuntimeError, KeyError, TypeError, IndexError, AssertionError)
 
 
 def _node(group: Any, name: str, where: str) -> Any:
@@ -20,6 +25,12 @@ def _node(group: Any, name: str, where: str) -> Any:
         return group[name]
     except KeyError as err:
         raise MissingFieldError(f"{where}: nothing at {name!r}") from err
+    except ChunkioError:
+        raise
+    except ZARR_DECODE_ERRORS as err:  # a zarr.json zarr-python cannot parse
+        raise FormatError(
+            f"{where}: {name!r} cannot be opened by zarr-python ({type(err).__name__}: {err})"
+        ) from err
 
 
 def group_attrs(group: Any, name: str, where: str) -> dict[str, Any] | None:
@@ -33,7 +44,13 @@ def read_text(group: Any, name: str, where: str) -> list[str]:
     node = _node(group, name, where)
     if not isinstance(node, zarr.Array) or np.dtype(node.dtype).kind not in "OSUT":
         raise FormatError(f"{where}: {name!r} is not an array of strings")
-    values = np.asarray(node[...]).reshape(-1).tolist()
+    try:
+        values = np.asarray(node[...]).reshape(-1).tolist()
+    except ZARR_DECODE_ERRORS as err:  # zarr-python's codecs: e.g. "Zstd decompression error"
+        raise CorruptChunkError(
+            f"{where}: array {name!r} (read whole by zarr-python) cannot be decoded "
+            f"({type(err).__name__}: {err})"
+        ) from err
     return [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in values]
 
 

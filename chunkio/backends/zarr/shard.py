@@ -456,7 +456,7 @@ def shard_layout(meta: Mapping[str, Any], *, where: str = "array") -> ShardLayou
     except (KeyError, TypeError, ValueError) as err:
         raise FormatError(f"{where}: malformed sharding_indexed configuration {conf!r}") from err
     if len(inner) != len(shard_shape) or any(
-        c <= 0 or s % c for s, c in zip(shard_shape, inner, strict=False)
+        c <= 0 or s <= 0 or s % c for s, c in zip(shard_shape, inner, strict=False)
     ):
         raise FormatError(
             f"{where}: shard shape {shard_shape} is not a whole number of inner chunks {inner}"
