@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..util.numeric import IntArray
-from ..util.shared_stack import StackShape
-from .base import ReadContext
-from .cache import DecodedChunkCache
+from ...util.numeric import IntArray
+from ...util.shared_stack import StackShape
+from ..base import ReadContext
+from ..cache import DecodedChunkCache
 
 __all__ = ["StreamedStack", "streamed_lane", "streamed_stack", "variable_field_name"]
 

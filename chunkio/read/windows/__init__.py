@@ -6,8 +6,11 @@ anchors overlap, so the batch's rows are made unique first; each variable's dens
 process) decodes the chunks of that union once, through its cache, and one gather per variable
 puts each ``(anchor, step)`` row into the batch at ``[b, step, variable]``. A loader keeps a
 field's stacked variables decoded whole, side by side, when they fit its budget (held), else
-streams them through one cache of chunks side by side (:mod:`chunkio.read.window_stream`):
+streams them through one cache of chunks side by side (:mod:`chunkio.read.windows.stream`):
 either way a batch of the field is one ``np.take``; :func:`window_path` picks and logs it.
+
+The window readers live here, the streamed stack in :mod:`.stream`; like the rest of
+:mod:`chunkio.read`, this package may import ``format``, ``util`` and the read core's modules.
 """
 
 from __future__ import annotations
@@ -19,15 +22,15 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
-from ..format.grid import SampleGrid
-from ..format.layout import DatasetLayout, FieldInfo
-from ..format.windows import Field, WindowSet
-from ..util.numeric import IntArray
-from ..util.shared_stack import BLOCK_BYTES, HeldSegments, StackShape, fill_shared
-from .base import ReadContext, ReadRequest, checked_out
-from .dense import DenseField, PreloadedField, dense_field
-from .planning import normalize_indices
-from .window_stream import StreamedStack, streamed_lane, streamed_stack, variable_field_name
+from ...format.grid import SampleGrid
+from ...format.layout import DatasetLayout, FieldInfo
+from ...format.windows import Field, WindowSet
+from ...util.numeric import IntArray
+from ...util.shared_stack import BLOCK_BYTES, HeldSegments, StackShape, fill_shared
+from ..base import ReadContext, ReadRequest, checked_out
+from ..dense import DenseField, PreloadedField, dense_field
+from ..planning import normalize_indices
+from .stream import StreamedStack, streamed_lane, streamed_stack, variable_field_name
 
 __all__ = [
     "AnchorSamples",
