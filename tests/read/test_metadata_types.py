@@ -169,3 +169,22 @@ def test_an_h5ad_h5py_cannot_walk_is_a_format_error_naming_the_file(tmp_path: Pa
     path = _flip_until(cell.path, _walk_fails)
     for error in _both_ways(path, FormatError):
         assert str(path) in str(error) and "RuntimeError" in str(error)
+
+
+@pytest.mark.timeout(240)
+def test_listing_the_arrays_of_an_hdf5_file_h5py_cannot_walk_is_a_format_error(
+    tmp_path: Path,
+) -> None:
+    """The same flipped byte through the backend's own listing (``chunkio info``, foreign
+    fields), not only through the layout's: a FormatError naming the file."""
+    from chunkio.backends import open_reader
+
+    cell = anndata_files.h5ad(tmp_path)
+    path = _flip_until(cell.path, _walk_fails)
+    reader = open_reader(str(path))
+    try:
+        with pytest.raises(FormatError, match="its arrays cannot be listed") as info:
+            reader.array_names()
+    finally:
+        reader.close()
+    assert str(path) in str(info.value) and isinstance(info.value.__cause__, RuntimeError)

@@ -235,10 +235,14 @@ class HDF5Reader:
             f = self._open()
             # Links are listed too (without resolving them), so that opening one is refused
             # by _dataset as unsafe rather than reported as a missing array; arrays in
-            # groups by their path (visititems follows no links).
-            top = [k for k in f if not isinstance(f.get(k, getlink=True), h5py.HardLink)]
+            # groups by their path (visititems follows no links). A damaged header fails it.
             nested: list[str] = []
-            f.visititems(lambda path, obj: nested.append(path) if _is_array(obj) else None)
+            try:
+                top = [k for k in f if not isinstance(f.get(k, getlink=True), h5py.HardLink)]
+                f.visititems(lambda path, obj: nested.append(path) if _is_array(obj) else None)
+            except (RuntimeError, OSError, KeyError) as err:
+                why = f"{type(err).__name__}: {err}"
+                raise FormatError(f"{self.location}: its arrays cannot be listed ({why})") from err
             return sorted({*top, *nested})
 
     def _dataset(self, name: str) -> h5py.Dataset:
