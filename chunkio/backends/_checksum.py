@@ -25,7 +25,16 @@ import numpy as np
 import numpy.typing as npt
 from numcodecs.fletcher32 import Fletcher32 as _CFletcher32
 
-__all__ = ["Fletcher32", "crc32c", "fletcher32", "fletcher32_matches", "fletcher32_reference"]
+from ..errors import CorruptChunkError
+
+__all__ = [
+    "Fletcher32",
+    "crc32c",
+    "fletcher32",
+    "fletcher32_body",
+    "fletcher32_matches",
+    "fletcher32_reference",
+]
 
 #: buffers up to this size are summed by numcodecs' C port of HDF5's loop: on small chunks
 #: (patches' 32**3 chunks) the NumPy sums below cost more in calls than in arithmetic
@@ -136,6 +145,30 @@ def fletcher32_matches(computed: int, stored: int) -> bool:
     """
     swapped = ((computed & 0x00FF00FF) << 8) | ((computed >> 8) & 0x00FF00FF)
     return stored in (computed, swapped)
+
+
+def fletcher32_body(
+    raw: npt.NDArray[np.uint8],
+    *,
+    key: Any,
+    offset: int,
+    verified: dict[Any, tuple[int, int, int]],
+    summer: Fletcher32,
+    where: str,
+) -> npt.NDArray[np.uint8]:
+    """An HDF5 chunk's bytes without their trailing fletcher32, checked: once per process for
+    each ``(offset, size, checksum)`` of chunk ``key`` (``verified`` remembers them, so a file
+    changed in place is checked again); ``CorruptChunkError`` naming ``where`` otherwise."""
+    size = raw.size
+    if size < 4:
+        raise CorruptChunkError(f"{where} is truncated ({size} bytes)")
+    body = raw[:-4]
+    stored = int.from_bytes(raw[-4:].tobytes(), "little")
+    if verified.get(key) != (offset, size, stored):
+        if not fletcher32_matches(summer(body), stored):
+            raise CorruptChunkError(f"{where} fails its fletcher32 checksum (the file is corrupt)")
+        verified[key] = (offset, size, stored)
+    return body
 
 
 def fletcher32(data: Any) -> int:

@@ -32,7 +32,7 @@ import numpy.typing as npt
 
 from ...errors import CorruptChunkError, MissingChunkError
 from ...util.numeric import ceil_div
-from .._checksum import Fletcher32, fletcher32_matches
+from .._checksum import Fletcher32, fletcher32_body
 from ..base import StageClock
 from ..codec_table import HDF5_DECODERS, HDF5_SHUFFLE, Decode, unshuffle
 
@@ -298,22 +298,20 @@ class RawGrid:
         """Check and decode chunk ``coords``'s stored bytes ``raw`` into ``target`` (the
         whole chunk, C-contiguous, of the stored type)."""
         t1 = time.perf_counter()
-        offset, size, mask = self.index[coords]
+        offset, _, mask = self.index[coords]
         shuffled, decode, checksum = (
             (False, None, False) if mask == _UNFILTERED else self.pipeline.steps(mask)
         )
         body = raw
         if checksum:
-            if raw.size < 4:
-                raise CorruptChunkError(f"{self.where(coords)} is truncated ({raw.size} bytes)")
-            body = raw[:-4]
-            sum_stored = int.from_bytes(raw[-4:].tobytes(), "little")
-            if self._verified.get(coords) != (offset, size, sum_stored):
-                if not fletcher32_matches(self._fletcher(body), sum_stored):
-                    raise CorruptChunkError(
-                        f"{self.where(coords)} fails its fletcher32 checksum (the file is corrupt)"
-                    )
-                self._verified[coords] = (offset, size, sum_stored)
+            body = fletcher32_body(
+                raw,
+                key=coords,
+                offset=offset,
+                verified=self._verified,
+                summer=self._fletcher,
+                where=self.where(coords),
+            )
         t2 = time.perf_counter()
         clock.checksum += t2 - t1
         flat = target.reshape(-1).view(np.uint8)

@@ -26,7 +26,7 @@ import numpy.typing as npt
 
 from ...errors import CorruptChunkError, MissingChunkError
 from ...util.numeric import ceil_div
-from .._checksum import Fletcher32, fletcher32_matches
+from .._checksum import Fletcher32, fletcher32_body
 from ..base import StageClock
 from ..codec_table import HDF5_DECODERS, HDF5_SHUFFLE, Decode, unshuffle
 from .grid import partial_chunks_unfiltered
@@ -276,17 +276,14 @@ class RawChunks:
         body = raw
         shuffled, decode, checksum = self._steps(chunk)
         if checksum:
-            offset = self.index.get(chunk, (-1, size))[0]
-            if size < 4:
-                raise CorruptChunkError(f"{self.where(chunk)} is truncated ({size} bytes)")
-            body = raw[:-4]
-            stored = int.from_bytes(raw[-4:].tobytes(), "little")
-            if self._verified.get(chunk) != (offset, size, stored):
-                if not fletcher32_matches(self._fletcher(body), stored):
-                    raise CorruptChunkError(
-                        f"{self.where(chunk)} fails its fletcher32 checksum (the file is corrupt)"
-                    )
-                self._verified[chunk] = (offset, size, stored)
+            body = fletcher32_body(
+                raw,
+                key=chunk,
+                offset=self.index.get(chunk, (-1, size))[0],
+                verified=self._verified,
+                summer=self._fletcher,
+                where=self.where(chunk),
+            )
         t2 = time.perf_counter()
         clock.checksum += t2 - t1
         full = len(out) == self.chunk_rows and out.flags.c_contiguous
