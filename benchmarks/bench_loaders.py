@@ -295,7 +295,9 @@ def stored_chunks(path: str, array: str = "image") -> tuple[list[bytes], Callabl
                 blobs.append(shard[a:b])
     chunk_nbytes = int(np.prod(files.chunks)) * files.dtype.itemsize
     decompress = files.decompress
-    return [b[: len(b) - cut] for b in blobs], lambda b, out: decompress(b, out), chunk_nbytes
+    # the decoders take the stored bytes as a uint8 array (codec_table.Decode)
+    stored = [np.frombuffer(b[: len(b) - cut], np.uint8) for b in blobs]
+    return stored, lambda b, out: decompress(b, out), chunk_nbytes
 
 
 def decode_rate(path: str, *, batch_size: int = 0) -> float:
