@@ -40,11 +40,12 @@ def _sample(pids: tuple[int, ...]) -> dict[int, tuple[int, int, int]]:
     out = {}
     for pid in pids:
         info = psutil.Process(pid).memory_full_info()
-        out[pid] = (int(info.rss), int(info.uss), _hwm(pid) or int(info.rss))
+        out[pid] = (int(info.rss), int(info.uss), peak_rss(pid) or int(info.rss))
     return out
 
 
-def _hwm(pid: int) -> int | None:
+def peak_rss(pid: int) -> int | None:
+    """Peak RSS of process ``pid`` so far (``VmHWM``), ``None`` once it is gone."""
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:

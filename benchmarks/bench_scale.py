@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.bench_memory import peak_rss
+
 __all__ = ["SECTIONS", "convert_section", "fitted_exponent", "make_store", "run"]
 
 #: rows per source chunk, and per slice generated and written at a time
@@ -77,14 +79,7 @@ def make_store(root: Path, rows: int) -> Path:
 
 def _peak_rss(pid: int) -> int:
     """The peak RSS of process ``pid`` so far (``VmHWM``), 0 once it is gone."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    return peak_rss(pid) or 0
 
 
 def _convert_once(src: Path, dst: Path, *, shuffle: bool, workers: int) -> dict[str, Any]:
