@@ -1,5 +1,9 @@
 """The single-cell benchmark (benchmarks/bench_singlecell.py) on a tiny file: every peer's row
-is measured, the table and checks are built (no timing assertions)."""
+is measured, the table and checks are built (no timing assertions).
+
+The default suite runs chunkio's rows (in place and converted, 0 and 1 workers) and the table
+and checks on synthetic rows; every peer's row (a dozen fresh processes importing anndata and
+torch, about two minutes) and the epochs benchmark run under ``make test-slow``."""
 
 from __future__ import annotations
 
@@ -29,8 +33,14 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                      annbatch=False)  # fmt: skip
 
 
-@pytest.mark.timeout(600)  # the module's fixture runs every loader in its own process
-def test_synthetic_file_is_sorted_csr(results: dict[str, Any], tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def chunkio_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("bench_singlecell_chunkio")
+    return bench.run(root=root, quick=True, n_cells=CELLS, budget_s=0.2, workers=1,
+                     annbatch=False, only_chunkio=True)  # fmt: skip
+
+
+def test_synthetic_file_is_sorted_csr(tmp_path: Path) -> None:
     path = bench.synthetic_h5ad(tmp_path, n_cells=300, n_genes=50)
     with h5py.File(path, "r") as f:
         assert f["X"].attrs["encoding-type"] == "csr_matrix"
@@ -39,14 +49,14 @@ def test_synthetic_file_is_sorted_csr(results: dict[str, Any], tmp_path: Path) -
         assert np.all(np.diff(codes) >= 0) and len(np.unique(codes)) == bench.N_TYPES
         density = len(f["X/data"]) / (300 * 50)
         assert 0.02 < density < 0.06 and f["X/data"].compression == "gzip"
-    assert results["settings"]["cells"] == CELLS
 
 
 def _rows(results: dict[str, Any], prefix: str) -> list[dict[str, Any]]:
     return [r for r in results["rows"] if r["loader"].startswith(prefix)]
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.slow
+@pytest.mark.timeout(600)  # the module's fixture runs every loader in its own process
 def test_every_peer_measured(results: dict[str, Any]) -> None:
     for prefix in PEERS:
         rows = _rows(results, prefix)
@@ -62,7 +72,10 @@ def test_every_peer_measured(results: dict[str, Any]) -> None:
 
 
 @pytest.mark.timeout(600)
-def test_chunkio_rows(results: dict[str, Any]) -> None:
+def test_chunkio_rows(chunkio_results: dict[str, Any]) -> None:
+    results = chunkio_results
+    assert results["settings"]["cells"] == CELLS
+    assert not [r for r in results["rows"] if not r["loader"].startswith("chunkio")]
     for name in (bench.IN_PLACE, bench.CONVERTED):
         rows = _rows(results, name)
         assert {r["workers"] for r in rows} == {0, 1}, name
@@ -83,6 +96,7 @@ def epoch_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return epochs.run(root=root, n_cells=CELLS, n_epochs=2, rounds=1, workers=1, annbatch=False)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_epochs_first_and_later_apart(epoch_results: dict[str, Any], tmp_path: Path) -> None:
     from benchmarks import bench_singlecell_epochs as epochs
