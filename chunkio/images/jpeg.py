@@ -25,10 +25,11 @@ Partial decode
     :func:`decode_region` decodes one box of a JPEG (at full or 1/2, 1/4, 1/8 scale): only
     the iMCU rows and columns that cover it, by chunkio's small extension against libjpeg-turbo
     (``chunkio.images._jpegcrop``, libjpeg's ``jpeg_crop_scanline`` and ``jpeg_skip_scanlines``;
-    the system's library, or Pillow's bundled copy: :mod:`chunkio.images.libjpeg`). Its pixels equal :func:`decode`'s cut to the box, bit for bit:
-    libjpeg-turbo widens a cropped region to iMCU boundaries and upsamples the chroma at the
-    region's edges as if they were the image's, so the extension decodes one iMCU more on each
-    side (and from one iMCU row above) than the box needs and cuts the box out of that.
+    the system's library, or Pillow's bundled copy: :mod:`chunkio.images.libjpeg`). Its pixels
+    equal :func:`decode`'s cut to the box, bit for bit: libjpeg-turbo widens a cropped
+    region to iMCU boundaries and upsamples the chroma at the region's edges as if they were
+    the image's, so the extension decodes one iMCU more on each side (and from one iMCU row
+    above) than the box needs and cuts the box out of that.
     Files of a kind the whole decode may read otherwise are left to it
     (``NotImplementedError``): any but gray or luma sampled 1x1, 2x1, 2x2, 1x2 or 4x1 over
     1x1 chroma (simplejpeg refuses 4x2, 2x4, 3x1, ...; CMYK and YCCK it converts), and so is
@@ -36,8 +37,9 @@ Partial decode
     One verdict with :func:`decode`: strict like it, and the rows below the box are
     entropy-decoded to the end of the data (no inverse DCT, no colour conversion), so a
     corrupt or truncated file is refused wherever the damage is.
-    :data:`REGION_DECODE` is whether the extension is built; without it callers decode
-    whole images with :func:`decode` (as with ``CHUNKIO_JPEG_REGION=0``).
+    :data:`REGION_DECODE` is whether the extension is built (and has a library:
+    :data:`LIBJPEG`); without it callers decode whole images with :func:`decode` (as with
+    ``CHUNKIO_JPEG_REGION=0``), and say so once (:func:`warn_whole_crop`).
 Restart markers
     :func:`add_restarts` rewrites a JPEG losslessly (libjpeg-turbo's transcoding, like
     ``jpegtran -restart 1 -optimize``: the same coefficients, so the same pixels) as one

@@ -74,10 +74,6 @@ def candidates() -> list[str]:
     return [*found, SYSTEM_LIBRARY]
 
 
-#: per process: the state of each module :func:`attach` has seen (bind works once)
-_attached: dict[int, Libjpeg] = {}
-
-
 def attach(module: Any, paths: list[str] | None = None) -> Libjpeg:
     """The decoder ``module`` (``None``: not built) made ready: bound to the first of
     ``paths`` (default :func:`candidates`) that loads, where its build resolves the library
@@ -87,20 +83,24 @@ def attach(module: Any, paths: list[str] | None = None) -> Libjpeg:
     headers = str(getattr(module, "HEADERS", "system"))
     if not getattr(module, "DLOPEN", 0):
         return Libjpeg("the system's, linked at build time", None, headers)
-    if id(module) in _attached:
-        return _attached[id(module)]
+    known: Libjpeg | None = getattr(module, "_chunkio_libjpeg", None)
+    if known is not None:  # bind works once per process: this module's earlier answer
+        return known
     refusals = []
+    state = None
     for path in candidates() if paths is None else paths:
         try:
             module.bind(path)
         except OSError as err:  # absent, not libjpeg-turbo, another ABI
             refusals.append(str(err))
             continue
-        state = _attached[id(module)] = Libjpeg(path, None, headers)
-        return state
-    tried = "; ".join(refusals) or "no candidates"
-    problem = f"no libjpeg-turbo with the jpeg62 ABI could be loaded ({tried}); {FIX_LIBRARY}"
-    state = _attached[id(module)] = Libjpeg(None, problem, headers)
+        state = Libjpeg(path, None, headers)
+        break
+    if state is None:
+        tried = "; ".join(refusals) or "no candidates"
+        problem = f"no libjpeg-turbo with the jpeg62 ABI could be loaded ({tried}); {FIX_LIBRARY}"
+        state = Libjpeg(None, problem, headers)
+    module._chunkio_libjpeg = state
     return state
 
 
