@@ -274,8 +274,9 @@ def _outside() -> dict[str, str]:
 def test_a_wheel_built_without_headers_installs_with_the_decoder_active(tmp_path: Path) -> None:
     """``python -m build --wheel`` with the system's headers hidden, installed into a fresh
     virtual environment (no system site-packages; chunkio's dependencies from pip's indexes:
-    torch from a wheelhouse or the network), then imported outside the checkout. About
-    2-4 minutes, most of it pip installing the dependencies."""
+    torch from a wheelhouse or the network), then imported outside the checkout. 7 minutes
+    on the shared 2-core development machine (2026-11-29), most of it pip installing the
+    dependencies."""
     pytest.importorskip("build", reason="the dev extra's build package")
     start = time.monotonic()
     wheels = tmp_path / "dist"
