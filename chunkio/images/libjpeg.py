@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import caller_stacklevel
+
 __all__ = ["Libjpeg", "RegionDecodeWarning", "attach", "candidates", "warn_whole_crop"]
 
 #: how to get the decoder built: it needs a C compiler only (the headers are vendored)
@@ -126,5 +128,5 @@ def warn_whole_crop(state: Libjpeg) -> None:
         f"JPEG crops are decoded from whole images (the same pixels, slower): the partial "
         f"decoder is {state.describe()}",
         RegionDecodeWarning,
-        stacklevel=2,
+        stacklevel=caller_stacklevel(),  # the user's line that read the batch
     )
