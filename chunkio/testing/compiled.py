@@ -99,7 +99,6 @@ def _state(part: CompiledPart) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-
 def problems(parts: Iterable[CompiledPart] = PARTS) -> dict[CompiledPart, str]:
     """What is wrong with each part that is not built from its current C source: it does not
     import, it lacks a name the source defines, or (in a source checkout) its C file is newer."""
