@@ -12,14 +12,15 @@ PYTEST_ARGS ?=
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt setup.py chunkio/images/_jpegcrop.c chunkio/images/_yuv.c
+$(STAMP): pyproject.toml constraints.txt setup.py chunkio/images/_jpegcrop.c \
+		chunkio/images/_jpegcrop_dl.h chunkio/images/_yuv.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	# libjpeg-turbo's headers for the partial-decode extension (setup.py); without them the
-	# build goes on and JPEG crops are decoded from whole images
+	# libjpeg-turbo's headers for the partial-decode extension (setup.py), to link the system's
+	# libjpeg; without them it builds against its vendored headers and binds Pillow's at import
 	test -f /usr/include/jpeglib.h || ! command -v apt-get >/dev/null || [ "$$(id -u)" != 0 ] \
 		|| apt-get install -y --no-install-recommends libjpeg62-turbo-dev \
 		|| (apt-get update && apt-get install -y --no-install-recommends libjpeg62-turbo-dev) \
-		|| echo "no libjpeg-turbo headers: chunkio decodes whole JPEGs"
+		|| echo "no libjpeg-turbo headers: _jpegcrop takes its vendored ones (Pillow's libjpeg)"
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch first and pinned, so nothing can pull the multi-GB CUDA build
 	$(PY) -m pip install --quiet -c constraints.txt "torch==2.13.0"

@@ -22,6 +22,7 @@
     chunkio verify PATH [--fields NAME=PATH ...] [--storage-options JSON]
                                                   exit status 1 when anything is wrong
     chunkio doctor PATH [--step-time S] [--fields NAME=PATH ...] [--storage-options JSON]
+    chunkio --version      the version, and which compiled accelerations are active
 
 ``info``, ``verify`` and ``doctor`` also take any HDF5 file or Zarr store chunkio did not
 write; ``--fields`` names its arrays (``NAME=PATH`` pairs, or bare array paths).
@@ -92,9 +93,28 @@ def _sizes_option(p: argparse.ArgumentParser, flag: str, text: str) -> None:
     p.add_argument(flag, type=_positive_int, nargs="+", metavar="N", help=text)
 
 
+class _Version(argparse.Action):
+    """``--version``: the version and the compiled parts (each active, or missing with the
+    fix), then exit, as argparse's own version action does."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        from .. import __version__
+        from ..testing.compiled import report
+
+        lines = [f"chunkio {__version__}", "compiled parts:", *(f"  {x}" for x in report())]
+        print("\n".join(lines))
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="chunkio", description="Chunked Zarr v3 / HDF5 datasets for PyTorch."
+    )
+    parser.add_argument(
+        "--version",
+        action=_Version,
+        nargs=0,
+        help="print the version and which compiled accelerations are active, and exit",
     )
     commands = parser.add_subparsers(dest="command", required=True)
 

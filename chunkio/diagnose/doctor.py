@@ -7,7 +7,8 @@ recommends ``num_workers``, ``batch_size`` and a mixing pool (``pool_bytes``), s
 pool what it costs and what training sees: read amplification, chunk mixing and, with an integer
 ``label`` field, distinct labels per batch against a uniform shuffle
 (:func:`chunkio.sampling.sampler.describe_sampler`). :func:`main_doctor` renders
-the report as text (the ``chunkio doctor`` command prints it).
+the report as text (the ``chunkio doctor`` command prints it), ending with which compiled
+accelerations are active (:func:`compiled_parts_section`).
 
 On a store chunkio did not write (``fields`` names its arrays) it also judges the store's
 chunking and measures what a rewrite would gain (:mod:`chunkio.diagnose.doctor_chunking`).
@@ -450,4 +451,12 @@ def main_doctor(
         fields=fields,
         storage_options=storage_options,
     )
-    return report.render()
+    return f"{report.render()}\n\n{compiled_parts_section()}"
+
+
+def compiled_parts_section() -> str:
+    """The report's last section: each compiled acceleration active, or missing (chunkio then
+    computes the same values, slower) with the fix (:func:`chunkio.testing.compiled.report`)."""
+    from ..testing.compiled import report
+
+    return "\n".join(["  compiled parts:", *(f"    {line}" for line in report())])

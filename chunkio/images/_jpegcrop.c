@@ -36,6 +36,8 @@
 
 #include <jpeglib.h>
 
+#include "_jpegcrop_dl.h" /* linked at build time, or bound at import */
+
 struct error_mgr {
     struct jpeg_error_mgr pub;
     jmp_buf jump;
@@ -323,6 +325,8 @@ static int run(struct job *job, struct jpeg_decompress_struct *cinfo, struct err
 static PyObject *decode_region(PyObject *self, PyObject *args)
 {
     (void)self;
+    if (!libjpeg_ready())
+        return NULL;
     Py_buffer data, out;
     int gray, denom, seek_ok = 1;
     long height, width, x0, y0, oh, ow;
@@ -413,6 +417,8 @@ static int rewrite(struct jpeg_decompress_struct *in, struct jpeg_compress_struc
 static PyObject *add_restarts(PyObject *self, PyObject *args)
 {
     (void)self;
+    if (!libjpeg_ready())
+        return NULL;
     Py_buffer data;
     if (!PyArg_ParseTuple(args, "y*", &data))
         return NULL;
@@ -462,7 +468,7 @@ static PyMethodDef methods[] = {
      "decode_region(data, out, gray, denom, height, width, x0, y0, out_h, out_w, seek=True)\n"
      "Decode the box [y0, y0+out_h) x [x0, x0+out_w) of the JPEG `data` at scale 1/denom\n"
      "into `out`; the header must say height x width. ValueError on corrupt data."},
-    {NULL, NULL, 0, NULL}};
+    LIBJPEG_METHODS{NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_jpegcrop",
                                     "Partial JPEG decode (libjpeg-turbo).", -1, methods};
@@ -475,6 +481,12 @@ PyMODINIT_FUNC PyInit__jpegcrop(void)
 #else
     int rgbx = 0;
 #endif
+    /* DLOPEN: the library is bound at import (bind); HEADERS: "system" or "vendored" */
+    if (m != NULL && (PyModule_AddIntConstant(m, "DLOPEN", LIBJPEG_DLOPEN) < 0 ||
+                      PyModule_AddStringConstant(m, "HEADERS", LIBJPEG_HEADERS) < 0)) {
+        Py_DECREF(m);
+        return NULL;
+    }
     if (m != NULL && PyModule_AddIntConstant(m, "RGBX", rgbx) < 0) {
         Py_DECREF(m);
         return NULL;

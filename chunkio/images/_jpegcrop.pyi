@@ -2,6 +2,10 @@ from typing import Any
 
 LIBJPEG_TURBO_VERSION_NUMBER: int
 RGBX: int
+# 1: built against the vendored headers, libjpeg-turbo bound at import (bind); 0: linked
+DLOPEN: int
+# the headers it was built against: "system" or "vendored"
+HEADERS: str
 
 def decode_region(
     data: Any,
@@ -17,3 +21,6 @@ def decode_region(
     seek: bool = ...,
 ) -> None: ...
 def add_restarts(data: Any) -> bytes: ...
+
+# only where DLOPEN is 1 (chunkio.images.libjpeg.attach calls it)
+def bind(path: str) -> None: ...

@@ -23,12 +23,13 @@ libjpeg-turbo
     goes to Pillow, which decides whether it is an error.
 Partial decode
     :func:`decode_region` decodes one box of a JPEG (at full or 1/2, 1/4, 1/8 scale): only
-    the iMCU rows and columns that cover it, by chunkio's small extension against the system
-    libjpeg-turbo (``chunkio.images._jpegcrop``, libjpeg's ``jpeg_crop_scanline`` and
-    ``jpeg_skip_scanlines``). Its pixels equal :func:`decode`'s cut to the box, bit for bit:
-    libjpeg-turbo widens a cropped region to iMCU boundaries and upsamples the chroma at the
-    region's edges as if they were the image's, so the extension decodes one iMCU more on each
-    side (and from one iMCU row above) than the box needs and cuts the box out of that.
+    the iMCU rows and columns that cover it, by chunkio's small extension against libjpeg-turbo
+    (``chunkio.images._jpegcrop``, libjpeg's ``jpeg_crop_scanline`` and ``jpeg_skip_scanlines``;
+    the system's library, or Pillow's bundled copy: :mod:`chunkio.images.libjpeg`). Its pixels
+    equal :func:`decode`'s cut to the box, bit for bit: libjpeg-turbo widens a cropped
+    region to iMCU boundaries and upsamples the chroma at the region's edges as if they were
+    the image's, so the extension decodes one iMCU more on each side (and from one iMCU row
+    above) than the box needs and cuts the box out of that.
     Files of a kind the whole decode may read otherwise are left to it
     (``NotImplementedError``): any but gray or luma sampled 1x1, 2x1, 2x2, 1x2 or 4x1 over
     1x1 chroma (simplejpeg refuses 4x2, 2x4, 3x1, ...; CMYK and YCCK it converts), and so is
@@ -36,8 +37,9 @@ Partial decode
     One verdict with :func:`decode`: strict like it, and the rows below the box are
     entropy-decoded to the end of the data (no inverse DCT, no colour conversion), so a
     corrupt or truncated file is refused wherever the damage is.
-    :data:`REGION_DECODE` is whether the extension is built; without it callers decode
-    whole images with :func:`decode` (as with ``CHUNKIO_JPEG_REGION=0``).
+    :data:`REGION_DECODE` is whether the extension is built (and has a library:
+    :data:`LIBJPEG`); without it callers decode whole images with :func:`decode` (as with
+    ``CHUNKIO_JPEG_REGION=0``), and say so once (:func:`warn_whole_crop`).
 Restart markers
     :func:`add_restarts` rewrites a JPEG losslessly (libjpeg-turbo's transcoding, like
     ``jpegtran -restart 1 -optimize``: the same coefficients, so the same pixels) as one
@@ -64,10 +66,16 @@ import numpy as np
 import numpy.typing as npt
 
 from ..util.numeric import ceil_div
+from . import libjpeg
 
 try:  # the optional compiled part (setup.py): partial decode against libjpeg-turbo
     from . import _jpegcrop
-except ImportError:  # pragma: no cover - a build without libjpeg-turbo's headers
+except ImportError:  # pragma: no cover - a build without a C compiler
+    _jpegcrop = None  # type: ignore[assignment]
+
+#: the partial decoder's libjpeg-turbo (linked, or bound now), or why there is none
+LIBJPEG = libjpeg.attach(_jpegcrop)
+if LIBJPEG.problem is not None:  # built, but no library to bind: decode whole images
     _jpegcrop = None  # type: ignore[assignment]
 
 __all__ = [
@@ -78,6 +86,7 @@ __all__ = [
     "SOI",
     "Buffer",
     "JpegHeader",
+    "LIBJPEG",
     "REGION_DECODE",
     "REGION_RGBX",
     "add_restarts",
@@ -91,6 +100,7 @@ __all__ = [
     "parse_header",
     "read_header",
     "scaled_size",
+    "warn_whole_crop",
 ]
 
 #: encoded bytes (a 1-D uint8 array viewing them, part of a chunk say, serves as well)
@@ -385,6 +395,12 @@ REGION_RGBX = _jpegcrop is not None and bool(getattr(_jpegcrop, "RGBX", 0))  # 0
 #: one at every iMCU row (``CHUNKIO_JPEG_SEEK=1``; off by default: the rows it skips are not
 #: checked, so its verdict on a corrupt file may differ from :func:`decode`'s)
 SEEK = os.environ.get("CHUNKIO_JPEG_SEEK", "0") == "1"
+
+
+def warn_whole_crop() -> None:
+    """Say, once per process, that a crop is decoded from the whole image because the
+    partial decoder is missing (:func:`chunkio.images.libjpeg.warn_whole_crop`)."""
+    libjpeg.warn_whole_crop(LIBJPEG)
 
 
 def add_restarts(data: Buffer) -> bytes | None:

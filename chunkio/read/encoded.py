@@ -271,6 +271,8 @@ class EncodedField:
             and self._decode_crop(data, shape, plan, (min_h, min_w), transform, out)
         ):
             return out
+        if crop_box is not None and self.info.encoding == "jpeg" and not self.region_decode:
+            jpeg.warn_whole_crop()  # once per process, where the partial decoder is missing
         # DCT scaling is JPEG's (a gray WebP would also come back with three channels)
         if self.info.encoding == "jpeg" and min_h < height and min_w < width:
             image = self.decoder.decode_scaled(data, min_h, min_w)

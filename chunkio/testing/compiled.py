@@ -12,6 +12,11 @@ leave every run green. Hence:
   elsewhere it warns and exits 0.
 * :mod:`chunkio.testing.skips` ends every pytest run with :func:`summary`: which parts are
   missing and how many tests skipped for each.
+* :func:`report` is what users see (``chunkio --version``, ``chunkio doctor``): each part
+  active (the JPEG one: which headers and which libjpeg-turbo), or missing with the fix.
+
+``_jpegcrop`` can be built and still unusable: built against the vendored headers, it binds
+a libjpeg-turbo at import (:mod:`chunkio.images.libjpeg`), and there may be none to bind.
 """
 
 from __future__ import annotations
@@ -22,14 +27,20 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .servers import in_ci
 
-__all__ = ["PARTS", "CompiledPart", "main", "problems", "required", "summary"]
+__all__ = ["PARTS", "CompiledPart", "main", "problems", "report", "required", "summary"]
 
 #: how to rebuild them once what they need is installed
 REBUILD = (
     "make venv, or: python setup.py build_ext --inplace (its output shows the compiler's errors)"
+)
+#: what a user does about a missing part (the headers are vendored: a compiler is enough)
+FIX = (
+    "install a C compiler (Debian: apt-get install gcc), then reinstall chunkio from its "
+    "checkout: pip install --force-reinstall --no-deps . (a development checkout: " + REBUILD + ")"
 )
 
 
@@ -46,6 +57,11 @@ class CompiledPart:
     defines: tuple[str, ...]
     #: what a skip's reason says for a test that needs it (besides :attr:`name`)
     mentions: tuple[str, ...] = ()
+    #: what it speeds up, as reports say
+    does: str = ""
+    #: ``module:attribute`` of a built part's state: its ``problem`` says why the part cannot
+    #: be used (None: it can), its ``describe()`` what it runs on
+    state: str = ""
 
     def mentioned_in(self, reason: str) -> bool:
         return any(word in reason for word in (self.name, *self.mentions))
@@ -55,11 +71,14 @@ PARTS = (
     CompiledPart(
         "_jpegcrop",
         "chunkio.images._jpegcrop",
-        "a C compiler and libjpeg-turbo's headers (jpeglib.h; Debian: apt-get install "
+        "a C compiler; with libjpeg-turbo's headers (jpeglib.h; Debian: apt-get install "
         "libjpeg62-turbo-dev, Ubuntu: libjpeg-turbo8-dev, Fedora: dnf install "
-        "libjpeg-turbo-devel, macOS: brew install jpeg-turbo)",
+        "libjpeg-turbo-devel, macOS: brew install jpeg-turbo) it links the system's libjpeg, "
+        "without them it takes its vendored headers and binds Pillow's libjpeg-turbo at import",
         ("decode_region", "add_restarts", "RGBX"),
         ("libjpeg-turbo extension", "crop-region extension"),
+        "partial JPEG decode of crops",
+        "chunkio.images.jpeg:LIBJPEG",
     ),
     CompiledPart(
         "_yuv",
@@ -67,8 +86,17 @@ PARTS = (
         "a C compiler (Debian: apt-get install build-essential)",
         ("rgbx_to_rgb",),
         ("yuv420 extension",),
+        "yuv420 colour conversion",
     ),
 )
+
+
+def _state(part: CompiledPart) -> Any:
+    """The object :attr:`CompiledPart.state` names, or None."""
+    if not part.state:
+        return None
+    module, _, name = part.state.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def problems(parts: Iterable[CompiledPart] = PARTS) -> dict[CompiledPart, str]:
@@ -84,6 +112,10 @@ def problems(parts: Iterable[CompiledPart] = PARTS) -> dict[CompiledPart, str]:
         lacking = [name for name in part.defines if not hasattr(module, name)]
         if lacking:
             found[part] = f"a stale build (it lacks {', '.join(lacking)})"
+            continue
+        unusable = getattr(_state(part), "problem", None)
+        if unusable is not None:
+            found[part] = f"built, but unusable: {unusable}"
             continue
         where = getattr(module, "__file__", None)
         if where is None:
@@ -119,6 +151,25 @@ def summary(
             f"compiled parts: {part.name} missing{tests}: {problem}; "
             f"it needs {part.needs}; then {REBUILD}"
         )
+    return lines
+
+
+def report(found: Mapping[CompiledPart, str] | None = None) -> list[str]:
+    """One line per compiled part, for users (``chunkio --version``, ``chunkio doctor``):
+    ``active`` (with what it runs on), or ``missing``: why, what chunkio does instead, and
+    the fix. ``found``: :func:`problems` (default: computed)."""
+    found = problems() if found is None else found
+    lines = []
+    for part in PARTS:
+        head = f"{part.name} ({part.does})"
+        problem = found.get(part)
+        if problem is None:
+            state = _state(part)
+            lines.append(f"{head}: {state.describe() if state is not None else 'active'}")
+        elif problem.startswith("built, but"):  # the state's problem says its own fix
+            lines.append(f"{head}: missing, slower without it: {problem}")
+        else:
+            lines.append(f"{head}: missing, slower without it: {problem}; fix: {FIX}")
     return lines
 
 
