@@ -6,8 +6,9 @@ command on ``PATH``), in a fresh directory holding the small input files the pag
 (:mod:`doc_inputs`). A block that cannot run here says so in the page, visibly, on the line
 before its fence: ``<!-- not run: why -->``; the list is printed and kept short. Every fence
 names its language: ``text`` for output and diagrams, which are not run. Pages whose recipes
-are heavy (worker processes training a model) run under ``-m slow``; every block, run or
-not, is compiled by the default suite.
+are heavy (a model trained by worker processes; many ``chunkio`` commands, each an
+interpreter importing the package) run under ``-m slow``; every block, run or not, is
+compiled by the default suite.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sys
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from doc_inputs import prepare
@@ -53,7 +55,7 @@ class Recipe:
     inputs: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ()
     slow: bool = False
-    #: blocks (by index among the page's runnable ones) run twice: the page says they may be
+    #: blocks (by index among the page's runnable ones) run twice: the page says a rerun works
     rerun: tuple[int, ...] = field(default=())
 
 
@@ -139,7 +141,7 @@ def test_every_fence_names_its_language_and_every_code_block_runs_or_says_why() 
 
 
 @pytest.mark.parametrize("page", sorted({b.page for b in ALL if b.lang in RUN}))
-def test_every_block_compiles(page: str, tmp_path: Path) -> None:
+def test_every_block_compiles(page: str) -> None:
     """Run or not, a page's Python is valid Python and its shell lines valid bash."""
     mine = [b for b in ALL if b.page == page]
     for b in mine:
@@ -152,8 +154,9 @@ def test_every_block_compiles(page: str, tmp_path: Path) -> None:
             assert done.returncode == 0, f"{page}:{b.line}: {done.stderr}"
 
 
-def _plan(selected: list[str], tmp_path: Path, stack: contextlib.ExitStack) -> list[dict]:
-    plan, shared = [], {}
+def _plan(selected: list[str], tmp_path: Path, stack: contextlib.ExitStack) -> list[dict[str, Any]]:
+    plan: list[dict[str, Any]] = []
+    shared: dict[str, Any] = {}
     for page in selected:
         recipe = RECIPES.get(page, Recipe())
         work = tmp_path / page.replace("/", "_").removesuffix(".md")
@@ -171,19 +174,19 @@ def _plan(selected: list[str], tmp_path: Path, stack: contextlib.ExitStack) -> l
     return plan
 
 
-def _run_pages(selected: list[str], tmp_path: Path) -> None:
+def _run_pages(selected: list[str], tmp_path: Path, *, timeout: float) -> None:
     with contextlib.ExitStack() as stack:
         plan = _plan(selected, tmp_path, stack)
         (tmp_path / "plan.json").write_text(json.dumps(plan))
         env = dict(os.environ)
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(":")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
         done = subprocess.run(
             [sys.executable, str(RUNNER), str(tmp_path / "plan.json"), str(tmp_path / "out.json")],
             capture_output=True,
             text=True,
             env=env,
-            timeout=280,
+            timeout=timeout,
         )
     assert done.returncode == 0, done.stderr[-4000:]
     results = json.loads((tmp_path / "out.json").read_text())
@@ -210,11 +213,11 @@ RUNNABLE = sorted({b.page for b in ALL if b.lang in RUN and not b.not_run})
 
 @pytest.mark.timeout(300)
 def test_documented_recipes_run_as_written(tmp_path: Path) -> None:
-    _run_pages([p for p in RUNNABLE if not RECIPES.get(p, Recipe()).slow], tmp_path)
+    _run_pages([p for p in RUNNABLE if not RECIPES.get(p, Recipe()).slow], tmp_path, timeout=280)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_heavy_documented_recipes_run_as_written(tmp_path: Path) -> None:
-    """Pages whose recipes start worker processes and train: ``make test-slow``."""
-    _run_pages([p for p in RUNNABLE if RECIPES.get(p, Recipe()).slow], tmp_path)
+    """The heavy pages (:data:`RECIPES` ``slow=True``): ``pytest -m slow`` (``make soak``)."""
+    _run_pages([p for p in RUNNABLE if RECIPES.get(p, Recipe()).slow], tmp_path, timeout=580)

@@ -41,7 +41,7 @@ def run_page(page: dict[str, Any]) -> dict[str, Any]:
                 ["bash", "-e", "-o", "pipefail", "-c", block["code"]],
                 capture_output=True,
                 text=True,
-                timeout=page.get("timeout", 300),
+                timeout=300,
             )
             if done.returncode:
                 raise RuntimeError(
