@@ -98,6 +98,7 @@ def pages() -> list[Path]:
 def blocks(path: Path) -> list[Block]:
     """The fenced blocks of a page, each with the ``not run`` reason on the line before."""
     lines = path.read_text().splitlines()
+    page = str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
     found, i = [], 0
     while i < len(lines):
         m = FENCE.match(lines[i])
@@ -105,11 +106,10 @@ def blocks(path: Path) -> list[Block]:
             i += 1
             continue
         end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == "```"), None)
-        assert end is not None, f"{path.relative_to(ROOT)}:{i + 1}: a fence that never closes"
+        assert end is not None, f"{page}:{i + 1}: a fence that never closes"
         before = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
         reason = NOT_RUN.match(before)
         code = textwrap.dedent("\n".join(lines[i + 1 : end])) + "\n"
-        page = str(path.relative_to(ROOT))
         found.append(Block(page, i + 1, m.group(2), code, reason and reason.group(1)))
         i = end + 1
     return found
@@ -221,3 +221,33 @@ def test_documented_recipes_run_as_written(tmp_path: Path) -> None:
 def test_heavy_documented_recipes_run_as_written(tmp_path: Path) -> None:
     """The heavy pages (:data:`RECIPES` ``slow=True``): ``pytest -m slow`` (``make soak``)."""
     _run_pages([p for p in RUNNABLE if RECIPES.get(p, Recipe()).slow], tmp_path, timeout=580)
+
+
+def test_the_rules_catch_what_they_guard(tmp_path: Path) -> None:
+    """The parser sees languages, marks and indented fences; the runner reports a failing
+    Python or shell block by its line (a guard that cannot fail guards nothing)."""
+    page = tmp_path / "page.md"
+    page.write_text(
+        "<!-- not run: needs a GPU -->\n```python\nx.cuda()\n```\n\n"
+        "* a list\n\n  ```bash\n  false\n  ```\n```\nno language\n```\n"
+    )
+    found = blocks(page)
+    assert [(b.lang, b.not_run, b.line) for b in found] == [
+        ("python", "needs a GPU", 2),
+        ("bash", None, 8),
+        ("", None, 11),
+    ]
+    plan = [
+        {"page": "p.md", "dir": str(tmp_path), "env": {}, "blocks": [step]}
+        for step in (
+            {"lang": "python", "code": "y = 1\nraise SystemExit(3)\n", "line": 5},
+            {"lang": "shell", "code": found[1].code, "line": 8},
+            {"lang": "shell", "code": "true\n", "line": 9},
+        )
+    ]
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    run = [sys.executable, str(RUNNER), str(tmp_path / "plan.json"), str(tmp_path / "out.json")]
+    subprocess.run(run, check=True, timeout=60)
+    results = json.loads((tmp_path / "out.json").read_text())
+    assert [(r["ok"], r["line"]) for r in results] == [(False, 5), (False, 8), (True, 9)]
+    assert "SystemExit: 3" in results[0]["error"]
