@@ -33,7 +33,7 @@ import numpy as np
 
 from ..errors import TransformError, WindowError
 
-__all__ = ["Normalize", "Stats", "check_stats"]
+__all__ = ["Normalize", "Stats", "check_stats", "fit_stats"]
 
 STATS_VERSION = 1
 
@@ -66,7 +66,9 @@ class Normalize:
 
     ``fields``: the batch's field names in order when batches are tuples (``dataset.fields``);
     a ``dataset`` given instead is also checked against the stats (fields, arrays, channels):
-    a :class:`~chunkio.errors.WindowError` otherwise. Apply it to each batch, e.g. on the GPU
+    a :class:`~chunkio.errors.WindowError` otherwise; with a dataset, stats of single
+    variables (``chunkio stats era5.zarr --fields t2m u10 v10``) also serve the fields that
+    stack them (:func:`fit_stats`). Apply it to each batch, e.g. on the GPU
     after ``make_loader(..., device="cuda")``: ``x = norm(batch)`` (float tensors are
     normalised, integer scalars and vectors such as labels pass as they are, integer images
     and lists are a :class:`~chunkio.errors.TransformError`); or give it to the dataset
@@ -87,6 +89,7 @@ class Normalize:
     ) -> None:
         self.stats = stats if isinstance(stats, Stats) else Stats.load(stats)
         if dataset is not None:
+            self.stats = fit_stats(self.stats, dataset)
             check_stats(self.stats, dataset)
             fields = fields or list(dataset.fields)
         self.fields = None if fields is None else tuple(fields)
@@ -146,7 +149,9 @@ class Normalize:
 
         In place, it normalises float arrays: a field of samples of several shapes (a list)
         or integer images (two axes or more: ``uint8`` pixels) cannot take it and is refused;
-        integer scalars and vectors (labels, times, codes) are left as they are."""
+        integer scalars and vectors (labels, times, codes) are left as they are. Stats of
+        single variables are fitted to the fields that stack them first (:func:`fit_stats`)."""
+        self.stats = fit_stats(self.stats, dataset)
         check_stats(self.stats, dataset)
         for name in self.stats.fields:
             info = dataset.layout.field(name)
@@ -176,6 +181,39 @@ class Normalize:
         if self.fields is None or len(self.fields) != 1:
             raise WindowError("Normalize: a single-field batch needs fields=[its name]")
         return self._apply(self.fields[0], batch)
+
+
+def fit_stats(stats: Stats, dataset: Any) -> Stats:
+    """``stats`` keyed by the fields of ``dataset``.
+
+    An entry named as a field is that field's. A numeric field the stats do not name whose
+    arrays each have an entry of their own (``chunkio stats era5.zarr --fields t2m u10 v10``
+    for a window stacking the three) takes theirs, stacked in its order of variables; every
+    field reading those arrays does (a window and its target). Entries neither named nor
+    used so are kept, for :func:`check_stats` to refuse.
+    """
+    own = {str(e["arrays"][0]): n for n, e in stats.fields.items() if len(e.get("arrays", [])) == 1}
+    out = {n: e for n, e in stats.fields.items() if n in dataset.fields}
+    used = set(out)
+    for name in dataset.fields:
+        info = dataset.layout.field(name)
+        if name in out or info.kind not in ("dense", "window") or info.dtype.kind not in "iuf":
+            continue
+        arrays = [str(a) for a in info.array_names()]
+        names = [own[a] for a in arrays if a in own]
+        if not arrays or len(names) < len(arrays):
+            continue
+        entries = [stats.fields[n] for n in names]
+        stacked = bool(getattr(info, "stacked", False))
+        out[name] = {
+            "arrays": arrays,
+            "mean": [e["mean"] for e in entries] if stacked else entries[0]["mean"],
+            "std": [e["std"] for e in entries] if stacked else entries[0]["std"],
+            "count": min(int(e.get("count", 0)) for e in entries),
+        }
+        used.update(names)
+    out.update({n: e for n, e in stats.fields.items() if n not in used})
+    return Stats(fields=out, diff=stats.diff)
 
 
 def check_stats(stats: Stats, dataset: Any) -> None:

@@ -16,6 +16,7 @@ import chunkio
 from chunkio import ChunkDataset, Field, Normalize, Stats, compute_stats
 from chunkio.diagnose.cli import main
 from chunkio.errors import WindowError
+from chunkio.transforms.stats import fit_stats
 
 
 @pytest.fixture(scope="module", params=["xarray v3", "h5py", "chunkio"])
@@ -81,3 +82,27 @@ def test_the_stats_command_writes_a_small_file(store: Path, tmp_path: Path) -> N
     found = Stats.load(out)
     np.testing.assert_allclose(found.fields["t2m"]["mean"], arrays()["t2m"].mean(), rtol=1e-5)
     assert out.stat().st_size < 10_000
+
+
+def test_stats_of_single_variables_serve_the_fields_that_stack_them(
+    store: Path, tmp_path: Path
+) -> None:
+    """The windows guide's recipe: ``chunkio stats --fields t2m u10 v10``, then ``Normalize``
+    of a window stacking the three and of its target: each takes the variables' stats as its
+    channels, as compute_stats of that dataset gives them."""
+    out = tmp_path / "s.json"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["stats", str(store), "--fields", *VARS, "--out", str(out)]) == 0
+    ds = _open(store, {"x": Field(list(VARS), steps=[-1, 0]), "y": Field(list(VARS), steps=[1])})
+    norm = Normalize(out, dataset=ds)
+    want = compute_stats(ds)
+    for name in ("x", "y"):
+        for key in ("mean", "std"):
+            np.testing.assert_allclose(norm.stats.fields[name][key], want.fields[name][key])
+    saved = Stats.load(out).fields
+    two = _open(store, [Field(["u10", "t2m"], steps=[0])])  # in its own order of variables
+    got = fit_stats(Stats.load(out), two).fields["u10_t2m"]["mean"]
+    assert got == [saved["u10"]["mean"], saved["t2m"]["mean"]]
+    with pytest.raises(WindowError, match=r"stats have field 'v10'"):
+        Normalize(out, dataset=two)  # v10 serves no field: stats of another dataset

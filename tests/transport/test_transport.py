@@ -12,6 +12,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -317,8 +318,23 @@ def test_dropped_iterator_and_consumer_interrupt_leave_nothing(make_dataset, per
     _assert_clean(before)
 
 
+@pytest.fixture
+def ctrl_c_raises() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt in this process for the test, as in a terminal.
+
+    A background job of a non-interactive shell (``nohup make test &``) starts with SIGINT
+    ignored, and Python then installs no handler: the signal the test sends would be dropped
+    and the test would hang until its timeout.
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.timeout(60)
-def test_ctrl_c_while_waiting_stops_even_persistent_workers(make_dataset):
+def test_ctrl_c_while_waiting_stops_even_persistent_workers(make_dataset, ctrl_c_raises):
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     path, _ = make_dataset("zarr", samples_per_chunk=10)
     before = _workers()
