@@ -19,6 +19,7 @@ Nothing is written.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ __all__ = [
     "OmeImage",
     "OmeLevel",
     "OmeVolumes",
+    "aligned",
     "is_ome_zarr",
     "label_names",
     "ome_volumes",
@@ -183,7 +185,6 @@ def read_image(reader: Reader, group: str = "") -> OmeImage:
         at = f"{key}[0].datasets[{k}]"
         if not isinstance(ds, Mapping) or not isinstance(ds.get("path"), str):
             raise FormatError(f"{where}: {at}.path: expected an array path; got {ds!r}")
-        scale, shift = _transforms(ds.get("coordinateTransformations"), len(axes), where, at)
         path = prefix + str(ds["path"]).strip("/")
         info = _array(reader, path, f"{at}.path")
         if len(info.shape) != len(axes):
@@ -191,6 +192,7 @@ def read_image(reader: Reader, group: str = "") -> OmeImage:
                 f"{where}: {key}[0].axes: expected one axis per dimension of array {path!r} "
                 f"{tuple(info.shape)}; got {len(axes)} axes {[a.name for a in axes]}"
             )
+        scale, shift = _transforms(ds.get("coordinateTransformations"), len(axes), where, at)
         levels.append(
             OmeLevel(
                 path,
@@ -274,6 +276,7 @@ def _label_level(
             f"{[a.name for a in image.axes if a.type != 'channel']}; got "
             f"{[a.name for a in lab.axes]}"
         )
+    lab = aligned(reader, image, lab)
     want = tuple(int(info.shape[i]) for i in image.spatial)
     for candidate in lab.levels:
         if _close(
@@ -299,8 +302,36 @@ def _label_level(
     return candidate, found, c is not None
 
 
+def aligned(reader: Reader, image: OmeImage, other: OmeImage) -> OmeImage:
+    """``other`` (a label image of ``image``, space axes checked to match) placed in the
+    image's physical frame: when the two full-resolution levels have one spatial shape but
+    not one placement (ome-zarr-py writes label images with a unit scale unless given the
+    image's), each of ``other``'s levels keeps its scale and offset *relative to its level 0*,
+    and level 0 is the image's. Otherwise ``other`` as it is."""
+    mine, theirs = image.levels[0], other.levels[0]
+    pairs = list(zip(image.spatial, other.spatial, strict=True))
+    shape_i = reader.array_info(mine.path).shape
+    shape_o = reader.array_info(theirs.path).shape
+    if [shape_i[i] for i, _ in pairs] != [shape_o[j] for _, j in pairs] or (
+        _close([mine.scale[i] for i, _ in pairs], [theirs.scale[j] for _, j in pairs])
+        and _close(
+            [mine.translation[i] for i, _ in pairs], [theirs.translation[j] for _, j in pairs]
+        )
+    ):
+        return other
+    levels = []
+    for lv in other.levels:
+        scale, shift = list(lv.scale), list(lv.translation)
+        for i, j in pairs:
+            ratio = mine.scale[i] / theirs.scale[j]
+            scale[j] = lv.scale[j] * ratio
+            shift[j] = mine.translation[i] + (lv.translation[j] - theirs.translation[j]) * ratio
+        levels.append(OmeLevel(lv.path, tuple(scale), tuple(shift)))
+    return dataclasses.replace(other, levels=tuple(levels))
+
+
 def _close(a: Sequence[float], b: Sequence[float]) -> bool:
-    return all(math.isclose(x, y, rel_tol=_RTOL) for x, y in zip(a, b, strict=True))
+    return all(math.isclose(x, y, rel_tol=_RTOL, abs_tol=1e-12) for x, y in zip(a, b, strict=True))
 
 
 def _axes(raw: Any, where: str, key: str) -> tuple[OmeAxis, ...]:

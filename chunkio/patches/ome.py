@@ -24,6 +24,7 @@ from ..format.ome_zarr import (
     OmeImage,
     OmeLevel,
     OmeVolumes,
+    aligned,
     is_ome_zarr,
     label_names,
     read_image,
@@ -123,17 +124,29 @@ def _mask_level(reader: Reader, ome: OmeVolumes, name: str) -> tuple[OmeLevel, l
             f"{reader.array_names()})"
         ) from err
     if attrs is not None:  # a group: a multiscale (label) image, read at its coarsest level
-        lab = read_image(reader, group)
+        lab = _in_frame(reader, image, read_image(reader, group))
         return lab.levels[-1], [a.name for a in lab.axes], _shape(reader, lab.levels[-1].path)
-    parent = name.rpartition("/")[0]
-    owner = _owning_image(reader, parent, name)
+    owner = _owning_image(reader, name.rpartition("/")[0], name)
     if owner is not None:
-        return owner[0], [a.name for a in owner[1].axes], _shape(reader, name)
+        lab = _in_frame(reader, image, owner)
+        level = next(lv for lv in lab.levels if lv.path == name)
+        return level, [a.name for a in lab.axes], _shape(reader, name)
     return _plain_level(reader, image, name)
 
 
-def _owning_image(reader: Reader, parent: str, path: str) -> tuple[OmeLevel, OmeImage] | None:
-    """The level ``path`` is of the multiscale image in group ``parent`` (if it is one)."""
+def _in_frame(reader: Reader, image: OmeImage, other: OmeImage) -> OmeImage:
+    """A mask image placed in the image's frame (its space axes checked to be the image's)."""
+    names = [image.axes[i].name for i in image.spatial]
+    if [other.axes[j].name for j in other.spatial] != names:
+        raise FormatError(
+            f"{reader.location}: mask {other.key}.axes: expected the image's space axes "
+            f"{names}; got {[a.name for a in other.axes]}"
+        )
+    return aligned(reader, image, other)
+
+
+def _owning_image(reader: Reader, parent: str, path: str) -> OmeImage | None:
+    """The multiscale image in group ``parent`` that ``path`` is a level of (if any)."""
     try:
         attrs = reader.attrs() if not parent else reader.group_attrs(parent)
     except MissingFieldError:
@@ -141,10 +154,7 @@ def _owning_image(reader: Reader, parent: str, path: str) -> tuple[OmeLevel, Ome
     if not is_ome_zarr(attrs or {}):
         return None
     owner = read_image(reader, parent)
-    for level in owner.levels:
-        if level.path == path:
-            return level, owner
-    return None
+    return owner if any(lv.path == path for lv in owner.levels) else None
 
 
 def _plain_level(reader: Reader, image: OmeImage, path: str) -> tuple[OmeLevel, list[str], Any]:

@@ -61,7 +61,9 @@ class PatchStore:
 
 def open_store(location: Any, options: ReaderOptions, request: StoreRequest) -> PatchStore:
     """Read the metadata of the store at ``location`` (and close it again)."""
-    reader = options.open(location)
+    # chunks an OME-Zarr writer skipped (equal to the fill value) read as it, in the mask too;
+    # chunkio's own stores are not read here beyond their metadata
+    reader = dataclasses.replace(options, fill_missing=True).open(location)
     try:
         attrs = reader.attrs()
         kinds = as_kinds(request.fields)
