@@ -307,7 +307,7 @@ def volume_field(
     name: str, path: str, info: ArrayInfo, where: str, *, volume_axis: bool = True
 ) -> FieldInfo:
     """The field of volume array ``path`` (as :func:`foreign_volumes` describes one; used by
-    :mod:`chunkio.format.ome_zarr` too): axis 0 the volume axis, or, with
+    :mod:`chunkio.patches.ome_zarr` too): axis 0 the volume axis, or, with
     ``volume_axis=False``, a single volume described as the one sample of a volume axis."""
     return _field(name, path, info, where, volume_axis=volume_axis)
 

@@ -21,7 +21,7 @@ stored * slope + inter).
 The volumes of a store chunkio did not write (:func:`chunkio.format.foreign.foreign_volumes`) are
 described by a :class:`VolumeSet` too, never written: stacked, and, for a single volume
 stored as one spatial array, without the volume axis (``volume_axis=False``); so are the
-images of an OME-Zarr store (:mod:`chunkio.format.ome_zarr`), whose label arrays may keep a
+images of an OME-Zarr store (:mod:`chunkio.patches.ome_zarr`), whose label arrays may keep a
 channel axis of one (``label_channel``).
 """
 

@@ -24,7 +24,7 @@ from ..read.batch import SampleBatch, to_tensor
 from ..read.planning import normalize_keys, plan_patch_reads
 from ..util.handles import PerProcessHandle
 from .balanced import LabelBalancedSampler
-from .ome import physical_origins
+from .ome_reads import physical_origins
 from .samplers import GridSampler, PatchSampler
 from .stores import (
     PatchStore,

@@ -1,7 +1,7 @@
 """The stores of a :class:`~chunkio.patches.PatchDataset`, described once in the parent.
 
 Each store is a chunkio volume dataset, a user's own HDF5 file or Zarr store (``fields``
-names its arrays) or an OME-Zarr image (:mod:`chunkio.format.ome_zarr`). Several stores are
+names its arrays) or an OME-Zarr image (:mod:`chunkio.patches.ome_zarr`). Several stores are
 one dataset: their volumes end to end (:func:`combine`), each store read by its own
 :class:`~chunkio.read.ReadCore` in each process (:class:`StoreCores`), through the same plan
 -> read -> scatter path as one store.
@@ -22,12 +22,12 @@ from ..errors import FormatError
 from ..format.foreign import FieldSelection
 from ..format.label_index import LabelIndex, index_label_volumes
 from ..format.layout import DatasetLayout
-from ..format.ome_zarr import OmeVolumes, is_ome_zarr, label_names, ome_volumes
 from ..format.store_layout import LayoutOptions, open_layout
 from ..format.volume_layout import VOLUMES_KEY, VolumeSet
 from ..read import ReadCore, ReadStats, read_whole
 from .masks import PatchMask, VolumeMask
-from .ome import ome_label_index, ome_mask
+from .ome_reads import ome_label_index, ome_mask
+from .ome_zarr import OmeVolumes, is_ome_zarr, label_names, ome_volumes
 
 __all__ = ["PatchStore", "StoreCores", "StoreRequest", "combine", "open_store"]
 

@@ -27,9 +27,9 @@ from typing import Any
 
 from ..backends import ArrayInfo, Reader
 from ..errors import FormatError, MissingFieldError
-from .foreign import volume_field
-from .layout import DatasetLayout
-from .volume_layout import VolumeSet
+from ..format.foreign import volume_field
+from ..format.layout import DatasetLayout
+from ..format.volume_layout import VolumeSet
 
 __all__ = [
     "OmeAxis",

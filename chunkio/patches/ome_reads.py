@@ -1,5 +1,5 @@
 """What :class:`~chunkio.patches.PatchDataset` reads of an OME-Zarr store besides its image
-(:mod:`chunkio.format.ome_zarr`): the label index of its label image, its mask, and the
+(:mod:`chunkio.patches.ome_zarr`): the label index of its label image, its mask, and the
 physical placement of patches.
 
 A mask names a label image (``"labels/tissue"`` or ``"tissue"``: its coarsest level), one
@@ -20,7 +20,9 @@ import numpy.typing as npt
 from ..backends import Reader
 from ..errors import FormatError, MissingFieldError
 from ..format.label_index import LabelIndex, index_label_volume
-from ..format.ome_zarr import (
+from ..read import read_whole
+from .masks import VolumeMask, as_mask, footprint_edges
+from .ome_zarr import (
     OmeImage,
     OmeLevel,
     OmeVolumes,
@@ -29,8 +31,6 @@ from ..format.ome_zarr import (
     label_names,
     read_image,
 )
-from ..read import read_whole
-from .masks import VolumeMask, as_mask, footprint_edges
 
 __all__ = ["ome_label_index", "ome_mask", "physical_origins"]
 
