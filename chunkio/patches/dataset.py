@@ -19,7 +19,7 @@ from torch.utils.data import Dataset
 from ..backends import ReaderOptions, detect_format
 from ..errors import FormatError
 from ..format.foreign import FieldSelection
-from ..read import PadMode, ReadStats
+from ..read import PadMode, ReadCore, ReadStats
 from ..read.batch import SampleBatch, to_tensor
 from ..read.planning import normalize_keys, plan_patch_reads
 from ..util.handles import PerProcessHandle
@@ -43,7 +43,7 @@ KINDS = ("image", "label")
 Units = Literal["voxels", "physical"]
 
 
-class PatchDataset(PerProcessHandle[StoreCores], Dataset[Any]):
+class PatchDataset(PerProcessHandle[ReadCore | StoreCores], Dataset[Any]):
     """Patches of the volumes of a chunkio volume dataset (see :mod:`chunkio.format.volume_layout`),
     of volume arrays in a user's own HDF5 file or Zarr store, or of OME-Zarr images, read in
     place; several stores are one dataset.
@@ -169,7 +169,7 @@ class PatchDataset(PerProcessHandle[StoreCores], Dataset[Any]):
             self.volumes, self.patch_size, self.label_index, mask=self.mask
         )
         self._first = np.cumsum([0] + [s.volumes.count for s in stores])
-        self._local: StoreCores | None = None
+        self._local: ReadCore | StoreCores | None = None
 
     def _select(self, fields: FieldSelection | None) -> tuple[str, ...]:
         available = KINDS if self.volumes.label is not None else KINDS[:1]
@@ -193,9 +193,19 @@ class PatchDataset(PerProcessHandle[StoreCores], Dataset[Any]):
         )
 
     # -- per-process handles ------------------------------------------------------------------
-    def _open_handle(self) -> StoreCores:
-        # per store, the same per-process read core as ChunkDataset's (plan, read, scatter)
+    def _open_handle(self) -> ReadCore | StoreCores:
+        # the same per-process read core as ChunkDataset's (plan, read, cache, scatter); one
+        # per store when there are several
+        if len(self.stores) == 1:
+            s = self.stores[0]
+            return ReadCore(
+                s.location, s.layout, cache_bytes=self.cache_bytes, reader=s.reader_options
+            )
         return StoreCores(self.stores, self.cache_bytes)
+
+    def _core(self, store: int) -> ReadCore:
+        handle = self._handle()
+        return handle if isinstance(handle, ReadCore) else handle.core(store)
 
     def read_stats(self) -> ReadStats:
         """Read counters of *this* process (workers keep their own), every store's added."""
@@ -207,43 +217,45 @@ class PatchDataset(PerProcessHandle[StoreCores], Dataset[Any]):
         OME-Zarr, ``spacing`` and ``origin_physical``: voxel size and the position of the
         origin voxel's centre, in the image's physical units)."""
         key_arr = normalize_keys(keys, self.volumes)
-        n = len(key_arr)
+        store_of = np.searchsorted(self._first, key_arr[:, 0], side="right") - 1
+        parts = []
+        for i in np.unique(store_of).tolist():  # each store's patches through its own core
+            rows = np.flatnonzero(store_of == i)
+            local = key_arr[rows].copy()
+            local[:, 0] -= self._first[i]
+            store = self.stores[i]
+            got = self._core(i).patches.read(
+                store.volumes,
+                self.fields,
+                plan_patch_reads(local, self.patch_size, store.volumes),
+                self.patch_size,
+                dtypes=self.dtypes,
+                pad_mode=self.pad_mode,
+                pad_values=self.pad_values,
+            )
+            if store.ome is not None:
+                got["spacing"] = np.tile(np.asarray(store.ome.spacing), (len(rows), 1))
+                got["origin_physical"] = physical_origins(store.ome, local[:, 1:])
+            parts.append((rows, got))
+        out = parts[0][1] if len(parts) == 1 else self._gather(len(key_arr), parts)
+        out["volume"] = key_arr[:, 0].copy()
+        out["origin"] = key_arr[:, 1:].copy()
+        return out
+
+    def _gather(
+        self, n: int, parts: Sequence[tuple[npt.NDArray[np.int64], dict[str, npt.NDArray[Any]]]]
+    ) -> dict[str, npt.NDArray[Any]]:
+        """The patches of several stores (or none) in the order of the keys."""
         out = {
             k: np.empty((n, *self.volumes.item_shape(k, self.patch_size)), self.dtypes[k])
             for k in self.fields
         }
-        store_of = np.searchsorted(self._first, key_arr[:, 0], side="right") - 1
-        ome = all(s.ome is not None for s in self.stores)
-        spacing = np.zeros((n, self.volumes.ndim)) if ome else None
-        physical = np.zeros((n, self.volumes.ndim)) if ome else None
-        for i in np.unique(store_of).tolist():
-            rows = np.flatnonzero(store_of == i)
-            store = self.stores[i]
-            local = key_arr[rows].copy()
-            local[:, 0] -= self._first[i]
-            plan = plan_patch_reads(local, self.patch_size, store.volumes)
-            got = (
-                self._handle()
-                .core(i)
-                .patches.read(
-                    store.volumes,
-                    self.fields,
-                    plan,
-                    self.patch_size,
-                    dtypes=self.dtypes,
-                    pad_mode=self.pad_mode,
-                    pad_values=self.pad_values,
-                )
-            )
-            for k in self.fields:
+        if all(s.ome is not None for s in self.stores):  # else items of some stores lack them
+            out["spacing"] = np.zeros((n, self.volumes.ndim))
+            out["origin_physical"] = np.zeros((n, self.volumes.ndim))
+        for rows, got in parts:
+            for k in out:
                 out[k][rows] = got[k]
-            if store.ome is not None and spacing is not None and physical is not None:
-                spacing[rows] = store.ome.spacing
-                physical[rows] = physical_origins(store.ome, local[:, 1:])
-        out["volume"] = key_arr[:, 0].copy()
-        out["origin"] = key_arr[:, 1:].copy()
-        if spacing is not None and physical is not None:
-            out["spacing"], out["origin_physical"] = spacing, physical
         return out
 
     def __getitem__(self, key: Any) -> Any:

@@ -15,11 +15,14 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 import zarr
+from torch.utils.data import DataLoader
 
 from chunkio.errors import FormatError
 from chunkio.patches import GridSampler, LabelBalancedSampler, PatchDataset, RandomPatchSampler
 from chunkio.patches.masks import PatchMask, VolumeMask, footprint_edges
+from chunkio.read.batch import collate
 from chunkio.testing.servers import S3Server, require, s3_server_fixture  # noqa: F401 (fixture)
 
 with warnings.catch_warnings():  # ome-zarr-py warns of its own deprecations when imported
@@ -144,6 +147,18 @@ def test_several_stores_are_one_dataset(tmp_path: Path) -> None:
         np.testing.assert_array_equal(got["image"][b], image[(int(v), slice(None), *box)])
     assert set(got["volume"].tolist()) == {0, 1, 2, 3}
     assert ds.read_stats().patches == len(got["volume"])
+
+
+def test_several_stores_in_loader_workers(tmp_path: Path) -> None:
+    stores = [write_ome(tmp_path / f"{v}.ome.zarr", v, seed=6) for v in ("0.5", "0.4")]
+    ds = PatchDataset(stores, PATCH, sampler=RandomPatchSampler(16, seed=7))
+    want = ds.read_patches(ds.sampler.keys())  # the parent reads first: workers open their own
+    loader = DataLoader(ds, sampler=ds.sampler, batch_size=4, num_workers=2, collate_fn=collate,
+                        multiprocessing_context="fork", timeout=120)  # fmt: skip
+    batches = list(loader)
+    for name in ("image", "label", "volume", "origin_physical"):
+        got = torch.cat([b[name] for b in batches]).numpy()
+        np.testing.assert_array_equal(got, want[name])
 
 
 def _write_mask(store: Path, mask: np.ndarray) -> None:
