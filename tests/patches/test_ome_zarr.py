@@ -228,7 +228,17 @@ def _bad_scale(m: dict[str, Any]) -> None:
     m["multiscales"][0]["datasets"][0]["coordinateTransformations"] = [{"type": "scale"}]
 
 
+def _no_multiscales(m: dict[str, Any]) -> None:
+    del m["multiscales"]
+
+
 BAD = {
+    "label image without multiscales": (
+        "labels/seg",
+        _no_multiscales,
+        {},
+        r"labels/seg/multiscales: expected a list",
+    ),
     "dataset path not there": ("", _bad_path, {}, r"multiscales\[0\]\.datasets\[1\]\.path"),
     "axes not the dims": ("", _bad_axes, {}, r"multiscales\[0\]\.axes: expected one axis"),
     "transform without values": ("", _bad_scale, {}, "coordinateTransformations"),
