@@ -297,7 +297,7 @@ def _voxels(size: Sequence[float], units: Units, stores: Sequence[PatchStore]) -
     """The patch size in voxels: as given, or physical sizes divided by each store's
     spacing (every store must come to the same voxels: a batch holds one shape)."""
     if units == "voxels":
-        return tuple(int(p) if isinstance(p, int | np.integer) else _not_int(p) for p in size)
+        return tuple(_whole(p) for p in size)
     found = {}
     for s in stores:
         if s.ome is None:
@@ -315,10 +315,13 @@ def _voxels(size: Sequence[float], units: Units, stores: Sequence[PatchStore]) -
     return next(iter(found.values()))
 
 
-def _not_int(value: Any) -> int:
+def _whole(value: Any) -> int:
+    """A voxel count: an int, or a float that is one (``32.0``); never cut (``32.5``)."""
+    if isinstance(value, int | np.integer) or (isinstance(value, float) and value.is_integer()):
+        return int(value)
     raise ValueError(
-        f"patch_size in voxels must be ints; got {value!r} (give units='physical' for a "
-        "physical size)"
+        f"patch_size in voxels must be whole numbers; got {value!r} (give units='physical' "
+        "for a physical size)"
     )
 
 

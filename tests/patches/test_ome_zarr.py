@@ -90,6 +90,16 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_ome(tmp_path_factory.mktemp("pristine") / "bad.ome.zarr", "0.5")
 
 
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Two stores, one of each version, unlike data: one dataset in the tests that use it."""
+    folder = tmp_path_factory.mktemp("pair")
+    return [
+        write_ome(folder / "a.ome.zarr", "0.5", seed=1),
+        write_ome(folder / "b.ome.zarr", "0.4", seed=2, label_channel=False),
+    ]
+
+
 @pytest.fixture(scope="module", params=["0.5", "0.4"])
 def store(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp(f"ome{request.param}")
@@ -132,12 +142,32 @@ def test_physical_patch_size_and_items_through_pickle(store: Path) -> None:
     np.testing.assert_array_equal(a["image"], b["image"])
     assert "label" not in a
     with pytest.raises(ValueError, match="units='physical'"):
-        PatchDataset(store, (16.0, 4.0, 4.0))
+        PatchDataset(store, (16.0, 4.5, 4.0))
 
 
-def test_several_stores_are_one_dataset(tmp_path: Path) -> None:
-    one = write_ome(tmp_path / "a.ome.zarr", "0.5", seed=1)
-    two = write_ome(tmp_path / "b.ome.zarr", "0.4", seed=2, label_channel=False)
+@pytest.mark.parametrize("axes", ["czyx", "yx"])
+def test_an_image_without_time_points_is_one_volume(tmp_path: Path, axes: str) -> None:
+    rng = np.random.default_rng(8)
+    shape = {"czyx": (3, 12, 16, 16), "yx": (40, 24)}[axes]
+    image = rng.integers(0, 255, shape, dtype=np.uint8)
+    label = (image[:1] > 128 if axes == "czyx" else image > 128).astype(np.uint8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        root = zarr.open_group(str(tmp_path / "one.ome.zarr"), mode="w")
+        ome_writer.write_image(image, root, axes=axes, scale_factors=[2])
+        ome_writer.write_labels(label, root, name="seg", axes=axes, scale_factors=[2], scaler=None)
+    size = PATCH if axes == "czyx" else (8, 8)
+    ds = PatchDataset(tmp_path / "one.ome.zarr", size, sampler=GridSampler(edge="shift"))
+    assert ds.volumes.count == 1 and ds.volumes.channels == (3 if axes == "czyx" else None)
+    got = _all_patches(ds)
+    for b, o in enumerate(got["origin"]):
+        box = tuple(slice(a, a + p) for a, p in zip(o.tolist(), size, strict=True))
+        np.testing.assert_array_equal(got["image"][b], image[(Ellipsis, *box)])
+        np.testing.assert_array_equal(got["label"][b], label[(Ellipsis, *box)].reshape(size))
+
+
+def test_several_stores_are_one_dataset(pair: list[Path]) -> None:
+    one, two = pair
     ds = PatchDataset([one, two], PATCH, sampler=GridSampler(shuffle=True, seed=3))
     assert ds.volumes.count == 2 * SHAPE[0]
     got = _all_patches(ds)
@@ -149,9 +179,8 @@ def test_several_stores_are_one_dataset(tmp_path: Path) -> None:
     assert ds.read_stats().patches == len(got["volume"])
 
 
-def test_several_stores_in_loader_workers(tmp_path: Path) -> None:
-    stores = [write_ome(tmp_path / f"{v}.ome.zarr", v, seed=6) for v in ("0.5", "0.4")]
-    ds = PatchDataset(stores, PATCH, sampler=RandomPatchSampler(16, seed=7))
+def test_several_stores_in_loader_workers(pair: list[Path]) -> None:
+    ds = PatchDataset(pair, PATCH, sampler=RandomPatchSampler(16, seed=7))
     want = ds.read_patches(ds.sampler.keys())  # the parent reads first: workers open their own
     loader = DataLoader(ds, sampler=ds.sampler, batch_size=4, num_workers=2, collate_fn=collate,
                         multiprocessing_context="fork", timeout=120)  # fmt: skip
