@@ -47,6 +47,7 @@ __all__ = [
     "layout_of",
     "list_arrays",
     "order_field",
+    "volume_field",
 ]
 
 #: what ``fields`` may be for a store chunkio did not write
@@ -300,6 +301,15 @@ def _field(
     if not volume_axis:
         shape, chunks = (1, *shape), (1, *chunks)
     return FieldInfo(name, dtype, shape[1:], array=path, rows_per_chunk=max(1, chunks[0]))
+
+
+def volume_field(
+    name: str, path: str, info: ArrayInfo, where: str, *, volume_axis: bool = True
+) -> FieldInfo:
+    """The field of volume array ``path`` (as :func:`foreign_volumes` describes one; used by
+    :mod:`chunkio.patches.ome_zarr` too): axis 0 the volume axis, or, with
+    ``volume_axis=False``, a single volume described as the one sample of a volume axis."""
+    return _field(name, path, info, where, volume_axis=volume_axis)
 
 
 def _nbytes(info: ArrayInfo) -> int:

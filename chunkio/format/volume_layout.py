@@ -20,7 +20,9 @@ stored * slope + inter).
 
 The volumes of a store chunkio did not write (:func:`chunkio.format.foreign.foreign_volumes`) are
 described by a :class:`VolumeSet` too, never written: stacked, and, for a single volume
-stored as one spatial array, without the volume axis (``volume_axis=False``).
+stored as one spatial array, without the volume axis (``volume_axis=False``); so are the
+images of an OME-Zarr store (:mod:`chunkio.patches.ome_zarr`), whose label arrays may keep a
+channel axis of one (``label_channel``).
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ slice(3, 6, None)))
     #: whether the arrays have a leading volume axis (a user's single ``(D, H, W)`` array
     #: has none; chunkio writes one always)
     volume_axis: bool = True
+    #: whether the label arrays have a channel axis of one (after the volume axis): an
+    #: OME-Zarr label image written with its image's ``c`` axis
+    label_channel: bool = False
 
     def __post_init__(self) -> None:
         if not self.shapes:
@@ -114,6 +119,8 @@ slice(3, 6, None)))
         its row of the volume axis, when the arrays have one)."""
         _, row = self.array(kind, volume)
         channel = (slice(0, self.channels),) if kind == "image" and self.channels else ()
+        if kind == "label" and self.label_channel:
+            channel = (slice(0, 1),)
         box = tuple(slice(int(a), int(b)) for a, b in zip(lo, hi, strict=True))
         if not self.volume_axis:
             return (*channel, *box)

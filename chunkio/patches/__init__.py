@@ -1,10 +1,12 @@
 """Patch-based training and inference on chunked volumes.
 
 :class:`PatchDataset` serves patches of a volume dataset (written by
-:func:`chunkio.convert.volumes.convert_volumes`, or a user's own HDF5 / Zarr volume arrays
-read in place), :class:`GridSampler`,
+:func:`chunkio.convert.volumes.convert_volumes`, a user's own HDF5 / Zarr volume arrays or an
+OME-Zarr image read in place; several stores as one: :mod:`.stores`), :class:`GridSampler`,
 :class:`RandomPatchSampler` and :class:`LabelBalancedSampler` choose them, and :func:`stitch`
-writes per-patch predictions back into full volumes.
+writes per-patch predictions back into full volumes. :mod:`.ome_zarr` parses OME-Zarr
+metadata (multiscales, axes, scales, label images), :mod:`.ome_reads` reads its label index
+and masks, and :mod:`.masks` restricts where patches are centred.
 
 Names are imported on first use (PEP 562), so importing one sampler does not import torch. The
 on-disk volume format (:mod:`chunkio.format.volume_layout`, :mod:`chunkio.format.label_index`)

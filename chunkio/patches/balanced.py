@@ -4,7 +4,8 @@ A fraction ``foreground`` of each epoch's patches is placed on a labelled voxel:
 drawn (by ``classes`` weights, or "any foreground" in proportion to voxel counts), then a
 (volume, chunk) holding it in proportion to its voxels there, then one of the voxel positions
 the index stored for it; the patch is centred on that voxel, shifted inside the volume where
-needed (so it always contains the voxel). The other patches are uniformly random. Only the
+needed (so it always contains the voxel). The other patches are uniformly random (centred in
+the dataset's mask, when it has one; foreground patches follow the labels, not the mask). Only the
 index (read once, kilobytes) is used: no label volume is scanned at training time.
 """
 
@@ -18,7 +19,7 @@ import numpy as np
 from ..errors import FormatError
 from ..format.label_index import LabelIndex
 from ..util.numeric import IntArray
-from .samplers import _CountedSampler, locality_order, uniform_keys
+from .samplers import _CountedSampler, locality_order
 
 __all__ = ["LabelBalancedSampler"]
 
@@ -100,7 +101,7 @@ class LabelBalancedSampler(_CountedSampler):
         keys = np.concatenate(
             [
                 self._foreground_keys(n_fg, rng),
-                uniform_keys(n - n_fg, self.volumes, self.patch_size, rng),
+                self._uniform(n - n_fg, rng),
             ]
         )
         return keys[locality_order(keys, self.patch_size, self.volumes, rng)]

@@ -10,47 +10,61 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 from torch.utils.data import Dataset
 
-from ..backends import Reader, ReaderOptions, detect_format
+from ..backends import ReaderOptions, detect_format
 from ..errors import FormatError
 from ..format.foreign import FieldSelection
-from ..format.label_index import LabelIndex, index_label_volumes
-from ..format.layout import DatasetLayout
-from ..format.store_layout import LayoutOptions, open_layout
-from ..format.volume_layout import VOLUMES_KEY, VolumeSet
-from ..read import PadMode, ReadCore, read_whole
+from ..read import PadMode, ReadCore, ReadStats
 from ..read.batch import SampleBatch, to_tensor
-from ..read.core import ReadCoreDataset
-from ..read.planning import plan_patch_reads
+from ..read.planning import normalize_keys, plan_patch_reads
+from ..util.handles import PerProcessHandle
 from .balanced import LabelBalancedSampler
+from .ome_reads import physical_origins
 from .samplers import GridSampler, PatchSampler
+from .stores import (
+    PatchStore,
+    StoreCores,
+    StoreRequest,
+    as_kinds,
+    combine,
+    open_store,
+    read_label_index,
+    with_label_index,
+)
 
-__all__ = ["PatchDataset"]
+__all__ = ["PatchDataset", "read_label_index"]
 
 KINDS = ("image", "label")
+Units = Literal["voxels", "physical"]
 
 
-class PatchDataset(ReadCoreDataset, Dataset[Any]):
+class PatchDataset(PerProcessHandle[ReadCore | StoreCores], Dataset[Any]):
     """Patches of the volumes of a chunkio volume dataset (see :mod:`chunkio.format.volume_layout`),
-    or of volume arrays in a user's own HDF5 file or Zarr store, read in place.
+    of volume arrays in a user's own HDF5 file or Zarr store, or of OME-Zarr images, read in
+    place; several stores are one dataset.
 
     Items are addressed by *patch keys* ``(volume, *origin)``, which the bound ``sampler``
     yields; an item is ``{"image", "label" (when the dataset has labels), "volume",
-    "origin"}`` of tensors. Use ``DataLoader(ds, sampler=ds.sampler, batch_size=...)``;
-    ``__getitems__`` decodes each chunk a batch touches once, even when patches overlap.
+    "origin"}`` of tensors, plus ``"spacing"`` and ``"origin_physical"`` for OME-Zarr stores.
+    Use ``DataLoader(ds, sampler=ds.sampler, batch_size=...)``; ``__getitems__`` decodes each
+    chunk a batch touches once, even when patches overlap.
 
     Parameters
     ----------
     path
-        A volume dataset (``.zarr`` directory, ``.h5`` file, URL or store), or an HDF5 file
-        or Zarr store chunkio did not write (then ``fields`` names its arrays).
+        A volume dataset (``.zarr`` directory, ``.h5`` file, URL or store), an HDF5 file
+        or Zarr store chunkio did not write (then ``fields`` names its arrays), an OME-Zarr
+        image (NGFF 0.4 on Zarr v2, 0.5 on Zarr v3), or a list of them: their volumes end to
+        end (volume numbers run on from store to store).
     patch_size
-        Spatial size of a patch, one int per spatial axis.
+        Spatial size of a patch, one per spatial axis: voxels at the read scale, or physical
+        units (OME-Zarr, ``units="physical"``: each size divided by the voxel spacing and
+        rounded, at least one voxel; every store must come to the same voxels).
     sampler
         A :class:`~chunkio.patches.PatchSampler` (grid, random, label-balanced), bound here
         to the volumes; default: a non-overlapping :class:`~chunkio.patches.GridSampler`.
@@ -64,7 +78,21 @@ class PatchDataset(ReadCoreDataset, Dataset[Any]):
         ``N`` 3-D volumes; two more are volumes with channels, ``(N, C, D, H, W)``. A label
         array has the image's shape without channels. Nothing is written to the store: a
         :class:`~chunkio.patches.LabelBalancedSampler` gets its label index by reading each
-        label volume once here.
+        label volume once here. An OME-Zarr image needs no ``fields``: its axes say what
+        each is (time points are volumes, channels the channel axis); a mapping of arrays
+        reads it as a plain Zarr store.
+    scale
+        OME-Zarr: the scale level read (0: full resolution, as ``multiscales`` lists them).
+    label
+        OME-Zarr: the label image (``labels/<label>``) read as the label field, at the level
+        of the image's scale; default: the first the store lists (none: no labels).
+    mask
+        OME-Zarr: a mask restricting where patches are centred (see
+        :mod:`chunkio.patches.masks`): a label image (``"tissue"``, at its coarsest level), a
+        level's array (``"labels/tissue/s2"``) or a plain array of the store
+        (``"masks/tissue"``, placed by its shape), at any scale; nonzero voxels are inside.
+    units
+        ``"voxels"`` (default) or ``"physical"``: the unit of ``patch_size``.
     transform
         Applied to each item (the batch is then stacked by torch's collate).
     pad_mode, pad_value, label_pad_value
@@ -86,10 +114,14 @@ class PatchDataset(ReadCoreDataset, Dataset[Any]):
     def __init__(
         self,
         path: Any,
-        patch_size: Sequence[int],
+        patch_size: Sequence[float],
         *,
         sampler: PatchSampler | None = None,
         fields: FieldSelection | None = None,
+        scale: int = 0,
+        label: str | None = None,
+        mask: str | None = None,
+        units: Units = "voxels",
         transform: Callable[[Any], Any] | None = None,
         pad_mode: PadMode = "constant",
         pad_value: float = 0,
@@ -98,72 +130,55 @@ class PatchDataset(ReadCoreDataset, Dataset[Any]):
         storage_options: Mapping[str, Any] | None = None,
         trust_codecs: bool = False,
     ) -> None:
-        self.location = os.fspath(path) if isinstance(path, os.PathLike) else path
-        self.format = detect_format(self.location)
+        locations = _locations(path)
+        self.location = locations[0] if len(locations) == 1 else locations
+        self.format = detect_format(locations[0])
         if pad_mode not in ("constant", "edge"):
             raise ValueError(f"pad_mode must be 'constant' or 'edge'; got {pad_mode!r}")
+        if units not in ("voxels", "physical"):
+            raise ValueError(f"units must be 'voxels' or 'physical'; got {units!r}")
         if cache_bytes < 0:
             raise ValueError(f"cache_bytes must be >= 0; got {cache_bytes}")
         self.transform, self.pad_mode = transform, pad_mode
         self.cache_bytes = int(cache_bytes)
-        #: how every process opens its reader of the store (set again by the metadata read)
-        self.reader_options = ReaderOptions(
+        options = ReaderOptions(
             storage_options=dict(storage_options) if storage_options else None,
             trust_codecs=bool(trust_codecs),
         )
-        self.patch_size = tuple(int(p) for p in patch_size)
-        self.layout, self.volumes, self.label_index = self._read_metadata(fields, sampler)
-        self.fields = self._select(None if self.layout.foreign else fields)
-        self.dtypes = {k: self._dtype(k) for k in self.fields}
+        if isinstance(fields, str):
+            raise TypeError(f"fields must be a sequence of names, not a string; got {fields!r}")
+        request = StoreRequest(len(patch_size), fields, scale=scale, label=label, mask=mask)
+        stores = [open_store(loc, options, request) for loc in locations]
+        self.patch_size = _voxels(patch_size, units, stores)
+        _check_fits(stores, self.patch_size)
+        if isinstance(sampler, LabelBalancedSampler) or any(s.native for s in stores):
+            stores = [with_label_index(s) for s in stores]
+        self.stores = tuple(stores)
+        #: the first store's fields and how every process opens it
+        self.layout, self.reader_options = stores[0].layout, stores[0].reader_options
+        self.volumes, self.label_index, self.mask = combine(stores)
+        self.fields = self._select(None if _foreign(stores) else as_kinds(fields) or fields)
+        self.dtypes = {
+            k: np.result_type(
+                *(s.layout.field(n).dtype for s in stores for n in s.volumes.field_names(k))
+            )
+            for k in self.fields
+        }
         self.pad_values = {"image": pad_value, "label": label_pad_value}
         self.sampler = (sampler if sampler is not None else GridSampler()).bind(
-            self.volumes, self.patch_size, self.label_index
+            self.volumes, self.patch_size, self.label_index, mask=self.mask
         )
-        self._local: ReadCore | None = None
-
-    def _read_metadata(
-        self, fields: FieldSelection | None, sampler: PatchSampler | None
-    ) -> tuple[DatasetLayout, VolumeSet, LabelIndex | None]:
-        reader = self.reader_options.open(self.location)
-        try:
-            options = LayoutOptions(spatial=len(self.patch_size))
-            found = open_layout(reader, fields, options)
-            layout, volumes = found.dataset_layout(), found.volumes
-            if volumes is None:  # open_layout describes volumes when spatial is asked for
-                raise FormatError(f"{self.location}: no volumes of {len(self.patch_size)} axes")
-            self.reader_options = found.reader_options(self.reader_options)
-            if found.native:
-                index = read_label_index(reader, layout.extra[VOLUMES_KEY].get("label_index"))
-                return layout, volumes, index
-        finally:
-            reader.close()
-        balanced = isinstance(sampler, LabelBalancedSampler) and volumes.label is not None
-        return layout, volumes, self._index_labels(layout, volumes) if balanced else None
-
-    def _index_labels(self, layout: DatasetLayout, volumes: VolumeSet) -> LabelIndex:
-        """The label index of a store chunkio did not write, read from its labels (as a
-        foreign store is read: never-written chunks hold the fill value)."""
-        label = layout.field("label")
-        reader = self.reader_options.open(self.location)
-        try:
-            return index_label_volumes(reader, volumes, label.array_names()[0], label.dtype)
-        finally:
-            reader.close()
+        self._first = np.cumsum([0] + [s.volumes.count for s in stores])
+        self._local: ReadCore | StoreCores | None = None
 
     def _select(self, fields: FieldSelection | None) -> tuple[str, ...]:
         available = KINDS if self.volumes.label is not None else KINDS[:1]
         if fields is None:
             return available
-        if isinstance(fields, str):
-            raise TypeError(f"fields must be a sequence of names, not a string; got {fields!r}")
         for name in fields:
             if name not in available:
                 raise KeyError(f"{self.location}: no {name!r} patches; available: {available}")
         return tuple(fields)
-
-    def _dtype(self, kind: str) -> np.dtype[Any]:
-        names = self.volumes.field_names(kind)
-        return np.result_type(*(self.layout.field(n).dtype for n in names))
 
     # -- metadata ---------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -178,27 +193,69 @@ class PatchDataset(ReadCoreDataset, Dataset[Any]):
         )
 
     # -- per-process handles ------------------------------------------------------------------
-    def _open_handle(self) -> ReadCore:
-        # the same per-process read core as ChunkDataset's (plan, read, cache, scatter)
-        return ReadCore(
-            self.location, self.layout, cache_bytes=self.cache_bytes, reader=self.reader_options
-        )
+    def _open_handle(self) -> ReadCore | StoreCores:
+        # the same per-process read core as ChunkDataset's (plan, read, cache, scatter); one
+        # per store when there are several
+        if len(self.stores) == 1:
+            s = self.stores[0]
+            return ReadCore(
+                s.location, s.layout, cache_bytes=self.cache_bytes, reader=s.reader_options
+            )
+        return StoreCores(self.stores, self.cache_bytes)
+
+    def _core(self, store: int) -> ReadCore:
+        handle = self._handle()
+        return handle if isinstance(handle, ReadCore) else handle.core(store)
+
+    def read_stats(self) -> ReadStats:
+        """Read counters of *this* process (workers keep their own), every store's added."""
+        return self._handle().stats
 
     # -- reading ------------------------------------------------------------------------------
     def read_patches(self, keys: Sequence[Any] | npt.ArrayLike) -> dict[str, npt.NDArray[Any]]:
-        """Patches ``keys`` as NumPy arrays by field, plus ``volume`` and ``origin``."""
-        plan = plan_patch_reads(keys, self.patch_size, self.volumes)
-        out = self._handle().patches.read(
-            self.volumes,
-            self.fields,
-            plan,
-            self.patch_size,
-            dtypes=self.dtypes,
-            pad_mode=self.pad_mode,
-            pad_values=self.pad_values,
-        )
-        out["volume"] = plan.keys[:, 0].copy()
-        out["origin"] = plan.keys[:, 1:].copy()
+        """Patches ``keys`` as NumPy arrays by field, plus ``volume`` and ``origin`` (and, for
+        OME-Zarr, ``spacing`` and ``origin_physical``: voxel size and the position of the
+        origin voxel's centre, in the image's physical units)."""
+        key_arr = normalize_keys(keys, self.volumes)
+        store_of = np.searchsorted(self._first, key_arr[:, 0], side="right") - 1
+        parts = []
+        for i in np.unique(store_of).tolist():  # each store's patches through its own core
+            rows = np.flatnonzero(store_of == i)
+            local = key_arr[rows].copy()
+            local[:, 0] -= self._first[i]
+            store = self.stores[i]
+            got = self._core(i).patches.read(
+                store.volumes,
+                self.fields,
+                plan_patch_reads(local, self.patch_size, store.volumes),
+                self.patch_size,
+                dtypes=self.dtypes,
+                pad_mode=self.pad_mode,
+                pad_values=self.pad_values,
+            )
+            if store.ome is not None:
+                got["spacing"] = np.tile(np.asarray(store.ome.spacing), (len(rows), 1))
+                got["origin_physical"] = physical_origins(store.ome, local[:, 1:])
+            parts.append((rows, got))
+        out = parts[0][1] if len(parts) == 1 else self._gather(len(key_arr), parts)
+        out["volume"] = key_arr[:, 0].copy()
+        out["origin"] = key_arr[:, 1:].copy()
+        return out
+
+    def _gather(
+        self, n: int, parts: Sequence[tuple[npt.NDArray[np.int64], dict[str, npt.NDArray[Any]]]]
+    ) -> dict[str, npt.NDArray[Any]]:
+        """The patches of several stores (or none) in the order of the keys."""
+        out = {
+            k: np.empty((n, *self.volumes.item_shape(k, self.patch_size)), self.dtypes[k])
+            for k in self.fields
+        }
+        if all(s.ome is not None for s in self.stores):  # else items of some stores lack them
+            out["spacing"] = np.zeros((n, self.volumes.ndim))
+            out["origin_physical"] = np.zeros((n, self.volumes.ndim))
+        for rows, got in parts:
+            for k in out:
+                out[k][rows] = got[k]
         return out
 
     def __getitem__(self, key: Any) -> Any:
@@ -223,14 +280,60 @@ class PatchDataset(ReadCoreDataset, Dataset[Any]):
         return SampleBatch.from_samples(items)
 
 
-def read_label_index(reader: Reader, meta: Mapping[str, Any] | None) -> LabelIndex | None:
-    """Read the index described by ``extra["volumes"]["label_index"]`` (None if absent)."""
-    if not meta:
-        return None
-    arrays = []
-    for key in ("rows", "points"):
-        name = str(meta.get(key))
-        if name not in reader.array_names():
-            raise FormatError(f"{reader.location}: label index array {name!r} is missing")
-        arrays.append(read_whole(reader, name).astype(np.int64, copy=False))
-    return LabelIndex(arrays[0], arrays[1])
+def _locations(path: Any) -> list[Any]:
+    """The stores ``path`` names: one location, or a list or tuple of them."""
+    given = list(path) if isinstance(path, list | tuple) else [path]
+    if not given:
+        raise ValueError("path names no store; got an empty list")
+    return [os.fspath(p) if isinstance(p, os.PathLike) else p for p in given]
+
+
+def _foreign(stores: Sequence[PatchStore]) -> bool:
+    """Whether ``fields`` named the stores' arrays (plain foreign stores)."""
+    return any(not s.native and s.ome is None for s in stores)
+
+
+def _voxels(size: Sequence[float], units: Units, stores: Sequence[PatchStore]) -> tuple[int, ...]:
+    """The patch size in voxels: as given, or physical sizes divided by each store's
+    spacing (every store must come to the same voxels: a batch holds one shape)."""
+    if units == "voxels":
+        return tuple(_whole(p) for p in size)
+    found = {}
+    for s in stores:
+        if s.ome is None:
+            raise FormatError(
+                f"{s.location}: units='physical' needs the voxel spacing of an OME-Zarr image "
+                "('multiscales' coordinateTransformations); this store has none"
+            )
+        vox = tuple(max(1, round(float(p) / d)) for p, d in zip(size, s.ome.spacing, strict=True))
+        found[str(s.location)] = vox
+    if len(set(found.values())) != 1:
+        raise FormatError(
+            f"patch_size {tuple(size)} (physical) is a different number of voxels in each "
+            f"store: {found}; read the stores at scales of one spacing"
+        )
+    return next(iter(found.values()))
+
+
+def _whole(value: Any) -> int:
+    """A voxel count: an int, or a float that is one (``32.0``); never cut (``32.5``)."""
+    if isinstance(value, int | np.integer) or (isinstance(value, float) and value.is_integer()):
+        return int(value)
+    raise ValueError(
+        f"patch_size in voxels must be whole numbers; got {value!r} (give units='physical' "
+        "for a physical size)"
+    )
+
+
+def _check_fits(stores: Sequence[PatchStore], size: tuple[int, ...]) -> None:
+    """An OME-Zarr image must hold a whole patch at the chosen scale."""
+    for s in stores:
+        if s.ome is None:
+            continue
+        shape = s.volumes.shapes[0]
+        if len(shape) == len(size) and any(p > n for p, n in zip(size, shape, strict=True)):
+            raise FormatError(
+                f"{s.location}: {s.ome.image.key}.datasets ({s.ome.level.path}): expected a "
+                f"volume of at least the patch size {size} (axes {list(s.ome.axes)}); got "
+                f"shape {shape}"
+            )

@@ -13,7 +13,10 @@ A sampler yields patch keys ``(volume, *origin)`` (tuples of ints) for
   the chunk sampler's resume). A loader that prefetches should pass ``patches_done``;
 * keeps reads local: random orders are shuffled by *group* - the patches whose centres fall
   in one chunk of one volume stay together (:func:`locality_order`), so a batch decodes few
-  chunks.
+  chunks;
+* follows a mask when bound with one (:class:`~chunkio.patches.masks.PatchMask`, the
+  dataset's ``mask``): grids keep the patches centred in the mask, random patches are drawn
+  uniformly among the origins centred in it.
 
 Call ``set_epoch`` every epoch (as with ``DistributedSampler``); a sampler is *bound* to a
 dataset's volumes by :class:`~chunkio.patches.PatchDataset` (or :meth:`PatchSampler.bind`).
@@ -31,6 +34,7 @@ from ..format.label_index import LabelIndex
 from ..format.volume_layout import VolumeSet
 from ..sampling.order import check_state
 from ..util.numeric import IntArray, ceil_div, ceil_div_array
+from .masks import PatchMask
 
 __all__ = [
     "GridSampler",
@@ -119,6 +123,7 @@ class PatchSampler(Sampler[PatchKey]):
         self._volumes: VolumeSet | None = None
         self._patch: tuple[int, ...] = ()
         self._label_index: LabelIndex | None = None
+        self._mask: PatchMask | None = None
         self._done = 0  # patches yielded in the current (or interrupted) pass
         self._resume = 0  # first patch of the next pass, set by load_state_dict
         self._cache: tuple[int, IntArray] | None = None
@@ -129,15 +134,20 @@ class PatchSampler(Sampler[PatchKey]):
         volumes: VolumeSet,
         patch_size: Sequence[int],
         label_index: LabelIndex | None = None,
+        *,
+        mask: PatchMask | None = None,
     ) -> PatchSampler:
-        """Attach the volumes (and label index) to sample from; returns ``self``."""
+        """Attach the volumes (and label index, and mask) to sample from; returns ``self``."""
         size = tuple(_int("patch_size", p, 1) for p in patch_size)
         if len(size) != volumes.ndim:
             raise ValueError(
                 f"patch_size must have {volumes.ndim} sizes for {volumes.ndim}-D volumes; "
                 f"got {tuple(patch_size)}"
             )
+        if mask is not None and len(mask) != volumes.count:
+            raise ValueError(f"the mask has {len(mask)} volumes; the dataset {volumes.count}")
         self._volumes, self._patch, self._label_index = volumes, size, label_index
+        self._mask = mask
         self._cache = None
         self._check_bound()
         return self
@@ -153,6 +163,17 @@ class PatchSampler(Sampler[PatchKey]):
                 "PatchDataset(..., sampler=...) or call .bind(volumes, patch_size)"
             )
         return self._volumes
+
+    @property
+    def mask(self) -> PatchMask | None:
+        """The mask patches are centred in (``None``: anywhere)."""
+        return self._mask
+
+    def _uniform(self, n: int, rng: np.random.Generator) -> IntArray:
+        """``n`` random keys inside the volumes (and centred in the mask, if any)."""
+        if self._mask is None:
+            return uniform_keys(n, self.volumes, self.patch_size, rng)
+        return self._mask.draw(n, self.volumes.shapes, self.patch_size, rng)
 
     @property
     def patch_size(self) -> tuple[int, ...]:
@@ -208,6 +229,8 @@ class PatchSampler(Sampler[PatchKey]):
             "patch_size": list(self.patch_size),
             "shapes": [list(s) for s in vs.shapes],
             "chunks": list(vs.chunks),
+            # only with a mask: the states of unmasked samplers keep their keys
+            **({"mask": self._mask.summary()} if self._mask is not None else {}),
         }
 
     def state_dict(self, patches_done: int | None = None) -> dict[str, Any]:
@@ -241,7 +264,8 @@ class PatchSampler(Sampler[PatchKey]):
 
 
 class GridSampler(PatchSampler):
-    """Every volume tiled by a regular grid of patches (inference, stitching, evaluation).
+    """Every volume tiled by a regular grid of patches (inference, stitching, evaluation);
+    with a mask, the grid's patches centred in it.
 
     Parameters
     ----------
@@ -307,6 +331,8 @@ class GridSampler(PatchSampler):
 
     def global_keys(self, epoch: int) -> IntArray:
         keys = np.concatenate([self.volume_keys(v) for v in range(self.volumes.count)])
+        if self._mask is not None:
+            keys = keys[self._mask.eligible(keys, self.patch_size, self.volumes.shapes)]
         if not self.shuffle:
             return keys
         rng = np.random.default_rng([self.seed, epoch])
@@ -348,7 +374,8 @@ class _CountedSampler(PatchSampler):
 
 
 class RandomPatchSampler(_CountedSampler):
-    """Patches at uniformly random positions: a uniform volume, then a uniform origin in it.
+    """Patches at uniformly random positions: a uniform volume, then a uniform origin in it
+    (with a mask: a uniform origin among those centred in the mask, over every volume).
 
     Parameters
     ----------
@@ -361,7 +388,7 @@ class RandomPatchSampler(_CountedSampler):
 
     def global_keys(self, epoch: int) -> IntArray:
         rng = np.random.default_rng([self.seed, epoch])
-        keys = uniform_keys(self.num_patches, self.volumes, self.patch_size, rng)
+        keys = self._uniform(self.num_patches, rng)
         return keys[locality_order(keys, self.patch_size, self.volumes, rng)]
 
 
