@@ -37,6 +37,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     )
 
 
+@pytest.mark.slow  # a moto server, every remote loader in its own processes: make soak
 @pytest.mark.timeout(240)
 def test_rows_counts_and_checks(results: dict[str, Any]) -> None:
     if "skipped" in results:

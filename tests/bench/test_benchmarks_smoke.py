@@ -1,4 +1,7 @@
-"""A tiny run of the benchmark suite, so its code cannot rot (no timing assertions)."""
+"""A tiny run of the benchmark suite, so its code cannot rot (no timing assertions).
+
+The training-parity and label-mixing runs (a model trained for a few epochs per loader) run
+under ``make soak`` (``-m slow``); the loaders' rows and the report run by default."""
 
 from __future__ import annotations
 
@@ -129,6 +132,7 @@ MIXING_KEYS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_training_parity_quick(training: dict[str, Any]) -> None:
     from benchmarks import bench_training
@@ -162,6 +166,7 @@ def test_training_parity_quick(training: dict[str, Any]) -> None:
         assert sorted_conversion["stored_distinct_labels_ratio"] < 0.5
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_label_mixing_quick(mixing: dict[str, Any]) -> None:
     from benchmarks import bench_mixing
@@ -184,6 +189,7 @@ def test_label_mixing_quick(mixing: dict[str, Any]) -> None:
         assert stored[bench_mixing.SORTED]["stored_distinct_labels_ratio"] < 0.5
 
 
+@pytest.mark.slow
 def test_training_and_mixing_tables(training: dict[str, Any], mixing: dict[str, Any]) -> None:
     from benchmarks.report import mixing_markdown, training_markdown
 
@@ -200,6 +206,7 @@ def test_training_and_mixing_tables(training: dict[str, Any], mixing: dict[str, 
     assert len(bench_run.checks({**synthetic, "training": {"skipped": "x"}})) == 8
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_report_renders_training_and_mixing(
     results: dict[str, Any], training: dict[str, Any], mixing: dict[str, Any], tmp_path: Path

@@ -220,11 +220,15 @@ def photos(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+#: a spawned converter re-imports torch and chunkio in every process: the default suite runs a
+#: plain script under spawn once (write_arrays); the others under spawn run with ``make soak``
+SPAWN_SLOW = pytest.mark.slow
+
 # -- plain scripts ---------------------------------------------------------------------------
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("method", ["default", "spawn"])
+@pytest.mark.parametrize("method", ["default", pytest.param("spawn", marks=SPAWN_SLOW)])
 def test_images_from_a_plain_script(method: str, photos: Path, tmp_path: Path) -> None:
     dst = tmp_path / "photos.zarr"
     lines, _ = run_script(tmp_path, IMAGES, str(photos), str(dst), method=method)
@@ -351,7 +355,7 @@ def test_the_warmed_up_forkserver_has_the_worker_modules_and_not_the_script(
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("method", ["default", "spawn"])
+@pytest.mark.parametrize("method", ["default", pytest.param("spawn", marks=SPAWN_SLOW)])
 def test_sigkill_leaves_no_workers_forkserver_or_tracker(method: str, tmp_path: Path) -> None:
     dst = tmp_path / "killed.zarr"
     proc, marker = start_script(tmp_path, SLOW, str(dst), "0.1", method=method)

@@ -157,6 +157,7 @@ def test_process_pool_equals_in_process(fmt: str, tmp_path: Path) -> None:
         np.testing.assert_array_equal(ra[name], rb[name])
 
 
+@pytest.mark.slow  # a local dask cluster of processes (test_convert_core runs one by default)
 @pytest.mark.timeout(180)
 def test_dask_distributed_equals_in_process(tmp_path: Path) -> None:
     distributed = pytest.importorskip("distributed")

@@ -31,6 +31,15 @@ MATRIX = [
     )
     for persistent, parent_reads in pairs
 ]
+#: by default fork in all four combinations and spawn and forkserver once each (both with
+#: persistent workers, one per format); the other six run under ``make soak`` (``-m slow``):
+#: each non-fork worker imports torch afresh, seconds apiece on two cores
+SLOW = pytest.mark.slow
+DEFAULT_CASES = {("spawn", "zarr", True, True), ("forkserver", "hdf5", True, False)}
+CASES = [
+    pytest.param(*case, marks=() if case[0] == "fork" or case in DEFAULT_CASES else SLOW)
+    for case in MATRIX
+]
 
 
 def _reference(ds: ChunkDataset, batches: list[list[int]]) -> list[dict[str, np.ndarray]]:
@@ -43,7 +52,7 @@ def _open_hdf5_objects() -> int:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize(("start", "fmt", "persistent", "parent_reads"), MATRIX)
+@pytest.mark.parametrize(("start", "fmt", "persistent", "parent_reads"), CASES)
 def test_batches_equal_reference(make_dataset, start, fmt, persistent, parent_reads):
     path, _ = make_dataset(fmt, samples_per_chunk=10)
     ds = ChunkDataset(path, fields=["image", "label"])

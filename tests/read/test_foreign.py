@@ -49,8 +49,18 @@ def test_batches_equal_the_arrays_and_the_source_is_untouched(tmp_path: Path, st
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("store", ["h5py", "zarr v2"])
-@pytest.mark.parametrize("context", ["fork", "spawn", "forkserver"])
+@pytest.mark.parametrize(
+    ("store", "context"),
+    [
+        ("h5py", "fork"),
+        ("zarr v2", "fork"),
+        ("h5py", "spawn"),
+        ("zarr v2", "forkserver"),
+        # the other pairs under make soak: each non-fork worker imports torch afresh
+        pytest.param("zarr v2", "spawn", marks=pytest.mark.slow),
+        pytest.param("h5py", "forkserver", marks=pytest.mark.slow),
+    ],
+)
 def test_make_loader_reads_every_sample_once_with_workers(
     tmp_path: Path, store: str, context: str
 ) -> None:

@@ -166,7 +166,9 @@ def _check_job(local: Path, job: dict[str, Any], world: int, out: Path, n: int) 
 
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize(
-    ("world", "image_workers", "array_workers"), [(2, 1, 0), (3, 0, 1)], ids=["w2", "w3"]
+    ("world", "image_workers", "array_workers"),
+    [(2, 1, 0), pytest.param(3, 0, 1, marks=pytest.mark.slow)],  # three ranks: make soak
+    ids=["w2", "w3"],
 )
 def test_ranks_read_disjoint_exhaustive_batches_of_one_s3_dataset(
     s3_server: S3Server,
