@@ -348,10 +348,15 @@ def test_data_the_extension_refuses_goes_to_the_whole_image_path(damage: str) ->
     assert not field._decode_crop(np.frombuffer(bytes(data), np.uint8), (3, 333, 500), *args, out)
 
 
-def test_fuzzed_bytes_never_crash_and_agree_with_the_full_decode() -> None:
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize(
+    "examples",
+    [800, pytest.param(10_000, marks=pytest.mark.slow)],  # make soak: the long run
+)
+def test_fuzzed_bytes_never_crash_and_agree_with_the_full_decode(examples: int) -> None:
     script = Path(__file__).with_name("_fuzz_jpeg_region.py")
     run = subprocess.run(
-        [sys.executable, str(script), "3000"], capture_output=True, text=True, timeout=600
+        [sys.executable, str(script), str(examples)], capture_output=True, text=True, timeout=900
     )
     assert run.returncode == 0, (
         f"fuzz run ended with {run.returncode} (negative: killed by a signal)\n"
