@@ -3,7 +3,7 @@ is measured, the table and checks are built (no timing assertions).
 
 The default suite runs chunkio's rows (in place and converted, 0 and 1 workers) and the table
 and checks on synthetic rows; every peer's row (a dozen fresh processes importing anndata and
-torch, about two minutes) and the epochs benchmark run under ``make test-slow``."""
+torch, about two minutes) and the epochs benchmark run under ``make soak`` (``-m slow``)."""
 
 from __future__ import annotations
 
