@@ -8,7 +8,8 @@ other path is refused with :class:`UnknownFormatError` rather than guessed: ``ou
 silently becoming a Zarr directory is never what was meant.
 
 Modules here may import :mod:`chunkio.util` and :mod:`chunkio.errors`; the registry
-opens its implementations (:mod:`.zarr`, :mod:`.hdf5`, :mod:`._memory`) lazily, so the protocol
+opens its implementations (:mod:`chunkio.backends.zarr`, :mod:`chunkio.backends.hdf5`,
+:mod:`._memory`) lazily, so the protocol
 stays cheap to import.
 """
 

@@ -18,8 +18,10 @@ The entry points sit at the top (:mod:`.images`, :mod:`.arrays`, :mod:`.stores`,
 vocabulary but no entry point. Modules here may import :mod:`chunkio.util`,
 :mod:`chunkio.errors`, :mod:`chunkio.format`, :mod:`chunkio.backends`, :mod:`chunkio.images`,
 :mod:`chunkio.read` (to stream a store), :mod:`chunkio.collection` (to stream many files as
-one) and :mod:`chunkio.sampling.order`, never the datasets,
-the loader or diagnostics.
+one), :mod:`chunkio.sampling.order` and their own parts (:mod:`chunkio.convert.engine`,
+:mod:`chunkio.convert.durability`, :mod:`chunkio.convert.shuffle`,
+:mod:`chunkio.convert.image`, :mod:`chunkio.convert.volume`), never the datasets, the loader
+or diagnostics.
 """
 
 from __future__ import annotations

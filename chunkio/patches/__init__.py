@@ -14,8 +14,10 @@ lives outside
 this package: converters write it without importing the read side.
 
 Modules here may import :mod:`chunkio.util`, :mod:`chunkio.errors`,
-:mod:`chunkio.format`, :mod:`chunkio.backends`, :mod:`chunkio.read`, :mod:`chunkio.sampling`
-and, for :func:`stitch` alone, the conversion engine (:mod:`chunkio.convert`).
+:mod:`chunkio.format`, :mod:`chunkio.backends`, :mod:`chunkio.read`, :mod:`chunkio.sampling`,
+:mod:`chunkio.transforms` and, for :func:`stitch` alone, the conversion engine
+(:mod:`chunkio.convert`, :mod:`chunkio.convert.engine`, :mod:`chunkio.convert.durability`,
+:mod:`chunkio.convert.shuffle`).
 """
 
 from __future__ import annotations

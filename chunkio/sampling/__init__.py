@@ -8,7 +8,8 @@ epoch's first batch and a resume cost one pool's work, not the epoch's), :mod:`.
 shuffle-quality metrics), :mod:`.label_metrics` (label mixing measured against a uniform
 shuffle; the mixing *pool* that produces it is :mod:`.order`'s) and :mod:`.label_check` (the
 one-time :class:`LabelMixingWarning` of a loader). Modules here may import :mod:`chunkio.util`,
-:mod:`chunkio.errors`, :mod:`chunkio.format` and the backend protocol, never the read side's
+:mod:`chunkio.errors`, :mod:`chunkio.format` and the backend protocol (:mod:`chunkio.backends`),
+never the read side's
 datasets, transport, conversion or diagnostics. Names are imported on first use (PEP 562), so
 a converter that needs only :mod:`.order` does not import torch.
 """

@@ -5,8 +5,9 @@ preallocated shared-memory ring (:mod:`.ring`), so only slot numbers travel betw
 :class:`LocalTransport` reads in-process into a reused buffer. Both yield :class:`Lease`
 objects: a batch plus the callback that returns its memory for reuse.
 
-Modules here may import :mod:`chunkio.util` and :mod:`chunkio.errors` only; what a
-batch is comes in through :class:`BatchSource`. :mod:`.gpu` moves batches onto the device.
+Modules here may import :mod:`chunkio.util` and :mod:`chunkio.errors`, and for the
+GPU-decode route (:mod:`.gpu_decode`) :mod:`chunkio.images` and :mod:`chunkio.transforms`;
+what a batch is comes in through :class:`BatchSource`. :mod:`.gpu` moves batches onto the device.
 """
 
 from __future__ import annotations

@@ -279,7 +279,7 @@ LAYERS: dict[str, set[str]] = {
     "format": {"backends"},
     "testing": {"backends", "format", "remote"},
     "read": {"backends", "format", "images", "transforms"},
-    "sampling": {"backends", "format", "read"},
+    "sampling": {"backends", "format"},
     # many files as one dataset: one read core per file
     "collection": {"backends", "format", "read", "transforms"},
     "dataset": {"backends", "collection", "format", "read", "sampling", "transforms"},

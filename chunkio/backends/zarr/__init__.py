@@ -5,8 +5,9 @@ a byte source x a chunk index x the chunk codec), :mod:`.sources` (local files o
 ranges), :mod:`.documents` (remote metadata documents), :mod:`.chunks`, :mod:`.shard` and
 :mod:`.shard_index` (chunk keys, shards and their indexes), :mod:`.writing` and :mod:`.pack`
 (chunks and shards written directly, small files packed before publishing). Modules here may
-import :mod:`chunkio.util`, :mod:`chunkio.errors`, :mod:`chunkio.format` and the rest of
-:mod:`chunkio.backends`, never the HDF5 backend, the read side, sampling or conversion.
+import :mod:`chunkio.util`, :mod:`chunkio.errors`, :mod:`chunkio.format`, :mod:`chunkio.remote`
+(fsspec stores) and the rest of :mod:`chunkio.backends`, never the HDF5 backend, the read side,
+sampling or conversion.
 """
 
 from __future__ import annotations

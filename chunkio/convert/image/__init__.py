@@ -4,7 +4,9 @@
 :mod:`.plan` (what is decided before writing), :mod:`.source` (checked files read as samples)
 and :mod:`.encoding` (how each image of an encoded field is stored). Modules here may import
 :mod:`chunkio.util`, :mod:`chunkio.errors`, :mod:`chunkio.format`, :mod:`chunkio.backends`,
-:mod:`chunkio.images` (the codecs) and the engine, durability and shuffle subpackages.
+:mod:`chunkio.images` (the codecs), the vocabulary of :mod:`chunkio.convert`,
+:mod:`chunkio.convert.engine`, :mod:`chunkio.convert.durability` and
+:mod:`chunkio.convert.shuffle`.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 :mod:`.sources` (TIFF stacks, NIfTI, ``.npy``/``.npz``), :mod:`.values` (dtype choice,
 narrowing, NaN handling), :mod:`.tasks` (decode and write one volume) and :mod:`.results` (what
 a finished volume leaves besides its chunks). Modules here may import :mod:`chunkio.util`,
-:mod:`chunkio.errors`, :mod:`chunkio.format`, :mod:`chunkio.backends` and the engine and
-durability subpackages.
+:mod:`chunkio.errors`, :mod:`chunkio.format`, :mod:`chunkio.backends`, the vocabulary of
+:mod:`chunkio.convert`, :mod:`chunkio.convert.engine` and :mod:`chunkio.convert.durability`.
 """
 
 from __future__ import annotations

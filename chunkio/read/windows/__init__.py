@@ -9,8 +9,10 @@ field's stacked variables decoded whole, side by side, when they fit its budget 
 streams them through one cache of chunks side by side (:mod:`chunkio.read.windows.stream`):
 either way a batch of the field is one ``np.take``; :func:`window_path` picks and logs it.
 
-The window readers live here, the streamed stack in :mod:`.stream`; like the rest of
-:mod:`chunkio.read`, this package may import ``format``, ``util`` and the read core's modules.
+The window readers live here, the streamed stack in :mod:`.stream`. Like the rest of
+:mod:`chunkio.read`, modules here may import :mod:`chunkio.util`, :mod:`chunkio.errors`,
+:mod:`chunkio.format`, :mod:`chunkio.backends`, :mod:`chunkio.images` and
+:mod:`chunkio.transforms`.
 """
 
 from __future__ import annotations
