@@ -115,7 +115,10 @@ def test_loader_epoch_over_workers_reads_every_cell_once(stored: str, adata: obj
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+@pytest.mark.parametrize(
+    "context",
+    [pytest.param("spawn", marks=pytest.mark.slow), "forkserver"],  # spawn: make soak
+)
 def test_loader_under_spawn_and_forkserver(h5ad: str, adata: object, context: str) -> None:
     assert _epoch_ids(h5ad, adata, context) == list(range(CELLS))
 
