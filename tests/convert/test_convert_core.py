@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import source_array, zarr_chunk_file
+from slow_sources import BadShapeSource, FailingArraySource, SlowOrBadSource, SlowSource
 
 from chunkio import ChunkDataset, Execution, Output
 from chunkio.backends import open_reader
@@ -39,42 +40,10 @@ from chunkio.errors import (
     SourceError,
     UnsafeInputError,
 )
-from chunkio.format.layout import DatasetLayout, FieldInfo
+from chunkio.format.layout import DatasetLayout
 
 SUFFIX = {"zarr": ".zarr", "hdf5": ".h5"}
 FORMATS = ["zarr", "hdf5"]
-
-
-class SlowSource:
-    """Deterministic samples (x encodes the index), optionally slow, failing at one block."""
-
-    def __init__(self, n: int = 200, delay: float = 0.0, fail_at: int | None = None) -> None:
-        import numpy as np
-
-        from chunkio.format.layout import FieldInfo
-
-        self.num_samples, self.delay, self.fail_at = n, delay, fail_at
-        self.fields = (
-            FieldInfo("x", np.dtype("float32"), (4, 4)),
-            FieldInfo("y", np.dtype("int64"), ()),
-        )
-
-    def fingerprint(self) -> str:
-        return f"slow-{self.num_samples}"  # fail_at and delay do not change the content
-
-    def read_block(self, start: int, stop: int) -> dict[str, Any]:
-        import time
-
-        import numpy as np
-
-        from chunkio.errors import SourceError
-
-        time.sleep(self.delay)
-        if self.fail_at is not None and start <= self.fail_at < stop:
-            raise SourceError(f"sample {self.fail_at}: cannot decode item-{self.fail_at}.bin")
-        idx = np.arange(start, stop)
-        x = idx[:, None, None] * 16.0 + np.arange(16.0).reshape(4, 4)
-        return {"x": x.astype("float32"), "y": idx * 3}
 
 
 SCRIPT = (
@@ -402,15 +371,6 @@ def test_process_pool_matches_in_process(fmt: str, tmp_path: Path) -> None:
     assert_same_dataset(str(one), str(two))
 
 
-class FailingArraySource(ArraySource):
-    """Picklable (importable from this module) and fails on samples 40..49."""
-
-    def read_block(self, start: int, stop: int) -> dict[str, np.ndarray]:
-        if start <= 45 < stop:
-            raise SourceError("sample 45: bad item")
-        return super().read_block(start, stop)
-
-
 @pytest.mark.timeout(120)
 def test_worker_error_is_typed_and_resumable(tmp_path: Path) -> None:
     data = arrays(100)
@@ -452,26 +412,6 @@ def test_dask_distributed_matches_in_process(tmp_path: Path) -> None:
             assert_same_dataset(str(tmp_path / "ref.zarr"), str(tmp_path / name))
 
 
-class _SlowOrBad:
-    """Four chunks of ten samples filled with ``value``; chunk 0 may fail, one chunk is slow."""
-
-    def __init__(self, tag: str, value: int, *, fail: bool, slow: int, slow_s: float) -> None:
-        self.tag, self.value, self.fail = tag, value, fail
-        self.slow, self.slow_s = slow, slow_s
-        self.num_samples = 40
-        self.fields = (FieldInfo("x", np.dtype(np.uint8), (4,)),)
-
-    def fingerprint(self) -> str:
-        return self.tag
-
-    def read_block(self, start: int, stop: int) -> dict[str, np.ndarray]:
-        if start == 10 * self.slow:
-            time.sleep(self.slow_s)
-        if start == 0 and self.fail:
-            raise SourceError("block 0 is bad")
-        return {"x": np.full((stop - start, 4), self.value, np.uint8)}
-
-
 @pytest.mark.timeout(120)
 def test_a_failed_dask_run_leaves_no_task_writing(tmp_path: Path) -> None:
     """dask cannot stop a started task: a failed run waits for them, so none of its tasks
@@ -487,13 +427,13 @@ def test_a_failed_dask_run_leaves_no_task_writing(tmp_path: Path) -> None:
     ):
         with pytest.raises(SourceError, match="block 0 is bad"):
             run_conversion(
-                _SlowOrBad("A", 1, fail=True, slow=1, slow_s=1.5),
+                SlowOrBadSource("A", 1, fail=True, slow=1, slow_s=1.5),
                 dst,
                 output=Output(chunks=10),
                 execution=Execution(client=client, progress=False),
             )
         run_conversion(
-            _SlowOrBad("B", 2, fail=False, slow=3, slow_s=3.0),
+            SlowOrBadSource("B", 2, fail=False, slow=3, slow_s=3.0),
             dst,
             output=Output(chunks=10),
             execution=Execution(client=client, progress=False),
@@ -530,14 +470,6 @@ def test_bad_arrays(
     with pytest.raises(error, match=match):
         write_arrays(tmp_path / "bad.zarr", value)
     assert not list(tmp_path.iterdir()), "nothing written"
-
-
-class BadShapeSource(SlowSource):
-    def read_block(self, start: int, stop: int) -> dict[str, Any]:
-        out = super().read_block(start, stop)
-        if start >= 50:
-            out["x"] = out["x"][:, :2]
-        return out
 
 
 def test_bad_source_data_and_options(tmp_path: Path) -> None:

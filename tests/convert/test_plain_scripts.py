@@ -45,8 +45,13 @@ from chunkio.convert import images, run_conversion, write_arrays
 from chunkio.convert.images import convert_images
 from chunkio.convert.volumes import convert_volumes
 
-#: this folder (test_convert_core) and tests/ (conftest, which test_convert_core imports)
-TESTS = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+#: this folder (test_convert_core), tests/ (conftest, which test_convert_core imports) and
+#: tests/support (slow_sources: what the pools' workers unpickle)
+TESTS = [
+    str(Path(__file__).resolve().parent),
+    str(Path(__file__).resolve().parents[1]),
+    str(Path(__file__).resolve().parents[1] / "support"),
+]
 #: every process a script starts inherits this variable: how leftovers are found
 MARKER = "CHUNKIO_PLAIN_SCRIPT_RUN"
 
@@ -107,7 +112,7 @@ convert_volumes(img, sys.argv[-1], labels=lab, output=Output(chunks=4),
 """
 
 SLOW = """
-from test_convert_core import SlowSource
+from slow_sources import SlowSource
 from chunkio import Execution, Output
 from chunkio.convert import run_conversion
 
