@@ -27,7 +27,9 @@
 write; ``--fields`` names its arrays (``NAME=PATH`` pairs, or bare array paths).
 
 Expected failures (bad input, missing files, an existing destination) print one line on
-stderr and exit with status 2; usage errors too (argparse).
+stderr and exit with status 2; usage errors too (argparse). The options such a message
+advises are spelled as flags (``--overwrite``), as :func:`chunkio.util.messages.as_flags`
+writes them.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from typing import Any
 from ..backends.codec_table import CODECS, DEFAULT_CODEC
 from ..convert.engine.chunking import DEFAULT_CHUNK_BYTES
 from ..errors import ChunkioError
+from ..util.messages import as_flags
 from .info_text import format_info
 
 __all__ = ["main"]
@@ -442,7 +445,9 @@ def _stats(args: argparse.Namespace) -> int:
 
 
 def _one_line(err: BaseException) -> str:
-    return " ".join(str(err).split()) or type(err).__name__
+    """``err``'s message on one line, with the options it advises spelled as this command's
+    flags (``--on-error skip``, not ``on_error='skip'``)."""
+    return as_flags(" ".join(str(err).split())) or type(err).__name__
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -20,10 +20,10 @@ import numpy as np
 from ..backends import ArrayInfo, Reader, detect_format, open_reader
 from ..errors import ChunkReadError
 from ..format.grid import SampleGrid
-from ..format.layout import COMPLETE_KEY, DatasetLayout, FieldInfo, check_arrays
+from ..format.layout import COMPLETE_KEY, DatasetLayout, FieldInfo, check_arrays, label_field
 from ..format.store_layout import DEFAULT_PRELOAD_BYTES, LayoutOptions, StoreLayout, open_layout
 from ..util.numeric import ceil_div
-from .describe import describe_array, size_on_disk
+from .describe import decoded_nbytes, describe_array, size_on_disk
 from .verify_report import MissingChunks, Problem, VerifyReport
 
 __all__ = ["MissingChunks", "Problem", "VerifyReport", "describe_array", "info", "verify"]
@@ -64,7 +64,8 @@ def info(
     ``num_chunks``, ``class_names``, ``fields`` (name -> dtype, sample shape, kind),
     ``arrays`` (name -> shape, dtype, chunks, ``compression``, codecs, checksum, bytes,
     stored bytes), ``compression`` (the distinct ``arrays[...]["compression"]["name"]``),
-    ``nbytes`` (decoded), ``stored_nbytes`` (chunk bytes), ``compression_ratio``,
+    ``nbytes`` (decoded: an encoded image field counts its pixels, not the region its encoded
+    bytes are kept in), ``stored_nbytes`` (chunk bytes), ``compression_ratio``,
     ``size_on_disk`` (every file, metadata included; ``None`` when not local) and ``extra``.
     An incomplete dataset is described too (``complete`` is false).
 
@@ -94,7 +95,7 @@ def info(
             return foreign_info(reader, path, found, _DESCRIBE.preload_bytes)
         layout = found.dataset_layout()  # attributes that do not parse: the error
         arrays = {name: describe_array(reader, name) for name in reader.array_names()}
-        nbytes = sum(a["nbytes"] for a in arrays.values())
+        nbytes = decoded_nbytes(reader, layout, arrays)  # an encoded image: its pixels
         stored = sum(a["stored_nbytes"] or 0 for a in arrays.values())
         return {
             "path": reader.location,
@@ -104,7 +105,7 @@ def info(
             "num_samples": layout.num_samples,
             "samples_per_chunk": layout.samples_per_chunk,
             "num_chunks": SampleGrid(layout.num_samples, layout.samples_per_chunk).num_chunks,
-            "class_names": None if layout.class_names is None else list(layout.class_names),
+            "class_names": _class_names(layout),
             "fields": {f.name: f.to_json() for f in layout.fields},
             "arrays": arrays,
             "compression": sorted(
@@ -118,6 +119,15 @@ def info(
         }
     finally:
         reader.close()
+
+
+def _class_names(layout: DatasetLayout) -> list[str] | None:
+    """The dataset's class names, or its label field's categories (a dataset converted from
+    a store with categorical labels records them there)."""
+    if layout.class_names is not None:
+        return list(layout.class_names)
+    label = label_field(layout)
+    return None if label is None or label.categories is None else list(label.categories)
 
 
 def verify(

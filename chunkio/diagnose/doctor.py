@@ -30,6 +30,7 @@ from ..loader import DEFAULT_POOL_BYTES, Ordering, default_num_workers, make_loa
 from ..sampling.label_check import labels_of
 from ..sampling.sampler import describe_sampler
 from .doctor_chunking import ChunkingAdvice, advise_chunking
+from .doctor_data import dataset_codecs, sample_nbytes
 
 __all__ = ["DoctorReport", "Measurement", "PoolOption", "main_doctor", "run_doctor"]
 
@@ -111,10 +112,12 @@ class DoctorReport:
             "",
             "  workers  batch   samples/s      MB/s  (batches timed)",
         ]
+        pick = (self.recommended_workers, self.recommended_batch_size)
         for m in self.measurements:
+            mark = "  <- recommended" if (m.num_workers, m.batch_size) == pick else ""
             lines.append(
                 f"  {m.num_workers:7d} {m.batch_size:6d} {m.samples_per_s:11,.0f} "
-                f"{m.mb_per_s:9,.1f}  ({m.batches})"
+                f"{m.mb_per_s:9,.1f}  ({m.batches}){mark}"
             )
         lines += [
             "",
@@ -133,9 +136,11 @@ class DoctorReport:
 
 
 def _verdict(report: DoctorReport) -> list[str]:
-    best = report.best(report.step_batch_size)
+    # without a step time the fastest row of the table, whatever its batch size
+    timed = report.required_samples_per_s is not None
+    best = report.best(report.step_batch_size if timed else None)
     lines = []
-    if report.required_samples_per_s is None:
+    if not timed:
         lines.append(
             f"  fastest: {_rate(best.samples_per_s)} samples/s at batch {best.batch_size} with "
             f"{best.num_workers} workers (pass --step-time S to compare with your model)"
@@ -265,13 +270,18 @@ def _keeps_up(m: Measurement, required: float) -> bool:
 
 
 def _recommend(
-    measurements: Sequence[Measurement], required: float | None, step_batch_size: int
+    measurements: Sequence[Measurement],
+    required: float | None,
+    step_batch_size: int,
+    codecs: Sequence[str] = (),
 ) -> tuple[bool | None, int, int, list[str]]:
-    """(data_bound, workers, batch_size, notes) from the measurements."""
+    """(data_bound, workers, batch_size, notes) from the measurements; ``codecs``: those of
+    the arrays read (a faster codec is advised only where one is used)."""
+    if required is None:  # no model to keep up with: the fastest row of the table
+        overall = max(measurements, key=lambda m: m.samples_per_s)
+        return None, overall.num_workers, overall.batch_size, []
     at_size = [m for m in measurements if m.batch_size == step_batch_size]
     fastest = max(at_size, key=lambda m: m.samples_per_s)
-    if required is None:
-        return None, fastest.num_workers, fastest.batch_size, []
     enough = [m for m in at_size if _keeps_up(m, required)]
     if enough:
         # fewest workers that keep up: the other cores stay with the training process
@@ -288,11 +298,22 @@ def _recommend(
             f"batch {overall.batch_size} reads faster ({_rate(overall.samples_per_s)} samples/s); "
             "a larger batch changes optimisation, so retune the learning rate if you switch"
         )
-    notes.append(
-        "more cores, a faster codec (lz4) or larger chunks raise the ceiling; "
-        "compare them with benchmarks/bench_codecs.py"
-    )
+    notes.append(_ceiling_note(codecs))
     return True, fastest.num_workers, step_batch_size, notes
+
+
+#: codecs that decode about as fast as memory copies: no faster one to advise
+FAST_CODECS = frozenset({"lz4", "blosc-lz4", "none"})
+
+
+def _ceiling_note(codecs: Sequence[str]) -> str:
+    """What raises the read ceiling: a faster codec only where a slower one is used."""
+    slow = sorted(set(codecs) - FAST_CODECS)
+    codec = f", a faster codec (lz4, not {', '.join(slow)})" if slow else ""
+    return (
+        f"more cores{codec} or larger chunks raise the ceiling; compare them with "
+        "benchmarks/bench_codecs.py"
+    )
 
 
 def _pace(m: Measurement) -> tuple[float, float]:
@@ -373,7 +394,7 @@ def run_doctor(
     ds = ChunkDataset(
         location, fields=fields, preload_bytes=preload_bytes, storage_options=storage_options
     )
-    nbytes = ds.chunk_nbytes() // ds.samples_per_chunk
+    nbytes = sample_nbytes(ds)
 
     def measure(dataset: ChunkDataset, w: int, b: int) -> Measurement:
         return _measure(
@@ -388,7 +409,8 @@ def run_doctor(
 
     measurements = tuple(measure(ds, w, b) for b in sizes for w in workers)
     required = None if step_time is None else ref / step_time
-    data_bound, rec_workers, rec_batch, notes = _recommend(measurements, required, ref)
+    codecs = dataset_codecs(ds)
+    data_bound, rec_workers, rec_batch, notes = _recommend(measurements, required, ref, codecs)
     if any(ds.layout.field(f).kind == "ragged" for f in ds.fields):
         notes.append("ragged fields are not counted in MB/s and cache sizes")
     if ds.chunk_nbytes() > pool_bytes:
