@@ -219,6 +219,16 @@ class LoaderOptions:
         workers = self.num_workers
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
             raise ValueError(f"num_workers must be an int >= 0; got {workers!r}")
+        cores = available_cores()
+        if workers > cores:  # torch's DataLoader warns likewise
+            warnings.warn(
+                f"make_loader(num_workers={workers}) starts {workers} worker processes, and "
+                f"this process may use {cores} cores: they compete for them (and with "
+                f"training), which slows loading; pass num_workers <= {cores}, or leave it "
+                "None for one per core (at most 8)",
+                WorkerCountWarning,
+                stacklevel=caller_stacklevel(),  # make_loader's caller
+            )
         if not isinstance(self.ordering, Ordering):
             raise TypeError(f"ordering must be a chunkio.Ordering; got {self.ordering!r}")
         if not isinstance(self.workers, Workers):
