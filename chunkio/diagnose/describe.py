@@ -76,7 +76,7 @@ def decoded_nbytes(
     """Bytes the dataset holds decoded: every array's (``arrays``: :func:`describe_array` of
     each), except that an encoded image field counts its pixels (C x H x W per image), not
     the byte region its encoded images are stored in nor their spans and shapes."""
-    total, counted = 0, set()
+    total, counted = 0, set[str]()
     for f in layout.fields:
         if f.kind == "encoded":
             counted.update(encoded_array_names(f.name))

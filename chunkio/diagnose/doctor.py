@@ -136,11 +136,11 @@ class DoctorReport:
 
 
 def _verdict(report: DoctorReport) -> list[str]:
+    required = report.required_samples_per_s
     # without a step time the fastest row of the table, whatever its batch size
-    timed = report.required_samples_per_s is not None
-    best = report.best(report.step_batch_size if timed else None)
+    best = report.best(None if required is None else report.step_batch_size)
     lines = []
-    if not timed:
+    if required is None:
         lines.append(
             f"  fastest: {_rate(best.samples_per_s)} samples/s at batch {best.batch_size} with "
             f"{best.num_workers} workers (pass --step-time S to compare with your model)"
@@ -148,10 +148,10 @@ def _verdict(report: DoctorReport) -> list[str]:
     else:
         state = "not data-bound"
         if report.data_bound:
-            short = best.samples_per_s < report.required_samples_per_s
+            short = best.samples_per_s < required
             state = "DATA-BOUND" if short else f"DATA-BOUND (less than {HEADROOM:g}x headroom)"
         lines.append(
-            f"  model needs {_rate(report.required_samples_per_s)} samples/s "
+            f"  model needs {_rate(required)} samples/s "
             f"(batch {report.step_batch_size} every {report.step_time:g} s); best loader "
             f"setting gives {_rate(best.samples_per_s)}: {state}"
         )
