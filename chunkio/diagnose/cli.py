@@ -19,9 +19,11 @@
                                    [--format zarr|hdf5] [--workers N] [--no-progress]
                                    [--overwrite]
     chunkio info PATH [--json] [--fields NAME=PATH ...] [--storage-options JSON]
-    chunkio verify PATH [--fields NAME=PATH ...] [--storage-options JSON]
+                      [--trust-codecs]
+    chunkio verify PATH [--fields NAME=PATH ...] [--storage-options JSON] [--trust-codecs]
                                                   exit status 1 when anything is wrong
     chunkio doctor PATH [--step-time S] [--fields NAME=PATH ...] [--storage-options JSON]
+                        [--trust-codecs]
 
 ``info``, ``verify`` and ``doctor`` also take any HDF5 file or Zarr store chunkio did not
 write; ``--fields`` names its arrays (``NAME=PATH`` pairs, or bare array paths).
@@ -185,11 +187,7 @@ def _arrays_options(arrays: argparse.ArgumentParser) -> None:
     arrays.add_argument("--compression", choices=CODECS, default=DEFAULT_CODEC, help="chunk codec")
     _shuffle_options(arrays, "samples")
     _storage_options_argument(arrays)
-    arrays.add_argument(
-        "--trust-codecs",
-        action="store_true",
-        help="allow codecs and filters of SRC that chunkio does not consider safe",
-    )
+    _trust_codecs_argument(arrays)
 
 
 def _volumes_options(volumes: argparse.ArgumentParser) -> None:
@@ -246,7 +244,8 @@ def _dataset_commands(commands: Any) -> None:
 
 
 def _path_options(parser: argparse.ArgumentParser) -> None:
-    """``--fields`` and ``--storage-options``: which arrays of a store, and how to reach it."""
+    """``--fields``, ``--storage-options`` and ``--trust-codecs``: which arrays of a store, how
+    to reach it, and whether to decode what chunkio does not consider safe."""
     parser.add_argument(
         "--fields",
         nargs="+",
@@ -255,6 +254,25 @@ def _path_options(parser: argparse.ArgumentParser) -> None:
         "(image=train/images label=train/labels) or bare array paths",
     )
     _storage_options_argument(parser)
+    _trust_codecs_argument(parser)
+
+
+def _trust_codecs_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--trust-codecs",
+        action="store_true",
+        help="allow codecs, filters and links chunkio does not consider safe",
+    )
+
+
+def _opened(args: argparse.Namespace) -> dict[str, Any]:
+    """How the commands that look at a store open it: ``--fields``, ``--storage-options``,
+    ``--trust-codecs`` as keyword arguments."""
+    return {
+        "fields": _fields(args),
+        "storage_options": args.storage_options,
+        "trust_codecs": args.trust_codecs,
+    }
 
 
 def _fields(args: argparse.Namespace) -> Any:
@@ -375,7 +393,7 @@ def _json_object(text: str) -> dict[str, Any]:
 def _info(args: argparse.Namespace) -> int:
     from .dataset_report import info
 
-    found = [info(p, fields=_fields(args), storage_options=args.storage_options) for p in args.path]
+    found = [info(p, **_opened(args)) for p in args.path]
     if len(found) > 1:  # several files: each described, then the dataset they make
         _one_dataset(args)
     if args.json:
@@ -390,7 +408,7 @@ def _one_dataset(args: argparse.Namespace) -> None:
     """Several paths must make one dataset (the same fields): else its error."""
     from ..dataset import ChunkDataset
 
-    ChunkDataset(list(args.path), fields=_fields(args), storage_options=args.storage_options)
+    ChunkDataset(list(args.path), **_opened(args))
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -406,10 +424,7 @@ def _verify(args: argparse.Namespace) -> int:
             bar.update()
 
     try:
-        reports = [
-            verify(p, fields=_fields(args), on_chunk=tick, storage_options=args.storage_options)
-            for p in args.path
-        ]
+        reports = [verify(p, on_chunk=tick, **_opened(args)) for p in args.path]
     finally:
         if tick is not None:
             bar.close()
@@ -423,8 +438,7 @@ def _doctor(args: argparse.Namespace) -> int:
     text = main_doctor(
         args.path[0] if len(args.path) == 1 else list(args.path),
         step_time=args.step_time,
-        fields=_fields(args),
-        storage_options=args.storage_options,
+        **_opened(args),
     )
     print(text)
     return EXIT_OK
@@ -435,7 +449,7 @@ def _stats(args: argparse.Namespace) -> int:
     from .stats import compute_stats
 
     path = args.path[0] if len(args.path) == 1 else list(args.path)
-    dataset = ChunkDataset(path, fields=_fields(args), storage_options=args.storage_options)
+    dataset = ChunkDataset(path, **_opened(args))
     found = compute_stats(dataset, diff=args.diff)
     found.save(args.out)
     for name, f in found.fields.items():

@@ -38,8 +38,9 @@ def _open(
     path: Any,
     fields: Mapping[str, str] | Sequence[str] | None,
     storage_options: Mapping[str, Any] | None = None,
+    trust_codecs: bool = False,
 ) -> tuple[Reader, StoreLayout]:
-    reader = open_reader(path, storage_options=storage_options)
+    reader = open_reader(path, storage_options=storage_options, trust_codecs=trust_codecs)
     try:
         return reader, open_layout(reader, fields, _DESCRIBE)
     except Exception:
@@ -52,8 +53,10 @@ def info(
     *,
     fields: Mapping[str, str] | Sequence[str] | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    trust_codecs: bool = False,
 ) -> dict[str, Any]:
-    """Describe the dataset at ``path`` as a JSON-ready dict.
+    """Describe the dataset at ``path`` as a JSON-ready dict (``storage_options``,
+    ``trust_codecs``: as for :class:`~chunkio.ChunkDataset`).
 
     A store chunkio did not write (any HDF5 file or Zarr store) is described by
     :func:`chunkio.diagnose.foreign_report.foreign_info`: every array, and with ``fields`` (as
@@ -87,7 +90,7 @@ def info(
     >>> d["arrays"]["x"]["compression"]["codec"]
     'lz4'
     """
-    reader, found = _open(path, fields, storage_options)
+    reader, found = _open(path, fields, storage_options, trust_codecs)
     try:
         if found.foreign:
             from .foreign_report import foreign_info
@@ -136,6 +139,7 @@ def verify(
     fields: Mapping[str, str] | Sequence[str] | None = None,
     on_chunk: Callable[[], None] | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    trust_codecs: bool = False,
 ) -> VerifyReport:
     """Read every chunk of every array of the dataset at ``path`` and report all problems.
 
@@ -161,6 +165,8 @@ def verify(
         The arrays (or fields) to read, as :class:`~chunkio.ChunkDataset` takes them.
     on_chunk
         Called after each chunk is read (for a progress bar).
+    storage_options, trust_codecs
+        As for :class:`~chunkio.ChunkDataset`.
 
     Returns
     -------
@@ -174,7 +180,7 @@ def verify(
     MissingFieldError
         ``fields`` names an array or field that is not there (the message lists them).
     """
-    reader, found = _open(path, fields, storage_options)
+    reader, found = _open(path, fields, storage_options, trust_codecs)
     report = VerifyReport(reader.location)
     try:
         if found.foreign:

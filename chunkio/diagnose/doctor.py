@@ -338,6 +338,7 @@ def run_doctor(
     preload_bytes: int = DEFAULT_PRELOAD_BYTES,
     pool_bytes: int = DEFAULT_POOL_BYTES,
     storage_options: Mapping[str, Any] | None = None,
+    trust_codecs: bool = False,
 ) -> DoctorReport:
     """Measure read throughput of the dataset at ``path`` and judge it against ``step_time``.
 
@@ -366,8 +367,9 @@ def run_doctor(
     pool_bytes
         The mixing pool throughput is measured with (:func:`~chunkio.make_loader`'s); a
         chunk larger than a reader's share of it is decoded again for every batch.
-    storage_options
-        For a URL: fsspec options (as for :class:`~chunkio.ChunkDataset`).
+    storage_options, trust_codecs
+        As for :class:`~chunkio.ChunkDataset`: fsspec options for a URL; allow codecs,
+        filters and links chunkio does not consider safe.
 
     Returns
     -------
@@ -392,7 +394,11 @@ def run_doctor(
     paths: list[Any] = list(path) if isinstance(path, list | tuple) else [path]
     location: Any = [os.fspath(p) for p in paths] if many else os.fspath(paths[0])
     ds = ChunkDataset(
-        location, fields=fields, preload_bytes=preload_bytes, storage_options=storage_options
+        location,
+        fields=fields,
+        preload_bytes=preload_bytes,
+        storage_options=storage_options,
+        trust_codecs=trust_codecs,
     )
     nbytes = sample_nbytes(ds)
 
@@ -462,6 +468,7 @@ def main_doctor(
     batch_sizes: Sequence[int] | None = None,
     fields: FieldSelection | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    trust_codecs: bool = False,
 ) -> str:
     """Run :func:`run_doctor` with its defaults and return the rendered text report."""
     report = run_doctor(
@@ -471,5 +478,6 @@ def main_doctor(
         batch_sizes=batch_sizes,
         fields=fields,
         storage_options=storage_options,
+        trust_codecs=trust_codecs,
     )
     return report.render()

@@ -86,6 +86,15 @@ def _renamed(tmp_path: Path) -> list[str]:
     return ["stats", path, "--out", str(tmp_path / "s.json"), "--fields", "image=x"]
 
 
+def _external_link(tmp_path: Path) -> list[str]:
+    with h5py.File(tmp_path / "other.h5", "w") as g:
+        g["x"] = np.arange(6, dtype=np.float32)
+    with h5py.File(tmp_path / "user.h5", "w") as f:
+        f["x"] = h5py.ExternalLink(str(tmp_path / "other.h5"), "/x")
+    out = str(tmp_path / "s.json")
+    return ["stats", str(tmp_path / "user.h5"), "--out", out, "--fields", "x=x"]
+
+
 #: a command line that fails (made in tmp_path), and the flags its message must advise
 CASES: dict[str, tuple[Callable[[Path], list[str]], str]] = {
     "bad image file": (_bad_file, "--on-error skip"),
@@ -96,6 +105,7 @@ CASES: dict[str, tuple[Callable[[Path], list[str]], str]] = {
     "reserved field name": (_reserved_name, "--no-shuffle"),
     "store without fields": (_no_fields, "--fields image="),
     "renaming a chunkio field": (_renamed, "select with a list, --fields x"),
+    "an external link": (_external_link, "--trust-codecs"),
 }
 
 
@@ -111,3 +121,13 @@ def test_an_error_of_the_command_advises_its_flags(
     assert advice in lines[0]
     assert not PYTHON_SYNTAX.search(lines[0]), lines[0]
     assert len(lines[0]) <= MESSAGE_LIMIT + len("chunkio: error: ")
+
+
+def test_the_advised_trust_flag_is_one_the_command_takes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = _external_link(tmp_path)
+    assert cli.main(argv) == cli.EXIT_ERROR
+    assert "--trust-codecs" in capsys.readouterr().err
+    assert cli.main([*argv, "--trust-codecs"]) == cli.EXIT_OK
+    assert "wrote" in capsys.readouterr().out
