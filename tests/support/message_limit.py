@@ -1,0 +1,38 @@
+"""An autouse check that no chunkio error made during a test has a message longer than
+:data:`chunkio.util.messages.MESSAGE_LIMIT` characters: the bad-input tests of a folder make
+hundreds of errors on purpose, and each is held to the bound (a folder's ``conftest.py``
+imports :func:`messages_within_limit` to turn it on).
+
+Errors are seen where they are made, in this process (a worker's error is seen again when
+the loader re-raises it here)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from chunkio.errors import ChunkioError
+from chunkio.util.messages import MESSAGE_LIMIT
+
+
+@pytest.fixture(autouse=True)
+def messages_within_limit() -> Iterator[None]:
+    """Fail the test if a :class:`~chunkio.errors.ChunkioError` longer than the limit was
+    made during it (raised or not, caught or not)."""
+    long: list[str] = []
+
+    def init(self: BaseException, *args: Any, **kwargs: Any) -> None:
+        super(ChunkioError, self).__init__(*args, **kwargs)
+        text = str(args[0]) if args and isinstance(args[0], str) else ""
+        if len(text) > MESSAGE_LIMIT:
+            long.append(f"{type(self).__name__} ({len(text)} characters): {text[:300]}...")
+
+    assert "__init__" not in ChunkioError.__dict__  # inherited: deleting it restores that
+    ChunkioError.__init__ = init  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        del ChunkioError.__init__
+    assert not long, "\n".join(long)
