@@ -3,7 +3,7 @@ fix an error spelled for the interface that raised it.
 
 A message that joins names (fields, arrays, steps, files) joins them with :func:`listing`, so
 a store with 300 arrays or a series of 501 steps gives one readable line, not 4,000
-characters: every chunkio message stays under :data:`MESSAGE_LIMIT` characters.
+characters: no chunkio message is longer than :data:`MESSAGE_LIMIT` characters.
 
 A message that tells the user which option to pass spells it with :func:`keyword` (or
 :data:`OVERWRITE`), in Python syntax: ``on_error='skip'``. The ``chunkio`` command shows its
@@ -31,7 +31,8 @@ __all__ = [
 MESSAGE_LIMIT = 600
 
 #: the Python keyword of each option a message may advise, and the ``chunkio`` command's flag
-#: for it; a keyword the command has no flag for is left in Python syntax
+#: for it (``keyword=False`` is ``--no-...``: ``shuffle=False`` is ``--no-shuffle``); a
+#: keyword the command has no flag for is left in Python syntax
 FLAGS = {
     "on_error": "--on-error",
     "overwrite": "--overwrite",

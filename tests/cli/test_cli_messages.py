@@ -76,6 +76,14 @@ def _reserved_name(tmp_path: Path) -> list[str]:
     return ["convert", "arrays", _foreign(tmp_path), out, "--fields", "source_index=a/x"]
 
 
+def _info_same_names(tmp_path: Path) -> list[str]:
+    return ["info", _foreign(tmp_path), "--fields", "a/x", "b/x"]
+
+
+def _verify_link(tmp_path: Path) -> list[str]:
+    return ["verify", *_external_link(tmp_path)[1:2], "--fields", "x=x"]
+
+
 def _no_fields(tmp_path: Path) -> list[str]:
     return ["doctor", _foreign(tmp_path)]
 
@@ -106,6 +114,8 @@ CASES: dict[str, tuple[Callable[[Path], list[str]], str]] = {
     "store without fields": (_no_fields, "--fields image="),
     "renaming a chunkio field": (_renamed, "select with a list, --fields x"),
     "an external link": (_external_link, "--trust-codecs"),
+    "info: two arrays one name": (_info_same_names, "--fields image=a/x label=b/x"),
+    "verify: an external link": (_verify_link, "--trust-codecs"),
 }
 
 
