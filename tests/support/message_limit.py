@@ -1,7 +1,8 @@
 """An autouse check that no chunkio error made during a test has a message longer than
 :data:`chunkio.util.messages.MESSAGE_LIMIT` characters: the bad-input tests of a folder make
-hundreds of errors on purpose, and each is held to the bound (a folder's ``conftest.py``
-imports :func:`messages_within_limit` to turn it on).
+hundreds of errors on purpose, and each is held to the bound. ``tests/conftest.py`` loads
+this plugin; it checks the tests of :data:`CHECKED` (bad input, damaged and foreign stores,
+the command).
 
 Errors are seen where they are made, in this process (a worker's error is seen again when
 the loader re-raises it here)."""
@@ -9,6 +10,7 @@ the loader re-raises it here)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,11 +18,19 @@ import pytest
 from chunkio.errors import ChunkioError
 from chunkio.util.messages import MESSAGE_LIMIT
 
+#: the test folders whose tests are checked
+CHECKED = ("read", "cli", "backends", "architecture")
+_TESTS = Path(__file__).resolve().parents[1]
+
 
 @pytest.fixture(autouse=True)
-def messages_within_limit() -> Iterator[None]:
-    """Fail the test if a :class:`~chunkio.errors.ChunkioError` longer than the limit was
-    made during it (raised or not, caught or not)."""
+def messages_within_limit(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test of :data:`CHECKED` if a :class:`~chunkio.errors.ChunkioError` longer than
+    the limit was made during it (raised or not, caught or not)."""
+    path = Path(str(request.node.path)).resolve()
+    if not any(path.is_relative_to(_TESTS / folder) for folder in CHECKED):
+        yield
+        return
     long: list[str] = []
 
     def init(self: BaseException, *args: Any, **kwargs: Any) -> None:
