@@ -27,7 +27,9 @@ __all__ = [
     "short_repr",
 ]
 
-#: the most characters an error message of chunkio may have (tests/architecture/test_messages.py)
+#: the most characters an error message of chunkio may have (a worker's traceback, which a
+#: loader appends to a worker's error, aside): tests/architecture/test_messages.py and the
+#: autouse check of tests/support/message_limit.py
 MESSAGE_LIMIT = 600
 
 #: the Python keyword of each option a message may advise, and the ``chunkio`` command's flag

@@ -18,6 +18,9 @@ import pytest
 from chunkio.errors import ChunkioError
 from chunkio.util.messages import MESSAGE_LIMIT
 
+#: what precedes the worker's traceback a loader (chunkio's, torch's DataLoader) appends to a
+#: worker's error: not counted, the message is what comes before it
+TRACEBACKS = ("the worker's traceback:", "Original Traceback (most recent call last)")
 #: the test folders whose tests are checked
 CHECKED = ("read", "cli", "backends", "architecture")
 _TESTS = Path(__file__).resolve().parents[1]
@@ -36,6 +39,8 @@ def messages_within_limit(request: pytest.FixtureRequest) -> Iterator[None]:
     def init(self: BaseException, *args: Any, **kwargs: Any) -> None:
         super(ChunkioError, self).__init__(*args, **kwargs)
         text = str(args[0]) if args and isinstance(args[0], str) else ""
+        for marker in TRACEBACKS:  # a worker's traceback re-raised with its error
+            text = text.split(marker, 1)[0]
         if len(text) > MESSAGE_LIMIT:
             long.append(f"{type(self).__name__} ({len(text)} characters): {text[:300]}...")
 
