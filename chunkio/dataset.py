@@ -25,7 +25,13 @@ from .collection.files import FileSet, is_file_list, open_files
 from .errors import FormatError
 from .format.columns import column_values
 from .format.grid import SampleGrid
-from .format.layout import DatasetLayout, label_field, validate_sequence_of_names
+from .format.layout import (
+    DatasetLayout,
+    check_among,
+    label_field,
+    native_selection,
+    validate_sequence_of_names,
+)
 from .format.sparse import with_sparse_batches
 from .format.store_layout import DEFAULT_PRELOAD_BYTES, LayoutOptions, open_layout
 from .read import ReadCore
@@ -247,10 +253,10 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
         self.grid = SampleGrid(self.layout.num_samples, self.layout.samples_per_chunk)
         self._single = isinstance(fields, str | Field)
         names: Sequence[str] | None
-        if found.foreign or found.windows or isinstance(fields, Mapping):
+        if found.foreign or found.windows:
             names = list(self.layout.field_names)  # fields named arrays: the layout's order
-        else:
-            names = [fields] if isinstance(fields, str) else fields
+        else:  # a chunkio dataset's own names; a mapping selects, never renames
+            names = native_selection(fields, str(self.location))
         self.fields = validate_sequence_of_names(names, self.layout, str(self.location))
         self._as_tuple = fields is not None and not self._single
         if self.field_transform is not None:
@@ -428,12 +434,7 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
         """
         once = self.reads_once if once is None else once
         names = self.fields if fields is None else tuple(fields)
-        unknown = [f for f in names if f not in self.fields]
-        if unknown:
-            raise KeyError(
-                f"{self.location}: read_batch(fields={list(names)}): {unknown} not among the "
-                f"dataset's fields {list(self.fields)}"
-            )
+        check_among(names, self.fields, f"{self.location}: read_batch")
         rows = self._rows(indices)  # windows: the samples' anchor rows
         found = self._handle().read(
             names, rows, out, once=once, transform=self.field_transform, epoch=int(epoch)
@@ -448,8 +449,7 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
         """The encoded bytes (one array per sample) and stored ``(C, H, W)`` shapes of
         samples ``indices`` of encoded image field ``field``, not decoded: for decoders
         elsewhere (``make_loader(workers=Workers(decode="gpu"))`` decodes them on the GPU)."""
-        if field not in self.fields:
-            raise KeyError(f"{self.location}: field {field!r} is not among {list(self.fields)}")
+        check_among([field], self.fields, f"{self.location}: read_encoded")
         return self._handle().encoded(field, indices)
 
     def prefetch(self, indices: Sequence[int] | npt.ArrayLike) -> None:

@@ -18,7 +18,6 @@ Routes (``ChunkLoader.transport`` tells which one a loader took):
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Generator, Iterable, Iterator
 from typing import Any, Protocol
@@ -36,6 +35,7 @@ from .loader_options import (
     LoaderOptions,
     Ordering,
     Workers,
+    available_cores,
     pool_samples,
 )
 from .read.batch import collate
@@ -63,12 +63,9 @@ __all__ = [
 
 
 def default_num_workers() -> int:
-    """One worker per available core, at most 8."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, 8))
+    """One worker per available core, at most 8 (more than the cores warns:
+    :class:`~chunkio.loader_options.WorkerCountWarning`)."""
+    return max(1, min(available_cores(), 8))
 
 
 class RingFallbackWarning(UserWarning):

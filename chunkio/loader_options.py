@@ -4,6 +4,7 @@ for (:func:`pool_samples`)."""
 
 from __future__ import annotations
 
+import os
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -24,7 +25,9 @@ __all__ = [
     "LoaderOptions",
     "Ordering",
     "Transport",
+    "WorkerCountWarning",
     "Workers",
+    "available_cores",
     "pool_samples",
 ]
 
@@ -37,6 +40,19 @@ DEFAULT_HOLD_BYTES = 1 << 30
 #: batches a remote dataset's ring workers are told of beyond those in their slots, so that
 #: their chunks are fetched ahead (bench_remote: 20 ms per request)
 REMOTE_LOOKAHEAD = 8
+
+
+class WorkerCountWarning(UserWarning):
+    """``make_loader(num_workers=N)`` with more worker processes than the cores this process
+    may run on: they compete for the CPUs (and with training), which slows loading."""
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity; all cores where there is none)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 @dataclass(frozen=True)
@@ -203,6 +219,16 @@ class LoaderOptions:
         workers = self.num_workers
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
             raise ValueError(f"num_workers must be an int >= 0; got {workers!r}")
+        cores = available_cores()
+        if workers > cores:  # torch's DataLoader warns likewise
+            warnings.warn(
+                f"make_loader(num_workers={workers}) starts {workers} worker processes, and "
+                f"this process may use {cores} cores: they compete for them (and with "
+                f"training), which slows loading; pass num_workers <= {cores}, or leave it "
+                "None for one per core (at most 8)",
+                WorkerCountWarning,
+                stacklevel=caller_stacklevel(),  # make_loader's caller
+            )
         if not isinstance(self.ordering, Ordering):
             raise TypeError(f"ordering must be a chunkio.Ordering; got {self.ordering!r}")
         if not isinstance(self.workers, Workers):

@@ -12,8 +12,9 @@ import pytest
 from chunkio import Execution, Output
 from chunkio.backends.codec_table import DEFAULT_CODEC
 
-#: the run ends with the number of skipped tests grouped by reason
-pytest_plugins = ["chunkio.testing.skips"]
+#: the run ends with the number of skipped tests grouped by reason; the chunkio errors the
+#: bad-input tests make are held to the message bound (tests/support/message_limit.py)
+pytest_plugins = ["chunkio.testing.skips", "message_limit"]
 
 FORMATS = ["zarr", "hdf5"]
 SUFFIX = {"zarr": ".zarr", "hdf5": ".h5"}

@@ -68,6 +68,7 @@ def detect_format(location: Any) -> Format:
     ('memory', 'zarr')
     """
     if not isinstance(location, (str, os.PathLike)):
+        _refuse_open_object(location)
         return "zarr"  # a zarr Store object
     text = os.fspath(location)
     if text.startswith("memory://"):
@@ -80,6 +81,33 @@ def detect_format(location: Any) -> Format:
     if "://" in text and not text.startswith("file://"):
         return "zarr"  # a remote URL: zarr (fsspec) resolves it
     return _detect_local(text, text.removeprefix("file://"))
+
+
+def _refuse_open_object(location: Any) -> None:
+    """Refuse an open h5py file, group or dataset, zarr group or array, or Python file in
+    place of a path, naming the path to pass: a dataset opens its files itself, in each
+    process (h5py objects cannot be pickled into workers, and a handle the parent holds open
+    while workers fork breaks HDF5 reads)."""
+    kind = type(location)
+    package = kind.__module__.split(".", 1)[0]
+    if package == "h5py":
+        path = getattr(getattr(location, "file", None), "filename", None)
+        inner = getattr(location, "name", "/")
+    elif package == "zarr" and hasattr(location, "store"):  # a group or array, not a store
+        root = getattr(location.store, "root", None)
+        path = None if root is None else os.path.join(str(root), location.path).rstrip("/")
+        inner = "/"
+    elif hasattr(location, "read") and isinstance(getattr(location, "name", None), str):
+        path, inner = location.name, "/"  # an open Python file
+    else:
+        return
+    what = f"an open {package if package in ('h5py', 'zarr') else 'Python'} {kind.__name__}"
+    where = "" if inner in ("/", None) else f" (its array {inner!r} is named with fields)"
+    target = f"its path, {path!r}{where}" if path else "the path or URL of its store"
+    raise UnknownFormatError(
+        f"got {what} where a path belongs; pass {target}: chunkio opens its files itself, "
+        "once in each worker process (open handles cannot be sent to workers)"
+    )
 
 
 def _detect_local(text: str, path: str) -> Format:

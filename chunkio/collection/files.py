@@ -31,6 +31,7 @@ from ..format.layout import DatasetLayout, FieldInfo
 from ..format.sparse import with_sparse_batches
 from ..format.store_layout import LayoutOptions, open_layout
 from ..format.windows import is_windowed
+from ..util.messages import listing
 from ..util.numeric import IntArray
 
 __all__ = ["FilePart", "FileSet", "is_file_list", "open_files"]
@@ -175,8 +176,8 @@ def _check_same_fields(first: FilePart, other: FilePart) -> None:
     mine, theirs = first.layout, other.layout
     if mine.field_names != theirs.field_names:
         raise FormatError(
-            f"{other.location}: holds fields {list(theirs.field_names)}, but "
-            f"{first.location} holds {list(mine.field_names)}; the files of one dataset must "
+            f"{other.location}: holds fields {listing(theirs.field_names)}, but "
+            f"{first.location} holds {listing(mine.field_names)}; the files of one dataset must "
             "hold the same fields"
         )
     for a, b in zip(mine.fields, theirs.fields, strict=True):

@@ -49,6 +49,7 @@ from ..backends import Format, Writer, detect_format, open_reader, open_writer, 
 from ..errors import ConversionError, DatasetNotFoundError, SourceError
 from ..format.layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout
 from ..util.fsync import fsync_path
+from ..util.messages import listing
 from ..util.numeric import ceil_div
 from .arrays import ArraySource
 from .durability.locking import DestinationLock
@@ -278,8 +279,8 @@ def _check_source(source: BlockSource, layout: DatasetLayout, path: str) -> None
     given = {f.name: f for f in source.fields}
     if set(given) != set(layout.field_names):
         raise SourceError(
-            f"{path}: append needs exactly the fields {sorted(layout.field_names)}; "
-            f"got {sorted(given)}"
+            f"{path}: append needs exactly the fields {listing(sorted(layout.field_names))}; "
+            f"got {listing(sorted(given))}"
         )
     for f in layout.fields:
         g = given[f.name]

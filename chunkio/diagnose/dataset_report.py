@@ -20,10 +20,10 @@ import numpy as np
 from ..backends import ArrayInfo, Reader, detect_format, open_reader
 from ..errors import ChunkReadError
 from ..format.grid import SampleGrid
-from ..format.layout import COMPLETE_KEY, DatasetLayout, FieldInfo, check_arrays
+from ..format.layout import COMPLETE_KEY, DatasetLayout, FieldInfo, check_arrays, label_field
 from ..format.store_layout import DEFAULT_PRELOAD_BYTES, LayoutOptions, StoreLayout, open_layout
 from ..util.numeric import ceil_div
-from .describe import describe_array, size_on_disk
+from .describe import decoded_nbytes, describe_array, size_on_disk
 from .verify_report import MissingChunks, Problem, VerifyReport
 
 __all__ = ["MissingChunks", "Problem", "VerifyReport", "describe_array", "info", "verify"]
@@ -38,8 +38,9 @@ def _open(
     path: Any,
     fields: Mapping[str, str] | Sequence[str] | None,
     storage_options: Mapping[str, Any] | None = None,
+    trust_codecs: bool = False,
 ) -> tuple[Reader, StoreLayout]:
-    reader = open_reader(path, storage_options=storage_options)
+    reader = open_reader(path, storage_options=storage_options, trust_codecs=trust_codecs)
     try:
         return reader, open_layout(reader, fields, _DESCRIBE)
     except Exception:
@@ -52,8 +53,10 @@ def info(
     *,
     fields: Mapping[str, str] | Sequence[str] | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    trust_codecs: bool = False,
 ) -> dict[str, Any]:
-    """Describe the dataset at ``path`` as a JSON-ready dict.
+    """Describe the dataset at ``path`` as a JSON-ready dict (``storage_options``,
+    ``trust_codecs``: as for :class:`~chunkio.ChunkDataset`).
 
     A store chunkio did not write (any HDF5 file or Zarr store) is described by
     :func:`chunkio.diagnose.foreign_report.foreign_info`: every array, and with ``fields`` (as
@@ -64,7 +67,8 @@ def info(
     ``num_chunks``, ``class_names``, ``fields`` (name -> dtype, sample shape, kind),
     ``arrays`` (name -> shape, dtype, chunks, ``compression``, codecs, checksum, bytes,
     stored bytes), ``compression`` (the distinct ``arrays[...]["compression"]["name"]``),
-    ``nbytes`` (decoded), ``stored_nbytes`` (chunk bytes), ``compression_ratio``,
+    ``nbytes`` (decoded: an encoded image field counts its pixels, not the region its encoded
+    bytes are kept in), ``stored_nbytes`` (chunk bytes), ``compression_ratio``,
     ``size_on_disk`` (every file, metadata included; ``None`` when not local) and ``extra``.
     An incomplete dataset is described too (``complete`` is false).
 
@@ -86,7 +90,7 @@ def info(
     >>> d["arrays"]["x"]["compression"]["codec"]
     'lz4'
     """
-    reader, found = _open(path, fields, storage_options)
+    reader, found = _open(path, fields, storage_options, trust_codecs)
     try:
         if found.foreign:
             from .foreign_report import foreign_info
@@ -94,7 +98,7 @@ def info(
             return foreign_info(reader, path, found, _DESCRIBE.preload_bytes)
         layout = found.dataset_layout()  # attributes that do not parse: the error
         arrays = {name: describe_array(reader, name) for name in reader.array_names()}
-        nbytes = sum(a["nbytes"] for a in arrays.values())
+        nbytes = decoded_nbytes(reader, layout, arrays)  # an encoded image: its pixels
         stored = sum(a["stored_nbytes"] or 0 for a in arrays.values())
         return {
             "path": reader.location,
@@ -104,7 +108,7 @@ def info(
             "num_samples": layout.num_samples,
             "samples_per_chunk": layout.samples_per_chunk,
             "num_chunks": SampleGrid(layout.num_samples, layout.samples_per_chunk).num_chunks,
-            "class_names": None if layout.class_names is None else list(layout.class_names),
+            "class_names": _class_names(layout),
             "fields": {f.name: f.to_json() for f in layout.fields},
             "arrays": arrays,
             "compression": sorted(
@@ -120,12 +124,22 @@ def info(
         reader.close()
 
 
+def _class_names(layout: DatasetLayout) -> list[str] | None:
+    """The dataset's class names, or its label field's categories (a dataset converted from
+    a store with categorical labels records them there)."""
+    if layout.class_names is not None:
+        return list(layout.class_names)
+    label = label_field(layout)
+    return None if label is None or label.categories is None else list(label.categories)
+
+
 def verify(
     path: Any,
     *,
     fields: Mapping[str, str] | Sequence[str] | None = None,
     on_chunk: Callable[[], None] | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    trust_codecs: bool = False,
 ) -> VerifyReport:
     """Read every chunk of every array of the dataset at ``path`` and report all problems.
 
@@ -151,6 +165,8 @@ def verify(
         The arrays (or fields) to read, as :class:`~chunkio.ChunkDataset` takes them.
     on_chunk
         Called after each chunk is read (for a progress bar).
+    storage_options, trust_codecs
+        As for :class:`~chunkio.ChunkDataset`.
 
     Returns
     -------
@@ -164,7 +180,7 @@ def verify(
     MissingFieldError
         ``fields`` names an array or field that is not there (the message lists them).
     """
-    reader, found = _open(path, fields, storage_options)
+    reader, found = _open(path, fields, storage_options, trust_codecs)
     report = VerifyReport(reader.location)
     try:
         if found.foreign:

@@ -9,9 +9,13 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..backends import ArrayInfo, Reader
+import numpy as np
 
-__all__ = ["describe_array", "size_on_disk"]
+from ..backends import ArrayInfo, Reader
+from ..backends.base import read_all
+from ..format.layout import DatasetLayout, FieldInfo, encoded_array_names
+
+__all__ = ["decoded_nbytes", "describe_array", "size_on_disk"]
 
 
 def _stored(reader: Reader, name: str) -> int | None:
@@ -64,6 +68,30 @@ def size_on_disk(path: Any) -> int | None:
     for folder, _, files in os.walk(text):
         total += sum(os.lstat(os.path.join(folder, f)).st_size for f in files)
     return total
+
+
+def decoded_nbytes(
+    reader: Reader, layout: DatasetLayout, arrays: Mapping[str, Mapping[str, Any]]
+) -> int:
+    """Bytes the dataset holds decoded: every array's (``arrays``: :func:`describe_array` of
+    each), except that an encoded image field counts its pixels (C x H x W per image), not
+    the byte region its encoded images are stored in nor their spans and shapes."""
+    total, counted = 0, set[str]()
+    for f in layout.fields:
+        if f.kind == "encoded":
+            counted.update(encoded_array_names(f.name))
+            total += _pixel_nbytes(reader, f, layout.num_samples)
+    return total + sum(int(a["nbytes"]) for n, a in arrays.items() if n not in counted)
+
+
+def _pixel_nbytes(reader: Reader, field: FieldInfo, num_samples: int) -> int:
+    """Decoded bytes of encoded image field ``field``: from its one sample shape, or from
+    each image's stored shape (images of several sizes)."""
+    itemsize = np.dtype(field.dtype).itemsize
+    if field.sample_shape is not None:
+        return num_samples * int(np.prod(field.sample_shape, dtype=np.int64)) * itemsize
+    shapes = read_all(reader, encoded_array_names(field.name)[2]).astype(np.int64)
+    return int(np.prod(shapes, axis=1).sum()) * itemsize
 
 
 def describe_array(reader: Reader, name: str) -> dict[str, Any]:

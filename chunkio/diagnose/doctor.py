@@ -31,6 +31,7 @@ from ..loader import DEFAULT_POOL_BYTES, Ordering, default_num_workers, make_loa
 from ..sampling.label_check import labels_of
 from ..sampling.sampler import describe_sampler
 from .doctor_chunking import ChunkingAdvice, advise_chunking
+from .doctor_data import dataset_codecs, sample_nbytes
 
 __all__ = ["DoctorReport", "Measurement", "PoolOption", "main_doctor", "run_doctor"]
 
@@ -112,10 +113,12 @@ class DoctorReport:
             "",
             "  workers  batch   samples/s      MB/s  (batches timed)",
         ]
+        pick = (self.recommended_workers, self.recommended_batch_size)
         for m in self.measurements:
+            mark = "  <- recommended" if (m.num_workers, m.batch_size) == pick else ""
             lines.append(
                 f"  {m.num_workers:7d} {m.batch_size:6d} {m.samples_per_s:11,.0f} "
-                f"{m.mb_per_s:9,.1f}  ({m.batches})"
+                f"{m.mb_per_s:9,.1f}  ({m.batches}){mark}"
             )
         lines += [
             "",
@@ -134,9 +137,11 @@ class DoctorReport:
 
 
 def _verdict(report: DoctorReport) -> list[str]:
-    best = report.best(report.step_batch_size)
+    required = report.required_samples_per_s
+    # without a step time the fastest row of the table, whatever its batch size
+    best = report.best(None if required is None else report.step_batch_size)
     lines = []
-    if report.required_samples_per_s is None:
+    if required is None:
         lines.append(
             f"  fastest: {_rate(best.samples_per_s)} samples/s at batch {best.batch_size} with "
             f"{best.num_workers} workers (pass --step-time S to compare with your model)"
@@ -144,10 +149,10 @@ def _verdict(report: DoctorReport) -> list[str]:
     else:
         state = "not data-bound"
         if report.data_bound:
-            short = best.samples_per_s < report.required_samples_per_s
+            short = best.samples_per_s < required
             state = "DATA-BOUND" if short else f"DATA-BOUND (less than {HEADROOM:g}x headroom)"
         lines.append(
-            f"  model needs {_rate(report.required_samples_per_s)} samples/s "
+            f"  model needs {_rate(required)} samples/s "
             f"(batch {report.step_batch_size} every {report.step_time:g} s); best loader "
             f"setting gives {_rate(best.samples_per_s)}: {state}"
         )
@@ -266,13 +271,18 @@ def _keeps_up(m: Measurement, required: float) -> bool:
 
 
 def _recommend(
-    measurements: Sequence[Measurement], required: float | None, step_batch_size: int
+    measurements: Sequence[Measurement],
+    required: float | None,
+    step_batch_size: int,
+    codecs: Sequence[str] = (),
 ) -> tuple[bool | None, int, int, list[str]]:
-    """(data_bound, workers, batch_size, notes) from the measurements."""
+    """(data_bound, workers, batch_size, notes) from the measurements; ``codecs``: those of
+    the arrays read (a faster codec is advised only where one is used)."""
+    if required is None:  # no model to keep up with: the fastest row of the table
+        overall = max(measurements, key=lambda m: m.samples_per_s)
+        return None, overall.num_workers, overall.batch_size, []
     at_size = [m for m in measurements if m.batch_size == step_batch_size]
     fastest = max(at_size, key=lambda m: m.samples_per_s)
-    if required is None:
-        return None, fastest.num_workers, fastest.batch_size, []
     enough = [m for m in at_size if _keeps_up(m, required)]
     if enough:
         # fewest workers that keep up: the other cores stay with the training process
@@ -289,11 +299,22 @@ def _recommend(
             f"batch {overall.batch_size} reads faster ({_rate(overall.samples_per_s)} samples/s); "
             "a larger batch changes optimisation, so retune the learning rate if you switch"
         )
-    notes.append(
-        "more cores, a faster codec (lz4) or larger chunks raise the ceiling; "
-        "compare them with benchmarks/bench_codecs.py"
-    )
+    notes.append(_ceiling_note(codecs))
     return True, fastest.num_workers, step_batch_size, notes
+
+
+#: codecs that decode about as fast as memory copies: no faster one to advise
+FAST_CODECS = frozenset({"lz4", "blosc-lz4", "none"})
+
+
+def _ceiling_note(codecs: Sequence[str]) -> str:
+    """What raises the read ceiling: a faster codec only where a slower one is used."""
+    slow = sorted(set(codecs) - FAST_CODECS)
+    codec = f", a faster codec (lz4, not {', '.join(slow)})" if slow else ""
+    return (
+        f"more cores{codec} or larger chunks raise the ceiling; compare them with "
+        "benchmarks/bench_codecs.py"
+    )
 
 
 def _pace(m: Measurement) -> tuple[float, float]:
@@ -318,6 +339,7 @@ def run_doctor(
     preload_bytes: int = DEFAULT_PRELOAD_BYTES,
     pool_bytes: int = DEFAULT_POOL_BYTES,
     storage_options: Mapping[str, Any] | None = None,
+    trust_codecs: bool = False,
 ) -> DoctorReport:
     """Measure read throughput of the dataset at ``path`` and judge it against ``step_time``.
 
@@ -346,8 +368,9 @@ def run_doctor(
     pool_bytes
         The mixing pool throughput is measured with (:func:`~chunkio.make_loader`'s); a
         chunk larger than a reader's share of it is decoded again for every batch.
-    storage_options
-        For a URL: fsspec options (as for :class:`~chunkio.ChunkDataset`).
+    storage_options, trust_codecs
+        As for :class:`~chunkio.ChunkDataset`: fsspec options for a URL; allow codecs,
+        filters and links chunkio does not consider safe.
 
     Returns
     -------
@@ -372,9 +395,13 @@ def run_doctor(
     paths: list[Any] = list(path) if isinstance(path, list | tuple) else [path]
     location: Any = [os.fspath(p) for p in paths] if many else os.fspath(paths[0])
     ds = ChunkDataset(
-        location, fields=fields, preload_bytes=preload_bytes, storage_options=storage_options
+        location,
+        fields=fields,
+        preload_bytes=preload_bytes,
+        storage_options=storage_options,
+        trust_codecs=trust_codecs,
     )
-    nbytes = ds.chunk_nbytes() // ds.samples_per_chunk
+    nbytes = sample_nbytes(ds)
 
     def measure(dataset: ChunkDataset, w: int, b: int) -> Measurement:
         return _measure(
@@ -389,7 +416,8 @@ def run_doctor(
 
     measurements = tuple(measure(ds, w, b) for b in sizes for w in workers)
     required = None if step_time is None else ref / step_time
-    data_bound, rec_workers, rec_batch, notes = _recommend(measurements, required, ref)
+    codecs = dataset_codecs(ds)
+    data_bound, rec_workers, rec_batch, notes = _recommend(measurements, required, ref, codecs)
     if any(ds.layout.field(f).kind == "ragged" for f in ds.fields):
         notes.append("ragged fields are not counted in MB/s and cache sizes")
     if ds.chunk_nbytes() > pool_bytes:
@@ -441,6 +469,7 @@ def main_doctor(
     batch_sizes: Sequence[int] | None = None,
     fields: FieldSelection | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    trust_codecs: bool = False,
 ) -> str:
     """Run :func:`run_doctor` with its defaults and return the rendered text report."""
     report = run_doctor(
@@ -450,6 +479,7 @@ def main_doctor(
         batch_sizes=batch_sizes,
         fields=fields,
         storage_options=storage_options,
+        trust_codecs=trust_codecs,
     )
     return f"{report.render()}\n\n{compiled_parts_section()}"
 

@@ -24,6 +24,7 @@ import numpy.typing as npt
 from ..backends import Reader
 from ..backends.base import read_all
 from ..errors import ChunkioError, FormatError, MissingFieldError, UnsafeInputError
+from ..util.messages import listing
 from .layout import FieldInfo
 from .sparse import describe_sparse, sparse_format
 
@@ -63,17 +64,17 @@ def describe_node(
     if kind == "dataframe":
         raise FormatError(
             f"{where}: {path!r} is a dataframe; a field names one of its columns, e.g. "
-            f"{path}/COLUMN; readable columns: {readable_columns(reader, path)}"
+            f"{path}/COLUMN; readable columns: {listing(readable_columns(reader, path))}"
         )
     raise FormatError(
-        f"{where}: {path!r} is a group (attributes {sorted(attrs)}), not an array, a CSR "
+        f"{where}: {path!r} is a group (attributes {listing(sorted(attrs))}), not an array, a CSR "
         "matrix ('encoding-type: csr_matrix' with 'shape', or 'h5sparse_format: csr') or a "
-        f"categorical column; name one of its arrays: {_members(reader, path)}"
+        f"categorical column; name one of its arrays: {listing(_members(reader, path))}"
     )
 
 
 def _members(reader: Reader, group: str) -> list[str]:
-    return [n for n in reader.array_names() if n.startswith(f"{group}/")][:10]
+    return [n for n in reader.array_names() if n.startswith(f"{group}/")]
 
 
 def _categorical(reader: Reader, name: str, path: str) -> ColumnInfo:

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..backends import ArrayInfo, Reader
 from ..errors import FormatError, MissingFieldError
+from ..util.messages import listing
 from .columns import describe_node
 from .layout import DatasetLayout, FieldInfo
 from .names import validate_field_name
@@ -91,27 +92,35 @@ def fields_from_words(words: Sequence[str]) -> FieldSelection:
     if any(named) and not all(named):
         raise FormatError(
             "--fields: give every field as NAME=PATH or every one as a bare PATH; "
-            f"got {list(words)}"
+            f"got {listing(words)}"
         )
     if not all(named):
         return list(words)
     pairs = [w.split("=", 1) for w in words]
     if any(not name or not path for name, path in pairs):
-        raise FormatError(f"--fields: NAME=PATH needs both parts; got {list(words)}")
+        raise FormatError(f"--fields: NAME=PATH needs both parts; got {listing(words)}")
     return {name: path for name, path in pairs}
 
 
+#: arrays described by :func:`list_arrays` (the rest are counted)
+_ARRAYS_SHOWN = 8
+
+
 def list_arrays(reader: Reader) -> str:
-    """The store's arrays with their shapes, dtypes and chunks, for error messages."""
+    """The store's first arrays with their shapes, dtypes and chunks, for error messages
+    (the rest counted: a file of 300 arrays gives one line a person reads)."""
     rows = []
-    for name in reader.array_names():
+    names = list(reader.array_names())
+    for name in names[:_ARRAYS_SHOWN]:
         try:
             info = reader.array_info(name)
         except Exception as err:  # a group, a link or an array chunkio refuses: say so
             rows.append(f"{name} ({type(err).__name__})")
             continue
-        rows.append(f"{name} {info.shape} {info.dtype} chunks {info.chunks}")
-    return "; ".join(rows) or "none"
+        dtype = np.dtype(info.dtype)
+        kind = f"compound of {len(dtype.names)} columns" if dtype.names else str(dtype)
+        rows.append(f"{name} {info.shape} {kind} chunks {info.chunks}")
+    return listing(rows, show=str, sep="; ", brackets=False, total=len(names)) or "none"
 
 
 def layout_of(

@@ -46,6 +46,7 @@ from ..errors import (
     UnsafeInputError,
     UnsupportedVersionError,
 )
+from ..util.messages import keyword, listing
 from .grid import image_rule, image_shapes_ok
 from .names import validate_field_name
 
@@ -186,7 +187,7 @@ class DatasetLayout:
             raise FormatError("a dataset needs at least one field; got none")
         names = [f.name for f in self.fields]
         if len(set(names)) != len(names):
-            raise FormatError(f"field names must be unique; got {names}")
+            raise FormatError(f"field names must be unique; got {listing(names)}")
         if self.num_samples < 0 or self.samples_per_chunk < 1:
             raise FormatError(
                 f"need num_samples >= 0 and samples_per_chunk >= 1; "
@@ -206,7 +207,7 @@ class DatasetLayout:
             if f.name == name:
                 return f
         raise MissingFieldError(
-            f"{where}: no field {name!r}; the dataset has fields {list(self.field_names)}"
+            f"{where}: no field {name!r}; the dataset has fields {listing(self.field_names)}"
         )
 
     def to_attrs(self) -> dict[str, Any]:
@@ -430,3 +431,42 @@ def validate_sequence_of_names(
     for name in fields:
         layout.field(name, where=where)
     return tuple(fields)
+
+
+def native_selection(fields: Any, where: str) -> Any:
+    """A selection among a chunkio dataset's own fields: ``fields`` as a sequence of names.
+
+    A dataset chunkio wrote names its fields itself, so a mapping (which names the arrays of
+    a store chunkio did not write) can only select: ``{"x": "x"}`` is ``["x"]``; one that
+    renames is refused rather than read as every field under the stored names.
+
+    >>> native_selection({"x": "x", "y": "y"}, "d.zarr")
+    ['x', 'y']
+    >>> native_selection({"image": "x"}, "d.zarr")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    chunkio.errors.FormatError: d.zarr is a chunkio dataset, which names its own fields: ...
+    """
+    if isinstance(fields, str):
+        return [fields]
+    if not isinstance(fields, Mapping):
+        return fields
+    renamed = [f"{k!r}: {v!r}" for k, v in fields.items() if k != v]
+    if renamed:
+        pairs = listing(renamed, show=str, brackets=False)
+        raise FormatError(
+            f"{where} is a chunkio dataset, which names its own fields: fields selects among "
+            f"them and cannot rename them ({pairs}); select with a list, "
+            f"{keyword('fields', list(fields.values()))}"
+        )
+    return list(fields.values())
+
+
+def check_among(names: Sequence[str], fields: Sequence[str], where: str) -> None:
+    """Raise :class:`MissingFieldError` naming the ``names`` that are not among the dataset's
+    ``fields`` (``where``: the dataset and the call)."""
+    unknown = [n for n in names if n not in fields]
+    if unknown:
+        raise MissingFieldError(
+            f"{where}: {listing(unknown)} not among the dataset's fields {listing(fields)}"
+        )

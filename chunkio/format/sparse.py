@@ -33,6 +33,7 @@ import numpy as np
 from ..backends import ArrayInfo, Reader
 from ..backends.base import read_all
 from ..errors import FormatError
+from ..util.messages import listing
 from ..util.numeric import IntArray
 from .layout import DatasetLayout, FieldInfo, sparse_array_names
 
@@ -149,8 +150,8 @@ def describe_sparse(
     if kind != "csr":
         raise FormatError(
             f"{where}: {group!r} is a group without a sparse encoding (attributes "
-            f"{sorted(attrs)}); a sparse field names a CSR group ('encoding-type: csr_matrix' "
-            "with 'shape', or 'h5sparse_format: csr')"
+            f"{listing(sorted(attrs))}); a sparse field names a CSR group ('encoding-type: "
+            "csr_matrix' with 'shape', or 'h5sparse_format: csr')"
         )
     rows, cols = _shape(attrs, group, where)
     arrays: dict[str, ArrayInfo] = {}

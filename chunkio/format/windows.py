@@ -36,6 +36,7 @@ import numpy.typing as npt
 
 from ..backends import Reader
 from ..errors import FormatError, WindowError
+from ..util.messages import listing, short_repr
 from ..util.numeric import IntArray, ceil_div
 from .foreign import _array_info, batchable, order_field
 from .grid import SampleGrid
@@ -126,8 +127,8 @@ def _steps(paths: Sequence[str], steps: Iterable[int]) -> tuple[int, ...]:
     ok = all(isinstance(s, int | np.integer) and not isinstance(s, bool) for s in found)
     if not found or not ok or len(set(found)) != len(found):
         raise WindowError(
-            f"Field {list(paths)}: steps must be distinct ints (e.g. range(-1, 1) or [1, 4]); "
-            f"got {steps!r}"
+            f"Field {listing(paths)}: steps must be distinct ints (e.g. range(-1, 1) or [1, 4]); "
+            f"got {short_repr(steps)}"
         )
     return tuple(int(s) for s in found)
 
@@ -273,10 +274,22 @@ def valid_anchors(
     span_start, span_stop = rows + min(0, lo), rows + max(0, hi) + 1
     kept: IntArray = rows[bad[span_stop] - bad[span_start] == 0]
     if not kept.size:
-        described = ", ".join(f"{f.name} {list(f.paths)} steps {list(f.offsets)}" for f in fields)
+        described = listing(
+            (
+                f"{f.name} {listing(f.paths, limit=3)} steps {listing(f.offsets, limit=6)}"
+                for f in fields
+            ),
+            limit=4,
+            show=str,
+            brackets=False,
+        )
+        span = max(0, hi) - min(0, lo) + 1  # the anchor's own step included
+        if last < first:  # the steps reach further than the series is long
+            needs = f"need {span} steps per window, more than the {num_rows} steps stored"
+        else:
+            needs = f"on {num_rows} steps need anchors in [{first}, {last}]"
         raise WindowError(
-            f"{where}: no valid anchor: fields {described} on {num_rows} steps need anchors in "
-            f"[{first}, {last}]"
+            f"{where}: no valid anchor: fields {described} {needs}"
             + (
                 f", within the selected anchors {_short(anchors.select)}"
                 if anchors.select is not None

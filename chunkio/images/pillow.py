@@ -117,7 +117,7 @@ class DecodePolicy:
         if self.max_size is not None and self.size is not None:
             raise ValueError(
                 f"give size (every image resized to it) or max_size (only larger images "
-                f"shrunk), not both; got size={self.size}, max_size={self.max_size}"
+                f"shrunk), not both; got size {self.size} and max_size {self.max_size}"
             )
         if self.mode not in ("RGB", "L", "keep"):
             raise ValueError(f"mode must be 'RGB', 'L' or 'keep'; got {self.mode!r}")

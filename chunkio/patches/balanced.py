@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import FormatError
 from ..format.label_index import LabelIndex
+from ..util.messages import listing
 from ..util.numeric import IntArray
 from .samplers import _CountedSampler, locality_order
 
@@ -86,7 +87,8 @@ class LabelBalancedSampler(_CountedSampler):
         missing = sorted(wanted - present)
         if missing:
             raise ValueError(
-                f"classes {missing} occur in no label volume; values present: {sorted(present)}"
+                f"classes {listing(missing)} occur in no label volume; values present: "
+                f"{listing(sorted(present))}"
             )
         if self.foreground > 0 and not wanted:
             raise ValueError(

@@ -23,6 +23,7 @@ from ..format.grid import SampleGrid
 from ..format.layout import DatasetLayout, FieldInfo
 from ..transforms.sample import FieldTransform, stored_output_shape
 from ..util.handles import PerProcessHandle
+from ..util.messages import listing
 from .base import CFDecodedField, DecodeThreads, FieldReads, ReadContext, ReadRequest, ReadStats
 from .dense import ColumnField, dense_field
 from .encoded import EncodedField
@@ -65,7 +66,7 @@ def check_transform(
     about = f"{where}: the transform of field {name!r} ({transform!r})"
     if name not in fields:
         raise TransformError(
-            f"{about} would never run: the dataset reads fields {list(fields)}; select "
+            f"{about} would never run: the dataset reads fields {listing(fields)}; select "
             f"{name!r} too, or give the transform the field it is for"
         )
     info = layout.field(name, where=where)

@@ -18,6 +18,7 @@ import numpy.typing as npt
 from ..backends import open_reader
 from ..errors import FormatError, MissingFieldError
 from ..format.layout import DatasetLayout
+from ..util.messages import listing
 from .planning import normalize_indices
 
 __all__ = ["PATH_FIELD", "decode_paths", "read_source_paths"]
@@ -94,7 +95,7 @@ def read_source_paths(
         if PATH_FIELD not in layout.field_names:
             raise MissingFieldError(
                 f"{where}: no {PATH_FIELD!r} field to read source paths from (convert_images "
-                f"stores one); the dataset has fields {list(layout.field_names)}"
+                f"stores one); the dataset has fields {listing(layout.field_names)}"
             )
         field = layout.field(PATH_FIELD, where=where)
         shape = field.sample_shape

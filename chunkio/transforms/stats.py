@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import TransformError, WindowError
+from ..util.messages import listing
 
 __all__ = ["Normalize", "Stats", "check_stats", "fit_stats"]
 
@@ -224,7 +225,7 @@ def check_stats(stats: Stats, dataset: Any) -> None:
         if name not in dataset.fields:
             raise WindowError(
                 f"{where}: the stats have field {name!r} (arrays {found.get('arrays')}); the "
-                f"dataset's fields are {list(dataset.fields)}"
+                f"dataset's fields are {listing(dataset.fields)}"
             )
         info = dataset.layout.field(name)
         arrays = list(info.array_names())

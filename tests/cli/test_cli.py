@@ -177,10 +177,15 @@ def test_volumes_and_doctor_pass_their_options_through(
         return types.SimpleNamespace(num_samples=3, path=dst, seconds=0.5)
 
     def main_doctor(
-        path: str, *, step_time: float | None = None, fields: Any, storage_options: Any
+        path: str,
+        *,
+        step_time: float | None = None,
+        fields: Any,
+        storage_options: Any,
+        trust_codecs: bool,
     ) -> str:
         calls["doctor"] = (path, step_time, storage_options)
-        calls["fields"] = fields
+        calls["fields"], calls["trust"] = fields, trust_codecs
         return "doctor report"
 
     monkeypatch.setattr("chunkio.convert.volumes.convert_volumes", convert_volumes)
@@ -220,7 +225,9 @@ def test_volumes_and_doctor_pass_their_options_through(
     assert calls["doctor"] == ("s3://b/d.zarr", None, {"anon": True})
     assert calls["fields"] is None
     assert cli.main(["doctor", "u.h5", "--fields", "image=a/x", "label=a/y"]) == 0
-    assert calls["fields"] == {"image": "a/x", "label": "a/y"}
+    assert calls["fields"] == {"image": "a/x", "label": "a/y"} and calls["trust"] is False
+    assert cli.main(["doctor", "u.h5", "--fields", "x", "--trust-codecs"]) == 0
+    assert calls["trust"] is True
     out = capsys.readouterr().out
     assert "wrote 3 volumes to v.h5" in out and "doctor report" in out
 

@@ -93,7 +93,8 @@ def test_recommend_prefers_fewest_workers_that_keep_up() -> None:
     bound, workers, batch, notes = _recommend(ms, 2500.0 / HEADROOM * 1.01, 256)
     assert (bound, workers, batch) == (True, 2, 256)
     assert any("batch 64 reads faster" in n for n in notes)
-    assert _recommend(ms, None, 256) == (None, 2, 256, [])
+    # without a step time: the fastest row of the table, whatever its batch size
+    assert _recommend(ms, None, 256) == (None, 2, 64, [])
 
 
 def test_pick_pool() -> None:

@@ -30,6 +30,7 @@ from typing import Any
 from ...backends import Compression, Format, open_reader, storage_for
 from ...errors import DestinationExistsError
 from ...format.layout import ATTR_KEY, DatasetLayout
+from ...util.messages import OVERWRITE, listing
 from .staging import is_local
 
 __all__ = [
@@ -164,7 +165,7 @@ def reuse_complete(
     where = display(dst)
     if overwrite or not _holds_something(location or dst, fmt):
         return None
-    refuse = "; pass execution=chunkio.Execution(overwrite=True) to replace it"
+    refuse = f"; pass {OVERWRITE} to replace it"
     try:
         reader = open_reader(location or dst)
         try:
@@ -183,7 +184,8 @@ def reuse_complete(
     changes = request.differences(earlier)
     if changes:
         raise DestinationExistsError(
-            f"{where} already holds a dataset made otherwise: {'; '.join(changes)}{refuse}"
+            f"{where} already holds a dataset made otherwise: "
+            f"{listing(changes, show=str, sep='; ', brackets=False, limit=4, budget=300)}{refuse}"
         )
     if attrs[REQUEST_KEY].get("layout") != _digest(attrs[ATTR_KEY]):
         raise DestinationExistsError(

@@ -18,9 +18,13 @@ from ...errors import CorruptChunkError, SourceError
 from ...images.decoders import ImageDecoder, image_decoder
 from ...images.encoding import encode_image
 from ...images.pillow import UndecodableImage
+from ...util.messages import keyword
 from ..engine.encoded import image_capacity
 from .check import Checked
 from .scan import ImageEntry
+
+#: the options the messages below advise (the command spells them --encoding png ...)
+_PNG, _RAW, _RGB = keyword("encoding", "png"), keyword("encoding", "raw"), keyword("mode", "RGB")
 
 __all__ = ["choose_encoding", "image_bytes", "stored_as_is"]
 
@@ -40,18 +44,18 @@ def choose_encoding(
     """
     if encoding in ("jpeg", "webp") and (dtype != np.uint8 or channels not in (1, 3, 4)):
         raise SourceError(
-            f"encoding={encoding!r} stores 8-bit gray or colour images; these are "
-            f"{channels}-channel {dtype}: use encoding='png' (lossless) or 'raw'"
+            f"{keyword('encoding', encoding)} stores 8-bit gray or colour images; these are "
+            f"{channels}-channel {dtype}: use {_PNG} (lossless) or {_RAW}"
         )
     if encoding == "yuv420" and (dtype != np.uint8 or channels not in (1, 3)):
         raise SourceError(
-            f"encoding='yuv420' stores 8-bit gray or RGB images; these are {channels}-channel "
-            f"{dtype}: use encoding='png' (lossless) or 'raw', or mode='RGB'"
+            f"{keyword('encoding', 'yuv420')} stores 8-bit gray or RGB images; these are "
+            f"{channels}-channel {dtype}: use {_PNG} (lossless) or {_RAW}, or {_RGB}"
         )
     if encoding == "jpeg" and channels == 4:
         raise SourceError(
-            "encoding='jpeg' has no alpha channel; these images have 4 channels: use "
-            "encoding='png' or 'webp', or mode='RGB'"
+            f"{keyword('encoding', 'jpeg')} has no alpha channel; these images have 4 "
+            f"channels: use {_PNG} or {keyword('encoding', 'webp')}, or {_RGB}"
         )
     if encoding != "auto":
         return encoding

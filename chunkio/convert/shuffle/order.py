@@ -38,6 +38,7 @@ import numpy.typing as npt
 
 from ...errors import SourceError
 from ...format.layout import FieldInfo
+from ...util.messages import listing
 from ...util.numeric import IntArray
 from .keyed import KeyedPermutation
 
@@ -240,8 +241,8 @@ class ShuffledSource:
         if SOURCE_INDEX in names:
             raise SourceError(
                 f"field {SOURCE_INDEX!r} is reserved: chunkio adds it to record where each "
-                f"stored row came from; got a field of that name among {names} (rename it, "
-                "or pass shuffle=False)"
+                f"stored row came from; got a field of that name among {listing(names)} "
+                "(rename it, or pass shuffle=False)"
             )
         self.source = source
         self.seed = None if seed is None else int(seed)

@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ...errors import SourceError
+from ...util.messages import keyword
 
 __all__ = ["NanPolicy", "OnOverflow", "choose_dtype", "prepare_image", "prepare_label"]
 
@@ -78,11 +79,13 @@ def _fix_nonfinite(data: Array, target: np.dtype[Any], policy: NanPolicy, where:
         return np.where(bad, data.dtype.type(0), data)
     if policy == "keep" and target.kind == "f":
         return data
-    hint = "'zero' to store 0" + ("" if target.kind != "f" else " or 'keep' to keep them")
+    hint = f"{keyword('nan_policy', 'zero')} to store 0"
+    if target.kind == "f":
+        hint += f" or {keyword('nan_policy', 'keep')} to keep them"
     raise SourceError(
         f"{where}: {int(bad.sum())} NaN/Inf value(s), the first at voxel "
         f"{tuple(int(i) for i in first)}; expected finite values for {target} "
-        f"(nan_policy={policy!r}); pass nan_policy={hint}"
+        f"({keyword('nan_policy', policy)}); pass {hint}"
     )
 
 
@@ -115,7 +118,8 @@ def prepare_image(
             else f"non-integer values cannot be stored as {target} exactly"
         )
         raise SourceError(
-            f"{where}: {problem}; pass on_overflow='clip' or 'scale' to convert anyway"
+            f"{where}: {problem}; pass {keyword('on_overflow', 'clip')} or "
+            f"{keyword('on_overflow', 'scale')} to convert anyway"
         )
     if on_overflow not in ("error", "clip"):
         raise ValueError(f"on_overflow must be 'error', 'clip' or 'scale'; got {on_overflow!r}")
