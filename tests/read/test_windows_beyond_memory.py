@@ -124,6 +124,39 @@ def test_one_pass_in_process_decodes_every_chunk_about_once(store: Path) -> None
     assert chunks <= decoded.pop() <= 1.1 * chunks, counts  # read amplification <= 1.1
 
 
+def _stream_cache(ds: ChunkDataset) -> Any:
+    """The streamed stack's cache in this process's handle of ``ds``."""
+    (stack,) = [v for v in ds._handle().ctx.shared.values() if type(v).__name__ == "StreamedStack"]
+    return stack.cache
+
+
+@pytest.mark.parametrize("share", [0.5, 0.0])
+def test_the_streamed_caches_keep_within_the_budget(store: Path, share: float) -> None:
+    """Past the budget each of 2 workers caches at most its share of Workers(hold_bytes)
+    where the mixing pool fits there (the order would ask more: each chunk with the chunks
+    its windows reach), and the pool's own chunks where it does not (else chunks would be
+    decoded again and again)."""
+    asked = _loader(store, 2, 0)  # the order's ask, from a budget that leaves no room
+    dataset = asked.dataset
+    asked.close()
+    edge = dataset._windows.edge_chunks
+    pool = dataset.cache_bytes  # hold_bytes=0: the pool alone
+    order = pool * (1 + edge)
+    assert edge > 0 and pool < order
+    hold = int(share * 2 * order) if share else 0
+    loader = _loader(store, 2, hold)
+    per_reader = loader.dataset.cache_bytes
+    worker = pickle.loads(pickle.dumps(loader.dataset))  # as a worker opens it
+    loader.close()
+    worker.read_batch(np.arange(BATCH))
+    cache = _stream_cache(worker)
+    assert cache.buffer.nbytes <= per_reader
+    if share:
+        assert pool < per_reader and 2 * per_reader <= hold
+    else:
+        assert per_reader == pool  # over the budget: the pool, never less (logged)
+
+
 @pytest.mark.parametrize(
     ("workers", "hold", "room", "path", "said"),
     [
