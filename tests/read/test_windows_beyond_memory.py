@@ -16,6 +16,7 @@ import xarray as xr
 
 import chunkio
 from chunkio import ChunkDataset, Field
+from chunkio.errors import CorruptChunkError
 from chunkio.util.shared_stack import HeldSegments
 
 VARS = ("t2m", "u10", "v10")
@@ -155,6 +156,37 @@ def test_the_streamed_caches_keep_within_the_budget(store: Path, share: float) -
         assert pool < per_reader and 2 * per_reader <= hold
     else:
         assert per_reader == pool  # over the budget: the pool, never less (logged)
+
+
+def test_a_chunk_cut_short_on_the_decode_threads_is_an_error_never_a_slots_old_rows(
+    tmp_path: Path,
+) -> None:
+    """A batch's chunks decoded on 2 threads: one that cannot be decoded is a typed error
+    naming its array, every time it is asked for (its slot is never served), and the other
+    batches read what one thread reads."""
+    rng = np.random.default_rng(7)
+    data = {v: (("time", "x"), rng.standard_normal((80, 4)).astype("f4")) for v in VARS}
+    path = tmp_path / "cut.zarr"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        xr.Dataset(data).to_zarr(
+            path, zarr_format=3, encoding={v: {"chunks": (8, 4)} for v in VARS}
+        )
+    good = np.arange(40, 56)  # rows 39..56: chunks 4..7
+    want = _dataset(path, FIELDS[:2]).read_batch(good)
+    chunk = path / "u10" / "c" / "1" / "0"  # rows 8..15
+    chunk.write_bytes(chunk.read_bytes()[:-9])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        threaded = ChunkDataset(path, fields=FIELDS[:2], preload_bytes=0, decode_threads=2)
+    bad = np.arange(4, 20)  # rows 4..21: chunks 0..2
+    for _ in range(2):  # the second time too: the slots it was given hold nothing
+        with pytest.raises(CorruptChunkError, match="u10"):
+            threaded.read_batch(bad)
+    got = threaded.read_batch(good)
+    for name in threaded.fields:
+        np.testing.assert_array_equal(got[name], want[name])
+    assert _paths(threaded) == ["streamed", "streamed"]
 
 
 @pytest.mark.parametrize(

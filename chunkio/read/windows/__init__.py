@@ -49,6 +49,10 @@ ROW_COPY_BYTES = 2048
 
 _log = logging.getLogger("chunkio")
 
+#: private A/B switch (``benchmarks/bench_windows.py --ab``): streamed caches as large as the
+#: order asks, whatever the budget, as before 2026-11-29
+_ORDER_CACHE = False
+
 
 def variable_reader(ctx: ReadContext, info: Any, j: int) -> DenseField | PreloadedField:
     """The process's one dense reader of variable ``j`` of window field ``info`` (made on
@@ -212,6 +216,8 @@ def stream_cache_bytes(order_bytes: int, edge: int, hold_bytes: int, readers: in
     >>> stream_cache_bytes(99 * mb, 2, 1 << 40, 2) // mb    # no more than the order asks
     99
     """
+    if _ORDER_CACHE:
+        return order_bytes
     pool = order_bytes // (1 + max(0, edge))
     return max(pool, min(order_bytes, hold_bytes // max(1, readers)))
 
