@@ -17,8 +17,11 @@ Reports samples/s, samples per CPU-second (every process of the loader: user + s
 GB/s delivered, read amplification (chunks decoded per stored chunk in an epoch) and the std
 of anchor times per batch against a uniform shuffle's.
 
+``--ab`` adds the beyond-memory row as the streamed path read before 2026-11-29 (caches as
+large as the order asks whatever the budget, an admit per field), in the same run.
+
     python -m benchmarks.bench_windows [--quick] [--budget S] [--per-chunk 1 24]
-        [--steps N] [--shape H W] [--hold-bytes B]
+        [--steps N] [--shape H W] [--hold-bytes B] [--ab]
         [--loaders chunkio,insitubatch,xbatcher,zarr]
 """
 
@@ -43,6 +46,8 @@ import zarr
 from torch.utils.data import DataLoader, Dataset
 
 import chunkio
+import chunkio.read.windows as windows_read
+import chunkio.read.windows.stream as windows_stream
 from benchmarks.bench_loaders import _batch_len
 from benchmarks.report import check, check_lines
 from chunkio import ChunkDataset, Field
@@ -55,6 +60,8 @@ SAMPLE_BYTES = 9 * ROW_BYTES
 INSITU = Path(os.environ.get("INSITUBATCH_PYTHON", "/work/venv312/bin/python"))
 #: what ``--loaders`` may name (chunkio, always measured: at the defaults and hold_bytes=0)
 LOADERS = frozenset({"chunkio", "zarr", "xbatcher", "insitubatch"})
+#: ``--ab``: the beyond-memory row as the streamed path read before 2026-11-29
+BEFORE = "chunkio, beyond memory (before 2026-11-29)"
 
 
 def set_shape(height: int, width: int) -> None:
@@ -174,6 +181,12 @@ def _first_epoch(loader: Any) -> tuple[float, float]:
     return n / (time.perf_counter() - start), n / (_tree_cpu() - cpu)
 
 
+def _before(on: bool) -> None:
+    """The streamed path as it read before 2026-11-29 (``--ab``), or as it reads now."""
+    windows_read._ORDER_CACHE = on
+    windows_stream._ADMIT_PER_FIELD = on
+
+
 def _chunkio_epoch(path: Path, per_chunk: int, hold_bytes: int = 0) -> dict[str, float]:
     """One epoch in this process: chunks decoded per stored chunk when streamed (``hold_bytes``
     below the store: at the defaults the arrays are read whole once, amplification 1 over
@@ -214,6 +227,7 @@ def measure(
     budget_s: float,
     loaders: frozenset[str] = LOADERS,
     hold_bytes: int | None = None,
+    ab: bool = False,
 ) -> dict[str, Any]:
     steps = zarr.open_group(path, mode="r")["t2m"].shape[0]
     rates: dict[str, float] = {}
@@ -226,13 +240,17 @@ def measure(
     # hold_bytes=0) they stream it, each chunk decoded once per pass (later epochs timed apart)
     runs = {"chunkio": chunkio.Workers(), "chunkio, hold_bytes=0": chunkio.Workers(hold_bytes=0),
             "chunkio, beyond memory": chunkio.Workers(hold_bytes=beyond)}  # fmt: skip
+    if ab:
+        runs[BEFORE] = chunkio.Workers(hold_bytes=beyond)
     for name, workers in runs.items():
+        _before(name == BEFORE)  # the workers fork with it
         loader = chunkio.make_loader(_chunkio(path), BATCH, num_workers=WORKERS, seed=0,
                                      workers=workers)  # fmt: skip
         first = _first_epoch(loader)
         rates[f"{name}, first epoch"], per_cpu[f"{name}, first epoch"] = first
         rates[name], per_cpu[name] = timed(loader, budget_s=budget_s, warmup=epoch_batches)
         loader.close()
+        _before(False)
     name = "per-sample zarr-python"
     if "zarr" in loaders:
         naive = DataLoader(PerSampleWindows(str(path)), batch_size=BATCH, shuffle=True,
@@ -251,12 +269,18 @@ def measure(
         per_cpu["insitubatch, first epoch"] = insitu["first_epoch_samples_per_cpu_s"]
     ours = _chunkio_epoch(path, per_chunk)
     streamed = _chunkio_epoch(path, per_chunk, beyond)["amplification"]
+    if ab:
+        _before(True)
+        before = _chunkio_epoch(path, per_chunk, beyond)["amplification"]
+        _before(False)
     # a per-sample reader decodes the chunk of each of its 9 rows: 3 per step, per_chunk x
     # as many as the epoch needs
     amplification = {"chunkio, hold_bytes=0": ours["amplification"],
                      "chunkio, beyond memory": streamed,
                      "per-sample zarr-python": 3.0 * per_chunk,
                      "xbatcher": 3.0 * per_chunk}  # fmt: skip
+    if ab:
+        amplification[BEFORE] = before
     amplification = {k: v for k, v in amplification.items() if k in rates}
     spread = {"chunkio": ours["time_std"], "uniform shuffle": _uniform_std(steps - 2)}
     if "time_std" in insitu:
@@ -282,6 +306,7 @@ def run(
     per_chunk: tuple[int, ...] = (1, 24),
     loaders: frozenset[str] = LOADERS,
     hold_bytes: int | None = None,
+    ab: bool = False,
 ) -> dict[str, Any]:
     if quick:
         steps, budget_s = min(steps, 730), 2.0
@@ -290,7 +315,7 @@ def run(
     with tempfile.TemporaryDirectory() as tmp:
         for k in per_chunk:
             path = era_store(Path(tmp), steps, k)
-            out["stores"].append(measure(path, k, budget_s, loaders, hold_bytes))
+            out["stores"].append(measure(path, k, budget_s, loaders, hold_bytes, ab))
     out["checks"] = checks(out["stores"])
     return out
 
@@ -379,6 +404,8 @@ def main() -> None:
     parser.add_argument("--hold-bytes", type=int, default=None,
                         help="the beyond-memory row's Workers(hold_bytes), below the store's "
                         "decoded size (default: half of it)")  # fmt: skip
+    parser.add_argument("--ab", action="store_true",
+                        help="also the beyond-memory row as read before 2026-11-29")  # fmt: skip
     parser.add_argument(
         "--loaders", default=",".join(sorted(LOADERS)),
         help=f"comma-separated: chunkio and any of {sorted(LOADERS)} (default: all)",
@@ -390,7 +417,7 @@ def main() -> None:
     set_shape(*args.shape)
     result = run(steps=args.steps, budget_s=args.budget, quick=args.quick,
                  per_chunk=tuple(args.per_chunk), loaders=loaders,
-                 hold_bytes=args.hold_bytes)  # fmt: skip
+                 hold_bytes=args.hold_bytes, ab=args.ab)  # fmt: skip
     print(table(result))
     print(json.dumps(result))
 

@@ -459,8 +459,8 @@ def _prepare(given: ChunkDataset, reader: Reader | None, options: LoaderOptions)
     limit, segments = options.workers.hold_bytes, None
     hold = held * max(1, options.num_workers) <= limit
     if given.anchors is not None:  # held once for all the workers, or streamed (logged)
-        hold, segments = window_path(given.layout, given.fields, held=held, hold_bytes=limit,
-                                     workers=options.num_workers, cache_bytes=needed)  # fmt: skip
+        hold, segments, needed = window_path(given, hold_bytes=limit, cache_bytes=needed,
+                                             workers=options.num_workers)  # fmt: skip
     dataset = given._for_loader(max(needed, held) if hold else needed)  # each sample once
     if hold and given.anchors is not None:
         # windows: each reader reads its arrays whole at once (one sequential pass, then

@@ -16,6 +16,7 @@ import xarray as xr
 
 import chunkio
 from chunkio import ChunkDataset, Field
+from chunkio.errors import CorruptChunkError
 from chunkio.util.shared_stack import HeldSegments
 
 VARS = ("t2m", "u10", "v10")
@@ -122,6 +123,70 @@ def test_one_pass_in_process_decodes_every_chunk_about_once(store: Path) -> None
     decoded = {counts[f"v_{v}"] for v in VARS}
     assert len(decoded) == 1, counts
     assert chunks <= decoded.pop() <= 1.1 * chunks, counts  # read amplification <= 1.1
+
+
+def _stream_cache(ds: ChunkDataset) -> Any:
+    """The streamed stack's cache in this process's handle of ``ds``."""
+    (stack,) = [v for v in ds._handle().ctx.shared.values() if type(v).__name__ == "StreamedStack"]
+    return stack.cache
+
+
+@pytest.mark.parametrize("share", [0.5, 0.0])
+def test_the_streamed_caches_keep_within_the_budget(store: Path, share: float) -> None:
+    """Past the budget each of 2 workers caches at most its share of Workers(hold_bytes)
+    where the mixing pool fits there (the order would ask more: each chunk with the chunks
+    its windows reach), and the pool's own chunks where it does not (else chunks would be
+    decoded again and again)."""
+    asked = _loader(store, 2, 0)  # the order's ask, from a budget that leaves no room
+    dataset = asked.dataset
+    asked.close()
+    edge = dataset._windows.edge_chunks
+    pool = dataset.cache_bytes  # hold_bytes=0: the pool alone
+    order = pool * (1 + edge)
+    assert edge > 0 and pool < order
+    hold = int(share * 2 * order) if share else 0
+    loader = _loader(store, 2, hold)
+    per_reader = loader.dataset.cache_bytes
+    worker = pickle.loads(pickle.dumps(loader.dataset))  # as a worker opens it
+    loader.close()
+    worker.read_batch(np.arange(BATCH))
+    cache = _stream_cache(worker)
+    assert cache.buffer.nbytes <= per_reader
+    if share:
+        assert pool < per_reader and 2 * per_reader <= hold
+    else:
+        assert per_reader == pool  # over the budget: the pool, never less (logged)
+
+
+def test_a_chunk_cut_short_on_the_decode_threads_is_an_error_never_a_slots_old_rows(
+    tmp_path: Path,
+) -> None:
+    """A batch's chunks decoded on 2 threads: one that cannot be decoded is a typed error
+    naming its array, every time it is asked for (its slot is never served), and the other
+    batches read what one thread reads."""
+    rng = np.random.default_rng(7)
+    data = {v: (("time", "x"), rng.standard_normal((80, 4)).astype("f4")) for v in VARS}
+    path = tmp_path / "cut.zarr"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        xr.Dataset(data).to_zarr(
+            path, zarr_format=3, encoding={v: {"chunks": (8, 4)} for v in VARS}
+        )
+    good = np.arange(40, 56)  # rows 39..56: chunks 4..7
+    want = _dataset(path, FIELDS[:2]).read_batch(good)
+    chunk = path / "u10" / "c" / "1" / "0"  # rows 8..15
+    chunk.write_bytes(chunk.read_bytes()[:-9])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        threaded = ChunkDataset(path, fields=FIELDS[:2], preload_bytes=0, decode_threads=2)
+    bad = np.arange(4, 20)  # rows 4..21: chunks 0..2
+    for _ in range(2):  # the second time too: the slots it was given hold nothing
+        with pytest.raises(CorruptChunkError, match="u10"):
+            threaded.read_batch(bad)
+    got = threaded.read_batch(good)
+    for name in threaded.fields:
+        np.testing.assert_array_equal(got[name], want[name])
+    assert _paths(threaded) == ["streamed", "streamed"]
 
 
 @pytest.mark.parametrize(

@@ -41,6 +41,7 @@ __all__ = [
     "check_field_transform",
     "held_segments",
     "stack_shapes",
+    "stream_cache_bytes",
     "variable_reader",
     "window_path",
 ]
@@ -49,6 +50,10 @@ __all__ = [
 ROW_COPY_BYTES = 2048
 
 _log = logging.getLogger("chunkio")
+
+#: private A/B switch (``benchmarks/bench_windows.py --ab``): streamed caches as large as the
+#: order asks, whatever the budget, as before 2026-11-29
+_ORDER_CACHE = False
 
 
 def variable_reader(ctx: ReadContext, info: Any, j: int) -> DenseField | PreloadedField:
@@ -120,26 +125,23 @@ def held_segments(layout: DatasetLayout, fields: Sequence[str]) -> HeldSegments 
 
 
 def window_path(
-    layout: DatasetLayout,
-    fields: Sequence[str],
-    *,
-    held: int,
-    hold_bytes: int,
-    workers: int,
-    cache_bytes: int,
-) -> tuple[bool, HeldSegments | None]:
-    """Whether a loader's readers hold its window fields' arrays whole (``held`` decoded
-    bytes, against ``hold_bytes``), and the shared-memory segments its ``workers`` hold them
-    in; logged (logger ``"chunkio"``) with the sizes and why.
+    dataset: Any, *, hold_bytes: int, workers: int, cache_bytes: int
+) -> tuple[bool, HeldSegments | None, int]:
+    """Whether a loader's readers hold the window fields of ``dataset`` whole (its
+    :meth:`~AnchorSamples.held_nbytes` decoded bytes, against ``hold_bytes``), the
+    shared-memory segments its ``workers`` hold them in, and the bytes of chunks each reader
+    keeps (``cache_bytes``, what the order asks, when held); logged (logger ``"chunkio"``)
+    with the sizes and why.
 
     Held: decoded once (in shared memory, once for all the workers), kept across epochs. Else
-    streamed: each chunk decoded once per pass through a cache of ``cache_bytes`` per reader
-    (the mixing pool). Stacked variables are streamed, not held a copy per worker, when
-    ``/dev/shm`` has no room for one shared copy: each worker would decode every chunk before
-    its first batch. A stream whose variables cannot share one cache (chunked apart along
-    time, or an array read apart by another field) reads them one by one, several times
-    slower: a warning.
+    streamed: each chunk decoded about once per pass through each reader's cache
+    (:func:`stream_cache_bytes`). Stacked variables are streamed, not held a copy per worker,
+    when ``/dev/shm`` has no room for one shared copy: each worker would decode every chunk
+    before its first batch. A stream whose variables cannot share one cache (chunked apart
+    along time, or an array read apart by another field) reads them one by one, several
+    times slower: a warning.
     """
+    layout, fields, held = dataset.layout, dataset.fields, dataset.held_nbytes()
     segments = held_segments(layout, fields) if workers and held <= hold_bytes else None
     shapes = stack_shapes(layout, fields)
     if segments is not None:
@@ -156,7 +158,7 @@ def window_path(
             "Workers(hold_bytes=%.1f MiB); decoded once %s, kept across epochs",
             held / mb, hold_bytes / mb, where,
         )  # fmt: skip
-        return True, segments
+        return True, segments, cache_bytes
     if held > hold_bytes:
         why = (
             f"the decoded arrays ({held / mb:.1f} MiB) exceed "
@@ -172,11 +174,20 @@ def window_path(
             f"a copy per worker ({workers} x {held / mb:.1f} MiB) exceeds "
             f"Workers(hold_bytes={hold_bytes / mb:.1f} MiB)"
         )
+    readers = max(1, workers)
+    edge = dataset._windows.edge_chunks
+    cache = stream_cache_bytes(cache_bytes, edge, hold_bytes, readers)
+    within = (
+        f"{readers} x {cache / mb:.1f} MiB within Workers(hold_bytes)"
+        if cache * readers <= hold_bytes
+        else f"the mixing pool's own, above Workers(hold_bytes) for {readers} reader(s): "
+        "lower Ordering(pool_bytes) to stay within it"
+    )
     if shapes is not None and all(len(set(s.chunk_rows)) == 1 for s in shapes):
         _log.info(
-            "chunkio windows: streamed path: %s; each chunk decoded once per pass through "
-            "a cache of %.1f MiB per reader (the mixing pool)%s",
-            why, cache_bytes / mb, ", variables side by side" if shapes else "",
+            "chunkio windows: streamed path: %s; each chunk decoded about once per pass "
+            "through a cache of %.1f MiB per reader (%s)%s",
+            why, cache / mb, within, ", variables side by side" if shapes else "",
         )  # fmt: skip
     else:  # stacked variables that cannot share one cache
         _log.warning(
@@ -186,7 +197,31 @@ def window_path(
             "than the held path; rechunk them alike, or raise Workers(hold_bytes)",
             why,
         )
-    return False, None
+    return False, None, cache
+
+
+def stream_cache_bytes(order_bytes: int, edge: int, hold_bytes: int, readers: int) -> int:
+    """Bytes of chunks each of ``readers`` readers caches when windows are streamed.
+
+    ``order_bytes`` is what the order asks a reader to hold, each of its chunks counted with
+    the ``edge`` chunks its windows reach beyond it; the mixing pool's chunks alone (that
+    divided by ``1 + edge``) already decode each chunk about once per pass (the reach is only
+    needed at the edges of the order's runs of chunks). A reader caches the pool at least, and
+    up to what the order asks where ``hold_bytes`` leaves its share of room: more slots keep
+    more of the edges and of the previous pass.
+
+    >>> mb = 1 << 20
+    >>> stream_cache_bytes(99 * mb, 2, 118 * mb, 2) // mb   # the budget's share
+    59
+    >>> stream_cache_bytes(99 * mb, 2, 0, 2) // mb          # the pool: no fewer
+    33
+    >>> stream_cache_bytes(99 * mb, 2, 1 << 40, 2) // mb    # no more than the order asks
+    99
+    """
+    if _ORDER_CACHE:
+        return order_bytes
+    pool = order_bytes // (1 + max(0, edge))
+    return max(pool, min(order_bytes, hold_bytes // max(1, readers)))
 
 
 def held_stack(ctx: ReadContext, info: Any) -> npt.NDArray[Any] | None:
@@ -266,6 +301,9 @@ class WindowField:
             if self.stack is None and len(info.arrays) == 1
             else None
         )
+        streamed = self.streamed or (self.lane[0] if self.lane is not None else None)
+        if streamed is not None:  # a batch admits the chunks of every field's steps at once
+            streamed.register(self.steps)
         self._sources: list[DenseField | PreloadedField] | None = None
 
     @property
@@ -300,9 +338,9 @@ class WindowField:
             # mode="clip": every row is in range; "raise" gathers into a temporary
             np.take(flat, rows, axis=0, out=target.reshape(len(rows), -1), mode="clip")
         elif self.streamed is not None:
-            self.streamed.gather(rows, target.reshape(len(rows), -1))
+            self.streamed.gather(idx, self.steps, target.reshape(len(rows), -1))
         elif self.lane is not None:
-            self.lane[0].gather(rows, target.reshape(len(rows), -1), self.lane[1])
+            self.lane[0].gather(idx, self.steps, target.reshape(len(rows), -1), self.lane[1])
         else:
             self._gather(rows, target.reshape(len(rows), len(self.sources), -1))
         if target is not out:

@@ -7,11 +7,15 @@ copy per ``(anchor, step, variable)`` row (the rows land strided in the batch): 
 held path's time beside the decode. Here the variables share one cache whose slots hold one
 row chunk of each, ``(V, rows_per_chunk, *shape)`` (each variable's chunk decoded in place,
 no staging copy): a batch admits the chunks its rows reach (those the cache lacks decoded
-once) and is then one ``np.take`` of ``(row, variable)`` runs straight into the batch. The
-cache is shared by every window field of the same arrays (a field of one of the variables
-alone reads its lane) and sized by the order's mixing pool
-(:func:`chunkio.sampling.order.pool_capacity_chunks`), so each chunk is decoded about once per
-pass over the data.
+once) and is then one ``np.take`` of ``(row, variable)`` runs straight into the batch.
+
+The cache is shared by every window field of the same arrays (a field of one of the variables
+alone reads its lane): the first field of a batch admits the chunks of every registered
+field's steps at once, and the batch's other fields find their slots in a table, with no
+``np.unique`` or admit of their own. Its size is the loader's (the order's mixing pool, within
+``Workers(hold_bytes)`` where the pool allows: :func:`chunkio.read.windows.window_path`), so
+each chunk is decoded about once per pass over the data. The chunks a batch lacks are decoded
+on the dataset's ``decode_threads`` (Zstd, Blosc and LZ4 release the GIL).
 """
 
 from __future__ import annotations
@@ -27,6 +31,10 @@ from ..base import ReadContext
 from ..cache import DecodedChunkCache
 
 __all__ = ["StreamedStack", "streamed_lane", "streamed_stack", "variable_field_name"]
+
+#: private A/B switch (``benchmarks/bench_windows.py --ab``): each field admits its own
+#: rows' chunks, as before 2026-11-29
+_ADMIT_PER_FIELD = False
 
 
 def streamed_stack(ctx: ReadContext, shape: StackShape) -> StreamedStack | None:
@@ -70,16 +78,33 @@ class StreamedStack:
         #: variable -> the name its chunk counts go under in the read statistics (as the
         #: variable's own reader counts them)
         self._counted = [variable_field_name(a) for a in shape.arrays]
+        #: every step a window field of these arrays reads (a batch admits all at once)
+        self.steps = np.zeros(0, np.int64)
+        #: chunk -> its slot, valid for the chunks of the anchors last admitted
+        self._slot_of = np.zeros(0, np.int64)
+        #: the anchors whose chunks (at every step) are all in the cache now
+        self._admitted: IntArray | None = None
 
-    def gather(self, rows: IntArray, out: npt.NDArray[Any], lane: int | None = None) -> None:
-        """Rows ``rows`` of every variable into ``out``, ``(len(rows), V * row size)`` (of
-        variable ``lane`` alone: ``(len(rows), row size)``); chunks the cache lacks decoded
-        once."""
+    def register(self, steps: IntArray) -> None:
+        """A window field reads these steps of every anchor it is asked for."""
+        self.steps = np.union1d(self.steps, np.asarray(steps, dtype=np.int64))
+        self._admitted = None
+
+    def gather(
+        self, anchors: IntArray, steps: IntArray, out: npt.NDArray[Any], lane: int | None = None
+    ) -> None:
+        """Rows ``anchors + step`` for each of ``steps`` (anchor-major) of every variable into
+        ``out``, ``(len(anchors) * len(steps), V * row size)`` (of variable ``lane`` alone:
+        ``(..., row size)``); chunks the cache lacks decoded once."""
         per_chunk, variables = self.rows_per_chunk, len(self.shape.arrays)
-        chunks, inverse = np.unique(rows // per_chunk, return_inverse=True)
-        slots = self._admit(chunks)
+        rows = (anchors[:, None] + steps[None, :]).reshape(-1)
+        if _ADMIT_PER_FIELD:  # the path before 2026-11-29, for A/B runs (bench_windows)
+            self._admitted = None
+            self._remember(*self._admit_unique(rows // per_chunk))
+        else:
+            self._admit_anchors(anchors)
         # a slot is V blocks of one chunk's rows, one per variable (each decoded in place)
-        first = slots[inverse.reshape(-1)] * (variables * per_chunk) + rows % per_chunk
+        first = self._slot_of[rows // per_chunk] * (variables * per_chunk) + rows % per_chunk
         if lane is None:  # (row, variable) pairs: V row-sized runs per batch row, in order
             where = (first[:, None] + np.arange(variables) * per_chunk).reshape(-1)
         else:
@@ -89,28 +114,57 @@ class StreamedStack:
         # mode="clip": every row is in range; "raise" gathers into a temporary
         np.take(flat, where, axis=0, out=out.reshape(len(where), -1), mode="clip")
 
+    def _admit_anchors(self, anchors: IntArray) -> None:
+        """Every chunk the registered steps of ``anchors`` reach, in the cache (the batch's
+        other fields of these arrays ask for the same anchors: nothing to do then)."""
+        last = self._admitted
+        if last is not None and len(last) == len(anchors) and np.array_equal(last, anchors):
+            return
+        self._admitted = None  # until the admit below succeeds
+        rows = anchors[:, None] + self.steps[None, :]
+        self._remember(*self._admit_unique(rows // self.rows_per_chunk))
+        self._admitted = anchors.copy()
+
+    def _admit_unique(self, chunks: IntArray) -> tuple[IntArray, IntArray]:
+        """``(unique chunks, their slots)`` of ``chunks``, all in the cache."""
+        unique = np.unique(chunks)
+        return unique, self._admit(unique)
+
+    def _remember(self, chunks: IntArray, slots: IntArray) -> None:
+        """Chunks ``chunks`` (sorted) are in ``slots`` (until the next admit)."""
+        if len(self._slot_of) <= chunks[-1]:
+            grown = np.zeros(max(int(chunks[-1]) + 1, 2 * len(self._slot_of)), np.int64)
+            grown[: len(self._slot_of)] = self._slot_of
+            self._slot_of = grown
+        self._slot_of[chunks] = slots
+
     def _admit(self, chunks: IntArray) -> IntArray:
-        """The cache slot of each of ``chunks``, decoding those it lacks into their slots."""
+        """The cache slot of each of ``chunks``, decoding those it lacks into their slots
+        (on the dataset's decode threads)."""
         ctx, cache, shape = self.ctx, self.cache, self.shape
         per_chunk, variables = self.rows_per_chunk, len(shape.arrays)
         slots, runs = cache.admit(chunks)
         blocks = cache.buffer.reshape(cache.capacity, variables, per_chunk, -1)
-        decoded = rows = 0
+        reads = []
+        rows = 0
+        for run, first_slot in runs:
+            for k, chunk in enumerate(run):
+                a = chunk * per_chunk
+                b = min(a + per_chunk, shape.num_rows)
+                for j, array in enumerate(shape.arrays):
+                    dest = blocks[first_slot + k, j, : b - a].reshape(b - a, *shape.sample_shape)
+                    reads.append((array, a, b, dest))
+                rows += b - a
         try:
-            for run, first_slot in runs:
-                for k, chunk in enumerate(run):
-                    a = chunk * per_chunk
-                    b = min(a + per_chunk, shape.num_rows)
-                    for j, array in enumerate(shape.arrays):
-                        dest = blocks[first_slot + k, j, : b - a].reshape(
-                            b - a, *shape.sample_shape
-                        )
-                        ctx.reader.read_into(array, [(a, b)], dest)
-                    rows += b - a
-                decoded += len(run)
+            # every read finishes before any error is raised: no thread still writes into a
+            # slot a later batch may be given
+            failed = [err for err in ctx.map_rows(self._read, reads) if err is not None]
+            if failed:
+                raise failed[0]
         except BaseException:
             cache.forget([c for run, _ in runs for c in run])  # never serve a bad slot
             raise
+        decoded = sum(len(run) for run, _ in runs)
         stats = ctx.stats
         stats.chunks_read += decoded * variables
         stats.rows_decoded += rows * variables
@@ -118,6 +172,15 @@ class StreamedStack:
         for name in self._counted:
             stats.per_field[name] = stats.per_field.get(name, 0) + decoded
         return slots
+
+    def _read(self, read: tuple[str, int, int, npt.NDArray[Any]]) -> Exception | None:
+        """One variable's chunk into its slot; the error, if any, returned (not raised)."""
+        array, a, b, dest = read
+        try:
+            self.ctx.reader.read_into(array, [(a, b)], dest)
+        except Exception as err:
+            return err
+        return None
 
     def prefetch(self, rows: IntArray) -> None:
         """Start fetching the chunks of ``rows`` the cache lacks (remote readers)."""
