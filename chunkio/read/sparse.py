@@ -200,10 +200,6 @@ class _RowPlan(NamedTuple):
     held_counts: IntArray
     offsets: IntArray
 
-    @property
-    def total(self) -> int:
-        return int(self.offsets[-1] + self.held_counts[-1]) if len(self.offsets) else 0
-
 
 class SparseField:
     """One sparse field of one process's dataset handle: where each row's values start and
