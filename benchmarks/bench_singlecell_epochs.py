@@ -16,11 +16,14 @@ zarr's and zarrs' threads) and distinct cell types per batch against a uniform s
   every epoch decodes every chunk, as for data larger than the hold budget).
 
 The configurations alternate within each round (the machine is shared: compare ratios within
-a round). Updates the "Beyond memory" section of ``benchmarks/results/singlecell.md`` and the
+a round). ``--baseline DIR`` (another chunkio checkout, e.g. the main branch's) runs its
+beyond-memory configurations too, in the same rounds: a change measured before and after in
+one run. Updates the "Beyond memory" section of ``benchmarks/results/singlecell.md`` and the
 ``epochs`` key of ``singlecell.json``.
 
     python -m benchmarks.bench_singlecell_epochs [--cells N] [--epochs E] [--rounds R]
-                                                 [--workers W] [--root DIR] [--out DIR]
+                                                 [--workers W] [--baseline DIR]
+                                                 [--root DIR] [--out DIR]
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 import warnings
@@ -105,10 +109,30 @@ def _annbatch(python: Path, path: Path, store: Path, n_epochs: int) -> dict[str,
     return sc.run_child(cmd, 900)
 
 
+def _child(spec: dict[str, Any], tree: Path | None) -> list[str]:
+    """The command that runs ``spec`` with this checkout's chunkio, or with ``tree``'s (its
+    ``chunkio`` and ``benchmarks`` first on the path, whatever the working directory)."""
+    if tree is None:
+        return [sys.executable, "-m", "benchmarks.bench_singlecell_epochs", "--child",
+                json.dumps(spec)]  # fmt: skip
+    code = (f"import sys; sys.path.insert(0, {str(tree)!r}); "
+            "from benchmarks.bench_singlecell_epochs import main; main()")  # fmt: skip
+    return [sys.executable, "-c", code, "--child", json.dumps(spec)]
+
+
+def _tree_commit(tree: Path) -> str:
+    git = ["git", "-C", str(tree), "rev-parse", "--short", "HEAD"]
+    try:
+        return subprocess.run(git, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
 def run(*, root: str | Path | None = None, n_cells: int = 100_000, n_epochs: int = 3,
-        rounds: int = 2, workers: int = sc.WORKERS,
-        annbatch: bool = True) -> dict[str, Any]:  # fmt: skip
-    """Every configuration, ``rounds`` times in alternation, as one JSON-able dict."""
+        rounds: int = 2, workers: int = sc.WORKERS, annbatch: bool = True,
+        baseline: str | Path | None = None) -> dict[str, Any]:  # fmt: skip
+    """Every configuration, ``rounds`` times in alternation, as one JSON-able dict
+    (``baseline``: another checkout whose beyond-memory configurations run beside them)."""
     from chunkio.sampling.label_metrics import uniform_distinct_labels
 
     root = Path(root or "bench-data") / "singlecell"
@@ -127,6 +151,12 @@ def run(*, root: str | Path | None = None, n_cells: int = 100_000, n_epochs: int
     for w in sorted({workers, 0}, reverse=True):  # and 0 workers: annbatch has none either
         for kind, name in (("chunkio", sc.IN_PLACE), ("chunkio-converted", sc.CONVERTED)):
             configs.append((name, HOLD_OFF, {"kind": kind, "hold_bytes": 0, "workers": w}))
+    tree = None if baseline is None else Path(baseline).resolve()
+    runs: list[tuple[str, str, dict[str, Any], Path | None]] = [(*c, None) for c in configs]
+    if tree is not None:  # beside each of this checkout's beyond-memory rows
+        other = f"{HOLD_OFF}; baseline {tree} at {_tree_commit(tree)}"
+        runs = [r for c in runs for r in ([c, (c[0], other, c[2], tree)] if c[1] == HOLD_OFF
+                                          else [c])]  # fmt: skip
     rows: list[dict[str, Any]] = []
     for k in range(rounds):
         if python is not None:
@@ -138,10 +168,8 @@ def run(*, root: str | Path | None = None, n_cells: int = 100_000, n_epochs: int
             row = {"loader": "annbatch Loader (README set-up)", "workers": 0,
                    "settings": settings, "round": k}  # fmt: skip
             rows.append(row | _summary(r, uniform) | extra)
-        for name, settings, extra_spec in configs:
-            cmd = [sys.executable, "-m", "benchmarks.bench_singlecell_epochs", "--child",
-                   json.dumps(base | extra_spec)]  # fmt: skip
-            r = sc.run_child(cmd, 900)
+        for name, settings, extra_spec, where in runs:
+            r = sc.run_child(_child(base | extra_spec, where), 900)
             w = extra_spec.get("workers", workers)
             rows.append({"loader": name, "workers": w, "settings": settings, "round": k}
                         | _summary(r, uniform))  # fmt: skip
@@ -152,6 +180,7 @@ def run(*, root: str | Path | None = None, n_cells: int = 100_000, n_epochs: int
         "settings": {"cells": n_cells, "genes": sc.N_GENES, "batch": sc.BATCH,
                      "workers": workers, "epochs": n_epochs, "rounds": rounds,
                      "file": path.name, "chunkio_commit": sc._commit(),
+                     "baseline": None if tree is None else str(tree),
                      "load_average": os.getloadavg()},
         "conversion": conversion, "uniform_distinct_per_batch": uniform, "rows": rows,
         "elapsed_s": time.perf_counter() - started,
@@ -161,13 +190,13 @@ def run(*, root: str | Path | None = None, n_cells: int = 100_000, n_epochs: int
 
 
 def _ratios(rows: list[dict[str, Any]], name: str, workers: int, part: str,
-            key: str) -> list[float]:  # fmt: skip
+            key: str, settings: str = HOLD_OFF) -> list[float]:  # fmt: skip
     """Per round: chunkio's row beyond memory over annbatch's, both measured in that round."""
     out = []
     for k in sorted({r["round"] for r in rows}):
         peer = [r for r in rows if r["round"] == k and r["loader"].startswith("annbatch")]
         ours = [r for r in rows if r["round"] == k and r["loader"] == name
-                and r["settings"] == HOLD_OFF and r["workers"] == workers]  # fmt: skip
+                and r["settings"] == settings and r["workers"] == workers]  # fmt: skip
         if peer and ours and part in peer[0] and part in ours[0]:
             a, b = ours[0][part][key], peer[0][part][key]
             if a and b:
@@ -190,6 +219,23 @@ def checks(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                              f"worst round")  # fmt: skip
                     out.append(check(label, min(ratios), 1.5))
     return out
+
+
+def ratio_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Each beyond-memory row (and its baseline's) over annbatch per CPU-second, per round."""
+    lines = ["| loader | workers | settings | first epoch / annbatch, cells/CPU-s, per round "
+             "| later epochs / annbatch |", "|---|---|---|---|---|"]  # fmt: skip
+    seen = []
+    for r in rows:
+        key = (r["loader"], r["workers"], r["settings"])
+        if r["settings"].startswith(HOLD_OFF) and key not in seen:
+            seen.append(key)
+    for name, w, settings in seen:
+        cells = [", ".join(f"{x:.2f}" for x in _ratios(rows, name, w, part, "cells_per_cpu_s",
+                                                       settings))
+                 for part in ("first", "later")]  # fmt: skip
+        lines.append(f"| {name} | {w} | {settings} | {cells[0]} | {cells[1]} |")
+    return lines
 
 
 def _cell(part: dict[str, Any] | None) -> list[str]:
@@ -228,7 +274,8 @@ def table(result: dict[str, Any]) -> str:
             continue
         cells = [*_cell(r.get("first")), *_cell(r.get("later")), f"{r['peak_pss_mib']:,.0f}"]
         lines.append(f"{head} {' | '.join(cells)} |")
-    return "\n".join([*lines, "", *check_lines(result["checks"])])
+    ratios = ["", *ratio_lines(result["rows"])]
+    return "\n".join([*lines, *ratios, "", *check_lines(result["checks"])])
 
 
 def write(result: dict[str, Any], out: Path = RESULTS) -> str:
@@ -252,6 +299,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--epochs", type=int, default=3, help="epochs per run (default 3)")
     p.add_argument("--rounds", type=int, default=2, help="alternating rounds (default 2)")
     p.add_argument("--workers", type=int, default=sc.WORKERS, help="chunkio's workers")
+    p.add_argument("--baseline", help="another chunkio checkout to run beside this one")
     p.add_argument("--root", default="bench-data", help="data folder (default bench-data)")
     p.add_argument("--out", default=str(RESULTS), help="results folder")
     p.add_argument("--child", help=argparse.SUPPRESS)
@@ -260,7 +308,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(epochs(json.loads(args.child))))
         return
     result = run(root=args.root, n_cells=args.cells, n_epochs=args.epochs, rounds=args.rounds,
-                 workers=args.workers)  # fmt: skip
+                 workers=args.workers, baseline=args.baseline)  # fmt: skip
     print(write(result, Path(args.out)))
 
 

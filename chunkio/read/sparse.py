@@ -3,8 +3,10 @@
 A batch of rows reads each row's ``indptr`` range, decodes the ``data`` and ``indices``
 chunks those ranges touch once (each array through its own decoded-chunk cache, so the
 batches of a chunk-aware order that reuse a chunk do not decode it again), gathers the
-batch's values and columns, and scatters them into a zero-filled ``(B, n_cols)`` array of
-``data``'s dtype (scipy's ``toarray()`` of the same rows: duplicate columns of a row add up).
+batch's values and columns (each row one run of a cache's buffer, found from its first
+value), and scatters them into a zero-filled ``(B, n_cols)`` array of ``data``'s dtype:
+one flat assignment when no row repeats a column, else ``np.add.at`` (scipy's ``toarray()``
+of the same rows: duplicate columns of a row add up).
 Columns outside the matrix are a :class:`~chunkio.errors.FormatError` naming the row; so are
 offsets and counts that place a row outside the stored values or over another row's
 (:func:`chunkio.format.grid.checked_ragged`, once per process, when the field is opened).
@@ -115,16 +117,55 @@ class _Values:
         first, last = starts // step, (stops - 1) // step
         if not len(first):
             return np.zeros(0, np.int64)
+        ends: IntArray
         if int((last - first).max()) <= 1:
-            return np.unique(np.concatenate([first, last]))
-        counts = last - first + 1  # rows longer than a chunk: every chunk between
-        offsets = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
-        return np.unique(np.repeat(first, counts) + offsets)
+            ends = np.concatenate([first, last])
+        else:  # rows longer than a chunk: every chunk between
+            counts = last - first + 1
+            offsets = _arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+            ends = np.repeat(first, counts) + offsets
+        ends.sort()
+        chunks: IntArray = ends[np.concatenate([[True], ends[1:] != ends[:-1]])]
+        return chunks
 
-    def take(self, positions: IntArray, needed: IntArray) -> npt.NDArray[Any]:
-        """The values at ``positions`` (sorted or not), all in the chunks ``needed`` (sorted,
-        unique), decoding the chunks not held."""
+    def places(
+        self, rows: _RowPlan, needed: IntArray, like: tuple[IntArray, IntArray] | None = None
+    ) -> tuple[IntArray, IntArray]:
+        """The cache slots of chunks ``needed`` (sorted, unique; those not held are decoded)
+        and where each value of the plan's rows lies in the cache's buffer, in batch order.
+
+        ``like``: another array's ``(slots, places)`` for the same chunks on the same grid
+        (``indices`` beside ``data``), taken as they are when the slots agree.
+        """
+        slots = self._admit(needed)
+        if like is not None and np.array_equal(like[0], slots):
+            return like
         step = self.grid.samples_per_chunk
+        base = int(needed[0])
+        slot_of = np.zeros(int(needed[-1]) - base + 1, np.int64)  # chunk - base -> its slot
+        slot_of[needed - base] = slots
+        # a row's values are one run of the buffer from where its first value lies (a row
+        # that crosses into chunks held in the next slots too): one repeat per batch, not a
+        # chunk lookup per value
+        first = rows.starts // step
+        lead = slot_of[first - base] * step + (rows.starts - first * step)
+        where = np.repeat(lead - rows.offsets, rows.held_counts)
+        where += _arange(len(where))
+        last = (rows.stops - 1) // step
+        crossing = np.flatnonzero(last > first)
+        if crossing.size:  # rows whose next chunks are held elsewhere: their values one by one
+            apart = np.concatenate([[0], np.cumsum(np.diff(slot_of) != 1)])
+            broken = crossing[apart[last[crossing] - base] != apart[first[crossing] - base]]
+            if broken.size:
+                counts = rows.held_counts[broken]
+                inner = _arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+                chunk, within = np.divmod(np.repeat(rows.starts[broken], counts) + inner, step)
+                at = np.repeat(rows.offsets[broken], counts) + inner
+                where[at] = slot_of[chunk - base] * step + within
+        return slots, where
+
+    def _admit(self, needed: IntArray) -> IntArray:
+        """The cache slots of chunks ``needed``, decoding those not held."""
         slots, runs = self.cache.admit(needed)
         stats = self.ctx.stats
         try:
@@ -140,13 +181,7 @@ class _Values:
         stats.chunks_read += read
         stats.cache_hits += len(needed) - read
         stats.per_field[self.name] = stats.per_field.get(self.name, 0) + read
-        base = int(needed[0])
-        slot_of = np.zeros(int(needed[-1]) - base + 1, np.int64)  # chunk - base -> its slot
-        slot_of[needed - base] = slots
-        chunk, within = np.divmod(positions, step)
-        where = slot_of[chunk - base] * step + within
-        found: npt.NDArray[Any] = self.cache.buffer[where]
-        return found
+        return slots
 
     def prefetch(self, needed: IntArray) -> None:
         prefetch = getattr(self.ctx.reader, "prefetch", None)
@@ -155,14 +190,15 @@ class _Values:
 
 
 class _RowPlan(NamedTuple):
-    """A batch's rows in a CSR matrix: each stored value's position in ``data`` and its row in
-    the batch; values per row; the ``[start, stop)`` ranges of the rows that hold any."""
+    """A batch's rows in a CSR matrix: values per row (all rows); of the rows that hold any,
+    the ``[start, stop)`` ranges of their stored values, how many, and where each row's first
+    value goes in the batch's values."""
 
-    positions: IntArray
-    rows: IntArray
     counts: IntArray
     starts: IntArray
     stops: IntArray
+    held_counts: IntArray
+    offsets: IntArray
 
 
 class SparseField:
@@ -215,15 +251,16 @@ class SparseField:
         starts = self.starts[idx]
         stops = self.stops[idx]
         counts = stops - starts
-        first = np.cumsum(counts) - counts
-        total = int(counts.sum())
-        held = counts > 0
+        held = np.flatnonzero(counts)
+        if len(held) < len(idx):
+            starts, stops = starts[held], stops[held]
+        held_counts = stops - starts
         return _RowPlan(
-            positions=np.arange(total, dtype=np.int64) + np.repeat(starts - first, counts),
-            rows=np.repeat(np.arange(len(idx), dtype=np.int64), counts),
             counts=counts,
-            starts=starts[held],
-            stops=stops[held],
+            starts=starts,
+            stops=stops,
+            held_counts=held_counts,
+            offsets=np.cumsum(held_counts) - held_counts,
         )
 
     def read(
@@ -234,37 +271,53 @@ class SparseField:
             raise TypeError(f"field {info.name!r}: a field transform cannot apply to a sparse row")
         plan = self._plan(idx)
         values, columns = self._values(plan)
-        self._check_columns(columns, plan.rows, idx)
+        self._check_columns(columns, plan, idx)
         if info.batches == "csr":
             indptr = np.concatenate([[0], np.cumsum(plan.counts)]).astype(np.int64)
-            return CSRBatch(indptr, columns, values, (len(idx), info.n_cols))
+            return CSRBatch(indptr, columns.astype(np.int64, copy=False), values,
+                            (len(idx), info.n_cols))  # fmt: skip
         out = checked_out(info, len(idx), out)
         out[...] = 0
-        if _canonical(columns, plan.rows):
-            out[plan.rows, columns] = values
+        if not len(values):
+            return out
+        # each value's place in the rows laid end to end: rising when no row repeats a column
+        # (columns rise within each row, as in every canonical CSR matrix), so one scatter
+        flat = np.repeat(np.arange(len(idx), dtype=np.int64) * info.n_cols, plan.counts)
+        flat += columns if np.can_cast(columns.dtype, np.int64) else columns.astype(np.int64)
+        whole = out.reshape(-1) if out.flags.c_contiguous else None  # a view, never a copy
+        if whole is not None and bool(np.all(flat[1:] > flat[:-1])):
+            whole[flat] = values
         else:  # a row repeats a column: its values add up, as scipy's toarray() does
-            np.add.at(out, (plan.rows, columns), values)
+            np.add.at(out, np.divmod(flat, info.n_cols), values)
         return out
 
-    def _values(self, plan: _RowPlan) -> tuple[npt.NDArray[Any], IntArray]:
+    def _values(self, plan: _RowPlan) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
         """The stored values and columns the plan's rows hold, in batch order."""
-        if not len(plan.positions):
+        if not len(plan.starts):
             return np.zeros(0, self.info.dtype), np.zeros(0, np.int64)
-        needed = self.data.chunks_of(plan.starts, plan.stops)
-        values = self.data.take(plan.positions, needed)
-        needed = self.indices.chunks_of(plan.starts, plan.stops)
-        columns = self.indices.take(plan.positions, needed).astype(np.int64, copy=False)
+        data, indices = self.data, self.indices
+        needed = data.chunks_of(plan.starts, plan.stops)
+        found = data.places(plan, needed)
+        values = data.cache.buffer[found[1]]
+        if indices.grid == data.grid:  # chunked alike (AnnData writes them so): one lookup
+            found = indices.places(plan, needed, found)
+        else:
+            found = indices.places(plan, indices.chunks_of(plan.starts, plan.stops))
+        columns = indices.cache.buffer[found[1]]
         return values, columns
 
-    def _check_columns(self, columns: IntArray, rows: IntArray, idx: IntArray) -> None:
-        bad = np.flatnonzero((columns < 0) | (columns >= self.info.n_cols))
-        if bad.size:
-            row = int(idx[rows[bad[0]]])
-            raise FormatError(
-                f"{self.ctx.reader.location}: {self.info.where}, row {row}: "
-                f"column index {int(columns[bad[0]])} is outside the matrix's "
-                f"{self.info.n_cols} columns (a corrupt indices array)"
-            )
+    def _check_columns(self, columns: npt.NDArray[Any], plan: _RowPlan, idx: IntArray) -> None:
+        if not len(columns):
+            return
+        if int(columns.min()) >= 0 and int(columns.max()) < self.info.n_cols:
+            return
+        bad = int(np.flatnonzero((columns < 0) | (columns >= self.info.n_cols))[0])
+        row = int(idx[np.flatnonzero(plan.counts)[np.searchsorted(plan.offsets, bad, "right") - 1]])
+        raise FormatError(
+            f"{self.ctx.reader.location}: {self.info.where}, row {row}: "
+            f"column index {int(columns[bad])} is outside the matrix's "
+            f"{self.info.n_cols} columns (a corrupt indices array)"
+        )
 
     def prefetch(self, idx: IntArray) -> None:
         plan = self._plan(idx)
@@ -272,10 +325,14 @@ class SparseField:
             values.prefetch(values.chunks_of(plan.starts, plan.stops))
 
 
-def _canonical(columns: IntArray, rows: IntArray) -> bool:
-    """Whether no row of the batch repeats a column (columns rise within each row, as in
-    every canonical CSR matrix)."""
-    if len(columns) < 2:
-        return True
-    same_row = rows[1:] == rows[:-1]
-    return bool(np.all(columns[1:][same_row] > columns[:-1][same_row]))
+_ARANGE: list[IntArray] = [np.arange(0, dtype=np.int64)]
+
+
+def _arange(n: int) -> IntArray:
+    """``np.arange(n)``, read-only: a view of one array kept per process (each array a batch
+    reads asks for one as long as its values)."""
+    if n > len(_ARANGE[0]):
+        grown = np.arange(max(n, 2 * len(_ARANGE[0])), dtype=np.int64)
+        grown.flags.writeable = False
+        _ARANGE[0] = grown
+    return _ARANGE[0][:n]

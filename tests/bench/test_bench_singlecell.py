@@ -134,3 +134,42 @@ def test_epochs_check_takes_the_worst_round() -> None:
     (found,) = epochs.checks(rows)
     assert found["measured"] == pytest.approx(1.2) and not found["passed"]
     assert "in place, 2 workers" in found["target"] and "first" in found["target"]
+
+
+def test_epochs_baseline_rows_are_compared_but_not_checked() -> None:
+    from benchmarks import bench_singlecell_epochs as epochs
+
+    other = f"{epochs.HOLD_OFF}; baseline /elsewhere at abc1234"
+
+    def row(loader: str, per_cpu: float, settings: str = epochs.HOLD_OFF) -> Any:
+        part = {"cells_per_s": 1.0, "cells_per_cpu_s": per_cpu, "distinct_ratio": 1.0}
+        return {"loader": loader, "settings": settings, "round": 0, "first": part, "workers": 2}
+
+    rows = [row("annbatch Loader (README set-up)", 100.0, settings="zarrs pipeline"),
+            row(bench.IN_PLACE, 160.0), row(bench.IN_PLACE, 50.0, settings=other)]  # fmt: skip
+    (found,) = epochs.checks(rows)  # the baseline's 0.5 is not this checkout's figure
+    assert found["measured"] == pytest.approx(1.6) and found["passed"]
+    lines = epochs.ratio_lines(rows)
+    assert [ln.split(" | ")[-2] for ln in lines[2:]] == ["1.60", "0.50"]
+    assert other in lines[3]
+
+
+def test_epochs_baseline_child_imports_the_other_checkout(tmp_path: Path) -> None:
+    import json
+    import subprocess
+
+    from benchmarks import bench_singlecell_epochs as epochs
+
+    # a stand-in checkout whose bench prints where it was imported from
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "__init__.py").write_text("")
+    (tmp_path / "benchmarks" / "bench_singlecell_epochs.py").write_text(
+        "import json, sys\ndef main():\n    print(json.dumps([__file__, sys.argv[1:]]))\n"
+    )
+    cmd = epochs._child({"kind": "chunkio"}, tmp_path)
+    here = Path(epochs.__file__).resolve().parents[1]  # run_child's working directory
+    done = subprocess.run(cmd, cwd=here, capture_output=True, text=True, timeout=60, check=True)
+    where, argv = json.loads(done.stdout.strip().splitlines()[-1])
+    assert Path(where).resolve().parent.parent == tmp_path.resolve()
+    assert argv == ["--child", json.dumps({"kind": "chunkio"})]
+    assert epochs._child({}, None)[1:3] == ["-m", "benchmarks.bench_singlecell_epochs"]

@@ -350,3 +350,36 @@ def test_a_cache_of_one_order_chunk_holds_its_data_and_indices_chunks(tmp_path: 
     # indices: order chunk 0's values 0..512 lie in chunks 0, 1, 2 of 256; the third order
     # chunk's 1024..1538 in 4, 5, 6: three slots, then all three evicted
     assert decoded == [(1, 1), (1, 2), (0, 0), (2, 3), (2, 3)]
+
+
+def test_rows_crossing_into_chunks_held_in_slots_apart(tmp_path: Path) -> None:
+    """A row's values are read as one run of the cache from its first value while the chunks
+    it crosses into sit in the next slots; when they sit elsewhere (a chunk held from an
+    earlier batch, the next one decoded into another slot) its values are found one by one."""
+    lengths = [3, 3, 3, 3, 8, 3]  # chunks of 5 values: row 3 crosses 1 -> 2, row 4 2 -> 3 -> 4
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    indices = np.concatenate([(np.arange(n) * 3 + n) % 11 for n in lengths]).astype(np.int32)
+    m = sp.csr_matrix((np.arange(indptr[-1], dtype=np.float32) + 1, indices, indptr), (6, 11))
+    path = _write(tmp_path / "apart.h5", m, 5, 5)
+    dense = chunkio.ChunkDataset(path, fields={"m": "m"}, cache_bytes=1 << 20)
+    csr = chunkio.ChunkDataset(path, fields={"m": "m"}, cache_bytes=1 << 20, sparse_batches="csr")
+    for ds in (dense, csr):
+        for idx in ([2], [0], [3], [1, 3, 0], [5], [4], [4, 3, 2, 1, 0, 5]):
+            got = ds.read_batch(idx)["m"]
+            if isinstance(got, CSRBatch):
+                np.testing.assert_array_equal(got.indices, m[idx].indices)
+                got = got.toarray()
+            np.testing.assert_array_equal(got, m[idx].toarray())
+    # the set-up reaches that case: chunk 1 (row 2, first batch) took slot 0, chunk 0 slot 1,
+    # so row 3 found chunk 2 in slot 2, not in slot 0's next
+    cache = dense._handle().field("m").data.cache
+    assert [cache._slot_of[c] for c in (1, 0, 2)] == [0, 1, 2]
+
+
+def test_an_output_buffer_in_fortran_order_is_filled_in_place(tiny: Any) -> None:
+    path, m = tiny
+    ds = chunkio.ChunkDataset(path, fields={"m": "m"})
+    out = np.full((3, 12), 9, np.int16, order="F")
+    got = ds.read_batch([7, 0, 7], out={"m": out})["m"]
+    assert got is out
+    np.testing.assert_array_equal(out, m[[7, 0, 7]].toarray())
