@@ -24,6 +24,7 @@ import h5py
 import numpy as np
 
 from ...errors import FormatError, MissingFieldError, OptionalDependencyError, UnsafeInputError
+from ...util.messages import listing
 from ..codec_packages import hdf5_filter_hint, hdf5_filter_name
 from ..codec_table import HDF5_SAFE
 
@@ -84,7 +85,7 @@ def check_array(dset: Any, name: str, where: str, *, trust: bool) -> None:
     if unsafe and not trust:
         raise UnsafeInputError(
             f"{where}: array {name!r} uses HDF5 filter id {unsafe[0]}; chunkio only decodes "
-            f"{sorted(HDF5_SAFE.values())} unless trust_codecs=True"
+            f"{listing(sorted(HDF5_SAFE.values()), limit=6)} unless trust_codecs=True"
         )
     for position, fid in enumerate(ids):
         if not h5py.h5z.filter_avail(fid) and _applied(dset, position):

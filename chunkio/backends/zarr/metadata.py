@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import FormatError, OptionalDependencyError, UnsafeInputError
+from ...util.messages import listing
 from ..codec_packages import missing_zarr_codecs, zarr_install_hint
 from ..codec_table import ZARR2_SAFE, ZARR_SAFE
 from .shard import shard_layout
@@ -217,6 +218,6 @@ def _refuse_unsafe(names: Sequence[str], safe: frozenset[str], what: str, fmt: i
         missing = missing_zarr_codecs(unsafe, fmt)
         hints = "".join(f"; {c!r} is not installed either: {zarr_install_hint(c)}" for c in missing)
         raise UnsafeInputError(
-            f"{what} declares codec(s) {unsafe}; chunkio only decodes {sorted(safe)} unless "
-            f"opened with trust_codecs=True{hints}"
+            f"{what} declares codec(s) {unsafe}; chunkio only decodes "
+            f"{listing(sorted(safe), limit=6)} unless opened with trust_codecs=True{hints}"
         )
