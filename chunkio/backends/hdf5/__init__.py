@@ -6,9 +6,10 @@ filter pipelines chunkio decodes), :mod:`.grid` (the same by boxes of any chunk 
 read in place), :mod:`.checks` (what an array must pass before it is read), :mod:`.described`
 (a local file as one process described it, read by the others without h5py),
 :mod:`.registry` (every reader, closed before a fork), :mod:`.attrs` (attributes as Python)
-and :mod:`.write` (:class:`HDF5Writer`). Modules here may import :mod:`chunkio.util`, :mod:`chunkio.errors`,
-:mod:`chunkio.remote` and the rest of :mod:`chunkio.backends` (its protocol, codec table and
-checksums), never the Zarr backend, the read side, sampling or conversion.
+and :mod:`.write` (:class:`HDF5Writer`). Modules here may import :mod:`chunkio.util`,
+:mod:`chunkio.errors`, :mod:`chunkio.remote` and the rest of :mod:`chunkio.backends` (its
+protocol, codec table and checksums), never the Zarr backend, the read side, sampling or
+conversion.
 """
 
 from __future__ import annotations
