@@ -33,7 +33,7 @@ from ...errors import (
 from ..base import ArrayInfo, StageClock, check_region, coalesce
 from ..codec_table import HDF5_SAFE, hdf5_codec_info
 from .attrs import decode_attrs
-from .checks import check_array, in_file_node, in_file_path, read_text
+from .checks import check_array, in_file_node, in_file_path, list_arrays, read_text
 from .described import DescribedArray, as_description, file_state, open_described
 from .grid import RawGrid
 from .raw import RawChunks
@@ -91,6 +91,7 @@ class HDF5Reader:
         #: per array, chunk grid coordinates with no stored chunk (HDF5 reads them as zeros)
         self._missing: dict[str, frozenset[tuple[int, ...]]] = {}
         self._datasets: dict[str, h5py.Dataset] = {}
+        self._links: dict[str, Any] = {}  # of the open file, by path (checks.in_file_path)
         self._infos: dict[str, ArrayInfo] = {}
         #: the file's state when h5py opened it (what :meth:`description` describes)
         self._opened: tuple[int, ...] | None = None
@@ -231,18 +232,7 @@ class HDF5Reader:
 
     def array_names(self) -> list[str]:
         with self._lock:
-            f = self._open()
-            # Links are listed too (without resolving them), so that opening one is refused
-            # by _dataset as unsafe rather than reported as a missing array; arrays in
-            # groups by their path (visititems follows no links). A damaged header fails it.
-            nested: list[str] = []
-            try:
-                top = [k for k in f if not isinstance(f.get(k, getlink=True), h5py.HardLink)]
-                f.visititems(lambda path, obj: nested.append(path) if _is_array(obj) else None)
-            except (RuntimeError, OSError, KeyError) as err:
-                why = f"{type(err).__name__}: {err}"
-                raise FormatError(f"{self.location}: its arrays cannot be listed ({why})") from err
-            return sorted({*top, *nested})
+            return list_arrays(self._open(), self.location)
 
     def _dataset(self, name: str) -> h5py.Dataset:
         f = self._open()
@@ -251,8 +241,10 @@ class HDF5Reader:
             # Reopening a dataset per read costs its object header and, worse, its chunk
             # cache: HDF5 keeps one per open dataset.
             return cached
-        if name not in self._checked:
-            path, link = in_file_path(f, name, self.location)
+        if name in self._checked:
+            dset = f[self._paths[name] or name]
+        else:
+            path, link = in_file_path(f, name, self.location, self._links)
             if path is None and not self._trust:
                 raise UnsafeInputError(
                     f"{self.location}: {name!r} is (or passes through) a "
@@ -260,11 +252,11 @@ class HDF5Reader:
                     "refuses links that may point outside it unless trust_codecs=True"
                 )
             self._paths[name] = path  # None: through an external link, trusted
-            check_array(f[path or name], name, self.location, trust=self._trust)
-            self._missing[name] = missing_chunks(f[path or name])
+            dset = f[path or name]
+            check_array(dset, name, self.location, trust=self._trust)
+            self._missing[name] = missing_chunks(dset)
             self._checked.add(name)
         path = self._paths[name]
-        dset = f[path or name]
         self._datasets[name] = dset
         if name not in self._raw:
             # Raw reads use this file's descriptor, so only for data stored in this file: not
@@ -286,12 +278,14 @@ class HDF5Reader:
 
     def group_attrs(self, name: str) -> dict[str, Any] | None:
         with self._lock:
-            node = in_file_node(self._open(), name, self.location, trust=self._trust)
+            f, links = self._open(), self._links
+            node = in_file_node(f, name, self.location, trust=self._trust, links=links)
             return decode_attrs(node.attrs) if isinstance(node, h5py.Group) else None
 
     def read_text(self, name: str) -> list[str]:
         with self._lock:
-            return read_text(in_file_node(self._open(), name, self.location, trust=self._trust))
+            f, links = self._open(), self._links
+            return read_text(in_file_node(f, name, self.location, trust=self._trust, links=links))
 
     def _array_info(self, name: str) -> ArrayInfo:
         known = self._known(name)
@@ -477,6 +471,7 @@ class HDF5Reader:
 
     def _close_locked(self) -> None:
         self._datasets.clear()
+        self._links.clear()
         self._infos.clear()
         self._grid.clear()
         self._raw.clear()  # rebuilt from the file opened next (it may have been replaced)
@@ -491,7 +486,3 @@ class HDF5Reader:
         if self._fileobj is not None:
             self._fileobj.close()
             self._fileobj = None
-
-
-def _is_array(obj: Any) -> bool:
-    return isinstance(obj, h5py.Dataset)
