@@ -9,7 +9,9 @@ them make the ``n``-file dataset). Each row runs in a fresh process:
 ``ChunkDataset(paths, fields={"x": "X", "label": "obs/cell_type"})``, ``make_loader`` (timed),
 batch 256, 2 ring workers (fork), then batches for ``--seconds`` after the first (several epochs
 when the dataset is small): cells/s, the mean distinct labels per batch against a uniform
-shuffle's (:func:`chunkio.sampling.label_metrics.label_mixing_of_batches`), and the files each
+shuffle's (:func:`chunkio.sampling.label_metrics.label_mixing_of_batches`), the CPU time per
+batch of the parent (from the first batch) and both workers (their whole life, start included)
+together, less disturbed by a shared machine's load than the rate, and the files each
 worker opens per epoch, modelled from the order (each worker's rows of every batch through an
 LRU of the worker's open-file cap, as :class:`chunkio.collection.FileSetCore` keeps them).
 
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -129,13 +132,14 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     t1 = time.perf_counter()
     loader = make_loader(dataset, BATCH, num_workers=WORKERS, workers=workers(context="fork"))
     t2 = time.perf_counter()
-    cells, labels, start, epoch = 0, [], 0.0, 0
+    cells, labels, start, epoch, batches = 0, [], 0.0, 0, 0
     while not start or time.perf_counter() - start < spec["seconds"]:
         loader.set_epoch(epoch)
         for batch in loader:
             if not start:  # from the first batch: worker start-up is not the rate
-                start = time.perf_counter()
+                start, cpu = time.perf_counter(), os.times()
                 continue
+            batches += 1
             y = batch["label"] if isinstance(batch, dict) else batch[list(FIELDS).index("label")]
             cells += int(y.shape[0])
             labels.append(np.asarray(y).astype(np.int64) + 1)  # missing (-1) as class 0
@@ -143,7 +147,12 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
                 break
         epoch += 1
     rate = cells / (time.perf_counter() - start)
-    loader.close()
+    mine = os.times()
+    loader.close()  # the workers' CPU is known once they are joined
+    theirs = os.times()
+    used = (mine.user + mine.system - cpu.user - cpu.system) + (
+        theirs.children_user + theirs.children_system - cpu.children_user - cpu.children_system
+    )
     counts = np.bincount(dataset.labels() + 1)
     mixing = label_mixing_of_batches(labels, counts)
     handle = loader.dataset._open_handle()
@@ -153,6 +162,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         "describe_s": t1 - t0,
         "make_loader_s": t2 - t1,
         "cells_per_s": rate,
+        "cpu_ms_per_batch": 1e3 * used / max(1, batches),
         "distinct_ratio": mixing["distinct_labels_ratio"],
         "pool": loader.sampler.pool,
         "max_open": handle.max_open,
@@ -177,16 +187,18 @@ def run(files: list[int], seconds: float, root: Path, modes: list[str]) -> list[
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = ("| files | mode | cells/s | x 10-file rate | distinct vs uniform | pool | open cap "
-            "| files opened / worker / epoch | make_loader s | describe s |")  # fmt: skip
-    lines = [head, "|" + "---|" * 10]
+    head = ("| files | mode | cells/s | x 10-file rate | CPU ms / batch "
+            "| distinct vs uniform | pool | open cap | files opened / worker / epoch "
+            "| make_loader s | describe s |")  # fmt: skip
+    lines = [head, "|" + "---|" * 11]
     base = {
         r["mode"]: r["cells_per_s"] for r in rows if r["files"] == min(x["files"] for x in rows)
     }
     for r in rows:
         lines.append(
             f"| {r['files']} | {r['mode']} | {r['cells_per_s']:,.0f} | "
-            f"{r['cells_per_s'] / base[r['mode']]:.2f} | {r['distinct_ratio']:.3f} | "
+            f"{r['cells_per_s'] / base[r['mode']]:.2f} | {r['cpu_ms_per_batch']:.2f} | "
+            f"{r['distinct_ratio']:.3f} | "
             f"{r['pool']:,} | {r['max_open']} | {r['files_opened_per_worker_epoch']:,.0f} | "
             f"{r['make_loader_s']:.2f} | {r['describe_s']:.1f} |"
         )
