@@ -213,6 +213,7 @@ class HDF5Reader:
                 path = self._paths.get(name)
                 if path is not None:  # not through an external link: h5py follows those
                     info, raw, grid = self._array_info(name), self._raw[name], self._grid[name]
+                    grid = grid if raw is None or len(info.shape) > 1 else None  # 1-D: rows
                     fill, missing = d.fillvalue, self._missing.get(name, frozenset())
                     arrays[name] = DescribedArray(info, path, raw, grid, fill, missing).fresh()
             state = file_state(os.fstat(self._fd))

@@ -47,8 +47,9 @@ class DescribedArray:
 
     ``path``: its path inside the file, soft links resolved (arrays reached through an
     external link are not described: h5py follows those). ``raw``/``grid``: its raw chunk
-    readers by rows and by boxes (None: h5py reads it). ``missing``: chunk grid coordinates
-    never written."""
+    readers by rows and by boxes (None: h5py reads it; a 1-D array read by rows carries no
+    ``grid``, which would double what is pickled per file). ``missing``: chunk grid
+    coordinates never written."""
 
     info: ArrayInfo
     path: str
