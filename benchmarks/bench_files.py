@@ -9,22 +9,30 @@ them make the ``n``-file dataset). Each row runs in a fresh process:
 ``ChunkDataset(paths, fields={"x": "X", "label": "obs/cell_type"})``, ``make_loader`` (timed),
 batch 256, 2 ring workers (fork), then batches for ``--seconds`` after the first (several epochs
 when the dataset is small): cells/s, the mean distinct labels per batch against a uniform
-shuffle's (:func:`chunkio.sampling.label_metrics.label_mixing_of_batches`), and the files each
+shuffle's (:func:`chunkio.sampling.label_metrics.label_mixing_of_batches`), the CPU time per
+batch of the parent (from the first batch) and both workers (their whole life, start included)
+together, less disturbed by a shared machine's load than the rate, and the files each
 worker opens per epoch, modelled from the order (each worker's rows of every batch through an
 LRU of the worker's open-file cap, as :class:`chunkio.collection.FileSetCore` keeps them).
 
-``before`` rows switch the file-aware parts off (privately, in the child process): no file
-grouping and the pool sized by memory alone, the open-file cap at 32, the label check reading
-every file's labels. Outside the test suite (a script, not collected);
-``tests/read/test_many_files.py`` asserts the bounds without timing.
+Modes, switched privately in the child process: ``after`` is chunkio as it is;
+``previous`` hands the workers no description of the files, so each worker opens each file
+through h5py and looks at each array again (links, checks, chunk index: the open before
+:mod:`chunkio.backends.hdf5.described`); ``before`` also switches the file-aware order off (no
+file grouping and the pool sized by memory alone, the open-file cap at 32, the label check
+reading every file's labels). ``make_loader`` is timed with its modules imported already
+(importing them is the same at any file count). Outside the test suite (a script, not
+collected); ``tests/read/test_many_files.py`` asserts the bounds without timing.
 
     python -m benchmarks.bench_files [--files 10 100 1000] [--seconds 20] [--root DIR]
+        [--modes before previous after]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -41,6 +49,7 @@ BATCH = 256
 WORKERS = 2
 CELLS, GENES, TYPES = 500, 200, 20
 FIELDS = {"x": "X", "label": "obs/cell_type"}
+MODES = ("before", "previous", "after")
 
 
 def write_files(root: Path, n: int) -> list[Path]:
@@ -67,10 +76,20 @@ def write_files(root: Path, n: int) -> list[Path]:
     return paths
 
 
+def _previous() -> None:
+    """Hand the workers no description of the files (this process and those it forks)."""
+    from chunkio.backends import reader_documents
+    from chunkio.collection import files
+
+    files._documents = lambda reader, layout: reader_documents(reader)  # type: ignore[assignment]
+
+
 def _before() -> None:
     """Switch the file-aware parts off in this process (and the workers it forks)."""
     from chunkio.collection import core, files
     from chunkio.sampling import label_check
+
+    _previous()
 
     files.FileSet.chunks_per_file = lambda self: None  # type: ignore[assignment,method-assign,return-value]
     core.MAX_OPEN_CEILING = 0  # the cap stays MAX_OPEN_FILES
@@ -101,24 +120,26 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     """One row, in this process."""
     if spec["mode"] == "before":
         _before()
+    elif spec["mode"] == "previous":
+        _previous()
     import chunkio
     from chunkio.sampling.label_metrics import label_mixing_of_batches
 
     paths = write_files(Path(spec["root"]), spec["files"])
+    make_loader, workers = chunkio.make_loader, chunkio.Workers  # imported: not timed
     t0 = time.perf_counter()
     dataset = chunkio.ChunkDataset(paths, fields=FIELDS)
     t1 = time.perf_counter()
-    loader = chunkio.make_loader(
-        dataset, BATCH, num_workers=WORKERS, workers=chunkio.Workers(context="fork")
-    )
+    loader = make_loader(dataset, BATCH, num_workers=WORKERS, workers=workers(context="fork"))
     t2 = time.perf_counter()
-    cells, labels, start, epoch = 0, [], 0.0, 0
+    cells, labels, start, epoch, batches = 0, [], 0.0, 0, 0
     while not start or time.perf_counter() - start < spec["seconds"]:
         loader.set_epoch(epoch)
         for batch in loader:
             if not start:  # from the first batch: worker start-up is not the rate
-                start = time.perf_counter()
+                start, cpu = time.perf_counter(), os.times()
                 continue
+            batches += 1
             y = batch["label"] if isinstance(batch, dict) else batch[list(FIELDS).index("label")]
             cells += int(y.shape[0])
             labels.append(np.asarray(y).astype(np.int64) + 1)  # missing (-1) as class 0
@@ -126,7 +147,12 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
                 break
         epoch += 1
     rate = cells / (time.perf_counter() - start)
-    loader.close()
+    mine = os.times()
+    loader.close()  # the workers' CPU is known once they are joined
+    theirs = os.times()
+    used = (mine.user + mine.system - cpu.user - cpu.system) + (
+        theirs.children_user + theirs.children_system - cpu.children_user - cpu.children_system
+    )
     counts = np.bincount(dataset.labels() + 1)
     mixing = label_mixing_of_batches(labels, counts)
     handle = loader.dataset._open_handle()
@@ -136,6 +162,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         "describe_s": t1 - t0,
         "make_loader_s": t2 - t1,
         "cells_per_s": rate,
+        "cpu_ms_per_batch": 1e3 * used / max(1, batches),
         "distinct_ratio": mixing["distinct_labels_ratio"],
         "pool": loader.sampler.pool,
         "max_open": handle.max_open,
@@ -143,11 +170,11 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def run(files: list[int], seconds: float, root: Path) -> list[dict[str, Any]]:
+def run(files: list[int], seconds: float, root: Path, modes: list[str]) -> list[dict[str, Any]]:
     write_files(root, max(files))
     rows = []
     for n in files:
-        for mode in ("before", "after"):
+        for mode in modes:
             spec = {"files": n, "mode": mode, "seconds": seconds, "root": str(root)}
             cmd = [sys.executable, "-m", "benchmarks.bench_files", "--child", json.dumps(spec)]
             done = subprocess.run(cmd, capture_output=True, text=True)
@@ -160,16 +187,18 @@ def run(files: list[int], seconds: float, root: Path) -> list[dict[str, Any]]:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = ("| files | mode | cells/s | x 10-file rate | distinct vs uniform | pool | open cap "
-            "| files opened / worker / epoch | make_loader s | describe s |")  # fmt: skip
-    lines = [head, "|" + "---|" * 10]
+    head = ("| files | mode | cells/s | x 10-file rate | CPU ms / batch "
+            "| distinct vs uniform | pool | open cap | files opened / worker / epoch "
+            "| make_loader s | describe s |")  # fmt: skip
+    lines = [head, "|" + "---|" * 11]
     base = {
         r["mode"]: r["cells_per_s"] for r in rows if r["files"] == min(x["files"] for x in rows)
     }
     for r in rows:
         lines.append(
             f"| {r['files']} | {r['mode']} | {r['cells_per_s']:,.0f} | "
-            f"{r['cells_per_s'] / base[r['mode']]:.2f} | {r['distinct_ratio']:.3f} | "
+            f"{r['cells_per_s'] / base[r['mode']]:.2f} | {r['cpu_ms_per_batch']:.2f} | "
+            f"{r['distinct_ratio']:.3f} | "
             f"{r['pool']:,} | {r['max_open']} | {r['files_opened_per_worker_epoch']:,.0f} | "
             f"{r['make_loader_s']:.2f} | {r['describe_s']:.1f} |"
         )
@@ -182,12 +211,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--root", type=Path, default=Path("/tmp/chunkio-bench-files"))
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--modes", nargs="+", default=list(MODES), choices=MODES, help="see the module docstring"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(measure(json.loads(args.child))))
         return
-    rows = run(args.files, args.seconds, args.root)
+    rows = run(args.files, args.seconds, args.root, args.modes)
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1))
     print(table(rows))

@@ -156,7 +156,9 @@ def open_reader(
     ``download_cache``: ``(folder, byte limit)`` where a remote dataset's fetched chunks are
     kept (shared by processes; least recently used dropped first). ``documents``: a remote Zarr
     group's metadata as another reader read it (:func:`reader_documents`), so that this one
-    opens without requests; ignored elsewhere. ``fill_missing``: never-written chunks read as
+    opens without requests, or a local HDF5 file's arrays as another process described them
+    (``HDF5Reader.description``: read without h5py while the file is unchanged); ignored
+    elsewhere. ``fill_missing``: never-written chunks read as
     the fill value (Zarr's and HDF5's contract, for stores chunkio did not write) instead of
     raising :class:`~chunkio.errors.MissingChunkError`."""
     return ReaderOptions(
@@ -212,7 +214,10 @@ class ReaderOptions:
             from .hdf5.backend import HDF5Reader
 
             return HDF5Reader(
-                os.fspath(location), trust_codecs=self.trust_codecs, fill_missing=self.fill_missing
+                os.fspath(location),
+                trust_codecs=self.trust_codecs,
+                fill_missing=self.fill_missing,
+                documents=self.documents,  # a local file as the parent described it
             )
         from .zarr.backend import ZarrReader
 

@@ -3,9 +3,10 @@ file's first read in this process, as many open at once as the chunks the loader
 (at least :data:`MAX_OPEN_FILES`, at most :data:`MAX_OPEN_CEILING`; the least recently used
 closed first), so hundreds of files cost neither hundreds of handles nor memory per worker,
 and the file-aware order (:mod:`chunkio.sampling.file_order`) opens each about once per pass.
-A batch is split by file, each file's samples read by its core (a one-chunk file read whole
-on a pass's first read of it), and the parts scattered into the batch (categorical codes
-remapped to the dataset's categories)."""
+A batch is split by file, each file's samples read by its core, and the parts scattered into
+the batch (categorical codes remapped to the dataset's categories); a loader's rows of
+one-chunk files are served from the files read whole (:mod:`.held`), one gather per field.
+"""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from ..read.planning import normalize_indices
 from ..read.sparse import CSRBatch, join_rows
 from ..transforms.sample import FieldTransform
 from .files import FileSet
+from .held import HeldRows
 
 __all__ = ["MAX_OPEN_FILES", "FileSetCore"]
 
@@ -31,8 +33,8 @@ MAX_OPEN_FILES = 32
 #: ... and at most, whatever the chunks it holds (a file handle is a descriptor, and HDF5's
 #: metadata cache per open file is ~1 MB)
 MAX_OPEN_CEILING = 512
-#: decoded bytes of one-chunk files a process keeps read whole (_whole_rows), at most; a file
-#: over 1/16 of it is read as a chunked one
+#: decoded bytes of one-chunk files a process keeps read whole (.held), at most; a file over
+#: 1/16 of it is read as a chunked one
 WHOLE_FILES_BYTES = 256 << 20
 
 
@@ -65,9 +67,9 @@ class FileSetCore:
         self.max_open = max(1, int(max_open), needed)
         self._open: OrderedDict[int, ReadCore] = OrderedDict()
         self._closed = ReadStats()  # what closed cores had read
-        #: files of one chunk (or none) along the order: read whole by a loader (_whole_rows)
-        self._one_chunk = [p.layout_chunks <= 1 for p in files.parts]
-        self._whole: dict[tuple[int, tuple[str, ...]], _Whole] = {}
+        #: files of one chunk (or none) along the order: read whole by a loader (.held)
+        self._one_chunk = np.array([p.layout_chunks <= 1 for p in files.parts], bool)
+        self._held: HeldRows | None = None
         #: files opened in this process, in all (a file closed and read again counts twice)
         self.opened = 0
 
@@ -79,8 +81,8 @@ class FileSetCore:
             return found
         while len(self._open) >= self.max_open:
             gone, oldest = self._open.popitem(last=False)
-            for key in [k for k in self._whole if k[0] == gone]:
-                del self._whole[key]  # what is held of a file goes with its handle
+            if self._held is not None:
+                self._held.drop(gone)  # what is held of a file goes with its handle
             _add(self._closed, oldest.stats)
             oldest.close()
         info = self.files.parts[part]
@@ -104,16 +106,33 @@ class FileSetCore:
         return total
 
     def close(self) -> None:
-        self._whole.clear()
+        self._held = None
         for core in self._open.values():
             _add(self._closed, core.stats)
             core.close()
         self._open.clear()
 
     def _split(self, indices: Any) -> tuple[npt.NDArray[np.int64], list[tuple[int, Any]]]:
+        """The indices, and per file they fall in (ascending) the positions of its samples
+        in them (ascending)."""
         idx = normalize_indices(indices, self.layout.num_samples)
-        part_of = np.searchsorted(self._starts, idx, side="right") - 1
-        return idx, [(int(p), np.flatnonzero(part_of == p)) for p in np.unique(part_of)]
+        return idx, self._groups(self._part_of(idx), np.arange(len(idx)))
+
+    def _part_of(self, idx: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        found: npt.NDArray[np.int64] = np.searchsorted(self._starts, idx, side="right") - 1
+        return found
+
+    @staticmethod
+    def _groups(part_of: npt.NDArray[np.int64], rows: Any) -> list[tuple[int, Any]]:
+        """``rows`` of a batch grouped by file (``part_of`` each row's): one sort, not a pass
+        over the batch per file (a batch of a mixing order touches tens of files)."""
+        if not len(rows):
+            return []
+        order = rows[np.argsort(part_of[rows], kind="stable")]
+        parts = part_of[order]
+        cuts = [0, *(np.flatnonzero(parts[1:] != parts[:-1]) + 1).tolist(), len(order)]
+        firsts = parts[cuts[:-1]].tolist()
+        return [(p, order[a:b]) for p, a, b in zip(firsts, cuts[:-1], cuts[1:], strict=True)]
 
     def read(
         self,
@@ -126,32 +145,29 @@ class FileSetCore:
         epoch: int = 0,
     ) -> dict[str, Any]:
         """As :meth:`chunkio.read.ReadCore.read`, over the files."""
-        idx, groups = self._split(indices)
+        idx = normalize_indices(indices, self.layout.num_samples)
+        part_of = self._part_of(idx)
         result: dict[str, Any] = {name: (out or {}).get(name) for name in fields}
+        rest = np.arange(len(idx))
+        if once and not transform and len(idx):  # a loader's pass: held files, one gather
+            rest = self._read_held(fields, idx, part_of, epoch, result)
         sparse: dict[str, list[tuple[Any, CSRBatch]]] = {}  # CSR rows, per field and file
-        for part, rows in groups:
+        for part, rows in self._groups(part_of, rest):
             start = int(self._starts[part])
-            local = idx[rows] - start
-            got = self._whole_rows(part, fields, local, epoch) if once and not transform else None
-            if got is None:
-                got = self.core(part).read(
-                    fields, local, once=once, transform=transform, epoch=epoch, first=start
-                )
-                got = {name: self.files.remap(part, name, v) for name, v in got.items()}
+            got = self.core(part).read(
+                fields, idx[rows] - start, once=once, transform=transform, epoch=epoch, first=start
+            )
             for name, value in got.items():
+                value = self.files.remap(part, name, value)
                 if isinstance(value, CSRBatch):
                     sparse.setdefault(name, []).append((rows, value))
-                    continue
-                if isinstance(value, list):
+                elif isinstance(value, list):
                     if result[name] is None:
                         result[name] = [None] * len(idx)
                     for j, row in zip(rows.tolist(), value, strict=True):
                         result[name][j] = row
-                    continue
-                if result[name] is None:
-                    dtype = self.layout.field(name).dtype
-                    result[name] = np.empty((len(idx), *value.shape[1:]), dtype)
-                result[name][rows] = value
+                else:
+                    self._place(result, name, rows, value, len(idx))
         for name, pieces in sparse.items():
             result[name] = join_rows(pieces, len(idx))
         for name in fields:
@@ -159,42 +175,62 @@ class FileSetCore:
                 result[name] = self.core(0).read([name], [])[name]
         return result
 
-    def _whole_rows(
-        self, part: int, fields: Sequence[str], local: npt.NDArray[np.int64], epoch: int
-    ) -> dict[str, Any] | None:
-        """Rows ``local`` of a file of one chunk, read whole on its first read of a pass and
-        kept until every row was served (``None``: read it as a chunked file).
+    def _place(
+        self, result: dict[str, Any], name: str, rows: Any, value: npt.NDArray[Any], n: int
+    ) -> None:
+        """``value`` into rows ``rows`` of field ``name``'s batch of ``n`` (made on first
+        use)."""
+        if result[name] is None:
+            dtype = self.layout.field(name).dtype
+            result[name] = np.empty((n, *value.shape[1:]), dtype)
+        result[name][rows] = value
 
-        Reading a one-chunk file whole costs what decoding its chunk costs; the file-aware
-        order (:mod:`chunkio.sampling.file_order`) then takes a few rows of it from every
-        batch for a while, and each is a NumPy gather here instead of a planned read (the
-        per-call cost that made a batch over many small files slow)."""
-        key = (part, tuple(fields))
-        held = self._whole.get(key)
-        if held is not None and held.epoch != epoch:  # a pass left unfinished: read again
-            held = None
-        if held is None:
-            layout = self.files.parts[part].layout
-            n = layout.num_samples
-            nbytes = n * sum(f.sample_nbytes for f in layout.fields)
-            if not self._one_chunk[part] or nbytes > WHOLE_FILES_BYTES // 16:
-                return None
-            start = int(self._starts[part])
-            got = self.core(part).read(fields, np.arange(n), once=True, epoch=epoch, first=start)
-            if not all(isinstance(v, np.ndarray) for v in got.values()):
-                self._one_chunk[part] = False  # ragged or CSR rows: the planned read
-                return None
-            values = {name: self.files.remap(part, name, v) for name, v in got.items()}
-            held_bytes = sum(w.nbytes for w in self._whole.values())
-            while self._whole and (
-                len(self._whole) >= self.max_open or held_bytes + nbytes > WHOLE_FILES_BYTES
-            ):  # the oldest first: a lane has moved past it
-                held_bytes -= self._whole.pop(next(iter(self._whole))).nbytes
-            held = self._whole[key] = _Whole(values, n, epoch, nbytes)
-        held.left -= local.size
-        if held.left <= 0:  # every row served once: a loader's pass asks for none again
-            del self._whole[key]
-        return {name: v[local] for name, v in held.values.items()}
+    def _read_held(
+        self,
+        fields: Sequence[str],
+        idx: npt.NDArray[np.int64],
+        part_of: npt.NDArray[np.int64],
+        epoch: int,
+        result: dict[str, Any],
+    ) -> npt.NDArray[np.int64]:
+        """Serve the batch's rows of one-chunk files from the files read whole (each read on
+        its pass's first read of it: :mod:`.held`); the positions of the other rows."""
+        held = self._held
+        if held is None or held.fields != tuple(fields):
+            dtypes = {name: self.layout.field(name).dtype for name in fields}
+            held = self._held = HeldRows(
+                fields, dtypes, num_files=len(self.files.parts), budget=WHOLE_FILES_BYTES
+            )
+        parts, counts = np.unique(part_of, return_counts=True)
+        found = held.holds(parts, epoch)
+        for part in parts[~found & self._one_chunk[parts]].tolist():
+            self._read_whole(held, part, fields, epoch)
+        found = held.holds(parts, epoch)
+        if not found.any():
+            return np.arange(len(idx))
+        mine = found[np.searchsorted(parts, part_of)]
+        rows = np.flatnonzero(mine)
+        where = held.positions(part_of[rows], idx[rows] - self._starts[part_of[rows]])
+        for name in fields:
+            self._place(result, name, rows, held.take(name, where), len(idx))
+        held.served(parts[found], counts[found])
+        return np.flatnonzero(~mine)
+
+    def _read_whole(self, held: HeldRows, part: int, fields: Sequence[str], epoch: int) -> None:
+        """Read one-chunk file ``part`` whole into ``held`` (reading it whole costs what
+        decoding its chunk costs); a file too large, or with ragged or CSR rows, is read by
+        planned reads from then on."""
+        layout = self.files.parts[part].layout
+        n = layout.num_samples
+        if n * sum(f.sample_nbytes for f in layout.fields) > WHOLE_FILES_BYTES // 16:
+            self._one_chunk[part] = False
+            return
+        start = int(self._starts[part])
+        got = self.core(part).read(fields, np.arange(n), once=True, epoch=epoch, first=start)
+        if not all(isinstance(v, np.ndarray) for v in got.values()):
+            self._one_chunk[part] = False  # ragged or CSR rows: the planned read
+            return
+        held.add(part, {name: self.files.remap(part, name, v) for name, v in got.items()}, epoch)
 
     def encoded(self, name: str, indices: Any) -> tuple[list[Any], npt.NDArray[np.int64]]:
         """As :meth:`chunkio.read.ReadCore.encoded`, over the files."""
@@ -215,16 +251,6 @@ class FileSetCore:
         for part, rows in groups:
             if part in self._open:  # ahead of a read, but never opening a file for it
                 self._open[part].prefetch(fields, idx[rows] - self._starts[part])
-
-
-@dataclasses.dataclass
-class _Whole:
-    """A one-chunk file's rows, read whole, and how many are still to be served."""
-
-    values: dict[str, npt.NDArray[Any]]
-    left: int
-    epoch: int
-    nbytes: int
 
 
 def _add(total: ReadStats, more: ReadStats) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..backends import ReaderOptions, reader_documents
+from ..backends import Reader, ReaderOptions, reader_documents
 from ..errors import FormatError
 from ..format.columns import column_values
 from ..format.grid import SampleGrid
@@ -51,11 +51,11 @@ class FilePart:
     options: ReaderOptions
     layout: DatasetLayout
     start: int
+    #: chunks of this file along the order (counted once: every process asks per file)
+    layout_chunks: int = dataclasses.field(init=False)
 
-    @property
-    def layout_chunks(self) -> int:
-        """Chunks of this file along the order."""
-        return int((_chunk_sizes(self.layout) > 0).sum())
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "layout_chunks", int((_chunk_sizes(self.layout) > 0).sum()))
 
 
 @dataclass(frozen=True, eq=False)
@@ -137,7 +137,7 @@ def open_files(
                 found.dataset_layout(), sparse_batches, where=reader.location
             )
             mine = dataclasses.replace(
-                found.reader_options(options), documents=reader_documents(reader)
+                found.reader_options(options), documents=_documents(reader, layout)
             )
         finally:
             reader.close()
@@ -159,6 +159,21 @@ def open_files(
         order_sizes=tuple(int(s) for s in sizes),
     )
     return FileSet(tuple(parts), layout, remaps)
+
+
+def _documents(reader: Reader, layout: DatasetLayout) -> Mapping[str, Any] | None:
+    """What each reading process is handed to open this file with: a remote file's fetched
+    metadata, or what this process learnt of a local HDF5 file's arrays (their checks passed,
+    their chunk index read: ``HDF5Reader.description``), so that a worker opening one file
+    after another pays a file system open per file, not h5py's and chunkio's first look at
+    each array (tens of ms per file, more than reading a small file's rows)."""
+    fetched = reader_documents(reader)
+    describe = getattr(reader, "description", None)
+    if fetched is not None or not callable(describe):
+        return fetched
+    names = dict.fromkeys(n for info in layout.fields for n in info.array_names())
+    found: Mapping[str, Any] | None = describe(list(names))
+    return found
 
 
 def _chunk_sizes(layout: DatasetLayout) -> IntArray:

@@ -222,3 +222,85 @@ def test_the_cli_reads_several_files_as_one_dataset(collection, capsys) -> None:
     assert all(f"{os.path.basename(p)}:" in out for p in paths)
     assert main(["info", *paths, *words, "--json"]) == 0
     assert '"num_samples": 711' in capsys.readouterr().out
+
+
+def _small_h5ad(path: Path, seed: int, density: float = 0.3) -> tuple[str, sp.csr_matrix]:
+    """An uncompressed h5ad file of 40 cells (anndata's defaults: chunked X, contiguous
+    codes)."""
+    x = sp.random(40, 12, density=density, format="csr", dtype=np.float32, random_state=seed)
+    cats = ["a", "b", "c"][seed % 3 :] + ["a", "b", "c"][: seed % 3]  # codes differ per file
+    obs = pd.DataFrame(
+        {"cell_type": pd.Categorical(np.resize(cats, 40), categories=cats)},
+        index=[f"{seed}_{i}" for i in range(40)],
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # anndata's index-conversion notes
+        ad.AnnData(X=x, obs=obs).write_h5ad(path)
+    return str(path), x
+
+
+SMALL = {"x": "X", "label": "obs/cell_type"}
+
+
+def _small_label(i: int) -> str:
+    """Cell ``i``'s type in files written by :func:`_small_h5ad` with seeds 0, 1, 2, ..."""
+    seed, row = divmod(i, 40)
+    cats = ["a", "b", "c"][seed % 3 :] + ["a", "b", "c"][: seed % 3]
+    return cats[row % 3]
+
+
+def test_each_process_reads_described_files_without_opening_them_in_h5py(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The parent describes each HDF5 file once (links, checks, chunk index); a reading
+    process opens it with ``os.open`` alone and reads what h5py reads."""
+    import h5py
+
+    made = [_small_h5ad(tmp_path / f"{i}.h5ad", i) for i in range(3)]
+    paths, x = [p for p, _ in made], sp.vstack([m for _, m in made]).tocsr()
+    ds = chunkio.ChunkDataset(paths, fields=SMALL)
+    opened: list[str] = []
+    real = h5py.File
+    monkeypatch.setattr(h5py, "File", lambda *a, **k: opened.append(str(a[0])) or real(*a, **k))
+    core = FileSetCore(pickle.loads(pickle.dumps(ds._files)))  # as a spawned worker gets it
+    idx = np.array([119, 0, 40, 41, 5, 80, 39])
+    got = core.read(["x", "label"], idx)
+    np.testing.assert_array_equal(got["x"], x[idx].toarray())
+    names = np.asarray(ds.categories("label"))[got["label"]]
+    assert names.tolist() == [_small_label(int(i)) for i in idx]
+    assert core.opened == 3 and opened == []
+    whole = core.read(["x"], np.arange(len(ds)), once=True)["x"]  # one-chunk files, whole
+    np.testing.assert_array_equal(whole, x.toarray())
+    assert opened == []
+    core.close()
+
+
+def test_a_file_changed_after_the_dataset_was_made_is_read_as_it_is_now(tmp_path: Path) -> None:
+    """A description holds while the file keeps the state it was described in: a file
+    rewritten in place is read as it is now; one replaced by a file of the same cells but more
+    values is refused as a file without a description is (its ``indptr`` checked in each
+    process), never read by the chunk offsets of the file it was (they point into other
+    arrays there)."""
+    import h5py
+
+    made = [_small_h5ad(tmp_path / f"{i}.h5ad", i) for i in range(3)]
+    paths = [p for p, _ in made]
+    ds = chunkio.ChunkDataset(paths, fields=SMALL)
+    with h5py.File(paths[0], "r+") as f:  # in place: the same inode and size
+        f["X/data"][...] = f["X/data"][...] * 3
+    got = ds.read_batch(np.arange(40))["x"]
+    np.testing.assert_array_equal(got, made[0][1].toarray() * 3)
+    _small_h5ad(tmp_path / "1.h5ad", 1, density=0.8)  # a new file, 40 cells
+    stored = made[1][1].nnz
+    with pytest.raises(FormatError, match=rf"1.h5ad: .*indptr points past the {stored} stored"):
+        ds.read_batch([40])
+
+
+def test_reading_in_the_parent_leaves_the_description_as_it_was_made(tmp_path: Path) -> None:
+    """Each reader copies what it is handed (scratch buffers, checked checksums): reads in
+    the parent add nothing to what the dataset pickles to each worker."""
+    paths = [_small_h5ad(tmp_path / f"{i}.h5ad", i)[0] for i in range(2)]
+    ds = chunkio.ChunkDataset(paths, fields=SMALL)
+    made = len(pickle.dumps(ds))
+    ds.labels(), ds.read_batch(np.arange(len(ds)))
+    assert len(pickle.dumps(ds)) == made

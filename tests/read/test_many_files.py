@@ -13,6 +13,7 @@ import pytest
 import chunkio
 from chunkio.collection.core import MAX_OPEN_FILES, FileSetCore
 from chunkio.collection.files import FileSet
+from chunkio.collection.held import HeldRows
 from chunkio.errors import IncompatibleStateError
 from chunkio.sampling.epoch_order import EpochOrder
 from chunkio.sampling.label_check import check_label_mixing
@@ -176,6 +177,59 @@ def test_one_chunk_files_read_whole_give_what_planned_reads_give(mixed) -> None:
         np.testing.assert_array_equal(got["x"], want["x"])
         np.testing.assert_array_equal(got["label"], labels[batch])
         np.testing.assert_array_equal(want["x"][:, 0], batch)
-    assert whole.opened == FILES and not whole._whole  # each file read once, none kept after
+    assert whole.opened == FILES and whole._held is not None
+    assert not len(whole._held)  # each file read once, none kept after
     whole.close()
     planned.close()
+
+
+def _serve_lanes(held: HeldRows, lanes: int, *, epoch: int = 0) -> tuple[int, int]:
+    """Eight files of 7-10 rows per lane, lane ``k`` taking ``k + 1`` rows of its current
+    file per step (lanes move through their files at different speeds), every row checked
+    against the file's; ``(files read, files read again)``."""
+    files = np.arange(8 * lanes).reshape(lanes, 8)
+    values = [np.arange(7 + p % 4) + 100 * p for p in range(8 * lanes)]
+    taken = np.zeros(8 * lanes, np.int64)
+    read = again = 0
+    while any(taken[p] < len(values[p]) for p in range(8 * lanes)):
+        for lane in range(lanes):
+            part = next((int(p) for p in files[lane] if taken[p] < len(values[p])), None)
+            if part is None:
+                continue
+            parts = np.array([part])
+            if not held.holds(parts, epoch)[0]:
+                again += int(taken[part] > 0)
+                read += 1
+                assert held.add(part, {"y": values[part]}, epoch)
+            rows = np.arange(taken[part], min(len(values[part]), taken[part] + lane + 1))
+            got = held.take("y", held.positions(np.full(len(rows), part), rows))
+            np.testing.assert_array_equal(got, values[part][rows])
+            held.served(parts, np.array([len(rows)]))
+            taken[part] += len(rows)
+    return read, again
+
+
+def test_held_files_stay_until_read_and_the_ring_stays_in_its_budget() -> None:
+    """The ring of one-chunk files read whole (:mod:`chunkio.collection.held`): rows come
+    back as the file held them; a file a lane is still reading is never overwritten while the
+    budget allows (the ring grows instead), past it the oldest is (and read again); a pass's
+    files are not served to the next pass."""
+    roomy = HeldRows(["y"], {"y": np.dtype("i8")}, num_files=32, budget=8 * 1000)
+    assert _serve_lanes(roomy, 4) == (32, 0)  # 4 files live at once: never read twice
+    assert roomy.capacity <= 4 * 40 and not len(roomy)  # about twice the rows live at once
+    tight = HeldRows(["y"], {"y": np.dtype("i8")}, num_files=32, budget=8 * 25)
+    read, again = _serve_lanes(tight, 4)  # 4 live files in a ring of 2: some read again
+    assert again > 0 and read == 32 + again and tight.capacity <= 25
+    ring = HeldRows(["y"], {"y": np.dtype("i8")}, num_files=10, budget=8 * 1000)
+    for part in range(8):  # a ring of 80 rows, full
+        ring.add(part, {"y": np.full(10, part)}, epoch=0)
+    ring.served(np.array([0]), np.array([10]))  # file 0 taken: its rows are free
+    ring.add(8, {"y": np.full(10, 8)}, epoch=0)  # there
+    ring.add(9, {"y": np.full(10, 9)}, epoch=0)  # file 1 is still read: the ring grows
+    assert ring.holds(np.arange(1, 10), 0).all() and ring.capacity == 160
+    where = ring.positions(np.arange(1, 10), np.zeros(9, np.int64))
+    assert ring.take("y", where).tolist() == list(range(1, 10))
+    held = HeldRows(["y"], {"y": np.dtype("i8")}, num_files=2, budget=1024)
+    held.add(0, {"y": np.arange(5)}, epoch=0)
+    assert held.holds(np.array([0]), 0).all() and not held.holds(np.array([0]), 1).any()
+    assert not held.add(1, {"y": np.arange(200)}, epoch=0)  # larger than the budget

@@ -1,21 +1,20 @@
 """HDF5 backend (h5py).
 
 Fork safety: HDF5 state must not cross a fork (pytorch/pytorch#11887, h5py#934), so every
-reader registers itself and all of them are closed just before this process forks; a reader
-reopens lazily on its next read. Readers never pickle; datasets carry the path instead.
+reader registers itself and all of them are closed just before this process forks
+(:mod:`.registry`); a reader reopens lazily on its next read. Readers never pickle; datasets
+carry the path instead, and for a dataset of many files what the parent learnt of each file
+(:mod:`.described`).
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import io
-import json
 import os
 import threading
 import time
-import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import h5py
@@ -24,90 +23,24 @@ import numpy as np
 import numpy.typing as npt
 
 from ...errors import (
+    ChunkioError,
     CorruptChunkError,
     DatasetNotFoundError,
     FormatError,
     MissingChunkError,
     UnsafeInputError,
 )
-from ...util.numeric import ceil_div
 from ..base import ArrayInfo, StageClock, check_region, coalesce
 from ..codec_table import HDF5_SAFE, hdf5_codec_info
-from .checks import check_array, in_file_node, in_file_path, read_text
+from .attrs import decode_attrs
+from .checks import check_array, in_file_node, in_file_path, list_arrays, read_text
+from .described import DescribedArray, as_description, file_state, open_described
 from .grid import RawGrid
 from .raw import RawChunks
-from .storage import chunks_of, first_bad_chunk, missing_chunks, open_same_file
+from .registry import open_hdf5_readers, register
+from .storage import chunks_of, failed_chunks, missing_chunks, open_same_file, require_stored
 
 __all__ = ["HDF5Reader", "decode_attrs", "open_hdf5_readers"]
-
-_readers: weakref.WeakSet[HDF5Reader] = weakref.WeakSet()
-_readers_lock = threading.Lock()
-
-
-_held_at_fork: list[HDF5Reader] = []
-
-
-def _close_all_before_fork() -> None:
-    # Take every reader's lock (waiting for reads in other threads to finish), close its file
-    # and keep the lock until the fork is done, so no thread can reopen a file in between.
-    with _readers_lock:
-        readers = list(_readers)
-    for reader in readers:
-        reader._lock.acquire()
-        _held_at_fork.append(reader)
-        reader._close_locked()
-
-
-def _release_after_fork() -> None:
-    while _held_at_fork:
-        _held_at_fork.pop()._lock.release()
-
-
-os.register_at_fork(
-    before=_close_all_before_fork,
-    after_in_parent=_release_after_fork,
-    after_in_child=_release_after_fork,
-)
-
-
-def _close_all_at_exit() -> None:
-    # h5py objects still alive when the HDF5 library terminates (its own exit handler, after
-    # Python's) are closed by HDF5 itself, in no particular order: a virtual dataset's creation
-    # property list closed after the lists it refers to crashes the process (a segfault as a
-    # spawned DataLoader worker exits). Closing every reader first releases them in order.
-    with _readers_lock:
-        readers = list(_readers)
-    for reader in readers:
-        reader.close()
-
-
-atexit.register(_close_all_at_exit)
-
-
-def open_hdf5_readers() -> int:
-    """Number of HDF5 readers holding an open file in this process (for tests)."""
-    return sum(1 for r in list(_readers) if r.is_open)
-
-
-def decode_attrs(attrs: Any) -> dict[str, Any]:
-    """HDF5 attributes -> plain Python (``chunkio*`` objects are stored as JSON text)."""
-    out: dict[str, Any] = {}
-    for key, value in attrs.items():
-        if isinstance(value, bytes):
-            value = value.decode()
-        if isinstance(value, str) and key.startswith("chunkio"):
-            value = json.loads(value) if key == "chunkio" else _json_or_text(value)
-        elif isinstance(value, np.generic):
-            value = value.item()
-        out[key] = value
-    return out
-
-
-def _json_or_text(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
 
 
 class HDF5Reader:
@@ -130,12 +63,15 @@ class HDF5Reader:
         raw_chunks: bool = True,
         fill_missing: bool = False,
         file_object: Callable[[], io.IOBase] | None = None,
+        documents: Mapping[str, Any] | None = None,
     ) -> None:
         """``raw_chunks=False`` reads everything through h5py, the general path (tests compare
         the raw chunk reads with it). ``fill_missing``: never-written chunks read as the fill
         value, as HDF5 defines them, instead of raising MissingChunkError. ``file_object``:
         makes the file object h5py reads instead of the path (a remote file's bytes; raw chunk
-        reads are then the caller's, see :mod:`.remote`)."""
+        reads are then the caller's, see :mod:`.remote`). ``documents``: what
+        :meth:`description` returned in another process; its arrays are read without opening
+        h5py while the file is the one described (:mod:`.described`)."""
         self.location = str(location)
         self._file_object = file_object
         self._fileobj: io.IOBase | None = None
@@ -155,16 +91,54 @@ class HDF5Reader:
         #: per array, chunk grid coordinates with no stored chunk (HDF5 reads them as zeros)
         self._missing: dict[str, frozenset[tuple[int, ...]]] = {}
         self._datasets: dict[str, h5py.Dataset] = {}
+        self._links: dict[str, Any] = {}  # of the open file, by path (checks.in_file_path)
+        self._infos: dict[str, ArrayInfo] = {}
+        #: the file's state when h5py opened it (what :meth:`description` describes)
+        self._opened: tuple[int, ...] | None = None
         self._lock = threading.Lock()
+        #: arrays as the process that made the dataset found them, valid while the file keeps
+        #: the state it had then (:mod:`.described`)
+        self._state, self._described = as_description(documents) if raw_chunks else (None, {})
+        for name, known in self._described.items():  # checked where it was described
+            self._paths[name], self._missing[name] = known.path, known.missing
+            self._checked.add(name)
         if file_object is None and not os.path.exists(self.location):
             raise DatasetNotFoundError(f"no HDF5 dataset at {self.location}")
-        self._open()
-        with _readers_lock:
-            _readers.add(self)
+        if not self._open_described():
+            self._open()
+        register(self)
 
     @property
     def is_open(self) -> bool:
-        return self._file is not None and bool(self._file.id.valid)
+        return self._fd is not None or (self._file is not None and bool(self._file.id.valid))
+
+    def _open_described(self) -> bool:
+        """Whether the described arrays can be read: the file opened for raw reads (no h5py)
+        if it is still the file described; else the description is dropped."""
+        if self._state is None or self._file_object is not None:
+            return False
+        if self._fd is None:
+            self._fd = open_described(self.location, self._state)
+            if self._fd is None:
+                self._forget_description()
+                return False
+        return True
+
+    def _forget_description(self) -> None:
+        """The file changed since it was described: every array is looked at again (its path,
+        checks and missing chunks found again by :meth:`_dataset`)."""
+        self._checked -= self._described.keys()
+        self._described.clear()
+        self._state = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def _known(self, name: str) -> DescribedArray | None:
+        """Array ``name`` as described, if it was and the file is still the one described."""
+        if name not in self._described or not self._open_described():
+            return None
+        return self._described.get(name)
 
     def _open(self) -> h5py.File:
         if self._file is None or not self._file.id.valid:
@@ -186,7 +160,11 @@ class HDF5Reader:
                         f"and open it again ({err})"
                     ) from err
                 raise FormatError(f"{self.location}: cannot open as HDF5: {err}") from err
-            self._fd = open_same_file(self.location, before)
+            self._opened = file_state(before)
+            if self._state is not None and self._opened != self._state:
+                self._forget_description()  # changed since described: h5py's view only
+            if self._fd is None:
+                self._fd = open_same_file(self.location, before)
         return self._file
 
     def _open_file_object(self) -> h5py.File:
@@ -218,6 +196,29 @@ class HDF5Reader:
             d = self._dataset(name)
             return RawGrid.build(d, name) if self._paths.get(name) is not None else None
 
+    def description(self, names: Sequence[str]) -> dict[str, Any] | None:
+        """What this reader learnt of arrays ``names`` (each opened and checked here), for
+        ``documents=`` in another process (:mod:`.described`); None when this file is not
+        read by raw chunks (a file object, or changed since it was opened)."""
+        with self._lock:
+            self._open()
+            if self._file_object is not None or self._fd is None or not self._raw_chunks:
+                return None
+            arrays = {}
+            for name in names:
+                try:
+                    d = self._dataset(name)
+                except ChunkioError:  # refused or missing: left to the reads to say so
+                    continue
+                path = self._paths.get(name)
+                if path is not None:  # not through an external link: h5py follows those
+                    info, raw, grid = self._array_info(name), self._raw[name], self._grid[name]
+                    grid = grid if raw is None or len(info.shape) > 1 else None  # 1-D: rows
+                    fill, missing = d.fillvalue, self._missing.get(name, frozenset())
+                    arrays[name] = DescribedArray(info, path, raw, grid, fill, missing).fresh()
+            state = file_state(os.fstat(self._fd))
+            return {"state": state, "arrays": arrays} if state == self._opened else None
+
     def attrs(self) -> dict[str, Any]:
         with self._lock:
             return decode_attrs(self._open().attrs)
@@ -232,18 +233,7 @@ class HDF5Reader:
 
     def array_names(self) -> list[str]:
         with self._lock:
-            f = self._open()
-            # Links are listed too (without resolving them), so that opening one is refused
-            # by _dataset as unsafe rather than reported as a missing array; arrays in
-            # groups by their path (visititems follows no links). A damaged header fails it.
-            nested: list[str] = []
-            try:
-                top = [k for k in f if not isinstance(f.get(k, getlink=True), h5py.HardLink)]
-                f.visititems(lambda path, obj: nested.append(path) if _is_array(obj) else None)
-            except (RuntimeError, OSError, KeyError) as err:
-                why = f"{type(err).__name__}: {err}"
-                raise FormatError(f"{self.location}: its arrays cannot be listed ({why})") from err
-            return sorted({*top, *nested})
+            return list_arrays(self._open(), self.location)
 
     def _dataset(self, name: str) -> h5py.Dataset:
         f = self._open()
@@ -252,8 +242,10 @@ class HDF5Reader:
             # Reopening a dataset per read costs its object header and, worse, its chunk
             # cache: HDF5 keeps one per open dataset.
             return cached
-        if name not in self._checked:
-            path, link = in_file_path(f, name, self.location)
+        if name in self._checked:
+            dset = f[self._paths[name] or name]
+        else:
+            path, link = in_file_path(f, name, self.location, self._links)
             if path is None and not self._trust:
                 raise UnsafeInputError(
                     f"{self.location}: {name!r} is (or passes through) a "
@@ -261,11 +253,11 @@ class HDF5Reader:
                     "refuses links that may point outside it unless trust_codecs=True"
                 )
             self._paths[name] = path  # None: through an external link, trusted
-            check_array(f[path or name], name, self.location, trust=self._trust)
-            self._missing[name] = missing_chunks(f[path or name])
+            dset = f[path or name]
+            check_array(dset, name, self.location, trust=self._trust)
+            self._missing[name] = missing_chunks(dset)
             self._checked.add(name)
         path = self._paths[name]
-        dset = f[path or name]
         self._datasets[name] = dset
         if name not in self._raw:
             # Raw reads use this file's descriptor, so only for data stored in this file: not
@@ -287,14 +279,25 @@ class HDF5Reader:
 
     def group_attrs(self, name: str) -> dict[str, Any] | None:
         with self._lock:
-            node = in_file_node(self._open(), name, self.location, trust=self._trust)
+            f, links = self._open(), self._links
+            node = in_file_node(f, name, self.location, trust=self._trust, links=links)
             return decode_attrs(node.attrs) if isinstance(node, h5py.Group) else None
 
     def read_text(self, name: str) -> list[str]:
         with self._lock:
-            return read_text(in_file_node(self._open(), name, self.location, trust=self._trust))
+            f, links = self._open(), self._links
+            return read_text(in_file_node(f, name, self.location, trust=self._trust, links=links))
 
     def _array_info(self, name: str) -> ArrayInfo:
+        known = self._known(name)
+        if known is not None:
+            return known.info
+        found = self._infos.get(name)  # asked for again and again while a dataset is made
+        if found is None:
+            found = self._infos[name] = self._info_of(name)
+        return found
+
+    def _info_of(self, name: str) -> ArrayInfo:
         d = self._dataset(name)
         raw = self._raw.get(name)  # contiguous data is read in runs: those are its chunks
         plist = d.id.get_create_plist()
@@ -323,18 +326,18 @@ class HDF5Reader:
     def _read_locked(
         self, name: str, ranges: Sequence[tuple[int, int]], out: npt.NDArray[Any]
     ) -> None:
-        d = self._dataset(name)
-        raw, grid = self._raw.get(name), self._grid.get(name)
+        raw, grid = self._chunk_readers(name)
         if raw is not None and self._fd is not None:
-            self._read_raw(d, raw, self._fd, ranges, out)
+            self._read_raw(raw, self._fd, ranges, out)
             return
         if grid is not None and self._fd is not None:  # chunks that split samples
-            rest = tuple(slice(0, n) for n in d.shape[1:])
+            rest = tuple(slice(0, n) for n in grid.shape[1:])
             for start, stop, offset in coalesce(ranges):
                 box = (slice(start, stop), *rest)
                 self._require_chunks(name, box, grid.chunks)
-                self._read_grid(d, grid, self._fd, box, out[offset : offset + stop - start])
+                self._read_grid(grid, self._fd, box, out[offset : offset + stop - start])
             return
+        d = self._dataset(name)
         started = time.perf_counter()
         try:
             for start, stop, offset in coalesce(ranges):
@@ -342,9 +345,17 @@ class HDF5Reader:
         finally:
             self.clock.decode += time.perf_counter() - started  # HDF5 does every stage
 
+    def _chunk_readers(self, name: str) -> tuple[RawChunks | None, RawGrid | None]:
+        """Array ``name``'s raw readers by rows and by boxes (None: h5py reads it), as
+        described (no h5py opened) or from the file opened here."""
+        known = self._known(name)
+        if known is not None:
+            return known.raw, known.grid
+        self._dataset(name)
+        return self._raw.get(name), self._grid.get(name)
+
     def _read_raw(
         self,
-        d: h5py.Dataset,
         raw: RawChunks,
         fd: int,
         ranges: Sequence[tuple[int, int]],
@@ -360,7 +371,7 @@ class HDF5Reader:
                 # a filter skipped when it was written, or never written (and filled): HDF5's
                 if chunk in raw.masked or (self._fill_missing and chunk not in raw.index):
                     started = time.perf_counter()
-                    self._read_h5py(d, raw.name, first, first + rows, part)
+                    self._read_h5py(self._dataset(raw.name), raw.name, first, first + rows, part)
                     self.clock.decode += time.perf_counter() - started  # HDF5: every stage
                 else:
                     self._read_raw_chunk(raw, fd, chunk, part)
@@ -381,29 +392,24 @@ class HDF5Reader:
         try:
             d.read_direct(out, np.s_[start:stop], np.s_[0 : stop - start])
         except OSError as err:
-            step = (d.chunks or d.shape)[0]
-            bad = first_bad_chunk(d, start, stop, step)
-            where = (
-                f"chunk {bad}"
-                if bad is not None
-                else (f"chunks {start // step}..{(stop - 1) // step}")
-            )
             raise CorruptChunkError(
-                f"{self.location}: array {name!r}, {where} (in samples {start}..{stop - 1}) "
-                f"cannot be read (checksum or decoding failed): {err}"
+                f"{self.location}: array {name!r}, {failed_chunks(d, start, stop)} (in samples "
+                f"{start}..{stop - 1}) cannot be read (checksum or decoding failed): {err}"
             ) from err
 
     def read_region(self, name: str, region: tuple[slice, ...], out: npt.NDArray[Any]) -> None:
         with self._lock:
-            d = self._dataset(name)
             where = f"{self.location}: array {name!r}"
+            _, grid = self._chunk_readers(name)
+            if grid is not None and self._fd is not None:
+                if check_region(region, grid.shape, out, where):
+                    self._require_chunks(name, region, grid.chunks)
+                    self._read_grid(grid, self._fd, region, out)
+                return
+            d = self._dataset(name)
             if not check_region(region, tuple(d.shape), out, where):
                 return
             self._require_chunks(name, region, d.chunks or d.shape)
-            grid = self._grid.get(name)
-            if grid is not None and self._fd is not None:
-                self._read_grid(d, grid, self._fd, region, out)
-                return
             try:
                 # h5py's fast reader (d[...]) beats read_direct's Python-level selection
                 # handling several-fold on the small boxes patch reads ask for
@@ -413,19 +419,14 @@ class HDF5Reader:
                 raise CorruptChunkError(f"{where}: box {box} cannot be read: {err}") from err
 
     def _read_grid(
-        self,
-        d: h5py.Dataset,
-        grid: RawGrid,
-        fd: int,
-        region: tuple[slice, ...],
-        out: npt.NDArray[Any],
+        self, grid: RawGrid, fd: int, region: tuple[slice, ...], out: npt.NDArray[Any]
     ) -> None:
         """Box ``region`` by raw chunk reads (:mod:`.grid`); chunks HDF5 must decode itself
         (a filter mask the pipeline lacks) through h5py."""
 
         def by_h5py(box: tuple[slice, ...], part: npt.NDArray[Any]) -> None:
             try:
-                part[...] = d[box]
+                part[...] = self._dataset(grid.name)[box]
             except OSError as err:
                 where = [(s.start, s.stop) for s in box]
                 raise CorruptChunkError(
@@ -433,7 +434,7 @@ class HDF5Reader:
                 ) from err
 
         grid.check_file(fd)
-        fill = d.fillvalue if self._fill_missing else None
+        fill = self._fill_value(grid.name) if self._fill_missing else None
         try:
             grid.read_region(region, out, grid.pread(fd), self.clock, fallback=by_h5py, fill=fill)
         except (CorruptChunkError, MissingChunkError) as err:
@@ -441,22 +442,14 @@ class HDF5Reader:
                 raise
             raise type(err)(f"{self.location}: {err}") from err
 
+    def _fill_value(self, name: str) -> Any:
+        known = self._known(name)
+        return known.fill_value if known is not None else self._dataset(name).fillvalue
+
     def _require_chunks(self, name: str, box: tuple[slice, ...], chunks: tuple[int, ...]) -> None:
         """Raise if a chunk the box touches was never stored: it would read back as zeros."""
-        if self._fill_missing:
-            return  # as asked: HDF5's fill value
-        missing = self._missing.get(name)
-        if not missing:
-            return
-        # a box with fewer slices than axes (whole rows) leaves the other axes unconstrained
-        spans = [(s.start // c, ceil_div(s.stop, c)) for s, c in zip(box, chunks, strict=False)]
-        for coords in sorted(missing):
-            if all(a <= x < b for x, (a, b) in zip(coords, spans, strict=False)):
-                chunk = coords[0] if not any(coords[1:]) else coords
-                raise MissingChunkError(
-                    f"{self.location}: array {name!r}: chunk {chunk} is missing from the file "
-                    "(HDF5 would read it back as zeros)"
-                )
+        if not self._fill_missing:  # else as asked: HDF5's fill value
+            require_stored(self._missing.get(name), box, chunks, f"{self.location}: array {name!r}")
 
     def chunk_exists(self, name: str, chunk: int | tuple[int, ...]) -> bool:
         with self._lock:
@@ -471,9 +464,7 @@ class HDF5Reader:
 
     def read_path(self, name: str) -> str:
         with self._lock:
-            self._dataset(name)
-            raw = self._raw.get(name) is not None or self._grid.get(name) is not None
-            return "raw" if raw else "h5py"
+            return "h5py" if self._chunk_readers(name) == (None, None) else "raw"
 
     def close(self) -> None:
         with self._lock:
@@ -481,6 +472,8 @@ class HDF5Reader:
 
     def _close_locked(self) -> None:
         self._datasets.clear()
+        self._links.clear()
+        self._infos.clear()
         self._grid.clear()
         self._raw.clear()  # rebuilt from the file opened next (it may have been replaced)
         if self._fd is not None:
@@ -494,7 +487,3 @@ class HDF5Reader:
         if self._fileobj is not None:
             self._fileobj.close()
             self._fileobj = None
-
-
-def _is_array(obj: Any) -> bool:
-    return isinstance(obj, h5py.Dataset)

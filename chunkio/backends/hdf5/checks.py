@@ -28,26 +28,34 @@ from ...util.messages import listing
 from ..codec_packages import hdf5_filter_hint, hdf5_filter_name
 from ..codec_table import HDF5_SAFE
 
-__all__ = ["check_array", "in_file_node", "in_file_path", "read_text"]
+__all__ = ["check_array", "in_file_node", "in_file_path", "list_arrays", "read_text"]
 
 #: soft links followed for one name before it counts as a loop
 _MAX_SOFT_LINKS = 32
 
 
-def in_file_path(f: h5py.File, name: str, where: str) -> tuple[str | None, Any]:
+def in_file_path(
+    f: h5py.File, name: str, where: str, links: dict[str, Any] | None = None
+) -> tuple[str | None, Any]:
     """The path of ``name`` through hard links only, its soft links followed:
     ``(path, None)``, or ``(None, link)`` at the first link of another kind (an external
     link) on the way, which HDF5 would follow out of the file. Nothing outside the file is
     opened: each step is looked up from a path already known to be in the file. A name
-    with no object (a dangling soft link included) is a :class:`MissingFieldError`."""
+    with no object (a dangling soft link included) is a :class:`MissingFieldError`.
+    ``links``: the links of ``f`` looked up so far (shared by the arrays of one group), kept
+    by the caller while ``f`` is open."""
     todo = [p for p in name.split("/") if p not in ("", ".")]
     done, hops = "", 0
     while todo:
         step = f"{done}/{todo.pop(0)}"
-        try:
-            link = f.get(step, getlink=True)
-        except (KeyError, ValueError, TypeError):  # a step through a dataset
-            link = None
+        link = links.get(step) if links is not None else None
+        if link is None:
+            try:
+                link = f.get(step, getlink=True)
+            except (KeyError, ValueError, TypeError):  # a step through a dataset
+                link = None
+            if links is not None and link is not None:
+                links[step] = link
         if link is None:
             raise MissingFieldError(f"{where}: array {name!r} is missing")
         if isinstance(link, h5py.SoftLink):
@@ -65,6 +73,24 @@ def in_file_path(f: h5py.File, name: str, where: str) -> tuple[str | None, Any]:
             return None, link
         done = step
     return done or "/", None
+
+
+def list_arrays(f: h5py.File, where: str) -> list[str]:
+    """The arrays of file ``f`` (``where``), by path, and its links at the top level.
+
+    Links are listed too (without resolving them), so that opening one is refused by the
+    reader as unsafe rather than reported as a missing array; arrays in groups by their path
+    (visititems follows no links). A damaged header is a :class:`FormatError`."""
+    nested: list[str] = []
+    try:
+        top = [k for k in f if not isinstance(f.get(k, getlink=True), h5py.HardLink)]
+        f.visititems(
+            lambda path, obj: nested.append(path) if isinstance(obj, h5py.Dataset) else None
+        )
+    except (RuntimeError, OSError, KeyError) as err:
+        why = f"{type(err).__name__}: {err}"
+        raise FormatError(f"{where}: its arrays cannot be listed ({why})") from err
+    return sorted({*top, *nested})
 
 
 def check_array(dset: Any, name: str, where: str, *, trust: bool) -> None:
@@ -144,10 +170,12 @@ def _source_exists(source: str, where: str) -> bool:
     return any(os.path.isfile(p) for p in places)
 
 
-def in_file_node(f: h5py.File, name: str, where: str, *, trust: bool) -> Any:
+def in_file_node(
+    f: h5py.File, name: str, where: str, *, trust: bool, links: dict[str, Any] | None = None
+) -> Any:
     """The group or dataset at ``name``, through soft links inside the file only (any link
     when ``trust``); nothing there: a :class:`MissingFieldError`."""
-    path, link = in_file_path(f, name, where)
+    path, link = in_file_path(f, name, where, links)
     if path is None and not trust:
         raise UnsafeInputError(
             f"{where}: {name!r} is (or passes through) a {type(link).__name__}; chunkio "

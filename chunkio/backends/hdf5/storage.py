@@ -11,10 +11,18 @@ from typing import Any
 import h5py
 import numpy as np
 
+from ...errors import MissingChunkError
 from ...util.numeric import ceil_div
 from .raw import run_rows
 
-__all__ = ["chunks_of", "first_bad_chunk", "missing_chunks", "open_same_file"]
+__all__ = [
+    "chunks_of",
+    "failed_chunks",
+    "first_bad_chunk",
+    "missing_chunks",
+    "open_same_file",
+    "require_stored",
+]
 
 
 def open_same_file(path: str, before: os.stat_result) -> int | None:
@@ -49,6 +57,14 @@ def first_bad_chunk(d: h5py.Dataset, start: int, stop: int, step: int) -> int | 
     return None
 
 
+def failed_chunks(d: h5py.Dataset, start: int, stop: int) -> str:
+    """The chunk of rows ``[start, stop)`` that fails to read, as messages name it (error
+    path only)."""
+    step = (d.chunks or d.shape)[0]
+    bad = first_bad_chunk(d, start, stop, step)
+    return f"chunk {bad}" if bad is not None else f"chunks {start // step}..{(stop - 1) // step}"
+
+
 def missing_chunks(d: Any) -> frozenset[tuple[int, ...]]:
     """Chunk grid coordinates of ``d`` that hold no stored chunk (one cheap call if none)."""
     if not isinstance(d, h5py.Dataset) or d.chunks is None or d.is_virtual:
@@ -62,6 +78,27 @@ def missing_chunks(d: Any) -> frozenset[tuple[int, ...]]:
         for i in range(stored)
     }
     return frozenset(itertools.product(*map(range, grid))) - have
+
+
+def require_stored(
+    missing: frozenset[tuple[int, ...]] | None,
+    box: tuple[slice, ...],
+    chunks: tuple[int, ...],
+    where: str,
+) -> None:
+    """Raise if a chunk box ``box`` touches is among the ``missing`` ones (never stored: HDF5
+    would read it back as zeros); ``where`` names the file and array."""
+    if not missing:
+        return
+    # a box with fewer slices than axes (whole rows) leaves the other axes unconstrained
+    spans = [(s.start // c, ceil_div(s.stop, c)) for s, c in zip(box, chunks, strict=False)]
+    for coords in sorted(missing):
+        if all(a <= x < b for x, (a, b) in zip(coords, spans, strict=False)):
+            chunk = coords[0] if not any(coords[1:]) else coords
+            raise MissingChunkError(
+                f"{where}: chunk {chunk} is missing from the file (HDF5 would read it back as "
+                "zeros)"
+            )
 
 
 def chunks_of(d: h5py.Dataset) -> tuple[int, ...]:

@@ -1,0 +1,114 @@
+"""A local HDF5 file as one process described it, for the other processes that read it.
+
+Opening an array costs a reader its first look: the path walked link by link, the checks of
+:mod:`.checks`, the chunk index read (:class:`~.raw.RawChunks`, :class:`~.grid.RawGrid`),
+the never-written chunks listed. A dataset of many files pays that per file, per process,
+each time a file is opened again: tens of milliseconds, more than reading a small file's
+cells. The process that makes the dataset has done all of it already, so it hands the
+result to the others (:meth:`.backend.HDF5Reader.description`, pickled with the dataset as
+``ReaderOptions.documents``): per array, what the reader learnt (:class:`DescribedArray`),
+and the file's state when it learnt it (device, inode, size, modification and change time).
+
+A reader given a description (``HDF5Reader(documents=...)``) opens the file with one
+``os.open`` and reads the described arrays' chunks by ``pread``; h5py is opened only for what
+raw reads do not cover (a chunk HDF5 must decode itself, attributes). The description holds
+only while the file keeps the state it was described in: any write through the file system
+changes the change time (``utime`` cannot set it back), so a file replaced, rewritten or
+appended to since is read as if no description were given, through h5py, every check run
+again. Nothing here opens h5py; modules may import what :mod:`chunkio.backends.hdf5` may.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+
+from .._checksum import Fletcher32
+from ..base import ArrayInfo
+from .grid import RawGrid
+from .raw import RawChunks
+
+__all__ = ["DescribedArray", "as_description", "file_state", "open_described"]
+
+#: (device, inode, size, modification ns, change ns): a file as it was when described
+FileState = tuple[int, int, int, int, int]
+
+_Reader = TypeVar("_Reader", RawChunks, RawGrid)
+
+
+@dataclass(frozen=True)
+class DescribedArray:
+    """One array of a described file: what a reader learns on its first look at it.
+
+    ``path``: its path inside the file, soft links resolved (arrays reached through an
+    external link are not described: h5py follows those). ``raw``/``grid``: its raw chunk
+    readers by rows and by boxes (None: h5py reads it; a 1-D array read by rows carries no
+    ``grid``, which would double what is pickled per file). ``missing``: chunk grid
+    coordinates never written."""
+
+    info: ArrayInfo
+    path: str
+    raw: RawChunks | None
+    grid: RawGrid | None
+    fill_value: Any
+    missing: frozenset[tuple[int, ...]]
+
+    def fresh(self) -> DescribedArray:
+        """A copy whose chunk readers have their own scratch memory and checked-checksum
+        records (several readers of one file in a process each get one)."""
+        return dataclasses.replace(self, raw=_fresh(self.raw), grid=_fresh(self.grid))
+
+
+def _fresh(reader: _Reader | None) -> _Reader | None:
+    if reader is None:
+        return None
+    return dataclasses.replace(
+        reader,
+        _buffer=np.empty(0, np.uint8),
+        _fletcher=Fletcher32(),
+        _verified={},
+        _file_state=(),
+    )
+
+
+def file_state(st: os.stat_result) -> FileState:
+    """What must be unchanged for a description to hold."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def as_description(
+    documents: Mapping[str, Any] | None,
+) -> tuple[FileState | None, dict[str, DescribedArray]]:
+    """``(state, arrays)`` of ``documents`` (what :meth:`.backend.HDF5Reader.description`
+    returned in another process), each array fresh; ``(None, {})`` when they describe no
+    local HDF5 file."""
+    if not documents or "state" not in documents:
+        return None, {}
+    arrays = documents.get("arrays") or {}
+    found = {
+        str(name): array.fresh()
+        for name, array in arrays.items()
+        if isinstance(array, DescribedArray)
+    }
+    state = tuple(int(x) for x in documents["state"])
+    if len(state) != 5:
+        return None, {}
+    return (state[0], state[1], state[2], state[3], state[4]), found
+
+
+def open_described(path: str, state: FileState) -> int | None:
+    """A read-only descriptor of ``path`` if it is still the file described in ``state``,
+    else None (missing, replaced or changed: the caller opens it through h5py)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    if file_state(os.fstat(fd)) != state:
+        os.close(fd)
+        return None
+    return fd
