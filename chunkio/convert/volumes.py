@@ -85,7 +85,6 @@ def convert_volumes(
     class_names: Sequence[str] | None = None,
     output: Output | None = None,
     execution: Execution | None = None,
-    ome_zarr: bool | int = False,
 ) -> ConversionResult:
     """Convert volume files into a chunkio volume dataset; resume an interrupted run.
 
@@ -114,17 +113,13 @@ def convert_volumes(
         default 64^3, the largest power-of-two cube of at most ``chunk_bytes`` of float32
         voxels), clipped to the largest volume; one volume per chunk. Format, and the codec,
         level and checksum of every chunk. No ``extra``: the converter writes its own.
+        ``ome_zarr``: write one OME-Zarr image per volume instead (levels, label image,
+        stored label index; see :mod:`chunkio.convert.volume.ome_output`).
     execution
         :class:`~chunkio.Execution`: processes converting volumes in parallel (default: up
         to :data:`~chunkio.convert.engine.workers.VOLUME_WORKERS`, never more than volumes left,
         and none for less than 256 MiB of images: see :mod:`chunkio.convert.engine.workers`), or a
         ``dask.distributed.Client``; a progress bar (volumes); overwriting.
-    ome_zarr
-        ``True``: write ``dst`` (a Zarr v3 group) as one OME-Zarr 0.5 image per volume,
-        ``<stem>.ome.zarr``, with its label image and stored label index, in levels halving
-        each axis until a level fits one chunk; an int: that many levels (at most). See
-        :mod:`chunkio.convert.volume.ome`.
-
     Returns
     -------
     ConversionResult
@@ -143,7 +138,7 @@ def convert_volumes(
     output = DEFAULT_OUTPUT if output is None else output
     execution = DEFAULT_EXECUTION if execution is None else execution
     output.no_extra("convert_volumes")
-    ome, levels = _ome_levels(ome_zarr)
+    ome, levels = _ome_levels(output.ome_zarr)
     compression = output.compression_codec()
     overwrite = execution.overwrite
     started = time.perf_counter()
@@ -314,9 +309,7 @@ def _ome_levels(ome_zarr: bool | int) -> tuple[bool, int | None]:
     """
     if isinstance(ome_zarr, bool):
         return ome_zarr, None
-    if not isinstance(ome_zarr, int) or ome_zarr < 1:
-        raise ValueError(f"ome_zarr must be a bool or a number of levels >= 1; got {ome_zarr!r}")
-    return True, ome_zarr
+    return True, ome_zarr  # checked by Output
 
 
 def _json_meta(meta: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""convert_volumes(..., ome_zarr=True): one OME-Zarr 0.5 image per volume that the NGFF models
+"""convert_volumes(..., output=Output(ome_zarr=True)): one OME-Zarr 0.5 image per volume that the NGFF models
 (ome-zarr-models) validate and ome-zarr-py opens, levels computed from the source, the label
 index chunkio stored used by PatchDataset instead of reading the labels, and the staged,
 resumable, rerun-safe writing of every other conversion."""
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import zarr
 
-from chunkio import Execution, Output
+from chunkio import Execution, Output, write_arrays
 from chunkio.convert.volumes import convert_volumes
 from chunkio.errors import DestinationExistsError, FormatError, SourceError
 from chunkio.patches import LabelBalancedSampler, PatchDataset, index_label_volume, ome_reads
@@ -70,9 +70,8 @@ def converted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         str(folder / "out.zarr"),
         labels=lab,
         class_names=["background", "tumour", "edema"],
-        output=Output(chunks=CHUNKS),
+        output=Output(chunks=CHUNKS, ome_zarr=True),
         execution=QUIET,
-        ome_zarr=True,
     )
     return {"result": result, "images": images, "labels": labels, "img": img, "lab": lab}
 
@@ -165,15 +164,16 @@ def test_interrupted_run_resumes_reruns_return_and_other_requests_are_refused(co
     good = np.load(img[1])
     np.save(img[1], np.full(good.shape, np.nan, np.float32))  # volume 1 fails
     dst = str(tmp_path / "out.zarr")
-    kw: dict[str, Any] = {"labels": lab, "output": Output(chunks=CHUNKS), "execution": QUIET}
+    kw: dict[str, Any] = {"labels": lab, "execution": QUIET}
     kw["class_names"] = ["background", "tumour", "edema"]
+    ome = Output(chunks=CHUNKS, ome_zarr=True)
     with pytest.raises(SourceError, match=r"volume 1 .*brain_b\.npy"):
-        convert_volumes(img, dst, dtype="uint16", ome_zarr=True, **kw)
+        convert_volumes(img, dst, dtype="uint16", output=ome, **kw)
     assert not os.path.exists(dst)  # nothing published
     np.save(img[1], good)
-    result = convert_volumes(img, dst, ome_zarr=True, **kw)
+    result = convert_volumes(img, dst, output=ome, **kw)
     assert (result.resumed_blocks, result.written_blocks) == (1, 1)
-    again = convert_volumes(img, dst, ome_zarr=True, **kw)
+    again = convert_volumes(img, dst, output=ome, **kw)
     assert again.unchanged and again.images == result.images
     for a, b in zip(result.images, converted["result"].images, strict=True):
         ga, gb = zarr.open_group(a, mode="r"), zarr.open_group(b, mode="r")
@@ -181,13 +181,15 @@ def test_interrupted_run_resumes_reruns_return_and_other_requests_are_refused(co
         for name in ("s0", "s2", "labels/label/s0", "labels/label/s2", "chunkio/label_points"):
             np.testing.assert_array_equal(ga[name][...], gb[name][...])
     with pytest.raises(DestinationExistsError, match="option ome_zarr was null, now 2"):
-        convert_volumes(img, dst, ome_zarr=2, **kw)
+        convert_volumes(img, dst, output=Output(chunks=CHUNKS, ome_zarr=2), **kw)
 
 
 def test_levels_asked_for(tmp_path):
     image = tmp_path / "v.npy"
     np.save(image, np.arange(2 * 5 * 9, dtype=np.uint8).reshape(1, 10, 9)[:, :5])
-    out = convert_volumes(str(image), str(tmp_path / "o.zarr"), ome_zarr=4, execution=QUIET)
+    out = convert_volumes(
+        str(image), str(tmp_path / "o.zarr"), output=Output(ome_zarr=4), execution=QUIET
+    )
     group = zarr.open_group(out.images[0], mode="r")
     shapes = [
         group[f"s{k}"].shape for k in range(len(group.attrs["ome"]["multiscales"][0]["datasets"]))
@@ -198,10 +200,13 @@ def test_levels_asked_for(tmp_path):
 
 def test_bad_requests_are_refused(tmp_path):
     img, *_ = _sources(tmp_path / "src")
-    with pytest.raises(ValueError, match="ome_zarr writes a Zarr v3 group; got format 'hdf5'"):
-        convert_volumes(img, str(tmp_path / "out.h5"), ome_zarr=True, execution=QUIET)
+    ome = Output(ome_zarr=True)
+    with pytest.raises(ValueError, match=r"writes a Zarr v3 group .*; got format 'hdf5'"):
+        convert_volumes(img, str(tmp_path / "out.h5"), output=ome, execution=QUIET)
     with pytest.raises(ValueError, match="number of levels >= 1; got 0"):
-        convert_volumes(img, str(tmp_path / "out.zarr"), ome_zarr=0, execution=QUIET)
+        Output(ome_zarr=0)
+    with pytest.raises(ValueError, match=r"write_arrays: Output\(ome_zarr=...\) is for volumes"):
+        write_arrays(str(tmp_path / "a.zarr"), {"x": np.zeros(3)}, output=ome)
     other = tmp_path / "other"
     other.mkdir()
     np.save(other / "brain_b.npy", np.load(img[1]))
@@ -209,6 +214,6 @@ def test_bad_requests_are_refused(tmp_path):
         convert_volumes(
             [*img, str(other / "brain_b.npy")],
             str(tmp_path / "o.zarr"),
-            ome_zarr=True,
+            output=ome,
             execution=QUIET,
         )

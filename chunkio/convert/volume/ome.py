@@ -109,10 +109,10 @@ def _level_shape(shape: Sequence[int], factor: Sequence[int]) -> tuple[int, ...]
 
 def shrink_image(data: npt.NDArray[Any], factor: Sequence[int]) -> npt.NDArray[Any]:
     """Block means of the trailing spatial axes of ``data`` (edge blocks padded with their
-    edge voxels), in ``data``'s dtype (integers rounded to nearest).
+    edge voxels), in ``data``'s dtype (integers rounded to nearest, ties to even).
 
-    >>> shrink_image(np.array([[0, 2, 4], [2, 4, 9]], np.uint8), (2, 2))
-    array([[2, 9]], dtype=uint8)
+    >>> shrink_image(np.array([[0, 2, 4], [2, 4, 8]], np.uint8), (2, 2))
+    array([[2, 6]], dtype=uint8)
     """
     lead = data.ndim - len(factor)
     full = [ceil_div(s, f) * f for s, f in zip(data.shape[lead:], factor, strict=True)]

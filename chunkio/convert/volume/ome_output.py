@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ...backends import Compression, Format
+from ...backends import Compression, Format, storage_for
 from ...errors import DestinationExistsError, SourceError
 from ...format.layout import COMPLETE_KEY
 from ...format.volume_layout import VolumeSet
@@ -105,8 +105,12 @@ def convert_ome(
     """Write ``tasks`` as a collection of OME-Zarr images at ``dst`` (see the module docs)."""
     import zarr
 
-    if fmt != "zarr":
-        raise ValueError(f"ome_zarr writes a Zarr v3 group; got format {fmt!r} for {dst!r}")
+    storage = storage_for(fmt)
+    if storage.in_memory or storage.local_only:  # chunkio's memory store, one HDF5 file
+        raise ValueError(
+            f"Output(ome_zarr=...) writes a Zarr v3 group (a '.zarr' directory, a URL or a "
+            f"zarr store); got format {fmt!r} for {dst!r}"
+        )
     names = image_names(tasks)
     request = asked.request
     count = len(tasks)
