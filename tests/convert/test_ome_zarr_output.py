@@ -1,7 +1,7 @@
-"""convert_volumes(..., output=Output(ome_zarr=True)): one OME-Zarr 0.5 image per volume that the NGFF models
-(ome-zarr-models) validate and ome-zarr-py opens, levels computed from the source, the label
-index chunkio stored used by PatchDataset instead of reading the labels, and the staged,
-resumable, rerun-safe writing of every other conversion."""
+"""convert_volumes(..., output=Output(ome_zarr=True)): one OME-Zarr 0.5 image per volume
+that the NGFF models (ome-zarr-models) validate and ome-zarr-py opens, levels computed from the
+source, the label index chunkio stored used by PatchDataset instead of reading the labels, and
+the staged, resumable, rerun-safe writing of every other conversion."""
 
 from __future__ import annotations
 
@@ -184,18 +184,40 @@ def test_interrupted_run_resumes_reruns_return_and_other_requests_are_refused(co
         convert_volumes(img, dst, output=Output(chunks=CHUNKS, ome_zarr=2), **kw)
 
 
-def test_levels_asked_for(tmp_path):
-    image = tmp_path / "v.npy"
-    np.save(image, np.arange(2 * 5 * 9, dtype=np.uint8).reshape(1, 10, 9)[:, :5])
+def test_channels_and_levels_asked_for(tmp_path):
+    image = tmp_path / "v.npy"  # 2 channels of 1 x 5 x 9 voxels
+    data = np.random.default_rng(0).integers(0, 250, (2, 1, 5, 9), dtype=np.uint8)
+    np.save(image, data)
     out = convert_volumes(
         str(image), str(tmp_path / "o.zarr"), output=Output(ome_zarr=4), execution=QUIET
     )
     group = zarr.open_group(out.images[0], mode="r")
-    shapes = [
-        group[f"s{k}"].shape for k in range(len(group.attrs["ome"]["multiscales"][0]["datasets"]))
-    ]
-    assert shapes == [(1, 5, 9), (1, 3, 5), (1, 2, 3), (1, 1, 2)]  # z stays 1; sizes round up
+    model = ome_models.Image.from_zarr(group)
+    assert [a.name for a in model.ome_attributes.multiscales[0].axes] == ["c", "z", "y", "x"]
+    datasets = group.attrs["ome"]["multiscales"][0]["datasets"]
+    shapes = [group[ds["path"]].shape for ds in datasets]
+    assert shapes == [(2, 1, 5, 9), (2, 1, 3, 5), (2, 1, 2, 3), (2, 1, 1, 2)]  # z stays 1
+    assert datasets[1]["coordinateTransformations"][0]["scale"] == [1.0, 1.0, 2.0, 2.0]
     assert "labels" not in group
+    ds = PatchDataset(out.images[0], (1, 5, 9))
+    np.testing.assert_array_equal(ds.read_patches(ds.sampler.keys())["image"][0], data)
+
+
+@pytest.mark.timeout(60)
+def test_worker_processes_write_the_same_images(converted, tmp_path):
+    img, lab, *_ = _sources(tmp_path / "src")
+    out = convert_volumes(
+        img,
+        str(tmp_path / "par.zarr"),
+        labels=lab,
+        class_names=["background", "tumour", "edema"],
+        output=Output(chunks=CHUNKS, ome_zarr=True),
+        execution=Execution(workers=2, progress=False),
+    )
+    for a, b in zip(out.images, converted["result"].images, strict=True):
+        ga, gb = zarr.open_group(a, mode="r"), zarr.open_group(b, mode="r")
+        for name in ("s0", "s1", "labels/label/s1", "chunkio/label_index"):
+            np.testing.assert_array_equal(ga[name][...], gb[name][...])
 
 
 def test_bad_requests_are_refused(tmp_path):
