@@ -80,9 +80,11 @@ def image_names(tasks: Sequence[VolumeTask]) -> tuple[str, ...]:
     seen: dict[str, str] = {}
     for t in tasks:
         stem = volume_stem(t.image.path)
-        if not stem or stem.startswith(".") or any(c in stem for c in "/\\\0"):
+        # Zarr v3 node names: not empty, no "/", not only dots, no "__" prefix (reserved)
+        if not stem or stem.startswith((".", "__")) or any(c in stem for c in "/\\\0"):
             raise SourceError(
-                f"{t.image.path}: expected a file name to name its OME-Zarr image; got {stem!r}"
+                f"{t.image.path}: expected a file name that can name its OME-Zarr image (a "
+                f"Zarr node: not starting with '.' or '__'); got {stem!r}"
             )
         name = stem + _SUFFIX
         if name in seen:
