@@ -88,6 +88,12 @@ class Output:
         JSON-serialisable attributes stored with the dataset's layout
         (:func:`~chunkio.write_arrays` and :func:`~chunkio.convert_arrays`; the image and
         volume converters write their own).
+    ome_zarr
+        Volumes only (:func:`~chunkio.convert_volumes`): ``True`` writes the destination, a
+        Zarr v3 group, as one OME-Zarr 0.5 image per volume (scale levels halving each axis
+        until a level fits one chunk, the label image, the label index chunkio samples
+        from; see :mod:`chunkio.convert.volume.ome`); an int: that many levels at most.
+        ``False`` (default): a chunkio volume dataset.
 
     Examples
     --------
@@ -97,6 +103,8 @@ class Output:
     Compression(codec='zstd', level=3, checksum=False)
     >>> Output(chunks=(32, 64, 64)).chunks
     (32, 64, 64)
+    >>> Output(ome_zarr=3).ome_zarr
+    3
     """
 
     format: Format | None = None
@@ -105,8 +113,12 @@ class Output:
     compression: str | Compression = DEFAULT_CODEC
     checksum: bool = True
     extra: Mapping[str, Any] | None = None
+    ome_zarr: bool | int = False
 
     def __post_init__(self) -> None:
+        ome = self.ome_zarr
+        if not isinstance(ome, bool) and (not isinstance(ome, int) or ome < 1):
+            raise ValueError(f"ome_zarr must be a bool or a number of levels >= 1; got {ome!r}")
         chunks = self.chunks
         if chunks is not None and not isinstance(chunks, int):
             if isinstance(chunks, str) or not isinstance(chunks, Sequence):
@@ -137,7 +149,12 @@ class Output:
 
     def samples_per_chunk(self, what: str) -> int | None:
         """``chunks`` as samples per chunk (``None``: the default rule), for a dataset of
-        samples; a shape is refused, naming the converter ``what``."""
+        samples; a shape, or OME-Zarr output, is refused, naming the converter ``what``."""
+        if self.ome_zarr is not False:
+            raise ValueError(
+                f"{what}: Output(ome_zarr=...) is for volumes (convert_volumes); got "
+                f"ome_zarr={self.ome_zarr!r}"
+            )
         if self.chunks is None or isinstance(self.chunks, int):
             return self.chunks
         raise ValueError(

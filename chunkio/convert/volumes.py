@@ -53,6 +53,7 @@ from .engine.workers import VOLUME_WORKERS, Work, worker_count
 from .engine.writing import start_writer, write_here, write_target
 from .options import DEFAULT_EXECUTION, DEFAULT_OUTPUT, Execution, Output, Progress, moved
 from .source import ConversionResult
+from .volume.ome_output import OmeRequest, convert_ome
 from .volume.results import load_results, save_result
 from .volume.sources import VolumeFile, match_labels, probe_volume, volume_files
 from .volume.tasks import VolumeJob, VolumeResult, VolumeTask
@@ -112,18 +113,21 @@ def convert_volumes(
         default 64^3, the largest power-of-two cube of at most ``chunk_bytes`` of float32
         voxels), clipped to the largest volume; one volume per chunk. Format, and the codec,
         level and checksum of every chunk. No ``extra``: the converter writes its own.
+        ``ome_zarr``: write one OME-Zarr image per volume instead (levels, label image,
+        stored label index; see :mod:`chunkio.convert.volume.ome_output`).
     execution
         :class:`~chunkio.Execution`: processes converting volumes in parallel (default: up
         to :data:`~chunkio.convert.engine.workers.VOLUME_WORKERS`, never more than volumes left,
         and none for less than 256 MiB of images: see :mod:`chunkio.convert.engine.workers`), or a
         ``dask.distributed.Client``; a progress bar (volumes); overwriting.
-
     Returns
     -------
     ConversionResult
         ``resumed_blocks``/``written_blocks`` count volumes. ``unchanged`` when ``dst``
         already holds this very conversion (the same files by path, size and modification
-        time, the same options): returned without reading a voxel.
+        time, the same options): returned without reading a voxel. With ``ome_zarr``, an
+        :class:`~chunkio.convert.volume.ome_output.OmeConversionResult` whose ``images``
+        are the paths of the images.
 
     Raises
     ------
@@ -134,6 +138,7 @@ def convert_volumes(
     output = DEFAULT_OUTPUT if output is None else output
     execution = DEFAULT_EXECUTION if execution is None else execution
     output.no_extra("convert_volumes")
+    ome, levels = _ome_levels(output.ome_zarr)
     compression = output.compression_codec()
     overwrite = execution.overwrite
     started = time.perf_counter()
@@ -144,6 +149,18 @@ def convert_volumes(
         job = replace(job, class_names=tuple(str(c) for c in class_names))
     fmt: Format = output.format or detect_format(dst)
     storage_for(fmt)  # a ValueError naming the formats for any other
+    if ome:
+        request = job.request(fmt, compression)
+        options = {**request.options, "ome_zarr": levels}
+        asked = OmeRequest(
+            job.volumes,
+            replace(request, options=options),
+            hashlib.sha256(f"{job.fingerprint()}:ome:{levels}".encode()).hexdigest(),
+            compression,
+            levels,
+            job.class_names,
+        )
+        return convert_ome(dst, fmt, job.tasks, asked, execution, started)
     plan = ConversionPlan(fmt, (), job.volumes.count, 1, compression, job.fingerprint())
     request = job.request(fmt, compression)
     done_before = reuse_complete(dst, fmt, request, overwrite=overwrite)
@@ -282,6 +299,17 @@ def volume_chunks(chunk_bytes: int) -> tuple[int, int, int]:
     while (2 * side) ** 3 * 4 <= chunk_bytes:
         side *= 2
     return (side, side, side)
+
+
+def _ome_levels(ome_zarr: bool | int) -> tuple[bool, int | None]:
+    """``ome_zarr`` as (whether, levels): levels ``None`` chooses them.
+
+    >>> _ome_levels(False), _ome_levels(True), _ome_levels(3)
+    ((False, None), (True, None), (True, 3))
+    """
+    if isinstance(ome_zarr, bool):
+        return ome_zarr, None
+    return True, ome_zarr  # checked by Output
 
 
 def _json_meta(meta: dict[str, Any]) -> dict[str, Any]:

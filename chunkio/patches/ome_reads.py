@@ -12,6 +12,7 @@ when the dataset is made: masks are small (coarse) by nature.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ import numpy.typing as npt
 from ..backends import Reader
 from ..errors import FormatError, MissingFieldError
 from ..format.label_index import LabelIndex, index_label_volume
+from ..format.layout import ATTR_KEY
 from ..read import read_whole
 from .masks import VolumeMask, as_mask, footprint_edges
 from .ome_zarr import (
@@ -36,8 +38,13 @@ __all__ = ["ome_label_index", "ome_mask", "physical_origins"]
 
 
 def ome_label_index(reader: Reader, ome: OmeVolumes) -> LabelIndex:
-    """The label index of the store's label image at the dataset's scale: each label volume
-    read whole once, one at a time (nothing is written)."""
+    """The label index of the store's label image at the dataset's scale: the one chunkio
+    stored with the image when it indexes that very label level with these chunks (see
+    :mod:`chunkio.convert.volume.ome`), else each label volume read whole once, one at a
+    time (nothing is written)."""
+    stored = _stored_label_index(reader, ome)
+    if stored is not None:
+        return stored
     volumes = ome.volumes
     array = ome.layout.field("label").array_names()[0]
     dtype = ome.layout.field("label").dtype
@@ -48,6 +55,41 @@ def ome_label_index(reader: Reader, ome: OmeVolumes) -> LabelIndex:
         reader.read_region(array, region, buf)
         parts.append(index_label_volume(buf.reshape(volumes.shapes[v]), v, volumes.chunks))
     return LabelIndex.concat(parts, volumes.ndim)
+
+
+def _stored_label_index(reader: Reader, ome: OmeVolumes) -> LabelIndex | None:
+    """The index chunkio wrote with the image (attribute ``chunkio.label_index``), if it
+    indexes the label level and chunks read; a stored index that is malformed or points
+    outside the volumes is a :class:`~chunkio.errors.FormatError`."""
+    meta = (reader.attrs() or {}).get(ATTR_KEY)
+    found = meta.get("label_index") if isinstance(meta, Mapping) else None
+    volumes, where = ome.volumes, reader.location
+    if (
+        not isinstance(found, Mapping)
+        or found.get("level") != ome.label
+        or found.get("chunks") != list(volumes.chunks)
+    ):
+        return None
+    key = f"{ATTR_KEY}.label_index"
+    try:
+        rows, points = (
+            read_whole(reader, str(found[k])).astype(np.int64, copy=False)
+            for k in ("rows", "points")
+        )
+        index = LabelIndex(rows, points)
+    except (MissingFieldError, FormatError, KeyError, ValueError, IndexError) as err:
+        raise FormatError(f"{where}: {key}: expected arrays 'rows' and 'points'; {err}") from err
+    shape = np.asarray(volumes.shapes[0], np.int64)
+    if (
+        index.ndim != volumes.ndim
+        or np.any((index.volume < 0) | (index.volume >= volumes.count))
+        or np.any((index.points < 0) | (index.points >= shape))
+    ):
+        raise FormatError(
+            f"{where}: {key}: expected rows of {volumes.count} volume(s) and points inside "
+            f"{tuple(shape.tolist())}; got rows {index.rows.shape}, points {index.points.shape}"
+        )
+    return index
 
 
 def physical_origins(ome: OmeVolumes, origins: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:

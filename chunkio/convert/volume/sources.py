@@ -196,6 +196,10 @@ def _probe_nifti(path: str) -> VolumeFile:
         "spacing": [float(z) for z in img.header.get_zooms()[:3]],
         "axcodes": list(nib.aff2axcodes(affine)),
     }
+    units = getattr(img.header, "get_xyzt_units", None)  # NIfTI-1 and -2 headers have them
+    space = units()[0] if units is not None else "unknown"
+    if space != "unknown":
+        meta["unit"] = str(space)
     return VolumeFile(path, "nifti", spatial, channels, dtype, meta)
 
 

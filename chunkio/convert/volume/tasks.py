@@ -21,7 +21,7 @@ from ..engine.writing import Sync, WriteTarget
 from .sources import VolumeFile, load_volume
 from .values import NanPolicy, OnOverflow, prepare_image, prepare_label
 
-__all__ = ["VolumeJob", "VolumeResult", "VolumeTask"]
+__all__ = ["VolumeJob", "VolumeResult", "VolumeTask", "prepare_volume"]
 
 
 @dataclass(frozen=True)
@@ -87,20 +87,7 @@ class VolumeJob:
 
     def run(self, task: VolumeTask) -> VolumeResult:
         """Convert one volume; write it too when this worker may write."""
-        image, slope, inter = prepare_image(
-            load_volume(task.image),
-            task.image_dtype,
-            on_overflow=task.on_overflow,
-            nan_policy=task.nan_policy,
-            where=task.image.path,
-        )
-        label = None
-        ndim = len(task.chunks)
-        rows, points = np.zeros((0, ndim + 3), np.int64), np.zeros((0, 0, ndim), np.int64)
-        if task.label is not None:
-            label = prepare_label(load_volume(task.label), task.label_dtype, where=task.label.path)
-            rows, points = index_label_volume(label, task.volume, task.chunks)
-        result = VolumeResult(task.volume, slope, inter, rows, points, image, label)
+        result = prepare_volume(task)
         if self.target.location is None:
             return result
         self.target.write(result.writes(task), task.syncs())
@@ -109,3 +96,21 @@ class VolumeJob:
 
     def written(self, result: VolumeResult) -> bool:
         return result.image is None
+
+
+def prepare_volume(task: VolumeTask) -> VolumeResult:
+    """Decode a task's volume (and label), apply the value policies, index the label."""
+    image, slope, inter = prepare_image(
+        load_volume(task.image),
+        task.image_dtype,
+        on_overflow=task.on_overflow,
+        nan_policy=task.nan_policy,
+        where=task.image.path,
+    )
+    label = None
+    ndim = len(task.chunks)
+    rows, points = np.zeros((0, ndim + 3), np.int64), np.zeros((0, 0, ndim), np.int64)
+    if task.label is not None:
+        label = prepare_label(load_volume(task.label), task.label_dtype, where=task.label.path)
+        rows, points = index_label_volume(label, task.volume, task.chunks)
+    return VolumeResult(task.volume, slope, inter, rows, points, image, label)
