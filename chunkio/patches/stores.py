@@ -21,7 +21,7 @@ from ..backends import ReaderOptions
 from ..errors import FormatError
 from ..format.foreign import FieldSelection
 from ..format.label_index import LabelIndex, index_label_volumes
-from ..format.layout import DatasetLayout
+from ..format.layout import ATTR_KEY, DatasetLayout
 from ..format.store_layout import LayoutOptions, open_layout
 from ..format.volume_layout import VOLUMES_KEY, VolumeSet
 from ..read import ReadCore, ReadStats, read_whole
@@ -78,9 +78,12 @@ def open_store(location: Any, options: ReaderOptions, request: StoreRequest) -> 
                 label=None if label is False else label,  # type: ignore[arg-type]
             )
             mask = None if request.mask is None else ome_mask(reader, found, request.mask)
+            # chunkio writes every chunk of its own OME-Zarr images (attribute "chunkio"): a
+            # missing one there is lost data, an error; other writers skip fill-value chunks
+            written_by_chunkio = isinstance(attrs, Mapping) and ATTR_KEY in attrs
             return PatchStore(
                 location,
-                dataclasses.replace(options, fill_missing=True),  # as any foreign store
+                dataclasses.replace(options, fill_missing=not written_by_chunkio),
                 found.layout,
                 found.volumes,
                 ome=found,

@@ -159,6 +159,22 @@ def test_a_stored_index_pointing_outside_the_volume_is_refused(converted, tmp_pa
         PatchDataset(path, (8, 8, 8), sampler=LabelBalancedSampler(4))
 
 
+def test_a_chunk_missing_from_chunkios_own_output_is_an_error_not_zeros(converted, tmp_path):
+    """chunkio writes every chunk of its OME-Zarr images (all-zero ones too): one that is gone
+    is lost data. Stores of other writers, which skip fill-value chunks, read them as zeros."""
+    import shutil
+
+    from chunkio.errors import ChunkioError
+
+    path = tmp_path / "copy.ome.zarr"
+    shutil.copytree(converted["result"].images[0], path)
+    chunk = next(p for p in sorted((path / "s0" / "c").rglob("*")) if p.is_file())
+    chunk.unlink()
+    ds = PatchDataset(str(path), (8, 8, 8), fields=("image",))
+    with pytest.raises(ChunkioError, match="s0"):
+        ds.read_patches(np.array([[0, 0, 0, 0]]))
+
+
 def test_interrupted_run_resumes_reruns_return_and_other_requests_are_refused(converted, tmp_path):
     img, lab, *_ = _sources(tmp_path / "src")  # the fixture's data, at other paths
     good = np.load(img[1])
