@@ -80,7 +80,9 @@ def open_store(location: Any, options: ReaderOptions, request: StoreRequest) -> 
             mask = None if request.mask is None else ome_mask(reader, found, request.mask)
             # chunkio writes every chunk of its own OME-Zarr images (attribute "chunkio"): a
             # missing one there is lost data, an error; other writers skip fill-value chunks
-            written_by_chunkio = isinstance(attrs, Mapping) and ATTR_KEY in attrs
+            written_by_chunkio = isinstance(attrs, Mapping) and isinstance(
+                attrs.get(ATTR_KEY), Mapping
+            )
             return PatchStore(
                 location,
                 dataclasses.replace(options, fill_missing=not written_by_chunkio),

@@ -28,7 +28,7 @@ __all__ = [
 ]
 
 #: the most characters an error message of chunkio may have (a worker's traceback, which a
-#: loader appends to a worker's error, aside): tests/architecture/test_messages.py and the
+#: loader appends to a worker's error, aside): tests/architecture/test_message_limits.py and the
 #: autouse check of tests/support/message_limit.py
 MESSAGE_LIMIT = 600
 
