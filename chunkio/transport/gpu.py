@@ -76,7 +76,11 @@ def storage_parts(t: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """The strided tensors holding ``t``'s memory: ``t`` itself, or a sparse tensor's index
     and value arrays (what ``record_stream``, which takes strided tensors only, needs).
 
-    >>> [p.tolist() for p in storage_parts(torch.eye(2).to_sparse_csr())]
+    >>> import warnings
+    >>> with warnings.catch_warnings():  # torch's one-time "sparse CSR is in beta" notice
+    ...     warnings.simplefilter("ignore")
+    ...     csr = torch.eye(2).to_sparse_csr()
+    >>> [p.tolist() for p in storage_parts(csr)]
     [[0, 1, 2], [0, 1], [1.0, 1.0]]
     """
     if t.layout == torch.sparse_csr:
