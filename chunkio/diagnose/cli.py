@@ -11,6 +11,7 @@
     chunkio convert volumes SRC DST [--format zarr|hdf5] [--chunks N [N N]] [--labels DIR]
                                     [--on-overflow error|clip|scale]
                                     [--nan-policy error|zero|keep]
+                                    [--ome-zarr [LEVELS]]
                                     [--workers N] [--no-progress] [--overwrite]
     chunkio convert arrays SRC [SRC ...] DST --fields NAME=PATH [NAME=PATH ...] (or PATH ...)
                                    [--samples-per-chunk N] [--chunk-bytes B]

@@ -163,6 +163,15 @@ def volumes_options(volumes: argparse.ArgumentParser) -> None:
     volumes.add_argument(
         "--nan-policy", choices=["error", "zero", "keep"], help="NaN/Inf values (default: error)"
     )
+    volumes.add_argument(
+        "--ome-zarr",
+        nargs="?",
+        const=0,
+        type=non_negative_int,
+        metavar="LEVELS",
+        help="write one OME-Zarr image per volume (NGFF 0.5, Zarr only), with at most LEVELS "
+        "scale levels (default: until a level fits one chunk)",
+    )
 
 
 def _size(values: list[int] | None) -> tuple[int, int] | None:
@@ -201,6 +210,13 @@ def convert_images(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _ome_zarr(levels: int | None) -> bool | int:
+    """``--ome-zarr`` absent: False; given alone: True (levels chosen); ``--ome-zarr N``: N."""
+    if levels is None:
+        return False
+    return True if levels == 0 else levels
+
+
 def convert_volumes(args: argparse.Namespace) -> int:
     from ..convert.options import Output
     from ..convert.volumes import convert_volumes
@@ -215,7 +231,7 @@ def convert_volumes(args: argparse.Namespace) -> int:
     result = convert_volumes(
         args.src,
         args.dst,
-        output=Output(format=args.format, chunks=chunks),
+        output=Output(format=args.format, chunks=chunks, ome_zarr=_ome_zarr(args.ome_zarr)),
         execution=_execution(args),
         **options,
     )

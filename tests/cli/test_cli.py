@@ -219,6 +219,11 @@ def test_volumes_and_doctor_pass_their_options_through(
     )
     assert cli.main(["convert", "volumes", "vols", "v.zarr", "--chunks", "8", "16", "16"]) == 0
     assert calls["volumes"][2]["output"].chunks == (8, 16, 16)
+    assert calls["volumes"][2]["output"].ome_zarr is False
+    assert cli.main(["convert", "volumes", "vols", "v.zarr", "--ome-zarr"]) == 0
+    assert calls["volumes"][2]["output"].ome_zarr is True  # levels chosen
+    assert cli.main(["convert", "volumes", "vols", "v.zarr", "--ome-zarr", "3"]) == 0
+    assert calls["volumes"][2]["output"].ome_zarr == 3
     assert cli.main(["doctor", "d.zarr", "--step-time", "0.25"]) == 0
     assert calls["doctor"] == ("d.zarr", 0.25, None)
     assert cli.main(["doctor", "s3://b/d.zarr", "--storage-options", '{"anon": true}']) == 0
