@@ -49,14 +49,13 @@ from .durability.plan import ConversionPlan
 from .durability.rerun import REQUEST_KEY, Request, compression_option, display, reuse_complete
 from .durability.staging import Destination, open_destination
 from .engine.core import drive
-from .engine.workers import VOLUME_WORKERS, Work, worker_count
 from .engine.writing import start_writer, write_here, write_target
 from .options import DEFAULT_EXECUTION, DEFAULT_OUTPUT, Execution, Output, Progress, moved
 from .source import ConversionResult
 from .volume.ome_output import OmeRequest, convert_ome
 from .volume.results import load_results, save_result
 from .volume.sources import VolumeFile, match_labels, probe_volume, volume_files
-from .volume.tasks import VolumeJob, VolumeResult, VolumeTask
+from .volume.tasks import VolumeJob, VolumeResult, VolumeTask, pool_execution
 from .volume.values import NanPolicy, OnOverflow, choose_dtype
 
 __all__ = ["DEFAULT_VOLUME_CHUNKS", "convert_volumes", "volume_chunks"]
@@ -454,14 +453,7 @@ def _execute(
     done: dict[int, VolumeResult],
     asked: Execution,
 ) -> None:
-    def work() -> Work:  # an explicit worker count is used as it is
-        if asked.workers is not None:
-            return Work()
-        return Work(nbytes=sum(int(np.prod(t.image.shape)) * t.image_dtype.itemsize for t in todo))
-
-    cap = min(VOLUME_WORKERS, len(todo))
-    count = worker_count(asked.workers, client=asked.client, work=work, cap=cap)
-    execution = replace(asked, workers=count)
+    execution = pool_execution(todo, asked)
     label = os.path.basename(dest.display.rstrip("/"))
     drive(
         VolumeJob(write_target(dest, parallel=execution.parallel)),

@@ -20,8 +20,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
-
 from ...backends import Compression, Format, storage_for
 from ...errors import DestinationExistsError, SourceError
 from ...format.layout import COMPLETE_KEY
@@ -30,13 +28,12 @@ from ..durability.plan import ConversionPlan
 from ..durability.rerun import REQUEST_KEY, REQUEST_VERSION, Request, display
 from ..durability.staging import Destination, is_local, open_destination
 from ..engine.core import drive
-from ..engine.workers import VOLUME_WORKERS, Work, worker_count
 from ..options import Execution, Progress
 from ..source import ConversionResult
 from .ome import LABEL_NAME, OmeJob, image_intact
 from .results import load_results, save_result
 from .sources import volume_stem
-from .tasks import VolumeResult, VolumeTask
+from .tasks import VolumeResult, VolumeTask, pool_execution
 
 __all__ = ["ROOT_KEY", "OmeConversionResult", "OmeRequest", "convert_ome", "image_names"]
 
@@ -71,6 +68,7 @@ def image_names(tasks: Sequence[VolumeTask]) -> tuple[str, ...]:
     """``<stem>.ome.zarr`` of each volume's image file; a name that is not a plain file
     name, or one two files share, is a :class:`~chunkio.errors.SourceError` naming them.
 
+    >>> import numpy as np
     >>> from chunkio.convert.volume.sources import VolumeFile
     >>> f = VolumeFile("in/la_003.nii.gz", "nifti", (1, 1, 1), None, np.dtype("u1"))
     >>> t = VolumeTask(0, f, None, f.dtype, f.dtype, (1, 1, 1), "error", "error", ("i", 0), None)
@@ -224,15 +222,8 @@ def _execute(
     done: dict[int, VolumeResult],
     asked: Execution,
 ) -> None:
-    def work() -> Work:  # an explicit worker count is used as it is
-        if asked.workers is not None:
-            return Work()
-        return Work(nbytes=sum(int(np.prod(t.image.shape)) * t.image_dtype.itemsize for t in todo))
-
     if isinstance(job.root, str):
-        cap = min(VOLUME_WORKERS, len(todo))
-        count = worker_count(asked.workers, client=asked.client, work=work, cap=cap)
-        execution = replace(asked, workers=count)
+        execution = pool_execution(todo, asked)
     else:  # a store object lives in this process
         execution = replace(asked, workers=1, client=None)
     label = os.path.basename(dest.display.rstrip("/"))

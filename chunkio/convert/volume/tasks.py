@@ -10,18 +10,26 @@ arrays and the calling process writes them.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from ...format.label_index import index_label_volume
+from ..engine.workers import VOLUME_WORKERS, Work, worker_count
 from ..engine.writing import Sync, WriteTarget
+from ..options import Execution
 from .sources import VolumeFile, load_volume
 from .values import NanPolicy, OnOverflow, prepare_image, prepare_label
 
-__all__ = ["VolumeJob", "VolumeResult", "VolumeTask", "prepare_volume"]
+__all__ = [
+    "VolumeJob",
+    "VolumeResult",
+    "VolumeTask",
+    "pool_execution",
+    "prepare_volume",
+]
 
 
 @dataclass(frozen=True)
@@ -114,3 +122,17 @@ def prepare_volume(task: VolumeTask) -> VolumeResult:
         label = prepare_label(load_volume(task.label), task.label_dtype, where=task.label.path)
         rows, points = index_label_volume(label, task.volume, task.chunks)
     return VolumeResult(task.volume, slope, inter, rows, points, image, label)
+
+
+def pool_execution(todo: list[VolumeTask], asked: Execution) -> Execution:
+    """``asked`` with the worker count volume tasks run with: an explicit count as it is, else
+    sized by the volumes' bytes, at most :data:`VOLUME_WORKERS` and one per volume left."""
+
+    def work() -> Work:  # an explicit worker count is used as it is
+        if asked.workers is not None:
+            return Work()
+        return Work(nbytes=sum(int(np.prod(t.image.shape)) * t.image_dtype.itemsize for t in todo))
+
+    cap = min(VOLUME_WORKERS, len(todo))
+    count = worker_count(asked.workers, client=asked.client, work=work, cap=cap)
+    return replace(asked, workers=count)
