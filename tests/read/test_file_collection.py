@@ -304,3 +304,44 @@ def test_reading_in_the_parent_leaves_the_description_as_it_was_made(tmp_path: P
     made = len(pickle.dumps(ds))
     ds.labels(), ds.read_batch(np.arange(len(ds)))
     assert len(pickle.dumps(ds)) == made
+
+
+def test_a_corrupt_chunk_in_a_described_file_is_refused_in_every_process(tmp_path: Path) -> None:
+    """Workers read described files by ``pread``, without h5py: a chunk whose bytes were
+    flipped before the dataset was made (its checksum kept by nobody) is a
+    :class:`~chunkio.errors.CorruptChunkError` naming the file there too, with 0 and 2 workers,
+    and the files around it read exactly."""
+    import h5py
+
+    from chunkio.errors import CorruptChunkError
+
+    paths, rows = [], []
+    for i in range(3):
+        x = np.arange(i * 48 * 6, (i + 1) * 48 * 6, dtype=np.float32).reshape(48, 6)
+        path = tmp_path / f"part{i}.h5"
+        with h5py.File(path, "w") as f:
+            f.create_dataset("x", data=x, chunks=(8, 6), compression="gzip", fletcher32=True)
+            f["y"] = np.full(48, i, np.int64)
+        paths.append(str(path))
+        rows.append(x)
+    with h5py.File(paths[1], "r") as f:
+        offset = f["x"].id.get_chunk_info(2).byte_offset  # rows 16..23 of the second file
+    with open(paths[1], "r+b") as fh:
+        fh.seek(offset + 5)
+        byte = fh.read(1)
+        fh.seek(offset + 5)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+    ds = chunkio.ChunkDataset(paths, fields={"x": "x", "label": "y"})
+    whole = np.concatenate(rows)
+    core = FileSetCore(pickle.loads(pickle.dumps(ds._files)))  # as a worker gets it
+    np.testing.assert_array_equal(core.read(["x"], np.array([0, 47, 100, 143]))["x"],
+                                  whole[[0, 47, 100, 143]])  # fmt: skip
+    with pytest.raises(CorruptChunkError, match=r"part1\.h5"):
+        core.read(["x"], np.array([48 + 17]))
+    core.close()
+    with pytest.raises(CorruptChunkError, match=r"part1\.h5"):
+        ds.read_batch([48 + 17])
+    loader = chunkio.make_loader(ds, 16, num_workers=2, shuffle=False)
+    with pytest.raises(CorruptChunkError, match=r"part1\.h5"), loader:
+        for _ in loader:
+            pass
