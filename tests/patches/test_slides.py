@@ -6,6 +6,9 @@ h5py's) own slice of the store."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -310,3 +313,23 @@ def test_bad_2d_inputs_are_typed_errors(tmp_path: Path) -> None:
         FormatError, match=r"own\.zarr: axes='yx' names the axes of a store chunkio"
     ):
         PatchDataset(native, (4, 4), fields=["x"], axes="yx")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_a_16k_slide_is_read_in_bounded_memory(tmp_path: Path) -> None:
+    # benchmarks/bench_wsi.py writes a 16384^2 x 3 slide (805 MB) and its label image chunk
+    # by chunk, then in fresh processes builds masked-random and label-balanced datasets and
+    # reads 100 patches each, every one compared with zarr-python's slice (--check)
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "rows.json"
+    cmd = [sys.executable, "-m", "benchmarks.bench_wsi", "--side", "16384", "--check", "--out",
+           str(out), "--measures", "random", "balanced", "--dir", str(tmp_path)]  # fmt: skip
+    subprocess.run(cmd, cwd=root, check=True, timeout=1100, capture_output=True)
+    rows = json.loads(out.read_text())
+    assert [r["measure"] for r in rows] == ["random", "balanced"]
+    for row in rows:
+        assert row["side"] == 16384 and row["checked"] == 100
+        # neither the slide nor its label image (268 MB) is ever whole in memory
+        assert row["peak_rss_mb"] - row["rss_after_imports_mb"] < 256, row
+    assert not list(tmp_path.glob("bench-wsi-*"))  # the slide is deleted
