@@ -24,6 +24,7 @@ from ..read.batch import SampleBatch, to_tensor
 from ..read.planning import normalize_keys, plan_patch_reads
 from ..util.handles import PerProcessHandle
 from .balanced import LabelBalancedSampler
+from .named_axes import NamedAxes
 from .ome_reads import physical_origins
 from .samplers import GridSampler, PatchSampler
 from .stores import (
@@ -87,10 +88,18 @@ class PatchDataset(PerProcessHandle[ReadCore | StoreCores], Dataset[Any]):
         OME-Zarr: the label image (``labels/<label>``) read as the label field, at the level
         of the image's scale; default: the first the store lists (none: no labels).
     mask
-        OME-Zarr: a mask restricting where patches are centred (see
-        :mod:`chunkio.patches.masks`): a label image (``"tissue"``, at its coarsest level), a
-        level's array (``"labels/tissue/s2"``) or a plain array of the store
-        (``"masks/tissue"``, placed by its shape), at any scale; nonzero voxels are inside.
+        A mask restricting where patches are centred (see :mod:`chunkio.patches.masks`), at
+        any scale no finer than the image; nonzero voxels are inside. OME-Zarr: a label
+        image (``"tissue"``, at its coarsest level), a level's array (``"labels/tissue/s2"``)
+        or a plain array of the store (``"masks/tissue"``, placed by its shape). Any store:
+        a NumPy array (e.g. a tissue mask at 1/32 of a slide), or the name of an array of a
+        store without OME-Zarr metadata, covering each volume whole (placed by the ratio of
+        the shapes). A mask is read whole: give it at a coarse scale.
+    axes
+        A store chunkio did not write: what each axis of the image array is, as OME-NGFF
+        names them: an optional ``"t"`` (volumes), an optional ``"c"`` (channels), then one
+        letter per space axis (``"cyx"``: one RGB slide ``(3, H, W)``; ``"tcyx"``; ``"zyx"``);
+        default: told by the number of dimensions, as above. An OME-Zarr image names its own.
     units
         ``"voxels"`` (default) or ``"physical"``: the unit of ``patch_size``.
     transform
@@ -120,7 +129,8 @@ class PatchDataset(PerProcessHandle[ReadCore | StoreCores], Dataset[Any]):
         fields: FieldSelection | None = None,
         scale: int = 0,
         label: str | None = None,
-        mask: str | None = None,
+        mask: str | npt.ArrayLike | None = None,
+        axes: str | None = None,
         units: Units = "voxels",
         transform: Callable[[Any], Any] | None = None,
         pad_mode: PadMode = "constant",
@@ -147,7 +157,10 @@ class PatchDataset(PerProcessHandle[ReadCore | StoreCores], Dataset[Any]):
         )
         if isinstance(fields, str):
             raise TypeError(f"fields must be a sequence of names, not a string; got {fields!r}")
-        request = StoreRequest(len(patch_size), fields, scale=scale, label=label, mask=mask)
+        named = None if axes is None else NamedAxes.parse(axes, len(patch_size))
+        request = StoreRequest(
+            len(patch_size), fields, scale=scale, label=label, mask=mask, axes=named
+        )
         stores = [open_store(loc, options, request) for loc in locations]
         self.patch_size = _voxels(patch_size, units, stores)
         _check_fits(stores, self.patch_size)
