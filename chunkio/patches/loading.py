@@ -268,12 +268,8 @@ class PatchSource:
         epoch: int = 0,
     ) -> dict[str, Any]:
         """The patches at positions ``indices`` of ``epoch``, into ``out`` when given."""
-        got = self.dataset.read_patches(self._lookup(indices, epoch))
-        if out is None:
-            return {k: got[k] for k in self.batch_fields()}
-        for name, buf in out.items():
-            buf[...] = got[name]
-        return dict(out)
+        got = self.dataset.read_patches(self._lookup(indices, epoch), out=out)
+        return {k: got[k] for k in (self.batch_fields() if out is None else out)}
 
     def arrange(self, columns: dict[str, Any]) -> dict[str, Any]:
         """A batch is a dict of tensors by field."""

@@ -175,6 +175,23 @@ def test_what_the_sampler_decides_is_not_overridden(store):
         make_loader(_dataset(store, seed=4), BATCH, num_workers=0).load_state_dict(saved)
 
 
+def test_patches_of_several_stores_and_a_wrong_buffer(tmp_path):
+    stores = []
+    for i in (0, 1):
+        (tmp_path / str(i)).mkdir()
+        stores.append(volumes_h5py(tmp_path / str(i)))
+    fields = STORES[".h5"][1]
+    ds = PatchDataset(stores, PATCH, fields=fields, sampler=GridSampler(shuffle=True, seed=1))
+    assert ds.volumes.count == 6
+    want = _reference(ds, 0, BATCH)
+    assert any(min(b["volume"]) < 3 <= max(b["volume"]) for b in want)  # both stores' patches
+    for got, ref in zip(make_loader(ds, BATCH, num_workers=0), want, strict=True):
+        _equal(got, ref)  # a batch of both stores is gathered, then copied into the buffer
+    keys = ds.sampler.global_keys(0)[:2]
+    with pytest.raises(ValueError, match=r"out\['image'\] must be int16 of shape \(2, 4, 5, 4\)"):
+        ds.read_patches(keys, out={"image": torch.zeros(2, 4, 5, 5, dtype=torch.int16).numpy()})
+
+
 @pytest.mark.skipif(DEVICE == "cuda" and not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.timeout(120)
 def test_patches_arrive_on_the_device_equal_to_the_reference(store):
