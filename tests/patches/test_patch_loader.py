@@ -107,6 +107,18 @@ def test_resume_onto_another_worker_count_gives_the_remaining_patches(store, fir
     assert rest == want[3:]
 
 
+@pytest.mark.slow  # spawned workers import torch: 3-25 s, however small the data
+@pytest.mark.timeout(120)
+def test_spawned_ring_workers_open_their_own_handles(tmp_path):
+    store = (volumes_h5py(tmp_path), STORES[".h5"][1])
+    ds = _dataset(store)
+    want = _reference(ds, 0, BATCH)  # the parent reads first: it holds an HDF5 handle
+    loader = make_loader(ds, BATCH, num_workers=2, workers=Workers(context="spawn"))
+    for got, ref in zip(loader, want, strict=True):
+        _equal(got, ref)
+    loader.close()
+
+
 def test_ranks_split_each_global_batch_and_cover_the_epoch_once(store):
     ds = _dataset(store)
     ranks = [
