@@ -225,14 +225,22 @@ class PatchDataset(PerProcessHandle[ReadCore | StoreCores], Dataset[Any]):
         return self._handle().stats
 
     # -- reading ------------------------------------------------------------------------------
-    def read_patches(self, keys: Sequence[Any] | npt.ArrayLike) -> dict[str, npt.NDArray[Any]]:
+    def read_patches(
+        self,
+        keys: Sequence[Any] | npt.ArrayLike,
+        out: Mapping[str, npt.NDArray[Any]] | None = None,
+    ) -> dict[str, npt.NDArray[Any]]:
         """Patches ``keys`` as NumPy arrays by field, plus ``volume`` and ``origin`` (and, for
         OME-Zarr, ``spacing`` and ``origin_physical``: voxel size and the position of the
-        origin voxel's centre, in the image's physical units)."""
+        origin voxel's centre, in the image's physical units). ``out``: arrays by field, each
+        ``(len(keys), *shape)`` (a loader's ring slot), that the patches are read into and
+        returned as."""
         key_arr = normalize_keys(keys, self.volumes)
         store_of = np.searchsorted(self._first, key_arr[:, 0], side="right") - 1
+        stores = np.unique(store_of).tolist()
+        into = out if len(stores) == 1 else None  # several stores: gathered, then copied
         parts = []
-        for i in np.unique(store_of).tolist():  # each store's patches through its own core
+        for i in stores:  # each store's patches through its own core
             rows = np.flatnonzero(store_of == i)
             local = key_arr[rows].copy()
             local[:, 0] -= self._first[i]
@@ -245,15 +253,20 @@ class PatchDataset(PerProcessHandle[ReadCore | StoreCores], Dataset[Any]):
                 dtypes=self.dtypes,
                 pad_mode=self.pad_mode,
                 pad_values=self.pad_values,
+                out=into,
             )
             if store.ome is not None:
                 got["spacing"] = np.tile(np.asarray(store.ome.spacing), (len(rows), 1))
                 got["origin_physical"] = physical_origins(store.ome, local[:, 1:])
             parts.append((rows, got))
-        out = parts[0][1] if len(parts) == 1 else self._gather(len(key_arr), parts)
-        out["volume"] = key_arr[:, 0].copy()
-        out["origin"] = key_arr[:, 1:].copy()
-        return out
+        found = parts[0][1] if len(parts) == 1 else self._gather(len(key_arr), parts)
+        found["volume"] = key_arr[:, 0].copy()
+        found["origin"] = key_arr[:, 1:].copy()
+        for name, buf in (out or {}).items():
+            if found[name] is not buf:
+                buf[...] = found[name]
+                found[name] = buf
+        return found
 
     def _gather(
         self, n: int, parts: Sequence[tuple[npt.NDArray[np.int64], dict[str, npt.NDArray[Any]]]]
