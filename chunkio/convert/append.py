@@ -367,7 +367,7 @@ class _AppendJob:
 
 
 @dataclass(frozen=True)
-class _AppendOutput:
+class _AppendSink:
     """Blocks into the copy; made durable together at the end (not resumable)."""
 
     writer: Writer
@@ -418,7 +418,7 @@ def _build(
             _AppendJob(source, old, tail),
             blocks,
             execution=execution,
-            output=_AppendOutput(writer),
+            sink=_AppendSink(writer),
             progress=Progress(len(blocks), "block", "append", show=execution.progress),
             destination=None,  # errors as they are: the old dataset is intact
             resumable=False,

@@ -1,4 +1,4 @@
-"""One name per concept on the read side: a *reader* is a backend handle on a store's files
+"""One name per concept. On the read side: a *reader* is a backend handle on a store's files
 (``chunkio.backends.Reader`` and its implementations, opened by ``ReaderOptions``); the read
 core, a field's reads, a batch's read request and a dataset's per-process handle have names of
 their own. (There were four different "readers", and ``ReaderOptions`` beside ``ReadOptions``.)
@@ -34,3 +34,11 @@ def test_only_backend_readers_are_called_readers() -> None:
 def test_no_read_options_beside_reader_options() -> None:
     names = {name for _, name in _classes()}
     assert "ReaderOptions" in names and "ReadOptions" not in names
+
+
+def test_one_class_named_output() -> None:
+    """``chunkio.Output`` is how a dataset is stored; the engine's "where finished tasks go"
+    is a ``TaskSink`` (there were two ``Output`` classes)."""
+    named = [str(path.relative_to(PACKAGE)) for path, name in _classes() if name == "Output"]
+    assert named == ["convert/options.py"]
+    assert [name for _, name in _classes() if name.endswith("Output")] == ["Output"]
