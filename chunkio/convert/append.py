@@ -51,7 +51,7 @@ from ..format.layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout
 from ..util.fsync import fsync_path
 from ..util.messages import listing
 from ..util.numeric import ceil_div
-from .arrays import ArraySource
+from .array_source import ArraySource
 from .durability.locking import DestinationLock
 from .durability.staging import REPLACED, is_local, publish
 from .engine.core import drive
