@@ -42,3 +42,30 @@ def test_one_class_named_output() -> None:
     named = [str(path.relative_to(PACKAGE)) for path, name in _classes() if name == "Output"]
     assert named == ["convert/options.py"]
     assert [name for _, name in _classes() if name.endswith("Output")] == ["Output"]
+
+
+def test_image_code_has_one_home_per_layer() -> None:
+    """Codecs in ``images/``, augmentation in ``transforms/image.py``, conversion in
+    ``convert/images.py`` (the entry point) over ``convert/image/`` (its steps): a fifth
+    module or package named for images is a second home for one of them."""
+    homes = {
+        str(
+            path.relative_to(PACKAGE).parent
+            if path.name == "__init__.py"
+            else path.relative_to(PACKAGE)
+        )
+        for path in PACKAGE.rglob("*.py")
+        if "image" in (path.parent.name if path.name == "__init__.py" else path.stem)
+    }
+    assert homes == {"images", "transforms/image.py", "convert/images.py", "convert/image"}
+
+
+def test_each_converters_steps_sit_below_its_entry_point() -> None:
+    """``convert/<kind>/`` holds the steps of ``convert/<kind>s.py``'s ``convert_<kind>s``,
+    and says so first (images and volumes alike; the entry points stay at the top of
+    ``convert/``, whose parts import no entry point)."""
+    for kind in ("image", "volume"):
+        steps = PACKAGE / "convert" / kind / "__init__.py"
+        assert (PACKAGE / "convert" / f"{kind}s.py").exists(), kind
+        first = ast.get_docstring(ast.parse(steps.read_text(encoding="utf-8"))) or ""
+        assert first.startswith(f"The steps of :func:`~chunkio.convert.{kind}s.convert_{kind}s`")
