@@ -6,10 +6,14 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import re
+from pathlib import Path
 
 import pytest
+
+import chunkio
 
 #: (old module, name, new module)
 MOVED = [
@@ -51,3 +55,25 @@ def _line(text: str) -> int:
     """The line of this file where ``text`` first appears in code (not in this helper)."""
     with open(__file__, encoding="utf-8") as f:
         return next(i for i, line in enumerate(f, 1) if line.lstrip().startswith(text))
+
+
+def test_chunkio_imports_nothing_from_a_moved_module() -> None:
+    """chunkio's own code (type-checking imports and lazy tables included) names the new homes:
+    an import through the old module would warn at every user's line."""
+    package = Path(chunkio.__file__).parent
+    old = {m for m, _, _ in MOVED}
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        here = ".".join(("chunkio", *path.relative_to(package).with_suffix("").parts))
+        if here in old:
+            continue
+        text = path.read_text(encoding="utf-8")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ImportFrom) and node.module is not None:
+                base = here.rsplit(".", node.level)[0] if node.level else ""
+                target = f"{base}.{node.module}" if node.level else node.module
+                target = target.removesuffix(".__init__")
+                if target in old:
+                    found.append(f"{path.relative_to(package)}:{node.lineno} imports {target}")
+        found += [f"{path.relative_to(package)} names {m}" for m in old if f'".{m[8:]}"' in text]
+    assert found == []
