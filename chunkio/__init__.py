@@ -17,8 +17,8 @@ from .util.lazy import lazy_names
 if TYPE_CHECKING:
     from .backends import Compression
     from .convert import ConversionResult, Execution, Output, append_arrays, write_arrays
+    from .convert.arrays import convert_arrays
     from .convert.images import ImageOptions, convert_images
-    from .convert.stores import convert_arrays
     from .convert.volumes import convert_volumes
     from .dataset import ChunkDataset
     from .diagnose.stats import compute_stats
@@ -56,7 +56,7 @@ _LAZY = {
     "append_arrays": ".convert",
     "collate": ".read.batch",
     "compute_stats": ".diagnose.stats",
-    "convert_arrays": ".convert.stores",
+    "convert_arrays": ".convert.arrays",
     "convert_images": ".convert.images",
     "convert_volumes": ".convert.volumes",
     "label_mixing": ".sampling.label_metrics",

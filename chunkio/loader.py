@@ -36,6 +36,7 @@ from .loader_options import (
     Ordering,
     Workers,
     available_cores,
+    num_workers_of,
     pool_samples,
 )
 from .patches.loading import PatchDataset, patch_prepared
@@ -374,8 +375,9 @@ def make_loader(
         Passed to :class:`ChunkBatchSampler`: shuffle chunk-aware (seeded), and whether to
         drop the last, short batch.
     num_workers
-        Reader processes; default one per core (max 8). On the ring every worker reads its
-        lanes' rows of every batch. ``0`` reads in this process.
+        Reader processes (PyTorch's spelling of ``Workers(count=...)``: pass one, or both
+        equal); default one per core (max 8). On the ring every worker reads its lanes' rows
+        of every batch. ``0`` reads in this process.
     device
         ``None``/``"cpu"``: batches in host memory. A CUDA device: batches arrive on it, copied
         on a side stream one batch ahead from page-locked memory. Raises ``ValueError`` if
@@ -394,10 +396,11 @@ def make_loader(
         ``Ordering()``: a 64 MiB pool, 24 lanes, rank and world size from
         ``torch.distributed``).
     workers
-        How the reader processes run and deliver batches (:class:`Workers`; default
-        ``Workers()``: the shared-memory ring, 2 batches prefetched per worker, persistent
-        workers, the default start method, no timeout, pinned when CUDA is available, views,
-        JPEG fields decoded by the readers; ``Workers(decode="gpu")`` decodes them on
+        The reader processes: how many (``count``, or ``num_workers``), how they run and
+        deliver batches (:class:`Workers`; default ``Workers()``: one per core (at most 8),
+        the shared-memory ring, 2 batches prefetched per worker, persistent workers, the
+        default start method, no timeout, pinned when CUDA is available, views, JPEG fields
+        decoded by the readers; ``Workers(decode="gpu")`` decodes them on
         ``device``).
 
     Returns
@@ -419,7 +422,7 @@ def make_loader(
     """
     options = LoaderOptions(
         batch_size=batch_size,
-        num_workers=default_num_workers() if num_workers is None else num_workers,
+        num_workers=num_workers_of(num_workers, workers, default_num_workers),
         shuffle=shuffle,
         seed=seed,
         drop_last=drop_last,

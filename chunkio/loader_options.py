@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -28,6 +29,7 @@ __all__ = [
     "WorkerCountWarning",
     "Workers",
     "available_cores",
+    "num_workers_of",
     "pool_samples",
 ]
 
@@ -107,12 +109,25 @@ class Ordering:
 
 @dataclass(frozen=True)
 class Workers:
-    """How :func:`~chunkio.make_loader`'s ``num_workers`` reader processes run and deliver
-    batches: the transport, prefetching, process start method, timeout, pinning, copies, and
-    where JPEG fields are decoded.
+    """:func:`~chunkio.make_loader`'s reader processes: how many, how they run and deliver
+    batches (the transport, prefetching, process start method, timeout, pinning, copies), where
+    JPEG fields are decoded and what the readers hold.
+
+    The count lives here (``count``), beside everything else about the workers;
+    ``make_loader(num_workers=N)`` is kept as its PyTorch spelling (``DataLoader``'s, which
+    every PyTorch user types), the same number, not deprecated: pass one or the other (both,
+    when they agree). The converters' ``Execution(workers=N)`` is the same concept for a
+    conversion: the count of its processes. (``Workers`` once held everything but the count,
+    while ``Execution.workers`` was one; the name was kept, and the count moved in, rather
+    than the class renamed, so that ``workers=Workers(...)`` in existing code keeps its
+    meaning.)
 
     Parameters
     ----------
+    count
+        Reader processes (``None``, the default: ``make_loader(num_workers=...)``, else one
+        per core, at most 8). On the ring every worker reads its lanes' rows of every batch;
+        ``0`` reads in the training process.
     transport
         ``"ring"`` (default: workers read each batch straight into a shared-memory slot)
         or ``"dataloader"`` (a torch DataLoader). The ring falls back to the DataLoader for
@@ -162,12 +177,13 @@ class Workers:
     Examples
     --------
     >>> Workers()
-    Workers(transport='ring', prefetch=2, persistent=True, context=None, timeout=0.0, \
-pin_memory=None, copy=False, decode='cpu', hold_bytes=1073741824)
-    >>> Workers(context="spawn", timeout=60).timeout
+    Workers(count=None, transport='ring', prefetch=2, persistent=True, context=None, \
+timeout=0.0, pin_memory=None, copy=False, decode='cpu', hold_bytes=1073741824)
+    >>> Workers(count=2, context="spawn", timeout=60).timeout
     60
     """
 
+    count: int | None = None
     transport: Transport = "ring"
     prefetch: int = 2
     persistent: bool = True
@@ -179,6 +195,8 @@ pin_memory=None, copy=False, decode='cpu', hold_bytes=1073741824)
     hold_bytes: int = DEFAULT_HOLD_BYTES
 
     def __post_init__(self) -> None:
+        if self.count is not None:
+            check_int("count", self.count, 0)
         if self.transport not in ("ring", "dataloader"):
             raise ValueError(f"transport must be 'ring' or 'dataloader'; got {self.transport!r}")
         check_int("prefetch", self.prefetch, 1)
@@ -194,6 +212,28 @@ pin_memory=None, copy=False, decode='cpu', hold_bytes=1073741824)
 #: The defaults, shared (the objects are frozen)
 DEFAULT_ORDERING = Ordering()
 DEFAULT_WORKERS = Workers()
+
+
+def num_workers_of(num_workers: int | None, workers: Any, default: Callable[[], int]) -> int:
+    """The loader's worker count: ``make_loader(num_workers=N)`` or ``Workers(count=N)``
+    (the same number, two spellings), else ``default()``. Both given must agree.
+
+    >>> num_workers_of(2, Workers(), lambda: 8), num_workers_of(None, Workers(count=3), int)
+    (2, 3)
+    >>> num_workers_of(2, Workers(count=3), int)
+    Traceback (most recent call last):
+    ...
+    ValueError: make_loader(num_workers=2) and Workers(count=3) give two worker counts: pass one
+    """
+    # None: the default Workers(); not a Workers: LoaderOptions refuses it, naming it
+    count = workers.count if isinstance(workers, Workers) else None
+    if num_workers is not None and count is not None and num_workers != count:
+        raise ValueError(
+            f"make_loader(num_workers={num_workers!r}) and Workers(count={count!r}) give two "
+            "worker counts: pass one"
+        )
+    given = num_workers if num_workers is not None else count
+    return default() if given is None else given
 
 
 @dataclass(frozen=True)
@@ -234,7 +274,7 @@ class LoaderOptions:
         if not isinstance(self.workers, Workers):
             raise TypeError(
                 f"workers must be a chunkio.Workers; got {self.workers!r} (the number of "
-                "worker processes is num_workers)"
+                "worker processes is num_workers, or Workers(count=...))"
             )
         target = resolve_device(self.device)
         decode = self.workers.decode

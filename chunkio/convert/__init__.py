@@ -11,9 +11,10 @@ renamed into place when complete), resumably (a rerun skips finished blocks) and
 ``convert_images`` and ``append_arrays`` store samples in a seeded random order by default,
 with a ``source_index`` field mapping rows back; see :mod:`chunkio.convert.shuffle.order`.
 
-The entry points sit at the top (:mod:`.images`, :mod:`.arrays`, :mod:`.stores`,
-:mod:`.volumes`, :mod:`.append`, :mod:`.pipeline`) with the vocabulary they share
-(:mod:`.options`, :mod:`.progress`, :mod:`.source`); below them :mod:`.engine`,
+The entry points sit at the top (:mod:`.images`, :mod:`.arrays` (``write_arrays`` and
+``convert_arrays``), :mod:`.volumes`, :mod:`.append`, :mod:`.pipeline`) with the vocabulary
+they share (:mod:`.options`, :mod:`.progress`, :mod:`.source`) and the sources they read
+(:mod:`.array_source`, :mod:`.store_source`); below them :mod:`.engine`,
 :mod:`.durability`, :mod:`.shuffle`, :mod:`.image` and :mod:`.volume`, which may import that
 vocabulary but no entry point. Modules here may import :mod:`chunkio.util`,
 :mod:`chunkio.errors`, :mod:`chunkio.format`, :mod:`chunkio.backends`, :mod:`chunkio.images`,
@@ -27,12 +28,11 @@ or diagnostics.
 from __future__ import annotations
 
 from .append import append_arrays
-from .arrays import write_arrays
+from .arrays import convert_arrays, write_arrays
 from .engine.chunking import DEFAULT_CHUNK_BYTES, choose_samples_per_chunk
 from .options import Execution, Output
 from .pipeline import run_conversion
 from .source import BlockSource, ConversionResult
-from .stores import convert_arrays
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",

@@ -51,7 +51,7 @@ from ..format.layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout
 from ..util.fsync import fsync_path
 from ..util.messages import listing
 from ..util.numeric import ceil_div
-from .arrays import ArraySource
+from .array_source import ArraySource
 from .durability.locking import DestinationLock
 from .durability.staging import REPLACED, is_local, publish
 from .engine.core import drive
@@ -367,7 +367,7 @@ class _AppendJob:
 
 
 @dataclass(frozen=True)
-class _AppendOutput:
+class _AppendSink:
     """Blocks into the copy; made durable together at the end (not resumable)."""
 
     writer: Writer
@@ -418,7 +418,7 @@ def _build(
             _AppendJob(source, old, tail),
             blocks,
             execution=execution,
-            output=_AppendOutput(writer),
+            sink=_AppendSink(writer),
             progress=Progress(len(blocks), "block", "append", show=execution.progress),
             destination=None,  # errors as they are: the old dataset is intact
             resumable=False,

@@ -1,4 +1,7 @@
-"""Folders of images -> a chunkio dataset: :func:`convert_images`.
+"""Folders of images -> a chunkio dataset: :func:`convert_images`, the entry point; its
+steps (scan, check, plan, read, encode) are :mod:`chunkio.convert.image`, as
+``convert_volumes``' are :mod:`chunkio.convert.volume`: entry points at the top of
+:mod:`chunkio.convert`, their parts below, importing none of them.
 
 Two passes over the files:
 

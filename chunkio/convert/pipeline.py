@@ -255,7 +255,7 @@ def _prepare(
 
 
 @dataclass(frozen=True)
-class _BlockOutput:
+class _BlockSink:
     """Blocks into a staged destination: written here when a worker returned them, then
     recorded in the manifest (only once their chunks are durable)."""
 
@@ -298,7 +298,7 @@ def _write_blocks(
         job,
         todo,
         execution=execution,
-        output=_BlockOutput(dest, writer, job),
+        sink=_BlockSink(dest, writer, job),
         progress=progress,
         destination=dest.display,
     )

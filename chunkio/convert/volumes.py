@@ -427,7 +427,7 @@ def _blank(job: _Job) -> list[VolumeResult]:
 
 
 @dataclass
-class _VolumeOutput:
+class _VolumeSink:
     """Volumes into a staged destination: written here when a worker returned them; each
     volume's scaling and label index kept next to it, then the volume recorded."""
 
@@ -459,7 +459,7 @@ def _execute(
         VolumeJob(write_target(dest, parallel=execution.parallel)),
         todo,
         execution=execution,
-        output=_VolumeOutput(dest, writer, done),
+        sink=_VolumeSink(dest, writer, done),
         progress=Progress(len(todo) + len(done), "volume", label, execution.progress, len(done)),
         destination=dest.display,
     )

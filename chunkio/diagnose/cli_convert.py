@@ -240,8 +240,8 @@ def convert_volumes(args: argparse.Namespace) -> int:
 
 
 def convert_arrays(args: argparse.Namespace) -> int:
+    from ..convert.arrays import convert_arrays
     from ..convert.options import Output
-    from ..convert.stores import convert_arrays
     from ..format.foreign import fields_from_words
 
     result = convert_arrays(

@@ -39,7 +39,14 @@ from ..backends import Reader
 from ..errors import FormatError
 from .layout import DatasetLayout, FieldInfo
 
-__all__ = ["CF_ATTRIBUTES", "CFCoding", "CFField", "cf_coding", "decode_layout", "decoded_dtype"]
+__all__ = [
+    "CF_ATTRIBUTES",
+    "CFCoding",
+    "CFFieldCoding",
+    "cf_coding",
+    "decode_layout",
+    "decoded_dtype",
+]
 
 #: the attributes that make a variable CF-encoded
 CF_ATTRIBUTES = ("scale_factor", "add_offset", "_FillValue", "missing_value")
@@ -152,9 +159,9 @@ def _array_attrs(reader: Reader, array: str) -> Mapping[str, Any]:
 
 
 @dataclass(frozen=True)
-class CFField:
-    """A CF-decoded field (:attr:`FieldInfo.cf`): its ``stored`` dtype and one coding per
-    array it reads (``None``: that array is only cast)."""
+class CFFieldCoding:
+    """How a CF-decoded field is decoded (:attr:`FieldInfo.cf`): its ``stored`` dtype and one
+    coding per array it reads (``None``: that array is only cast)."""
 
     stored: np.dtype[Any]
     codings: tuple[CFCoding | None, ...]
@@ -174,7 +181,7 @@ class CFField:
 
 def decode_layout(reader: Reader, layout: DatasetLayout) -> DatasetLayout:
     """``layout`` with each dense or window field whose arrays are CF-encoded given its
-    codings (:attr:`FieldInfo.cf`, a :class:`CFField`) and its decoded dtype."""
+    codings (:attr:`FieldInfo.cf`, a :class:`CFFieldCoding`) and its decoded dtype."""
     where = reader.location
     fields: list[FieldInfo] = []
     for info in layout.fields:
@@ -184,6 +191,8 @@ def decode_layout(reader: Reader, layout: DatasetLayout) -> DatasetLayout:
             )
             if any(c is not None for c in codings):
                 decoded = decoded_dtype(info.dtype)
-                info = dataclasses.replace(info, dtype=decoded, cf=CFField(info.dtype, codings))
+                info = dataclasses.replace(
+                    info, dtype=decoded, cf=CFFieldCoding(info.dtype, codings)
+                )
         fields.append(info)
     return dataclasses.replace(layout, fields=tuple(fields))

@@ -114,7 +114,7 @@ class FieldInfo:
     encoding: str | None = None
     array: str | None = None
     rows_per_chunk: int | None = None
-    #: CF decoding on read (:class:`chunkio.format.cf.CFField`; ``dtype`` is then the decoded one)
+    #: CF decoding on read (:class:`~chunkio.format.cf.CFFieldCoding`; ``dtype``: decoded)
     cf: Any = None
     #: names of the codes of a categorical field (its values index them; -1: missing)
     categories: tuple[str, ...] | None = None

@@ -1,6 +1,13 @@
 """Images, one home per concept: how image bytes are read, decoded and encoded (the
 transforms that resample them live in :mod:`chunkio.transforms`).
 
+Image code by layer: this package is the *codecs* (bytes <-> pixels), used by conversion,
+reading and the GPU route alike; *augmentation* (crop, resize and flip plans) is
+:mod:`chunkio.transforms.image`; *converting* folders of images is
+:func:`chunkio.convert.images.convert_images` (the entry point) over
+:mod:`chunkio.convert.image` (its steps), as ``convert_volumes`` is over
+:mod:`chunkio.convert.volume`.
+
 :mod:`chunkio.images.jpeg`
     The one JPEG header parser (frame size, components, sampling factors, EXIF orientation,
     the markers that leave a file to Pillow) and the one libjpeg-turbo (simplejpeg) path:

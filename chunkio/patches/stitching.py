@@ -98,7 +98,7 @@ def stitch(
             _Averaged(),
             _chunks(acc, first, stream, volumes.ndim),
             execution=Execution(workers=1),
-            output=_Written(target),
+            sink=_Written(target),
             progress=Progress(0, "chunk", "stitch", show=False),
             destination=None,  # errors as they are
             resumable=False,
@@ -134,7 +134,7 @@ class _Averaged:
 
 @dataclass(frozen=True)
 class _Written:
-    """The engine's output: each finished chunk into the target."""
+    """The engine's task sink: each finished chunk into the target."""
 
     target: _Target
 

@@ -26,7 +26,7 @@ from ..transforms.sample import FieldTransform, stored_output_shape
 from ..util.numeric import IntArray
 
 __all__ = [
-    "CFDecodedField",
+    "CFDecodedReads",
     "DecodeThreads",
     "FieldReads",
     "MapRows",
@@ -143,7 +143,8 @@ class ReadRequest:
 
 
 class FieldReads(Protocol):
-    """Serves one field of one process's dataset handle (one module per field kind)."""
+    """Serves one field of one process's dataset handle (one module per field kind, each
+    implementation named ``<Kind>Reads``: :class:`~chunkio.read.dense.DenseReads`, ...)."""
 
     def read(self, idx: IntArray, out: npt.NDArray[Any] | None, how: ReadRequest) -> Any:
         """Samples ``idx`` (validated) into ``out`` when given, read as ``how`` says."""
@@ -200,7 +201,7 @@ def transformed_shape(
     return shapes.pop()
 
 
-class CFDecodedField:
+class CFDecodedReads:
     """A field whose arrays are CF-encoded (``decode_cf``, :mod:`chunkio.format.cf`): read as
     stored by the reader of its kind (``reads``), then decoded into the batch."""
 

@@ -24,25 +24,25 @@ from ..format.layout import DatasetLayout, FieldInfo
 from ..transforms.sample import FieldTransform, stored_output_shape
 from ..util.handles import PerProcessHandle
 from ..util.messages import listing
-from .base import CFDecodedField, DecodeThreads, FieldReads, ReadContext, ReadRequest, ReadStats
-from .dense import ColumnField, dense_field
-from .encoded import EncodedField
+from .base import CFDecodedReads, DecodeThreads, FieldReads, ReadContext, ReadRequest, ReadStats
+from .dense import ColumnReads, dense_reads
+from .encoded import EncodedReads
 from .patches import PatchReads
 from .planning import normalize_indices
-from .ragged import RaggedField
-from .sparse import SparseField
-from .windows import WindowField, check_field_transform
+from .ragged import RaggedReads
+from .sparse import SparseReads
+from .windows import WindowReads, check_field_transform
 
 __all__ = ["FIELD_KINDS", "TRANSFORMABLE_KINDS", "ReadCore", "ReadCoreDataset", "check_transform"]
 
 #: field kind -> the reader of one such field, made once per process on the field's first read
 FIELD_KINDS: dict[str, Callable[[ReadContext, FieldInfo], FieldReads]] = {
-    "dense": dense_field,
-    "ragged": RaggedField,
-    "encoded": EncodedField,
-    "window": WindowField,
-    "sparse": SparseField,
-    "column": ColumnField,
+    "dense": dense_reads,
+    "ragged": RaggedReads,
+    "encoded": EncodedReads,
+    "window": WindowReads,
+    "sparse": SparseReads,
+    "column": ColumnReads,
 }
 
 #: field kinds whose readers apply a field transform to each sample (windows, sparse rows and
@@ -168,7 +168,7 @@ class ReadCore:
             info = self.layout.field(name, where=self.reader.location)
             reads = FIELD_KINDS[info.kind]
             if info.cf is not None:  # decode_cf: read as stored, then decoded
-                found = self._fields[name] = CFDecodedField(self.ctx, info, reads)
+                found = self._fields[name] = CFDecodedReads(self.ctx, info, reads)
             else:
                 found = self._fields[name] = reads(self.ctx, info)
         return found
@@ -211,7 +211,7 @@ class ReadCore:
         self, name: str, indices: Sequence[int] | npt.ArrayLike
     ) -> tuple[list[npt.NDArray[np.uint8]], npt.NDArray[np.int64]]:
         """The encoded bytes and stored shapes of samples ``indices`` of encoded field
-        ``name``, undecoded (see :meth:`chunkio.read.encoded.EncodedField.encoded`)."""
+        ``name``, undecoded (see :meth:`chunkio.read.encoded.EncodedReads.encoded`)."""
         idx = normalize_indices(indices, self.layout.num_samples)
         reader = self.field(name)
         encoded = getattr(reader, "encoded", None)

@@ -23,17 +23,17 @@ from .base import ReadContext, ReadRequest, checked_out, read_whole, transformed
 from .cache import DecodedChunkCache
 from .planning import BatchPlan, plan_batch
 
-__all__ = ["ColumnField", "DenseField", "PreloadedField", "dense_field"]
+__all__ = ["ColumnReads", "DenseReads", "PreloadedReads", "dense_reads"]
 
 
-def dense_field(ctx: ReadContext, info: FieldInfo) -> DenseField | PreloadedField:
+def dense_reads(ctx: ReadContext, info: FieldInfo) -> DenseReads | PreloadedReads:
     """The reader of dense field ``info``: read whole once when it is small enough."""
     if info.sample_nbytes * ctx.layout.num_samples <= ctx.preload_bytes:
-        return PreloadedField(ctx, info)
-    return DenseField(ctx, info)
+        return PreloadedReads(ctx, info)
+    return DenseReads(ctx, info)
 
 
-class PreloadedField:
+class PreloadedReads:
     """A dense field small enough (labels, metadata) to be read whole once per process."""
 
     def __init__(
@@ -63,7 +63,7 @@ class PreloadedField:
         pass  # held whole
 
 
-class ColumnField(PreloadedField):
+class ColumnReads(PreloadedReads):
     """A member of a compound dataset (a legacy AnnData ``obs`` column): the dataset is read
     whole once per process and the column kept."""
 
@@ -116,7 +116,7 @@ def _transformed(
     return out
 
 
-class DenseField:
+class DenseReads:
     """One dense field of one process's dataset handle, read through its cache of decoded
     chunks."""
 

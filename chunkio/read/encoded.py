@@ -40,10 +40,10 @@ from ..transforms.sample import FieldTransform, channels_last
 from ..util.numeric import IntArray, ceil_div
 from .base import ReadContext, ReadRequest, read_whole, transformed_buffer
 
-__all__ = ["EncodedField"]
+__all__ = ["EncodedReads"]
 
 
-class EncodedField:
+class EncodedReads:
     """One encoded field of one process's dataset handle: its index, cache and decoder."""
 
     def __init__(self, ctx: ReadContext, info: FieldInfo) -> None:

@@ -22,10 +22,10 @@ from ..transforms.sample import FieldTransform, transform_rows
 from ..util.numeric import IntArray, ceil_div
 from .base import ReadContext, ReadRequest, read_whole, transformed_shape
 
-__all__ = ["RaggedField"]
+__all__ = ["RaggedReads"]
 
 
-class RaggedField:
+class RaggedReads:
     """One ragged field of one process's dataset handle: its offsets and shapes, and the grid
     of its values array. Samples come back as a list of arrays, or, transformed, as one array
     (``out`` when given)."""

@@ -29,7 +29,7 @@ from ..util.numeric import IntArray
 from .base import ReadContext, ReadRequest, checked_out, read_whole
 from .cache import DecodedChunkCache
 
-__all__ = ["CSRBatch", "SparseField", "join_rows"]
+__all__ = ["CSRBatch", "SparseReads", "join_rows"]
 
 
 @dataclass(frozen=True)
@@ -203,7 +203,7 @@ class _RowPlan(NamedTuple):
     offsets: IntArray
 
 
-class SparseField:
+class SparseReads:
     """One sparse field of one process's dataset handle: where each row's values start and
     stop (from ``indptr``, or a chunkio dataset's offsets and counts; read whole once per
     process) and the caches of its ``data`` and ``indices`` chunks."""

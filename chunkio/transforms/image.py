@@ -1,4 +1,5 @@
-"""Deterministic per-sample image transforms with a known output shape.
+"""Deterministic per-sample image transforms with a known output shape: image augmentation
+(decoding is :mod:`chunkio.images`, converting image folders :mod:`chunkio.convert.images`).
 
 A :class:`Compose` of :class:`RandomResizedCrop`, :class:`CenterCrop`, :class:`Resize` and
 :class:`RandomHorizontalFlip` turns into one :class:`CropPlan` per sample: a box in source pixel

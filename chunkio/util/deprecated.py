@@ -9,19 +9,23 @@ option object built (or, when the caller passed one too, updated with
 :func:`dataclasses.replace`). The wrapped function's own signature is the one
 :func:`inspect.signature` and the API reference show; it is called through the wrapper's
 ``__wrapped__`` attribute.
+
+:func:`moved_names` is the same for names whose module moved: the old module's ``__getattr__``
+(PEP 562) returns the name from its new home, with the warning at the importing line.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, TypeVar
 
 from ..errors import caller_stacklevel
 
-__all__ = ["Moved", "moved_keywords"]
+__all__ = ["Moved", "moved_keywords", "moved_names"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -85,3 +89,34 @@ def _move(
         cls = next(m.cls for m in moves.values() if m.param == param)
         given = kwargs.get(param)
         kwargs[param] = cls(**values) if given is None else dataclasses.replace(given, **values)
+
+
+def moved_names(old: str, moves: Mapping[str, str]) -> Callable[[str], Any]:
+    """The module ``__getattr__`` of module ``old``, whose names ``moves`` (name -> the
+    absolute name of the module now defining it) moved: each access, ``from old import
+    name`` included, warns with a :class:`DeprecationWarning` at the caller's line.
+
+    >>> getattr_ = moved_names("chunkio.old", {"ceil_div": "chunkio.util.numeric"})
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as seen:
+    ...     warnings.simplefilter("always")
+    ...     getattr_("ceil_div")(7, 2), str(seen[0].message)
+    (4, 'chunkio.old.ceil_div is deprecated; import it from chunkio.util.numeric')
+    >>> getattr_("nothing")
+    Traceback (most recent call last):
+    ...
+    AttributeError: module 'chunkio.old' has no attribute 'nothing'
+    """
+
+    def __getattr__(name: str) -> Any:
+        home = moves.get(name)
+        if home is None:
+            raise AttributeError(f"module {old!r} has no attribute {name!r}")
+        warnings.warn(
+            f"{old}.{name} is deprecated; import it from {home}",
+            DeprecationWarning,
+            stacklevel=caller_stacklevel(),
+        )
+        return getattr(importlib.import_module(home), name)
+
+    return __getattr__

@@ -393,7 +393,7 @@ def test_the_reach_check_follows_imports() -> None:
 
 
 def test_convert_parts_import_no_entry_point() -> None:
-    """Below the entry points (``images``, ``arrays``, ``stores``, ``volumes``, ``append``,
+    """Below the entry points (``images``, ``arrays``, ``volumes``, ``append``,
     ``pipeline``), convert's subpackages share only its vocabulary: options, progress, source."""
     shared = {"chunkio.convert", "chunkio.convert.options", "chunkio.convert.progress"}
     shared.add("chunkio.convert.source")

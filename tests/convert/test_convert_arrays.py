@@ -21,7 +21,7 @@ from foreign_stores import STORES, data, fields_of, h5py_file, snapshot, zarr_v3
 from killed_converter import manifest_lines
 
 from chunkio import ChunkDataset, Execution, Output, convert_arrays
-from chunkio.convert import stores
+from chunkio.convert import arrays
 from chunkio.convert.engine import workers as pool_policy
 from chunkio.convert.shuffle import spill
 from chunkio.convert.shuffle.order import permutation
@@ -45,7 +45,7 @@ SMALL = {"STORE_BLOCK_BYTES": 2 * 7 * 200, "STORE_READ_BYTES": 40 * 200}
 @pytest.fixture(autouse=True)
 def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     for name, value in SMALL.items():
-        monkeypatch.setattr(stores, name, value)
+        monkeypatch.setattr(arrays, name, value)
 
 
 def read_all(path: Path) -> dict[str, np.ndarray]:
@@ -201,11 +201,11 @@ SCRIPT = """
 import sys, time
 sys.path.insert(0, sys.argv[3])
 from chunkio import Execution, Output, convert_arrays
-from chunkio.convert import stores
+from chunkio.convert import arrays
 from chunkio.convert.shuffle.spill import SpilledSource
 from chunkio.convert.store_source import StoreSource
 
-stores.STORE_BLOCK_BYTES, stores.STORE_READ_BYTES = {block}, {read}
+arrays.STORE_BLOCK_BYTES, arrays.STORE_READ_BYTES = {block}, {read}
 slowed = SpilledSource if sys.argv[4] == "gather" else StoreSource
 real = slowed.read_block
 

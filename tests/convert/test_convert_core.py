@@ -30,7 +30,7 @@ from chunkio.convert import (
     run_conversion,
     write_arrays,
 )
-from chunkio.convert.arrays import ArraySource
+from chunkio.convert.array_source import ArraySource
 from chunkio.errors import (
     ConversionError,
     DestinationBusyError,

@@ -17,7 +17,7 @@ import h5py
 import numpy as np
 import pytest
 
-import chunkio.convert.stores as stores
+import chunkio.convert.arrays as arrays
 from chunkio import ChunkDataset, Execution, Output, convert_arrays
 from chunkio.convert.shuffle import order
 
@@ -61,8 +61,8 @@ def _traced_peak(src: Path, dst: Path, *, shuffle: bool) -> int:
 def test_convert_arrays_memory_does_not_grow_with_rows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shuffle: bool
 ) -> None:
-    monkeypatch.setattr(stores, "STORE_BLOCK_BYTES", 256 << 10)
-    monkeypatch.setattr(stores, "STORE_READ_BYTES", 256 << 10)
+    monkeypatch.setattr(arrays, "STORE_BLOCK_BYTES", 256 << 10)
+    monkeypatch.setattr(arrays, "STORE_READ_BYTES", 256 << 10)
     # absent before the order was served per block: then the test measures numpy's order
     monkeypatch.setattr(order, "WHOLE_ORDER_MAX", 20_000, raising=False)
     peaks = {}

@@ -41,7 +41,7 @@ from chunkio import (
 from chunkio.backends import UnknownFormatError, detect_format
 from chunkio.convert import images as images_mod
 from chunkio.convert import pipeline, run_conversion
-from chunkio.convert.arrays import ArraySource
+from chunkio.convert.array_source import ArraySource
 from chunkio.convert.images import convert_images
 from chunkio.convert.volumes import convert_volumes
 from chunkio.diagnose.dataset_report import info

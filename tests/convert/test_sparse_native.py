@@ -213,7 +213,7 @@ def test_written_in_shards_where_the_dense_fields_are(
     """``run_conversion(pack=True)`` (what ``convert_images`` does): a sparse field large enough
     is written directly as shards of whole sample-chunk groups, its values and columns alike."""
     from chunkio.convert import pipeline, run_conversion
-    from chunkio.convert.arrays import ArraySource
+    from chunkio.convert.array_source import ArraySource
     from chunkio.convert.shuffle.order import ShuffledSource
 
     monkeypatch.setattr(pipeline, "SHARD_BYTES", 1_300_000)  # 3 chunks of 400 kB a shard

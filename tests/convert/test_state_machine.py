@@ -28,7 +28,7 @@ from chunkio import ChunkDataset, Execution, Output, append_arrays, write_arrays
 from chunkio.backends.hdf5.write import HDF5Writer
 from chunkio.backends.zarr.backend import ZarrWriter
 from chunkio.convert import run_conversion
-from chunkio.convert.arrays import ArraySource
+from chunkio.convert.array_source import ArraySource
 from chunkio.errors import ConversionError, SourceError
 
 SAMPLE = (2, 3)

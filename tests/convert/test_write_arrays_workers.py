@@ -18,7 +18,8 @@ from conftest import source_array
 from pool_counter import pools_fixture  # noqa: F401 (the pools fixture)
 
 from chunkio import ChunkDataset, Execution, Output
-from chunkio.convert.arrays import ArraySource, write_arrays
+from chunkio.convert.array_source import ArraySource
+from chunkio.convert.arrays import write_arrays
 from chunkio.convert.engine import workers as pool_policy
 
 

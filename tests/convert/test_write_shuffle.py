@@ -22,7 +22,7 @@ from PIL import Image
 
 import chunkio
 from chunkio import ChunkDataset, Execution, Output, append_arrays, read_source_paths, write_arrays
-from chunkio.convert.arrays import ArraySource
+from chunkio.convert.array_source import ArraySource
 from chunkio.convert.images import convert_images
 from chunkio.convert.shuffle.order import ShuffledSource, permutation
 from chunkio.errors import MissingFieldError, SourceError
@@ -198,7 +198,7 @@ ARRAYS_SCRIPT = """
 import sys, time
 import numpy as np
 from chunkio import Execution, Output, write_arrays
-from chunkio.convert.arrays import ArraySource
+from chunkio.convert.array_source import ArraySource
 
 real = ArraySource.read_rows
 delay = float(sys.argv[2])

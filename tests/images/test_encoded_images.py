@@ -22,7 +22,7 @@ from chunkio.diagnose.dataset_report import verify
 from chunkio.errors import CorruptChunkError, SourceError
 from chunkio.format.layout import DatasetLayout
 from chunkio.loader import RingFallbackWarning
-from chunkio.read.encoded import EncodedField
+from chunkio.read.encoded import EncodedReads
 from chunkio.transforms import CenterCrop, Compose, RandomHorizontalFlip, RandomResizedCrop
 from chunkio.transforms.sample import channels_last
 
@@ -409,7 +409,7 @@ def test_unchanged_jpegs_are_stored_as_they_are_and_read_bit_exact(
     # the stored bytes are the files' bytes
     paths = chunkio_paths(dst)
     data = ChunkDataset(dst, fields="image")._handle().field("image")
-    assert isinstance(data, EncodedField)
+    assert isinstance(data, EncodedReads)
     data._fetch(np.array([3]))
     assert bytes(data.sample_bytes(3)) == (photos / paths[3]).read_bytes()
     # resized images are decoded and encoded again (at the quality asked for)

@@ -175,9 +175,9 @@ def test_cmyk_is_left_to_the_full_decode(tmp_path: Path) -> None:
     data = buf.getvalue()
     with pytest.raises(NotImplementedError, match="whole-image decode"):
         region(data, False, 1, (3, 5, 30, 20))
-    from chunkio.read.encoded import EncodedField
+    from chunkio.read.encoded import EncodedReads
 
-    field = object.__new__(EncodedField)
+    field = object.__new__(EncodedReads)
     field._local = threading.local()
     transform = Compose([RandomResizedCrop(16)])
     plan = transform.plan((0, 0, 0), 40, 48)
@@ -329,7 +329,7 @@ def test_loader_batches_equal_with_and_without_the_extension(
 @pytest.mark.parametrize("damage", ["truncated", "bad huffman table", "no scan"])
 def test_data_the_extension_refuses_goes_to_the_whole_image_path(damage: str) -> None:
     """The reader then raises that path's typed error (or decodes what it decodes)."""
-    from chunkio.read.encoded import EncodedField
+    from chunkio.read.encoded import EncodedReads
 
     data = bytearray(encode(333, 500, "420"))
     if damage == "truncated":
@@ -339,7 +339,7 @@ def test_data_the_extension_refuses_goes_to_the_whole_image_path(damage: str) ->
         data[at : at + 16] = b"\xff" * 16
     else:
         data = data[: bytes(data).index(b"\xff\xda")] + b"\xff\xd9"
-    field = object.__new__(EncodedField)
+    field = object.__new__(EncodedReads)
     field._local = threading.local()
     transform = Compose([RandomResizedCrop(32, scale=(0.01, 0.02))])
     plan = transform.plan((0, 0, 0), 333, 500)

@@ -218,11 +218,11 @@ def test_whole_decode_refusals_are_the_readers_typed_error() -> None:
     CorruptChunkError (the same as a read without a transform), never pixels."""
     from chunkio.errors import CorruptChunkError
     from chunkio.images.decoders import image_decoder
-    from chunkio.read.encoded import EncodedField
+    from chunkio.read.encoded import EncodedReads
     from chunkio.transforms import Compose, RandomResizedCrop
 
     data = np.frombuffer(write_jpeg(photo(40, 48, 0), sampling=WRITER_SAMPLINGS["4x2"]), np.uint8)
-    field = object.__new__(EncodedField)
+    field = object.__new__(EncodedReads)
     field._local = threading.local()
     transform = Compose([RandomResizedCrop(16)])
     plan = transform.plan((0, 0, 0), 40, 48)

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chunkio import ChunkDataset, Execution, Output, write_arrays
-from chunkio.read.dense import DenseField, PreloadedField
+from chunkio.read.dense import DenseReads, PreloadedReads
 
 _ids = itertools.count()
 N, SPC = 30, 4  # the last chunk holds 2 samples
@@ -121,7 +121,7 @@ def test_the_preload_threshold_is_the_field_size() -> None:
     path, _ = _store()
     nbytes = {"x": N * 3 * 4, "y": N * 8}
     for name, size in nbytes.items():
-        for preload, kind in ((size, PreloadedField), (size - 1, DenseField)):
+        for preload, kind in ((size, PreloadedReads), (size - 1, DenseReads)):
             ds = ChunkDataset(path, fields=[name], preload_bytes=preload)
             ds.read_batch([0])
             assert type(ds._handle().field(name)) is kind, (name, preload)

@@ -30,7 +30,7 @@ from chunkio.format.sparse import (
     sparse_format,
     with_sparse_batches,
 )
-from chunkio.read.sparse import SparseField
+from chunkio.read.sparse import SparseReads
 
 INDPTR = np.array([0, 2, 2, 5, 9, 12])
 
@@ -181,7 +181,7 @@ def test_describe_sparse_refuses_a_group_without_a_sparse_encoding(tmp_path: Pat
 def test_a_sparse_reader_needs_a_sparse_info(tmp_path: Path) -> None:
     ds = chunkio.ChunkDataset(_group(tmp_path / "g.h5", CSR), fields={"m": "m"})
     with pytest.raises(TypeError, match=r"^field 'x': a sparse field needs a SparseInfo$"):
-        SparseField(ds._handle().ctx, FieldInfo("x", np.dtype("f4"), (4,)))
+        SparseReads(ds._handle().ctx, FieldInfo("x", np.dtype("f4"), (4,)))
 
 
 # -- indptr --------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from foreign_stores import snapshot
 from killed_converter import manifest_lines
 
 from chunkio import ChunkDataset, Output, convert_arrays, make_loader
-from chunkio.convert import stores
+from chunkio.convert import arrays
 from chunkio.errors import ChunkioError
 
 #: blocks of 2 chunks of 50 cells; source blocks of ~100 cells: several spill files and blocks
@@ -26,7 +26,7 @@ CHUNKS = Output(chunks=50)
 @pytest.fixture(autouse=True)
 def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     for name, value in SMALL.items():
-        monkeypatch.setattr(stores, name, value)
+        monkeypatch.setattr(arrays, name, value)
 
 
 def check_converted(dst: Path, fixture: af.SingleCell, *, shuffled: bool) -> None:
@@ -98,10 +98,10 @@ SCRIPT = """
 import sys, time
 sys.path.insert(0, sys.argv[3])
 from chunkio import Execution, Output, convert_arrays
-from chunkio.convert import stores
+from chunkio.convert import arrays
 from chunkio.convert.shuffle.spill import SpilledSource
 
-stores.STORE_BLOCK_BYTES, stores.STORE_READ_BYTES = {block}, {read}
+arrays.STORE_BLOCK_BYTES, arrays.STORE_READ_BYTES = {block}, {read}
 real = SpilledSource.read_block
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from chunkio.convert.arrays import ArraySource
+from chunkio.convert.array_source import ArraySource
 from chunkio.errors import SourceError
 from chunkio.format.layout import FieldInfo
 

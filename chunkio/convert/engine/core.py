@@ -8,7 +8,7 @@ calling process, in whatever order tasks complete; ``finish`` writes what the wo
 write itself and records the task in the manifest.
 
 :func:`drive` is the one conversion driver on top: it shows the progress bar and, for each
-finished task, has the :class:`Output` write what the worker returned (in this process) and
+finished task, has the :class:`TaskSink` write what the worker returned (in this process) and
 record the task once it is durable. Images, arrays, volumes, appends and stitching all go
 through it; how many workers, and whether a pool is worth starting, is answered once, in
 :mod:`chunkio.convert.engine.workers`.
@@ -38,7 +38,7 @@ from ..progress import advance
 from .processes import MAIN_GUARD_HINT, WorkerProcesses, worker_processes
 from .workers import Work, pool_pays
 
-__all__ = ["Job", "Output", "Task", "drive", "progress_bar", "require_distributed", "run_tasks"]
+__all__ = ["Job", "Task", "TaskSink", "drive", "progress_bar", "require_distributed", "run_tasks"]
 
 
 class Task(Protocol):
@@ -158,8 +158,12 @@ def require_distributed() -> None:
         ) from err
 
 
-class Output(Protocol[T_contra, R_contra]):
-    """Where :func:`drive` puts finished tasks, in the calling process."""
+class TaskSink(Protocol[T_contra, R_contra]):
+    """Where :func:`drive` puts finished tasks, in the calling process.
+
+    (Not :class:`chunkio.Output`, how a dataset is stored: a sink is what a converter hands
+    the engine to write and record each finished task.)
+    """
 
     def write(self, task: T_contra, result: R_contra) -> None:
         """Write (and make durable) what a worker returned instead of writing it."""
@@ -189,12 +193,12 @@ def drive(
     tasks: Iterable[T],
     *,
     execution: Execution,
-    output: Output[T, R],
+    sink: TaskSink[T, R],
     progress: Progress,
     destination: str | None,
     resumable: bool = True,
 ) -> None:
-    """The conversion driver: run ``tasks``, have ``output`` write what the workers did not
+    """The conversion driver: run ``tasks``, have ``sink`` write what the workers did not
     and record each task once durable, advancing the bar.
 
     ``destination`` names where failures happened (see :func:`run_tasks`); ``None`` raises
@@ -204,8 +208,8 @@ def drive(
 
         def finish(task: T, result: R) -> None:
             if not job.written(result):
-                output.write(task, result)
-            advance(bar, output.done(task, result))
+                sink.write(task, result)
+            advance(bar, sink.done(task, result))
 
         run_tasks(
             job,

@@ -229,7 +229,7 @@ if sys.platform != "win32":
     _HIDING["forkserver"] = _ForkServerContext
 
 
-class _Sink:
+class _Discard:
     def write(self, data: Any) -> int:
         return len(data)
 
@@ -246,7 +246,7 @@ class _MainFinder(pickle.Pickler):
     """
 
     def __init__(self) -> None:
-        super().__init__(_Sink(), protocol=5, buffer_callback=lambda buf: None)
+        super().__init__(_Discard(), protocol=5, buffer_callback=lambda buf: None)
         extra = getattr(ForkingPickler, "_extra_reducers", {})
         self.dispatch_table = {**copyreg.dispatch_table, **extra}
 

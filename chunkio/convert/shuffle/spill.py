@@ -193,7 +193,7 @@ def _write_sparse(fh: Any, rows: SparseRows, offsets: IntArray, f: FieldInfo) ->
     fh.write(np.ascontiguousarray(rows.indices, dtype=_index(f)).data)
 
 
-class _SpillOutput:
+class _SpillSink:
     def write(self, task: SourceBlock, result: int) -> None:  # never called: see written
         raise RuntimeError(f"{task.describe()}: spill files are written by the workers")
 
@@ -430,7 +430,7 @@ def _spill(
         job,
         tasks,
         execution=options.execution,
-        output=_SpillOutput(),
+        sink=_SpillSink(),
         progress=progress,
         destination=dest.display,
     )

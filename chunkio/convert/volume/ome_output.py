@@ -198,7 +198,7 @@ def _reuse(dst: Any, request: Request, *, overwrite: bool) -> tuple[str, ...] | 
 
 
 @dataclass
-class _OmeOutput:
+class _OmeSink:
     """Finished images recorded: each volume's scaling and index kept in the staging,
     then the volume listed in the manifest (its image was synced by whoever wrote it)."""
 
@@ -231,7 +231,7 @@ def _execute(
         job,
         todo,
         execution=execution,
-        output=_OmeOutput(dest, done),
+        sink=_OmeSink(dest, done),
         progress=Progress(len(todo) + len(done), "volume", label, execution.progress, len(done)),
         destination=dest.display,
     )

@@ -2,7 +2,7 @@
 
 A batch of anchors ``a`` reads rows ``a + step`` of each variable. Windows of neighbouring
 anchors overlap, so the batch's rows are made unique first; each variable's dense reader
-(:class:`~chunkio.read.dense.DenseField`, shared by every window field of that array in this
+(:class:`~chunkio.read.dense.DenseReads`, shared by every window field of that array in this
 process) decodes the chunks of that union once, through its cache, and one gather per variable
 puts each ``(anchor, step)`` row into the batch at ``[b, step, variable]``. A loader keeps a
 field's stacked variables decoded whole, side by side, when they fit its budget (held), else
@@ -30,14 +30,14 @@ from ...format.windows import Field, WindowSet
 from ...util.numeric import IntArray
 from ...util.shared_stack import BLOCK_BYTES, HeldSegments, StackShape, fill_shared
 from ..base import ReadContext, ReadRequest, checked_out
-from ..dense import DenseField, PreloadedField, dense_field
+from ..dense import DenseReads, PreloadedReads, dense_reads
 from ..planning import normalize_indices
 from .stream import StreamedStack, streamed_lane, streamed_stack, variable_field_name
 
 __all__ = [
     "AnchorSamples",
     "Field",
-    "WindowField",
+    "WindowReads",
     "check_field_transform",
     "held_segments",
     "stack_shapes",
@@ -56,14 +56,14 @@ _log = logging.getLogger("chunkio")
 _ORDER_CACHE = False
 
 
-def variable_reader(ctx: ReadContext, info: Any, j: int) -> DenseField | PreloadedField:
+def variable_reader(ctx: ReadContext, info: Any, j: int) -> DenseReads | PreloadedReads:
     """The process's one dense reader of variable ``j`` of window field ``info`` (made on
     first use, shared by every window field that reads the array)."""
     array = info.arrays[j]
     found = ctx.shared.get(array)
     if found is None:
-        found = ctx.shared[array] = dense_field(ctx, _variable_info(info, j))
-    return cast(DenseField | PreloadedField, found)
+        found = ctx.shared[array] = dense_reads(ctx, _variable_info(info, j))
+    return cast(DenseReads | PreloadedReads, found)
 
 
 def _variable_info(info: Any, j: int) -> FieldInfo:
@@ -251,7 +251,7 @@ def held_stack(ctx: ReadContext, info: Any) -> npt.NDArray[Any] | None:
             fill(stack, j, a, b)
     for j in range(len(arrays)):
         # a window field of this variable alone gathers from its lane of the stack
-        ctx.shared[arrays[j]] = PreloadedField(ctx, _variable_info(info, j), stack[:, j])
+        ctx.shared[arrays[j]] = PreloadedReads(ctx, _variable_info(info, j), stack[:, j])
     ctx.shared[arrays] = stack
     return stack
 
@@ -276,7 +276,7 @@ class _LaneFiller:
         self.ctx.stats.rows_decoded += b - a
 
 
-class WindowField:
+class WindowReads:
     """One window field of one process's dataset handle; ``idx`` are anchor rows."""
 
     def __init__(self, ctx: ReadContext, info: Any) -> None:
@@ -304,7 +304,7 @@ class WindowField:
         streamed = self.streamed or (self.lane[0] if self.lane is not None else None)
         if streamed is not None:  # a batch admits the chunks of every field's steps at once
             streamed.register(self.steps)
-        self._sources: list[DenseField | PreloadedField] | None = None
+        self._sources: list[DenseReads | PreloadedReads] | None = None
 
     @property
     def path(self) -> str:
@@ -314,7 +314,7 @@ class WindowField:
         return "per variable" if self.streamed is None and self.lane is None else "streamed"
 
     @property
-    def sources(self) -> list[DenseField | PreloadedField]:
+    def sources(self) -> list[DenseReads | PreloadedReads]:
         """Each variable's own reader (made on first use: a stack needs none)."""
         if self._sources is None:
             info = self.info
@@ -357,7 +357,7 @@ class WindowField:
         # less CPU for 32 KB rows of 3 variables)
         by_row = len(self.sources) > 1 and view.shape[2] * view.itemsize >= ROW_COPY_BYTES
         for j, source in enumerate(self.sources):
-            if isinstance(source, PreloadedField):  # held whole: its rows are the array's
+            if isinstance(source, PreloadedReads):  # held whole: its rows are the array's
                 buffer, picks = source.whole, rows
             else:
                 if union is None:
