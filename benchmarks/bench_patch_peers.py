@@ -189,12 +189,12 @@ def _chunkio_dataset(spec: dict[str, Any]) -> Any:
     return PatchDataset(spec["ome_stores"], patch, sampler=sampler, mask="masks/tissue")
 
 
-def _amplification(ds: Any, keys: np.ndarray) -> float:
+def _amplification(ds: Any, keys: np.ndarray, batch: int = BATCH) -> float:
     """Bytes decoded / delivered of one in-process pass over ``keys`` in batches."""
     before = ds.read_stats()  # the live counters: read them now
     decoded, delivered = before.bytes_decoded, before.bytes_delivered
-    for start in range(0, len(keys), BATCH):
-        ds.read_patches(keys[start : start + BATCH])
+    for start in range(0, len(keys), batch):
+        ds.read_patches(keys[start : start + batch])
     after = ds.read_stats()
     return float((after.bytes_decoded - decoded) / (after.bytes_delivered - delivered))
 
@@ -247,9 +247,10 @@ def _child(cmd: list[str], timeout_s: float) -> dict[str, Any]:
     return found
 
 
-def _ours(spec: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-    return _child([sys.executable, "-m", "benchmarks.bench_patch_peers", "--child",
-                   json.dumps(spec)], timeout_s)  # fmt: skip
+def _ours(
+    spec: dict[str, Any], timeout_s: float, module: str = "benchmarks.bench_patch_peers"
+) -> dict[str, Any]:
+    return _child([sys.executable, "-m", module, "--child", json.dumps(spec)], timeout_s)
 
 
 def _peer(spec: dict[str, Any], timeout_s: float) -> dict[str, Any]:

@@ -15,7 +15,9 @@ Each peer set up as its documentation shows a user, on the files ``bench_patch_p
 * ``zarrdataset``: ``ZarrDataset([ImagesDatasetSpecs, LabelsDatasetSpecs,
   MasksDatasetSpecs], PatchSampler(patch), shuffle=True)`` on the OME-Zarr stores (image
   ``0``, label image ``labels/seg/0``, mask ``masks/tissue`` at 1/8 scale) and a
-  ``DataLoader(num_workers=2, worker_init_fn=zarrdataset_worker_init_fn)``, as its README.
+  ``DataLoader(num_workers=2, worker_init_fn=zarrdataset_worker_init_fn)``, as its README;
+  with ``"space": "YX"``, a whole-slide image (``CYX``, no labels) and its tissue mask, as its
+  WSI example.
 
 This file imports nothing of chunkio: chunkio's rows use its :func:`measure` too, so every row
 is timed the same way. Prints one JSON line.
@@ -114,12 +116,14 @@ def _zarrdataset(spec: dict[str, Any]) -> tuple[Any, Callable[[Any], int], dict[
     from torch.utils.data import DataLoader
 
     stores = spec["ome_stores"]
-    specs = [
-        zds.ImagesDatasetSpecs(filenames=stores, data_group="0", source_axes="CZYX"),
-        zds.LabelsDatasetSpecs(filenames=stores, data_group="labels/seg/0", source_axes="ZYX"),
-        zds.MasksDatasetSpecs(filenames=stores, data_group="masks/tissue", source_axes="ZYX"),
-    ]
-    sampler = zds.PatchSampler(patch_size=spec["patch"], spatial_axes="ZYX")
+    space = spec.get("space", "ZYX")  # "YX": a 2-D slide, image only
+    specs = [zds.ImagesDatasetSpecs(filenames=stores, data_group="0", source_axes="C" + space)]
+    if space == "ZYX":
+        specs.append(zds.LabelsDatasetSpecs(filenames=stores, data_group="labels/seg/0",
+                                            source_axes=space))  # fmt: skip
+    specs.append(zds.MasksDatasetSpecs(filenames=stores, data_group="masks/tissue",
+                                       source_axes=space))  # fmt: skip
+    sampler = zds.PatchSampler(patch_size=spec["patch"], spatial_axes=space)
     ds = zds.ZarrDataset(specs, patch_sampler=sampler, shuffle=True, return_positions=True)
     loader = DataLoader(ds, batch_size=spec["batch"], num_workers=spec["workers"],
                         worker_init_fn=zds.zarrdataset_worker_init_fn,
@@ -153,9 +157,10 @@ def main() -> None:
         result["read_amplification"] = size**3 / (extra["per_load"] * patch**3)
     else:  # the chunks each patch touches (an upper bound: it keeps the last box read)
         pos = np.concatenate(extra["positions"])
-        spatial = pos[:, -3:, 0]  # axes CZYX: the last three are space
+        ndim = len(spec.get("space", "ZYX"))
+        spatial = pos[:, -ndim:, 0]  # axes C + space: the last ones are space
         touched = chunks_touched(spatial, patch, spec["chunk"])
-        result["read_amplification"] = float(touched.mean() * spec["chunk"] ** 3 / patch**3)
+        result["read_amplification"] = float(touched.mean() * (spec["chunk"] / patch) ** ndim)
     print(json.dumps(result))
 
 

@@ -77,3 +77,24 @@ def test_quick_run_with_the_peers(tmp_path: Path) -> None:
     assert not [name for name, r in rows.items() if "error" in r]
     assert {"torchio", "monai", "zarrdataset"} <= {name.split()[0].lower() for name in rows}
     assert all(r["patches_per_s"] > 0 and r["read_amplification"] > 0 for r in rows.values())
+
+
+def test_slide_is_written_chunk_row_by_row_and_read_in_place(tmp_path: Path) -> None:
+    import zarr
+
+    from benchmarks import bench_patch_slide as slide
+
+    size, chunk = 8 * slide.MASK_STEP, 2 * slide.MASK_STEP
+    data = slide.make_slide(tmp_path / "s.ome.zarr", size=size, chunk=chunk)
+    mask = slide.tissue_mask(size)
+    assert 0 < data["tissue"] < 1 and data["tissue"] == mask.mean()
+    stored = np.asarray(zarr.open_group(data["ome_stores"][0], mode="r")["0"])
+    inside = np.repeat(np.repeat(mask, slide.MASK_STEP, 0), slide.MASK_STEP, 1)
+    assert (stored[:, ~inside] == 255).all() and (stored[:, inside] < 255).any()
+    ds = PatchDataset(data["ome_stores"][0], (32, 32), mask="masks/tissue",
+                      sampler=RandomPatchSampler(4, seed=0))  # fmt: skip
+    keys = ds.sampler.keys()
+    got = ds.read_patches(keys)["image"]
+    for (_, y, x), patch in zip(keys.tolist(), got, strict=True):
+        assert np.array_equal(patch, stored[:, y : y + 32, x : x + 32])
+        assert inside[y + 16, x + 16]  # centred in the tissue
