@@ -7,7 +7,9 @@ the same patch size, batch size and patch count (``--patches`` after one untimed
   ``PatchDataset(path, patch, sampler=LabelBalancedSampler(n, foreground=0.5))`` through
   ``DataLoader(ds, sampler=ds.sampler, batch_size, num_workers=2, collate_fn=chunkio.collate)``;
 * ``per-patch h5py`` / ``per-patch zarr``: a ``Dataset`` slicing ``image[v, z:z+p, ...]`` and
-  the label per patch (handle opened in each worker) on the same files, the same patch keys;
+  the label per patch (handle opened in each worker) on the same files, the same patch keys in
+  chunkio's chunk-grouped order (which HDF5's own 1 MiB chunk cache profits from), and for
+  h5py the same keys shuffled too (what a ``DataLoader(shuffle=True)`` over them serves);
 * ``TorchIO`` (``Queue`` + ``LabelSampler``) and ``MONAI`` (``RandCropByPosNegLabeld``) on the
   same volumes as gzipped NIfTI (nibabel), half the patches centred on foreground like
   chunkio's sampler (see :mod:`benchmarks.patch_peers`);
@@ -34,6 +36,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -232,17 +235,21 @@ def run_row(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _child(cmd: list[str], timeout_s: float) -> dict[str, Any]:
-    """Run one row; its last stdout line as JSON, or what went wrong."""
-    try:
-        env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
-                              cwd=HERE.parent, env=env)  # fmt: skip
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout_s:.0f} s"}
-    lines = done.stdout.strip().splitlines()
-    if done.returncode or not lines:
-        tail = [ln for ln in done.stderr.strip().splitlines() if ln.strip()][-1:]
-        return {"error": f"exit {done.returncode}: {' '.join(tail)[:300]}"}
+    """Run one row in its own session; its last stdout line as JSON, or what went wrong (on a
+    timeout, the row's process group is killed: its workers with it)."""
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          cwd=HERE.parent, env=env, start_new_session=True) as proc:  # fmt: skip
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the group this row's process leads
+            proc.communicate()
+            return {"error": f"timed out after {timeout_s:.0f} s"}
+    lines = stdout.strip().splitlines()
+    if proc.returncode or not lines:
+        tail = [ln for ln in stderr.strip().splitlines() if ln.strip()][-1:]
+        return {"error": f"exit {proc.returncode}: {' '.join(tail)[:300]}"}
     found: dict[str, Any] = json.loads(lines[-1])
     return found
 
@@ -267,7 +274,12 @@ def run(*, volumes: int = 4, size: int = 256, patch: int = 64, chunk: int = 64,
     base = Path(root) if root else Path(tempfile.mkdtemp(prefix="chunkio-patch-peers-"))
     try:
         started = time.perf_counter()
-        data = make_data(base, volumes=volumes, size=size, chunk=chunk)
+        made = base / f"data-{volumes}x{size}-c{chunk}.json"  # a kept root's data is reused
+        if made.exists():
+            data = json.loads(made.read_text())
+        else:
+            data = make_data(base, volumes=volumes, size=size, chunk=chunk)
+            made.write_text(json.dumps(data))
         config = {"volumes": volumes, "size": size, "patch": patch, "chunk": chunk,
                   "patches": patches, "batch": BATCH, "workers": WORKERS, "dtype": "int16",
                   "data_s": time.perf_counter() - started}  # fmt: skip
@@ -294,6 +306,11 @@ def run(*, volumes: int = 4, size: int = 256, patch: int = 64, chunk: int = 64,
                 continue
             spec = {**common, "kind": "per-patch", "path": data[fmt], "format": fmt, "keys": keys}
             add(name, "converted", _ours(spec, timeout_s))
+        if keys is not None:  # as DataLoader(shuffle=True) orders them: no shared chunks
+            shuffled = np.asarray(keys)[np.random.default_rng(0).permutation(len(keys))]
+            spec = {**common, "kind": "per-patch", "path": data["hdf5"], "format": "hdf5",
+                    "keys": shuffled.tolist()}  # fmt: skip
+            add("per-patch h5py (same keys, shuffled)", "converted", _ours(spec, timeout_s))
         if peers:
             per = {"samples_per_volume": PER_LOAD, "num_samples": PER_LOAD}
             add("TorchIO Queue + LabelSampler (NIfTI)", "converted",
@@ -352,13 +369,16 @@ def main() -> None:
     for name, default in (("volumes", 4), ("size", 256), ("patch", 64), ("chunk", 64),
                           ("patches", 256)):  # fmt: skip
         parser.add_argument(f"--{name}", type=int, default=default)
+    parser.add_argument("--root", help="write the data here and keep it (reused if there)")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds per row")
     parser.add_argument("--json", help="also write the result here")
     args = parser.parse_args()
     if args.child:
         print(json.dumps(run_row(json.loads(args.child))))
         return
     sizes = {k: getattr(args, k) for k in ("volumes", "size", "patch", "chunk", "patches")}
-    result = run(**(QUICK if args.quick else sizes), peers=not args.no_peers)
+    result = run(**(QUICK if args.quick else sizes), peers=not args.no_peers, root=args.root,
+                 timeout_s=args.timeout)  # fmt: skip
     print(json.dumps(result["config"]))
     print(table(result))
     if args.json:
