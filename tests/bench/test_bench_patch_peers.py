@@ -98,3 +98,16 @@ def test_slide_is_written_chunk_row_by_row_and_read_in_place(tmp_path: Path) -> 
     for (_, y, x), patch in zip(keys.tolist(), got, strict=True):
         assert np.array_equal(patch, stored[:, y : y + 32, x : x + 32])
         assert inside[y + 16, x + 16]  # centred in the tissue
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_quick_slide_run_with_zarrdataset(tmp_path: Path) -> None:
+    from benchmarks import bench_patch_slide as slide
+
+    if not (bench.PEERS_VENV / "bin" / "python").exists():
+        pytest.skip(f"no peers venv at {bench.PEERS_VENV} (make patch-peers-venv)")
+    result = slide.run(**slide.QUICK, root=tmp_path)
+    rows = result["results"]
+    assert [r["reader"].split()[0] for r in rows] == ["chunkio", "chunkio", "zarrdataset"]
+    assert all("error" not in r and r["patches_per_s"] > 0 for r in rows)
