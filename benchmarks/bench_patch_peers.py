@@ -16,7 +16,9 @@ the same patch size, batch size and patch count (``--patches`` after one untimed
 * ``chunkio OME-Zarr in place``: ``PatchDataset(stores, patch, mask="masks/tissue")`` on one
   OME-Zarr 0.4 store per volume (Zarr v2, Blosc-LZ4, chunks ``--chunk``, a label image and a
   1/8-scale tissue mask), a shuffled ``GridSampler`` (the chunk-aligned grid zarrdataset
-  draws) and a ``RandomPatchSampler``; ``zarrdataset`` on the same stores and mask.
+  draws) and a ``RandomPatchSampler``; ``zarrdataset`` on the same stores and mask;
+* ``make_loader``: chunkio's converted and shuffled-grid rows again through
+  ``chunkio.make_loader(ds, batch, num_workers=2)`` (the shared-memory ring).
 
 The peers run in their own venv (``make patch-peers-venv``, ``PATCH_PEERS_VENV``); without it
 their rows say so. Reported per row: patches/s (wall), patches per CPU-second of the process
@@ -223,9 +225,15 @@ def run_row(spec: dict[str, Any]) -> dict[str, Any]:
         return result
     ds = _chunkio_dataset(spec)
     keys = ds.sampler.keys()[: spec["patches"]]  # before the pass: keys() is what remains
-    loader = DataLoader(ds, sampler=ds.sampler, batch_size=BATCH, num_workers=WORKERS,
-                        collate_fn=chunkio.collate, persistent_workers=True)  # fmt: skip
+    if spec.get("route") == "make_loader":  # the ring: workers read into shared memory
+        loader = chunkio.make_loader(ds, BATCH, num_workers=WORKERS)
+    else:
+        loader = DataLoader(ds, sampler=ds.sampler, batch_size=BATCH, num_workers=WORKERS,
+                            collate_fn=chunkio.collate, persistent_workers=True)  # fmt: skip
     result = measure(loader, spec["patches"], lambda b: len(b["image"]))
+    close = getattr(loader, "close", None)
+    if callable(close):
+        close()
     result["read_amplification"] = _amplification(_chunkio_dataset(spec), keys)
     result["keys"] = keys.tolist()
     return result
@@ -298,6 +306,8 @@ def run(*, volumes: int = 4, size: int = 256, patch: int = 64, chunk: int = 64,
                    _ours({**converted, "path": data["zarr"]}, timeout_s))  # fmt: skip
         add("chunkio converted (HDF5)", "converted",
             _ours({**converted, "path": data["hdf5"]}, timeout_s))  # fmt: skip
+        ring = {**converted, "path": data["zarr"], "route": "make_loader"}
+        add("chunkio converted (Zarr), make_loader", "converted", _ours(ring, timeout_s))
         keys = ours.get("keys")
         for fmt in ("hdf5", "zarr"):
             name = f"per-patch {'h5py' if fmt == 'hdf5' else 'zarr'} (same file, same keys)"
@@ -320,6 +330,9 @@ def run(*, volumes: int = 4, size: int = 256, patch: int = 64, chunk: int = 64,
         for sampler in ("grid", "random"):
             add(f"chunkio OME-Zarr in place, mask, {sampler}", "ome",
                 _ours({**common, "kind": "ome", "sampler": sampler}, timeout_s))  # fmt: skip
+        add("chunkio OME-Zarr in place, mask, grid, make_loader", "ome",
+            _ours({**common, "kind": "ome", "sampler": "grid", "route": "make_loader"},
+                  timeout_s))  # fmt: skip
         if peers:
             add("zarrdataset (same stores, mask)", "ome",
                 _peer({**common, "peer": "zarrdataset"}, timeout_s))  # fmt: skip
