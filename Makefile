@@ -8,7 +8,7 @@ STAMP := $(VENV)/.chunkio-installed
 PYTEST_WORKERS ?= 2
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test lint typecheck unit docs docs-check bench bench-full bench-remote soak mutate fuzz fuzz-long fuzz-asan clean
+.PHONY: venv demo test lint typecheck unit docs docs-check bench bench-full bench-remote patch-peers-venv bench-patch-peers soak mutate fuzz fuzz-long fuzz-asan clean
 
 venv: $(STAMP)
 
@@ -66,6 +66,18 @@ bench: $(STAMP)
 # local vs S3 on loopback (moto + a latency proxy, 0 and 20 ms) vs zarr per sample; needs moto, s3fs
 bench-remote: $(STAMP)
 	$(PY) -m benchmarks.bench_remote
+
+# the patch-loading peers (TorchIO, MONAI, zarrdataset) in their own venv, never chunkio's:
+# benchmarks/requirements-patch-peers.txt into $(PATCH_PEERS_VENV) (Python 3.11, CPU torch)
+PATCH_PEERS_VENV ?= /work/venv-patchpeers
+PATCH_PEERS_PYTHON ?= python3.11
+patch-peers-venv:
+	test -x $(PATCH_PEERS_VENV)/bin/python || $(PATCH_PEERS_PYTHON) -m venv $(PATCH_PEERS_VENV)
+	$(PATCH_PEERS_VENV)/bin/python -m pip install --quiet -r benchmarks/requirements-patch-peers.txt
+
+# 3-D patches vs TorchIO, MONAI, zarrdataset and per-patch h5py/zarr (docs/benchmarks.md)
+bench-patch-peers: $(STAMP) patch-peers-venv
+	PATCH_PEERS_VENV=$(PATCH_PEERS_VENV) $(PY) -m benchmarks.bench_patch_peers
 
 soak: $(STAMP)
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)

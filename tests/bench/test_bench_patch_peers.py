@@ -1,0 +1,113 @@
+"""``benchmarks.bench_patch_peers`` on tiny volumes: chunkio's side by default (its data, the
+per-patch reader it is compared with, the amplification count, the table); the peers, which
+need their own venv (``make patch-peers-venv``), under ``make soak`` (``-m slow``) and skipped
+without it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import nibabel as nib
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/ is not installed
+
+from benchmarks import bench_patch_peers as bench
+from chunkio.patches import PatchDataset, RandomPatchSampler
+
+SIZE, CHUNK, PATCH = 16, 8, 8
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return bench.make_data(tmp_path_factory.mktemp("patch-peers"), volumes=1, size=SIZE,
+                           chunk=CHUNK)  # fmt: skip
+
+
+def test_every_copy_holds_the_same_volumes(data: dict[str, Any]) -> None:
+    image = np.load(data["npy_images"][0])
+    label = np.load(data["npy_labels"][0])
+    assert label.max() > 0  # labelled foreground for the label samplers
+    assert np.array_equal(np.asarray(nib.load(data["nifti_images"][0]).dataobj), image)
+    ds = PatchDataset(data["ome_stores"][0], (SIZE,) * 3, mask="masks/tissue")
+    whole = ds.read_patches([[0, 0, 0, 0]])
+    assert np.array_equal(whole["image"][0, 0], image)
+    assert np.array_equal(whole["label"][0], label)
+
+
+@pytest.mark.parametrize("fmt", ["hdf5", "zarr"])
+def test_per_patch_reader_serves_chunkios_patches(data: dict[str, Any], fmt: str) -> None:
+    ds = PatchDataset(data[fmt], (PATCH,) * 3, sampler=RandomPatchSampler(6, seed=1))
+    keys = ds.sampler.keys()
+    got = ds.read_patches(keys)
+    naive = bench.PerPatch(data[fmt], fmt, keys, PATCH)
+    for i in range(len(keys)):
+        item = naive[i]
+        assert np.array_equal(item["image"].numpy(), got["image"][i])
+        assert np.array_equal(item["label"].numpy(), got["label"][i])
+    # unaligned origins decode more than they deliver; one chunk-aligned patch exactly itself
+    # (fresh datasets: each keeps the chunks of its last batch)
+    assert bench._amplification(PatchDataset(data[fmt], (PATCH,) * 3), keys) > 1.0
+    aligned = np.array([[0, CHUNK, 0, CHUNK]])
+    assert bench._amplification(PatchDataset(data[fmt], (PATCH,) * 3), aligned) == 1.0
+
+
+def test_table_ratios_are_chunkios_over_each_row() -> None:
+    row = {"read_amplification": 1.0}
+    result = {"results": [
+        {"reader": "ours", "group": "g", "patches_per_s": 300.0, "patches_per_cpu_s": 100.0, **row},
+        {"reader": "peer", "group": "g", "patches_per_s": 100.0, "patches_per_cpu_s": 50.0, **row},
+        {"reader": "gone", "group": "g", "error": "no venv"},
+    ]}  # fmt: skip
+    lines = bench.table(result).splitlines()
+    assert lines[3].endswith("| 3.0x, 2.0x |")
+    assert "no venv" in lines[4]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_quick_run_with_the_peers(tmp_path: Path) -> None:
+    if not (bench.PEERS_VENV / "bin" / "python").exists():
+        pytest.skip(f"no peers venv at {bench.PEERS_VENV} (make patch-peers-venv)")
+    result = bench.run(**bench.QUICK, root=tmp_path)
+    rows = {r["reader"]: r for r in result["results"]}
+    assert not [name for name, r in rows.items() if "error" in r]
+    assert {"torchio", "monai", "zarrdataset"} <= {name.split()[0].lower() for name in rows}
+    assert all(r["patches_per_s"] > 0 and r["read_amplification"] > 0 for r in rows.values())
+
+
+def test_slide_is_written_chunk_row_by_row_and_read_in_place(tmp_path: Path) -> None:
+    import zarr
+
+    from benchmarks import bench_patch_slide as slide
+
+    size, chunk = 8 * slide.MASK_STEP, 2 * slide.MASK_STEP
+    data = slide.make_slide(tmp_path / "s.ome.zarr", size=size, chunk=chunk)
+    mask = slide.tissue_mask(size)
+    assert 0 < data["tissue"] < 1 and data["tissue"] == mask.mean()
+    stored = np.asarray(zarr.open_group(data["ome_stores"][0], mode="r")["0"])
+    inside = np.repeat(np.repeat(mask, slide.MASK_STEP, 0), slide.MASK_STEP, 1)
+    assert (stored[:, ~inside] == 255).all() and (stored[:, inside] < 255).any()
+    ds = PatchDataset(data["ome_stores"][0], (32, 32), mask="masks/tissue",
+                      sampler=RandomPatchSampler(4, seed=0))  # fmt: skip
+    keys = ds.sampler.keys()
+    got = ds.read_patches(keys)["image"]
+    for (_, y, x), patch in zip(keys.tolist(), got, strict=True):
+        assert np.array_equal(patch, stored[:, y : y + 32, x : x + 32])
+        assert inside[y + 16, x + 16]  # centred in the tissue
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_quick_slide_run_with_zarrdataset(tmp_path: Path) -> None:
+    from benchmarks import bench_patch_slide as slide
+
+    if not (bench.PEERS_VENV / "bin" / "python").exists():
+        pytest.skip(f"no peers venv at {bench.PEERS_VENV} (make patch-peers-venv)")
+    result = slide.run(**slide.QUICK, root=tmp_path)
+    rows = result["results"]
+    assert [r["reader"].split()[0] for r in rows] == ["chunkio", "chunkio", "zarrdataset"]
+    assert all("error" not in r and r["patches_per_s"] > 0 for r in rows)
