@@ -39,7 +39,6 @@ from .loader_options import (
     pool_samples,
 )
 from .read.batch import collate
-from .read.windows import window_path
 from .sampling.label_check import warn_if_label_sorted
 from .sampling.sampler import ChunkBatchSampler
 from .transport import Lease, LocalTransport, RingTransport
@@ -452,22 +451,11 @@ def _prepare(given: ChunkDataset, reader: Reader | None, options: LoaderOptions)
     name = _route_name(given, options.transport, options.num_workers, options.decode)
     # ring workers read their lanes' rows of each batch; DataLoader workers whole batches
     readers = max(1, options.num_workers) if name == "ring" else 1
-    # the readers must hold the pool, or they decode chunks again
+    # the readers must hold the pool, or they decode chunks again; the dataset budgets the
+    # rest (every chunk kept across epochs when it fits Workers(hold_bytes)) in its copy
     needed = sampler.capacity_chunks(given.samples_per_chunk, readers) * given.chunk_nbytes()
-    held = given.held_nbytes()  # every chunk, decoded: kept across epochs when it fits
-    # within hold_bytes in all: windows' stacks once for all the workers, others per reader
-    limit, segments = options.workers.hold_bytes, None
-    hold = held * max(1, options.num_workers) <= limit
-    if given.anchors is not None:  # held once for all the workers, or streamed (logged)
-        hold, segments, needed = window_path(given, hold_bytes=limit, cache_bytes=needed,
-                                             workers=options.num_workers)  # fmt: skip
-    dataset = given._for_loader(max(needed, held) if hold else needed)  # each sample once
-    if hold and given.anchors is not None:
-        # windows: each reader reads its arrays whole at once (one sequential pass, then
-        # gathers only) rather than keeping chunks as their lanes reach them (3-4 epochs)
-        dataset.preload_bytes = max(dataset.preload_bytes, held)
-    # a dataset taken from another loader does not keep that loader's segments
-    dataset.held_segments = dict(segments.names) if segments is not None else {}
+    hold_bytes, workers = options.workers.hold_bytes, options.num_workers
+    dataset, segments = given.for_loader(needed, workers=workers, hold_bytes=hold_bytes)
     warn_if_label_sorted(dataset, sampler, reader)
     return dataset, sampler, name, segments
 

@@ -246,8 +246,8 @@ class ReadCore:
 
 
 class ReadCoreDataset(PerProcessHandle[ReadCore]):
-    """Mixin of the datasets that read through this process's :class:`ReadCore`
-    (:class:`chunkio.ChunkDataset`, :class:`chunkio.patches.PatchDataset`)."""
+    """Mixin of :class:`chunkio.patches.PatchDataset`: it reads through this process's
+    :class:`ReadCore` (:class:`chunkio.ChunkDataset` holds its own)."""
 
     def read_stats(self) -> ReadStats:
         """Read counters of *this* process (workers keep their own)."""
