@@ -206,8 +206,9 @@ class ChunkLoader:
             self.sampler.set_epoch(self.sampler.epoch + 1)
 
     def state_dict(self) -> dict[str, Any]:
-        """Position after the last batch delivered (JSON-serialisable)."""
-        return {"sampler": self.sampler.state_dict(batches_done=self._delivered)}
+        """Position after the last batch delivered (JSON-serialisable; a
+        :class:`~chunkio.util.stateful.Stateful`)."""
+        return {"sampler": self.sampler.state_at(self._delivered)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue, on the next ``__iter__``, right after the batch ``state`` was taken at."""

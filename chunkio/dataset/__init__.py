@@ -457,7 +457,7 @@ class ChunkDataset(PerProcessHandle[ReadCore], Dataset[Any]):
         batches queued behind the one they are reading."""
         handle = self._handle()
         # a local store fetches nothing: skip the anchors' lookup (many files: ask each)
-        if getattr(handle, "prefetches", True):
+        if handle.prefetches:
             handle.prefetch(self.fields, self.samples.rows(indices))
 
     def __getitem__(self, index: int) -> Any:

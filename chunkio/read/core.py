@@ -226,7 +226,7 @@ class ReadCore:
     @property
     def prefetches(self) -> bool:
         """Whether :meth:`prefetch` does anything (remote readers fetch ahead)."""
-        return bool(getattr(self.reader, "prefetches", False))
+        return self.reader.prefetches
 
     def prefetch(self, fields: Sequence[str], indices: Sequence[int] | npt.ArrayLike) -> None:
         """Start fetching the chunks a later read of ``indices`` needs and this process does
