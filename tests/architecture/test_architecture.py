@@ -419,7 +419,7 @@ _SUBLAYERS_OF_CONVERT = {f"convert.{s}" for s in _SUBLAYERS["convert"]}
 #: the public API takes).
 TOP_LEVEL = {"__init__", "__main__", "errors", "dataset", "loader", "loader_options"}
 #: entry points that are packages of their own (a class made of the objects it holds)
-TOP_LEVEL_PACKAGES = {"dataset"}
+TOP_LEVEL_PACKAGES = {"dataset", "loader"}
 MAX_MODULES_PER_PACKAGE = 12
 MAX_LINES = 500
 
