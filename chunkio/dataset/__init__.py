@@ -235,7 +235,7 @@ class ChunkDataset(PerProcessHandle[ReadCore], Dataset[Any]):
             location=self.location,
             reader_options=self.reader_options,
             options=LayoutOptions(self.preload_bytes, anchors=self._anchors, decode_cf=self._cf),
-            files_layout=None if self._files is None else self._files.layout,
+            files=self._files,
             sparse_batches=getattr(self, "_sparse_batches", "dense"),  # make_loader's: dense
             transform=self.field_transform,
             channels_last=self.channels_last,

@@ -51,17 +51,17 @@ def describe(
     location: Any,
     reader_options: ReaderOptions,
     options: LayoutOptions,
-    files_layout: DatasetLayout | None = None,
+    files: FileSet | None = None,
     sparse_batches: str = "dense",
     transform: FieldTransform | None = None,
     channels_last: bool = True,
 ) -> Description:
     """Dataset ``location`` as ``reader`` (open on it with ``reader_options``) reads its
-    metadata, ``fields`` selected (see :class:`chunkio.ChunkDataset`); ``files_layout``: the
-    layout of many files read end to end, which the first (``reader``'s) describes."""
+    metadata, ``fields`` selected (see :class:`chunkio.ChunkDataset`); ``files``: many files
+    read end to end, which the first (``reader``'s) describes."""
     found = open_layout(reader, fields, options)
-    if files_layout is not None:
-        found = dataclasses.replace(found, layout=files_layout)
+    if files is not None:
+        found = dataclasses.replace(found, layout=files.layout)
     where = reader.location
     layout = with_sparse_batches(found.dataset_layout(), sparse_batches, where=where)
     # how every process's reader opens the store: a foreign store's never-written chunks
@@ -86,7 +86,8 @@ def describe(
         as_tuple=fields is not None and not single,
         channel_counts=channel_counts(reader, layout, transform),
     )
-    samples = SampleIndex(location, layout, selected, found.windows)
+    chunks = None if files is None else files.chunks_per_file()
+    samples = SampleIndex(location, layout, selected, found.windows, chunks)
     return Description(layout, opens, detect_format(where), selected, samples, shapes)
 
 

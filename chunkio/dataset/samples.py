@@ -45,7 +45,8 @@ class ReadBudget:
 
 class SampleIndex:
     """The samples of dataset ``location``: the rows of ``layout``'s sample axis, or with
-    ``windows`` its valid anchors; ``fields`` are the fields a batch reads."""
+    ``windows`` its valid anchors; ``fields`` are the fields a batch reads; ``file_chunks``:
+    the chunks of each of many files read as one dataset."""
 
     def __init__(
         self,
@@ -53,12 +54,16 @@ class SampleIndex:
         layout: DatasetLayout,
         fields: Sequence[str],
         windows: WindowSet | None = None,
+        file_chunks: IntArray | None = None,
     ) -> None:
         self.location = location
         self.layout = layout
         self.fields = tuple(fields)
         #: the valid anchors and their order chunks (``None``: no windows)
         self.windows = windows
+        #: many files read as one dataset: each file's chunks, in order (the order keeps a
+        #: file's chunks together: :mod:`chunkio.sampling.file_order`); else ``None``
+        self.file_chunks = file_chunks
 
     def __len__(self) -> int:
         """Samples: the valid anchors with windows, else the rows of the sample axis."""
