@@ -101,8 +101,12 @@ def index_label_volume(
     chunks: Sequence[int],
     *,
     points: int = POINTS_PER_ENTRY,
+    first: Sequence[int] | None = None,
 ) -> tuple[IntArray, IntArray]:
     """Index one label volume: ``(rows, points)`` as described in the module docs.
+
+    ``first``: the chunk coordinates of ``label[0, ...]`` when ``label`` is a chunk-aligned
+    part of its volume (a slab); its rows and points are then those of the whole volume's.
 
     >>> lab = np.zeros((4, 4), np.uint8); lab[3, 3] = 2
     >>> rows, pts = index_label_volume(lab, 5, (2, 2), points=1)
@@ -112,12 +116,15 @@ def index_label_volume(
     [[3, 3]]
     """
     shape = label.shape
-    grid = [range(ceil_div(s, c)) for s, c in zip(shape, chunks, strict=True)]
+    start = tuple(first) if first is not None else (0,) * len(shape)
+    grid = [range(a, a + ceil_div(s, c)) for a, s, c in zip(start, shape, chunks, strict=True)]
+    offset = np.array([a * c for a, c in zip(start, chunks, strict=True)], np.int64)
     all_rows: list[IntArray] = []
     all_points: list[IntArray] = []
     for coords in itertools.product(*grid):
         lo = np.array([i * c for i, c in zip(coords, chunks, strict=True)], np.int64)
-        box = label[tuple(slice(a, a + c) for a, c in zip(lo.tolist(), chunks, strict=True))]
+        at = (lo - offset).tolist()
+        box = label[tuple(slice(a, a + c) for a, c in zip(at, chunks, strict=True))]
         flat = box.reshape(-1)
         values, counts = _value_counts(flat)
         rng = np.random.default_rng([_SEED, volume, *coords])

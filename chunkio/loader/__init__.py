@@ -28,7 +28,7 @@ Routes (``ChunkLoader.transport`` tells which one a loader took):
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -45,6 +45,7 @@ from ..loader_options import (
     available_cores,
     pool_samples,
 )
+from ..patches.loading import PatchDataset, patch_prepared
 from ..sampling.label_check import warn_if_label_sorted
 from ..sampling.sampler import ChunkBatchSampler
 from ..util.deprecated import Moved, moved_keywords
@@ -124,11 +125,10 @@ def make_loader(
     (Linux; see :class:`ChunkLoader`), and batches you do not keep cost no copy.
 
     **Order.** The sequence of global batches is fixed by ``(seed, epoch, data, batch_size x
-    world_size, pool, lanes, shuffle, drop_last)`` (:mod:`chunkio.sampling.order`): the same for
-    every
-    ``num_workers`` and world size, which only split the reading. Each batch draws from about
-    ``pool_bytes / chunk bytes`` chunks through a sliding mixing pool, while each chunk is
-    decoded about once per epoch (:class:`Ordering`).
+    world_size, pool, lanes, shuffle, drop_last)`` (:mod:`chunkio.sampling.order`; patches:
+    :mod:`chunkio.patches.loading`): the same for every ``num_workers`` and world size, which
+    only split the reading. Each batch draws from about ``pool_bytes / chunk bytes`` chunks
+    through a sliding mixing pool, each chunk decoded about once per epoch (:class:`Ordering`).
 
     **Memory.** Readers hold the decoded chunks of the pool: about ``pool_bytes`` in all (the
     ring's workers each hold their lanes' share), plus two chunks per lane for the pool's
@@ -147,7 +147,8 @@ def make_loader(
     Parameters
     ----------
     path_or_dataset
-        A dataset path (opened as ``ChunkDataset(path, fields)``) or a :class:`ChunkDataset`,
+        A dataset path (opened as ``ChunkDataset(path, fields)``), a :class:`ChunkDataset` or a
+        :class:`~chunkio.PatchDataset` (its sampler's patches; no ``pool_bytes``, ``lanes``),
         which the loader reads through a copy (``ChunkLoader.dataset``): yours is not changed.
     batch_size
         Samples per batch *on this rank* (the global batch is ``batch_size * world_size``).
@@ -216,12 +217,14 @@ def make_loader(
         ordering=DEFAULT_ORDERING if ordering is None else ordering,
         workers=DEFAULT_WORKERS if workers is None else workers,
     )
-    if isinstance(path_or_dataset, ChunkDataset):
+    if isinstance(path_or_dataset, ChunkDataset | PatchDataset):
         if transform is not None or storage_options is not None:
             raise ValueError(
                 "make_loader(transform=..., storage_options=...) go with a path; a "
-                "ChunkDataset has its own (pass them to ChunkDataset)"
+                f"{type(path_or_dataset).__name__} has its own (pass them to it)"
             )
+        if isinstance(path_or_dataset, PatchDataset):  # routes read it as a BatchSource
+            return _assemble(cast(_Prepared, patch_prepared(path_or_dataset, options)), options)
         prepared = _prepare(path_or_dataset, None, options)
     else:  # one open: the reader that describes the dataset also reads its labels
         opened = ChunkDataset._opened(path_or_dataset, fields, transform, storage_options)

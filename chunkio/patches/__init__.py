@@ -6,7 +6,10 @@ OME-Zarr image read in place; several stores as one: :mod:`.stores`), :class:`Gr
 :class:`RandomPatchSampler` and :class:`LabelBalancedSampler` choose them, and :func:`stitch`
 writes per-patch predictions back into full volumes. :mod:`.ome_zarr` parses OME-Zarr
 metadata (multiscales, axes, scales, label images), :mod:`.ome_reads` reads its label index
-and masks, and :mod:`.masks` restricts where patches are centred.
+and masks, and :mod:`.masks` restricts where patches are centred. 2-D images of any size
+(whole-slide images) take the same path: :mod:`.named_axes` reads a user's array by named
+axes (``axes="cyx"``), and :mod:`.label_reads` indexes a label image in place a row of chunks
+at a time, so no whole slide is ever in memory.
 
 Names are imported on first use (PEP 562), so importing one sampler does not import torch. The
 on-disk volume format (:mod:`chunkio.format.volume_layout`, :mod:`chunkio.format.label_index`)

@@ -24,6 +24,7 @@ from ..read.batch import SampleBatch, to_tensor
 from ..read.planning import normalize_keys, plan_patch_reads
 from ..util.handles import PerProcessHandle
 from .balanced import LabelBalancedSampler
+from .named_axes import NamedAxes
 from .ome_reads import physical_origins
 from .samplers import GridSampler, PatchSampler
 from .stores import (
@@ -87,10 +88,18 @@ class PatchDataset(PerProcessHandle[ReadCore | StoreCores], Dataset[Any]):
         OME-Zarr: the label image (``labels/<label>``) read as the label field, at the level
         of the image's scale; default: the first the store lists (none: no labels).
     mask
-        OME-Zarr: a mask restricting where patches are centred (see
-        :mod:`chunkio.patches.masks`): a label image (``"tissue"``, at its coarsest level), a
-        level's array (``"labels/tissue/s2"``) or a plain array of the store
-        (``"masks/tissue"``, placed by its shape), at any scale; nonzero voxels are inside.
+        A mask restricting where patches are centred (see :mod:`chunkio.patches.masks`), at
+        any scale no finer than the image; nonzero voxels are inside. OME-Zarr: a label
+        image (``"tissue"``, at its coarsest level), a level's array (``"labels/tissue/s2"``)
+        or a plain array of the store (``"masks/tissue"``, placed by its shape). Any store:
+        a NumPy array (e.g. a tissue mask at 1/32 of a slide), or the name of an array of a
+        store without OME-Zarr metadata, covering each volume whole (placed by the ratio of
+        the shapes). A mask is read whole: give it at a coarse scale.
+    axes
+        A store chunkio did not write: what each axis of the image array is, as OME-NGFF
+        names them: an optional ``"t"`` (volumes), an optional ``"c"`` (channels), then one
+        letter per space axis (``"cyx"``: one RGB slide ``(3, H, W)``; ``"tcyx"``; ``"zyx"``);
+        default: told by the number of dimensions, as above. An OME-Zarr image names its own.
     units
         ``"voxels"`` (default) or ``"physical"``: the unit of ``patch_size``.
     transform
@@ -120,7 +129,8 @@ class PatchDataset(PerProcessHandle[ReadCore | StoreCores], Dataset[Any]):
         fields: FieldSelection | None = None,
         scale: int = 0,
         label: str | None = None,
-        mask: str | None = None,
+        mask: str | npt.ArrayLike | None = None,
+        axes: str | None = None,
         units: Units = "voxels",
         transform: Callable[[Any], Any] | None = None,
         pad_mode: PadMode = "constant",
@@ -147,7 +157,10 @@ class PatchDataset(PerProcessHandle[ReadCore | StoreCores], Dataset[Any]):
         )
         if isinstance(fields, str):
             raise TypeError(f"fields must be a sequence of names, not a string; got {fields!r}")
-        request = StoreRequest(len(patch_size), fields, scale=scale, label=label, mask=mask)
+        named = None if axes is None else NamedAxes.parse(axes, len(patch_size))
+        request = StoreRequest(
+            len(patch_size), fields, scale=scale, label=label, mask=mask, axes=named
+        )
         stores = [open_store(loc, options, request) for loc in locations]
         self.patch_size = _voxels(patch_size, units, stores)
         _check_fits(stores, self.patch_size)
@@ -212,14 +225,22 @@ class PatchDataset(PerProcessHandle[ReadCore | StoreCores], Dataset[Any]):
         return self._handle().stats
 
     # -- reading ------------------------------------------------------------------------------
-    def read_patches(self, keys: Sequence[Any] | npt.ArrayLike) -> dict[str, npt.NDArray[Any]]:
+    def read_patches(
+        self,
+        keys: Sequence[Any] | npt.ArrayLike,
+        out: Mapping[str, npt.NDArray[Any]] | None = None,
+    ) -> dict[str, npt.NDArray[Any]]:
         """Patches ``keys`` as NumPy arrays by field, plus ``volume`` and ``origin`` (and, for
         OME-Zarr, ``spacing`` and ``origin_physical``: voxel size and the position of the
-        origin voxel's centre, in the image's physical units)."""
+        origin voxel's centre, in the image's physical units). ``out``: arrays by field, each
+        ``(len(keys), *shape)`` (a loader's ring slot), that the patches are read into and
+        returned as."""
         key_arr = normalize_keys(keys, self.volumes)
         store_of = np.searchsorted(self._first, key_arr[:, 0], side="right") - 1
+        stores = np.unique(store_of).tolist()
+        into = out if len(stores) == 1 else None  # several stores: gathered, then copied
         parts = []
-        for i in np.unique(store_of).tolist():  # each store's patches through its own core
+        for i in stores:  # each store's patches through its own core
             rows = np.flatnonzero(store_of == i)
             local = key_arr[rows].copy()
             local[:, 0] -= self._first[i]
@@ -232,15 +253,20 @@ class PatchDataset(PerProcessHandle[ReadCore | StoreCores], Dataset[Any]):
                 dtypes=self.dtypes,
                 pad_mode=self.pad_mode,
                 pad_values=self.pad_values,
+                out=into,
             )
             if store.ome is not None:
                 got["spacing"] = np.tile(np.asarray(store.ome.spacing), (len(rows), 1))
                 got["origin_physical"] = physical_origins(store.ome, local[:, 1:])
             parts.append((rows, got))
-        out = parts[0][1] if len(parts) == 1 else self._gather(len(key_arr), parts)
-        out["volume"] = key_arr[:, 0].copy()
-        out["origin"] = key_arr[:, 1:].copy()
-        return out
+        found = parts[0][1] if len(parts) == 1 else self._gather(len(key_arr), parts)
+        found["volume"] = key_arr[:, 0].copy()
+        found["origin"] = key_arr[:, 1:].copy()
+        for name, buf in (out or {}).items():
+            if found[name] is not buf:
+                buf[...] = found[name]
+                found[name] = buf
+        return found
 
     def _gather(
         self, n: int, parts: Sequence[tuple[npt.NDArray[np.int64], dict[str, npt.NDArray[Any]]]]

@@ -6,7 +6,9 @@ when its centre voxel (``origin + patch_size // 2``) lies in a nonzero mask voxe
 voxels no mask voxel covers are outside the mask. Samplers bound with a :class:`PatchMask`
 keep the grid patches that are eligible and draw random patches uniformly among the eligible
 origins that keep the patch inside its volume (:meth:`PatchMask.draw`: exact, no rejection
-loop, whatever the fraction the mask leaves). Pure NumPy: no I/O.
+loop, whatever the fraction the mask leaves). A mask without a physical placement (an
+array, in memory or in a store without OME-Zarr metadata) covers its whole image, placed by
+the ratio of the two shapes (:func:`mask_by_shape`). Pure NumPy: no I/O.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..errors import FormatError
 from ..util.numeric import IntArray
 
-__all__ = ["PatchMask", "VolumeMask", "footprint_edges"]
+__all__ = ["PatchMask", "VolumeMask", "footprint_edges", "mask_by_shape"]
 
 
 def footprint_edges(
@@ -147,3 +150,40 @@ def as_mask(values: Any) -> npt.NDArray[np.bool_]:
     """A mask volume as booleans (nonzero: inside)."""
     out: npt.NDArray[np.bool_] = np.asarray(values) != 0
     return out
+
+
+def mask_by_shape(
+    values: Any, shapes: Sequence[Sequence[int]], where: str, name: str
+) -> tuple[VolumeMask, ...]:
+    """A mask array covering each volume whole (``shapes``: the volumes' spatial shapes):
+    ``(*spatial)`` for every volume, or ``(1 or volumes, *spatial)``; each mask voxel covers
+    ``shape / mask_shape`` image voxels per axis, centred as OME-Zarr levels are. ``where``
+    and ``name`` (the store and the mask) are for messages.
+
+    >>> m = mask_by_shape(np.eye(2), [(8, 8)], "slide.zarr", "tissue")[0]
+    >>> [e.tolist() for e in m.edges], m.contains(np.array([[1, 1], [1, 6]])).tolist()
+    ([[0, 4, 8], [0, 4, 8]], [True, False])
+    """
+    arr = np.asarray(values)
+    ndim, count = len(shapes[0]), len(shapes)
+    per = arr.reshape((1, *arr.shape)) if arr.ndim == ndim else arr
+    out = []
+    for v, shape in enumerate(shapes):
+        image = tuple(int(n) for n in shape)
+        spatial = tuple(int(n) for n in per.shape[1:])
+        if (
+            per.ndim != ndim + 1
+            or per.shape[0] not in (1, count)
+            or any(m < 1 or m > n for m, n in zip(spatial, image, strict=True))
+        ):
+            raise FormatError(
+                f"{where}: mask {name!r} of shape {arr.shape}: expected {ndim} axes (after an "
+                f"optional one of 1 or {count} volumes), each of 1 to the image's voxels "
+                f"{image} (volume {v}): a mask covers the image at its own, coarser scale"
+            )
+        edges = []
+        for m, n in zip(spatial, image, strict=True):
+            scale = n / m  # image voxels per mask voxel; centred as OME-Zarr places levels
+            edges.append(footprint_edges(n, 1.0, 0.0, m, scale, (scale - 1) / 2))
+        out.append(VolumeMask(as_mask(per[v if len(per) > 1 else 0]), tuple(edges)))
+    return tuple(out)

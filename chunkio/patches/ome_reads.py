@@ -20,9 +20,10 @@ import numpy.typing as npt
 
 from ..backends import Reader
 from ..errors import FormatError, MissingFieldError
-from ..format.label_index import LabelIndex, index_label_volume
+from ..format.label_index import LabelIndex
 from ..format.layout import ATTR_KEY
 from ..read import read_whole
+from .label_reads import index_labels_by_slabs
 from .masks import VolumeMask, as_mask, footprint_edges
 from .ome_zarr import (
     OmeImage,
@@ -40,21 +41,13 @@ __all__ = ["ome_label_index", "ome_mask", "physical_origins"]
 def ome_label_index(reader: Reader, ome: OmeVolumes) -> LabelIndex:
     """The label index of the store's label image at the dataset's scale: the one chunkio
     stored with the image when it indexes that very label level with these chunks (see
-    :mod:`chunkio.convert.volume.ome`), else each label volume read whole once, one at a
-    time (nothing is written)."""
+    :mod:`chunkio.convert.volume.ome`), else each label volume read once, a slab of chunks
+    at a time (:mod:`chunkio.patches.label_reads`; nothing is written)."""
     stored = _stored_label_index(reader, ome)
     if stored is not None:
         return stored
-    volumes = ome.volumes
-    array = ome.layout.field("label").array_names()[0]
-    dtype = ome.layout.field("label").dtype
-    parts = []
-    for v in range(volumes.count):
-        region = volumes.region("label", v, (0,) * volumes.ndim, volumes.shapes[v])
-        buf = np.empty(tuple(r.stop - r.start for r in region), dtype)
-        reader.read_region(array, region, buf)
-        parts.append(index_label_volume(buf.reshape(volumes.shapes[v]), v, volumes.chunks))
-    return LabelIndex.concat(parts, volumes.ndim)
+    label = ome.layout.field("label")
+    return index_labels_by_slabs(reader, ome.volumes, label.array_names()[0], label.dtype)
 
 
 def _stored_label_index(reader: Reader, ome: OmeVolumes) -> LabelIndex | None:

@@ -17,15 +17,17 @@ from typing import Any
 
 import numpy as np
 
-from ..backends import ReaderOptions
-from ..errors import FormatError
+from ..backends import Reader, ReaderOptions
+from ..errors import FormatError, MissingFieldError
 from ..format.foreign import FieldSelection
-from ..format.label_index import LabelIndex, index_label_volumes
+from ..format.label_index import LabelIndex
 from ..format.layout import ATTR_KEY, DatasetLayout
 from ..format.store_layout import LayoutOptions, open_layout
 from ..format.volume_layout import VOLUMES_KEY, VolumeSet
 from ..read import ReadCore, ReadStats, read_whole
-from .masks import PatchMask, VolumeMask
+from .label_reads import index_labels_by_slabs
+from .masks import PatchMask, VolumeMask, mask_by_shape
+from .named_axes import NamedAxes, axes_volumes
 from .ome_reads import ome_label_index, ome_mask
 from .ome_zarr import OmeVolumes, is_ome_zarr, label_names, ome_volumes
 
@@ -35,14 +37,16 @@ __all__ = ["PatchStore", "StoreCores", "StoreRequest", "combine", "open_store"]
 @dataclass(frozen=True)
 class StoreRequest:
     """What the dataset asks of every store: ``spatial`` axes, ``fields`` (a foreign store's
-    arrays), and for OME-Zarr the ``scale`` level, the ``label`` image (``None``: the first
-    the store lists; ``False``: none) and the ``mask``."""
+    arrays) and their ``axes``, for OME-Zarr the ``scale`` level and the ``label`` image
+    (``None``: the first the store lists; ``False``: none), and the ``mask`` (a name in the
+    store, or an array placed by its shape)."""
 
     spatial: int
     fields: FieldSelection | None = None
     scale: int = 0
     label: str | bool | None = None
-    mask: str | None = None
+    mask: Any = None
+    axes: NamedAxes | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -77,7 +81,12 @@ def open_store(location: Any, options: ReaderOptions, request: StoreRequest) -> 
                 scale=request.scale,
                 label=None if label is False else label,  # type: ignore[arg-type]
             )
-            mask = None if request.mask is None else ome_mask(reader, found, request.mask)
+            _same_axes(found, request.axes)
+            mask = (
+                ome_mask(reader, found, request.mask)
+                if isinstance(request.mask, str)
+                else _array_mask(location, request.mask, found.volumes)
+            )
             # chunkio writes every chunk of its own OME-Zarr images (attribute "chunkio"): a
             # missing one there is lost data, an error; other writers skip fill-value chunks
             written_by_chunkio = isinstance(attrs, Mapping) and isinstance(
@@ -92,6 +101,8 @@ def open_store(location: Any, options: ReaderOptions, request: StoreRequest) -> 
                 mask=mask,
             )
         _ome_only(location, request)
+        if request.axes is not None:
+            return _named(reader, location, options, request, request.axes)
         layout_found = open_layout(reader, request.fields, LayoutOptions(spatial=request.spatial))
         layout, volumes = layout_found.dataset_layout(), layout_found.volumes
         if volumes is None:  # open_layout describes volumes when spatial is asked for
@@ -102,9 +113,59 @@ def open_store(location: Any, options: ReaderOptions, request: StoreRequest) -> 
             layout,
             volumes,
             native=layout_found.native,
+            mask=_store_mask(reader, request.mask, volumes),
         )
     finally:
         reader.close()
+
+
+def _named(
+    reader: Reader, location: Any, options: ReaderOptions, request: StoreRequest, axes: NamedAxes
+) -> PatchStore:
+    """A user's image array read by the ``axes`` the request names."""
+    attrs = reader.attrs()
+    if isinstance(attrs, Mapping) and isinstance(attrs.get(ATTR_KEY), Mapping):
+        raise FormatError(
+            f"{location}: axes={axes.names!r} names the axes of a store chunkio did not "
+            "write; this is a chunkio dataset, which describes its own volumes"
+        )
+    layout, volumes = axes_volumes(reader, request.fields, axes, request.spatial)
+    return PatchStore(
+        location,
+        dataclasses.replace(options, fill_missing=True),  # a foreign store's skipped chunks
+        layout,
+        volumes,
+        mask=_store_mask(reader, request.mask, volumes),
+    )
+
+
+def _same_axes(found: OmeVolumes, axes: NamedAxes | None) -> None:
+    """An OME-Zarr image names its own axes: ``axes``, if given, must be those."""
+    names = "".join(a.name for a in found.image.axes)
+    if axes is not None and axes.names != names.lower():
+        raise FormatError(
+            f"{found.image.location}: {found.image.key}.axes: expected axes={axes.names!r} "
+            f"as given; the image's are {names!r} (an OME-Zarr image needs no axes)"
+        )
+
+
+def _store_mask(reader: Reader, mask: Any, volumes: VolumeSet) -> tuple[VolumeMask, ...] | None:
+    """The mask of a store without OME-Zarr metadata: an array of the store (by name) or in
+    memory, covering each volume whole (:func:`~chunkio.patches.masks.mask_by_shape`)."""
+    if not isinstance(mask, str):
+        return _array_mask(reader.location, mask, volumes)
+    try:
+        values = read_whole(reader, mask.strip("/"))
+    except MissingFieldError as err:
+        raise FormatError(
+            f"{reader.location}: mask {mask!r}: expected an array of the store; nothing there "
+            f"(arrays: {reader.array_names()})"
+        ) from err
+    return mask_by_shape(values, volumes.shapes, reader.location, mask)
+
+
+def _array_mask(location: Any, mask: Any, volumes: VolumeSet) -> tuple[VolumeMask, ...] | None:
+    return None if mask is None else mask_by_shape(mask, volumes.shapes, str(location), "array")
 
 
 def as_kinds(fields: FieldSelection | None) -> tuple[str, ...] | None:
@@ -118,9 +179,7 @@ def as_kinds(fields: FieldSelection | None) -> tuple[str, ...] | None:
 
 def _ome_only(location: Any, request: StoreRequest) -> None:
     asked = {
-        k: v
-        for k, v in (("scale", request.scale), ("label", request.label), ("mask", request.mask))
-        if v not in (None, 0)
+        k: v for k, v in (("scale", request.scale), ("label", request.label)) if v not in (None, 0)
     }
     if asked:
         raise FormatError(
@@ -143,7 +202,9 @@ def with_label_index(store: PatchStore) -> PatchStore:
             index = read_label_index(reader, store.layout.extra[VOLUMES_KEY].get("label_index"))
         else:
             label = store.layout.field("label")
-            index = index_label_volumes(reader, store.volumes, label.array_names()[0], label.dtype)
+            index = index_labels_by_slabs(
+                reader, store.volumes, label.array_names()[0], label.dtype
+            )
     finally:
         reader.close()
     return dataclasses.replace(store, label_index=index)

@@ -49,6 +49,10 @@ class DecodedChunkCache:
         self._chunk_in: IntArray = np.full(self.capacity, -1, np.int64)  # slot -> chunk
         self._used: IntArray = np.zeros(self.capacity, np.int64)  # slot -> last admit
         self._tick = 0
+        # slots from here on have never held a chunk, and those freed by forget(): free slots
+        # are found without scanning every slot (a 1 GiB cache of small chunks has 10^5+ slots)
+        self._fresh = 0
+        self._freed: list[int] = []
 
     def __contains__(self, chunk: int) -> bool:
         return 0 <= chunk < len(self._slot_of) and bool(self._slot_of[chunk] >= 0)
@@ -100,10 +104,15 @@ class DecodedChunkCache:
     def _free_slots(self, count: int) -> IntArray:
         """``count`` slots, ascending: free ones first, then the least recently used chunks'
         that the current admit does not need."""
-        free = np.flatnonzero(self._chunk_in < 0)
+        freed = sorted(self._freed)  # all below self._fresh: free slots stay ascending
+        fresh = min(max(0, count - len(freed)), self.capacity - self._fresh)
+        free = np.array(freed[:count] + list(range(self._fresh, self._fresh + fresh)), np.int64)
+        self._freed = freed[count:]
+        self._fresh += fresh
         if free.size >= count:
-            return free[:count]
-        held = np.flatnonzero((self._chunk_in >= 0) & (self._used != self._tick))
+            return free
+        used = self._chunk_in[: self._fresh]
+        held = np.flatnonzero((used >= 0) & (self._used[: self._fresh] != self._tick))
         order = np.argsort(self._used[held], kind="stable")[: count - free.size]
         if free.size + order.size < count:  # pragma: no cover - admit() grows first
             raise RuntimeError("decoded chunk cache has no slot to evict")
@@ -113,8 +122,10 @@ class DecodedChunkCache:
         """Drop ``chunks`` (their slots hold nothing valid, e.g. after a failed read)."""
         for c in chunks:
             if c in self:
-                self._chunk_in[self._slot_of[c]] = -1
+                slot = int(self._slot_of[c])
+                self._chunk_in[slot] = -1
                 self._slot_of[c] = -1
+                self._freed.append(slot)
 
     def rows(self, slot: int, count: int) -> npt.NDArray[Any]:
         """The first ``count`` rows of ``slot``, to decode into."""

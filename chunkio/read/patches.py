@@ -48,13 +48,15 @@ class PatchReads:
         dtypes: Mapping[str, np.dtype[Any]],
         pad_mode: PadMode,
         pad_values: Mapping[str, float],
+        out: Mapping[str, npt.NDArray[Any]] | None = None,
     ) -> dict[str, npt.NDArray[Any]]:
-        """The patches of ``plan`` (made with pieces) for each of ``kinds``."""
-        out: dict[str, npt.NDArray[Any]] = {}
+        """The patches of ``plan`` (made with pieces) for each of ``kinds``; into ``out``'s
+        arrays of those kinds when given (a loader's ring slot: no copy after the read)."""
+        found: dict[str, npt.NDArray[Any]] = {}
         stats = self.ctx.stats
         for kind in kinds:
             shape = (len(plan.keys), *volumes.item_shape(kind, patch_size))
-            batch = np.full(shape, pad_values.get(kind, 0), dtype=dtypes[kind])
+            batch = _batch(shape, np.dtype(dtypes[kind]), pad_values.get(kind, 0), out, kind)
             cache = self._cache(volumes, kind, np.dtype(dtypes[kind]), len(kinds))
             slots = self._admit(volumes, kind, cache, plan.chunks)
             started = time.perf_counter()
@@ -67,10 +69,10 @@ class PatchReads:
                 _pad_edges(batch, plan.inner, patch_size)
             stats.gather_s += time.perf_counter() - started
             stats.bytes_delivered += batch.nbytes
-            out[kind] = batch
+            found[kind] = batch
         stats.patches += len(plan.keys)
         stats.batches += 1
-        return out
+        return found
 
     def _cache(
         self, volumes: VolumeSet, kind: str, dtype: np.dtype[Any], share: int
@@ -145,6 +147,27 @@ class PatchReads:
                     dst = tuple(slice(0, q - p) for p, q in zip(a, z, strict=True))
                     part: tuple[Any, ...] = (Ellipsis, *src)
                     cache.buffer[(slot_of[coords], Ellipsis, *dst)] = data[part]
+
+
+def _batch(
+    shape: tuple[int, ...],
+    dtype: np.dtype[Any],
+    pad: float,
+    out: Mapping[str, npt.NDArray[Any]] | None,
+    kind: str,
+) -> npt.NDArray[Any]:
+    """The array ``kind``'s patches are copied into, filled with ``pad`` (what stays of it is
+    the part of a patch outside its volume): ``out[kind]`` or a new one."""
+    if out is None or kind not in out:
+        return np.full(shape, pad, dtype=dtype)
+    given = out[kind]
+    if given.shape != shape or given.dtype != dtype:
+        raise ValueError(
+            f"out[{kind!r}] must be {dtype} of shape {shape} for these patches; got "
+            f"{given.dtype} of shape {given.shape}"
+        )
+    given[...] = pad
+    return given
 
 
 def _pad_edges(batch: npt.NDArray[Any], inner: IntArray, patch_size: tuple[int, ...]) -> None:

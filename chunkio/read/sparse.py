@@ -107,7 +107,9 @@ class _Values:
             rows_per_chunk=self.grid.samples_per_chunk,
             sample_shape=(),
             dtype=dtype,
-            capacity=max(1, slots_per_chunk * ctx.cache_chunks),
+            # never more slots than the array has chunks (a cache of tiny chunks would
+            # otherwise size its bookkeeping by the byte budget, 10^5+ slots per field)
+            capacity=max(1, min(slots_per_chunk * ctx.cache_chunks, self.grid.num_chunks)),
         )
 
     def chunks_of(self, starts: IntArray, stops: IntArray) -> IntArray:

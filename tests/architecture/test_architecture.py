@@ -289,6 +289,7 @@ LAYERS: dict[str, set[str]] = {
         "dataset",
         "format",
         "loader_options",
+        "patches",  # make_loader over a PatchDataset: chunkio.patches.loading
         "read",
         "sampling",
         "transforms",

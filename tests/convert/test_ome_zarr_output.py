@@ -127,7 +127,7 @@ def test_patch_dataset_reads_the_source_and_the_stored_label_index(converted, mo
     def never(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the label volumes were read to index them")
 
-    monkeypatch.setattr(ome_reads, "index_label_volume", never)
+    monkeypatch.setattr(ome_reads, "index_labels_by_slabs", never)
     sampler = LabelBalancedSampler(24, foreground=0.5, seed=1)
     ds = PatchDataset(list(converted["result"].images), (8, 8, 8), sampler=sampler)
     keys = ds.sampler.keys()
