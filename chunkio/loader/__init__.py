@@ -20,9 +20,9 @@ Routes (``ChunkLoader.transport`` tells which one a loader took):
 
 :func:`make_loader` is here; the loader it returns in :mod:`.chunk_loader`, the routes in
 :mod:`.routes`. Modules here may import :mod:`chunkio.backends`, :mod:`chunkio.dataset`,
-:mod:`chunkio.format`, :mod:`chunkio.loader_options`, :mod:`chunkio.read`,
-:mod:`chunkio.sampling`, :mod:`chunkio.transforms`, :mod:`chunkio.transport`,
-:mod:`chunkio.util` and :mod:`chunkio.errors`.
+:mod:`chunkio.format`, :mod:`chunkio.loader_options`, :mod:`chunkio.patches` (make_loader over
+a PatchDataset), :mod:`chunkio.read`, :mod:`chunkio.sampling`, :mod:`chunkio.transforms`,
+:mod:`chunkio.transport`, :mod:`chunkio.util` and :mod:`chunkio.errors`.
 """
 
 from __future__ import annotations
