@@ -123,7 +123,7 @@ def measure(rows: int, world: int, mode: str) -> dict[str, Any]:
         row["epoch_cpu_s"] = row["first_cpu_s"] + rest
 
         def resume() -> Any:
-            sampler.load_state_dict(sampler.state_dict(batches_done=resume_at))
+            sampler.load_state_dict(sampler.state_at(resume_at))
             return next(sampler.iter_arrays())
 
         _, row["resume_s"], _ = _timed(resume)

@@ -323,7 +323,7 @@ class LoaderOptions:
             drop_last=self.drop_last,
             rank=self.ordering.rank,
             world_size=self.ordering.world_size,
-            files=None if dataset._files is None else dataset._files.chunks_per_file(),
+            files=dataset.samples.file_chunks,
         )
 
     def ring(self, *, remote: bool) -> RingOptions:

@@ -16,7 +16,16 @@ import numpy.typing as npt
 
 from ..errors import DatasetNotFoundError, FormatError, MissingChunkError, MissingFieldError
 from ..util.numeric import ceil_div
-from .base import ArrayInfo, ArraySpec, CodecInfo, Compression, StageClock, Writer, check_region
+from .base import (
+    ArrayInfo,
+    ArraySpec,
+    CodecInfo,
+    Compression,
+    Reader,
+    StageClock,
+    Writer,
+    check_region,
+)
 
 __all__ = [
     "MemoryReader",
@@ -68,7 +77,7 @@ def delete_memory_store(location: str) -> None:
     _STORES.pop(location, None)
 
 
-class MemoryReader:
+class MemoryReader(Reader):
     #: an unwritten chunk raises MissingChunkError
     reports_missing_chunks = True
 

@@ -82,7 +82,11 @@ class Reader(Protocol):
 
     Capabilities, not class names, tell callers (and the contract tests) how a backend
     behaves: ``reports_missing_chunks`` is true when reading a chunk that was never written
-    raises :class:`~chunkio.errors.MissingChunkError` rather than returning the fill value.
+    raises :class:`~chunkio.errors.MissingChunkError` rather than returning the fill value;
+    :attr:`prefetches` is true when :meth:`prefetch` fetches ahead (a remote store). Backends
+    subclass this protocol, as zarr-python's stores do its ``Store`` ABC, so the optional
+    capabilities have their defaults here (local: nothing to fetch ahead) and callers never
+    probe for them.
     """
 
     location: str
@@ -137,6 +141,16 @@ class Reader(Protocol):
         Zarr engine), ``"zarr-python"``, ``"raw"`` (HDF5 chunks read and decoded by chunkio),
         ``"h5py"`` or ``"memory"``. Tests and ``chunkio info`` use it; reads do not."""
         ...
+
+    @property
+    def prefetches(self) -> bool:
+        """Whether :meth:`prefetch` does anything (chunks fetched over a network)."""
+        return False
+
+    def prefetch(self, name: str, chunks: list[int]) -> None:
+        """Start fetching sample-axis ``chunks`` of array ``name`` ahead of their read (a hint:
+        it returns at once; a local store has nothing to fetch ahead and ignores it)."""
+        return None
 
     def close(self) -> None: ...
 

@@ -246,6 +246,11 @@ class FileSetCore:
             shapes[rows] = got_shapes
         return data, shapes if shapes is not None else np.empty((0, 3), np.int64)
 
+    @property
+    def prefetches(self) -> bool:
+        """As :attr:`chunkio.read.ReadCore.prefetches`: each file's read core decides."""
+        return True
+
     def prefetch(self, fields: Sequence[str], indices: Any) -> None:
         idx, groups = self._split(indices)
         for part, rows in groups:

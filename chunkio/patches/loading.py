@@ -28,6 +28,7 @@ import numpy.typing as npt
 from ..errors import IncompatibleStateError
 from ..sampling.order import check_int, check_state, rank_rows, split_rows
 from ..sampling.sampler import EpochBatch, num_batches
+from ..util.deprecated import keyword_moved_to_method
 from ..util.numeric import IntArray
 from .dataset import PatchDataset
 from .samplers import PatchSampler
@@ -82,7 +83,7 @@ class PatchBatchSampler:
     """One rank's batches of patch *positions* in the epoch's global keys of ``patches``.
 
     Quacks like :class:`~chunkio.ChunkBatchSampler` for :class:`~chunkio.ChunkLoader`
-    (``iter_arrays``, ``reader_rows``, ``set_epoch``, ``state_dict(batches_done=...)``); as a
+    (``iter_arrays``, ``reader_rows``, ``set_epoch``, ``state_dict()``, ``state_at(n)``); as a
     DataLoader ``batch_sampler`` it yields :class:`~chunkio.sampling.sampler.EpochBatch` lists.
     Resume is one-shot, as the chunk sampler's. The state records the sampler's seed: it must be
     the same when restoring (the readers hold the sampler).
@@ -177,11 +178,19 @@ class PatchBatchSampler:
         loaded: dict[str, Any] = json.loads(json.dumps(config))  # as a saved state reads back
         return loaded
 
-    def state_dict(self, batches_done: int | None = None) -> dict[str, Any]:
-        """JSON-serialisable state; ``batches_done`` overrides the count of batches yielded.
-        ``rank`` and ``world_size`` are for information: it restores onto any rank, world
-        size (same global batch) and worker count."""
-        done = self._done if batches_done is None else self._check_done(batches_done)
+    @keyword_moved_to_method("batches_done", "state_at")
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-serialisable state after the batches yielded so far (a
+        :class:`~chunkio.util.stateful.Stateful`). ``rank`` and ``world_size`` are for
+        information: it restores onto any rank, world size (same global batch) and worker
+        count."""
+        return self._state(self._done)
+
+    def state_at(self, batches_done: int) -> dict[str, Any]:
+        """The state after ``batches_done`` batches of this epoch (a loader's delivered ones)."""
+        return self._state(self._check_done(batches_done))
+
+    def _state(self, done: int) -> dict[str, Any]:
         where = {"rank": self.rank, "world_size": self.world_size}
         return {"version": STATE_VERSION, "epoch": self.epoch, "batches_done": done, **where,
                 **self._config()}  # fmt: skip
@@ -274,6 +283,13 @@ class PatchSource:
     def arrange(self, columns: dict[str, Any]) -> dict[str, Any]:
         """A batch is a dict of tensors by field."""
         return columns
+
+    def prefetch(self, indices: Sequence[int] | npt.ArrayLike) -> None:
+        """Nothing is fetched ahead (a hint of :class:`chunkio.transport.BatchSource`)."""
+
+    def channels_last_fields(self) -> frozenset[str]:
+        """No field is laid out channels last."""
+        return frozenset()
 
     def close(self) -> None:
         self.dataset.close()

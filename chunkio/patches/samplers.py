@@ -10,7 +10,7 @@ A sampler yields patch keys ``(volume, *origin)`` (tuples of ints) for
   so every rank yields the same number of patches, as ``DistributedSampler`` does;
 * resumes: ``state_dict()`` records ``(seed, epoch, patches_done)``; after
   ``load_state_dict`` the next ``__iter__`` continues right after that patch (one-shot, as
-  the chunk sampler's resume). A loader that prefetches should pass ``patches_done``;
+  the chunk sampler's resume). A loader that prefetches saves ``state_at(patches_done)``;
 * keeps reads local: random orders are shuffled by *group* - the patches whose centres fall
   in one chunk of one volume stay together (:func:`locality_order`), so a batch decodes few
   chunks;
@@ -33,6 +33,7 @@ from torch.utils.data import Sampler
 from ..format.label_index import LabelIndex
 from ..format.volume_layout import VolumeSet
 from ..sampling.order import check_state
+from ..util.deprecated import keyword_moved_to_method
 from ..util.numeric import IntArray, ceil_div, ceil_div_array
 from .masks import PatchMask
 
@@ -233,9 +234,17 @@ class PatchSampler(Sampler[PatchKey]):
             **({"mask": self._mask.summary()} if self._mask is not None else {}),
         }
 
-    def state_dict(self, patches_done: int | None = None) -> dict[str, Any]:
-        """JSON-serialisable position; ``patches_done`` overrides the count yielded so far."""
-        done = self._done if patches_done is None else self._check_done(patches_done)
+    @keyword_moved_to_method("patches_done", "state_at")
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-serialisable position after the patches yielded so far (a
+        :class:`~chunkio.util.stateful.Stateful`)."""
+        return self._state(self._done)
+
+    def state_at(self, patches_done: int) -> dict[str, Any]:
+        """The position after ``patches_done`` patches of this epoch, whatever was yielded."""
+        return self._state(self._check_done(patches_done))
+
+    def _state(self, done: int) -> dict[str, Any]:
         return {
             "version": STATE_VERSION,
             "seed": self.seed,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, SupportsIndex, overload
 
 import numpy as np
@@ -165,18 +166,23 @@ def to_tensor(value: Any) -> Any:
     return torch.from_numpy(value)
 
 
+@dataclass(frozen=True)
 class BatchShapes:
-    """Mixin of :class:`chunkio.ChunkDataset`: the shapes of its batches, as transports
-    preallocate them, and samples arranged as ``fields`` asks."""
+    """The shapes of a :class:`chunkio.ChunkDataset`'s batches, as transports preallocate
+    them, and its samples arranged as ``fields`` asks (held by the dataset, pickled with it).
+
+    ``single``: samples are the one field's value; ``as_tuple``: tuples in ``fields`` order
+    (else dicts); ``channel_counts``: channels of an image field of several sizes that a
+    fixed-size field transform makes batches of (read with the metadata)."""
 
     location: Any
     layout: DatasetLayout
     fields: tuple[str, ...]
     field_transform: FieldTransform | None
     channels_last: bool
-    _single: bool
-    _as_tuple: bool
-    _channel_counts: dict[str, int]
+    single: bool
+    as_tuple: bool
+    channel_counts: dict[str, int]
 
     def batch_fields(self) -> dict[str, tuple[np.dtype[Any], tuple[int, ...]]]:
         """The selected fields as a transport preallocates them: ``(dtype, sample_shape)``
@@ -222,7 +228,7 @@ class BatchShapes:
             return stored_output_shape(t, tuple(info.sample_shape))
         fixed = getattr(t, "fixed_size", None)
         if info.kind in ("encoded", "ragged") and fixed is not None:
-            channels = self._channel_counts.get(name)  # read with the metadata
+            channels = self.channel_counts.get(name)  # read with the metadata
             if channels is None:  # ragged (H, W) images
                 return None
             return (channels, int(fixed[0]), int(fixed[1]))
@@ -231,8 +237,8 @@ class BatchShapes:
     def arrange(self, columns: dict[str, Any]) -> Any:
         """Columns by field -> a sample or batch as ``fields`` asks: a dict, a tuple in
         ``fields`` order, or the one field's value."""
-        if self._single:
+        if self.single:
             return columns[self.fields[0]]
-        if self._as_tuple:
+        if self.as_tuple:
             return tuple(columns[f] for f in self.fields)
         return columns

@@ -226,7 +226,7 @@ class ReadCore:
     @property
     def prefetches(self) -> bool:
         """Whether :meth:`prefetch` does anything (remote readers fetch ahead)."""
-        return bool(getattr(self.reader, "prefetches", False))
+        return self.reader.prefetches
 
     def prefetch(self, fields: Sequence[str], indices: Sequence[int] | npt.ArrayLike) -> None:
         """Start fetching the chunks a later read of ``indices`` needs and this process does
@@ -246,8 +246,8 @@ class ReadCore:
 
 
 class ReadCoreDataset(PerProcessHandle[ReadCore]):
-    """Mixin of the datasets that read through this process's :class:`ReadCore`
-    (:class:`chunkio.ChunkDataset`, :class:`chunkio.patches.PatchDataset`)."""
+    """Mixin of :class:`chunkio.patches.PatchDataset`: it reads through this process's
+    :class:`ReadCore` (:class:`chunkio.ChunkDataset` holds its own)."""
 
     def read_stats(self) -> ReadStats:
         """Read counters of *this* process (workers keep their own)."""

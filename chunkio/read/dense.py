@@ -203,10 +203,8 @@ class DenseReads:
         return slots
 
     def prefetch(self, idx: IntArray) -> None:
-        prefetch = getattr(self.ctx.reader, "prefetch", None)
-        if callable(prefetch):
-            chunks = np.unique(idx // self.grid.samples_per_chunk).tolist()
-            prefetch(self.array, [c for c in chunks if c not in self.cache])
+        chunks = np.unique(idx // self.grid.samples_per_chunk).tolist()
+        self.ctx.reader.prefetch(self.array, [c for c in chunks if c not in self.cache])
 
     def _direct_runs(self, plan: BatchPlan) -> list[tuple[int, int]]:
         """``(chunk, position)`` of chunks the cache lacks whose every sample the batch asks

@@ -118,9 +118,7 @@ class EncodedReads:
 
     def prefetch(self, idx: IntArray) -> None:
         """Start fetching the bytes chunks samples ``idx`` need that the cache does not hold."""
-        prefetch = getattr(self.reader, "prefetch", None)
-        if callable(prefetch):
-            prefetch(self.data_name, [c for c in self._needed(idx) if c not in self._cache])
+        self.reader.prefetch(self.data_name, [c for c in self._needed(idx) if c not in self._cache])
 
     def _fetch(self, idx: IntArray) -> None:
         """Bring every bytes chunk the samples ``idx`` need into the cache, reading the missing

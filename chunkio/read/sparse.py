@@ -186,9 +186,7 @@ class _Values:
         return slots
 
     def prefetch(self, needed: IntArray) -> None:
-        prefetch = getattr(self.ctx.reader, "prefetch", None)
-        if callable(prefetch):
-            prefetch(self.name, [c for c in needed.tolist() if c not in self.cache])
+        self.ctx.reader.prefetch(self.name, [c for c in needed.tolist() if c not in self.cache])
 
 
 class _RowPlan(NamedTuple):

@@ -24,6 +24,7 @@ import numpy.typing as npt
 from torch.utils.data import Sampler
 
 from ..errors import IncompatibleStateError
+from ..util.deprecated import keyword_moved_to_method
 from ..util.numeric import IntArray, ceil_div
 from .epoch_order import EpochOrder
 from .file_order import as_file_chunks, file_pool, file_samples
@@ -283,13 +284,22 @@ class ChunkBatchSampler(Sampler[list[int]]):
             )
         return done
 
-    def state_dict(self, batches_done: int | None = None) -> dict[str, Any]:
-        """JSON-serialisable state; ``batches_done`` overrides the count of batches yielded.
+    @keyword_moved_to_method("batches_done", "state_at")
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-serialisable state after the batches yielded so far
+        (:class:`~chunkio.util.stateful.Stateful`).
 
         ``rank`` and ``world_size`` are recorded for information only: any rank's state
         restores every rank, on any world size with the same global batch size.
         """
-        done = self._done if batches_done is None else self._check_done(batches_done)
+        return self._state(self._done)
+
+    def state_at(self, batches_done: int) -> dict[str, Any]:
+        """The state after ``batches_done`` batches of this epoch, whatever was yielded (a
+        loader whose workers read ahead saves the batches it delivered)."""
+        return self._state(self._check_done(batches_done))
+
+    def _state(self, done: int) -> dict[str, Any]:
         state = {"version": STATE_VERSION, "seed": self.seed, "epoch": self.epoch}
         where = {"rank": self.rank, "world_size": self.world_size}
         return {**state, "batches_done": done, **where, **self._config()}

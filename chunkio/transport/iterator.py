@@ -36,7 +36,7 @@ from .detach import KeptViews, can_detach
 from .lease import Lease
 from .messages import Done, Failed, Hint, ReadRows, Ready
 from .ring import RingLayout, SlotRing
-from .source import BatchSource, channels_last_fields
+from .source import BatchSource
 from .workers import RingWorkers
 
 __all__ = ["STARTUP_TIMEOUT_S", "RingOptions", "RingTransport", "even_parts"]
@@ -144,7 +144,7 @@ class _Session:
             fields,
             batch_size=batch_size,
             num_slots=num_slots,
-            channels_last=channels_last_fields(dataset),
+            channels_last=frozenset(dataset.channels_last_fields()),
         )
         self.ring = SlotRing.create(layout)
         try:

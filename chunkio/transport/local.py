@@ -14,7 +14,7 @@ from .detach import KeptViews
 from .iterator import Indices, Parts, even_parts
 from .lease import Lease
 from .ring import batch_view
-from .source import BatchSource, channels_last_fields
+from .source import BatchSource
 
 __all__ = ["LocalTransport"]
 
@@ -52,7 +52,7 @@ class LocalTransport:
         return self._new_buffer(), kept  # (which keeps what it learnt of the consumer)
 
     def _new_buffer(self) -> Buffer:
-        last = channels_last_fields(self.dataset)
+        last = self.dataset.channels_last_fields()
         out = {}
         for name, (dtype, shape) in self.dataset.batch_fields().items():
             flat = self._allocate((self.batch_size * int(np.prod(shape)),), dtype)

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-__all__ = ["BatchSource", "FieldShapes", "channels_last_fields"]
+__all__ = ["BatchSource", "FieldShapes"]
 
 #: field name -> (element dtype, per-sample shape), in batch order
 FieldShapes = dict[str, tuple[np.dtype[Any], tuple[int, ...]]]
@@ -26,7 +26,9 @@ class BatchSource(Protocol):
     """A dataset whose batches a transport can read into preallocated buffers.
 
     Implementations must pickle (a transport hands them to worker processes) and open their
-    files lazily in each process.
+    files lazily in each process. The optional capabilities (:meth:`prefetch`,
+    :meth:`channels_last_fields`) are declared here with their defaults, which a source that
+    subclasses this protocol inherits: transports call them, never probe for them.
     """
 
     def batch_fields(self) -> FieldShapes:
@@ -49,13 +51,17 @@ class BatchSource(Protocol):
         """The batch as the consumer receives it (a dict, tuple or single tensor)."""
         ...
 
+    def prefetch(self, indices: Sequence[int] | npt.ArrayLike) -> None:
+        """Start fetching what a later read of ``indices`` needs (a hint: it returns at once).
+        Ring workers call it for the batches queued behind the one they read; a source with
+        nothing to fetch ahead ignores it (the default)."""
+        return None
+
+    def channels_last_fields(self) -> frozenset[str]:
+        """Fields laid out channels last: ``(C, H, W)`` samples whose producer writes
+        ``(H, W, C)``, e.g. decoded images (default: none)."""
+        return frozenset()
+
     def close(self) -> None:
         """Close this process's handles (a worker calls it when it stops)."""
         ...
-
-
-def channels_last_fields(source: Any) -> frozenset[str]:
-    """Fields a source wants laid out channels last (optional ``channels_last_fields()``:
-    ``(C, H, W)`` samples whose producer writes ``(H, W, C)``, e.g. decoded images)."""
-    wanted = getattr(source, "channels_last_fields", None)
-    return frozenset(wanted()) if callable(wanted) else frozenset()

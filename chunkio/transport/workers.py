@@ -90,14 +90,14 @@ def _serve(dataset: BatchSource, ring: SlotRing, conn: Connection, parent: int) 
     """Read the batches the main process sends, in order.
 
     Tasks already queued behind the current one are announced to the dataset first
-    (``prefetch``, optional): a remote dataset starts fetching their chunks while this one
-    is decoded, so with ``prefetch`` batches in flight per worker the network waits overlap
-    the work. :class:`~.messages.Hint` messages (:attr:`RingOptions.lookahead`) announce
-    batches further ahead, before they have a slot.
+    (:meth:`~.source.BatchSource.prefetch`): a remote dataset starts fetching their chunks
+    while this one is decoded, so with ``prefetch`` batches in flight per worker the network
+    waits overlap the work. :class:`~.messages.Hint` messages (:attr:`RingOptions.lookahead`)
+    announce batches further ahead, before they have a slot.
     """
     queued: deque[ReadRows | Stop] = deque()
     announced = 0  # how many of the queued tasks were announced
-    prefetch = getattr(dataset, "prefetch", None)
+    prefetch = dataset.prefetch  # a hint; sources with nothing to fetch ahead ignore it
     # one poll set for the pipe: ``Connection.poll`` builds a new selector on every call
     inbox = select.poll()
     inbox.register(conn.fileno(), select.POLLIN)
@@ -107,9 +107,8 @@ def _serve(dataset: BatchSource, ring: SlotRing, conn: Connection, parent: int) 
 
     def take(message: ToWorker) -> None:
         if isinstance(message, Hint):
-            if callable(prefetch):
-                with contextlib.suppress(Exception):  # a hint: the read reports errors
-                    prefetch(message.indices)
+            with contextlib.suppress(Exception):  # a hint: the read reports errors
+                prefetch(message.indices)
         else:
             queued.append(message)
 
@@ -126,11 +125,10 @@ def _serve(dataset: BatchSource, ring: SlotRing, conn: Connection, parent: int) 
                 continue
         while pending(0):  # everything already sent
             take(conn.recv())
-        if callable(prefetch):
-            for task in list(queued)[max(1, announced) :]:
-                if isinstance(task, ReadRows):
-                    _announce(prefetch, ring, task)
-            announced = len(queued)
+        for task in list(queued)[max(1, announced) :]:
+            if isinstance(task, ReadRows):
+                _announce(prefetch, ring, task)
+        announced = len(queued)
         task = queued.popleft()
         announced = max(0, announced - 1)
         if isinstance(task, Stop):

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from ..errors import caller_stacklevel
 
-__all__ = ["Moved", "moved_keywords", "moved_names"]
+__all__ = ["Moved", "keyword_moved_to_method", "moved_keywords", "moved_names"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -120,3 +120,41 @@ def moved_names(old: str, moves: Mapping[str, str]) -> Callable[[str], Any]:
         return getattr(importlib.import_module(home), name)
 
     return __getattr__
+
+
+def keyword_moved_to_method(keyword: str, method: str) -> Callable[[F], F]:
+    """A method's keyword that became a method of its own, still accepted for one release:
+    ``obj.f(keyword=x)`` warns (a :class:`DeprecationWarning` at the caller's line) and
+    returns ``obj.method(x)`` (``x`` ``None``: ``obj.f()``).
+
+    >>> class Position:
+    ...     @keyword_moved_to_method("done", "state_at")
+    ...     def state_dict(self) -> dict[str, int]:
+    ...         return {"done": 0}
+    ...     def state_at(self, done: int) -> dict[str, int]:
+    ...         return {"done": done}
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as seen:
+    ...     warnings.simplefilter("always")
+    ...     Position().state_dict(done=3), str(seen[0].message)
+    ({'done': 3}, 'Position.state_dict(done=...) is deprecated; use Position.state_at(...)')
+    """
+
+    def wrap(func: F) -> F:
+        @functools.wraps(func)
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if keyword in kwargs:
+                value = kwargs.pop(keyword)
+                cls = type(self).__name__
+                warnings.warn(
+                    f"{cls}.{func.__name__}({keyword}=...) is deprecated; use {cls}.{method}(...)",
+                    DeprecationWarning,
+                    stacklevel=caller_stacklevel(),
+                )
+                if value is not None:
+                    return getattr(self, method)(value, *args, **kwargs)
+            return func(self, *args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return wrap

@@ -38,6 +38,7 @@ PARAMETERS = {
     "convert_images": 10,
     "convert_volumes": 10,
     "append_arrays": 10,
+    "ChunkDataset": 12,
 }
 
 
@@ -60,7 +61,9 @@ def test_converters_share_one_output_and_one_execution_object() -> None:
     assert "Workers" in str(loader["workers"].annotation)
 
 
-@pytest.mark.parametrize("name", ["Execution", "ImageOptions", "Ordering", "Output", "Workers"])
+@pytest.mark.parametrize(
+    "name", ["Decoding", "Execution", "ImageOptions", "Ordering", "Output", "Workers"]
+)
 def test_option_objects_are_frozen_and_documented(name: str) -> None:
     cls = getattr(chunkio, name)
     option = cls()

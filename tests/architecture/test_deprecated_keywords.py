@@ -18,7 +18,7 @@ import torch
 
 import chunkio
 import chunkio.convert
-from chunkio import Execution, ImageOptions, Ordering, Output, Workers
+from chunkio import Decoding, DownloadCache, Execution, ImageOptions, Ordering, Output, Workers
 
 CLIENT = object()  # stands for a dask client: the stand-in function never uses it
 
@@ -145,3 +145,49 @@ def test_a_count_for_the_workers_object_is_refused_naming_num_workers(tmp_path: 
     chunkio.write_arrays(path, {"x": np.arange(4)})
     with pytest.raises(TypeError, match=r"workers must be a chunkio\.Workers; got 4.*num_workers"):
         chunkio.make_loader(path, 2, workers=4)  # type: ignore[arg-type]
+
+
+#: ChunkDataset's keywords that moved into its option objects (old keyword, value, new spelling)
+DATASET_MOVED: list[tuple[str, Any, dict[str, Any]]] = [
+    ("decode_threads", 2, {"decoding": Decoding(threads=2)}),
+    ("channels_last", False, {"decoding": Decoding(channels_last=False)}),
+    ("decode_cf", True, {"decoding": Decoding(cf=True)}),
+    ("download_cache", "cache", {"download": DownloadCache("cache")}),
+]
+
+
+@pytest.mark.parametrize(("old", "value", "new"), DATASET_MOVED)
+def test_an_old_dataset_keyword_warns_and_makes_the_new_call(
+    old: str, value: Any, new: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[dict[str, Any]] = []
+    init = chunkio.ChunkDataset.__init__
+    monkeypatch.setattr(init, "__wrapped__", lambda self, *a, **kw: calls.append(kw))
+    (param, option), *_ = new.items()
+    message = f"ChunkDataset({old}=...) is deprecated; use {param}=chunkio.{type(option).__name__}("
+    with pytest.warns(DeprecationWarning, match=re.escape(message)) as record:
+        chunkio.ChunkDataset("data.zarr", **{old: value})
+    assert [w.filename for w in record] == [__file__]  # the caller's line
+    chunkio.ChunkDataset("data.zarr", **new)
+    assert calls[0] == calls[1], old
+
+
+def test_the_download_cache_pair_makes_one_option_object(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[dict[str, Any]] = []
+    init = chunkio.ChunkDataset.__init__
+    monkeypatch.setattr(init, "__wrapped__", lambda self, *a, **kw: calls.append(kw))
+    with pytest.warns(DeprecationWarning) as record:
+        chunkio.ChunkDataset("d.zarr", download_cache="c", download_cache_bytes=5, decode_cf=True)
+    assert len(record) == 1  # one warning per call, naming every keyword
+    assert calls == [{"download": DownloadCache("c", max_bytes=5), "decoding": Decoding(cf=True)}]
+
+
+def test_old_dataset_keywords_still_read(tmp_path: Path) -> None:
+    """A real dataset: the old spellings read what the new ones read."""
+    path = str(tmp_path / "d.zarr")
+    chunkio.write_arrays(path, {"x": np.arange(12).reshape(6, 2)}, output=Output(chunks=2))
+    with pytest.warns(DeprecationWarning, match="decode_threads"):
+        old = chunkio.ChunkDataset(path, fields="x", decode_threads=2, channels_last=False)
+    new = chunkio.ChunkDataset(path, fields="x", decoding=Decoding(2, channels_last=False))
+    assert old.decoding == new.decoding == Decoding(threads=2, channels_last=False)
+    np.testing.assert_array_equal(old.read_batch([5, 0])["x"], new.read_batch([5, 0])["x"])

@@ -17,7 +17,15 @@ from PIL import Image
 from torch.utils.data import DataLoader
 
 from benchmarks.data import make_jpeg_folder
-from chunkio import ChunkDataset, Execution, ImageOptions, Workers, convert_images, make_loader
+from chunkio import (
+    ChunkDataset,
+    Decoding,
+    Execution,
+    ImageOptions,
+    Workers,
+    convert_images,
+    make_loader,
+)
 from chunkio.diagnose.dataset_report import verify
 from chunkio.errors import CorruptChunkError, SourceError
 from chunkio.format.layout import DatasetLayout
@@ -366,10 +374,10 @@ def test_decode_threads_give_the_same_batches(photos: Path, tmp_path: Path, enco
     t = Compose([RandomResizedCrop(24), RandomHorizontalFlip()])
     idx = list(range(0, 48, 2))
     one = ChunkDataset(dst, fields="image", transform=t).read_batch(idx, epoch=5)["image"]
-    ds = ChunkDataset(dst, fields="image", transform=t, decode_threads=3)
+    ds = ChunkDataset(dst, fields="image", transform=t, decoding=Decoding(threads=3))
     np.testing.assert_array_equal(ds.read_batch(idx, epoch=5)["image"], one)
-    with pytest.raises(ValueError, match="decode_threads"):
-        ChunkDataset(dst, decode_threads=0)
+    with pytest.raises(ValueError, match="threads"):
+        ChunkDataset(dst, decoding=Decoding(threads=0))
 
 
 def test_sixteen_bit_images_are_refused_by_lossy_encodings_before_writing(tmp_path: Path) -> None:
@@ -459,7 +467,9 @@ def test_decoded_batches_are_channels_last_unless_asked_otherwise(
     t = Compose([RandomResizedCrop(32)])
     batches = {}
     for last in (True, False):
-        ds = ChunkDataset(dst, fields=("image", "label"), transform=t, channels_last=last)
+        ds = ChunkDataset(
+            dst, fields=("image", "label"), transform=t, decoding=Decoding(channels_last=last)
+        )
         assert ds.channels_last_fields() == ({"image"} if last else set())
         with make_loader(ds, 16, num_workers=workers, shuffle=False) as loader:
             x, _ = next(iter(loader))

@@ -147,7 +147,7 @@ def test_device_route_through_ring_workers_equals_reference_and_resumes(make_dat
 
     # "cpu" as a pretend device: the loader then takes its device route with the fake stream
     monkeypatch.setattr("chunkio.loader_options.resolve_device", lambda d: torch.device("cpu"))
-    monkeypatch.setattr("chunkio.loader.copy_stream_for", lambda d: Stream(log))
+    monkeypatch.setattr("chunkio.loader.chunk_loader.copy_stream_for", lambda d: Stream(log))
 
     def make() -> Any:
         ds = ChunkDataset(path, fields=["image", "label"], preload_bytes=0)

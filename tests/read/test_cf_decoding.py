@@ -1,4 +1,4 @@
-"""CF decoding on read (``decode_cf=True``): packed variables come back as xarray decodes them.
+"""CF decoding on read (``Decoding(cf=True)``): packed variables come back as xarray decodes them.
 
 Stores written by xarray's ``to_zarr`` with an int16 encoding (Zarr v2 and v3) are compared
 with ``xr.open_zarr``'s decoded values, for plain fields and window fields (three variables,
@@ -22,7 +22,7 @@ import zarr
 from foreign_stores import xarray_store
 
 import chunkio
-from chunkio import ChunkDataset, Field
+from chunkio import ChunkDataset, Decoding, Field
 from chunkio.errors import FormatError
 
 VARS = ("t2m", "u10", "v10")
@@ -97,7 +97,7 @@ def test_a_plain_field_decodes_as_xarray_does(tmp_path: Path, zarr_format: int) 
         want = np.asarray(xr.open_zarr(path).t2m.values)
     finally:
         ctx.__exit__(None, None, None)
-    ds = dataset(path, {"t2m": "t2m", "label": "label"}, decode_cf=True)
+    ds = dataset(path, {"t2m": "t2m", "label": "label"}, decoding=Decoding(cf=True))
     idx = [3, 0, 95, 3, 50]
     batch = ds.read_batch(idx)
     assert batch["t2m"].dtype == np.float32 and ds.batch_fields()["t2m"][0] == np.float32
@@ -115,7 +115,7 @@ def test_stacked_window_variables_each_decode_with_their_own_attributes(
     path = weather(tmp_path, zarr_format)
     want = decoded(path)
     ds = dataset(path, [Field(list(VARS), steps=range(-1, 1)), Field("u10", steps=[2])],
-                 decode_cf=True)  # fmt: skip
+                 decoding=Decoding(cf=True))  # fmt: skip
     batch = ds.read_batch(np.arange(len(ds)))
     x, y = batch[ds.fields[0]], batch["u10"]
     anchors = ds.anchors
@@ -131,7 +131,7 @@ def test_stacked_window_variables_each_decode_with_their_own_attributes(
 def test_workers_decode_as_this_process_does(tmp_path: Path, transport: str) -> None:
     path = weather(tmp_path, 3)
     want = decoded(path)
-    ds = dataset(path, [Field(list(VARS), steps=[0, 1]), "time"], decode_cf=True)
+    ds = dataset(path, [Field(list(VARS), steps=[0, 1]), "time"], decoding=Decoding(cf=True))
     workers = chunkio.Workers(copy=True, transport=transport)
     loader = chunkio.make_loader(ds, 8, num_workers=2, workers=workers)
     seen = []
@@ -173,7 +173,7 @@ def test_netcdf4_style_hdf5_attributes_decode(tmp_path: Path) -> None:
     raw = np.arange(-5, 55, dtype=np.int16).reshape(20, 3)
     raw[4, 1], raw[7, 0] = -32767, -1
     want = np.where(np.isin(raw, [-32767, -1, -2]), np.nan, raw * np.float32(0.5) + 10)
-    ds = dataset(path, ["t2m"], decode_cf=True)
+    ds = dataset(path, ["t2m"], decoding=Decoding(cf=True))
     got = ds.read_batch(np.arange(20))["t2m"]
     assert got.dtype == np.float32
     close(got, want)
@@ -199,7 +199,7 @@ def test_a_malformed_attribute_is_a_typed_error_at_construction(
     a[...] = 1
     a.attrs.update(attrs)
     with pytest.raises(FormatError, match="t2m") as err:
-        dataset(path, ["t2m"], decode_cf=True)
+        dataset(path, ["t2m"], decoding=Decoding(cf=True))
     assert words in str(err.value)
     assert dataset(path, ["t2m"]).read_batch([0])["t2m"].dtype == np.int16  # off: as stored
 
@@ -207,7 +207,7 @@ def test_a_malformed_attribute_is_a_typed_error_at_construction(
 def test_an_unreadable_hdf5_attribute_type_is_a_typed_error(tmp_path: Path) -> None:
     path = netcdf_like(tmp_path, scale_factor=np.bytes_(b"0.5"))
     with pytest.raises(FormatError, match="scale_factor"):
-        dataset(path, ["t2m"], decode_cf=True)
+        dataset(path, ["t2m"], decoding=Decoding(cf=True))
 
 
 def test_stats_of_a_decoded_dataset_are_of_the_decoded_values(tmp_path: Path) -> None:
@@ -215,7 +215,7 @@ def test_stats_of_a_decoded_dataset_are_of_the_decoded_values(tmp_path: Path) ->
     as ``np.nanmean`` / ``np.nanstd`` of xarray's decoding; ``Normalize`` then centres it."""
     path = weather(tmp_path, 3)
     want = decoded(path)
-    ds = dataset(path, [Field(list(VARS), steps=[0, 1])], decode_cf=True)
+    ds = dataset(path, [Field(list(VARS), steps=[0, 1])], decoding=Decoding(cf=True))
     stats = chunkio.compute_stats(ds).fields[ds.fields[0]]
     ref = [want[v].astype(np.float64) for v in VARS]
     np.testing.assert_allclose(stats["mean"], [np.nanmean(r) for r in ref], rtol=1e-5)
@@ -232,7 +232,7 @@ def test_float_arrays_with_only_a_nan_fill_value_come_back_as_stored(tmp_path: P
     finally:
         ctx.__exit__(None, None, None)
     assert "_FillValue" in dict(zarr.open_group(path)["x"].attrs)
-    ds = dataset(path, ["x"], decode_cf=True)
+    ds = dataset(path, ["x"], decoding=Decoding(cf=True))
     assert ds.layout.field("x").cf is None
     np.testing.assert_array_equal(ds.read_batch([4, 1])["x"], x[[4, 1]])
 
@@ -240,5 +240,5 @@ def test_float_arrays_with_only_a_nan_fill_value_come_back_as_stored(tmp_path: P
 def test_decode_cf_reads_one_store_not_a_list_of_files(tmp_path: Path) -> None:
     """Files may pack a variable differently (a scale_factor per file): refused, not guessed."""
     paths = [weather(tmp_path / str(k), 3) for k in range(2)]
-    with pytest.raises(FormatError, match="decode_cf reads one store, not 2 files"):
-        dataset(paths, ["t2m"], decode_cf=True)
+    with pytest.raises(FormatError, match=r"Decoding\(cf=True\) reads one store, not 2 files"):
+        dataset(paths, ["t2m"], decoding=Decoding(cf=True))

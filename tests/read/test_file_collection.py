@@ -134,7 +134,7 @@ def test_the_order_is_shared_across_ranks_and_resumes(collection) -> None:
     assert len(np.unique(everything)) == len(everything)  # no sample on two ranks
     sampler = chunkio.ChunkBatchSampler(ds.chunk_sizes(), 32, seed=2)
     batches = [list(b) for b in sampler]
-    state = sampler.state_dict(batches_done=5)
+    state = sampler.state_at(5)
     again = chunkio.ChunkBatchSampler(ds.chunk_sizes(), 32, seed=2)
     again.load_state_dict(state)
     assert [list(b) for b in again] == batches[5:]

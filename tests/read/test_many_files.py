@@ -155,7 +155,7 @@ def test_a_state_saved_without_files_does_not_resume_the_file_order() -> None:
     with pytest.raises(IncompatibleStateError, match="files_sha256"):
         plain.load_state_dict(grouped.state_dict())
     again = chunkio.ChunkBatchSampler(sizes, 4, files=[2, 2, 2], world_size=1, rank=0)
-    again.load_state_dict(grouped.state_dict(batches_done=2))
+    again.load_state_dict(grouped.state_at(2))
     assert [list(b) for b in again] == [list(b) for b in grouped][2:]
 
 

@@ -22,7 +22,7 @@ from chunkio.backends.base import CODECS
 from chunkio.backends.hdf5.raw import RawChunks
 from chunkio.errors import CorruptChunkError
 from chunkio.read import DecodedChunkCache
-from chunkio.transport import LocalTransport
+from chunkio.transport import BatchSource, LocalTransport
 
 # -- fletcher32 ---------------------------------------------------------------------------------
 
@@ -282,7 +282,7 @@ def test_direct_decodes_only_when_asked(make_dataset: Any) -> None:
 # -- the transport's protocol ---------------------------------------------------------------
 
 
-class _Counting:
+class _Counting(BatchSource):
     """A BatchSource that is not a ChunkDataset: sample i is [i, i]."""
 
     def batch_fields(self) -> dict[str, tuple[np.dtype[Any], tuple[int, ...]]]:

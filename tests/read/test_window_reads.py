@@ -173,7 +173,7 @@ def test_the_bytes_a_loaders_cache_is_sized_by(store: Any) -> None:
     9 chunks) and one more."""
     path, _ = store
     ds = _windows(path)
-    spc, edge = ds.samples_per_chunk, ds._windows.edge_chunks
+    spc, edge = ds.samples_per_chunk, ds.samples.edge_chunks
     assert spc != 7  # the order follows the bulk of the data, not the finest chunks
     assert ds.chunk_nbytes() == 272 * spc * (1 + edge)
     assert ds.held_nbytes() == 272 * spc * (9 + 1)

@@ -15,7 +15,7 @@ import pytest
 import xarray as xr
 
 import chunkio
-from chunkio import ChunkDataset, Field
+from chunkio import ChunkDataset, Decoding, Field
 from chunkio.errors import CorruptChunkError
 from chunkio.util.shared_stack import HeldSegments
 
@@ -140,7 +140,7 @@ def test_the_streamed_caches_keep_within_the_budget(store: Path, share: float) -
     asked = _loader(store, 2, 0)  # the order's ask, from a budget that leaves no room
     dataset = asked.dataset
     asked.close()
-    edge = dataset._windows.edge_chunks
+    edge = dataset.samples.edge_chunks
     pool = dataset.cache_bytes  # hold_bytes=0: the pool alone
     order = pool * (1 + edge)
     assert edge > 0 and pool < order
@@ -178,7 +178,9 @@ def test_a_chunk_cut_short_on_the_decode_threads_is_an_error_never_a_slots_old_r
     chunk.write_bytes(chunk.read_bytes()[:-9])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        threaded = ChunkDataset(path, fields=FIELDS[:2], preload_bytes=0, decode_threads=2)
+        threaded = ChunkDataset(
+            path, fields=FIELDS[:2], preload_bytes=0, decoding=Decoding(threads=2)
+        )
     bad = np.arange(4, 20)  # rows 4..21: chunks 0..2
     for _ in range(2):  # the second time too: the slots it was given hold nothing
         with pytest.raises(CorruptChunkError, match="u10"):

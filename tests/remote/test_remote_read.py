@@ -18,6 +18,7 @@ import torch
 from benchmarks.data import make_jpeg_folder
 from chunkio import (
     ChunkDataset,
+    DownloadCache,
     Execution,
     ImageOptions,
     Output,
@@ -187,8 +188,7 @@ def test_a_download_cache_serves_later_reads_locally(
             fields=("image", "label"),
             storage_options=options,
             preload_bytes=0,
-            download_cache=cache,
-            download_cache_bytes=64 << 20,
+            download=DownloadCache(cache, max_bytes=64 << 20),
         )
         return ds.read_batch(list(range(240)))
 

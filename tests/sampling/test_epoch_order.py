@@ -185,7 +185,7 @@ def test_the_sampler_iterates_lazily_and_resumes() -> None:
     whole = _lists(s.batches())
     assert _lists(s.iter_batches()) == whole
     assert _lists(s.iter_batches(start=4)) == whole[4:]
-    s.load_state_dict(s.state_dict(batches_done=2))
+    s.load_state_dict(s.state_at(2))
     assert _lists(s.iter_arrays()) == whole[2:]
     with pytest.raises(ValueError, match=r"start must be an int in \[0, 6\], got 7"):
         s.iter_batches(start=7)

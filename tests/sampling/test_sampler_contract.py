@@ -100,7 +100,7 @@ def test_batches_carry_their_epoch() -> None:
         ),
         (lambda: ChunkBatchSampler([3], 1).set_epoch(-1), r"^epoch must be an int >= 0, got -1$"),
         (
-            lambda: ChunkBatchSampler([3], 1).state_dict(batches_done=-1),
+            lambda: ChunkBatchSampler([3], 1).state_at(-1),
             r"^batches_done must be an int >= 0, got -1$",
         ),
     ],

@@ -221,7 +221,7 @@ def test_resume_onto_another_world_size_continues_the_global_sequence(
     reference = global_sequence(sizes, batch, 1, 2, seed=9, pool=100)
     old = ChunkBatchSampler(sizes, batch // before, rank=0, world_size=before, seed=9, pool=100)
     old.set_epoch(2)
-    state = json.loads(json.dumps(old.state_dict(batches_done=stop)))
+    state = json.loads(json.dumps(old.state_at(stop)))
     ranks = [
         ChunkBatchSampler(sizes, batch // after, rank=r, world_size=after, pool=100)
         for r in range(after)
@@ -244,7 +244,7 @@ def test_resume_with_delivered_count_override_and_same_epoch_set_epoch() -> None
     it = iter(s)
     for _ in range(6):  # a prefetching loader ran ahead; only 4 reached the user
         next(it)
-    state = s.state_dict(batches_done=4)
+    state = s.state_at(4)
     fresh = ChunkBatchSampler(sizes, 16, seed=0)
     fresh.load_state_dict(state)
     assert fresh.seed == 3 and fresh.epoch == 2
@@ -347,7 +347,7 @@ def test_metric_inputs_are_validated() -> None:
     with pytest.raises(ValueError, match="cache_chunks"):
         read_amplification([[0]], [3, 3], cache_chunks=-1)
     with pytest.raises(IncompatibleStateError, match="batches_done"):
-        ChunkBatchSampler([3, 3], 2).state_dict(batches_done=5)
+        ChunkBatchSampler([3, 3], 2).state_at(5)
     with pytest.raises(ValueError, match="divisible by world_size 3"):
         rank_batches([4, 4], OrderSpec(4, 0), seed=0, epoch=0, world_size=3)
 

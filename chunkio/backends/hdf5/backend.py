@@ -30,7 +30,7 @@ from ...errors import (
     MissingChunkError,
     UnsafeInputError,
 )
-from ..base import ArrayInfo, StageClock, check_region, coalesce
+from ..base import ArrayInfo, Reader, StageClock, check_region, coalesce
 from ..codec_table import HDF5_SAFE, hdf5_codec_info
 from .attrs import decode_attrs
 from .checks import check_array, in_file_node, in_file_path, list_arrays, read_text
@@ -43,7 +43,7 @@ from .storage import chunks_of, failed_chunks, missing_chunks, open_same_file, r
 __all__ = ["HDF5Reader", "decode_attrs", "open_hdf5_readers"]
 
 
-class HDF5Reader:
+class HDF5Reader(Reader):
     """Read-only access to a chunkio HDF5 file; opens the file on first use in each process.
 
     Arrays whose filters chunkio decodes are read as raw chunks (one ``pread`` each, checked

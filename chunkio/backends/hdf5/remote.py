@@ -32,7 +32,7 @@ from ...errors import ChunkReadError, CorruptChunkError, MissingChunkError
 from ...remote import RangeFetcher
 from ...remote.ahead import FetchAhead
 from ...util.numeric import ceil_div
-from ..base import ArrayInfo, StageClock, check_region, coalesce
+from ..base import ArrayInfo, Reader, StageClock, check_region, coalesce
 from .backend import HDF5Reader
 from .grid import RawGrid
 from .raw import RawChunks
@@ -108,7 +108,7 @@ class _Array:
     grid: RawGrid | None = None
 
 
-class RemoteHDF5Reader:
+class RemoteHDF5Reader(Reader):
     """Read-only access to an HDF5 file below a URL (see the module docstring).
 
     ``documents``: what :meth:`documents` returned in another process (no request to open).

@@ -25,7 +25,7 @@ from ...errors import (
 )
 from ...util.numeric import ceil_div
 from .. import ReaderOptions
-from ..base import ArrayInfo, StageClock, check_region, coalesce
+from ..base import ArrayInfo, Reader, StageClock, check_region, coalesce
 from ..codec_table import zarr2_codec_info, zarr2_codecs, zarr_codec_info
 from .documents import RemoteDocuments, v2_array_document
 from .engine import ArrayEngine
@@ -69,7 +69,7 @@ class _Described:
         return self.meta
 
 
-class ZarrReader:
+class ZarrReader(Reader):
     """Read-only access to a chunkio Zarr v3 group."""
 
     #: a chunk absent from the store is an error, never the fill value

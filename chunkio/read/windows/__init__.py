@@ -24,18 +24,15 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
-from ...format.grid import SampleGrid
 from ...format.layout import DatasetLayout, FieldInfo
-from ...format.windows import Field, WindowSet
+from ...format.windows import Field
 from ...util.numeric import IntArray
 from ...util.shared_stack import BLOCK_BYTES, HeldSegments, StackShape, fill_shared
 from ..base import ReadContext, ReadRequest, checked_out
 from ..dense import DenseReads, PreloadedReads, dense_reads
-from ..planning import normalize_indices
 from .stream import StreamedStack, streamed_lane, streamed_stack, variable_field_name
 
 __all__ = [
-    "AnchorSamples",
     "Field",
     "WindowReads",
     "check_field_transform",
@@ -125,13 +122,20 @@ def held_segments(layout: DatasetLayout, fields: Sequence[str]) -> HeldSegments 
 
 
 def window_path(
-    dataset: Any, *, hold_bytes: int, workers: int, cache_bytes: int
+    layout: DatasetLayout,
+    fields: Sequence[str],
+    *,
+    held: int,
+    edge: int,
+    hold_bytes: int,
+    workers: int,
+    cache_bytes: int,
 ) -> tuple[bool, HeldSegments | None, int]:
-    """Whether a loader's readers hold the window fields of ``dataset`` whole (its
-    :meth:`~AnchorSamples.held_nbytes` decoded bytes, against ``hold_bytes``), the
-    shared-memory segments its ``workers`` hold them in, and the bytes of chunks each reader
-    keeps (``cache_bytes``, what the order asks, when held); logged (logger ``"chunkio"``)
-    with the sizes and why.
+    """Whether a loader's readers hold the window fields ``fields`` of ``layout`` whole
+    (``held`` decoded bytes, against ``hold_bytes``), the shared-memory segments its
+    ``workers`` hold them in, and the bytes of chunks each reader keeps (``cache_bytes``,
+    what the order asks, when held; ``edge``: the row chunks beyond an order chunk its windows
+    reach); logged (logger ``"chunkio"``) with the sizes and why.
 
     Held: decoded once (in shared memory, once for all the workers), kept across epochs. Else
     streamed: each chunk decoded about once per pass through each reader's cache
@@ -141,7 +145,6 @@ def window_path(
     along time, or an array read apart by another field) reads them one by one, several
     times slower: a warning.
     """
-    layout, fields, held = dataset.layout, dataset.fields, dataset.held_nbytes()
     segments = held_segments(layout, fields) if workers and held <= hold_bytes else None
     shapes = stack_shapes(layout, fields)
     if segments is not None:
@@ -175,7 +178,6 @@ def window_path(
             f"Workers(hold_bytes={hold_bytes / mb:.1f} MiB)"
         )
     readers = max(1, workers)
-    edge = dataset._windows.edge_chunks
     cache = stream_cache_bytes(cache_bytes, edge, hold_bytes, readers)
     within = (
         f"{readers} x {cache / mb:.1f} MiB within Workers(hold_bytes)"
@@ -383,82 +385,6 @@ class WindowReads:
             return
         for source in self.sources:
             source.prefetch(rows)
-
-
-class AnchorSamples:
-    """Mixin of :class:`chunkio.ChunkDataset`: with windows, sample ``i`` is the anchor row
-    ``anchors[i]`` (reads ask the read core for rows; the window fields add their steps)."""
-
-    location: Any
-    layout: DatasetLayout
-    #: the valid anchors and their order chunks (``None``: no windows)
-    _windows: WindowSet | None = None
-    #: the ``anchors`` a dataset was made with
-    _anchors: Any = None
-
-    def __len__(self) -> int:
-        """Samples: the valid anchors with windows, else the rows of the sample axis."""
-        return self.layout.num_samples if self._windows is None else len(self._windows.anchors)
-
-    def chunk_sizes(self) -> IntArray:
-        """Samples in each chunk along the sample axis, in storage order (windows: anchors
-        per run of row chunks, :func:`chunkio.format.windows.anchor_groups`)."""
-        if self._windows is not None:
-            return self._windows.group_sizes
-        if self.layout.order_sizes is not None:  # rows of a sparse matrix per data chunk
-            return np.asarray(self.layout.order_sizes, dtype=np.int64)
-        return SampleGrid(self.layout.num_samples, self.layout.samples_per_chunk).chunk_sizes()
-
-    @property
-    def anchors(self) -> npt.NDArray[np.int64] | None:
-        """Windows: the row of each sample's anchor (sorted); ``None`` without windows."""
-        return None if self._windows is None else self._windows.anchors
-
-    def _rows(self, indices: Any) -> Any:
-        """Windows: sample indices -> anchor rows (other datasets: the indices as given)."""
-        if self._windows is None:
-            return indices
-        try:
-            idx = normalize_indices(indices, len(self._windows.anchors))
-        except IndexError as err:  # name the dataset, as every other read error does
-            raise IndexError(f"{self.location}: {err}") from err
-        return self._windows.anchors[idx]
-
-    def _window_chunk_nbytes(self) -> int:
-        """Decoded bytes of one row chunk of every array the windows read, with the chunks
-        beyond an order chunk that its windows reach (what a loader's cache must hold); 0
-        without windows."""
-        if self._windows is None:
-            return 0
-        return self._cache_chunk_nbytes() * (1 + self._windows.edge_chunks)
-
-    def _dense_chunk_nbytes(self) -> int:
-        """Decoded bytes of one full chunk of the selected fields (no windows)."""
-        fields = getattr(self, "fields", ())
-        return (
-            sum(self.layout.field(f).sample_nbytes for f in fields) * self.layout.samples_per_chunk
-        )
-
-    def held_nbytes(self) -> int:
-        """Decoded bytes of every chunk a batch may read, counted as a reader's caches hold
-        them (a loader keeps them all across epochs when they fit ``Workers(hold_bytes)``):
-        as many cache slots as the finest-chunked array the fields read has chunks."""
-        layout, names = self.layout, getattr(self, "fields", ())
-        rows = [
-            r
-            for f in layout.fields
-            if f.name in names
-            for r in (getattr(f, "rows", ()) or (layout.rows_per_chunk(f),))
-        ]
-        chunks = -(-layout.num_samples // max(1, min(rows, default=layout.samples_per_chunk)))
-        return self._cache_chunk_nbytes() * (chunks + 1)
-
-    def _cache_chunk_nbytes(self) -> int:
-        """Bytes a field's cache holds per chunk: windows' arrays each count their own row
-        chunks (one row chunk of every array), other fields the dataset's chunks."""
-        if self._windows is None:
-            return int(self.chunk_nbytes())  # type: ignore[attr-defined]
-        return self._windows.row_nbytes * self.layout.samples_per_chunk
 
 
 def check_field_transform(layout: DatasetLayout, name: str, where: str) -> None:

@@ -184,12 +184,10 @@ class StreamedStack:
 
     def prefetch(self, rows: IntArray) -> None:
         """Start fetching the chunks of ``rows`` the cache lacks (remote readers)."""
-        prefetch = getattr(self.ctx.reader, "prefetch", None)
-        if callable(prefetch):
-            chunks = np.unique(rows // self.rows_per_chunk).tolist()
-            missing = [c for c in chunks if c not in self.cache]
-            for array in self.shape.arrays:
-                prefetch(array, missing)
+        chunks = np.unique(rows // self.rows_per_chunk).tolist()
+        missing = [c for c in chunks if c not in self.cache]
+        for array in self.shape.arrays:
+            self.ctx.reader.prefetch(array, missing)
 
 
 def variable_field_name(array: str) -> str:

@@ -14,21 +14,28 @@ Routes (``ChunkLoader.transport`` tells which one a loader took):
     ``transform`` that does not declare its output shape, a ``batch_transform``, or samples
     of different shapes (ragged fields, images of several sizes without a fixed-size
     transform): there is no batch shape to preallocate.
+``"gpu-decode"``
+    ``workers=Workers(decode="gpu")``: encoded JPEG fields travel as bytes and are decoded on
+    the device (:mod:`chunkio.transport.gpu_decode`).
+
+:func:`make_loader` is here; the loader it returns in :mod:`.chunk_loader`, the routes in
+:mod:`.routes`. Modules here may import :mod:`chunkio.backends`, :mod:`chunkio.dataset`,
+:mod:`chunkio.format`, :mod:`chunkio.loader_options`, :mod:`chunkio.patches` (make_loader over
+a PatchDataset), :mod:`chunkio.read`, :mod:`chunkio.sampling`, :mod:`chunkio.transforms`,
+:mod:`chunkio.transport`, :mod:`chunkio.util` and :mod:`chunkio.errors`.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Generator, Iterable, Iterator
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 import torch
-from torch.utils.data import DataLoader
 
-from .backends import Reader
-from .dataset import ChunkDataset
-from .errors import caller_stacklevel
-from .loader_options import (
+from ..backends import Reader
+from ..dataset import ChunkDataset
+from ..errors import caller_stacklevel
+from ..loader_options import (
     DEFAULT_ORDERING,
     DEFAULT_POOL_BYTES,
     DEFAULT_WORKERS,
@@ -39,17 +46,13 @@ from .loader_options import (
     num_workers_of,
     pool_samples,
 )
-from .patches.loading import PatchDataset, patch_prepared
-from .read.batch import collate
-from .read.windows import window_path
-from .sampling.label_check import warn_if_label_sorted
-from .sampling.sampler import ChunkBatchSampler
-from .transport import Lease, LocalTransport, RingTransport
-from .transport.gpu import DevicePrefetcher, copy_stream_for, map_tensors, pin_ring, pinned_empty
-from .transport.gpu_decode import gpu_decode_route
-from .transport.iterator import Indices, Parts
-from .util.deprecated import Moved, moved_keywords
-from .util.shared_stack import HeldSegments
+from ..patches.loading import PatchDataset, patch_prepared
+from ..sampling.label_check import warn_if_label_sorted
+from ..sampling.sampler import ChunkBatchSampler
+from ..util.deprecated import Moved, moved_keywords
+from ..util.shared_stack import HeldSegments
+from .chunk_loader import ChunkLoader
+from .routes import make_route, route_name, undeclared_transform
 
 __all__ = [
     "DEFAULT_POOL_BYTES",
@@ -72,216 +75,6 @@ def default_num_workers() -> int:
 
 class RingFallbackWarning(UserWarning):
     """A loader left the shared-memory ring because batches cannot be preallocated."""
-
-
-class _Route(Protocol):
-    def run(self, batches: Iterable[Indices], parts: Parts, *, epoch: int) -> Iterator[Lease]: ...
-
-    def worker_pids(self) -> tuple[int, ...]: ...
-
-    def close(self) -> None: ...
-
-
-class _DataLoaderRoute:
-    """A torch DataLoader whose batch sampler is the loader's sampler.
-
-    Its workers read whole batches, round-robin (read amplification up to ``num_workers``).
-    Splitting each batch into per-worker lane parts, as the ring does, halved throughput
-    (extra IPC and the join: 15,700 vs 32,300 samples/s, 2 workers, LZ4 3x96x96)."""
-
-    def __init__(self, loader: DataLoader[Any]) -> None:
-        self.loader = loader
-
-    def run(self, batches: Iterable[Indices], parts: Parts, *, epoch: int) -> Iterator[Lease]:
-        # the DataLoader iterates the same sampler itself (its batches carry their epoch:
-        # chunkio.sampling.sampler.EpochBatch); each of its batches is fresh memory
-        return (Lease(batch) for batch in self.loader)
-
-    def worker_pids(self) -> tuple[int, ...]:
-        return ()
-
-    def close(self) -> None:
-        # a DataLoader keeps its persistent workers in its iterator; dropping it stops them
-        self.loader._iterator = None
-
-
-def _host_batches(leases: Iterator[Lease], *, copy: bool) -> Generator[Any, None, None]:
-    """Host delivery: the previous batch's memory is recycled when the next one is asked for."""
-    held: Lease | None = None
-    try:
-        while True:
-            if held is not None:  # before fetching: the freed slot can take the next batch
-                held.release()
-                held = None
-            lease = next(leases, None)
-            if lease is None:
-                return
-            if copy:
-                batch = map_tensors(torch.clone, lease.batch)
-                lease.release()
-                yield batch
-            else:
-                held = lease
-                yield lease.batch
-    finally:
-        if held is not None:
-            held.release()
-        close = getattr(leases, "close", None)
-        if close is not None:
-            close()
-
-
-class ChunkLoader:
-    """Iterates batches of a :class:`ChunkDataset` in chunk-aware shuffled order.
-
-    Behaves like a DataLoader (``__iter__``, ``__len__``) and adds ``set_epoch`` and
-    ``state_dict``/``load_state_dict``, which count the batches *delivered to you* (not the
-    ones workers have prefetched), so a restored loader continues exactly after the last batch
-    you received. If you never call ``set_epoch``, each completed pass advances the epoch.
-
-    **Batch lifetime (ring and local routes, host delivery).** Batches view reused memory; a
-    batch you keep (or any view of it: a slice, ``.numpy()``) is moved out of the way before
-    that memory is reused (Linux), so it never changes, and batches you do not keep cost no
-    copy (``workers=Workers(copy=True)``: copies). Batches delivered to a device
-    (``device=...``) and batches of the DataLoader route are fresh memory.
-    """
-
-    def __init__(
-        self,
-        dataset: ChunkDataset,
-        sampler: ChunkBatchSampler,
-        route: _Route,
-        *,
-        transport: str,
-        num_workers: int,
-        device: torch.device | None = None,
-        copy: bool = False,
-        segments: HeldSegments | None = None,
-    ) -> None:
-        self.dataset = dataset
-        self.sampler = sampler
-        self.transport = transport
-        self.num_workers = num_workers
-        self.device = device
-        self.copy = copy
-        self._route = route
-        self._segments = segments  # where the workers hold windows' arrays
-        self._delivered = 0
-        self._resume_from = 0
-        self._auto_epoch = True
-
-    @property
-    def batch_size(self) -> int:
-        return self.sampler.batch_size
-
-    def __len__(self) -> int:
-        return len(self.sampler)
-
-    def set_epoch(self, epoch: int) -> None:
-        """Select the epoch (as with DistributedSampler); disables automatic advancing."""
-        if epoch != self.sampler.epoch:
-            self._resume_from = 0  # as in the sampler: only a new epoch cancels a resume
-        self.sampler.set_epoch(epoch)
-        self._auto_epoch = False
-
-    def _batches(self) -> Generator[Any, None, None] | DevicePrefetcher:
-        leases = self._route.run(
-            self.sampler.iter_arrays(), self.sampler.reader_rows, epoch=self.sampler.epoch
-        )
-        if self.device is None or getattr(self._route, "delivers_on_device", False):
-            return _host_batches(leases, copy=self.copy and self.device is None)
-        return DevicePrefetcher(leases, stream=copy_stream_for(self.device))
-
-    def __iter__(self) -> Iterator[Any]:
-        self._delivered, self._resume_from = self._resume_from, 0
-        batches = self._batches()
-        try:
-            for batch in batches:
-                self._delivered += 1
-                yield batch
-        finally:
-            batches.close()
-        self._delivered = 0
-        if self._auto_epoch:
-            self.sampler.set_epoch(self.sampler.epoch + 1)
-
-    def state_dict(self) -> dict[str, Any]:
-        """Position after the last batch delivered (JSON-serialisable)."""
-        return {"sampler": self.sampler.state_dict(batches_done=self._delivered)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue, on the next ``__iter__``, right after the batch ``state`` was taken at."""
-        self.sampler.load_state_dict(state["sampler"])
-        self._resume_from = int(state["sampler"]["batches_done"])
-
-    def worker_pids(self) -> tuple[int, ...]:
-        """Process ids of the running ring workers (empty for other routes or when idle)."""
-        return self._route.worker_pids()
-
-    def close(self) -> None:
-        """Stop persistent workers and free shared memory (also done when garbage collected)."""
-        self._route.close()
-        if self._segments is not None:
-            self._segments.close()
-
-    def __enter__(self) -> ChunkLoader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def _route_name(dataset: ChunkDataset, transport: str, num_workers: int, decode: str) -> str:
-    """The route a loader takes (see the module docstring)."""
-    if decode != "cpu":
-        return "gpu-decode"
-    if transport == "ring" and _ring_compatible(dataset):
-        return "local" if num_workers == 0 else "ring"
-    return "dataloader"
-
-
-def _make_route(
-    name: str, dataset: ChunkDataset, sampler: ChunkBatchSampler, options: LoaderOptions
-) -> _Route:
-    batch_size, pin, workers = sampler.batch_size, options.pin, options.num_workers
-    ring = options.ring(remote=dataset.remote)
-    if name == "local":
-        allocate = {"allocate": pinned_empty} if pin else {}
-        return LocalTransport(dataset, batch_size=batch_size, **allocate)
-    if name == "gpu-decode":
-        return gpu_decode_route(dataset, options.decode, options.target, options.workers.prefetch)
-    if name == "ring":
-        on_ring = pin_ring if pin else (lambda ring: None)
-        return RingTransport(dataset, batch_size=batch_size, options=ring, on_ring=on_ring)
-    loader: DataLoader[Any] = DataLoader(
-        dataset,
-        batch_sampler=sampler,
-        num_workers=workers,
-        collate_fn=collate,
-        pin_memory=pin,
-        persistent_workers=ring.persistent and workers > 0,
-        prefetch_factor=ring.prefetch if workers > 0 else None,
-        multiprocessing_context=ring.context if workers > 0 else None,
-        timeout=ring.timeout,
-    )
-    return _DataLoaderRoute(loader)
-
-
-def _ring_compatible(dataset: ChunkDataset) -> bool:
-    """Batches whose shape the ring can preallocate: every field has one batch shape (after a
-    field transform), and no transform of unknown output."""
-    if dataset.batch_transform is not None:
-        return False
-    if _undeclared(dataset):
-        return False
-    return all(dataset.output_shape(f) is not None for f in dataset.fields)
-
-
-def _undeclared(dataset: ChunkDataset) -> bool:
-    """A transform of unknown output: neither a field transform nor one of a batch's columns
-    in place (:class:`chunkio.Normalize`)."""
-    declared = dataset.field_transform is not None or dataset.columns_transform is not None
-    return dataset.transform is not None and not declared
 
 
 _MOVED = {
@@ -452,32 +245,21 @@ def _prepare(given: ChunkDataset, reader: Reader | None, options: LoaderOptions)
     route and the segments its workers hold windows' arrays in. ``reader``: one open on the
     dataset for the label check (else it opens one)."""
     sampler = options.sampler(given)
-    name = _route_name(given, options.transport, options.num_workers, options.decode)
+    name = route_name(given, options.transport, options.num_workers, options.decode)
     # ring workers read their lanes' rows of each batch; DataLoader workers whole batches
     readers = max(1, options.num_workers) if name == "ring" else 1
-    # the readers must hold the pool, or they decode chunks again
+    # the readers must hold the pool, or they decode chunks again; the dataset budgets the
+    # rest (every chunk kept across epochs when it fits Workers(hold_bytes)) in its copy
     needed = sampler.capacity_chunks(given.samples_per_chunk, readers) * given.chunk_nbytes()
-    held = given.held_nbytes()  # every chunk, decoded: kept across epochs when it fits
-    # within hold_bytes in all: windows' stacks once for all the workers, others per reader
-    limit, segments = options.workers.hold_bytes, None
-    hold = held * max(1, options.num_workers) <= limit
-    if given.anchors is not None:  # held once for all the workers, or streamed (logged)
-        hold, segments, needed = window_path(given, hold_bytes=limit, cache_bytes=needed,
-                                             workers=options.num_workers)  # fmt: skip
-    dataset = given._for_loader(max(needed, held) if hold else needed)  # each sample once
-    if hold and given.anchors is not None:
-        # windows: each reader reads its arrays whole at once (one sequential pass, then
-        # gathers only) rather than keeping chunks as their lanes reach them (3-4 epochs)
-        dataset.preload_bytes = max(dataset.preload_bytes, held)
-    # a dataset taken from another loader does not keep that loader's segments
-    dataset.held_segments = dict(segments.names) if segments is not None else {}
+    hold_bytes, workers = options.workers.hold_bytes, options.num_workers
+    dataset, segments = given.for_loader(needed, workers=workers, hold_bytes=hold_bytes)
     warn_if_label_sorted(dataset, sampler, reader)
     return dataset, sampler, name, segments
 
 
 def _assemble(prepared: _Prepared, options: LoaderOptions) -> ChunkLoader:
     dataset, sampler, name, segments = prepared
-    if options.transport == "ring" and name == "dataloader" and _undeclared(dataset):
+    if options.transport == "ring" and name == "dataloader" and undeclared_transform(dataset):
         warnings.warn(
             "make_loader: the dataset's transform declares no output shape, so batches "
             "cannot be preallocated and the loader falls back from the shared-memory ring "
@@ -487,7 +269,7 @@ def _assemble(prepared: _Prepared, options: LoaderOptions) -> ChunkLoader:
             RingFallbackWarning,
             stacklevel=caller_stacklevel(),  # make_loader's caller
         )
-    route = _make_route(name, dataset, sampler, options)
+    route = make_route(name, dataset, sampler, options)
     return ChunkLoader(
         dataset,
         sampler,

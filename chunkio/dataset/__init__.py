@@ -4,6 +4,12 @@ Handles are per process: ``__init__`` reads the metadata and closes what it open
 read in each process (keyed by pid) opens that process's own handle, and pickling drops it.
 So a dataset is safe to use in the parent and then hand to DataLoader workers under fork,
 spawn or forkserver (HDF5 readers additionally close themselves right before any fork).
+
+A dataset holds an object per concept: its samples (:mod:`.samples`), its batches' shapes,
+its options (:mod:`.options`), in each process its read core; :mod:`.describe` reads its
+metadata. Modules here may import :mod:`chunkio.backends`, :mod:`chunkio.collection`,
+:mod:`chunkio.format`, :mod:`chunkio.read`, :mod:`chunkio.sampling`, :mod:`chunkio.transforms`,
+:mod:`chunkio.util` and :mod:`chunkio.errors`.
 """
 
 from __future__ import annotations
@@ -19,32 +25,31 @@ import numpy as np
 import numpy.typing as npt
 from torch.utils.data import Dataset
 
-from .backends import Reader, ReaderOptions, detect_format, reader_documents
-from .collection.core import FileSetCore
-from .collection.files import FileSet, is_file_list, open_files
-from .errors import FormatError
-from .format.columns import column_values
-from .format.grid import SampleGrid
-from .format.layout import (
-    DatasetLayout,
-    check_among,
-    label_field,
-    native_selection,
-    validate_sequence_of_names,
-)
-from .format.sparse import with_sparse_batches
-from .format.store_layout import DEFAULT_PRELOAD_BYTES, LayoutOptions, open_layout
-from .read import ReadCore
-from .read.batch import BatchShapes, SampleBatch, to_tensor
-from .read.core import ReadCoreDataset, check_transform
-from .read.windows import AnchorSamples, Field
-from .sampling.order import check_int
-from .transforms.sample import is_columns_transform, is_field_transform
+from ..backends import Reader
+from ..collection.core import FileSetCore
+from ..collection.files import FileSet, is_file_list, open_files
+from ..errors import FormatError
+from ..format.grid import SampleGrid
+from ..format.layout import check_among
+from ..format.store_layout import DEFAULT_PRELOAD_BYTES, LayoutOptions
+from ..read import ReadCore
+from ..read.base import ReadStats
+from ..read.batch import SampleBatch, to_tensor
+from ..read.core import check_transform
+from ..transforms.sample import is_columns_transform, is_field_transform
+from ..util.deprecated import moved_keywords
+from ..util.handles import PerProcessHandle
+from ..util.numeric import IntArray
+from ..util.shared_stack import HeldSegments
+from .describe import describe, read_labels
+from .options import MOVED_KEYWORDS, Decoding, DownloadCache, checked, reader_options
 
-__all__ = ["DEFAULT_PRELOAD_BYTES", "ChunkDataset"]
+__all__ = ["DEFAULT_PRELOAD_BYTES", "ChunkDataset", "Decoding", "DownloadCache"]
+
+DEFAULT_DECODING = Decoding()
 
 
-class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
+class ChunkDataset(PerProcessHandle[ReadCore], Dataset[Any]):
     """Samples of a chunkio dataset, read chunk by chunk.
 
     Parameters
@@ -61,12 +66,9 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
         list of array paths (see :mod:`chunkio.format.foreign`), a sparse CSR group
         (AnnData's ``"X"``) or a dataframe column (``"obs/cell_type"``, categorical: its
         codes, names from :meth:`categories`). Their values come back as stored unless
-        ``decode_cf``.
+        ``decoding=Decoding(cf=True)``.
     anchors
         Windows (:class:`chunkio.Field`): anchor rows to sample (:mod:`chunkio.format.windows`).
-    decode_cf
-        Decode CF-encoded arrays (``scale_factor``, ``add_offset``, ``_FillValue``,
-        ``missing_value``) to float32 as xarray does, fill values as NaN (:mod:`chunkio.format.cf`).
     sparse_batches
         Fields naming a sparse CSR matrix (AnnData's ``X``): ``"dense"`` batches
         ``(B, n_cols)`` of its dtype, or ``"csr"``: ``torch.sparse_csr_tensor`` batches (for
@@ -93,23 +95,25 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
     trust_codecs
         Allow codecs, filters and links chunkio does not consider safe (code-running codecs,
         external links and storage; see the guarantees in the docs).
-    channels_last
-        Batches of images that chunkio decodes or transforms (encoded fields, the field
-        transform's field) keep the ``(B, C, H, W)`` shape, laid out channels last in memory
-        as decoders produce them (torch's ``channels_last`` format, which convolutions take
-        as it is): no transposing copy per image. ``x.is_contiguous()`` is then false; use
-        ``.reshape``, not ``.view``, or ``channels_last=False`` for contiguous batches.
-    download_cache, download_cache_bytes
-        A remote dataset (``s3://``, ``https://``...): a local folder where fetched chunks are
-        kept, at most ``download_cache_bytes`` (least recently used dropped first), shared
-        safely by every process that reads it; later epochs then read locally.
-    decode_threads
-        Threads each process decodes encoded images and applies field transforms with (the
-        decoders and torch's resampling release the GIL). 1 suits a loader with a worker per
-        core; more helps a process that reads on its own (``num_workers=0``).
+    decoding
+        How stored values become a batch's arrays (:class:`~chunkio.Decoding`; default
+        ``Decoding()``): decode threads per process, images laid out channels last, CF
+        decoding.
+    download
+        A remote dataset (``s3://``, ``https://``...): the local folder where fetched chunks
+        are kept (:class:`~chunkio.DownloadCache`), shared safely by every process that reads
+        it; later epochs then read locally. Default: none.
+
+    The keywords that moved into :class:`~chunkio.Decoding` (``decode_threads``,
+    ``channels_last``, ``decode_cf``) and :class:`~chunkio.DownloadCache` (``download_cache``,
+    ``download_cache_bytes``) are still accepted for one release, with a
+    ``DeprecationWarning`` naming the new spelling.
 
     Attributes
     ----------
+    samples, shapes
+        Its samples (:class:`~chunkio.dataset.samples.SampleIndex`: count, rows, chunks and the
+        bytes reading them keeps) and batches' shapes (:class:`~chunkio.read.batch.BatchShapes`).
     reader_options
         How every process opens its reader of the store: a frozen
         :class:`~chunkio.backends.ReaderOptions` (storage options, trust, download cache, and
@@ -136,8 +140,10 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
     reads_once: bool = False
     #: many files read as one dataset (``ChunkDataset([path1, path2, ...])``), else ``None``
     _files: FileSet | None = None
-    _cf: bool = False  # decode_cf (see __init__)
+    _cf: bool = False  # Decoding(cf) (see __init__)
+    _anchors: Any = None  # the windows' anchors the dataset was made with
 
+    @moved_keywords("ChunkDataset", MOVED_KEYWORDS)
     def __init__(
         self,
         path: Any,
@@ -145,18 +151,16 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
         transform: Callable[[Any], Any] | None = None,
         *,
         batch_transform: Callable[[Any], Any] | None = None,
+        anchors: Any = None,
         cache_bytes: int = 0,
         preload_bytes: int = DEFAULT_PRELOAD_BYTES,
         storage_options: Mapping[str, Any] | None = None,
         trust_codecs: bool = False,
-        decode_threads: int = 1,
-        channels_last: bool = True,
-        download_cache: str | os.PathLike[str] | None = None,
-        download_cache_bytes: int = 8 << 30,
-        anchors: Any = None,
         sparse_batches: str = "dense",
-        decode_cf: bool = False,
+        decoding: Decoding | None = None,
+        download: DownloadCache | None = None,
     ) -> None:
+        decoding = DEFAULT_DECODING if decoding is None else decoding
         self._configure(
             path,
             transform,
@@ -165,16 +169,16 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
             preload_bytes=preload_bytes,
             storage_options=storage_options,
             trust_codecs=trust_codecs,
-            decode_threads=decode_threads,
-            channels_last=channels_last,
-            download_cache=download_cache,
-            download_cache_bytes=download_cache_bytes,
+            decoding=decoding,
+            download=download,
         )
-        self._anchors, self._cf = anchors, bool(decode_cf)  # windows' anchors; CF decoding
+        self._anchors, self._cf = anchors, decoding.cf  # windows' anchors; CF decoding
         self._sparse_batches = sparse_batches  # "dense" rows, or "csr" tensors
         if is_file_list(path):
             if self._cf:  # files may pack a variable differently (ERA5: a scale_factor a year)
-                raise FormatError(f"decode_cf reads one store, not {len(path)} files: {path!r}")
+                raise FormatError(
+                    f"Decoding(cf=True) reads one store, not {len(path)} files: {path!r}"
+                )
             self._files = open_files(path, fields, self.reader_options, preload_bytes=preload_bytes,
                                      anchors=anchors, sparse_batches=sparse_batches)  # fmt: skip
         reader = self._metadata_reader()  # a missing path: DatasetNotFoundError
@@ -193,16 +197,15 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
         preload_bytes: int = DEFAULT_PRELOAD_BYTES,
         storage_options: Mapping[str, Any] | None = None,
         trust_codecs: bool = False,
-        decode_threads: int = 1,
-        channels_last: bool = True,
-        download_cache: str | os.PathLike[str] | None = None,
-        download_cache_bytes: int = 8 << 30,
+        decoding: Decoding = DEFAULT_DECODING,
+        download: DownloadCache | None = None,
     ) -> None:
         """The constructor's arguments, checked (no I/O): everything but the metadata."""
         self.location = os.fspath(path) if isinstance(path, os.PathLike) else path
         if is_file_list(path):  # many files: their paths, as given
             self.location = tuple(os.fspath(p) if isinstance(p, os.PathLike) else p for p in path)
-        self.channels_last = bool(channels_last)
+        self.decoding = checked(decoding, Decoding, "decoding")
+        self.channels_last = decoding.channels_last
         self.transform = transform
         self.field_transform = transform if is_field_transform(transform) else None
         self.columns_transform = transform if is_columns_transform(transform) else None
@@ -214,22 +217,11 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
         self.cache_bytes = int(cache_bytes)
         #: fields whose whole array is at most this many bytes are read once per process
         self.preload_bytes = int(preload_bytes)
-        #: threads each process decodes and transforms images with
-        self.decode_threads = check_int("decode_threads", decode_threads, 1)
         #: a loader's shared-memory segments of stacked window variables, by their arrays
         #: (set on the loader's copy: its workers decode them once together)
         self.held_segments: dict[tuple[str, ...], str] = {}
-        if download_cache_bytes < 0:
-            raise ValueError(f"download_cache_bytes must be >= 0; got {download_cache_bytes}")
-        cache = None
-        if download_cache is not None:
-            cache = (os.fspath(download_cache), int(download_cache_bytes))
         #: how every process opens its reader of the store (see :meth:`_describe`)
-        self.reader_options = ReaderOptions(
-            storage_options=dict(storage_options) if storage_options else None,
-            trust_codecs=bool(trust_codecs),
-            download_cache=cache,
-        )
+        self.reader_options = reader_options(storage_options, trust_codecs, download)
         self._local: ReadCore | None = None
 
     def _describe(
@@ -237,33 +229,25 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
     ) -> None:
         """The dataset's metadata, read through ``reader`` (open on :attr:`location` with
         :attr:`reader_options`; the caller closes it)."""
-        options = LayoutOptions(self.preload_bytes, anchors=self._anchors, decode_cf=self._cf)
-        found = open_layout(reader, fields, options)
-        if self._files is not None:  # the first file describes them all, end to end
-            found = dataclasses.replace(found, layout=self._files.layout)
-        batches = getattr(self, "_sparse_batches", "dense")  # make_loader's own: dense
-        self.layout = with_sparse_batches(found.dataset_layout(), batches, where=reader.location)
-        self._windows = found.windows
-        # how every process's reader opens the store: a foreign store's never-written chunks
-        # hold its fill value; a remote group's metadata, read once here, is reused
-        self.reader_options = dataclasses.replace(
-            found.reader_options(self.reader_options), documents=reader_documents(reader)
+        found = describe(
+            reader,
+            fields,
+            location=self.location,
+            reader_options=self.reader_options,
+            options=LayoutOptions(self.preload_bytes, anchors=self._anchors, decode_cf=self._cf),
+            files=self._files,
+            sparse_batches=getattr(self, "_sparse_batches", "dense"),  # make_loader's: dense
+            transform=self.field_transform,
+            channels_last=self.channels_last,
         )
-        self.format = detect_format(reader.location)
+        self.layout, self.reader_options = found.layout, found.reader_options
+        self.format, self.fields = found.format, found.fields
         self.grid = SampleGrid(self.layout.num_samples, self.layout.samples_per_chunk)
-        self._single = isinstance(fields, str | Field)
-        names: Sequence[str] | None
-        if found.foreign or found.windows:
-            names = list(self.layout.field_names)  # fields named arrays: the layout's order
-        else:  # a chunkio dataset's own names; a mapping selects, never renames
-            names = native_selection(fields, str(self.location))
-        self.fields = validate_sequence_of_names(names, self.layout, str(self.location))
-        self._as_tuple = fields is not None and not self._single
+        self.samples, self.shapes = found.samples, found.shapes
         if self.field_transform is not None:
             check_transform(self.field_transform, self.layout, self.fields, reader)
         if self.columns_transform is not None:  # e.g. Normalize: its stats fit the fields
             self.columns_transform.check_dataset(self)
-        self._channel_counts = self._read_channels(reader, self.layout)
 
     @classmethod
     @contextmanager
@@ -300,26 +284,6 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
         first = self.location[0] if self._files is not None else self.location
         return dataclasses.replace(self.reader_options, download_cache=None).open(first)
 
-    def _read_channels(self, reader: Reader, layout: DatasetLayout) -> dict[str, int]:
-        """Channels of the encoded or ragged image field of several sizes that a fixed-size
-        field transform makes batches of (the first stored shape's; batch shapes need it)."""
-        t = self.field_transform
-        if t is None or getattr(t, "fixed_size", None) is None:
-            return {}
-        found = [f for f in layout.fields if f.name == t.field and f.sample_shape is None]
-        if not found or found[0].kind not in ("encoded", "ragged"):
-            return {}
-        name = found[0].array_names()[2]
-        info = reader.array_info(name)
-        grid = SampleGrid(int(info.shape[0]), int(info.chunks[0]))
-        if not grid.num_chunks:
-            return {t.field: 3}
-        first = np.empty((grid.bounds(0)[1], *info.shape[1:]), info.dtype)
-        reader.read_into(name, [grid.bounds(0)], first)
-        return {t.field: int(first[0, 0])} if first.shape[1] == 3 else {}  # not (H, W) images
-
-    # -- metadata ---------------------------------------------------------------------------
-
     @property
     def samples_per_chunk(self) -> int:
         return self.layout.samples_per_chunk
@@ -333,9 +297,46 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
         """Whether it is read over a network (its fetched metadata is reused per process)."""
         return self.reader_options.documents is not None
 
+    def __len__(self) -> int:
+        """Samples: the valid anchors with windows, else the rows of the sample axis."""
+        return len(self.samples)
+
+    def chunk_sizes(self) -> IntArray:
+        """Samples in each chunk along the sample axis, in storage order."""
+        return self.samples.chunk_sizes()
+
+    @property
+    def anchors(self) -> npt.NDArray[np.int64] | None:
+        """Windows: the row of each sample's anchor (sorted); ``None`` without windows."""
+        return self.samples.anchors
+
     def chunk_nbytes(self) -> int:
         """Decoded bytes of one full chunk, summed over the selected dense fields."""
-        return self._window_chunk_nbytes() or self._dense_chunk_nbytes()
+        return self.samples.chunk_nbytes()
+
+    def held_nbytes(self) -> int:
+        """Decoded bytes of every chunk a batch may read, as a reader's caches hold them."""
+        return self.samples.held_nbytes()
+
+    def batch_fields(self) -> dict[str, tuple[np.dtype[Any], tuple[int, ...]]]:
+        """The selected fields as a transport preallocates them: ``(dtype, sample_shape)``."""
+        return self.shapes.batch_fields()
+
+    def channels_last_fields(self) -> frozenset[str]:
+        """Fields a transport lays out channels last (see ``Decoding(channels_last)``)."""
+        return self.shapes.channels_last_fields()
+
+    def output_shape(self, name: str) -> tuple[int, ...] | None:
+        """The shape of field ``name`` in a batch, or ``None`` when its samples differ."""
+        return self.shapes.output_shape(name)
+
+    def arrange(self, columns: dict[str, Any]) -> Any:
+        """Columns by field -> a sample or batch as ``fields`` asks."""
+        return self.shapes.arrange(columns)
+
+    def read_stats(self) -> ReadStats:
+        """Read counters of *this* process (workers keep their own)."""
+        return self._handle().stats
 
     def with_cache(self, cache_bytes: int) -> ChunkDataset:
         """A copy (same files and options, no open handle) keeping ``cache_bytes`` of chunks."""
@@ -345,11 +346,20 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
         clone.cache_bytes = int(cache_bytes)
         return clone
 
-    def _for_loader(self, cache_bytes: int) -> ChunkDataset:
-        """The copy a loader reads: at least ``cache_bytes`` of chunks, each sample read once."""
-        clone = self.with_cache(max(self.cache_bytes, cache_bytes))
+    def for_loader(
+        self, order_bytes: int, *, workers: int, hold_bytes: int
+    ) -> tuple[ChunkDataset, HeldSegments | None]:
+        """The copy a loader reads, each sample once (this dataset is not changed), and the
+        shared-memory segments its ``workers`` hold windows' arrays in (closed with the loader):
+        each reader holds ``order_bytes`` of chunks for the order, all of them when they fit
+        ``hold_bytes`` (:meth:`~chunkio.dataset.samples.SampleIndex.budget`)."""
+        budget = self.samples.budget(order_bytes, workers=workers, hold_bytes=hold_bytes)
+        clone = self.with_cache(max(self.cache_bytes, budget.cache_bytes))
         clone.reads_once = True
-        return clone
+        clone.preload_bytes = max(self.preload_bytes, budget.preload_bytes)
+        # a dataset taken from another loader does not keep that loader's segments
+        clone.held_segments = budget.held()
+        return clone, budget.segments
 
     def __repr__(self) -> str:
         return (
@@ -358,13 +368,13 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
         )
 
     def _open_handle(self) -> ReadCore:
-        cache_chunks = self.cache_bytes // max(1, self._cache_chunk_nbytes())
+        cache_chunks = self.cache_bytes // max(1, self.samples.cache_chunk_nbytes())
         if self._files is not None:  # as a ReadCore reads: read, encoded, prefetch, stats
             files = FileSetCore(
                 self._files,
                 cache_chunks=cache_chunks,
                 preload_bytes=self.preload_bytes,
-                decode_threads=self.decode_threads,
+                decode_threads=self.decoding.threads,
             )
             return cast(ReadCore, files)
         return ReadCore(
@@ -372,12 +382,10 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
             self.layout,
             cache_chunks=cache_chunks,
             preload_bytes=self.preload_bytes,
-            decode_threads=self.decode_threads,
+            decode_threads=self.decoding.threads,
             reader=self.reader_options,
             held=self.held_segments,
         )
-
-    # -- reading ------------------------------------------------------------------------------
 
     def labels(self) -> npt.NDArray[np.int64] | None:
         """The integer label of every sample, in storage order, read whole from the store;
@@ -397,16 +405,7 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
         >>> ChunkDataset(path, fields="x").labels().tolist()
         [3, 1, 2, 0]
         """
-        info = label_field(self.layout)
-        if info is None:
-            return None
-        if self._files is not None:
-            return self._files.labels(info)
-        reader = self._metadata_reader()
-        try:  # "label", or the array (or column) a store chunkio did not write names
-            return np.asarray(column_values(reader, info), dtype=np.int64)
-        finally:
-            reader.close()
+        return read_labels(self.layout, self._files, self._metadata_reader)
 
     def categories(self, name: str) -> tuple[str, ...] | None:
         """The category names of categorical field ``name`` (an AnnData ``obs`` column: its
@@ -435,7 +434,7 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
         once = self.reads_once if once is None else once
         names = self.fields if fields is None else tuple(fields)
         check_among(names, self.fields, f"{self.location}: read_batch")
-        rows = self._rows(indices)  # windows: the samples' anchor rows
+        rows = self.samples.rows(indices)  # windows: the samples' anchor rows
         found = self._handle().read(
             names, rows, out, once=once, transform=self.field_transform, epoch=int(epoch)
         )
@@ -458,8 +457,8 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
         batches queued behind the one they are reading."""
         handle = self._handle()
         # a local store fetches nothing: skip the anchors' lookup (many files: ask each)
-        if getattr(handle, "prefetches", True):
-            handle.prefetch(self.fields, self._rows(indices))
+        if handle.prefetches:
+            handle.prefetch(self.fields, self.samples.rows(indices))
 
     def __getitem__(self, index: int) -> Any:
         if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
