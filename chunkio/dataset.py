@@ -309,7 +309,7 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
         found = [f for f in layout.fields if f.name == t.field and f.sample_shape is None]
         if not found or found[0].kind not in ("encoded", "ragged"):
             return {}
-        name = found[0].array_names()[2]
+        name = found[0].roles.shapes
         info = reader.array_info(name)
         grid = SampleGrid(int(info.shape[0]), int(info.chunks[0]))
         if not grid.num_chunks:

@@ -262,7 +262,7 @@ def _read_layout(path: str) -> tuple[Format, DatasetLayout]:
     try:
         layout = DatasetLayout.from_attrs(reader.attrs(), where=path)
         for f in layout.fields:  # also checks each array's codecs/filters are safe
-            reader.array_info(f.name if f.kind == "dense" else f.array_names()[0])
+            reader.array_info(f.roles.data)
     finally:
         reader.close()
     if storage_for(fmt).in_memory:

@@ -135,7 +135,7 @@ class StoreSource(PerProcessHandle[_Cores]):
                 info = part.layout.field(name, where=part.location)
                 if not isinstance(info, SparseInfo):
                     raise SourceError(f"{part.location}: field {name!r} is not a sparse field")
-                counts.append(np.diff(read_all(reader, info.array_names()[2]).astype(np.int64)))
+                counts.append(np.diff(read_all(reader, info.roles.offsets).astype(np.int64)))
             finally:
                 reader.close()
         return np.concatenate(counts).astype(np.int64).reshape(-1, 1)
@@ -239,7 +239,7 @@ def _stamp(location: Any, reader: Any, layout: DatasetLayout) -> str:
     root = None if path is None else os.path.realpath(path)
     parts = [repr(location if root is None else root)]
     for f in layout.fields:
-        info = reader.array_info(f.array_names()[0])
+        info = reader.array_info(f.roles.data)
         parts.append(repr((f.name, f.array, info.shape, info.dtype.str, info.chunks, info.codecs)))
     if root is not None:
         # An HDF5 file: its size and mtime; a Zarr directory: those of its metadata files.

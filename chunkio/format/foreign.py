@@ -191,7 +191,7 @@ def foreign_fields(
             if indptr is not None:  # a sparse matrix: rows are indptr's length - 1
                 lengths[path] = len(indptr) - 1
                 continue
-            path_read = tables[name].array_names()[0]  # the codes; a compound column's table
+            path_read = tables[name].roles.values  # the codes; a compound column's table
         else:
             path_read = path
         info = infos[name] = _array_info(reader, path_read)

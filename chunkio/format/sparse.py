@@ -81,11 +81,6 @@ class SparseInfo(FieldInfo):
     #: bytes of one stored value: its ``data`` element and its ``indices`` element
     value_nbytes: int = 0
 
-    def array_names(self) -> tuple[str, ...]:
-        if not self.group:
-            return sparse_array_names(self.name)
-        return tuple(f"{self.group}/{a}" for a in ("data", "indices", "indptr"))
-
     @property
     def where(self) -> str:
         """What error messages call it: the CSR group, or the chunkio dataset's field."""

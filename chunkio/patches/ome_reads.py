@@ -46,7 +46,7 @@ def ome_label_index(reader: Reader, ome: OmeVolumes) -> LabelIndex:
     if stored is not None:
         return stored
     volumes = ome.volumes
-    array = ome.layout.field("label").array_names()[0]
+    array = ome.layout.field("label").roles.values
     dtype = ome.layout.field("label").dtype
     parts = []
     for v in range(volumes.count):

@@ -143,7 +143,7 @@ def with_label_index(store: PatchStore) -> PatchStore:
             index = read_label_index(reader, store.layout.extra[VOLUMES_KEY].get("label_index"))
         else:
             label = store.layout.field("label")
-            index = index_label_volumes(reader, store.volumes, label.array_names()[0], label.dtype)
+            index = index_label_volumes(reader, store.volumes, label.roles.values, label.dtype)
     finally:
         reader.close()
     return dataclasses.replace(store, label_index=index)

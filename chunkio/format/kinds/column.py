@@ -1,0 +1,20 @@
+"""``column``: a member of a compound dataset (:class:`chunkio.format.columns.ColumnInfo`),
+read whole from its table ``array``; made when a store is opened, never stored."""
+
+from __future__ import annotations
+
+from .base import ArrayRoles, FieldLike
+from .dense import DenseKind
+
+__all__ = ["COLUMN", "ColumnKind"]
+
+
+class ColumnKind(DenseKind):
+    name = "column"
+    stored = False
+
+    def roles(self, info: FieldLike) -> ArrayRoles:
+        return ArrayRoles(info.name, self.name, values=info.array or info.name)
+
+
+COLUMN = ColumnKind()
