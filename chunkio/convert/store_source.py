@@ -35,6 +35,7 @@ from ..read import ReadCore
 from ..util.handles import PerProcessHandle
 from ..util.numeric import IntArray
 from .durability.staging import is_local
+from .engine.kinds import write_kind
 from .engine.sparse import SparseRows
 
 __all__ = ["StoreSource", "check_apart"]
@@ -172,13 +173,8 @@ class StoreSource(PerProcessHandle[_Cores]):
             ) from err
 
     def _joined(self, f: FieldInfo, pieces: list[tuple[int, dict[str, Any]]]) -> Any:
-        if f.kind == "sparse":
-            rows = [SparseRows.of(got[f.name]) for _, got in pieces]
-            return SparseRows.concat(rows, f.dtype, np.int64)
-        arrays = [_remapped(self.remaps[k], f.name, got[f.name]) for k, got in pieces]
-        if not arrays:
-            return np.zeros((0, *(f.sample_shape or ())), f.dtype)
-        return np.concatenate(arrays).astype(f.dtype, copy=False)
+        parts = [_remapped(self.remaps[k], f.name, got[f.name]) for k, got in pieces]
+        return write_kind(f).joined(f, parts)
 
 
 def _remapped(remaps: Mapping[str, IntArray], name: str, values: Any) -> Any:
