@@ -307,7 +307,7 @@ class ChunkDataset(AnchorSamples, BatchShapes, ReadCoreDataset, Dataset[Any]):
         if t is None or getattr(t, "fixed_size", None) is None:
             return {}
         found = [f for f in layout.fields if f.name == t.field and f.sample_shape is None]
-        if not found or found[0].kind not in ("encoded", "ragged"):
+        if not found or not found[0].kind_def.flat:
             return {}
         name = found[0].roles.shapes
         info = reader.array_info(name)

@@ -227,18 +227,16 @@ def _verify_field(
     except Exception as err:  # a malformed array: report it, check the other fields
         report.problems.append(Problem(str(err), f.name))
         return
-    if f.kind == "encoded":
+    roles = f.roles
+    if roles.has("spans"):  # encoded images: spans into the bytes, and the decoded shapes
         _verify_encoded(reader, f, report, on_chunk)
         return
     whole = {name: _read_chunks(reader, name, report, on_chunk) for name in f.array_names()}
 
-    if f.kind in ("ragged", "sparse"):
-        values_len = int(reader.array_info(f.roles.values).shape[0])
-        if f.kind == "sparse":  # its rows' values are a ragged field's; then their columns
-            _check_ragged(FieldInfo(f.name, f.dtype, None, "ragged"), whole, values_len, report)
+    if roles.has("offsets"):  # runs of flat values: a ragged field's, a sparse field's rows
+        _check_ragged(f, whole, int(reader.array_info(roles.values).shape[0]), report)
+        if roles.has("indices"):  # then a sparse field's columns
             _check_columns(f, whole, report)
-        else:
-            _check_ragged(f, whole, values_len, report)
     elif f.name == "label" and layout.class_names is not None and whole["label"] is not None:
         _check_labels(whole["label"], len(layout.class_names), report)
 

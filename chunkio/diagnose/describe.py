@@ -78,8 +78,8 @@ def decoded_nbytes(
     the byte region its encoded images are stored in nor their spans and shapes."""
     total, counted = 0, set[str]()
     for f in layout.fields:
-        if f.kind == "encoded":
-            counted.update(encoded_array_names(f.name))
+        if f.roles.has("bytes"):  # encoded images
+            counted.update(f.array_names())
             total += _pixel_nbytes(reader, f, layout.num_samples)
     return total + sum(int(a["nbytes"]) for n, a in arrays.items() if n not in counted)
 

@@ -158,7 +158,7 @@ def layout_of(
             order_sizes=tuple(sizes),
         )
     # compound columns are read whole: their table's chunks order nothing
-    plain = {n: i for n, i in infos.items() if n not in tables or tables[n].kind != "column"}
+    plain = {n: i for n, i in infos.items() if n not in tables or not tables[n].kind_def.read_whole}
     costly = (plain or infos)[order_field(plain or infos, preload_bytes=preload_bytes)]
     num_samples = int(costly.shape[0])
     whole = not plain

@@ -50,6 +50,7 @@ from ..util.messages import keyword, listing
 from .kinds import (
     KINDS,
     ArrayRoles,
+    Kind,
     encoded_array_names,
     kind_of,
     ragged_array_names,
@@ -119,6 +120,11 @@ class FieldInfo:
         if self.sample_shape is None:
             return 0
         return int(np.prod(self.sample_shape, dtype=np.int64)) * self.dtype.itemsize
+
+    @property
+    def kind_def(self) -> Kind:
+        """The field's kind (:mod:`chunkio.format.kinds`): what it stores, what applies to it."""
+        return kind_of(self.kind)
 
     @property
     def roles(self) -> ArrayRoles:
@@ -253,7 +259,7 @@ def label_field(layout: DatasetLayout) -> FieldInfo | None:
     if not names:
         return None
     info = layout.field(names[0])
-    scalar_int = kind_of(info.kind).one_row and not info.sample_shape
+    scalar_int = info.kind_def.one_row and not info.sample_shape
     scalar_int = scalar_int and info.dtype.kind in "iu"
     return info if scalar_int else None
 

@@ -408,7 +408,7 @@ def _describe(
     where = reader.location
     if native is not None:
         info = native.field(path, where=where)
-        if info.kind != "dense" or info.sample_shape is None:
+        if not info.kind_def.window_source or info.sample_shape is None:
             raise WindowError(
                 f"{where}: field {f.name!r}: windows read dense fields; {path!r} is {info.kind}"
             )

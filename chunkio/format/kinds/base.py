@@ -144,6 +144,18 @@ class Kind:
     flat: ClassVar[bool] = False
     #: each sample is one row of one array, stored as it reads (dense, column)
     one_row: ClassVar[bool] = False
+    #: samples are rows, or steps of rows, of plain numeric arrays (the field's
+    #: ``array_names()``) read as stored (dense, window): CF decoding and statistics apply
+    plain_arrays: ClassVar[bool] = False
+    #: a batch of it is one array ``(B, *sample_shape)`` of its dtype (dense, window, column)
+    one_array_batches: ClassVar[bool] = False
+    #: window fields may step over it (dense)
+    window_source: ClassVar[bool] = False
+    #: reading it needs sizes its arrays hold, not the attributes (a sparse field's values per
+    #: chunk): it is described from them when the dataset opens
+    sized_by_arrays: ClassVar[bool] = False
+    #: its array is read whole when the dataset opens (column): its chunks order nothing
+    read_whole: ClassVar[bool] = False
     #: whether the samples' ``sample_shape`` must be given ("one"), never is ("none"), or is
     #: given when every sample shares it ("any")
     sample_shape: ClassVar[str] = "one"

@@ -12,6 +12,9 @@ __all__ = ["COLUMN", "ColumnKind"]
 class ColumnKind(DenseKind):
     name = "column"
     stored = False
+    plain_arrays = False  # a member of a table, read whole
+    window_source = False
+    read_whole = True
 
     def roles(self, info: FieldLike) -> ArrayRoles:
         return ArrayRoles(info.name, self.name, values=info.array or info.name)

@@ -11,6 +11,9 @@ __all__ = ["DENSE", "DenseKind"]
 class DenseKind(Kind):
     name = "dense"
     one_row = True
+    plain_arrays = True
+    one_array_batches = True
+    window_source = True
 
     def roles(self, info: FieldLike) -> ArrayRoles:
         return ArrayRoles(info.name, self.name, values=info.array or info.name)

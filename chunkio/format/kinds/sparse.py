@@ -24,6 +24,7 @@ def sparse_array_names(name: str) -> tuple[str, str, str, str]:
 class SparseKind(Kind):
     name = "sparse"
     flat = True
+    sized_by_arrays = True
 
     def roles(self, info: FieldLike) -> ArrayRoles:
         group = str(getattr(info, "group", "") or "")  # a CSR group read in place

@@ -12,6 +12,8 @@ __all__ = ["WINDOW", "WindowKind"]
 class WindowKind(Kind):
     name = "window"
     stored = False
+    plain_arrays = True
+    one_array_batches = True
 
     def roles(self, info: FieldLike) -> ArrayRoles:
         # a window reads several dense arrays (WindowInfo.arrays): none has one role

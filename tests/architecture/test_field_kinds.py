@@ -1,0 +1,144 @@
+"""Field kinds live in their registries: what a kind stores, how it is read and how it is
+written is one module per kind (:mod:`chunkio.format.kinds`, the readers of
+:data:`chunkio.read.core.FIELD_KINDS`, :mod:`chunkio.convert.engine.kinds` and
+:mod:`chunkio.convert.shuffle.spill_kinds`). Everywhere else code asks the kind
+(``kind_of(f.kind).flat``, ``f.kind_def.plain_arrays``) or the field's arrays by role
+(``f.roles.offsets``), never compares a kind with a kind's name, and never picks an array by
+its position in ``array_names()`` (whose order changes with the kind)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from chunkio.format.kinds import KINDS
+
+PACKAGE = Path(__file__).resolve().parents[2] / "chunkio"
+
+#: the modules of the registries, where a kind's own module may name it
+REGISTRIES = (
+    "format/kinds/",
+    "convert/engine/kinds/",
+    "convert/shuffle/spill_kinds.py",
+    "read/core.py",
+    "read/windows/",  # the window kind's reader (FIELD_KINDS["window"])
+)
+
+
+def _is_kind(node: ast.AST) -> bool:
+    """``kind`` or ``<anything>.kind``: a field's kind (a dtype's ``kind`` is compared with
+    one-letter codes, which name no field kind)."""
+    return (isinstance(node, ast.Name) and node.id == "kind") or (
+        isinstance(node, ast.Attribute) and node.attr == "kind"
+    )
+
+
+def _names_a_kind(node: ast.AST) -> bool:
+    """A field kind's name, or a tuple, list or set holding one."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str) and node.value in KINDS
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return any(_names_a_kind(e) for e in node.elts)
+    return False
+
+
+def _is_array_names(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "array_names"
+    )
+
+
+def kind_branches(source: str) -> list[str]:
+    """``line: code`` of each comparison of a field's kind with a kind's name in ``source``
+    (``==``, ``!=``, ``in``, ``not in``, a ``match`` case)."""
+    tree = ast.parse(source)
+    hits = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            if any(map(_is_kind, operands)) and any(map(_names_a_kind, operands)):
+                hits.append(f"{node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.Match) and _is_kind(node.subject):
+            for case in node.cases:
+                pattern = case.pattern
+                if isinstance(pattern, ast.MatchValue) and _names_a_kind(pattern.value):
+                    hits.append(f"{pattern.lineno}: case {ast.unparse(pattern)}")
+    return sorted(hits, key=lambda hit: int(hit.split(":")[0]))
+
+
+def positional_roles(source: str) -> list[str]:
+    """``line: code`` of each array picked by its position in ``array_names()``: an index or
+    a slice of it, or the list unpacked into names."""
+    hits = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Subscript) and _is_array_names(node.value):
+            hits.append(f"{node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.Assign | ast.For) and _is_array_names(
+            node.value if isinstance(node, ast.Assign) else node.iter
+        ):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Tuple | ast.List) for t in targets):
+                hits.append(f"{node.lineno}: {ast.unparse(node).splitlines()[0]}")
+    return sorted(hits, key=lambda hit: int(hit.split(":")[0]))
+
+
+def _modules() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def _in_registry(path: Path) -> bool:
+    rel = path.relative_to(PACKAGE).as_posix()
+    return any(rel == r or (r.endswith("/") and rel.startswith(r)) for r in REGISTRIES)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in _modules() if not _in_registry(p)],
+    ids=lambda p: str(p.relative_to(PACKAGE)),
+)
+def test_no_field_kind_branches_outside_the_registries(path: Path) -> None:
+    """Ask the kind (``f.kind_def.flat``) or the field's roles, not the kind's name."""
+    assert kind_branches(path.read_text(encoding="utf-8")) == []
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_array_picked_by_its_position(path: Path) -> None:
+    """``f.roles.shapes``, not ``f.array_names()[2]`` (the offsets of a sparse field)."""
+    assert positional_roles(path.read_text(encoding="utf-8")) == []
+
+
+def test_the_checks_catch_branches_and_positions() -> None:
+    planted = """
+if f.kind == "sparse": pass
+if info.kind not in ("dense", "window"): pass
+ok = kind != "ragged"
+if f.dtype.kind == "f" or fmt == "dense" or kind == "image": pass
+match f.kind:
+    case "encoded": pass
+name = f.array_names()[2]
+flat = f.array_names()[:2]
+data, spans, shapes = f.array_names()
+for name in f.array_names(): pass
+every = list(f.array_names())
+"""
+    assert kind_branches(planted) == [
+        "2: f.kind == 'sparse'",
+        "3: info.kind not in ('dense', 'window')",
+        "4: kind != 'ragged'",
+        "7: case 'encoded'",
+    ]
+    assert positional_roles(planted) == [
+        "8: f.array_names()[2]",
+        "9: f.array_names()[:2]",
+        "10: data, spans, shapes = f.array_names()",
+    ]
+
+
+def test_the_registries_exist() -> None:
+    """A registry moved or renamed would let its branches hide: each entry is a real path."""
+    for entry in REGISTRIES:
+        assert (PACKAGE / entry).exists(), entry
