@@ -11,9 +11,15 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from chunkio.convert.engine.kinds import WRITE_KINDS
+from chunkio.convert.shuffle.spill_kinds import SPILL_KINDS
 from chunkio.format.kinds import KINDS
+from chunkio.format.layout import FieldInfo
+from chunkio.format.sparse import SparseInfo
+from chunkio.read.core import FIELD_KINDS
 
 PACKAGE = Path(__file__).resolve().parents[2] / "chunkio"
 
@@ -142,3 +148,35 @@ def test_the_registries_exist() -> None:
     """A registry moved or renamed would let its branches hide: each entry is a real path."""
     for entry in REGISTRIES:
         assert (PACKAGE / entry).exists(), entry
+
+
+def test_every_kind_is_read_and_every_stored_kind_written() -> None:
+    """Adding a kind is a module in each registry: none is forgotten in one of them."""
+    assert set(FIELD_KINDS) == set(KINDS)
+    assert set(WRITE_KINDS) == {name for name, kind in KINDS.items() if kind.stored}
+    assert set(SPILL_KINDS) <= set(WRITE_KINDS)
+
+
+def test_the_roles_name_the_arrays_the_format_defines() -> None:
+    """The on-disk names stay as earlier versions wrote them; each role is the array that
+    holds it, whatever its position."""
+    f4 = np.dtype("f4")
+    ragged = FieldInfo("x", f4, None, "ragged").roles
+    assert (ragged.values, ragged.offsets, ragged.shapes) == (
+        "x__values",
+        "x__offsets",
+        "x__shapes",
+    )
+    coded = FieldInfo("im", np.dtype("u1"), None, "encoded", encoding="jpeg").roles
+    assert (coded.bytes, coded.spans, coded.shapes) == ("im__bytes", "im__spans", "im__shapes")
+    assert coded.data == coded.bytes and coded.locator == coded.spans
+    sparse = FieldInfo("s", f4, (9,), "sparse")
+    assert sparse.array_names() == ("s__values", "s__indices", "s__offsets", "s__shapes")
+    assert (sparse.roles.offsets, sparse.roles.shapes) == ("s__offsets", "s__shapes")
+    assert sparse.roles.flat == ("s__values", "s__indices")
+    group = SparseInfo("s", f4, (9,), "sparse", group="X").roles
+    assert (group.values, group.indices, group.offsets) == ("X/data", "X/indices", "X/indptr")
+    assert not group.has("shapes")
+    dense = FieldInfo("y", np.dtype("i8"), ())
+    assert dense.array_names() == ("y",) and dense.roles.flat == ()
+    assert FieldInfo("c", f4, (), array="table/c").roles.values == "table/c"

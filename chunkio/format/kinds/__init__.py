@@ -9,8 +9,9 @@ registry: adding a kind is one module here and one entry there, beside its reade
 :data:`chunkio.read.core.FIELD_KINDS` and its writer in
 :data:`chunkio.convert.engine.kinds.WRITE_KINDS`. Nothing outside these registries branches
 on a kind's name (``tests/architecture/test_field_kinds.py``). Modules here may import
-:mod:`chunkio.util`, :mod:`chunkio.errors` and the rest of :mod:`chunkio.format`, never
-:mod:`chunkio.format.layout` (which imports them).
+:mod:`chunkio.util`, :mod:`chunkio.errors`, :mod:`chunkio.backends` and the rest of
+:mod:`chunkio.format` but :mod:`chunkio.format.layout` (which imports them), never the read
+side, sampling, conversion or diagnostics.
 """
 
 from __future__ import annotations
