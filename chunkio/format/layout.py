@@ -48,7 +48,6 @@ from ..errors import (
 )
 from ..util.messages import keyword, listing
 from .kinds import (
-    KINDS,
     ArrayRoles,
     Kind,
     encoded_array_names,
@@ -84,7 +83,6 @@ COMPLETE_KEY = "chunkio_complete"
 #: (:class:`chunkio.format.columns.ColumnInfo`); "window" and "column" are never stored. Each
 #: kind is one module of :mod:`chunkio.format.kinds`.
 FieldKind = Literal["dense", "ragged", "encoded", "window", "sparse", "column"]
-FIELD_KINDS = tuple(KINDS)
 
 
 @dataclass(frozen=True)

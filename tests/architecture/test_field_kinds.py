@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import get_args
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ import pytest
 from chunkio.convert.engine.kinds import WRITE_KINDS
 from chunkio.convert.shuffle.spill_kinds import SPILL_KINDS
 from chunkio.format.kinds import KINDS
-from chunkio.format.layout import FieldInfo
+from chunkio.format.layout import FieldInfo, FieldKind
 from chunkio.format.sparse import SparseInfo
 from chunkio.read.core import FIELD_KINDS
 
@@ -152,7 +153,7 @@ def test_the_registries_exist() -> None:
 
 def test_every_kind_is_read_and_every_stored_kind_written() -> None:
     """Adding a kind is a module in each registry: none is forgotten in one of them."""
-    assert set(FIELD_KINDS) == set(KINDS)
+    assert set(FIELD_KINDS) == set(KINDS) == set(get_args(FieldKind))
     assert set(WRITE_KINDS) == {name for name, kind in KINDS.items() if kind.stored}
     assert set(SPILL_KINDS) <= set(WRITE_KINDS)
 
