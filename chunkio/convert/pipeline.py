@@ -360,10 +360,12 @@ def _blocks(plan: ConversionPlan, block_chunks: int) -> list[Block]:
 def _placement(kinds: tuple[FieldWrites, ...]) -> str:
     """What a resumed conversion must agree on besides the source: where the values of ragged
     and sparse fields (``:ragged=``) and the bytes of encoded ones (``:encoded=``) go."""
-    placed = [p for p in (k.placement() for k in kinds) if p is not None]
+    placed = sorted(
+        (p for p in (k.placement() for k in kinds) if p is not None), key=lambda p: p[:2]
+    )
     out = ""
     for tag in ("ragged", "encoded"):
-        parts = [data for t, data in placed if t == tag]
+        parts = [data for t, _, data in placed if t == tag]
         if parts:
             out += f":{tag}={hashlib.sha256(b''.join(parts)).hexdigest()}"
     return out

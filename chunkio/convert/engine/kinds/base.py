@@ -53,9 +53,11 @@ class FieldWrites:
         """Where field ``f``'s samples go, planned before any block is read."""
         raise NotImplementedError
 
-    def placement(self) -> tuple[str, bytes] | None:
+    def placement(self) -> tuple[str, int, bytes] | None:
         """What a resumed conversion must agree on besides the source (where values were
-        placed), tagged by what it places; ``None``: nothing."""
+        placed): the digest it goes in (``"ragged"`` or ``"encoded"``), its rank there (the
+        digests hash ragged fields, then sparse ones, as they always have: a rerun of a
+        conversion an earlier version started agrees) and the bytes; ``None``: nothing."""
         return None
 
     def create(

@@ -40,8 +40,8 @@ class EncodedWrites(FieldWrites):
         shapes = source.ragged_shapes(f.name)  # type: ignore[attr-defined]
         return cls(f, EncodedPlan.build(f, shapes, grid, shard_chunks))
 
-    def placement(self) -> tuple[str, bytes] | None:
-        return "encoded", self.packed.region.tobytes() + self.packed.shapes.tobytes()
+    def placement(self) -> tuple[str, int, bytes] | None:
+        return "encoded", 0, self.packed.region.tobytes() + self.packed.shapes.tobytes()
 
     def create(
         self, writer: Writer, num_samples: int, compression: Compression, shard_chunks: int

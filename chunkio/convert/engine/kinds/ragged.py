@@ -39,8 +39,8 @@ class RaggedWrites(FieldWrites):
         shapes = source.ragged_shapes(f.name)  # type: ignore[attr-defined]
         return cls(f, RaggedPlan.build(f, shapes, grid, shard_chunks))
 
-    def placement(self) -> tuple[str, bytes] | None:
-        return "ragged", self.packed.offsets.tobytes()
+    def placement(self) -> tuple[str, int, bytes] | None:
+        return "ragged", 0, self.packed.offsets.tobytes()
 
     def create(
         self, writer: Writer, num_samples: int, compression: Compression, shard_chunks: int

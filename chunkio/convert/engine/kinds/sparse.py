@@ -45,8 +45,8 @@ class SparseWrites(FieldWrites):
         shapes = source.ragged_shapes(f.name)  # type: ignore[attr-defined]
         return cls(f, SparsePlan.build(f, shapes, grid, shard_chunks))
 
-    def placement(self) -> tuple[str, bytes] | None:
-        return "ragged", self.packed.values.offsets.tobytes()
+    def placement(self) -> tuple[str, int, bytes] | None:
+        return "ragged", 1, self.packed.values.offsets.tobytes()
 
     def create(
         self, writer: Writer, num_samples: int, compression: Compression, shard_chunks: int
