@@ -8,6 +8,7 @@ positions in a list whose order changes with the kind.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
@@ -132,6 +133,21 @@ class ArrayRoles:
         return f"ArrayRoles({self.field!r}, {self.kind!r}, {self._roles})"
 
 
+_BYTES = np.dtype(np.uint8)
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """A field as a dataset's attributes name it: all its stored arrays' names need."""
+
+    name: str
+    kind: str
+    dtype: np.dtype[Any] = _BYTES
+    sample_shape: tuple[int, ...] | None = None
+    encoding: str | None = None
+    array: str | None = None
+
+
 class Kind:
     """One field kind. Subclasses set the class attributes and override what differs."""
 
@@ -162,6 +178,11 @@ class Kind:
 
     def roles(self, info: FieldLike) -> ArrayRoles:
         raise NotImplementedError
+
+    def stored_roles(self, name: str) -> ArrayRoles:
+        """The arrays a chunkio dataset stores its field ``name`` of this kind in, by role
+        (what its attributes declare is enough)."""
+        return self.roles(_Stored(name, self.name))
 
     def check(self, info: FieldLike) -> None:
         """Raise a :class:`~chunkio.errors.FormatError` unless ``info`` is a field of this kind."""

@@ -53,7 +53,7 @@ class EncodedWrites(FieldWrites):
 
     def writes(self, start: int, chunks: tuple[int, int], value: Any) -> list[Write]:
         coded = self.packed
-        data, spans_name = coded.names[0], coded.names[1]
+        data, spans_name = self.field.roles.bytes, self.field.roles.spans
         placed, spans = coded.pack(*chunks, value)
         out: list[Write]
         if coded.group > 1:  # the block's shards of the bytes, written whole
@@ -63,8 +63,8 @@ class EncodedWrites(FieldWrites):
         return [*out, (spans_name, start, spans)]
 
     def aligned(self) -> tuple[str, ...]:
-        return (self.packed.names[1],)
+        return (self.field.roles.spans,)
 
     def syncs(self, chunks: tuple[int, int]) -> list[Sync]:
         # the regions' chunks that were written (the others are not)
-        return [((self.packed.names[0],), *self.packed.bytes_chunks(*chunks))]
+        return [((self.field.roles.bytes,), *self.packed.bytes_chunks(*chunks))]

@@ -52,7 +52,7 @@ class RaggedWrites(FieldWrites):
 
     def writes(self, start: int, chunks: tuple[int, int], value: Any) -> list[Write]:
         at, flat = self.packed.pack(*chunks, value)
-        return [(self.packed.names[0], at, flat)]
+        return [(self.field.roles.values, at, flat)]
 
     def syncs(self, chunks: tuple[int, int]) -> list[Sync]:
-        return [((self.packed.names[0],), *self.packed.values_chunks(*chunks))]
+        return [((self.field.roles.values,), *self.packed.values_chunks(*chunks))]

@@ -57,9 +57,9 @@ class SparseWrites(FieldWrites):
         return SparseRows.of(value)  # CSR rows; checked when packed
 
     def writes(self, start: int, chunks: tuple[int, int], value: Any) -> list[Write]:
-        names = self.packed.names
+        roles = self.field.roles
         at, values, columns = self.packed.pack(*chunks, value)
-        return [(names[0], at, values), (names[1], at, columns)]
+        return [(roles.values, at, values), (roles.indices, at, columns)]
 
     def syncs(self, chunks: tuple[int, int]) -> list[Sync]:
-        return [(self.packed.names[:2], *self.packed.values_chunks(*chunks))]
+        return [(self.field.roles.flat, *self.packed.values_chunks(*chunks))]
