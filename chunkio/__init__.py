@@ -23,9 +23,9 @@ if TYPE_CHECKING:
     from .convert import Output as Output
     from .convert import append_arrays as append_arrays
     from .convert import write_arrays as write_arrays
+    from .convert.arrays import convert_arrays as convert_arrays
     from .convert.images import ImageOptions as ImageOptions
     from .convert.images import convert_images as convert_images
-    from .convert.arrays import convert_arrays as convert_arrays
     from .convert.volumes import convert_volumes as convert_volumes
     from .dataset import ChunkDataset as ChunkDataset
     from .dataset import Decoding as Decoding

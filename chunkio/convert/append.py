@@ -47,6 +47,7 @@ import numpy.typing as npt
 
 from ..backends import Format, Writer, detect_format, open_reader, open_writer, storage_for
 from ..errors import ConversionError, DatasetNotFoundError, SourceError
+from ..format.kinds import kind_of
 from ..format.layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout
 from ..util.fsync import fsync_path
 from ..util.messages import listing
@@ -262,7 +263,7 @@ def _read_layout(path: str) -> tuple[Format, DatasetLayout]:
     try:
         layout = DatasetLayout.from_attrs(reader.attrs(), where=path)
         for f in layout.fields:  # also checks each array's codecs/filters are safe
-            reader.array_info(f.name if f.kind == "dense" else f.array_names()[0])
+            reader.array_info(f.roles.data)
     finally:
         reader.close()
     if storage_for(fmt).in_memory:
@@ -271,7 +272,7 @@ def _read_layout(path: str) -> tuple[Format, DatasetLayout]:
 
 
 def _check_source(source: BlockSource, layout: DatasetLayout, path: str) -> None:
-    ragged = [f"{f.name} ({f.kind})" for f in layout.fields if f.kind != "dense"]
+    ragged = [f"{f.name} ({f.kind})" for f in layout.fields if kind_of(f.kind).flat]
     if ragged:
         raise ConversionError(
             f"{path}: cannot append to ragged, sparse or encoded fields: {ragged}"

@@ -11,9 +11,9 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
@@ -29,10 +29,7 @@ from .durability.staging import Destination, open_destination
 from .engine.blocks import Block, BlockJob, block_syncs, block_writes
 from .engine.chunking import DEFAULT_CHUNK_BYTES, chunk_samples
 from .engine.core import drive
-from .engine.creation import create_encoded, create_ragged, create_sparse
-from .engine.encoded import EncodedPlan
-from .engine.ragged import RaggedPlan
-from .engine.sparse import SparsePlan
+from .engine.kinds import FieldWrites, write_kind
 from .engine.workers import Work, worker_count
 from .engine.writing import Sync, start_writer, write_here, write_target
 from .options import (
@@ -158,9 +155,8 @@ class _Prepared:
 
     layout: DatasetLayout
     plan: ConversionPlan
-    ragged: tuple[RaggedPlan, ...]
-    encoded: tuple[EncodedPlan, ...]
-    sparse: tuple[SparsePlan, ...]
+    #: how each field is written, in the layout's order (:mod:`.engine.kinds`)
+    kinds: tuple[FieldWrites, ...]
     blocks: list[Block]
     request: Request
 
@@ -233,17 +229,9 @@ def _prepare(
         extra=dict(options.extra),
     )
     shard_chunks = _shard_chunks(layout, fmt, source) if options.pack else 1
-    ragged = _plans_of_kind("ragged", RaggedPlan.build, source, layout, shard_chunks)
-    encoded = _plans_of_kind("encoded", EncodedPlan.build, source, layout, shard_chunks)
-    sparse = _plans_of_kind("sparse", SparsePlan.build, source, layout, shard_chunks)
-    fingerprint = str(source.fingerprint())
-    placed = [p.offsets for p in ragged] + [p.values.offsets for p in sparse]
-    if placed:  # the placement of ragged values is part of what resuming must agree on
-        digest = hashlib.sha256(b"".join(o.tobytes() for o in placed)).hexdigest()
-        fingerprint += f":ragged={digest}"
-    if encoded:  # so is the placement of encoded bytes
-        parts = [p.region.tobytes() + p.shapes.tobytes() for p in encoded]
-        fingerprint += f":encoded={hashlib.sha256(b''.join(parts)).hexdigest()}"
+    grid = SampleGrid(layout.num_samples, layout.samples_per_chunk)
+    kinds = tuple(write_kind(f).plan(f, source, grid, shard_chunks) for f in layout.fields)
+    fingerprint = str(source.fingerprint()) + _placement(kinds)
     plan = ConversionPlan(
         fmt, fields, num_samples, samples_per_chunk, options.compression, fingerprint, shard_chunks
     )
@@ -251,7 +239,7 @@ def _prepare(
     if shard_chunks > 1:  # writers own whole shards of the large fields
         block_chunks = shard_chunks * max(1, block_chunks // shard_chunks)
     request = options.request or Request("blocks", fingerprint, _options(plan, layout))
-    return _Prepared(layout, plan, ragged, encoded, sparse, _blocks(plan, block_chunks), request)
+    return _Prepared(layout, plan, kinds, _blocks(plan, block_chunks), request)
 
 
 @dataclass(frozen=True)
@@ -284,7 +272,7 @@ def _write_blocks(
 ) -> None:
     execution = options.execution
     target = write_target(dest, parallel=execution.parallel)
-    job = BlockJob(source, prep.layout.fields, target, prep.ragged, prep.encoded, prep.sparse)
+    job = BlockJob(source, prep.layout.fields, target, prep.kinds)
     num_samples = prep.layout.num_samples
     progress = Progress(
         total=num_samples,
@@ -329,25 +317,7 @@ def _check_source(source: BlockSource) -> tuple[int, tuple[FieldInfo, ...]]:
     if not fields or not all(isinstance(f, FieldInfo) for f in fields):
         raise SourceError(f"source.fields must be a non-empty tuple of FieldInfo; got {fields!r}")
     for f in fields:
-        if f.kind != "dense":
-            if not callable(getattr(source, "ragged_shapes", None)):
-                raise SourceError(
-                    f"field {f.name!r} is {f.kind}: the source must provide "
-                    "ragged_shapes(name) -> (N, ndim) ints"
-                )
-            continue
-        if f.sample_shape is None:
-            raise SourceError(f"field {f.name!r}: a dense field needs a sample_shape")
-        if 0 in f.sample_shape:
-            raise SourceError(
-                f"field {f.name!r}: samples of shape {f.sample_shape} hold no "
-                "elements; every stored sample needs at least one"
-            )
-        if f.dtype.kind not in "biufc":
-            raise SourceError(
-                f"field {f.name!r}: dtype {f.dtype} cannot be stored; chunkio "
-                "stores bool, integer, float and complex arrays"
-            )
+        write_kind(f).check_source(f, source)
     return int(n), fields
 
 
@@ -370,12 +340,7 @@ def _shard_chunks(layout: DatasetLayout, fmt: Format, source: BlockSource) -> in
     if not storage_for(fmt).shards:
         return 1
     spc = layout.samples_per_chunk
-    large = [f.sample_nbytes * spc for f in layout.fields if f.kind == "dense"]
-    for f in layout.fields:
-        if f.kind in ("ragged", "encoded", "sparse"):
-            shapes = np.asarray(source.ragged_shapes(f.name), np.int64)  # type: ignore[attr-defined]
-            mean = float(np.prod(shapes, axis=1).mean()) if len(shapes) else 0.0
-            large.append(int(mean * f.dtype.itemsize * spc))
+    large = [write_kind(f).chunk_nbytes(f, source, spc) for f in layout.fields]
     largest = max((b for b in large if b >= DIRECT_SHARD_CHUNK_BYTES), default=0)
     if not largest:
         return 1
@@ -392,24 +357,18 @@ def _blocks(plan: ConversionPlan, block_chunks: int) -> list[Block]:
     return out
 
 
-_Plan = TypeVar("_Plan", RaggedPlan, EncodedPlan, SparsePlan)
-
-
-def _plans_of_kind(
-    kind: str,
-    build: Callable[[FieldInfo, Any, SampleGrid, int], _Plan],
-    source: BlockSource,
-    layout: DatasetLayout,
-    shard_chunks: int,
-) -> tuple[_Plan, ...]:
-    """The plan of each ``kind`` field of ``layout`` (``build``: its plan class's ``build``),
-    from the samples' shapes that ``source`` reports."""
-    grid = SampleGrid(layout.num_samples, layout.samples_per_chunk)
-    return tuple(
-        build(f, source.ragged_shapes(f.name), grid, shard_chunks)  # type: ignore[attr-defined]
-        for f in layout.fields
-        if f.kind == kind
+def _placement(kinds: tuple[FieldWrites, ...]) -> str:
+    """What a resumed conversion must agree on besides the source: where the values of ragged
+    and sparse fields (``:ragged=``) and the bytes of encoded ones (``:encoded=``) go."""
+    placed = sorted(
+        (p for p in (k.placement() for k in kinds) if p is not None), key=lambda p: p[:2]
     )
+    out = ""
+    for tag in ("ragged", "encoded"):
+        parts = [data for t, _, data in placed if t == tag]
+        if parts:
+            out += f":{tag}={hashlib.sha256(b''.join(parts)).hexdigest()}"
+    return out
 
 
 def _create_arrays(writer: Writer, dest: Destination, prep: _Prepared) -> None:
@@ -419,26 +378,7 @@ def _create_arrays(writer: Writer, dest: Destination, prep: _Prepared) -> None:
     shard_chunks = prep.plan.shard_chunks
     writes: list[tuple[str, int, Any]] = []
     syncs: list[Sync] = []
-    for plan in prep.ragged:
-        more, durable = create_ragged(writer, plan, compression)
+    for kind in prep.kinds:
+        more, durable = kind.create(writer, layout.num_samples, compression, shard_chunks)
         writes, syncs = writes + more, syncs + durable
-    for sparse in prep.sparse:
-        more, durable = create_sparse(writer, sparse, compression)
-        writes, syncs = writes + more, syncs + durable
-    for coded in prep.encoded:
-        more, durable = create_encoded(writer, coded, compression, shard_chunks)
-        writes, syncs = writes + more, syncs + durable
-    spc = layout.samples_per_chunk
-    for f in layout.fields:
-        if f.kind != "dense":
-            continue
-        shape = f.sample_shape or ()
-        writer.create_array(
-            f.name,
-            shape=(layout.num_samples, *shape),
-            dtype=f.dtype,
-            chunks=(spc, *shape),
-            compression=compression,
-            shard_chunks=shard_chunks,
-        )
     write_here(dest, writer, writes, syncs)

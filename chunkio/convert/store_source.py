@@ -35,6 +35,7 @@ from ..read import ReadCore
 from ..util.handles import PerProcessHandle
 from ..util.numeric import IntArray
 from .durability.staging import is_local
+from .engine.kinds import write_kind
 from .engine.sparse import SparseRows
 
 __all__ = ["StoreSource", "check_apart"]
@@ -135,7 +136,7 @@ class StoreSource(PerProcessHandle[_Cores]):
                 info = part.layout.field(name, where=part.location)
                 if not isinstance(info, SparseInfo):
                     raise SourceError(f"{part.location}: field {name!r} is not a sparse field")
-                counts.append(np.diff(read_all(reader, info.array_names()[2]).astype(np.int64)))
+                counts.append(np.diff(read_all(reader, info.roles.offsets).astype(np.int64)))
             finally:
                 reader.close()
         return np.concatenate(counts).astype(np.int64).reshape(-1, 1)
@@ -172,13 +173,8 @@ class StoreSource(PerProcessHandle[_Cores]):
             ) from err
 
     def _joined(self, f: FieldInfo, pieces: list[tuple[int, dict[str, Any]]]) -> Any:
-        if f.kind == "sparse":
-            rows = [SparseRows.of(got[f.name]) for _, got in pieces]
-            return SparseRows.concat(rows, f.dtype, np.int64)
-        arrays = [_remapped(self.remaps[k], f.name, got[f.name]) for k, got in pieces]
-        if not arrays:
-            return np.zeros((0, *(f.sample_shape or ())), f.dtype)
-        return np.concatenate(arrays).astype(f.dtype, copy=False)
+        parts = [_remapped(self.remaps[k], f.name, got[f.name]) for k, got in pieces]
+        return write_kind(f).joined(f, parts)
 
 
 def _remapped(remaps: Mapping[str, IntArray], name: str, values: Any) -> Any:
@@ -239,7 +235,7 @@ def _stamp(location: Any, reader: Any, layout: DatasetLayout) -> str:
     root = None if path is None else os.path.realpath(path)
     parts = [repr(location if root is None else root)]
     for f in layout.fields:
-        info = reader.array_info(f.array_names()[0])
+        info = reader.array_info(f.roles.data)
         parts.append(repr((f.name, f.array, info.shape, info.dtype.str, info.chunks, info.codecs)))
     if root is not None:
         # An HDF5 file: its size and mtime; a Zarr directory: those of its metadata files.

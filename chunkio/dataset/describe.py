@@ -99,9 +99,9 @@ def channel_counts(
     if transform is None or getattr(transform, "fixed_size", None) is None:
         return {}
     found = [f for f in layout.fields if f.name == transform.field and f.sample_shape is None]
-    if not found or found[0].kind not in ("encoded", "ragged"):
+    if not found or not found[0].kind_def.flat:
         return {}
-    name = found[0].array_names()[2]
+    name = found[0].roles.shapes
     info = reader.array_info(name)
     grid = SampleGrid(int(info.shape[0]), int(info.chunks[0]))
     if not grid.num_chunks:

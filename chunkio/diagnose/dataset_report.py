@@ -227,18 +227,16 @@ def _verify_field(
     except Exception as err:  # a malformed array: report it, check the other fields
         report.problems.append(Problem(str(err), f.name))
         return
-    if f.kind == "encoded":
+    roles = f.roles
+    if roles.has("spans"):  # encoded images: spans into the bytes, and the decoded shapes
         _verify_encoded(reader, f, report, on_chunk)
         return
     whole = {name: _read_chunks(reader, name, report, on_chunk) for name in f.array_names()}
 
-    if f.kind in ("ragged", "sparse"):
-        values_len = int(reader.array_info(f.array_names()[0]).shape[0])
-        if f.kind == "sparse":  # its rows' values are a ragged field's; then their columns
-            _check_ragged(FieldInfo(f.name, f.dtype, None, "ragged"), whole, values_len, report)
+    if roles.has("offsets"):  # runs of flat values: a ragged field's, a sparse field's rows
+        _check_ragged(f, whole, int(reader.array_info(roles.values).shape[0]), report)
+        if roles.has("indices"):  # then a sparse field's columns
             _check_columns(f, whole, report)
-        else:
-            _check_ragged(f, whole, values_len, report)
     elif f.name == "label" and layout.class_names is not None and whole["label"] is not None:
         _check_labels(whole["label"], len(layout.class_names), report)
 
@@ -292,7 +290,7 @@ def _check_ragged(
     values_len: int,
     report: VerifyReport,
 ) -> None:
-    _, offsets_name, shapes_name = f.array_names()
+    offsets_name, shapes_name = f.roles.offsets, f.roles.shapes
     offsets, shapes = whole[offsets_name], whole[shapes_name]
     if offsets is None or shapes is None:
         return  # unreadable or too large to cross-check; read errors are already listed
@@ -324,7 +322,7 @@ def _check_columns(
     f: FieldInfo, whole: dict[str, np.ndarray[Any, Any] | None], report: VerifyReport
 ) -> None:
     """A native sparse field's columns lie inside its matrix (padding holds zeros)."""
-    _, indices_name, offsets_name, _ = f.array_names()
+    indices_name, offsets_name = f.roles.indices, f.roles.offsets
     indices, offsets = whole[indices_name], whole[offsets_name]
     if indices is None or offsets is None or not offsets.size:
         return
@@ -365,7 +363,7 @@ def _verify_encoded(
     rest of each region is never written); every image decoded to its recorded shape."""
     from ..images.decoders import image_decoder
 
-    data_name, spans_name, shapes_name = f.array_names()
+    data_name, spans_name, shapes_name = f.roles.bytes, f.roles.spans, f.roles.shapes
     spans = _read_chunks(reader, spans_name, report, on_chunk)
     shapes = _read_chunks(reader, shapes_name, report, on_chunk)
     if spans is None or shapes is None:

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..backends import ArrayInfo, Reader
 from ..backends.base import read_all
-from ..format.layout import DatasetLayout, FieldInfo, encoded_array_names
+from ..format.layout import DatasetLayout, FieldInfo
 
 __all__ = ["decoded_nbytes", "describe_array", "size_on_disk"]
 
@@ -78,8 +78,8 @@ def decoded_nbytes(
     the byte region its encoded images are stored in nor their spans and shapes."""
     total, counted = 0, set[str]()
     for f in layout.fields:
-        if f.kind == "encoded":
-            counted.update(encoded_array_names(f.name))
+        if f.roles.has("bytes"):  # encoded images
+            counted.update(f.array_names())
             total += _pixel_nbytes(reader, f, layout.num_samples)
     return total + sum(int(a["nbytes"]) for n, a in arrays.items() if n not in counted)
 
@@ -90,7 +90,7 @@ def _pixel_nbytes(reader: Reader, field: FieldInfo, num_samples: int) -> int:
     itemsize = np.dtype(field.dtype).itemsize
     if field.sample_shape is not None:
         return num_samples * int(np.prod(field.sample_shape, dtype=np.int64)) * itemsize
-    shapes = read_all(reader, encoded_array_names(field.name)[2]).astype(np.int64)
+    shapes = read_all(reader, field.roles.shapes).astype(np.int64)
     return int(np.prod(shapes, axis=1).sum()) * itemsize
 
 

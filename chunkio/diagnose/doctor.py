@@ -418,8 +418,11 @@ def run_doctor(
     required = None if step_time is None else ref / step_time
     codecs = dataset_codecs(ds)
     data_bound, rec_workers, rec_batch, notes = _recommend(measurements, required, ref, codecs)
-    if any(ds.layout.field(f).kind == "ragged" for f in ds.fields):
-        notes.append("ragged fields are not counted in MB/s and cache sizes")
+    if any(ds.layout.field(f).sample_shape is None for f in ds.fields):
+        notes.append(
+            "fields of samples of several shapes (ragged, images of several sizes) are not "
+            "counted in MB/s and cache sizes"
+        )
     if ds.chunk_nbytes() > pool_bytes:
         notes.append(
             f"one decoded chunk ({ds.chunk_nbytes() / 2**20:.1f} MiB) is larger than pool_bytes "

@@ -79,7 +79,7 @@ def compute_stats(dataset: Any, *, diff: bool = False) -> Stats:
     try:
         for name in dataset.fields:
             info = dataset.layout.field(name)
-            if info.kind not in ("dense", "window") or info.dtype.kind not in "iuf":
+            if not info.kind_def.plain_arrays or info.dtype.kind not in "iuf":
                 continue
             arrays = info.array_names()
             rows = getattr(info, "rows", None) or (dataset.layout.rows_per_chunk(info),)

@@ -1,6 +1,7 @@
 """The on-disk format: what a dataset is, whoever wrote it.
 
 :mod:`.layout` (field arrays, the sample axis, format attributes and their validation),
+:mod:`.kinds` (each field kind in a module of its own: its arrays by role, its rules),
 :mod:`.names` (names that become paths), :mod:`.grid` (the chunk grid along the sample axis),
 :mod:`.foreign` (stores chunkio did not write, read in place: a layout from the arrays
 themselves), :mod:`.volume_layout` and :mod:`.label_index` (how volumes and their per-chunk

@@ -185,7 +185,7 @@ def decode_layout(reader: Reader, layout: DatasetLayout) -> DatasetLayout:
     where = reader.location
     fields: list[FieldInfo] = []
     for info in layout.fields:
-        if info.kind in ("dense", "window"):
+        if info.kind_def.plain_arrays:
             codings = tuple(
                 cf_coding(_array_attrs(reader, a), info.dtype, a, where) for a in info.array_names()
             )

@@ -204,6 +204,6 @@ def readable_columns(reader: Reader, table: str) -> list[str]:
 
 def column_values(reader: Reader, info: FieldInfo) -> npt.NDArray[Any]:
     """Every value of a field read whole (labels): a compound member's column, or the array."""
-    whole = read_all(reader, info.array_names()[0])
+    whole = read_all(reader, info.roles.values)
     member = getattr(info, "member", None)
     return whole[member] if member is not None else whole

@@ -158,7 +158,7 @@ def layout_of(
             order_sizes=tuple(sizes),
         )
     # compound columns are read whole: their table's chunks order nothing
-    plain = {n: i for n, i in infos.items() if n not in tables or tables[n].kind != "column"}
+    plain = {n: i for n, i in infos.items() if n not in tables or not tables[n].kind_def.read_whole}
     costly = (plain or infos)[order_field(plain or infos, preload_bytes=preload_bytes)]
     num_samples = int(costly.shape[0])
     whole = not plain
@@ -191,7 +191,7 @@ def foreign_fields(
             if indptr is not None:  # a sparse matrix: rows are indptr's length - 1
                 lengths[path] = len(indptr) - 1
                 continue
-            path_read = tables[name].array_names()[0]  # the codes; a compound column's table
+            path_read = tables[name].roles.values  # the codes; a compound column's table
         else:
             path_read = path
         info = infos[name] = _array_info(reader, path_read)

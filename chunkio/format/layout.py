@@ -47,7 +47,14 @@ from ..errors import (
     UnsupportedVersionError,
 )
 from ..util.messages import keyword, listing
-from .grid import image_rule, image_shapes_ok
+from .kinds import (
+    ArrayRoles,
+    Kind,
+    encoded_array_names,
+    kind_of,
+    ragged_array_names,
+    sparse_array_names,
+)
 from .names import validate_field_name
 
 __all__ = [
@@ -73,27 +80,9 @@ COMPLETE_KEY = "chunkio_complete"
 #: made when a dataset is opened with :class:`chunkio.Field` steps; "sparse": rows of a CSR
 #: group (:class:`chunkio.format.sparse.SparseInfo`), stored natively too (see the module
 #: docstring); "column": a member of a compound dataset
-#: (:class:`chunkio.format.columns.ColumnInfo`); "window" and "column" are never stored
+#: (:class:`chunkio.format.columns.ColumnInfo`); "window" and "column" are never stored. Each
+#: kind is one module of :mod:`chunkio.format.kinds`.
 FieldKind = Literal["dense", "ragged", "encoded", "window", "sparse", "column"]
-FIELD_KINDS = ("dense", "ragged", "encoded", "window", "sparse", "column")
-#: what an encoded field may hold (see :mod:`chunkio.images.encoding`)
-FIELD_ENCODINGS = ("jpeg", "png", "webp", "yuv420")
-
-
-def encoded_array_names(name: str) -> tuple[str, str, str]:
-    """Arrays that store encoded field ``name``: bytes, spans, shapes."""
-    return f"{name}__bytes", f"{name}__spans", f"{name}__shapes"
-
-
-def ragged_array_names(name: str) -> tuple[str, str, str]:
-    """Arrays that store ragged field ``name``: values, offsets, shapes."""
-    return f"{name}__values", f"{name}__offsets", f"{name}__shapes"
-
-
-def sparse_array_names(name: str) -> tuple[str, str, str, str]:
-    """Arrays that store sparse field ``name`` natively: values, indices (their columns),
-    offsets, shapes (values per row)."""
-    return f"{name}__values", f"{name}__indices", f"{name}__offsets", f"{name}__shapes"
 
 
 @dataclass(frozen=True)
@@ -121,24 +110,7 @@ class FieldInfo:
 
     def __post_init__(self) -> None:
         validate_field_name(self.name)
-        if self.kind not in FIELD_KINDS:
-            raise FormatError(
-                f"field {self.name!r}: kind must be one of {list(FIELD_KINDS)}; got {self.kind!r}"
-            )
-        if self.kind in ("dense", "window", "sparse", "column") and self.sample_shape is None:
-            raise FormatError(f"field {self.name!r}: dense fields need a sample_shape")
-        if self.kind == "ragged" and self.sample_shape is not None:
-            raise FormatError(f"field {self.name!r}: ragged fields have no sample_shape")
-        if (self.kind == "encoded") != (self.encoding is not None):
-            raise FormatError(
-                f"field {self.name!r}: an encoding goes with kind 'encoded' only; got kind "
-                f"{self.kind!r} and encoding {self.encoding!r}"
-            )
-        if self.kind == "encoded" and self.encoding not in FIELD_ENCODINGS:
-            raise FormatError(
-                f"field {self.name!r}: encoding must be one of {list(FIELD_ENCODINGS)}; "
-                f"got {self.encoding!r}"
-            )
+        kind_of(self.kind, field=self.name).check(self)
 
     @property
     def sample_nbytes(self) -> int:
@@ -147,14 +119,19 @@ class FieldInfo:
             return 0
         return int(np.prod(self.sample_shape, dtype=np.int64)) * self.dtype.itemsize
 
+    @property
+    def kind_def(self) -> Kind:
+        """The field's kind (:mod:`chunkio.format.kinds`): what it stores, what applies to it."""
+        return kind_of(self.kind)
+
+    @property
+    def roles(self) -> ArrayRoles:
+        """The field's stored arrays by role (``roles.values``, ``roles.offsets``, ...)."""
+        return kind_of(self.kind).roles(self)
+
     def array_names(self) -> tuple[str, ...]:
-        if self.kind == "encoded":
-            return encoded_array_names(self.name)
-        if self.kind in ("dense", "column"):
-            return (self.array or self.name,)
-        if self.kind == "sparse":
-            return sparse_array_names(self.name)
-        return ragged_array_names(self.name)
+        """Every stored array of the field (by role: :attr:`roles`)."""
+        return self.roles.all
 
     def to_json(self) -> dict[str, Any]:
         shape = None if self.sample_shape is None else list(self.sample_shape)
@@ -280,7 +257,7 @@ def label_field(layout: DatasetLayout) -> FieldInfo | None:
     if not names:
         return None
     info = layout.field(names[0])
-    scalar_int = info.kind in ("dense", "column") and not info.sample_shape
+    scalar_int = info.kind_def.one_row and not info.sample_shape
     scalar_int = scalar_int and info.dtype.kind in "iu"
     return info if scalar_int else None
 
@@ -288,24 +265,14 @@ def label_field(layout: DatasetLayout) -> FieldInfo | None:
 def _parse_field(name: str, spec: Mapping[str, Any]) -> FieldInfo:
     shape = spec["sample_shape"]
     kind = spec.get("kind", "dense")
-    if kind in ("window", "column"):  # made when a dataset is opened, never stored
-        raise FormatError(f"field {name!r}: kind {kind!r} is not a stored kind")
-    if kind == "sparse" and (shape is None or len(shape) != 1):
-        raise FormatError(f"field {name!r}: a sparse field's sample_shape is [n_cols]; got {shape}")
+    stored = kind_of(kind, field=name)
     categories = spec.get("categories")
     if categories is not None and not isinstance(categories, list):
         raise FormatError(f"field {name!r}: categories must be a list; got {categories!r}")
     sample_shape = None if shape is None else tuple(int(s) for s in shape)
     if sample_shape is not None and any(s < 0 for s in sample_shape):
         raise FormatError(f"field {name!r}: sample_shape must hold sizes >= 0; got {shape}")
-    encoding = str(spec.get("encoding"))
-    if kind == "encoded" and sample_shape is not None:  # it sizes every batch of the field
-        declared = np.array([sample_shape], dtype=np.int64)
-        if len(sample_shape) != 3 or not image_shapes_ok(declared, encoding)[0]:
-            raise FormatError(
-                f"field {name!r}: sample_shape {list(sample_shape)} is no image shape: "
-                f"expected {image_rule(encoding)}"
-            )
+    stored.check_stored(name, sample_shape, str(spec.get("encoding")))
     return FieldInfo(
         name=name,
         dtype=np.dtype(spec["dtype"]),
@@ -330,94 +297,7 @@ def check_arrays(
                 raise MissingFieldError(
                     f"{where}: field {f.name!r} declared but array {array!r} is missing"
                 )
-        if f.kind == "encoded":
-            flat, spans, shapes = f.array_names()
-            _check_flat(arrays, flat, f, where)
-            for array, width in ((spans, 2), (shapes, 3)):
-                shape, dtype, chunks = arrays[array]
-                if len(shape) != 2 or shape[0] != n or shape[1] != width or dtype.kind not in "iu":
-                    raise FormatError(
-                        f"{where}: array {array!r} must be ({n}, {width}) integers; "
-                        f"got {tuple(shape)} {dtype}"
-                    )
-                if n and chunks[0] != spc:
-                    raise FormatError(
-                        f"{where}: array {array!r} must hold {spc} samples per chunk; "
-                        f"got {chunks[0]}"
-                    )
-            continue
-        if f.kind == "sparse":
-            _check_sparse_arrays(f, arrays, n, where)
-            continue
-        if f.kind == "ragged":
-            flat, offsets, shapes = f.array_names()
-            _check_flat(arrays, flat, f, where)
-            (oshape, otype, _), (sshape, stype, _) = arrays[offsets], arrays[shapes]
-            if tuple(oshape) != (n + 1,) or otype.kind not in "iu":
-                raise FormatError(
-                    f"{where}: array {offsets!r} must hold {n + 1} integer offsets; got "
-                    f"{tuple(oshape)} {otype}"
-                )
-            if len(sshape) != 2 or sshape[0] != n or sshape[1] < 1 or stype.kind not in "iu":
-                raise FormatError(
-                    f"{where}: array {shapes!r} must be ({n}, ndim) integers; got "
-                    f"{tuple(sshape)} {stype}"
-                )
-            continue
-        shape, dtype, chunks = arrays[f.name]
-        expected = (n, *(f.sample_shape or ()))
-        if tuple(shape) != expected or dtype != f.dtype:
-            raise FormatError(
-                f"{where}: array {f.name!r} should be {expected} {f.dtype}; "
-                f"got {tuple(shape)} {dtype}"
-            )
-        if n and chunks[0] != spc:
-            raise FormatError(
-                f"{where}: array {f.name!r} must hold {spc} samples per chunk; got {chunks[0]}"
-            )
-
-
-def _check_flat(
-    arrays: Mapping[str, tuple[tuple[int, ...], np.dtype[Any], tuple[int, ...]]],
-    name: str,
-    f: FieldInfo,
-    where: str,
-) -> None:
-    """The flat array of a ragged or encoded field: 1-D (each sample a run of it)."""
-    if len(arrays[name][0]) != 1:
-        raise FormatError(
-            f"{where}: array {name!r} of {f.kind} field {f.name!r} must be 1-D; got "
-            f"{tuple(arrays[name][0])}"
-        )
-
-
-def _check_sparse_arrays(
-    f: FieldInfo,
-    arrays: Mapping[str, tuple[tuple[int, ...], np.dtype[Any], tuple[int, ...]]],
-    n: int,
-    where: str,
-) -> None:
-    """A native sparse field's four arrays (see the module docstring)."""
-    values, indices, offsets, shapes = sparse_array_names(f.name)
-    expected = {offsets: (n + 1,), shapes: (n, 1)}
-    for name, shape in expected.items():
-        if tuple(arrays[name][0]) != shape or arrays[name][1].kind not in "iu":
-            raise FormatError(
-                f"{where}: array {name!r} of sparse field {f.name!r} must be {shape} integers; "
-                f"got {tuple(arrays[name][0])} {arrays[name][1]}"
-            )
-    (vshape, vdtype, vchunks), (ishape, idtype, ichunks) = arrays[values], arrays[indices]
-    if vdtype != f.dtype or idtype.kind not in "iu":
-        raise FormatError(
-            f"{where}: sparse field {f.name!r}: {values!r} must hold {f.dtype} and {indices!r} "
-            f"integers; got {vdtype} and {idtype}"
-        )
-    if len(vshape) != 1 or tuple(vshape) != tuple(ishape) or tuple(vchunks) != tuple(ichunks):
-        raise FormatError(
-            f"{where}: sparse field {f.name!r}: {values!r} and {indices!r} must be 1-D arrays "
-            f"of one length and chunking; got {tuple(vshape)} / {tuple(ishape)}, chunks "
-            f"{tuple(vchunks)} / {tuple(ichunks)}"
-        )
+        kind_of(f.kind).check_arrays(f, arrays, n, spc, where)
 
 
 def validate_sequence_of_names(

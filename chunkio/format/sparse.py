@@ -35,7 +35,7 @@ from ..backends.base import read_all
 from ..errors import FormatError
 from ..util.messages import listing
 from ..util.numeric import IntArray
-from .layout import DatasetLayout, FieldInfo, sparse_array_names
+from .layout import DatasetLayout, FieldInfo
 
 __all__ = [
     "MAX_DENSE_ROW_BYTES",
@@ -80,11 +80,6 @@ class SparseInfo(FieldInfo):
     batches: str = "dense"
     #: bytes of one stored value: its ``data`` element and its ``indices`` element
     value_nbytes: int = 0
-
-    def array_names(self) -> tuple[str, ...]:
-        if not self.group:
-            return sparse_array_names(self.name)
-        return tuple(f"{self.group}/{a}" for a in ("data", "indices", "indptr"))
 
     @property
     def where(self) -> str:
@@ -212,7 +207,7 @@ def native_sparse(reader: Reader, field: FieldInfo, layout: DatasetLayout) -> Sp
     chunks are the dataset's sample chunks: each starts a values chunk of its own."""
     if isinstance(field, SparseInfo):
         return field
-    values, indices, _, _ = sparse_array_names(field.name)
+    values, indices = field.roles.values, field.roles.indices
     data, cols = reader.array_info(values), reader.array_info(indices)
     stored = int(data.shape[0])
     spc, n = layout.samples_per_chunk, layout.num_samples

@@ -189,10 +189,10 @@ def _native(reader: Reader, attrs: Mapping[str, Any], options: LayoutOptions) ->
 
 def _native_sparse(reader: Reader, layout: DatasetLayout) -> DatasetLayout:
     """``layout`` with its sparse fields described from their arrays (checked already)."""
-    if not any(f.kind == "sparse" for f in layout.fields):
+    if not any(f.kind_def.sized_by_arrays for f in layout.fields):
         return layout
     fields = tuple(
-        native_sparse(reader, f, layout) if f.kind == "sparse" else f for f in layout.fields
+        native_sparse(reader, f, layout) if f.kind_def.sized_by_arrays else f for f in layout.fields
     )
     return dataclasses.replace(layout, fields=fields)
 

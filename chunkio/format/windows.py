@@ -408,12 +408,12 @@ def _describe(
     where = reader.location
     if native is not None:
         info = native.field(path, where=where)
-        if info.kind != "dense" or info.sample_shape is None:
+        if not info.kind_def.window_source or info.sample_shape is None:
             raise WindowError(
                 f"{where}: field {f.name!r}: windows read dense fields; {path!r} is {info.kind}"
             )
         shape = (native.num_samples, *info.sample_shape)
-        return info.array_names()[0], shape, info.dtype, native.rows_per_chunk(info)
+        return info.roles.values, shape, info.dtype, native.rows_per_chunk(info)
     found = _array_info(reader, path)
     dtype = np.dtype(found.dtype)
     if not batchable(dtype) or not found.shape:
@@ -461,7 +461,7 @@ def _mask(
         return None
     if isinstance(valid, str):
         if native is not None:
-            name = native.field(valid, where=where).array_names()[0]
+            name = native.field(valid, where=where).roles.values
         else:
             name = _array_info(reader, valid).name
         arr = _read_whole(reader, name)

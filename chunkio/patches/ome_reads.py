@@ -47,7 +47,7 @@ def ome_label_index(reader: Reader, ome: OmeVolumes) -> LabelIndex:
     if stored is not None:
         return stored
     label = ome.layout.field("label")
-    return index_labels_by_slabs(reader, ome.volumes, label.array_names()[0], label.dtype)
+    return index_labels_by_slabs(reader, ome.volumes, label.roles.values, label.dtype)
 
 
 def _stored_label_index(reader: Reader, ome: OmeVolumes) -> LabelIndex | None:

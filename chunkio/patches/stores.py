@@ -203,7 +203,7 @@ def with_label_index(store: PatchStore) -> PatchStore:
         else:
             label = store.layout.field("label")
             index = index_labels_by_slabs(
-                reader, store.volumes, label.array_names()[0], label.dtype
+                reader, store.volumes, label.roles.values, label.dtype
             )
     finally:
         reader.close()

@@ -208,7 +208,7 @@ class BatchShapes:
         out = {
             name
             for name in self.fields
-            if self.layout.field(name).kind == "encoded" or (t is not None and t.field == name)
+            if self.layout.field(name).encoding is not None or (t is not None and t.field == name)
         }
         return frozenset(n for n in out if len(self.output_shape(n) or ()) == 3)
 
@@ -227,7 +227,7 @@ class BatchShapes:
         if info.sample_shape is not None:
             return stored_output_shape(t, tuple(info.sample_shape))
         fixed = getattr(t, "fixed_size", None)
-        if info.kind in ("encoded", "ragged") and fixed is not None:
+        if info.kind_def.flat and fixed is not None:
             channels = self.channel_counts.get(name)  # read with the metadata
             if channels is None:  # ragged (H, W) images
                 return None

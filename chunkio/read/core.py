@@ -107,7 +107,7 @@ def check_transform(
 def _first_stored_shape(reader: Reader, info: FieldInfo) -> tuple[int, ...] | None:
     """The stored shape of sample 0 of a ragged or encoded field (its shapes array's first
     row, read from its first chunk), or ``None`` for a field with no samples."""
-    name = info.array_names()[2]  # values/bytes, offsets/spans, shapes
+    name = info.roles.shapes
     found = reader.array_info(name)
     if not int(found.shape[0]):
         return None

@@ -43,7 +43,7 @@ class PreloadedReads:
         self.info = info
         #: every row (``whole``: rows read already, e.g. a lane of stacked window variables)
         self.whole = (
-            read_whole(ctx.reader, info.array_names()[0], ctx.stats) if whole is None else whole
+            read_whole(ctx.reader, info.roles.values, ctx.stats) if whole is None else whole
         )
 
     def read(
@@ -70,7 +70,7 @@ class ColumnReads(PreloadedReads):
     def __init__(self, ctx: ReadContext, info: FieldInfo) -> None:
         self.ctx = ctx
         self.info = info
-        whole = read_whole(ctx.reader, info.array_names()[0], ctx.stats)
+        whole = read_whole(ctx.reader, info.roles.values, ctx.stats)
         self.whole = np.ascontiguousarray(whole[getattr(info, "member", None) or info.name])
 
 
@@ -91,7 +91,7 @@ def checked_codes(
         j = int(found[0])
         code = values.reshape(len(idx), -1)[j][outside[j]][0]
         raise FormatError(
-            f"{ctx.reader.location}: field {info.name!r} ({info.array_names()[0]!r}), sample "
+            f"{ctx.reader.location}: field {info.name!r} ({info.roles.values!r}), sample "
             f"{int(idx[j])}: code {code} is outside the {count} categories (codes are -1 for "
             f"missing, else 0..{count - 1})"
         )
@@ -128,7 +128,7 @@ class DenseReads:
         #: cache's slots are never sized by more rows than there are
         n = ctx.layout.num_samples
         self.grid = SampleGrid(n, max(1, min(ctx.layout.rows_per_chunk(info), n)))
-        self.array = info.array_names()[0]
+        self.array = info.roles.values
         self.cache = DecodedChunkCache(
             rows_per_chunk=self.grid.samples_per_chunk,
             sample_shape=tuple(info.sample_shape or ()),

@@ -50,7 +50,8 @@ class EncodedReads:
         self.ctx = ctx
         self.reader = reader = ctx.reader
         self.info = info
-        self.data_name, spans_name, shapes_name = info.array_names()
+        roles = info.roles
+        self.data_name, spans_name, shapes_name = roles.bytes, roles.spans, roles.shapes
         self.spans = read_whole(reader, spans_name).astype(np.int64)
         self.shapes = read_whole(reader, shapes_name).astype(np.int64)
         data = reader.array_info(self.data_name)

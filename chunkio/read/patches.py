@@ -131,7 +131,7 @@ class PatchReads:
             keys = map(tuple, chunks[mine, 1:].tolist())
             slot_of = dict(zip(keys, slots[mine].tolist(), strict=True))
             name, shape = volumes.array(kind, v)[0], volumes.shapes[v]
-            array = self.ctx.layout.field(name).array_names()[0]  # a foreign store's path
+            array = self.ctx.layout.field(name).roles.values  # a foreign store's path
             for c_lo, c_hi in chunk_boxes(chunks[mine, 1:]):
                 lo = tuple(a * c for a, c in zip(c_lo, size, strict=True))
                 hi = tuple(min(b * c, n) for b, c, n in zip(c_hi, size, shape, strict=True))

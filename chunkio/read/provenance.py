@@ -99,7 +99,8 @@ def read_source_paths(
             )
         field = layout.field(PATH_FIELD, where=where)
         shape = field.sample_shape
-        if field.kind != "dense" or field.dtype != np.uint8 or shape is None or len(shape) != 1:
+        plain = field.kind_def.one_row and field.dtype == np.uint8
+        if not plain or shape is None or len(shape) != 1:
             raise FormatError(
                 f"{where}: field {PATH_FIELD!r} should hold (N, L) uint8 encoded paths; got "
                 f"{field.kind} {field.dtype} samples of shape {shape}"

@@ -33,7 +33,8 @@ class RaggedReads:
     def __init__(self, ctx: ReadContext, info: FieldInfo) -> None:
         self.ctx = ctx
         self.info = info
-        self.values_name, offsets_name, shapes_name = info.array_names()
+        roles = info.roles
+        self.values_name, offsets_name, shapes_name = roles.values, roles.offsets, roles.shapes
         where = f"{ctx.reader.location}: field {info.name!r} ({offsets_name!r}, {shapes_name!r})"
         self.offsets = read_whole(ctx.reader, offsets_name).astype(np.int64)
         self.shapes = read_whole(ctx.reader, shapes_name).astype(np.int64)

@@ -216,7 +216,7 @@ class SparseReads:
         # dataset was made) and checked whole before any of it sizes a read: every process
         # then gives the same verdict, and no row reads another's values
         if info.group:  # a CSR group: row i is indptr[i]..indptr[i + 1] (views, no copy)
-            data, indices, indptr = info.array_names()
+            indptr = info.roles.offsets
             whole = read_whole(ctx.reader, indptr, ctx.stats).astype(np.int64)
             rows = sum(info.chunk_sizes)
             if len(whole) != rows + 1:
@@ -227,7 +227,7 @@ class SparseReads:
             check_indptr(whole, info.nnz, where)
             self.starts, self.stops = whole[:-1], whole[1:]
         else:  # chunkio's own: padding may follow a chunk's last row, so starts + counts
-            data, indices, offsets, counts = info.array_names()
+            offsets, counts = info.roles.offsets, info.roles.shapes
             stored = read_whole(ctx.reader, offsets, ctx.stats)
             self.starts = stored.astype(np.int64)[:-1]
             self.stops = checked_ragged(
@@ -241,6 +241,7 @@ class SparseReads:
         # an order chunk is the rows starting in its `order_group` data chunks: the last row
         # runs into the next chunk (the indices array may be chunked apart: in proportion)
         per = info.order_group + 1
+        data, indices = info.roles.values, info.roles.indices
         self.data = _Values(ctx, data, info.nnz, info.data_chunk, info.dtype, per)
         found = ctx.reader.array_info(indices)
         ratio = -(-info.data_chunk * info.order_group // info.indices_chunk) + 1

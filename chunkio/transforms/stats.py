@@ -157,7 +157,7 @@ class Normalize:
         for name in self.stats.fields:
             info = dataset.layout.field(name)
             shape = info.sample_shape
-            if shape is None or info.kind not in ("dense", "window", "column"):
+            if shape is None or not info.kind_def.one_array_batches:
                 raise TransformError(
                     f"{dataset.location}: Normalize cannot apply to field {name!r} in place: "
                     f"it is {info.kind}, of samples of several shapes (a list); normalise the "
@@ -198,7 +198,7 @@ def fit_stats(stats: Stats, dataset: Any) -> Stats:
     used = set(out)
     for name in dataset.fields:
         info = dataset.layout.field(name)
-        if name in out or info.kind not in ("dense", "window") or info.dtype.kind not in "iuf":
+        if name in out or not info.kind_def.plain_arrays or info.dtype.kind not in "iuf":
             continue
         arrays = [str(a) for a in info.array_names()]
         names = [own[a] for a in arrays if a in own]

@@ -72,11 +72,11 @@ def gpu_decode_route(dataset: Any, decode: str, device: Any, ahead: int) -> GpuD
             f"([...]) with a fixed output size on the JPEG field; got {dataset.transform!r}"
         )
     info = dataset.layout.field(transform.field, where=str(dataset.location))
-    if info.kind != "encoded" or info.encoding != "jpeg":
+    if info.encoding != "jpeg":  # only an encoded field has an encoding
         raise ValueError(
             f"{dataset.location}: Workers(decode={decode!r}) decodes JPEG fields; "
             f"field {transform.field!r} is {info.kind}"
-            + (f" ({info.encoding})" if info.kind == "encoded" else "")
+            + (f" ({info.encoding})" if info.encoding is not None else "")
         )
     target = device if device is not None else torch.device("cpu")
     shape = dataset.output_shape(transform.field)

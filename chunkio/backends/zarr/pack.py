@@ -30,12 +30,8 @@ import shutil
 from typing import Any
 
 from ...errors import FormatError
-from ...format.layout import (
-    ATTR_KEY,
-    encoded_array_names,
-    ragged_array_names,
-    sparse_array_names,
-)
+from ...format.kinds import KINDS
+from ...format.layout import ATTR_KEY
 from ...util.fsync import fsync_tree
 from ...util.numeric import ceil_div
 from .chunks import ChunkFiles
@@ -74,23 +70,19 @@ def pack_arrays(group: str) -> list[str]:
 
 
 def _sample_arrays(group: str) -> set[str]:
-    """The arrays holding the samples of the ragged and encoded fields the group's chunkio
-    layout declares (values, bytes)."""
+    """The arrays holding the samples of the ragged, sparse and encoded fields the group's
+    chunkio layout declares (values and a sparse field's columns, bytes)."""
     try:
         with open(os.path.join(group, "zarr.json"), encoding="utf-8") as f:
             attrs = (json.load(f) or {}).get("attributes") or {}
         fields = (attrs.get(ATTR_KEY) or {}).get("fields") or {}
     except (OSError, ValueError, AttributeError):
         return set()
-    names = {"encoded": encoded_array_names, "ragged": ragged_array_names}
-    found = {
-        names[spec["kind"]](name)[0]
-        for name, spec in fields.items()
-        if isinstance(spec, dict) and spec.get("kind") in names
-    }
-    for name, spec in fields.items():  # a sparse field's values and columns
-        if isinstance(spec, dict) and spec.get("kind") == "sparse":
-            found.update(sparse_array_names(name)[:2])
+    found: set[str] = set()
+    for name, spec in fields.items():  # values, bytes; a sparse field's columns beside them
+        kind = KINDS.get(spec.get("kind", "dense")) if isinstance(spec, dict) else None
+        if kind is not None and kind.stored and isinstance(name, str):
+            found.update(kind.stored_roles(name).flat)
     return found
 
 

@@ -13,6 +13,7 @@ import numpy as np
 from ...backends import Compression, Format, open_reader, storage_for
 from ...errors import ConversionError
 from ...format.grid import SampleGrid, values_chunk_span
+from ...format.kinds import kind_of
 from ...format.layout import FieldInfo
 from ...util.numeric import ceil_div
 
@@ -74,16 +75,14 @@ def verified_chunks(data: str, plan: ConversionPlan, listed: set[int]) -> frozen
     try:
         n, spc = plan.num_samples, plan.samples_per_chunk
         for f in plan.fields:
-            if f.kind != "dense":
+            if kind_of(f.kind).flat:
                 continue  # checked chunk by chunk below, through its offsets or spans
             info = reader.array_info(f.name)
             expected = (n, *(f.sample_shape or ()))
             if info.shape != expected or info.dtype != f.dtype or info.chunks[0] != spc:
                 raise ConversionError(f"{data}: array {f.name!r} does not match the plan")
         spans = {
-            f.name: _ragged_span(reader, f, plan)
-            for f in plan.fields
-            if f.kind in ("ragged", "sparse")
+            f.name: _ragged_span(reader, f, plan) for f in plan.fields if f.roles.has("offsets")
         }
         good: set[int] = set()
         for chunk in sorted(c for c in listed if c < plan.grid.num_chunks):
@@ -96,8 +95,7 @@ def verified_chunks(data: str, plan: ConversionPlan, listed: set[int]) -> frozen
 
 def _ragged_span(reader: Any, f: FieldInfo, plan: ConversionPlan) -> Callable[[int], range]:
     """Values chunks of each sample chunk, from the staged offsets (written before any block)."""
-    names = f.array_names()  # ragged: values, offsets, ...; sparse: values, indices, offsets, ...
-    values, offsets_name = names[0], names[2 if f.kind == "sparse" else 1]
+    values, offsets_name = f.roles.values, f.roles.offsets
     info = reader.array_info(offsets_name)
     if info.shape != (plan.num_samples + 1,):
         raise ConversionError(f"{reader.location}: array {offsets_name!r} does not match the plan")
@@ -114,17 +112,17 @@ def _chunk_ok(
     chunk: int,
     span: Callable[[int], range] | None,
 ) -> bool:
-    if f.kind == "encoded":
+    if f.roles.has("spans"):
         return _encoded_ok(reader, f, plan, chunk)
     if span is not None:  # the values (and a sparse field's columns, chunked alike)
-        flat = f.array_names()[: 2 if f.kind == "sparse" else 1]
+        flat = f.roles.flat
         return all(_stored_ok(reader, n, c, plan.format) for n in flat for c in span(chunk))
     return _stored_ok(reader, f.name, chunk, plan.format)
 
 
 def _encoded_ok(reader: Any, f: FieldInfo, plan: ConversionPlan, chunk: int) -> bool:
     """An encoded field's chunk: its spans, and the bytes chunks they point into."""
-    data, spans_name, _ = f.array_names()
+    data, spans_name = f.roles.bytes, f.roles.spans
     if not _stored_ok(reader, spans_name, chunk, plan.format):
         return False
     a, b = plan.grid.bounds(chunk)

@@ -4,7 +4,8 @@
 :mod:`.workers` (the pool and how many workers), :mod:`.blocks` (a source's rows in
 chunk-aligned blocks), :mod:`.writing`, :mod:`.chunking`, where
 the values of ragged (:mod:`.ragged`), sparse (:mod:`.sparse`) and encoded (:mod:`.encoded`)
-fields go, and the arrays created for them (:mod:`.creation`). Modules here may
+fields go, the arrays created for them (:mod:`.creation`) and each field kind's writes
+(:mod:`.kinds`). Modules here may
 import :mod:`chunkio.util`, :mod:`chunkio.errors`, :mod:`chunkio.format`, :mod:`chunkio.backends`,
 :mod:`chunkio.sampling.order`, the vocabulary of :mod:`chunkio.convert` and
 :mod:`chunkio.convert.durability`, never the entry points themselves, the read side's datasets

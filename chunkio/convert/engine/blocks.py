@@ -13,15 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from ...errors import SourceError
 from ...format.layout import FieldInfo
 from ..source import BlockSource
-from .encoded import EncodedPlan
-from .ragged import RaggedPlan
-from .sparse import SparsePlan, SparseRows
-from .writing import Runs, Sync, WriteTarget
+from .kinds import FieldWrites, Write
+from .writing import Sync, WriteTarget
 
 __all__ = ["Block", "BlockJob", "block_syncs", "block_writes"]
 
@@ -49,25 +45,13 @@ class BlockJob:
     source: BlockSource
     fields: tuple[FieldInfo, ...]
     target: WriteTarget
-    #: where the values of each ragged field go (see :mod:`chunkio.convert.engine.ragged`)
-    ragged: tuple[RaggedPlan, ...] = ()
-    #: where the bytes of each encoded field go (see :mod:`chunkio.convert.engine.encoded`)
-    encoded: tuple[EncodedPlan, ...] = ()
-    #: where the values and columns of each sparse field go (:mod:`chunkio.convert.engine.sparse`)
-    sparse: tuple[SparsePlan, ...] = ()
-
-    def sparse_plan(self, name: str) -> SparsePlan:
-        return next(p for p in self.sparse if p.field.name == name)
-
-    def ragged_plan(self, name: str) -> RaggedPlan:
-        return next(p for p in self.ragged if p.field.name == name)
-
-    def encoded_plan(self, name: str) -> EncodedPlan:
-        return next(p for p in self.encoded if p.field.name == name)
+    #: how each field is written, in the order of ``fields`` (:mod:`.kinds`: where its
+    #: values go, planned before any block)
+    kinds: tuple[FieldWrites, ...]
 
     def run(self, block: Block) -> dict[str, Any] | None:
         """Read and check one block; write it too when this worker may write."""
-        data = _read_checked(self.source, self.fields, block)
+        data = _read_checked(self, block)
         if self.target.location is None:
             return data
         self.target.write(block_writes(self, block, data), block_syncs(self, block))
@@ -77,80 +61,37 @@ class BlockJob:
         return result is None
 
 
-def block_writes(
-    job: BlockJob, block: Block, data: Mapping[str, Any]
-) -> list[tuple[str, int, Any]]:
-    """``(array, start, values)`` writes of one checked block; ragged and encoded fields are
-    packed (a sharded field's encoded bytes as :class:`~.writing.Runs`)."""
-    writes: list[tuple[str, int, Any]] = []
-    for f in job.fields:
-        if f.kind == "encoded":
-            coded = job.encoded_plan(f.name)
-            placed, spans = coded.pack(block.first_chunk, block.stop_chunk, data[f.name])
-            if coded.group > 1:  # the block's shards of the bytes, written whole
-                writes.append((coded.names[0], placed[0][0], Runs(tuple(placed))))
-            else:
-                writes.extend((coded.names[0], start, buf) for start, buf in placed)
-            writes.append((coded.names[1], block.start, spans))
-        elif f.kind == "sparse":
-            sparse = job.sparse_plan(f.name)
-            start, values, columns = sparse.pack(block.first_chunk, block.stop_chunk, data[f.name])
-            writes += [(sparse.names[0], start, values), (sparse.names[1], start, columns)]
-        elif f.kind == "ragged":
-            plan = job.ragged_plan(f.name)
-            start, flat = plan.pack(block.first_chunk, block.stop_chunk, data[f.name])
-            writes.append((plan.names[0], start, flat))
-        else:
-            writes.append((f.name, block.start, data[f.name]))
+def block_writes(job: BlockJob, block: Block, data: Mapping[str, Any]) -> list[Write]:
+    """``(array, start, values)`` writes of one checked block, field by field."""
+    chunks = (block.first_chunk, block.stop_chunk)
+    writes: list[Write] = []
+    for kind in job.kinds:
+        writes += kind.writes(block.start, chunks, data[kind.field.name])
     return writes
 
 
 def block_syncs(job: BlockJob, block: Block) -> list[Sync]:
-    """``(arrays, first chunk, stop chunk)`` that a written block must make durable."""
-    dense = tuple(f.name for f in job.fields if f.kind == "dense")
-    spans = tuple(p.names[1] for p in job.encoded)
-    syncs = [((*dense, *spans), block.first_chunk, block.stop_chunk)]
-    for plan in job.ragged:
-        a, b = plan.values_chunks(block.first_chunk, block.stop_chunk)
-        syncs.append(((plan.names[0],), a, b))
-    for sparse in job.sparse:
-        a, b = sparse.values_chunks(block.first_chunk, block.stop_chunk)
-        syncs.append((sparse.names[:2], a, b))
-    for encoded in job.encoded:  # the regions' chunks that were written (the others are not)
-        a, b = encoded.bytes_chunks(block.first_chunk, block.stop_chunk)
-        syncs.append(((encoded.names[0],), a, b))
+    """``(arrays, first chunk, stop chunk)`` that a written block must make durable: the
+    arrays chunked with the samples at once, then each field's others."""
+    chunks = (block.first_chunk, block.stop_chunk)
+    aligned = tuple(name for kind in job.kinds for name in kind.aligned())
+    syncs: list[Sync] = [(aligned, *chunks)]
+    for kind in job.kinds:
+        syncs += kind.syncs(chunks)
     return syncs
 
 
-def _read_checked(
-    source: BlockSource, fields: tuple[FieldInfo, ...], block: Block
-) -> dict[str, Any]:
-    data = source.read_block(block.start, block.stop)
+def _read_checked(job: BlockJob, block: Block) -> dict[str, Any]:
+    data = job.source.read_block(block.start, block.stop)
     if not isinstance(data, Mapping):
         raise SourceError(f"read_block must return a dict of arrays; got {type(data).__name__}")
-    unexpected = sorted(set(data) - {f.name for f in fields})
+    unexpected = sorted(set(data) - {f.name for f in job.fields})
     if unexpected:
         raise SourceError(f"read_block returned undeclared field(s) {unexpected}")
     out: dict[str, Any] = {}
-    for f in fields:
-        if f.name not in data:
-            raise SourceError(f"read_block returned no array for field {f.name!r}")
-        if f.kind == "sparse":  # CSR rows; checked when packed
-            out[f.name] = SparseRows.of(data[f.name])
-            continue
-        if f.kind != "dense":  # a list of arrays or bytes; checked sample by sample when packed
-            out[f.name] = list(data[f.name])
-            continue
-        arr = np.asarray(data[f.name])
-        expected = (block.stop - block.start, *(f.sample_shape or ()))
-        if arr.shape != expected:
-            raise SourceError(f"field {f.name!r}: expected shape {expected}; got {arr.shape}")
-        if arr.dtype != f.dtype:
-            if not np.can_cast(arr.dtype, f.dtype, "safe"):
-                raise SourceError(
-                    f"field {f.name!r}: expected dtype {f.dtype}; got {arr.dtype}, "
-                    "which does not cast to it without loss"
-                )
-            arr = arr.astype(f.dtype)
-        out[f.name] = arr
+    for kind in job.kinds:
+        name = kind.field.name
+        if name not in data:
+            raise SourceError(f"read_block returned no array for field {name!r}")
+        out[name] = kind.checked(data[name], block.stop - block.start)
     return out

@@ -114,8 +114,8 @@ class PackedPlan:
     def names(self) -> tuple[str, str, str]:
         """The field's arrays: the flat one (ragged: values, encoded: bytes), where each sample
         lies in it (offsets, spans), and the shapes."""
-        flat, where, shapes = self.field.array_names()
-        return flat, where, shapes
+        roles = self.field.roles
+        return roles.data, roles.locator, roles.shapes
 
     @property
     def shard_chunks(self) -> int | None:

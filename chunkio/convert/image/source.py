@@ -12,6 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ...errors import SourceError
+from ...format.kinds import kind_of
 from ...format.layout import FieldInfo
 from ...images.pillow import DecodePolicy, load_image
 from .check import Checked
@@ -99,7 +100,7 @@ class ImageSource:
     @property
     def ragged(self) -> bool:
         """Whether ``image`` is a list per block (ragged, or encoded bytes)."""
-        return self.fields[0].kind != "dense"
+        return kind_of(self.fields[0].kind).flat
 
     def ragged_shapes(self, name: str) -> npt.NDArray[np.int64]:
         """Per-sample (decoded) shapes of the ragged or encoded field ``image``."""

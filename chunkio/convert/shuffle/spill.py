@@ -18,6 +18,7 @@ blocks in memory whatever the source's size:
    A sparse field (CSR rows, :mod:`chunkio.convert.engine.sparse`) takes, in its place:
    ``int64 x (buckets + 1)`` where each bucket's values start, ``int64 x (b - a)`` values
    per row, then the rows' values and their columns, each flat, sorted by destination row.
+   Each kind's part is written and read back by its class in :mod:`.spill_kinds`.
 
    A destination bucket is :attr:`SpillPlan.bucket` consecutive rows: one block of pass 2.
    The file is written beside itself and renamed into place once synced, so a spill file that
@@ -61,13 +62,12 @@ import numpy as np
 
 from ...format.layout import FieldInfo
 from ...util.fsync import fsync_path
-from ...util.numeric import IntArray
 from ..durability.staging import Destination, StagedDestination
 from ..engine.blocks import Block
 from ..engine.core import drive
-from ..engine.sparse import SparseRows, index_dtype
 from ..options import ConversionOptions, Progress
 from .order import SOURCE_INDEX, ShuffledSource, StoredOrder
+from .spill_kinds import spill_kind
 
 __all__ = [
     "ExternalShuffle",
@@ -143,15 +143,6 @@ def _spill_size(plan: SpillPlan, index: int) -> int:
     return size
 
 
-def _row_bytes(f: FieldInfo) -> int:
-    """Bytes per row a field takes in a spill file (a sparse one: its count of values)."""
-    return 8 if f.kind == "sparse" else f.sample_nbytes
-
-
-def _index(f: FieldInfo) -> np.dtype[Any]:
-    return index_dtype(int((f.sample_shape or (0,))[0]))
-
-
 class SpillJob:
     """Pass 1: a worker reads a source block in order and spills it sorted by destination."""
 
@@ -169,13 +160,8 @@ class SpillJob:
         tmp = f"{final}.{os.getpid()}.tmp"
         with open(tmp, "wb") as fh:
             fh.write(offsets.tobytes())
-            for f in self.fields:
-                if f.kind == "sparse":
-                    _write_sparse(fh, SparseRows.of(data.pop(f.name)).take(order), offsets, f)
-                    continue
-                rows = np.take(np.asarray(data.pop(f.name), dtype=f.dtype), order, axis=0)
-                fh.write(rows.data)  # C-contiguous: written as it is, no copy
-                del rows
+            for f in self.fields:  # one field at a time: its sorted copy, then the next's
+                spill_kind(f).write(fh, f, data.pop(f.name), order, offsets)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, final)
@@ -183,14 +169,6 @@ class SpillJob:
 
     def written(self, result: Any) -> bool:
         return True  # the worker wrote its spill file itself
-
-
-def _write_sparse(fh: Any, rows: SparseRows, offsets: IntArray, f: FieldInfo) -> None:
-    """A sparse field's part of a spill file: rows already sorted by destination."""
-    fh.write(rows.indptr[offsets].astype(np.int64).tobytes())  # each bucket's first value
-    fh.write(rows.counts.astype(np.int64).tobytes())
-    fh.write(np.ascontiguousarray(rows.data, dtype=f.dtype).data)
-    fh.write(np.ascontiguousarray(rows.indices, dtype=_index(f)).data)
 
 
 class _SpillSink:
@@ -217,14 +195,7 @@ class SpilledSource:
         return self._fingerprint
 
     def read_block(self, start: int, stop: int) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            f.name: np.empty((stop - start, *(f.sample_shape or ())), f.dtype)
-            for f in self.stored
-            if f.kind != "sparse"
-        }
-        sparse: dict[str, list[tuple[IntArray, SparseRows]]] = {
-            f.name: [] for f in self.stored if f.kind == "sparse"
-        }
+        gathers = {f.name: spill_kind(f).gather(f, stop - start) for f in self.stored}
         bucket = self.plan.bucket
         sources = []  # the source samples of each bucket's rows, in stored order
         for b in range(start // bucket, (stop - 1) // bucket + 1):
@@ -237,16 +208,8 @@ class SpilledSource:
                 rows = lo + order[cuts[k] : cuts[k + 1]]
                 keep = (rows >= start) & (rows < stop)
                 for name, piece in self._piece(k, b).items():
-                    if isinstance(piece, SparseRows):
-                        sparse[name].append((rows[keep] - start, piece.take(np.flatnonzero(keep))))
-                    else:
-                        out[name][rows[keep] - start] = piece[keep]
-        for f in self.stored:
-            if f.kind == "sparse":
-                placed = sparse[f.name]
-                at = np.concatenate([p for p, _ in placed]) if placed else np.zeros(0, np.int64)
-                whole = SparseRows.concat([r for _, r in placed], f.dtype, _index(f))
-                out[f.name] = whole.take(np.argsort(at, kind="stable"))
+                    gathers[name].put(rows[keep] - start, keep, piece)
+        out = {name: gather.result() for name, gather in gathers.items()}
         first = start // bucket * bucket
         out[SOURCE_INDEX] = np.concatenate(sources)[start - first : stop - first]
         return out
@@ -260,51 +223,19 @@ class SpilledSource:
             lo, hi = np.frombuffer(os.pread(fd, 16, 8 * bucket), dtype=np.int64).tolist()
             base = 8 * (plan.buckets + 1)
             out: dict[str, Any] = {}
-            sparse = 0
+            with_values = 0  # the fields whose values are counted (plan.values)
             for f, size in zip(self.stored, plan.row_bytes, strict=True):
-                if f.kind == "sparse":
-                    nnz = plan.values[sparse][index]
-                    out[f.name] = self._sparse_piece(fd, f, base, (count, nnz), (lo, hi, bucket))
-                    base += 8 * (plan.buckets + 1) + count * 8 + nnz * plan.value_bytes[sparse]
-                    sparse += 1
-                    continue
-                raw = _pread_all(fd, (hi - lo) * size, base + lo * size)
-                shape = (hi - lo, *(f.sample_shape or ()))
-                out[f.name] = np.frombuffer(raw, dtype=f.dtype).reshape(shape)
-                base += count * size
+                kind = spill_kind(f)
+                nnz = vbytes = 0
+                if kind.has_values:
+                    nnz, vbytes = plan.values[with_values][index], plan.value_bytes[with_values]
+                    with_values += 1
+                sizes = (count, nnz, plan.buckets, size)
+                out[f.name] = kind.piece(fd, f, base, sizes, (lo, hi, bucket))
+                base += kind.part_bytes(count, nnz, vbytes, plan.buckets, size)
             return out
         finally:
             os.close(fd)
-
-    def _sparse_piece(
-        self, fd: int, f: FieldInfo, base: int, sizes: tuple[int, int], where: tuple[int, ...]
-    ) -> SparseRows:
-        """Rows ``lo..hi`` (bucket ``bucket``) of the sparse field whose part of the file
-        starts at ``base`` (``sizes``: the file's rows and values)."""
-        (count, nnz), (lo, hi, bucket) = sizes, where
-        first = base + 8 * (self.plan.buckets + 1)
-        raw = _pread_all(fd, 16, base + 8 * bucket)
-        vlo, vhi = np.frombuffer(raw, dtype=np.int64).tolist()
-        counts = np.frombuffer(_pread_all(fd, (hi - lo) * 8, first + 8 * lo), dtype=np.int64)
-        itemsize, index = f.dtype.itemsize, _index(f)
-        at = first + 8 * count
-        data = np.frombuffer(_pread_all(fd, (vhi - vlo) * itemsize, at + vlo * itemsize), f.dtype)
-        at += nnz * itemsize
-        size = index.itemsize
-        columns = np.frombuffer(_pread_all(fd, (vhi - vlo) * size, at + vlo * size), index)
-        indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        return SparseRows(indptr, columns, data)
-
-
-def _pread_all(fd: int, size: int, offset: int) -> bytes:
-    parts = []
-    while size > 0:
-        part = os.pread(fd, size, offset)
-        if not part:
-            raise OSError(f"spill file ended early at byte {offset}")
-        parts.append(part)
-        size, offset = size - len(part), offset + len(part)
-    return b"".join(parts) if len(parts) != 1 else parts[0]
 
 
 class ExternalShuffle(ShuffledSource):
@@ -328,15 +259,14 @@ class ExternalShuffle(ShuffledSource):
     def spill_plan(self) -> SpillPlan:
         n = self.num_samples
         bounds = (*range(0, n, self.read_samples), n) if n else (0, 0)
-        row_bytes = tuple(_row_bytes(f) for f in self.source.fields)
+        row_bytes = tuple(spill_kind(f).row_bytes(f) for f in self.source.fields)
         values, value_bytes = [], []
         for f in self.source.fields:
-            if f.kind == "sparse":  # its values in each source block, from its rows' counts
-                shapes = self.source.ragged_shapes(f.name)  # type: ignore[attr-defined]
-                counts = np.asarray(shapes, np.int64).reshape(-1)
-                ends = np.concatenate([[0], np.cumsum(counts)])[np.asarray(bounds)]
-                values.append(tuple(int(v) for v in np.diff(ends)))
-                value_bytes.append(f.dtype.itemsize + _index(f).itemsize)
+            kind = spill_kind(f)
+            if kind.has_values:  # its values in each source block, from its rows' counts
+                counts, nbytes = kind.values(f, self.source, bounds)
+                values.append(counts)
+                value_bytes.append(nbytes)
         return SpillPlan(
             n,
             self.spill_seed,
