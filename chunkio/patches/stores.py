@@ -202,9 +202,7 @@ def with_label_index(store: PatchStore) -> PatchStore:
             index = read_label_index(reader, store.layout.extra[VOLUMES_KEY].get("label_index"))
         else:
             label = store.layout.field("label")
-            index = index_labels_by_slabs(
-                reader, store.volumes, label.roles.values, label.dtype
-            )
+            index = index_labels_by_slabs(reader, store.volumes, label.roles.values, label.dtype)
     finally:
         reader.close()
     return dataclasses.replace(store, label_index=index)
