@@ -447,7 +447,7 @@ def _preimport(kinds: list[str]) -> None:
     # otherwise import the readers (and the makers the writers) afresh, ~0.3 CPU-s apiece
     import chunkio
     import chunkio.backends.hdf5.backend
-    import chunkio.backends.zarr.backend  # noqa: F401
+    import chunkio.backends.zarr.backend
     from chunkio.images import jpeg, yuv  # noqa: F401
     from chunkio.transforms import Compose, RandomResizedCrop  # noqa: F401
 
