@@ -237,8 +237,18 @@ def run_and_kill(tmp_path: Path, src: Path, dst: Path, slow_pass: str) -> None:
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("slow_pass", ["spill", "gather"])
-@pytest.mark.parametrize("fmt", ["zarr", "hdf5"])
+@pytest.mark.parametrize(
+    ("fmt", "slow_pass"),
+    # each pass killed and each format resumed by default (a killed converter process costs
+    # seconds); the other two pairs under slow
+    [
+        pytest.param("zarr", "spill", marks=pytest.mark.slow),
+        ("zarr", "gather"),
+        ("hdf5", "spill"),
+        pytest.param("hdf5", "gather", marks=pytest.mark.slow),
+    ],
+    ids=["zarr-spill", "zarr-gather", "hdf5-spill", "hdf5-gather"],
+)
 def test_killed_then_rerun_equals_uninterrupted(
     fmt: str, slow_pass: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -174,12 +174,15 @@ class DatasetMachine(RuleBasedStateMachine):
         assert staging_allowed or not leftovers, f"staging or lock files left behind: {leftovers}"
 
 
+#: the default suite's runs: each example converts and appends several times, so a few; the
+#: ``slow`` classes below run many more of the same machines (``make soak``)
 SETTINGS = settings(
-    max_examples=12,
+    max_examples=6,
     stateful_step_count=8,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+LONG = settings(SETTINGS, max_examples=40)
 
 
 class ZarrMachine(DatasetMachine):
@@ -194,6 +197,16 @@ TestZarrStateMachine = ZarrMachine.TestCase
 TestZarrStateMachine.settings = SETTINGS
 TestHDF5StateMachine = HDF5Machine.TestCase
 TestHDF5StateMachine.settings = SETTINGS
+
+
+@pytest.mark.slow
+class TestZarrStateMachineLong(ZarrMachine.TestCase):
+    settings = LONG
+
+
+@pytest.mark.slow
+class TestHDF5StateMachineLong(HDF5Machine.TestCase):
+    settings = LONG
 
 
 # -- append_arrays: atomicity and input checks -------------------------------------------------

@@ -234,8 +234,13 @@ def run_and_kill(script: str, args: list[str], dst: Path, tmp_path: Path, lines:
     return killed_converter.manifest_lines(dst)
 
 
+#: a killed shuffled conversion (a converter process started and killed: seconds each) resumes
+#: in each format by default once: arrays into Zarr, images into HDF5; the other two under slow
+SLOW_FORMAT = pytest.mark.slow
+
+
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("fmt", ["zarr", "hdf5"])
+@pytest.mark.parametrize("fmt", ["zarr", pytest.param("hdf5", marks=SLOW_FORMAT)])
 def test_sigkill_then_resume_of_a_shuffled_write(fmt: str, tmp_path: Path) -> None:
     dst = tmp_path / f"k{SUFFIX[fmt]}"
     done = run_and_kill(ARRAYS_SCRIPT, [str(dst), "0.05", "5"], dst, tmp_path, lines=5)
@@ -324,7 +329,7 @@ def class_sorted_folder(root: Path, classes: int, per_class: int, hw: tuple[int,
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("fmt", ["zarr", "hdf5"])
+@pytest.mark.parametrize("fmt", [pytest.param("zarr", marks=SLOW_FORMAT), "hdf5"])
 def test_sigkill_then_resume_of_a_shuffled_image_conversion(
     fmt: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

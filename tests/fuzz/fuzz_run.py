@@ -443,6 +443,18 @@ def _preimport(kinds: list[str]) -> None:
     if "cf" in kinds:
         import xarray  # noqa: F401
 
+    # chunkio's own modules load on first use: each of a run's ~70 forked children would
+    # otherwise import the readers (and the makers the writers) afresh, ~0.3 CPU-s apiece
+    import chunkio
+    import chunkio.backends.hdf5.backend
+    import chunkio.backends.zarr.backend
+    from chunkio.images import jpeg, yuv  # noqa: F401
+    from chunkio.transforms import Compose, RandomResizedCrop  # noqa: F401
+
+    for name in ("ChunkDataset", "collate", "make_loader", "Workers", "write_arrays",
+                 "convert_images", "ImageOptions", "Output", "Execution"):  # fmt: skip
+        getattr(chunkio, name)
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -44,14 +44,7 @@ def settings_(draw: st.DrawFn) -> tuple[Any, ...]:
     return sizes, spec, seed, epoch, draw(st.integers(0, world - 1)), world
 
 
-@settings(max_examples=300, deadline=None)
-@given(
-    setting=settings_(),
-    start_share=st.floats(0, 1),
-    round_samples=st.sampled_from([1, 7, 64, epoch_order.ROUND_SAMPLES]),
-    min_block=st.sampled_from([1, 3, epoch_order.MIN_BLOCK]),
-)
-def test_lazy_batches_equal_the_whole_epoch_sort(
+def _lazy_equals_eager(
     setting: tuple[Any, ...], start_share: float, round_samples: int, min_block: int
 ) -> None:
     sizes, spec, seed, epoch, rank, world = setting
@@ -67,6 +60,32 @@ def test_lazy_batches_equal_the_whole_epoch_sort(
     assert len(order) == len(want)
     assert _lists(got) == _lists(want[start:])
     assert all(b.dtype == np.int64 for b in got)
+
+
+LAZY = {
+    "setting": settings_(),
+    "start_share": st.floats(0, 1),
+    "round_samples": st.sampled_from([1, 7, 64, epoch_order.ROUND_SAMPLES]),
+    "min_block": st.sampled_from([1, 3, epoch_order.MIN_BLOCK]),
+}
+
+
+@settings(max_examples=100, deadline=None)
+@given(**LAZY)
+def test_lazy_batches_equal_the_whole_epoch_sort(
+    setting: tuple[Any, ...], start_share: float, round_samples: int, min_block: int
+) -> None:
+    _lazy_equals_eager(setting, start_share, round_samples, min_block)
+
+
+@pytest.mark.slow
+@settings(max_examples=1000, deadline=None)
+@given(**LAZY)
+def test_lazy_batches_equal_the_whole_epoch_sort_many_examples(
+    setting: tuple[Any, ...], start_share: float, round_samples: int, min_block: int
+) -> None:
+    """The same property over ten times the examples (``make soak``)."""
+    _lazy_equals_eager(setting, start_share, round_samples, min_block)
 
 
 @pytest.mark.parametrize("pool", [0, 1024, 60_000])

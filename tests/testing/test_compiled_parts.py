@@ -190,7 +190,8 @@ def test_a_run_ends_saying_which_compiled_parts_are_missing(
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "chunkio.testing.skips", "-p", "no:cacheprovider"],
         cwd=tmp_path,
-        env=_env(),
+        # only the plugin under test: the installed ones (hypothesis, zarr's) cost seconds
+        env=_env(PYTEST_DISABLE_PLUGIN_AUTOLOAD="1"),
         capture_output=True,
         text=True,
         timeout=120,
