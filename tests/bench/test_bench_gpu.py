@@ -3,13 +3,34 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
+import pytest
+
+from benchmarks import bench_gpu
 from benchmarks.bench_gpu import _overlap, format_table, run
 
+BATCH = 8
 
-def test_dry_run_measures_every_row(tmp_path: Path) -> None:
-    results = run(dry_run=True, root=tmp_path)
+
+class _OneCore:
+    """``os`` as the benchmark sees it, on a machine of one core (its loaders' workers, torch's
+    and chunkio's own, still see the real machine)."""
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(os, name)
+
+    @staticmethod
+    def sched_getaffinity(pid: int) -> set[int]:
+        return {0}
+
+
+def test_dry_run_measures_every_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # one core: the JPEGs are made and converted in this process, not on process pools (a
+    # spawned pool imports afresh); 48 images in batches of 8, one epoch for every row's steps
+    monkeypatch.setattr(bench_gpu, "os", _OneCore())
+    results = run(dry_run=True, root=tmp_path, images=48, batch_size=BATCH)
     rows = {r["name"][0]: r for r in results["rows"]}
     assert sorted(rows) == list("abcdef")
     assert not [r for r in rows.values() if "error" in r]
@@ -20,7 +41,7 @@ def test_dry_run_measures_every_row(tmp_path: Path) -> None:
     for r in rows.values():
         assert r["steps"] == 3
         assert 0.0 <= r["data_wait"] <= 1.0
-        per_step = 16 / (r["mean_step_ms"] / 1000)  # batch 16 in the dry run
+        per_step = BATCH / (r["mean_step_ms"] / 1000)
         assert abs(r["images_per_s"] - per_step) / per_step < 0.01
     table = format_table(results)
     for r in results["rows"]:

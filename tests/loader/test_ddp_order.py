@@ -62,9 +62,17 @@ def _same_up_to_padding(got: list[list[int]], ref: list[list[int]]) -> None:
 
 
 @pytest.mark.timeout(400)
-# one rank with workers, ranks without, an odd world with a worker each; world size 4 runs in
-# the resume test below, and every world size 1-4 against the sampler in tests/sampling
-@pytest.mark.parametrize(("world", "workers"), [(1, 2), (2, 0), (3, 1)])
+# an odd world with a worker each in the default suite (each rank imports torch); world 2 with
+# a worker and world 4 without run in the resume test below, and every world size 1-4 against
+# the sampler in tests/sampling; one rank with workers and ranks without under ``-m slow``
+@pytest.mark.parametrize(
+    ("world", "workers"),
+    [
+        pytest.param(1, 2, marks=pytest.mark.slow),
+        pytest.param(2, 0, marks=pytest.mark.slow),
+        (3, 1),
+    ],
+)
 def test_ranks_read_the_single_process_sequence(
     dataset: str, tmp_path: Path, world: int, workers: int
 ) -> None:
@@ -88,7 +96,9 @@ def test_resume_onto_another_world_size_and_worker_count(dataset: str, tmp_path:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("store", ["h5py", "zarr v3 sharded"])
+# h5py in the default suite; a zarr store read in place by ring workers is covered without DDP
+# by tests/transport/test_foreign_ring.py, and here under ``-m slow``
+@pytest.mark.parametrize("store", ["h5py", pytest.param("zarr v3 sharded", marks=pytest.mark.slow)])
 def test_ranks_share_a_users_own_store_disjointly_each_epoch(tmp_path: Path, store: str) -> None:
     """2 ranks (a ring worker each) over a user's h5py file or zarr store read in place: per
     epoch every sample once across ranks, and the steps are the single-process sequence of

@@ -4,6 +4,7 @@ chunk about once while batches stay mixed in time."""
 
 from __future__ import annotations
 
+import pickle
 import warnings
 from multiprocessing.shared_memory import SharedMemory
 from pathlib import Path
@@ -169,7 +170,7 @@ def test_global_batches_do_not_depend_on_the_world_size(store: Path) -> None:
 def test_an_epoch_decodes_each_chunk_about_once_and_mixes_time(
     tmp_path: Path, rows_per_chunk: int
 ) -> None:
-    steps = 1460  # a year of 6-hourly steps: 5.7x the pool below
+    steps = 730  # half a year of 6-hourly steps: 5.7x the pool below
     rng = np.random.default_rng(0)
     data = {v: rng.standard_normal((steps, 2, 2)).astype(np.float32) for v in VARS}
     data["time"] = np.arange(steps)
@@ -182,10 +183,10 @@ def test_an_epoch_decodes_each_chunk_about_once_and_mixes_time(
         )
     ds = ChunkDataset(path, fields=FIELDS, preload_bytes=0)
     sample = sum(ds.layout.field(f).sample_nbytes for f in ds.fields)
-    # a pool of 256 samples: well below the dataset, and nothing held across epochs, as with
+    # a pool of 128 samples: well below the dataset, and nothing held across epochs, as with
     # real ERA5 fields
     loader = chunkio.make_loader(ds, 32, num_workers=0, seed=0,
-                                 ordering=chunkio.Ordering(pool_bytes=256 * sample),
+                                 ordering=chunkio.Ordering(pool_bytes=128 * sample),
                                  workers=chunkio.Workers(hold_bytes=0))  # fmt: skip
     spreads = [float(np.std(np.asarray(t, dtype=float))) for _, _, t in loader]
     stats = loader.dataset.read_stats()
@@ -211,7 +212,9 @@ def test_make_loader_takes_fields_with_steps_with_a_path(store: Path) -> None:
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("context", ["fork", "spawn"])
+# spawn (the dataset and its Normalize pickled to the workers) under ``-m slow``; the default
+# suite pickles them itself (test_a_normalized_dataset_pickles_with_its_stats)
+@pytest.mark.parametrize("context", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
 def test_normalize_runs_in_the_ring_workers(store: Path, context: str) -> None:
     """``transform=Normalize(stats)``: batches stay on the ring, and the ring workers write
     ``(x - mean) / std`` per channel into them (the main process reads nothing on the ring)."""
@@ -237,6 +240,23 @@ def test_normalize_runs_in_the_ring_workers(store: Path, context: str) -> None:
     finally:
         loader.close()
     assert sorted(seen) == ds.anchors.tolist()
+
+
+def test_a_normalized_dataset_pickles_with_its_stats(store: Path) -> None:
+    """What a spawned or forkserver ring worker gets: the dataset pickled with its
+    ``Normalize``, giving the same normalised samples as the original."""
+    stats = chunkio.compute_stats(_dataset(store))
+    ds = _dataset(store, transform=chunkio.Normalize(stats))
+    copy = pickle.loads(pickle.dumps(ds))
+    rows = [0, 5, len(ds) - 1]
+    got, want = copy.__getitems__(rows), ds.__getitems__(rows)
+    assert len(got) == len(want) == len(rows)
+    for a, b in zip(got, want, strict=True):
+        for x, y in zip(a, b, strict=True):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    x = np.asarray(got[0][0])
+    raw = np.asarray(_dataset(store).__getitems__(rows)[0][0])
+    assert not np.array_equal(x, raw)  # normalised, not the raw sample
 
 
 def test_normalize_as_the_transform_of_a_path(store: Path) -> None:

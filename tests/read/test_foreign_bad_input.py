@@ -172,8 +172,10 @@ def test_a_virtual_dataset_over_its_own_file_reads_under_workers(
     np.testing.assert_array_equal(
         ds.read_batch([0, 149, 150, 299])["image"], images[[0, 149, 150, 299]]
     )
+    # one spawned worker (each imports torch afresh), two forked ones
+    workers = 2 if context == "fork" else 1
     loader = torch.utils.data.DataLoader(
-        ds, batch_size=64, num_workers=2, multiprocessing_context=context
+        ds, batch_size=64, num_workers=workers, multiprocessing_context=context
     )
     for _ in range(2):  # workers start and exit each epoch (a spawned one crashed on exit)
         got = [(np.asarray(x), np.asarray(y)) for x, y in loader]

@@ -73,7 +73,8 @@ def test_read_only_volumes_give_patches_to_workers(share: Path) -> None:
     before = snapshot(share)
     images, _ = volume_data()
     ds = PatchDataset(path, (4, 4, 4), fields=["vol/image"], sampler=RandomPatchSampler(12))
-    loader = DataLoader(ds, sampler=ds.sampler, batch_size=4, num_workers=2, collate_fn=collate,
+    # one spawned worker: it imports torch afresh and reopens the read-only file itself
+    loader = DataLoader(ds, sampler=ds.sampler, batch_size=4, num_workers=1, collate_fn=collate,
                         multiprocessing_context="spawn", timeout=120)  # fmt: skip
     for batch in loader:
         for patch, v, o in zip(batch["image"], batch["volume"], batch["origin"], strict=True):
