@@ -14,9 +14,10 @@ import pytest
 
 from chunkio.backends import Reader, open_reader
 from chunkio.backends._memory import delete_memory_store
+from chunkio.backends.codec_table import CODECS
 from chunkio.backends.hdf5.backend import HDF5Reader
 from chunkio.backends.zarr.backend import ZarrReader
-from chunkio.testing.contract import BackendContract
+from chunkio.testing.contract import DTYPES, BackendContract
 from chunkio.testing.servers import S3Server, s3_server_fixture  # noqa: F401 (pytest fixture)
 
 _ids = itertools.count()
@@ -34,7 +35,28 @@ class TestZarrShardedBackend(TestZarrBackend):
     shard_chunks = 2
 
 
-class TestZarrRemote(TestZarrBackend):
+def _slow_but(kept: Any, values: Any) -> list[Any]:
+    return [v if v in kept else pytest.param(*v, marks=pytest.mark.slow) for v in values]
+
+
+class RemoteVariants(BackendContract):
+    """The contract over S3: the bytes come by range requests and are decoded by the code the
+    local classes test with every dtype and codec. The default run reads one dtype and two
+    codecs (one compressed, with and without checksums) remotely; ``-m slow`` reads them all."""
+
+    @pytest.mark.parametrize(("dtype",), _slow_but({("uint16",)}, [(d,) for d in DTYPES]))
+    def test_round_trip_of_chunk_ranges(self, location: Any, dtype: str) -> None:
+        super().test_round_trip_of_chunk_ranges(location, dtype)
+
+    @pytest.mark.parametrize(
+        ("codec", "checksum"),
+        _slow_but({("none", True), ("zstd", False)}, itertools.product(CODECS, [True, False])),
+    )
+    def test_every_codec_round_trips(self, location: Any, codec: str, checksum: bool) -> None:
+        super().test_every_codec_round_trips(location, codec, checksum)
+
+
+class TestZarrRemote(RemoteVariants, TestZarrBackend):
     """The engine reading what the writer made locally, uploaded to S3 (each open a new copy)."""
 
     @pytest.fixture(autouse=True)
@@ -76,7 +98,7 @@ class TestHDF5ThroughH5py(TestHDF5Backend):
         return HDF5Reader(location, raw_chunks=False)
 
 
-class TestHDF5Remote(TestHDF5Backend):
+class TestHDF5Remote(RemoteVariants, TestHDF5Backend):
     """An HDF5 file on S3: h5py reads its metadata through a block-cached file object, chunks
     come as byte ranges decoded by the raw chunk path (each open a new copy)."""
 

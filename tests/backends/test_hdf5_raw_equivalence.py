@@ -3,7 +3,8 @@
 Random arrays written by h5py itself: dtypes, 1-3 axes, chunks of whole samples (what raw reads
 serve) or contiguous storage, edge chunks, every filter chunkio decodes, with and without the
 byte shuffle filter and fletcher32. Each is read
-through the raw path and through ``HDF5Reader(..., raw_chunks=False)`` (h5py).
+through the raw path and through ``HDF5Reader(..., raw_chunks=False)`` (h5py). The default
+run draws 12 layouts plus one per filter; ``-m slow`` draws 200.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import h5py
 import hdf5plugin
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from chunkio.backends.hdf5.backend import HDF5Reader
@@ -50,9 +51,36 @@ def layouts(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
-@settings(max_examples=50, deadline=None)
+def _every_filter_once() -> list[dict[str, Any]]:
+    """A chunked layout per filter, so that the default run's few random layouts cannot miss one."""
+    base = {"shape": (7, 5), "rows": 3, "contiguous": False, "dtype": "int16", "seed": 1}
+    return [
+        {**base, "filter": name, "shuffle": i % 2 == 0, "fletcher32": i % 2 == 1}
+        for i, name in enumerate(["none", "gzip", "lz4", "zstd", "blosc"])
+    ]
+
+
+def _with_examples(test: Any) -> Any:
+    for spec in _every_filter_once():
+        test = example(spec=spec)(test)
+    return test
+
+
+@_with_examples
+@settings(max_examples=12, deadline=None)
 @given(spec=layouts())
 def test_raw_chunk_reads_equal_h5py(spec: dict[str, Any]) -> None:
+    _assert_raw_reads_equal_h5py(spec)
+
+
+@pytest.mark.slow
+@settings(max_examples=200, deadline=None)
+@given(spec=layouts())
+def test_raw_chunk_reads_equal_h5py_on_many_layouts(spec: dict[str, Any]) -> None:
+    _assert_raw_reads_equal_h5py(spec)
+
+
+def _assert_raw_reads_equal_h5py(spec: dict[str, Any]) -> None:
     rng = np.random.default_rng(spec["seed"])
     data = (rng.random(spec["shape"]) * 100).astype(spec["dtype"])
     with tempfile.TemporaryDirectory() as tmp:

@@ -3,7 +3,8 @@
 Random arrays written by zarr-python itself: dtypes, 1-3 axes, chunkings that split samples,
 edge chunks, shards (also split along several axes), every compressor the engine decodes, with
 and without crc32c. Each is read through chunkio's engine and through ``ZarrReader(...,
-use_engine=False)`` (zarr-python), by random boxes and by random row ranges.
+use_engine=False)`` (zarr-python), by random boxes and by random row ranges. The default run
+draws 15 layouts of each kind plus one per compressor; ``-m slow`` draws 200.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numcodecs
 import numpy as np
 import pytest
 import zarr
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from zarr.codecs import BloscCodec, Crc32cCodec, GzipCodec, ZstdCodec
 
@@ -81,9 +82,31 @@ def _boxes(rng: np.random.Generator, shape: tuple[int, ...], n: int) -> list[tup
     return out
 
 
-@settings(max_examples=60, deadline=None)
+def _every_codec_once(test: Any) -> Any:
+    """A layout per compressor (sharded and with crc32c every other time), so that the default
+    run's few random layouts cannot miss one."""
+    base = {"shape": (7, 5), "chunks": (3, 2), "dtype": "int16", "seed": 1}
+    for i, codec in enumerate(sorted(COMPRESSORS)):
+        shards = (6, 4) if i % 2 == 0 else None
+        test = example(spec={**base, "codec": codec, "shards": shards, "crc": i % 2 == 1})(test)
+    return test
+
+
+@_every_codec_once
+@settings(max_examples=15, deadline=None)
 @given(spec=layouts())
 def test_engine_reads_what_zarr_python_reads(spec: dict[str, Any]) -> None:
+    _assert_engine_reads_what_zarr_python_reads(spec)
+
+
+@pytest.mark.slow
+@settings(max_examples=200, deadline=None)
+@given(spec=layouts())
+def test_engine_reads_what_zarr_python_reads_on_many_layouts(spec: dict[str, Any]) -> None:
+    _assert_engine_reads_what_zarr_python_reads(spec)
+
+
+def _assert_engine_reads_what_zarr_python_reads(spec: dict[str, Any]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "a.zarr"
         data = _write(root, spec)
@@ -172,9 +195,42 @@ def _write_v2(root: Path, spec: dict[str, Any]) -> np.ndarray[Any, Any]:
     return np.asarray(arr[...])  # what zarr-python reads back, fill values included
 
 
-@settings(max_examples=60, deadline=None)
+def _every_v2_compressor_once(test: Any) -> Any:
+    """A v2 layout per compressor, varying the other choices, for the default run."""
+    for i, compressor in enumerate(sorted(V2_COMPRESSORS)):
+        spec = {
+            "shape": (7, 5),
+            "chunks": (3, 2),
+            "dtype": "<i2" if i % 2 else ">f4",
+            "compressor": compressor,
+            "delta": i % 3 == 0,
+            "order": "F" if i % 2 else "C",
+            "separator": "/" if i % 2 else ".",
+            "fill": [0, 3, None][i % 3],
+            "skip": i % 2 == 0,
+            "seed": i,
+        }
+        test = example(spec=spec)(test)
+    return test
+
+
+@_every_v2_compressor_once
+@settings(max_examples=15, deadline=None)
 @given(spec=v2_layouts())
 def test_engine_reads_zarr_v2_arrays_as_zarr_python_does(spec: dict[str, Any]) -> None:
+    _assert_engine_reads_v2_as_zarr_python_does(spec)
+
+
+@pytest.mark.slow
+@settings(max_examples=200, deadline=None)
+@given(spec=v2_layouts())
+def test_engine_reads_zarr_v2_arrays_as_zarr_python_does_on_many_layouts(
+    spec: dict[str, Any],
+) -> None:
+    _assert_engine_reads_v2_as_zarr_python_does(spec)
+
+
+def _assert_engine_reads_v2_as_zarr_python_does(spec: dict[str, Any]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "v2.zarr"
         expected = _write_v2(root, spec)

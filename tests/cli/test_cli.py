@@ -1,4 +1,5 @@
-"""The ``chunkio`` command: run as ``python -m chunkio`` in subprocesses, plus in-process wiring.
+"""The ``chunkio`` command: run as ``python -m chunkio`` in a subprocess where the process is
+the point (the entry point, its output and exit status), else ``main`` in this process.
 
 Exit codes: 0 success, 1 ``verify`` found problems, 2 an error (one line on stderr, no
 traceback) or a usage error.
@@ -6,6 +7,8 @@ traceback) or a usage error.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 import subprocess
@@ -33,6 +36,19 @@ def chunkio(*args: str | Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def chunkio_main(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """``main`` in this process with its streams captured: what :func:`chunkio` returns, without
+    starting Python and importing chunkio again for each command."""
+    argv = [str(a) for a in args]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            status = cli.main(argv)
+        except SystemExit as exit_:  # argparse's usage errors
+            status = exit_.code if isinstance(exit_.code, int) else 1
+    return subprocess.CompletedProcess(["chunkio", *argv], status, out.getvalue(), err.getvalue())
+
+
 @pytest.fixture
 def folder(tmp_path: Path) -> Path:
     rng = np.random.default_rng(0)
@@ -47,7 +63,7 @@ def folder(tmp_path: Path) -> Path:
 @pytest.mark.timeout(300)
 def test_convert_info_verify_and_a_flipped_byte(folder: Path, tmp_path: Path) -> None:
     dst = tmp_path / "out.zarr"
-    done = chunkio(
+    done = chunkio_main(
         "convert",
         "images",
         folder,
@@ -63,24 +79,25 @@ def test_convert_info_verify_and_a_flipped_byte(folder: Path, tmp_path: Path) ->
     assert done.returncode == 0, done.stderr
     assert f"wrote 6 images to {dst}" in done.stdout
 
-    shown = chunkio("info", dst)
+    shown = chunkio_main("info", dst)
     assert shown.returncode == 0, shown.stderr
     assert "samples:           6" in shown.stdout and "class names:       a, b" in shown.stdout
     assert re.search(r"\nimage +6x3x8x8 ", shown.stdout) and "crc32c" in shown.stdout
     assert re.search(r"\nsource_index +6 +int64 ", shown.stdout), "shuffled by default"
-    as_json = json.loads(chunkio("info", dst, "--json").stdout)
+    as_json = json.loads(chunkio_main("info", dst, "--json").stdout)
     assert as_json["num_chunks"] == 2 and as_json["arrays"]["image"]["checksum"] is True
 
-    assert chunkio("verify", dst).returncode == 0
+    assert chunkio_main("verify", dst).returncode == 0
     chunk = zarr_chunk_file(dst, "image", 1)  # small images: the shard holding chunks 0 and 1
     data = bytearray(chunk.read_bytes())
     data[int((len(data) - 36) * 0.75)] ^= 0x40  # inside chunk 1 (the index is 36 bytes)
     chunk.write_bytes(bytes(data))
-    checked = chunkio("verify", dst)
+    checked = chunkio_main("verify", dst)
     assert checked.returncode == 1, checked.stdout
     assert "1 problem(s)" in checked.stdout
     assert "array 'image', chunk 1" in checked.stdout and "crc32c" in checked.stdout
 
+    # the one real process of this file: the entry point, its status and its one-line error
     again = chunkio("convert", "images", folder, dst, "--no-progress", "--workers", "1")
     assert again.returncode == 2
     assert again.stderr.startswith("chunkio: error: ") and "overwrite" in again.stderr
@@ -239,7 +256,7 @@ def test_volumes_and_doctor_pass_their_options_through(
 
 def test_convert_images_with_an_encoding(folder: Path, tmp_path: Path) -> None:
     dst = tmp_path / "j.zarr"
-    done = chunkio(
+    done = chunkio_main(
         "convert",
         "images",
         folder,
@@ -253,8 +270,8 @@ def test_convert_images_with_an_encoding(folder: Path, tmp_path: Path) -> None:
         "1",
     )
     assert done.returncode == 0, done.stderr
-    shown = json.loads(chunkio("info", dst, "--json").stdout)
+    shown = json.loads(chunkio_main("info", dst, "--json").stdout)
     assert shown["fields"]["image"]["kind"] == "encoded"
     assert shown["fields"]["image"]["encoding"] == "png"
-    bad = chunkio("convert", "images", folder, tmp_path / "x.zarr", "--encoding", "gif")
+    bad = chunkio_main("convert", "images", folder, tmp_path / "x.zarr", "--encoding", "gif")
     assert bad.returncode == 2 and "invalid choice" in bad.stderr

@@ -45,6 +45,16 @@ def photos(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
 
 
+@pytest.fixture(scope="module")
+def jpeg_zarr(photos: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The photos converted once with ``encoding="jpeg"``: the tests that only read share it."""
+    dst = tmp_path_factory.mktemp("jpeg") / "jpg.zarr"
+    convert_images(
+        photos, dst, images=ImageOptions(encoding="jpeg"), execution=Execution(progress=False)
+    )
+    return dst
+
+
 def _psnr(a: np.ndarray, b: np.ndarray) -> float:
     mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
     return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
@@ -125,13 +135,8 @@ def test_images_of_several_sizes_become_a_list_or_a_transformed_batch(tmp_path: 
 
 
 @pytest.mark.timeout(120)
-def test_compose_keeps_the_ring_and_is_keyed_by_seed_epoch_and_index(
-    photos: Path, tmp_path: Path
-) -> None:
-    dst = tmp_path / "jpg.zarr"
-    convert_images(
-        photos, dst, images=ImageOptions(encoding="jpeg"), execution=Execution(progress=False)
-    )
+def test_compose_keeps_the_ring_and_is_keyed_by_seed_epoch_and_index(jpeg_zarr: Path) -> None:
+    dst = jpeg_zarr
     t = Compose([RandomResizedCrop(32), RandomHorizontalFlip()], seed=7)
 
     def epoch(loader_workers: int, epoch: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -366,11 +371,14 @@ def _attrs(path: Path) -> dict[str, object]:
 
 
 @pytest.mark.parametrize("encoding", ["jpeg", "raw"])
-def test_decode_threads_give_the_same_batches(photos: Path, tmp_path: Path, encoding: str) -> None:
-    dst = tmp_path / f"{encoding}.zarr"
-    convert_images(
-        photos, dst, images=ImageOptions(encoding=encoding), execution=Execution(progress=False)
-    )
+def test_decode_threads_give_the_same_batches(
+    photos: Path, jpeg_zarr: Path, tmp_path: Path, encoding: str
+) -> None:
+    dst = jpeg_zarr if encoding == "jpeg" else tmp_path / f"{encoding}.zarr"
+    if encoding != "jpeg":
+        convert_images(
+            photos, dst, images=ImageOptions(encoding=encoding), execution=Execution(progress=False)
+        )
     t = Compose([RandomResizedCrop(24), RandomHorizontalFlip()])
     idx = list(range(0, 48, 2))
     one = ChunkDataset(dst, fields="image", transform=t).read_batch(idx, epoch=5)["image"]
@@ -458,12 +466,9 @@ def test_a_jpeg_too_large_for_its_region_is_encoded_again(tmp_path: Path) -> Non
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("workers", [0, 1])
 def test_decoded_batches_are_channels_last_unless_asked_otherwise(
-    photos: Path, tmp_path: Path, workers: int
+    jpeg_zarr: Path, workers: int
 ) -> None:
-    dst = tmp_path / "jpg.zarr"
-    convert_images(
-        photos, dst, images=ImageOptions(encoding="jpeg"), execution=Execution(progress=False)
-    )
+    dst = jpeg_zarr
     t = Compose([RandomResizedCrop(32)])
     batches = {}
     for last in (True, False):

@@ -5,6 +5,7 @@ and the row; never a MemoryError, an untyped ValueError or another sample's pixe
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -18,21 +19,29 @@ from chunkio.images import jpeg
 from chunkio.transforms import Compose, RandomResizedCrop
 
 
-@pytest.fixture(params=["jpeg", "yuv420", "png"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
-    """Four colour images of different heights (no declared sample shape)."""
-    src = tmp_path / "src" / "c0"
+@pytest.fixture(scope="module", params=["jpeg", "yuv420", "png"])
+def pristine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Four colour images of different heights (no declared sample shape), converted once per
+    encoding; tests damage copies of it (:func:`store`)."""
+    root = tmp_path_factory.mktemp(f"pristine-{request.param}")
+    src = root / "src" / "c0"
     src.mkdir(parents=True)
     for i in range(4):
         pixels = np.random.default_rng(i).integers(0, 255, (40 + 8 * i, 64, 3), np.uint8)
         Image.fromarray(pixels).save(src / f"{i}.png")
     chunkio.convert_images(
-        tmp_path / "src",
-        tmp_path / "d.zarr",
+        root / "src",
+        root / "d.zarr",
         images=chunkio.ImageOptions(encoding=request.param),
         execution=chunkio.Execution(workers=1, progress=False),
     )
-    return tmp_path / "d.zarr"
+    return root / "d.zarr"
+
+
+@pytest.fixture
+def store(pristine: Path, tmp_path: Path) -> Path:
+    """A copy of :func:`pristine` of this test's own, to damage."""
+    return Path(shutil.copytree(pristine, tmp_path / "d.zarr"))
 
 
 def _set(path: Path, name: str, row: int, value: list[int]) -> None:

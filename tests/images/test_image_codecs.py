@@ -83,7 +83,7 @@ def test_png_round_trip_exact(photos: list[np.ndarray], library: str) -> None:
 
 @pytest.mark.parametrize("library", LIBRARIES["webp"])
 def test_webp_lossless_at_q100(photos: list[np.ndarray], library: str) -> None:
-    rgb = crop(photos, 1)
+    rgb = crop(photos, 1, 96, 96)  # small: a lossless 224 px WebP encode takes 0.3 CPU-s
     rgba = np.dstack([rgb, np.where(rgb[:, :, 0] > 128, 0, 200).astype(np.uint8)])
     gray = np.ascontiguousarray(rgb[:, :, 2])
     dec = image_decoder("webp", library)
@@ -92,10 +92,10 @@ def test_webp_lossless_at_q100(photos: list[np.ndarray], library: str) -> None:
         assert decoded_shape(data, "webp") == image.shape
         np.testing.assert_array_equal(dec.decode(data), image)  # RGB under alpha 0 kept too
     data = encode_image(gray, "webp", 100)
-    assert decoded_shape(data, "webp") == (224, 224, 3)  # WebP has no gray mode
-    for out in (np.zeros((224, 224), np.uint8), np.zeros((224, 224, 1), np.uint8)):
+    assert decoded_shape(data, "webp") == (96, 96, 3)  # WebP has no gray mode
+    for out in (np.zeros((96, 96), np.uint8), np.zeros((96, 96, 1), np.uint8)):
         dec.decode_into(data, out)
-        np.testing.assert_array_equal(out.reshape(224, 224), gray)
+        np.testing.assert_array_equal(out.reshape(96, 96), gray)
     lossy = encode_image(rgb, "webp", 90)
     assert len(lossy) < len(encode_image(rgb, "webp", 100))
     assert psnr(dec.decode(lossy), rgb) > 30
@@ -158,11 +158,11 @@ def test_libraries_agree(photos: list[np.ndarray]) -> None:
 
 @pytest.mark.parametrize(("encoding", "library"), ALL)
 def test_decode_into_batch_row(photos: list[np.ndarray], encoding: str, library: str) -> None:
-    images = [crop(photos, k) for k in range(3)]
+    images = [crop(photos, k, 96, 80) for k in range(3)]  # small: lossless WebP is slow
     blobs = [encode_image(im, *lossless(encoding)) for im in images]  # type: ignore[arg-type]
     chunk = np.frombuffer(b"".join(blobs), np.uint8)  # samples are views into a chunk buffer
     dec = image_decoder(encoding, library)  # type: ignore[arg-type]
-    batch = np.full((5, 224, 224, 3), 7, np.uint8)
+    batch = np.full((5, 96, 80, 3), 7, np.uint8)
     start = 0
     for i, blob in enumerate(blobs):
         view = chunk[start : start + len(blob)]
@@ -173,7 +173,7 @@ def test_decode_into_batch_row(photos: list[np.ndarray], encoding: str, library:
             np.testing.assert_array_equal(batch[i + 1], images[i])
     assert (batch[0] == 7).all() and (batch[4] == 7).all()
     # memoryview input and a non-contiguous (channels-first transposed) row
-    chw = np.zeros((3, 224, 224), np.uint8)
+    chw = np.zeros((3, 96, 80), np.uint8)
     dec.decode_into(memoryview(blobs[0]), chw.transpose(1, 2, 0))
     np.testing.assert_array_equal(chw.transpose(1, 2, 0), batch[1])
 
@@ -361,7 +361,7 @@ def test_each_decoder_decodes_with_the_library_it_names(
     called, and only that one, for a named library and for the measured default."""
     import importlib
 
-    data = encode_image(crop(photos, 2), *lossless(encoding))  # type: ignore[arg-type]
+    data = encode_image(crop(photos, 2, 64, 64), *lossless(encoding))  # type: ignore[arg-type]
     calls: dict[str, int] = {}
     for target in set(DECODE_CALLS.values()):
         module, name = target.split(":")
@@ -419,7 +419,7 @@ def test_decoder_pickles(photos: list[np.ndarray], encoding: str, library: str) 
     back = pickle.loads(pickle.dumps(dec))
     assert back == dec and type(back) is type(dec) and back.library == library
     if encoding != "raw":
-        data = encode_image(crop(photos), *lossless(encoding))  # type: ignore[arg-type]
+        data = encode_image(crop(photos, 0, 64, 64), *lossless(encoding))  # type: ignore[arg-type]
         np.testing.assert_array_equal(back.decode(data), dec.decode(data))
 
 

@@ -7,6 +7,10 @@ baseline, progressive and restart-marker coding, every DCT scale, boxes touching
 1x1 images; CMYK, truncated and corrupt files raise as the full decode does. Fuzzing the
 extension with mutated bytes runs in a subprocess (``_fuzz_jpeg_region.py``), so a crash in
 compiled code fails the test instead of the test run.
+
+Boxes compared: the default run ~2,900 (150 random, 2,743 at edges and iMCU boundaries: every
+cut as a start and an end, a third of the pairs); ``make soak`` over 10,000 (3,500 random,
+6,695 edge pairs: every pair), RGB boxes decoded again into RGBX.
 """
 
 from __future__ import annotations
@@ -123,9 +127,22 @@ def cases(draw: st.DrawFn) -> tuple[bytes, bool, int, tuple[int, int, int, int]]
     return data, gray, d, (left, top, right, bottom)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_region_equals_full_decode_cut(case: tuple[bytes, bool, int, tuple[int, ...]]) -> None:
+    _assert_region_equals_full_decode_cut(case)
+
+
+@pytest.mark.slow
+@settings(max_examples=3500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_region_equals_full_decode_cut_on_many_boxes(
+    case: tuple[bytes, bool, int, tuple[int, ...]],
+) -> None:
+    _assert_region_equals_full_decode_cut(case)
+
+
+def _assert_region_equals_full_decode_cut(case: tuple[bytes, bool, int, tuple[int, ...]]) -> None:
     data, gray, d, box = case
     left, top, right, bottom = box
     expected = full(data, gray, d)[top:bottom, left:right]
@@ -138,14 +155,32 @@ def test_region_equals_full_decode_cut(case: tuple[bytes, bool, int, tuple[int, 
 @pytest.mark.parametrize("coding", sorted(CODINGS))
 @pytest.mark.parametrize("d", jpeg.JPEG_SCALE_DENOMINATORS)
 def test_boxes_at_every_edge_and_imcu_boundary(coding: str, d: int) -> None:
+    """Every cut as a start and as an end, in a third of the pairs (the slow sibling: all)."""
+    _assert_edge_and_imcu_boxes(coding, d, every_pair=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("coding", sorted(CODINGS))
+@pytest.mark.parametrize("d", jpeg.JPEG_SCALE_DENOMINATORS)
+def test_boxes_at_every_pair_of_edge_and_imcu_cuts(coding: str, d: int) -> None:
+    _assert_edge_and_imcu_boxes(coding, d, every_pair=True)
+
+
+def _assert_edge_and_imcu_boxes(coding: str, d: int, *, every_pair: bool) -> None:
     data = encode(333, 500, coding, seed=1)
     gray = coding.startswith("gray")
     whole = full(data, gray, d)
     sh, sw = whole.shape[:2]
     # edges, single pixels, and boxes starting and ending on and next to iMCU boundaries
     cuts = sorted({0, 1, 7, 8, 9, 15, 16, 17, 31, 32, 33} & set(range(min(sh, sw))))
+    pairs = [
+        (a, b)
+        for i, a in enumerate(cuts)
+        for j, b in enumerate(cuts)
+        if a < sh - b and b < sw - a and (every_pair or (i + j) % 3 == 0)
+    ]
     boxes = [(0, 0, sw, sh), (sw - 1, sh - 1, sw, sh), (0, sh - 1, sw, sh), (sw - 1, 0, sw, sh)]
-    boxes += [(a, b, sw - b, sh - a) for a in cuts for b in cuts if a < sh - b and b < sw - a]
+    boxes += [(a, b, sw - b, sh - a) for a, b in pairs]
     boxes += [(a, a, a + 1, a + 1) for a in cuts]
     for left, top, right, bottom in boxes:
         box = (left, top, right, bottom)
