@@ -13,8 +13,9 @@ from chunkio import Execution, Output
 from chunkio.backends.codec_table import DEFAULT_CODEC
 
 #: the run ends with the number of skipped tests grouped by reason; the chunkio errors the
-#: bad-input tests make are held to the message bound (tests/support/message_limit.py)
-pytest_plugins = ["chunkio.testing.skips", "message_limit"]
+#: bad-input tests make are held to the message bound (tests/support/message_limit.py); the
+#: DataLoader iterators a test leaves running are shut down at its end (loader_shutdown.py)
+pytest_plugins = ["chunkio.testing.skips", "message_limit", "loader_shutdown"]
 
 FORMATS = ["zarr", "hdf5"]
 SUFFIX = {"zarr": ".zarr", "hdf5": ".h5"}

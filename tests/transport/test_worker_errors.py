@@ -7,6 +7,7 @@ from a worker the message names that worker and keeps the reader's own words.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import re
 from pathlib import Path
@@ -64,3 +65,25 @@ def test_a_bad_chunk_raises_the_same_class_on_every_route(make_dataset, how, err
         assert "'image'" in text and "chunk 1" in text, (route, text)  # the reader's words
         if WORKER[route] is not None:
             assert re.search(WORKER[route], text), (route, text)
+
+
+@pytest.mark.timeout(60)
+def test_a_failed_pass_stops_its_dataloader_workers_at_once(make_dataset):
+    """The DataLoader route stops its (persistent) workers when a pass fails, as the ring does:
+    left to the garbage collector (the error's traceback holds the pass in a cycle), torch's
+    iterator waits 5 s per worker, in whatever later code the collector happens to run."""
+    path, _ = make_dataset("zarr", samples_per_chunk=16)
+    _break(path, "flip")
+    loader = make_loader(
+        path,
+        16,
+        fields=["image", "label"],
+        num_workers=2,
+        workers=Workers(context="fork", transport="dataloader"),
+    )
+    before = {p.pid for p in multiprocessing.active_children()}
+    with pytest.raises(CorruptChunkError) as info:
+        for _ in loader:
+            pass
+    assert info.value.__traceback__ is not None  # the error, and the pass it holds, kept
+    assert [p for p in multiprocessing.active_children() if p.pid not in before] == []
