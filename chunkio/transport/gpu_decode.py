@@ -17,7 +17,7 @@ used by that stream, so the caching allocator cannot hand it to a later batch ea
 are fresh device memory and may be kept, as with ``device=...`` on the other routes. Errors in
 the thread are raised by the ``next`` that would have returned the failed batch.
 
-The route reads batches from an :class:`EncodedSource` and never reads the dataset's
+The route reads batches from :class:`EncodedBatches` and never reads the dataset's
 attributes: what it needs to know of it (its fields, transform, the image field's encoding and
 output shape) comes as a :class:`DecodeTarget` of values, built by the loader.
 """
@@ -43,7 +43,7 @@ from .lease import Lease
 __all__ = [
     "GPU_DECODERS",
     "DecodeTarget",
-    "EncodedSource",
+    "EncodedBatches",
     "GpuDecodeRoute",
     "crop_boxes",
     "gpu_decode_route",
@@ -52,7 +52,7 @@ __all__ = [
 _DONE = object()
 
 
-class EncodedSource(Protocol):
+class EncodedBatches(Protocol):
     """What the route reads batches from (:class:`chunkio.ChunkDataset` is one)."""
 
     def read_encoded(
@@ -120,7 +120,7 @@ def crop_boxes(
 
 
 def gpu_decode_route(
-    source: EncodedSource, target: DecodeTarget, decode: str, device: Any, ahead: int
+    source: EncodedBatches, target: DecodeTarget, decode: str, device: Any, ahead: int
 ) -> GpuDecodeRoute:
     """The route of ``make_loader(workers=Workers(decode=...))``; checks that ``target`` (the
     dataset ``source`` reads) is what it decodes: a JPEG field under a
@@ -151,7 +151,7 @@ class GpuDecodeRoute:
 
     def __init__(
         self,
-        source: EncodedSource,
+        source: EncodedBatches,
         target: DecodeTarget,
         *,
         device: torch.device,
