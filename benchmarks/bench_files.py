@@ -93,8 +93,8 @@ def _before() -> None:
 
     files.FileSet.chunks_per_file = lambda self: None  # type: ignore[assignment,method-assign,return-value]
     core.MAX_OPEN_CEILING = 0  # the cap stays MAX_OPEN_FILES
-    label_check._check_files = lambda dataset, _, sampler: label_check._check_whole(  # type: ignore[assignment]
-        dataset, sampler, None
+    label_check._check_files = lambda source, _, sampler: label_check._check_whole(  # type: ignore[assignment]
+        source, sampler, None
     )
 
 

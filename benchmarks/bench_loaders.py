@@ -405,7 +405,7 @@ def amplification(
     out["readers"] = readers
     out["samples_per_chunk"] = int(sizes[0])
     out["default_pool_mib"] = default / 2**20
-    labels = labels_of(ds)  # in storage order
+    labels = labels_of(ds.label_source())  # in storage order
     pools = []
     for factor in sorted(set(pool_factors) | {1.0}):
         pool_bytes = max(int(default * factor), ds.chunk_nbytes())

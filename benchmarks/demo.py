@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
         readers=args.workers,
         rows=sampler.reader_rows,
     )
-    quality = chunkio.shuffle_quality(batches, sizes, labels_of(ds))
+    quality = chunkio.shuffle_quality(batches, sizes, labels_of(ds.label_source()))
     print(
         f"\nread amplification (chunk decodes per chunk needed), default loader: {amp:.3f}"
         f"  (mixing pool of {sampler.pool} samples, {sampler.lanes} lanes, "
@@ -126,7 +126,9 @@ def your_own_file(path: Path, converted: str, batch_size: int, workers: int) -> 
           f"{chunkio_rate / naive_rate:7.1f}x naive h5py")  # fmt: skip
     print(f"  {'naive per-sample h5py Dataset':32s} {naive_rate:12,.0f} samples/s")
     sampler, read = loader.sampler, loader.dataset
-    quality = chunkio.shuffle_quality(sampler.batches(0), read.chunk_sizes(), labels_of(read))
+    quality = chunkio.shuffle_quality(
+        sampler.batches(0), read.chunk_sizes(), labels_of(read.label_source())
+    )
     got, uniform = quality["distinct_labels"], quality["uniform_distinct_labels"]
     ratio = quality["distinct_labels_ratio"]
     print(f"  distinct labels per batch {got:.1f} vs uniform {uniform:.1f} ({ratio:.0%})")

@@ -7,9 +7,11 @@ spawn or forkserver (HDF5 readers additionally close themselves right before any
 
 A dataset holds an object per concept: its samples (:mod:`.samples`), its batches' shapes,
 its options (:mod:`.options`), in each process its read core; :mod:`.describe` reads its
-metadata. Modules here may import :mod:`chunkio.backends`, :mod:`chunkio.collection`,
-:mod:`chunkio.format`, :mod:`chunkio.read`, :mod:`chunkio.sampling`, :mod:`chunkio.transforms`,
-:mod:`chunkio.util` and :mod:`chunkio.errors`.
+metadata, :mod:`.opening` is make_loader's one open of a path, and :mod:`.views` builds the
+values the layers below it get instead of the dataset (they never read its attributes).
+Modules here may import :mod:`chunkio.backends`, :mod:`chunkio.collection`, :mod:`chunkio.format`,
+:mod:`chunkio.read`, :mod:`chunkio.sampling`, :mod:`chunkio.transforms`, :mod:`chunkio.util` and
+:mod:`chunkio.errors`.
 """
 
 from __future__ import annotations
@@ -17,8 +19,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -36,13 +37,15 @@ from ..read import ReadCore
 from ..read.base import ReadStats
 from ..read.batch import SampleBatch, to_tensor
 from ..read.core import check_transform
-from ..transforms.sample import is_columns_transform, is_field_transform
+from ..sampling.label_check import LabelSource
+from ..transforms.sample import Columns, is_columns_transform, is_field_transform
 from ..util.deprecated import moved_keywords
 from ..util.handles import PerProcessHandle
 from ..util.numeric import IntArray
 from ..util.shared_stack import HeldSegments
 from .describe import describe, read_labels
 from .options import MOVED_KEYWORDS, Decoding, DownloadCache, checked, reader_options
+from .views import batch_columns
 
 __all__ = ["DEFAULT_PRELOAD_BYTES", "ChunkDataset", "Decoding", "DownloadCache"]
 
@@ -247,35 +250,7 @@ class ChunkDataset(PerProcessHandle[ReadCore], Dataset[Any]):
         if self.field_transform is not None:
             check_transform(self.field_transform, self.layout, self.fields, reader)
         if self.columns_transform is not None:  # e.g. Normalize: its stats fit the fields
-            self.columns_transform.check_dataset(self)
-
-    @classmethod
-    @contextmanager
-    def _opened(
-        cls,
-        path: Any,
-        fields: Sequence[str] | str | None,
-        transform: Callable[[Any], Any] | None,
-        storage_options: Mapping[str, Any] | None,
-    ) -> Iterator[tuple[ChunkDataset, Reader | None]]:
-        """A dataset and the reader that described it, left open for the caller's other
-        metadata reads (make_loader's labels) and closed on exit: one open in all."""
-        if is_file_list(path):  # each file is opened and closed while describing them
-            yield cls(path, fields, transform, storage_options=storage_options), None
-            return
-        dataset = cls.__new__(cls)
-        dataset._configure(path, transform, storage_options=storage_options)
-        reader = dataset._metadata_reader()
-        try:
-            dataset._describe(reader, fields)
-            if dataset.reader_options.fill_missing:
-                # a user's store: never-written chunks read as the fill value, the caller's
-                # reads too (make_loader's labels): reopen the reader as the dataset reads
-                reader.close()
-                reader = dataset._metadata_reader()
-            yield dataset, reader
-        finally:
-            reader.close()
+            self.columns_transform.check_dataset(self.batch_columns())
 
     def _metadata_reader(self) -> Reader:
         """A reader for metadata and whole small arrays, opened as the dataset reads (its
@@ -333,6 +308,25 @@ class ChunkDataset(PerProcessHandle[ReadCore], Dataset[Any]):
     def arrange(self, columns: dict[str, Any]) -> Any:
         """Columns by field -> a sample or batch as ``fields`` asks."""
         return self.shapes.arrange(columns)
+
+    def batch_columns(self) -> Columns:
+        """Its batches' fields as values, for a columns transform such as
+        :class:`~chunkio.Normalize` to check (:mod:`.views`): it never reads the dataset."""
+        return batch_columns(self.location, self.layout, self.fields)
+
+    def label_source(self) -> LabelSource:
+        """Its labels and chunks as values, for the loader's label-mixing check
+        (:mod:`chunkio.sampling.label_check`): it never reads the dataset."""
+        return LabelSource(
+            location=self.location,
+            layout=self.layout,
+            num_samples=len(self),
+            chunk_sizes=self.chunk_sizes(),
+            read_labels=self.labels,
+            reader_options=self.reader_options,
+            remote=self.remote,
+            files=self._files,
+        )
 
     def read_stats(self) -> ReadStats:
         """Read counters of *this* process (workers keep their own)."""

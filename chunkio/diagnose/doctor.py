@@ -220,7 +220,7 @@ def _endless(loader: Any) -> Any:
 
 def _pools(ds: ChunkDataset, batch_size: int, workers: int) -> tuple[PoolOption, ...]:
     sizes = ds.chunk_sizes()
-    labels = labels_of(ds)
+    labels = labels_of(ds.label_source())
     chunk = sum(f.sample_nbytes for f in ds.layout.fields) * ds.samples_per_chunk
     candidates = sorted({max(chunk, int(DEFAULT_POOL_BYTES * f)) for f in POOL_FACTORS})
     out = []

@@ -34,6 +34,7 @@ import torch
 
 from ..backends import Reader
 from ..dataset import ChunkDataset
+from ..dataset.opening import opened
 from ..errors import caller_stacklevel
 from ..loader_options import (
     DEFAULT_ORDERING,
@@ -230,8 +231,7 @@ def make_loader(
             return _assemble(cast(_Prepared, patch_prepared(path_or_dataset, options)), options)
         prepared = _prepare(path_or_dataset, None, options)
     else:  # one open: the reader that describes the dataset also reads its labels
-        opened = ChunkDataset._opened(path_or_dataset, fields, transform, storage_options)
-        with opened as (described, reader):
+        with opened(path_or_dataset, fields, transform, storage_options) as (described, reader):
             prepared = _prepare(described, reader, options)
     return _assemble(prepared, options)
 
@@ -253,7 +253,7 @@ def _prepare(given: ChunkDataset, reader: Reader | None, options: LoaderOptions)
     needed = sampler.capacity_chunks(given.samples_per_chunk, readers) * given.chunk_nbytes()
     hold_bytes, workers = options.workers.hold_bytes, options.num_workers
     dataset, segments = given.for_loader(needed, workers=workers, hold_bytes=hold_bytes)
-    warn_if_label_sorted(dataset, sampler, reader)
+    warn_if_label_sorted(dataset.label_source(), sampler, reader)
     return dataset, sampler, name, segments
 
 

@@ -15,11 +15,11 @@ from ..read.batch import collate
 from ..sampling.sampler import ChunkBatchSampler
 from ..transport import Lease, LocalTransport, RingTransport
 from ..transport.gpu import pin_ring, pinned_empty
-from ..transport.gpu_decode import gpu_decode_route
+from ..transport.gpu_decode import DecodeTarget, gpu_decode_route
 from ..transport.iterator import Indices, Parts
 from .chunk_loader import Route
 
-__all__ = ["make_route", "ring_compatible", "route_name", "undeclared_transform"]
+__all__ = ["decode_target", "make_route", "ring_compatible", "route_name", "undeclared_transform"]
 
 
 class _DataLoaderRoute:
@@ -83,7 +83,10 @@ def make_route(
         allocate = {"allocate": pinned_empty} if pin else {}
         return LocalTransport(dataset, batch_size=batch_size, **allocate)
     if name == "gpu-decode":
-        return gpu_decode_route(dataset, options.decode, options.target, options.workers.prefetch)
+        target = decode_target(dataset)
+        return gpu_decode_route(
+            dataset, target, options.decode, options.target, options.workers.prefetch
+        )
     if name == "ring":
         on_ring = pin_ring if pin else (lambda ring: None)
         return RingTransport(dataset, batch_size=batch_size, options=ring, on_ring=on_ring)
@@ -99,6 +102,25 @@ def make_route(
         timeout=ring.timeout,
     )
     return _DataLoaderRoute(loader)
+
+
+def decode_target(dataset: ChunkDataset) -> DecodeTarget:
+    """What the GPU-decode route needs to know of ``dataset``, as values (the route reads no
+    dataset attribute): its fields and transform, and its field transform's field's kind,
+    encoding and batch shape."""
+    crop = dataset.field_transform
+    if crop is None:
+        return DecodeTarget(dataset.location, tuple(dataset.fields), dataset.transform)
+    info = dataset.layout.field(crop.field, where=str(dataset.location))
+    return DecodeTarget(
+        location=dataset.location,
+        fields=tuple(dataset.fields),
+        transform=dataset.transform,
+        crop=crop,
+        kind=info.kind,
+        encoding=info.encoding,
+        shape=dataset.output_shape(crop.field),
+    )
 
 
 def ring_compatible(dataset: ChunkDataset) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -21,10 +21,19 @@ from ..format.layout import DatasetLayout
 from ..util.messages import listing
 from .planning import normalize_indices
 
-__all__ = ["PATH_FIELD", "decode_paths", "read_source_paths"]
+__all__ = ["PATH_FIELD", "Located", "decode_paths", "read_source_paths"]
 
 #: the field holding each image's source path
 PATH_FIELD = "path"
+
+
+@runtime_checkable
+class Located(Protocol):
+    """A dataset that says where it is stored (:class:`~chunkio.ChunkDataset` does): its
+    ``location`` (what :func:`~chunkio.backends.open_reader` opens) and its ``layout``."""
+
+    location: Any
+    layout: DatasetLayout
 
 
 def decode_paths(path_field: npt.ArrayLike) -> list[str]:
@@ -38,7 +47,7 @@ def decode_paths(path_field: npt.ArrayLike) -> list[str]:
 
 
 def read_source_paths(
-    dataset: Any,
+    dataset: Located | str | os.PathLike[str] | object,
     indices: Sequence[int] | npt.ArrayLike | None = None,
     *,
     storage_options: dict[str, Any] | None = None,
@@ -49,7 +58,8 @@ def read_source_paths(
     ----------
     dataset
         A dataset location (``.zarr`` directory, ``.h5`` file, ``memory://NAME``, URL or zarr
-        Store) or a :class:`~chunkio.ChunkDataset`.
+        Store) or a :class:`~chunkio.ChunkDataset` (any :class:`Located`: it is read from its
+        ``location``).
     indices
         Stored row numbers (negative ones count from the end), as for
         :meth:`~chunkio.ChunkDataset.read_batch`; the paths come back in this order.
@@ -85,8 +95,7 @@ def read_source_paths(
     >>> read_source_paths(dst, [0, -1])
     ['dog/0.png', 'dog/1.png']
     """
-    layout_owner = getattr(dataset, "layout", None)
-    if isinstance(layout_owner, DatasetLayout) and hasattr(dataset, "location"):
+    if isinstance(dataset, Located) and isinstance(dataset.layout, DatasetLayout):
         dataset = dataset.location  # a ChunkDataset: open its files here, not its handle
     reader = open_reader(dataset, storage_options=storage_options)
     try:

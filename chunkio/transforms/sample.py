@@ -20,14 +20,19 @@ transform cannot make one batch of images of several sizes).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeGuard, runtime_checkable
 
+import numpy as np
 import numpy.typing as npt
 
 from ..util.numeric import IntArray
 
 __all__ = [
+    "Column",
+    "Columns",
     "ColumnsTransform",
+    "DescribesColumns",
     "FieldTransform",
     "channels_last",
     "is_columns_transform",
@@ -62,6 +67,41 @@ def is_field_transform(obj: Any) -> TypeGuard[FieldTransform]:
     return isinstance(obj, FieldTransform) and isinstance(getattr(obj, "field", None), str)
 
 
+@dataclass(frozen=True)
+class Column:
+    """One field of a dataset's batches as a columns transform checks it, in plain values:
+    the dataset builds them from its layout, so that this layer never reads a dataset.
+
+    ``arrays``: the stored arrays it reads, in order; ``sample_shape``: ``None`` for samples
+    of several shapes; ``plain_arrays``: its arrays hold its values as stored;
+    ``one_array_batches``: its batches are one array; ``stepped``, ``stacked``: a window's
+    steps axis, its variables stacked on one axis."""
+
+    arrays: tuple[str, ...]
+    dtype: np.dtype[Any]
+    sample_shape: tuple[int, ...] | None
+    kind: str
+    plain_arrays: bool
+    one_array_batches: bool
+    stepped: bool = False
+    stacked: bool = False
+
+
+@dataclass(frozen=True)
+class Columns:
+    """The fields of a dataset's batches by name, in batch order, and where the dataset is
+    (named in errors): what :meth:`ColumnsTransform.check_dataset` checks against."""
+
+    location: object
+    fields: Mapping[str, Column]
+
+
+class DescribesColumns(Protocol):
+    """A dataset that says what its batches hold (:class:`chunkio.ChunkDataset` does)."""
+
+    def batch_columns(self) -> Columns: ...
+
+
 class ColumnsTransform(Protocol):
     """Transforms a batch's columns in place, keeping their shapes and dtypes (e.g.
     :class:`chunkio.Normalize`): the reader applies it to each batch (or a ring worker's rows
@@ -69,8 +109,9 @@ class ColumnsTransform(Protocol):
 
     def apply_columns(self, columns: Mapping[str, Any]) -> None: ...
 
-    def check_dataset(self, dataset: Any) -> None:
-        """Raise unless it fits ``dataset`` (called once, before any worker starts)."""
+    def check_dataset(self, columns: Columns) -> None:
+        """Raise unless it fits the dataset whose batches hold ``columns`` (called once by the
+        dataset, before any worker starts)."""
         ...
 
 

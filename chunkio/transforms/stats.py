@@ -33,6 +33,7 @@ import numpy as np
 
 from ..errors import TransformError, WindowError
 from ..util.messages import listing
+from .sample import Columns, DescribesColumns
 
 __all__ = ["Normalize", "Stats", "check_stats", "fit_stats"]
 
@@ -85,14 +86,15 @@ class Normalize:
         stats: Stats | str | os.PathLike[str],
         *,
         fields: Sequence[str] | None = None,
-        dataset: Any = None,
+        dataset: DescribesColumns | None = None,
         eps: float = 1e-12,
     ) -> None:
         self.stats = stats if isinstance(stats, Stats) else Stats.load(stats)
-        if dataset is not None:
-            self.stats = fit_stats(self.stats, dataset)
-            check_stats(self.stats, dataset)
-            fields = fields or list(dataset.fields)
+        if dataset is not None:  # what its batches hold: Normalize reads no dataset itself
+            columns = dataset.batch_columns()
+            self.stats = fit_stats(self.stats, columns)
+            check_stats(self.stats, columns)
+            fields = fields or list(columns.fields)
         self.fields = None if fields is None else tuple(fields)
         self.eps = float(eps)
         self._cache: dict[tuple[str, str, Any], tuple[Any, Any]] = {}
@@ -143,8 +145,9 @@ class Normalize:
             np.subtract(x, mean, out=x)
             np.divide(x, std, out=x)
 
-    def check_dataset(self, dataset: Any) -> None:
-        """A :class:`~chunkio.errors.WindowError` unless the stats fit ``dataset``, a
+    def check_dataset(self, columns: Columns) -> None:
+        """A :class:`~chunkio.errors.WindowError` unless the stats fit the dataset whose
+        batches hold ``columns`` (its :meth:`~chunkio.ChunkDataset.batch_columns`), a
         :class:`~chunkio.errors.TransformError` for a field it would leave as it is (called by
         the dataset that has it as ``transform``, before any worker starts).
 
@@ -152,20 +155,20 @@ class Normalize:
         or integer images (two axes or more: ``uint8`` pixels) cannot take it and is refused;
         integer scalars and vectors (labels, times, codes) are left as they are. Stats of
         single variables are fitted to the fields that stack them first (:func:`fit_stats`)."""
-        self.stats = fit_stats(self.stats, dataset)
-        check_stats(self.stats, dataset)
+        self.stats = fit_stats(self.stats, columns)
+        check_stats(self.stats, columns)
         for name in self.stats.fields:
-            info = dataset.layout.field(name)
+            info = columns.fields[name]
             shape = info.sample_shape
-            if shape is None or not info.kind_def.one_array_batches:
+            if shape is None or not info.one_array_batches:
                 raise TransformError(
-                    f"{dataset.location}: Normalize cannot apply to field {name!r} in place: "
+                    f"{columns.location}: Normalize cannot apply to field {name!r} in place: "
                     f"it is {info.kind}, of samples of several shapes (a list); normalise the "
                     "samples after reading, or drop the field from the stats"
                 )
             if info.dtype.kind != "f" and len(shape) >= 2:
                 raise TransformError(
-                    f"{dataset.location}: Normalize writes (x - mean) / std into the batch in "
+                    f"{columns.location}: Normalize writes (x - mean) / std into the batch in "
                     f"place; field {name!r} is {info.dtype} of shape {tuple(shape)}, which "
                     "cannot hold it. Normalise those batches on the device instead "
                     "(chunkio.transforms.normalize(x) for uint8 (B, C, H, W) images, or "
@@ -184,8 +187,9 @@ class Normalize:
         return self._apply(self.fields[0], batch)
 
 
-def fit_stats(stats: Stats, dataset: Any) -> Stats:
-    """``stats`` keyed by the fields of ``dataset``.
+def fit_stats(stats: Stats, columns: Columns) -> Stats:
+    """``stats`` keyed by the fields of a dataset (``columns``: what its batches hold,
+    :meth:`~chunkio.ChunkDataset.batch_columns`).
 
     An entry named as a field is that field's. A numeric field the stats do not name whose
     arrays each have an entry of their own (``chunkio stats era5.zarr --fields t2m u10 v10``
@@ -194,18 +198,17 @@ def fit_stats(stats: Stats, dataset: Any) -> Stats:
     used so are kept, for :func:`check_stats` to refuse.
     """
     own = {str(e["arrays"][0]): n for n, e in stats.fields.items() if len(e.get("arrays", [])) == 1}
-    out = {n: e for n, e in stats.fields.items() if n in dataset.fields}
+    out = {n: e for n, e in stats.fields.items() if n in columns.fields}
     used = set(out)
-    for name in dataset.fields:
-        info = dataset.layout.field(name)
-        if name in out or not info.kind_def.plain_arrays or info.dtype.kind not in "iuf":
+    for name, info in columns.fields.items():
+        if name in out or not info.plain_arrays or info.dtype.kind not in "iuf":
             continue
-        arrays = [str(a) for a in info.array_names()]
+        arrays = [str(a) for a in info.arrays]
         names = [own[a] for a in arrays if a in own]
         if not arrays or len(names) < len(arrays):
             continue
         entries = [stats.fields[n] for n in names]
-        stacked = bool(getattr(info, "stacked", False))
+        stacked = info.stacked
         out[name] = {
             "arrays": arrays,
             "mean": [e["mean"] for e in entries] if stacked else entries[0]["mean"],
@@ -217,18 +220,19 @@ def fit_stats(stats: Stats, dataset: Any) -> Stats:
     return Stats(fields=out, diff=stats.diff)
 
 
-def check_stats(stats: Stats, dataset: Any) -> None:
+def check_stats(stats: Stats, columns: Columns) -> None:
     """Raise :class:`~chunkio.errors.WindowError` unless every field of ``stats`` is a field
-    of ``dataset`` reading the same arrays with as many channels."""
-    where = dataset.location
+    of the dataset whose batches hold ``columns``, reading the same arrays with as many
+    channels."""
+    where = columns.location
     for name, found in stats.fields.items():
-        if name not in dataset.fields:
+        if name not in columns.fields:
             raise WindowError(
                 f"{where}: the stats have field {name!r} (arrays {found.get('arrays')}); the "
-                f"dataset's fields are {listing(dataset.fields)}"
+                f"dataset's fields are {listing(list(columns.fields))}"
             )
-        info = dataset.layout.field(name)
-        arrays = list(info.array_names())
+        info = columns.fields[name]
+        arrays = list(info.arrays)
         if list(found.get("arrays", [])) != arrays:
             raise WindowError(
                 f"{where}: field {name!r} reads arrays {arrays}; the stats are of "
@@ -236,8 +240,8 @@ def check_stats(stats: Stats, dataset: Any) -> None:
             )
         channels = np.shape(found["mean"])
         sample = tuple(info.sample_shape or ())
-        core = sample[int(getattr(info, "stepped", False)) :]
-        stacked = bool(getattr(info, "stacked", False))
+        core = sample[int(info.stepped) :]
+        stacked = info.stacked
         var = core[1:] if stacked else core
         want = (core[:1] if stacked else ()) + (var[:-2] if len(var) >= 2 else var)
         if tuple(channels) != tuple(want):

@@ -16,6 +16,10 @@ stream wait on the batch's event (the host does not block) and marks the batch's
 used by that stream, so the caching allocator cannot hand it to a later batch early: batches
 are fresh device memory and may be kept, as with ``device=...`` on the other routes. Errors in
 the thread are raised by the ``next`` that would have returned the failed batch.
+
+The route reads batches from :class:`EncodedBatches` and never reads the dataset's
+attributes: what it needs to know of it (its fields, transform, the image field's encoding and
+output shape) comes as a :class:`DecodeTarget` of values, built by the loader.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ import functools
 import queue
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -35,9 +40,62 @@ from ..transforms.render import TORCH_MODES, pixel_span
 from .gpu import map_tensors
 from .lease import Lease
 
-__all__ = ["GPU_DECODERS", "GpuDecodeRoute", "crop_boxes", "gpu_decode_route"]
+__all__ = [
+    "GPU_DECODERS",
+    "DecodeTarget",
+    "EncodedBatches",
+    "GpuDecodeRoute",
+    "crop_boxes",
+    "gpu_decode_route",
+]
 
 _DONE = object()
+
+
+class EncodedBatches(Protocol):
+    """What the route reads batches from (:class:`chunkio.ChunkDataset` is one)."""
+
+    def read_encoded(
+        self, indices: Sequence[int] | npt.ArrayLike, field: str
+    ) -> tuple[list[npt.NDArray[np.uint8]], npt.NDArray[np.int64]]:
+        """The encoded bytes and stored ``(C, H, W)`` shapes of samples ``indices``."""
+        ...
+
+    def read_batch(
+        self,
+        indices: Sequence[int] | npt.ArrayLike,
+        out: Any = None,
+        *,
+        once: bool | None = None,
+        epoch: int = 0,
+        fields: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
+        """Samples ``indices`` of ``fields`` as NumPy arrays, by field."""
+        ...
+
+    def arrange(self, columns: dict[str, Any]) -> Any:
+        """Columns by field -> the batch as the consumer receives it."""
+        ...
+
+
+@dataclass(frozen=True)
+class DecodeTarget:
+    """What the route needs to know of the dataset it reads, as values (the loader builds it:
+    :func:`chunkio.loader.routes.decode_target`).
+
+    ``location``: named in errors; ``fields``: a batch's fields, in order; ``transform``: the
+    dataset's transform as given (named when it cannot decode); ``crop``: its field transform
+    (a :class:`~chunkio.transforms.Compose`, which plans crops), else ``None``; ``kind``,
+    ``encoding`` and ``shape``: the kind, image encoding and batch shape of ``crop``'s field.
+    """
+
+    location: object
+    fields: tuple[str, ...]
+    transform: Any
+    crop: Any = None
+    kind: str = ""
+    encoding: str | None = None
+    shape: tuple[int, ...] | None = None
 
 
 def crop_boxes(
@@ -61,60 +119,59 @@ def crop_boxes(
     return boxes, flips
 
 
-def gpu_decode_route(dataset: Any, decode: str, device: Any, ahead: int) -> GpuDecodeRoute:
-    """The route of ``make_loader(workers=Workers(decode=...))``; checks that ``dataset`` is
-    what it decodes: a JPEG field under a :class:`~chunkio.transforms.Compose` of fixed output
-    size."""
-    transform = dataset.field_transform
+def gpu_decode_route(
+    source: EncodedBatches, target: DecodeTarget, decode: str, device: Any, ahead: int
+) -> GpuDecodeRoute:
+    """The route of ``make_loader(workers=Workers(decode=...))``; checks that ``target`` (the
+    dataset ``source`` reads) is what it decodes: a JPEG field under a
+    :class:`~chunkio.transforms.Compose` of fixed output size."""
+    transform = target.crop
     if transform is None or getattr(transform, "plan", None) is None:
         raise ValueError(
             f"Workers(decode={decode!r}) needs transform=chunkio.transforms.Compose"
-            f"([...]) with a fixed output size on the JPEG field; got {dataset.transform!r}"
+            f"([...]) with a fixed output size on the JPEG field; got {target.transform!r}"
         )
-    info = dataset.layout.field(transform.field, where=str(dataset.location))
-    if info.encoding != "jpeg":  # only an encoded field has an encoding
+    if target.encoding != "jpeg":  # only an encoded field has an encoding
         raise ValueError(
-            f"{dataset.location}: Workers(decode={decode!r}) decodes JPEG fields; "
-            f"field {transform.field!r} is {info.kind}"
-            + (f" ({info.encoding})" if info.encoding is not None else "")
+            f"{target.location}: Workers(decode={decode!r}) decodes JPEG fields; "
+            f"field {transform.field!r} is {target.kind}"
+            + (f" ({target.encoding})" if target.encoding is not None else "")
         )
-    target = device if device is not None else torch.device("cpu")
-    shape = dataset.output_shape(transform.field)
-    channels = int(shape[0]) if shape is not None else 3
-    decoder = gpu_decoder(decode, target, channels)
-    return GpuDecodeRoute(
-        dataset, field=transform.field, device=target, decoder=decoder, ahead=ahead
-    )
+    on = device if device is not None else torch.device("cpu")
+    channels = int(target.shape[0]) if target.shape is not None else 3
+    decoder = gpu_decoder(decode, on, channels)
+    return GpuDecodeRoute(source, target, device=on, decoder=decoder, ahead=ahead)
 
 
 class GpuDecodeRoute:
-    """Batches of ``dataset`` with field ``field`` decoded on ``device`` by ``decoder``."""
+    """Batches of ``source`` with ``target``'s image field decoded on ``device`` by
+    ``decoder``."""
 
     delivers_on_device = True
 
     def __init__(
         self,
-        dataset: Any,
+        source: EncodedBatches,
+        target: DecodeTarget,
         *,
-        field: str,
         device: torch.device,
         decoder: BatchDecoder,
         ahead: int = 2,
     ) -> None:
-        transform = dataset.field_transform
+        transform = target.crop
         if transform is None or getattr(transform, "plan", None) is None:
             raise ValueError("decode='gpu' needs a chunkio.transforms.Compose on the image field")
-        self.dataset = dataset
-        self.field = field
-        self.others = [f for f in dataset.fields if f != field]
+        self.source = source
+        self.field: str = transform.field
+        self.others = [f for f in target.fields if f != self.field]
         self.device = device
         self.decoder = decoder
         self.ahead = max(1, int(ahead))
         self.transform = transform
         self.mode = TORCH_MODES[transform.resample]
-        shape = dataset.output_shape(field)
+        shape = target.shape
         if shape is None:
-            raise ValueError(f"decode='gpu': field {field!r} has no fixed output shape")
+            raise ValueError(f"decode='gpu': field {self.field!r} has no fixed output shape")
         self.shape: tuple[int, ...] = tuple(shape)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -123,15 +180,13 @@ class GpuDecodeRoute:
 
     def _host(self, idx: np.ndarray, epoch: int) -> tuple[list[np.ndarray], Any, dict[str, Any]]:
         """Encoded bytes, crop plans and the other fields of one batch (no pixel work)."""
-        data, shapes = self.dataset.read_encoded(idx, self.field)
+        data, shapes = self.source.read_encoded(idx, self.field)
         seed = int(self.transform.seed)
         plans = [
             self.transform.plan((seed, epoch, int(i)), int(s[1]), int(s[2]))
             for i, s in zip(idx.tolist(), shapes.tolist(), strict=True)
         ]
-        others = (
-            self.dataset.read_batch(idx, fields=self.others, epoch=epoch) if self.others else {}
-        )
+        others = self.source.read_batch(idx, fields=self.others, epoch=epoch) if self.others else {}
         return data, crop_boxes(plans, shapes), others
 
     def _device_batch(
@@ -154,7 +209,7 @@ class GpuDecodeRoute:
         if side is not None:
             event = torch.cuda.Event()  # type: ignore[no-untyped-call]
             event.record(side)
-        return self.dataset.arrange(columns), event, keep
+        return self.source.arrange(columns), event, keep
 
     def _work(self, batches: Iterable[Any], epoch: int, out: queue.Queue[Any]) -> None:
         side = torch.cuda.Stream(device=self.device) if self.device.type == "cuda" else None  # type: ignore[no-untyped-call]

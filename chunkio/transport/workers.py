@@ -185,7 +185,9 @@ def describe_exit(exitcode: int | None) -> str:
 class RingWorkers:
     """The main process's side: start, talk to, watch and stop ring workers."""
 
-    def __init__(self, dataset: Any, ring: RingSpec, *, num_workers: int, context: Any) -> None:
+    def __init__(
+        self, dataset: BatchSource, ring: RingSpec, *, num_workers: int, context: Any
+    ) -> None:
         ctx = resolve_context(context)
         self.processes: list[Any] = []
         self.conns: list[Connection] = []

@@ -19,6 +19,7 @@ import torch
 import chunkio
 from chunkio.errors import CorruptChunkError
 from chunkio.images.gpu_jpeg import resize_into
+from chunkio.loader.routes import decode_target
 from chunkio.transforms import Compose, CropPlan, RandomHorizontalFlip, RandomResizedCrop
 from chunkio.transport.gpu_decode import GpuDecodeRoute, crop_boxes
 
@@ -193,7 +194,8 @@ class _Failing:
 
 def _route(path: Path, decoder: Any) -> GpuDecodeRoute:
     ds = chunkio.ChunkDataset(str(path), fields=("image", "label"), transform=_transform())
-    return GpuDecodeRoute(ds, field="image", device=torch.device("cpu"), decoder=decoder)
+    target = decode_target(ds)
+    return GpuDecodeRoute(ds, target, device=torch.device("cpu"), decoder=decoder)
 
 
 def _decode_threads() -> list[threading.Thread]:

@@ -115,7 +115,7 @@ def test_label_sorted_files_are_judged_from_the_files_batches_touch(tmp_path, mo
     monkeypatch.setattr(
         FileSet, "part_labels", lambda self, i, info: reads.append(i) or original(self, i, info)
     )
-    found = check_label_mixing(ds, sampler)
+    found = check_label_mixing(ds.label_source(), sampler)
     assert found is not None and found["stored_ratio"] < 0.5
     assert len(set(reads)) < FILES // 2  # only the files of the first batches
     expected = label_mixing(list(sampler.iter_batches(0))[:64], labels)

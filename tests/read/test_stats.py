@@ -102,7 +102,7 @@ def test_stats_of_single_variables_serve_the_fields_that_stack_them(
             np.testing.assert_allclose(norm.stats.fields[name][key], want.fields[name][key])
     saved = Stats.load(out).fields
     two = _open(store, [Field(["u10", "t2m"], steps=[0])])  # in its own order of variables
-    got = fit_stats(Stats.load(out), two).fields["u10_t2m"]["mean"]
+    got = fit_stats(Stats.load(out), two.batch_columns()).fields["u10_t2m"]["mean"]
     assert got == [saved["u10"]["mean"], saved["t2m"]["mean"]]
     with pytest.raises(WindowError, match=r"stats have field 'v10'"):
         Normalize(out, dataset=two)  # v10 serves no field: stats of another dataset

@@ -186,7 +186,7 @@ def test_reader_options_are_one_frozen_value_that_pickles_with_the_dataset(
 
 
 def test_the_constructor_and_make_loaders_path_share_one_set_of_defaults() -> None:
-    """``__init__`` and the path that takes an open reader (``_opened``) configure a dataset
+    """``__init__`` and the path that takes an open reader (``dataset.opening``) configure a dataset
     through one method; its defaults are the constructor's."""
     import inspect
 
