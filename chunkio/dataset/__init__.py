@@ -160,10 +160,9 @@ class ChunkDataset(PerProcessHandle[ReadCore], Dataset[Any]):
         storage_options: Mapping[str, Any] | None = None,
         trust_codecs: bool = False,
         sparse_batches: str = "dense",
-        decoding: Decoding | None = None,
+        decoding: Decoding = DEFAULT_DECODING,
         download: DownloadCache | None = None,
     ) -> None:
-        decoding = DEFAULT_DECODING if decoding is None else decoding
         self._configure(
             path,
             transform,

@@ -152,10 +152,9 @@ def test_prefetch_names_the_chunks_the_cache_lacks(monkeypatch: pytest.MonkeyPat
     ds.read_batch([5])  # chunk 1 is held
     core = ds._handle()
     asked: list[tuple[str, list[int]]] = []
-    monkeypatch.setattr(core.reader, "prefetches", True, raising=False)
-    monkeypatch.setattr(
-        core.reader, "prefetch", lambda a, c: asked.append((a, list(c))), raising=False
-    )
+    # a reader that fetches ahead (a remote store's), as far as the dataset can tell
+    monkeypatch.setattr(type(core.reader), "prefetches", property(lambda self: True))
+    monkeypatch.setattr(core.reader, "prefetch", lambda a, c: asked.append((a, list(c))))
     ds.prefetch([29, 4, 0, 13, 1, 28])
     assert asked == [("x", [0, 3, 7])]  # sorted, each once, chunk 1 left out
 
@@ -256,6 +255,6 @@ def test_a_prefetch_hint_to_a_reader_that_cannot_prefetch_does_nothing() -> None
     path, _ = _store()
     ds = ChunkDataset(path, fields=["x"], preload_bytes=0)
     core = ds._handle()
-    assert not hasattr(core.reader, "prefetch")
+    assert not core.reader.prefetches  # a local file: the default, nothing fetched ahead
     core.field("x").prefetch(np.array([0, 9]))
     assert core.stats.chunks_read == 0

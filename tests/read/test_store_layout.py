@@ -195,5 +195,5 @@ def test_the_constructor_and_make_loaders_path_share_one_set_of_defaults() -> No
     shared = [n for n in configure if n not in ("self", "path", "transform")]
     assert shared and all(configure[n].default == init[n].default for n in shared)
     # what the dataset reads of the store (its arrays, with windows its anchors, how its
-    # sparse fields are batched, CF decoding) goes to its layout, not to the configuration
-    assert set(init) - set(configure) == {"fields", "anchors", "sparse_batches", "decode_cf"}
+    # sparse fields are batched) goes to its layout, not to the configuration
+    assert set(init) - set(configure) == {"fields", "anchors", "sparse_batches"}

@@ -111,10 +111,9 @@ def test_prefetch_names_each_variables_chunks_the_cache_lacks(
     ds.read_batch([0])  # anchor 2: rows 0..3 of every variable are held
     core = ds._handle()
     asked: list[tuple[str, list[int]]] = []
-    monkeypatch.setattr(core.reader, "prefetches", True, raising=False)
-    monkeypatch.setattr(
-        core.reader, "prefetch", lambda a, c: asked.append((a, list(c))), raising=False
-    )
+    # a reader that fetches ahead (a remote store's), as far as the dataset can tell
+    monkeypatch.setattr(type(core.reader), "prefetches", property(lambda self: True))
+    monkeypatch.setattr(core.reader, "prefetch", lambda a, c: asked.append((a, list(c))))
     idx = [50, 1, 22, 4]  # anchor 6: its window's step +1 (row 7) is in chunk 1 of "g.x/b"
     anchors = ds.anchors[idx]
     ds.prefetch(idx)
