@@ -18,6 +18,7 @@ out as a matrix (``i = row * K + column``). The result equals HDF5's bit for bit
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import google_crc32c
@@ -154,21 +155,28 @@ def fletcher32_body(
     offset: int,
     verified: dict[Any, tuple[int, int, int]],
     summer: Fletcher32,
-    where: str,
+    where: str | Callable[[], str],
 ) -> npt.NDArray[np.uint8]:
     """An HDF5 chunk's bytes without their trailing fletcher32, checked: once per process for
     each ``(offset, size, checksum)`` of chunk ``key`` (``verified`` remembers them, so a file
-    changed in place is checked again); ``CorruptChunkError`` naming ``where`` otherwise."""
+    changed in place is checked again); ``CorruptChunkError`` naming ``where`` otherwise
+    (``where`` may be a function making the name: only a failure pays for the string)."""
     size = raw.size
     if size < 4:
-        raise CorruptChunkError(f"{where} is truncated ({size} bytes)")
+        raise CorruptChunkError(f"{_name(where)} is truncated ({size} bytes)")
     body = raw[:-4]
     stored = int.from_bytes(raw[-4:].tobytes(), "little")
     if verified.get(key) != (offset, size, stored):
         if not fletcher32_matches(summer(body), stored):
-            raise CorruptChunkError(f"{where} fails its fletcher32 checksum (the file is corrupt)")
+            raise CorruptChunkError(
+                f"{_name(where)} fails its fletcher32 checksum (the file is corrupt)"
+            )
         verified[key] = (offset, size, stored)
     return body
+
+
+def _name(where: str | Callable[[], str]) -> str:
+    return where if isinstance(where, str) else where()
 
 
 def fletcher32(data: Any) -> int:
