@@ -84,7 +84,7 @@ def test_chunk_pool_sized_once_for_the_batch(volume):
 
 
 def test_remote_box_reads_equal_chunk_by_chunk_reads(volume, monkeypatch):
-    path, image, label = volume
+    path, image, _ = volume
     local = PatchDataset(path, SIZE, pad_value=-7)
     want = local.read_patches(KEYS)
     monkeypatch.setattr(patch_reads, "is_remote", lambda location: True)
