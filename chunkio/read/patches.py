@@ -39,6 +39,8 @@ class PatchReads:
         self.ctx = ctx
         self.cache_bytes = cache_bytes
         self._caches: dict[str, DecodedChunkCache] = {}
+        #: the patches per batch each kind's cache was last sized for
+        self._sized: dict[str, int] = {}
 
     def read(
         self,
@@ -109,18 +111,22 @@ class PatchReads:
 
         Besides ``cache_bytes``, it holds the chunks a batch of ``plan``'s size may touch
         (every patch's worst case, no more than the volumes hold), sized once rather than
-        grown batch by batch (each growth copies the pool); a larger batch makes a new one.
+        grown batch by batch (each growth copies the pool). A batch needing more makes a new
+        one for at least twice the patches (a store of several gets a varying share of each
+        batch): a few times at most.
         """
         cache = self._caches.get(kind)
         slot_shape = volumes.item_shape(kind, volumes.chunks)
         nbytes = int(np.prod(slot_shape)) * dtype.itemsize
         kept = self.cache_bytes // max(1, nbytes * share)
         if cache is None or cache.capacity < kept + len(plan.chunks):
+            patches = max(len(plan.keys), 2 * self._sized.get(kind, 0))
+            self._sized[kind] = patches
             cache = self._caches[kind] = DecodedChunkCache(
                 rows_per_chunk=1,
                 sample_shape=slot_shape,
                 dtype=dtype,
-                capacity=kept + _batch_chunks(volumes, len(plan.keys), patch_size),
+                capacity=kept + _batch_chunks(volumes, patches, patch_size),
             )
         return cache
 

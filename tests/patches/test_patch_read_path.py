@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+import chunkio.patches.dataset as patch_dataset
 import chunkio.read.patches as patch_reads
 from chunkio import Execution, Output
 from chunkio.backends._memory import delete_memory_store
@@ -95,3 +96,20 @@ def test_remote_box_reads_equal_chunk_by_chunk_reads(volume, monkeypatch):
     np.testing.assert_array_equal(got["image"][1], image[3:7, 2:6, 1:5])
     stats, base = remote.read_stats(), local.read_stats()
     assert (stats.chunks_read, stats.bytes_decoded) == (base.chunks_read, base.bytes_decoded)
+
+
+def test_worker_batches_are_read_into_shared_memory(volume, monkeypatch):
+    # in a DataLoader worker the patches land in shared memory (what the worker sends without
+    # copying), as torch's default_collate stacks there; in the main process they do not
+    path, image, label = volume
+    ds = PatchDataset(path, SIZE, pad_value=-7)
+    main = ds.__getitems__(KEYS).collated
+    assert not main["image"].is_shared()
+    monkeypatch.setattr(patch_dataset, "get_worker_info", lambda: object())
+    got = ds.__getitems__(KEYS).collated
+    for kind, volume_array, pad in (("image", image, -7), ("label", label, 0)):
+        assert got[kind].is_shared()
+        for j, (_, *origin) in enumerate(KEYS):
+            np.testing.assert_array_equal(
+                got[kind][j].numpy(), reference(volume_array, origin, "constant", pad)
+            )
