@@ -39,8 +39,6 @@ class PatchReads:
         self.ctx = ctx
         self.cache_bytes = cache_bytes
         self._caches: dict[str, DecodedChunkCache] = {}
-        #: the patches per batch each kind's cache was last sized for
-        self._sized: dict[str, int] = {}
 
     def read(
         self,
@@ -82,7 +80,7 @@ class PatchReads:
             # them itself)
             fill = padded if pad_mode == "constant" else []
             batch = _batch(shape, np.dtype(dtypes[kind]), pad_values.get(kind, 0), out, kind, fill)
-            cache = self._cache(volumes, kind, np.dtype(dtypes[kind]), len(kinds), plan, patch_size)
+            cache = self._cache(volumes, kind, np.dtype(dtypes[kind]), len(kinds))
             slots = self._admit(volumes, kind, cache, plan.chunks)
             started = time.perf_counter()
             held, pool = slots.tolist(), cache.buffer
@@ -98,35 +96,19 @@ class PatchReads:
         return found
 
     def _cache(
-        self,
-        volumes: VolumeSet,
-        kind: str,
-        dtype: np.dtype[Any],
-        share: int,
-        plan: PatchReadPlan,
-        patch_size: tuple[int, ...],
+        self, volumes: VolumeSet, kind: str, dtype: np.dtype[Any], share: int
     ) -> DecodedChunkCache:
         """The cache of ``kind``: one serves every volume (chunk ids numbered volume by
-        volume), so memory does not grow with the number of volumes.
-
-        Besides ``cache_bytes``, it holds the chunks a batch of ``plan``'s size may touch
-        (every patch's worst case, no more than the volumes hold), sized once rather than
-        grown batch by batch (each growth copies the pool). A batch needing more makes a new
-        one for at least twice the patches (a store of several gets a varying share of each
-        batch): a few times at most.
-        """
+        volume), so memory does not grow with the number of volumes."""
         cache = self._caches.get(kind)
-        slot_shape = volumes.item_shape(kind, volumes.chunks)
-        nbytes = int(np.prod(slot_shape)) * dtype.itemsize
-        kept = self.cache_bytes // max(1, nbytes * share)
-        if cache is None or cache.capacity < kept + len(plan.chunks):
-            patches = max(len(plan.keys), 2 * self._sized.get(kind, 0))
-            self._sized[kind] = patches
+        if cache is None:
+            slot_shape = volumes.item_shape(kind, volumes.chunks)
+            nbytes = int(np.prod(slot_shape)) * dtype.itemsize
             cache = self._caches[kind] = DecodedChunkCache(
                 rows_per_chunk=1,
                 sample_shape=slot_shape,
                 dtype=dtype,
-                capacity=kept + _batch_chunks(volumes, patches, patch_size),
+                capacity=self.cache_bytes // max(1, nbytes * share),
             )
         return cache
 
@@ -246,15 +228,6 @@ def _padded(inner: IntArray, patch_size: tuple[int, ...]) -> list[int]:
     """The patches (batch rows) whose in-volume part ``inner`` is not the whole patch."""
     whole = (inner[:, 0] == 0).all(axis=1) & (inner[:, 1] == np.asarray(patch_size)).all(axis=1)
     return np.flatnonzero(~whole).tolist()
-
-
-def _batch_chunks(volumes: VolumeSet, patches: int, patch_size: tuple[int, ...]) -> int:
-    """The most chunks a batch of ``patches`` patches of ``patch_size`` can touch: each patch
-    at most ``ceil((p - 1) / c) + 1`` chunks along each axis, the batch no more than the
-    volumes hold."""
-    per_axis = [(p - 1 + c - 1) // c + 1 for p, c in zip(patch_size, volumes.chunks, strict=True)]
-    held = sum(int(np.prod(volumes.chunk_grid(v))) for v in range(volumes.count))
-    return min(patches * int(np.prod(per_axis)), held)
 
 
 def _pad_edges(batch: npt.NDArray[Any], inner: IntArray, patch_size: tuple[int, ...]) -> None:

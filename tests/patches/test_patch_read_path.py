@@ -1,5 +1,5 @@
 """The patch read path's shortcuts (:mod:`chunkio.read.patches`): chunks decoded straight into
-the chunk pool, the pool sized once, the fill written only where a patch sticks out, and the
+the chunk pool, the fill written only where a patch sticks out, and the
 remote stores' box reads; every patch stays equal to NumPy's slice."""
 
 from __future__ import annotations
@@ -66,22 +66,6 @@ def test_patches_into_a_dirty_ring_slot_equal_numpy(volume, pad_mode):
             np.testing.assert_array_equal(got["image"][j], reference(image, origin, pad_mode, -7))
             np.testing.assert_array_equal(got["label"][j], reference(label, origin, pad_mode, 9))
         assert got["image"] is out["image"]
-
-
-def test_chunk_pool_sized_once_for_the_batch(volume):
-    path, image, _ = volume
-    ds = PatchDataset(path, SIZE, fields=["image"])
-    ds.read_patches(KEYS[:2])
-    reads = ds._core(0).patches
-    pool = reads._caches["image"]
-    # two patches of 4^3 on 4^3 chunks: at most 2 * 2^3 chunks, the volume holds 3 * 2 * 2
-    assert pool.capacity == 12
-    ds.read_patches(KEYS[2:4])
-    assert reads._caches["image"] is pool and pool.capacity == 12  # not grown, not replaced
-    np.testing.assert_array_equal(
-        ds.read_patches([KEYS[1]])["image"][0], reference(image, KEYS[1][1:], "constant", 0)
-    )
-    assert ds.read_stats().cache_hits > 0  # the pool kept the earlier batches' chunks
 
 
 def test_remote_box_reads_equal_chunk_by_chunk_reads(volume, monkeypatch):
