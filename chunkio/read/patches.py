@@ -17,7 +17,6 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from ..backends.zarr.sources import is_remote
 from ..format.volume_layout import VolumeSet
 from ..util.numeric import IntArray
 from .base import ReadContext
@@ -222,6 +221,18 @@ def _batch(
     for b in fill:
         batch[b] = pad
     return batch
+
+
+def is_remote(location: object) -> bool:
+    """Whether a reader's ``location`` is a URL of a remote filesystem (as the backends tell
+    it; the read layer does not import their modules).
+
+    >>> is_remote("s3://bucket/data.zarr"), is_remote("memory://x"), is_remote("/data/x.h5")
+    (True, False, False)
+    """
+    if not isinstance(location, str) or "://" not in location:
+        return False
+    return location.split("://", 1)[0] not in ("file", "local", "memory")
 
 
 def _padded(inner: IntArray, patch_size: tuple[int, ...]) -> list[int]:
