@@ -3,8 +3,9 @@
 Both run over a chunk's stored bytes before they are decoded. crc32c is google_crc32c's
 hardware-accelerated C (memory speed). HDF5's Fletcher-32 of a large buffer is computed here
 with whole-array NumPy operations instead of HDF5's word-at-a-time C loop, about twice as fast
-as HDF5 itself; buffers up to 256 KiB (patch volumes' chunks), where those operations cost more
-in calls than in arithmetic, by numcodecs' C port of HDF5's loop.
+as HDF5 itself; buffers up to 768 KiB (patch volumes' chunks: 64^3 int16 is 512 KiB), where
+those operations cost more in calls and passes than the loop does, by numcodecs' C port of
+HDF5's loop.
 
 How: HDF5 sums big-endian 16-bit words ``w_i`` into ``s1 = sum w_i`` and
 ``s2 = sum (n - i) w_i``, both modulo 65535 (:func:`fletcher32_reference` is the loop). Since
@@ -18,6 +19,7 @@ out as a matrix (``i = row * K + column``). The result equals HDF5's bit for bit
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import google_crc32c
@@ -37,9 +39,10 @@ __all__ = [
 ]
 
 #: buffers up to this size are summed by numcodecs' C port of HDF5's loop: on small chunks
-#: (patches' 32**3 chunks) the NumPy sums below cost more in calls than in arithmetic
-#: (64 KiB: about 3x numcodecs' time, its copy included; 1 MiB: NumPy ahead)
-_C_BELOW = 256 << 10
+#: (patches' 32**3 and 64**3 chunks) the NumPy sums below cost more in calls and passes than
+#: the loop (64 KiB: about 3x numcodecs' time, its copy included; 384-768 KiB: 0.6x-0.9x
+#: NumPy's time; 1 MiB: NumPy ahead)
+_C_BELOW = 768 << 10
 _C_SUM = _CFletcher32()
 
 _P = 65535
@@ -154,21 +157,28 @@ def fletcher32_body(
     offset: int,
     verified: dict[Any, tuple[int, int, int]],
     summer: Fletcher32,
-    where: str,
+    where: str | Callable[[], str],
 ) -> npt.NDArray[np.uint8]:
     """An HDF5 chunk's bytes without their trailing fletcher32, checked: once per process for
     each ``(offset, size, checksum)`` of chunk ``key`` (``verified`` remembers them, so a file
-    changed in place is checked again); ``CorruptChunkError`` naming ``where`` otherwise."""
+    changed in place is checked again); ``CorruptChunkError`` naming ``where`` otherwise
+    (``where`` may be a function making the name: only a failure pays for the string)."""
     size = raw.size
     if size < 4:
-        raise CorruptChunkError(f"{where} is truncated ({size} bytes)")
+        raise CorruptChunkError(f"{_name(where)} is truncated ({size} bytes)")
     body = raw[:-4]
     stored = int.from_bytes(raw[-4:].tobytes(), "little")
     if verified.get(key) != (offset, size, stored):
         if not fletcher32_matches(summer(body), stored):
-            raise CorruptChunkError(f"{where} fails its fletcher32 checksum (the file is corrupt)")
+            raise CorruptChunkError(
+                f"{_name(where)} fails its fletcher32 checksum (the file is corrupt)"
+            )
         verified[key] = (offset, size, stored)
     return body
+
+
+def _name(where: str | Callable[[], str]) -> str:
+    return where if isinstance(where, str) else where()
 
 
 def fletcher32(data: Any) -> int:

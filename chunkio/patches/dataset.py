@@ -14,7 +14,8 @@ from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
-from torch.utils.data import Dataset
+import torch
+from torch.utils.data import Dataset, get_worker_info
 
 from ..backends import ReaderOptions, detect_format
 from ..errors import FormatError
@@ -294,8 +295,11 @@ class PatchDataset(PerProcessHandle[ReadCore | StoreCores], Dataset[Any]):
         return batch[0]
 
     def __getitems__(self, keys: Sequence[Any]) -> SampleBatch:
-        columns = {k: to_tensor(v) for k, v in self.read_patches(list(keys)).items()}
         n = len(keys)
+        shared = self._shared_batch(n) if self.transform is None else {}
+        into = {k: t.numpy() for k, t in shared.items()} or None
+        found = self.read_patches(list(keys), out=into)
+        columns = {k: shared[k] if k in shared else to_tensor(v) for k, v in found.items()}
         if self.transform is None:
             return SampleBatch(columns, n)
         if not n:
@@ -304,6 +308,22 @@ class PatchDataset(PerProcessHandle[ReadCore | StoreCores], Dataset[Any]):
         # with tuples kept tuples (default_collate alone would turn them into lists)
         items = [self.transform({k: v[j] for k, v in columns.items()}) for j in range(n)]
         return SampleBatch.from_samples(items)
+
+    def _shared_batch(self, n: int) -> dict[str, torch.Tensor]:
+        """In a DataLoader worker: tensors in shared memory the patches are read into, as
+        torch's ``default_collate`` stacks there; the worker then sends the batch to the main
+        process without copying it into shared memory first (a copy of every byte)."""
+        if get_worker_info() is None or not n:
+            return {}
+        found = {}
+        for kind in self.fields:
+            shape = (n, *self.volumes.item_shape(kind, self.patch_size))
+            elem = torch.from_numpy(np.empty(0, self.dtypes[kind]))
+            # as torch's own collate allocates it: a fresh shared segment, nothing copied
+            typed = elem._typed_storage()  # type: ignore[no-untyped-call]
+            storage = typed._new_shared(int(np.prod(shape)), device=elem.device)
+            found[kind] = elem.new(storage).resize_(*shape)
+        return found
 
 
 def _locations(path: Any) -> list[Any]:

@@ -1,9 +1,10 @@
 """Patch reads (:class:`chunkio.patches.PatchDataset`): boxes cut out of volumes chunked along
 every axis.
 
-plan (pure, :func:`~chunkio.read.planning.plan_patch_reads`) -> read the chunks the cache lacks as
-few regions per volume (:func:`~chunkio.read.planning.chunk_boxes`) -> one copy per (patch, chunk)
-intersection into the batch.
+plan (pure, :func:`~chunkio.read.planning.plan_patch_reads`) -> read the chunks the cache lacks,
+each decoded straight into its slot of the chunk pool (a remote store: as few regions per volume
+as :func:`~chunkio.read.planning.chunk_boxes` finds, each fetched in one round) -> one copy per
+(patch, chunk) intersection into the batch.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from ..format.volume_layout import VolumeSet
 from ..util.numeric import IntArray
 from .base import ReadContext
 from .cache import DecodedChunkCache
-from .planning import PatchReadPlan, chunk_boxes, piece_slices
+from .planning import PatchReadPlan, chunk_boxes
 
 __all__ = ["PadMode", "PatchReads"]
 
@@ -54,18 +55,37 @@ class PatchReads:
         arrays of those kinds when given (a loader's ring slot: no copy after the read)."""
         found: dict[str, npt.NDArray[Any]] = {}
         stats = self.ctx.stats
+        ndim = volumes.ndim
+        pieces = plan.pieces
+        src_lo, dst_lo = pieces[:, 2 : 2 + ndim], pieces[:, 2 + ndim : 2 + 2 * ndim]
+        size = pieces[:, 2 + 2 * ndim :]
+        # the pieces' slices once for every kind, as Python ints (no per-piece NumPy calls)
+        cuts = [
+            (b, row, tuple(map(slice, a, a_hi)), tuple(map(slice, d, d_hi)))
+            for b, row, a, a_hi, d, d_hi in zip(
+                pieces[:, 0].tolist(),
+                pieces[:, 1].tolist(),
+                src_lo.tolist(),
+                (src_lo + size).tolist(),
+                dst_lo.tolist(),
+                (dst_lo + size).tolist(),
+                strict=True,
+            )
+        ]
+        padded = _padded(plan.inner, patch_size)
         for kind in kinds:
             shape = (len(plan.keys), *volumes.item_shape(kind, patch_size))
-            batch = _batch(shape, np.dtype(dtypes[kind]), pad_values.get(kind, 0), out, kind)
+            # only patches sticking out of their volume keep part of the fill ("edge" pads
+            # them itself)
+            fill = padded if pad_mode == "constant" else []
+            batch = _batch(shape, np.dtype(dtypes[kind]), pad_values.get(kind, 0), out, kind, fill)
             cache = self._cache(volumes, kind, np.dtype(dtypes[kind]), len(kinds))
             slots = self._admit(volumes, kind, cache, plan.chunks)
             started = time.perf_counter()
-            held = slots.tolist()
-            for piece in plan.pieces.tolist():  # one copy per (patch, chunk) intersection
-                b, row, src, dst = piece_slices(piece, volumes.ndim)
-                into: tuple[Any, ...] = (b, Ellipsis, *dst)
-                batch[into] = cache.buffer[(held[row], Ellipsis, *src)]
-            if pad_mode == "edge":
+            held, pool = slots.tolist(), cache.buffer
+            for b, row, src, dst in cuts:  # one copy per (patch, chunk) intersection
+                batch[(b, Ellipsis, *dst)] = pool[(held[row], Ellipsis, *src)]
+            if pad_mode == "edge" and padded:
                 _pad_edges(batch, plan.inner, patch_size)
             stats.gather_s += time.perf_counter() - started
             stats.bytes_delivered += batch.nbytes
@@ -125,6 +145,35 @@ class PatchReads:
         chunks: IntArray,
         slots: IntArray,
     ) -> None:
+        if is_remote(getattr(self.ctx.reader, "location", None)):
+            self._fill_by_boxes(volumes, kind, cache, chunks, slots)
+            return
+        # a local store: each chunk decoded straight into its slot (a whole chunk into a
+        # C-contiguous slot needs no staging copy in either backend)
+        size = volumes.chunks
+        pool = cache.buffer
+        for (v, *coords), slot in zip(chunks.tolist(), slots.tolist(), strict=True):
+            name, shape = volumes.array(kind, v)[0], volumes.shapes[v]
+            array = self.ctx.layout.field(name).array_names()[0]  # a foreign store's path
+            lo = tuple(x * c for x, c in zip(coords, size, strict=True))
+            hi = tuple(min(a + c, n) for a, c, n in zip(lo, size, shape, strict=True))
+            region = volumes.region(kind, v, lo, hi)
+            part = pool[(slot, Ellipsis, *(slice(0, b - a) for a, b in zip(lo, hi, strict=True)))]
+            # the region's leading axes of one (the volume's row, a label's channel) as views
+            target = part[(None,) * (len(region) - part.ndim)]
+            self.ctx.reader.read_region(array, region, target)
+            self.ctx.stats.bytes_decoded += target.nbytes
+
+    def _fill_by_boxes(
+        self,
+        volumes: VolumeSet,
+        kind: str,
+        cache: DecodedChunkCache,
+        chunks: IntArray,
+        slots: IntArray,
+    ) -> None:
+        """A remote store: the chunks read as few boxes per volume (a box's chunks fetched in
+        one round), then copied into their slots."""
         size = volumes.chunks
         for v in np.unique(chunks[:, 0]).tolist():
             mine = chunks[:, 0] == v
@@ -155,19 +204,41 @@ def _batch(
     pad: float,
     out: Mapping[str, npt.NDArray[Any]] | None,
     kind: str,
+    fill: list[int],
 ) -> npt.NDArray[Any]:
-    """The array ``kind``'s patches are copied into, filled with ``pad`` (what stays of it is
-    the part of a patch outside its volume): ``out[kind]`` or a new one."""
+    """The array ``kind``'s patches are copied into, ``out[kind]`` or a new one; patches
+    ``fill`` (those sticking out of their volume) filled with ``pad`` first (what stays of
+    it is the part outside the volume). The others are wholly overwritten by their pieces."""
     if out is None or kind not in out:
-        return np.full(shape, pad, dtype=dtype)
-    given = out[kind]
-    if given.shape != shape or given.dtype != dtype:
-        raise ValueError(
-            f"out[{kind!r}] must be {dtype} of shape {shape} for these patches; got "
-            f"{given.dtype} of shape {given.shape}"
-        )
-    given[...] = pad
-    return given
+        batch = np.empty(shape, dtype=dtype)
+    else:
+        batch = out[kind]
+        if batch.shape != shape or batch.dtype != dtype:
+            raise ValueError(
+                f"out[{kind!r}] must be {dtype} of shape {shape} for these patches; got "
+                f"{batch.dtype} of shape {batch.shape}"
+            )
+    for b in fill:
+        batch[b] = pad
+    return batch
+
+
+def is_remote(location: object) -> bool:
+    """Whether a reader's ``location`` is a URL of a remote filesystem (as the backends tell
+    it; the read layer does not import their modules).
+
+    >>> is_remote("s3://bucket/data.zarr"), is_remote("memory://x"), is_remote("/data/x.h5")
+    (True, False, False)
+    """
+    if not isinstance(location, str) or "://" not in location:
+        return False
+    return location.split("://", 1)[0] not in ("file", "local", "memory")
+
+
+def _padded(inner: IntArray, patch_size: tuple[int, ...]) -> list[int]:
+    """The patches (batch rows) whose in-volume part ``inner`` is not the whole patch."""
+    whole = (inner[:, 0] == 0).all(axis=1) & (inner[:, 1] == np.asarray(patch_size)).all(axis=1)
+    return np.flatnonzero(~whole).tolist()
 
 
 def _pad_edges(batch: npt.NDArray[Any], inner: IntArray, patch_size: tuple[int, ...]) -> None:

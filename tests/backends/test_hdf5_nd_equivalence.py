@@ -193,11 +193,11 @@ def test_chains_chunkio_cannot_decode_are_read_by_h5py(
         reader.close()
 
 
-@pytest.mark.parametrize("size", [0, 1, 2, 3, 7, 8, 9, 4097, 65536, 262144, 262145, 262150])
+@pytest.mark.parametrize("size", [0, 1, 2, 3, 7, 8, 9, 4097, 65536, 786432, 786433, 786438])
 def test_fletcher32_of_small_and_large_buffers_is_hdf5s(
     size: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Buffers up to 256 KiB are summed by numcodecs' C loop, larger ones by NumPy: both give
+    """Buffers up to 768 KiB are summed by numcodecs' C loop, larger ones by NumPy: both give
     HDF5's sum (the reference loop), on either side of the threshold and forced each way."""
     data = np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8)
     data[: size // 3] = 255  # long runs of 0xff: sums that wrap modulo 65535

@@ -310,7 +310,7 @@ class RawGrid:
                 offset=offset,
                 verified=self._verified,
                 summer=self._fletcher,
-                where=self.where(coords),
+                where=functools.partial(self.where, coords),  # a string only on failure
             )
         t2 = time.perf_counter()
         clock.checksum += t2 - t1

@@ -1,0 +1,99 @@
+"""The patch read path's shortcuts (:mod:`chunkio.read.patches`): chunks decoded straight into
+the chunk pool, the fill written only where a patch sticks out, and the
+remote stores' box reads; every patch stays equal to NumPy's slice."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import chunkio.patches.dataset as patch_dataset
+import chunkio.read.patches as patch_reads
+from chunkio import Execution, Output
+from chunkio.backends._memory import delete_memory_store
+from chunkio.convert.volumes import convert_volumes
+from chunkio.patches import PatchDataset
+
+_names = itertools.count()
+SHAPE, CHUNKS, SIZE = (9, 8, 7), (4, 4, 4), (4, 4, 4)
+#: inside, across chunks, sticking out low, sticking out high, a duplicate
+KEYS = [(0, 0, 0, 0), (0, 3, 2, 1), (0, -2, 1, 0), (0, 7, 6, 5), (0, 3, 2, 1)]
+
+
+@pytest.fixture
+def volume(tmp_path: Path) -> Any:
+    """One int16 volume (an edge chunk on every axis) and its labels, in a memory store."""
+    rng = np.random.default_rng(0)
+    image = rng.integers(-3000, 30000, SHAPE).astype(np.int16)
+    label = rng.integers(0, 3, SHAPE).astype(np.uint8)
+    np.save(tmp_path / "img.npy", image), np.save(tmp_path / "lab.npy", label)
+    path = f"memory://patch-read-path-{next(_names)}"
+    convert_volumes(
+        [str(tmp_path / "img.npy")],
+        path,
+        labels=[str(tmp_path / "lab.npy")],
+        output=Output(chunks=CHUNKS),
+        execution=Execution(workers=1, progress=False),
+    )
+    yield path, image, label
+    delete_memory_store(path)
+
+
+def reference(volume: np.ndarray, origin: Any, mode: str, value: int) -> np.ndarray:
+    pad = [(p, p) for p in SIZE]
+    kw: dict[str, Any] = {"constant_values": value} if mode == "constant" else {}
+    padded = np.pad(volume, pad, mode=mode, **kw)
+    return padded[tuple(slice(o + p, o + 2 * p) for o, p in zip(origin, SIZE, strict=True))]
+
+
+@pytest.mark.parametrize("pad_mode", ["constant", "edge"])
+def test_patches_into_a_dirty_ring_slot_equal_numpy(volume, pad_mode):
+    # the fill is written only into patches that stick out: a slot holding an earlier
+    # batch's bytes must still come back exactly the patches
+    path, image, label = volume
+    ds = PatchDataset(path, SIZE, pad_mode=pad_mode, pad_value=-7, label_pad_value=9)
+    out = {
+        "image": np.full((len(KEYS), *SIZE), 12345, np.int16),
+        "label": np.full((len(KEYS), *SIZE), 77, np.uint8),
+    }
+    for _ in range(2):  # the second batch: every chunk from the pool
+        got = ds.read_patches(KEYS, out=out)
+        for j, (_, *origin) in enumerate(KEYS):
+            np.testing.assert_array_equal(got["image"][j], reference(image, origin, pad_mode, -7))
+            np.testing.assert_array_equal(got["label"][j], reference(label, origin, pad_mode, 9))
+        assert got["image"] is out["image"]
+
+
+def test_remote_box_reads_equal_chunk_by_chunk_reads(volume, monkeypatch):
+    path, image, _ = volume
+    local = PatchDataset(path, SIZE, pad_value=-7)
+    want = local.read_patches(KEYS)
+    monkeypatch.setattr(patch_reads, "is_remote", lambda location: True)
+    remote = PatchDataset(path, SIZE, pad_value=-7)
+    got = remote.read_patches(KEYS)
+    for kind in ("image", "label"):
+        np.testing.assert_array_equal(got[kind], want[kind])
+    np.testing.assert_array_equal(got["image"][1], image[3:7, 2:6, 1:5])
+    stats, base = remote.read_stats(), local.read_stats()
+    assert (stats.chunks_read, stats.bytes_decoded) == (base.chunks_read, base.bytes_decoded)
+
+
+def test_worker_batches_are_read_into_shared_memory(volume, monkeypatch):
+    # in a DataLoader worker the patches land in shared memory (what the worker sends without
+    # copying), as torch's default_collate stacks there; in the main process they do not
+    path, image, label = volume
+    ds = PatchDataset(path, SIZE, pad_value=-7)
+    main = ds.__getitems__(KEYS).collated
+    assert not main["image"].is_shared()
+    monkeypatch.setattr(patch_dataset, "get_worker_info", lambda: object())
+    got = ds.__getitems__(KEYS).collated
+    for kind, volume_array, pad in (("image", image, -7), ("label", label, 0)):
+        assert got[kind].is_shared()
+        for j, (_, *origin) in enumerate(KEYS):
+            np.testing.assert_array_equal(
+                got[kind][j].numpy(), reference(volume_array, origin, "constant", pad)
+            )
