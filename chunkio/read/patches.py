@@ -154,7 +154,7 @@ class PatchReads:
         pool = cache.buffer
         for (v, *coords), slot in zip(chunks.tolist(), slots.tolist(), strict=True):
             name, shape = volumes.array(kind, v)[0], volumes.shapes[v]
-            array = self.ctx.layout.field(name).array_names()[0]  # a foreign store's path
+            array = self.ctx.layout.field(name).roles.values  # a foreign store's path
             lo = tuple(x * c for x, c in zip(coords, size, strict=True))
             hi = tuple(min(a + c, n) for a, c, n in zip(lo, size, shape, strict=True))
             region = volumes.region(kind, v, lo, hi)
