@@ -188,7 +188,10 @@ def test_zarr_encoder_fills_settings_metadata_leaves_out_as_zarr_python_does(
     zarr.open_array(path, mode="r+")[...] = data
     encode = zarr_encoder(entry)
     assert encode is not None
-    assert bytes(encode(data.tobytes())) == (path / "c" / "0" / "0").read_bytes()
+    ours, theirs = bytes(encode(data.tobytes())), (path / "c" / "0" / "0").read_bytes()
+    if entry["name"] == "gzip":  # the header's bytes 4-7 are the time it was written
+        ours, theirs = ours[:4] + ours[8:], theirs[:4] + theirs[8:]
+    assert ours == theirs
 
 
 def test_zarr_encoder_has_none_for_codecs_it_does_not_write() -> None:
