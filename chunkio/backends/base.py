@@ -18,7 +18,8 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import FormatError
-from .codec_table import CODECS, DEFAULT_CODEC, CodecInfo, Compression
+from .codec_names import CodecInfo
+from .codec_table import CODECS, DEFAULT_CODEC, Compression
 
 __all__ = [
     "CODECS",

@@ -21,16 +21,18 @@ import pytest
 import zarr
 from zarr.codecs import BloscCodec, GzipCodec, ZstdCodec
 
-from chunkio.backends.codec_table import (
-    CODECS,
+from chunkio.backends.codec_names import (
     CodecInfo,
-    Compression,
     hdf5_codec_info,
-    hdf5_filters,
-    hdf5plugin_filters,
     zarr2_codec_info,
     zarr2_codecs,
     zarr_codec_info,
+)
+from chunkio.backends.codec_table import (
+    CODECS,
+    Compression,
+    hdf5_filters,
+    hdf5plugin_filters,
     zarr_codec_registered,
     zarr_compressors,
     zarr_encoder,

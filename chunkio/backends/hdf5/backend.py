@@ -31,7 +31,8 @@ from ...errors import (
     UnsafeInputError,
 )
 from ..base import ArrayInfo, Reader, StageClock, check_region, coalesce
-from ..codec_table import HDF5_SAFE, hdf5_codec_info
+from ..codec_names import hdf5_codec_info
+from ..codec_table import HDF5_SAFE
 from .attrs import decode_attrs
 from .checks import check_array, in_file_node, in_file_path, list_arrays, read_text
 from .described import DescribedArray, as_description, file_state, open_described

@@ -26,7 +26,7 @@ from ...errors import (
 from ...util.numeric import ceil_div
 from .. import ReaderOptions
 from ..base import ArrayInfo, Reader, StageClock, check_region, coalesce
-from ..codec_table import zarr2_codec_info, zarr2_codecs, zarr_codec_info
+from ..codec_names import zarr2_codec_info, zarr2_codecs, zarr_codec_info
 from .documents import RemoteDocuments, v2_array_document
 from .engine import ArrayEngine
 from .metadata import check_array_document, check_codecs
