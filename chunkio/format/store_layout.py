@@ -7,26 +7,51 @@ and report asks :func:`open_layout`, and reads the answer (a :class:`StoreLayout
 deciding again; the kind of each field (dense, ragged, encoded, a volume's image or label) is
 decided here too, so a new kind of field or of foreign layout is one more branch of this
 module, not of every caller. Fields with steps (:class:`chunkio.Field`) or ``anchors`` make
-window fields over either kind of store (:mod:`chunkio.format.windows`).
+window fields over either kind of store: the spec and its rules are
+:mod:`chunkio.format.windows`'s, opening it on a store (the arrays' descriptions, a valid-mask
+read by path, the rows per chunk that order reads) is :func:`open_windows`'s.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from ..backends import ArrayInfo, Reader, ReaderOptions
-from ..errors import ChunkioError, FormatError
+from ..errors import ChunkioError, FormatError, WindowError
 from .cf import decode_layout
-from .foreign import FieldSelection, field_arrays, foreign_fields, foreign_volumes, layout_of
+from .foreign import (
+    FieldSelection,
+    _array_info,
+    batchable,
+    field_arrays,
+    foreign_fields,
+    foreign_volumes,
+    layout_of,
+    order_field,
+)
+from .grid import SampleGrid
 from .layout import ATTR_KEY, COMPLETE_KEY, DatasetLayout, check_arrays
 from .sparse import native_sparse
 from .volume_layout import VolumeSet
-from .windows import Anchors, WindowSet, is_windowed, open_windows, window_fields
+from .windows import (
+    Anchors,
+    Field,
+    WindowInfo,
+    WindowSet,
+    _short,
+    anchor_groups,
+    is_windowed,
+    valid_anchors,
+    window_fields,
+)
 
-__all__ = ["DEFAULT_PRELOAD_BYTES", "LayoutOptions", "StoreLayout", "open_layout"]
+__all__ = ["DEFAULT_PRELOAD_BYTES", "LayoutOptions", "StoreLayout", "open_layout", "open_windows"]
 
 #: what h5py and zarr-python raise on bytes they cannot parse (h5py maps HDF5's errors to
 #: these; a chunkio error, a missing file and a refused permission pass through as they are)
@@ -230,3 +255,148 @@ def _windows(
         reader, native, wanted, Anchors.of(options.anchors), preload_bytes=options.preload_bytes
     )
     return StoreLayout(where, attrs, native=native is not None, layout=found.layout, windows=found)
+
+
+def open_windows(
+    reader: Reader,
+    native: DatasetLayout | None,
+    fields: Sequence[Field],
+    anchors: Anchors,
+    *,
+    preload_bytes: int = 0,
+) -> WindowSet:
+    """The windows of ``fields`` in the store ``reader`` has open: a chunkio dataset's
+    (``native``, its layout: paths name its dense fields) or a store chunkio did not write
+    (``native=None``: paths name arrays)."""
+    where = reader.location
+    infos: dict[str, tuple[str, tuple[int, ...], np.dtype[Any], int]] = {}
+    for f in fields:
+        for path in f.paths:
+            if path not in infos:
+                infos[path] = _describe(reader, native, path, f)
+    lengths = {p: shape[0] for p, (_, shape, _, _) in infos.items()}
+    if len(set(lengths.values())) != 1:
+        raise WindowError(
+            f"{where}: the arrays of windows need one length along axis 0; got {lengths}"
+        )
+    num_rows = next(iter(lengths.values()))
+    made = tuple(_window_info(f, infos, where) for f in fields)
+    valid = _mask(reader, native, anchors.valid, where)
+    rows = valid_anchors(num_rows, fields, anchors, valid, where)
+    spc = _order_rows(reader, native, infos, preload_bytes, num_rows)
+    layout = DatasetLayout(
+        num_samples=num_rows,
+        samples_per_chunk=spc,
+        fields=made,
+        class_names=None if native is None else native.class_names,
+        foreign=native is None,
+    )
+    lo = min(min(f.offsets) for f in fields)
+    hi = max(max(f.offsets) for f in fields)
+    sizes, edge = anchor_groups(rows, spc, lo, hi)
+    row = sum(
+        int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+        for _, shape, dtype, _ in infos.values()
+    )
+    return WindowSet(
+        layout=layout, anchors=rows, group_sizes=sizes, edge_chunks=edge, row_nbytes=row
+    )
+
+
+def _describe(
+    reader: Reader, native: DatasetLayout | None, path: str, f: Field
+) -> tuple[str, tuple[int, ...], np.dtype[Any], int]:
+    """``(array name, shape, dtype, rows per chunk)`` of ``path``."""
+    where = reader.location
+    if native is not None:
+        info = native.field(path, where=where)
+        if not info.kind_def.window_source or info.sample_shape is None:
+            raise WindowError(
+                f"{where}: field {f.name!r}: windows read dense fields; {path!r} is {info.kind}"
+            )
+        shape = (native.num_samples, *info.sample_shape)
+        return info.roles.values, shape, info.dtype, native.rows_per_chunk(info)
+    found = _array_info(reader, path)
+    dtype = np.dtype(found.dtype)
+    if not batchable(dtype) or not found.shape:
+        raise FormatError(
+            f"{where}: field {f.name!r}: array {path!r} {tuple(found.shape)} {dtype} cannot be "
+            "read as steps (numeric or boolean arrays with a step axis 0)"
+        )
+    shape = tuple(int(n) for n in found.shape)
+    return found.name, shape, dtype, max(1, int(found.chunks[0]))
+
+
+def _window_info(
+    f: Field, infos: Mapping[str, tuple[str, tuple[int, ...], np.dtype[Any], int]], where: str
+) -> WindowInfo:
+    found = {p: (infos[p][1][1:], infos[p][2]) for p in f.paths}
+    if len(set(found.values())) != 1:
+        described = {p: f"{shape} {dtype}" for p, (shape, dtype) in found.items()}
+        raise WindowError(
+            f"{where}: field {f.name!r} stacks variables of different shapes or dtypes "
+            f"(per step): {described}"
+        )
+    shape, dtype = next(iter(found.values()))
+    sample = (
+        *((len(f.offsets),) if f.steps is not None else ()),
+        *((len(f.paths),) if f.stacked else ()),
+        *shape,
+    )
+    return WindowInfo(
+        f.name,
+        dtype,
+        tuple(sample),
+        kind="window",
+        arrays=tuple(infos[p][0] for p in f.paths),
+        steps=f.offsets,
+        rows=tuple(infos[p][3] for p in f.paths),
+        stepped=f.steps is not None,
+        stacked=f.stacked,
+    )
+
+
+def _mask(
+    reader: Reader, native: DatasetLayout | None, valid: Any, where: str
+) -> npt.NDArray[np.bool_] | None:
+    if valid is None:
+        return None
+    if isinstance(valid, str):
+        if native is not None:
+            name = native.field(valid, where=where).roles.values
+        else:
+            name = _array_info(reader, valid).name
+        arr = _read_whole(reader, name)
+    else:
+        arr = np.asarray(valid)
+    if arr.dtype != np.bool_:
+        raise WindowError(
+            f"{where}: the valid-mask {_short(valid) if not isinstance(valid, str) else valid!r} "
+            f"must be boolean; got {arr.dtype}"
+        )
+    return arr
+
+
+def _read_whole(reader: Reader, name: str) -> npt.NDArray[Any]:
+    """Array ``name`` (a valid-mask: one bool per step), read chunk by chunk."""
+    info = reader.array_info(name)
+    grid = SampleGrid(int(info.shape[0]), int(info.chunks[0]) if info.chunks else 1)
+    out = np.empty(info.shape, dtype=info.dtype)
+    if grid.num_chunks:
+        reader.read_into(name, [grid.bounds(c) for c in range(grid.num_chunks)], out)
+    return out
+
+
+def _order_rows(
+    reader: Reader,
+    native: DatasetLayout | None,
+    infos: Mapping[str, tuple[str, tuple[int, ...], np.dtype[Any], int]],
+    preload_bytes: int,
+    num_rows: int,
+) -> int:
+    """Rows per chunk of the array whose chunks order reads (as for a store's fields)."""
+    if native is not None:
+        return native.samples_per_chunk
+    described = {p: reader.array_info(p) for p in infos}
+    chosen = order_field(described, preload_bytes=preload_bytes)
+    return max(1, min(infos[chosen][3], max(1, num_rows)))

@@ -1,14 +1,16 @@
 """Per-sample transforms: deterministic image transforms with a known output shape.
 
-:mod:`.image` (the public transforms: :class:`RandomResizedCrop`, :class:`CenterCrop`,
-:class:`Resize`, :class:`RandomHorizontalFlip`, :class:`Compose`, planned per sample and
-executed as one resample), :mod:`.sample` (the protocol of transforms that declare their output
-shape, so batches stay preallocated), :mod:`.draws` (counter-based randomness keyed by
-``(seed, epoch, index)``), :mod:`.arguments`, :mod:`.render` (the one crop-and-resize into a
-batch row), :mod:`.normalization` (a uint8 batch to normalized floats, on the device) and
-:mod:`.stats` (per-channel mean/std of a dataset's fields, and :class:`Normalize` by them). Modules
-here may import :mod:`chunkio.util` and :mod:`chunkio.errors` only. Names are imported on first
-use (PEP 562), so the read path importing :mod:`.sample` does not import Pillow or torch.
+:mod:`.image` (the public transforms: :class:`Compose` of :class:`RandomResizedCrop`,
+:class:`CenterCrop`, :class:`Resize`, :class:`RandomHorizontalFlip`, planned per sample and
+executed as one resample), :mod:`.ops` (those ops: what each does to its input, and the
+:class:`CropPlan` a chain of them reduces to), :mod:`.sample` (the protocol of transforms that
+declare their output shape, so batches stay preallocated), :mod:`.draws` (counter-based
+randomness keyed by ``(seed, epoch, index)``), :mod:`.arguments`, :mod:`.render` (the one
+crop-and-resize into a batch row), :mod:`.normalization` (a uint8 batch to normalized floats,
+on the device) and :mod:`.stats` (per-channel mean/std of a dataset's fields, and
+:class:`Normalize` by them). Modules here may import :mod:`chunkio.util` and
+:mod:`chunkio.errors` only. Names are imported on first use (PEP 562), so the read path
+importing :mod:`.sample` does not import Pillow or torch.
 """
 
 from __future__ import annotations
