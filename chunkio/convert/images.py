@@ -39,7 +39,8 @@ it with a :class:`~chunkio.errors.SourceError` whatever ``on_error`` says; rerun
 resumes.
 
 The write pass runs in this process when it is estimated (a few files decoded and timed,
-:func:`_write_work`, :func:`chunkio.convert.engine.workers.pool_pays`) to take less than
+:func:`chunkio.convert.image.write.write_work`,
+:func:`chunkio.convert.engine.workers.pool_pays`) to take less than
 :data:`~chunkio.convert.engine.workers.POOL_MIN_SECONDS` here, since starting worker processes
 costs about half a second; so does the check pass, whose work is rarely worth a pool.
 ``workers`` is therefore an upper bound; a ``client`` is always used. From
@@ -80,7 +81,6 @@ Equal: the result is returned as it is (``unchanged``); different: refused, nami
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -96,23 +96,15 @@ from ..images.encoding import check_encoding
 from ..images.pillow import DecodePolicy, ImageMode, ResizeMode, UndecodableImage
 from ..read.provenance import decode_paths
 from ..util.deprecated import Moved, moved_keywords
-from ..util.numeric import ceil_div
 from .durability.rerun import Request, compression_option, display, reuse_complete
-from .engine.chunking import DEFAULT_CHUNK_BYTES, choose_samples_per_chunk
+from .engine.chunking import DEFAULT_CHUNK_BYTES
 from .engine.processes import warm_up
-from .engine.workers import Work, available_cores, worker_count
+from .engine.workers import available_cores
 from .image.check import Checked, check_all
-from .image.plan import (
-    ImageConversionResult,
-    describe,
-    listing,
-    normalise_size,
-    partition,
-    scan_source,
-    unchanged,
-)
-from .image.scan import OnError, ScanResult
+from .image.plan import ImageConversionResult, listing, normalise_size, scan_source, unchanged
+from .image.scan import OnError
 from .image.source import ImageSource
+from .image.write import Job, undecodable, write_plan
 from .options import (
     DEFAULT_EXECUTION,
     DEFAULT_OUTPUT,
@@ -122,7 +114,7 @@ from .options import (
     moved,
 )
 from .pipeline import convert_source
-from .shuffle.order import SOURCE_INDEX, check_order_options, order_extra, shuffled
+from .shuffle.order import check_order_options, shuffled
 
 __all__ = [
     "ImageConversionResult",
@@ -132,19 +124,9 @@ __all__ = [
     "source_paths",
 ]
 
-#: The write pass per image in one process (decode, pack, compress, checksum, write, fsync),
-#: relative to its decode alone: measured 2.6 for 64-128 px JPEGs, 4.2 for 224-256 px ones
-#: with Pillow's decode (2 cores, Zarr, 1 MiB chunks); 3.3-3.8 for 224-256 px JPEGs with the
-#: libjpeg-turbo decode of plain JPEGs; about 1 for JPEGs stored as they are (an overestimate
-#: there: such a conversion may use a pool a little early).
-_WRITE_PER_DECODE = 3.0
-#: Files decoded and timed to estimate the write pass (:func:`_write_work`).
-_CALIBRATION_FILES = 8
 #: Files from which a conversion that may use a pool starts its process server early
 #: (:func:`~chunkio.convert.engine.processes.warm_up`): fewer take under a second to write.
 _WARM_UP_FILES = 1000
-#: Decoded bytes per block (the unit of work, resume and fsync) to aim for.
-_BLOCK_BYTES = 8 << 20
 #: The fields of ImageOptions (convert_images' keywords of the same names before it)
 _IMAGE_FIELDS = ("resize", "mode", "max_size", "encoding", "quality")
 
@@ -335,31 +317,14 @@ def convert_images(
         return unchanged(display(dst), fmt, done, time.perf_counter() - started)
     if workers > 1 and execution.client is None and len(scan.entries) >= _WARM_UP_FILES:
         warm_up()  # the workers' process server starts while the files are checked
-    job = _Job(
+    job = Job(
         scan, layout_kind, policy, on_error, dst, encoding, int(quality), shuffle, seed,
         output.chunk_bytes,
     )  # fmt: skip
     return _check_and_write(job, replace(write, request=request))
 
 
-@dataclass(frozen=True)
-class _Job:
-    """What one image conversion reads and the options that shape its result (the others,
-    for :func:`~chunkio.convert.pipeline.convert_source`, travel as ConversionOptions)."""
-
-    scan: ScanResult
-    layout_kind: str
-    policy: DecodePolicy
-    on_error: OnError
-    dst: Any
-    encoding: str
-    quality: int
-    shuffle: bool
-    seed: int
-    chunk_bytes: int
-
-
-def _check_and_write(job: _Job, options: ConversionOptions) -> ImageConversionResult:
+def _check_and_write(job: Job, options: ConversionOptions) -> ImageConversionResult:
     """The check pass, then the write pass; again without any file the write pass refused.
 
     The default check cannot see every kind of damage (see :func:`probe_image`): a file that
@@ -385,7 +350,7 @@ def _check_and_write(job: _Job, options: ConversionOptions) -> ImageConversionRe
         try:
             return _write(job, options, checked, failed)
         except SourceError as err:
-            bad = _undecodable(err)
+            bad = undecodable(err)
             if bad is None or bad.path is None or bad.path in failed:
                 raise
             if job.on_error == "raise":
@@ -399,93 +364,17 @@ def _check_and_write(job: _Job, options: ConversionOptions) -> ImageConversionRe
                 thorough, checked = True, None
 
 
-def _undecodable(err: BaseException) -> UndecodableImage | None:
-    """The :class:`UndecodableImage` naming a file behind ``err``, if one is."""
-    seen: set[int] = set()
-    cause: BaseException | None = err
-    while cause is not None and id(cause) not in seen:
-        if isinstance(cause, UndecodableImage) and cause.path is not None:
-            return cause
-        seen.add(id(cause))
-        cause = cause.__cause__ or cause.__context__
-    return None
-
-
 def _write(
-    job: _Job, options: ConversionOptions, checked: Sequence[Checked], failed: Mapping[str, str]
+    job: Job, options: ConversionOptions, checked: Sequence[Checked], failed: Mapping[str, str]
 ) -> ImageConversionResult:
     """The write pass over the files that ``checked`` and ``failed`` leave in."""
-    scan = job.scan
-    entries, good, bad = partition(scan.entries, checked, failed, job.on_error)
-    source = ImageSource(
-        entries,
-        good,
-        job.policy,
-        labelled=entries[0].label is not None,
-        encoding=job.encoding,
-        quality=job.quality,
-    )
-    skipped = (*scan.skipped, *bad)
-    spc = options.samples_per_chunk or choose_samples_per_chunk(
-        max(1, int(source.mean_stored_nbytes)),
-        target_bytes=job.chunk_bytes,
-        num_samples=source.num_samples,
-    )
-    execution = options.execution
-    workers = worker_count(
-        execution.workers, client=execution.client, work=lambda: _write_work(source)
-    )
-    extra = describe(scan, job.layout_kind, job.policy, source.stored_mode, good, skipped)
-    extra["source"]["encoding"] = source.encoding
-    if source.encoding in ("jpeg", "webp"):
-        extra["source"]["quality"] = job.quality
-    if source.encoding == "jpeg":
-        extra["source"]["jpeg_files_stored_as_is"] = int(source.as_is.sum())
-    if job.shuffle:
-        extra["source"]["fields"][SOURCE_INDEX] = "position in the sorted file listing"
-    write = replace(
-        options,
-        samples_per_chunk=spc,
-        class_names=scan.class_names,
-        extra=order_extra(
-            extra, shuffle=job.shuffle, seed=job.seed, num_samples=source.num_samples
-        ),
-        execution=replace(execution, workers=workers),
-        block_chunks=_block_chunks(source, spc, workers),
-    )
-    result = convert_source(shuffled(source, shuffle=job.shuffle, seed=job.seed), job.dst, write)
+    plan = write_plan(job, options, checked, failed)
+    source = shuffled(plan.source, shuffle=job.shuffle, seed=job.seed)
+    result = convert_source(source, job.dst, plan.options)
     base = {f.name: getattr(result, f.name) for f in fields(result)}
     return ImageConversionResult(
-        **base, skipped=skipped, ignored=scan.ignored, class_names=scan.class_names
+        **base, skipped=plan.skipped, ignored=job.scan.ignored, class_names=job.scan.class_names
     )
-
-
-def _block_chunks(source: ImageSource, samples_per_chunk: int, workers: int) -> int:
-    """Chunks per block: about :data:`_BLOCK_BYTES`, but enough blocks to keep workers busy.
-
-    Every block costs an fsync of each of its chunk files and of the manifest, so tiny blocks
-    make small-image conversions fsync-bound.
-    """
-    num_chunks = ceil_div(source.num_samples, samples_per_chunk)
-    chunk_bytes = max(1.0, source.mean_sample_nbytes * samples_per_chunk)
-    by_size = max(1, int(_BLOCK_BYTES // chunk_bytes))
-    by_balance = max(1, num_chunks // (4 * workers)) if workers > 1 else num_chunks
-    return max(1, min(by_size, by_balance))
-
-
-def _write_work(source: ImageSource) -> Work:
-    """The write pass in this process, estimated: a few files decoded here and timed, scaled
-    by pixels to all of them and by :data:`_WRITE_PER_DECODE`."""
-    n = source.num_samples
-    picks = np.unique(np.linspace(0, n - 1, min(n, _CALIBRATION_FILES)).round().astype(np.int64))
-    started = time.perf_counter()
-    for i in picks:
-        with contextlib.suppress(SourceError):  # a bad file: the write pass reports it
-            source.load(int(i))
-    seconds = time.perf_counter() - started
-    pixels = source.orig_size.prod(axis=1, dtype=np.float64)
-    estimate = seconds / max(1.0, float(pixels[picks].sum())) * float(pixels.sum())
-    return Work(seconds=estimate * _WRITE_PER_DECODE)
 
 
 def source_paths(path_field: npt.NDArray[np.uint8]) -> list[str]:

@@ -274,9 +274,9 @@ def test_ragged_values_are_written_as_shards_of_whole_groups_and_resume_identica
     every sample at its offset."""
     from PIL import Image
 
-    from chunkio.convert import images as images_mod
     from chunkio.convert import pipeline
     from chunkio.convert.image import source as image_source_mod
+    from chunkio.convert.image import write as image_write
     from chunkio.errors import SourceError
 
     rng = np.random.default_rng(4)
@@ -288,7 +288,7 @@ def test_ragged_values_are_written_as_shards_of_whole_groups_and_resume_identica
         Image.fromarray(arr).save(src / f"c{i % 2}" / f"{i:02d}.png")
     monkeypatch.setattr(pipeline, "DIRECT_SHARD_CHUNK_BYTES", 1)
     monkeypatch.setattr(pipeline, "SHARD_BYTES", 13_000)  # 2 chunks of ~6 kB per shard
-    monkeypatch.setattr(images_mod, "_BLOCK_BYTES", 1)
+    monkeypatch.setattr(image_write, "_BLOCK_BYTES", 1)
     # shards of values (~13 kB here) count as large, of labels (~100 B) as small: merged
     monkeypatch.setattr("chunkio.backends.zarr.pack.SMALL_CHUNK_BYTES", 4096)
     kw: dict[str, Any] = {
@@ -343,15 +343,15 @@ def test_encoded_bytes_are_written_as_shards_of_whole_groups_and_resume_identica
     zarr-python reads every JPEG back byte for byte."""
     from benchmarks.data import make_natural_folder
     from chunkio import read_source_paths
-    from chunkio.convert import images as images_mod
     from chunkio.convert import pipeline
     from chunkio.convert.image import source as image_source_mod
+    from chunkio.convert.image import write as image_write
     from chunkio.errors import SourceError
 
     src = make_natural_folder(tmp_path / "src", n_images=48, size=64, seed=5)
     monkeypatch.setattr(pipeline, "DIRECT_SHARD_CHUNK_BYTES", 1)
     monkeypatch.setattr(pipeline, "SHARD_BYTES", 2 * 6 * 64 * 64 * 3)  # 2 chunks per shard
-    monkeypatch.setattr(images_mod, "_BLOCK_BYTES", 1)
+    monkeypatch.setattr(image_write, "_BLOCK_BYTES", 1)
     monkeypatch.setattr("chunkio.backends.zarr.pack.SMALL_CHUNK_BYTES", 1024)
     kw: dict[str, Any] = {"images": ImageOptions(encoding="jpeg"), "output": Output(chunks=6)}
     kw["shuffle"] = False

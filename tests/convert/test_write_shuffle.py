@@ -300,8 +300,9 @@ def test_switching_shuffle_on_or_off_does_not_resume(
 
 IMAGES_SCRIPT = """
 import sys, time
-from chunkio.convert.image import source as image_source
 from chunkio.convert import images as images_mod
+from chunkio.convert.image import source as image_source
+from chunkio.convert.image import write as image_write
 
 real = image_source.load_image
 
@@ -312,7 +313,7 @@ def slow(*args, **kw):
 
 
 image_source.load_image = slow
-images_mod._BLOCK_BYTES = 1  # one chunk per block
+image_write._BLOCK_BYTES = 1  # one chunk per block
 images_mod.convert_images(sys.argv[1], sys.argv[2], output=images_mod.Output(chunks=4),
                           execution=images_mod.Execution(workers=1, progress=False))
 """
@@ -333,12 +334,12 @@ def class_sorted_folder(root: Path, classes: int, per_class: int, hw: tuple[int,
 def test_sigkill_then_resume_of_a_shuffled_image_conversion(
     fmt: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from chunkio.convert import images as images_mod
+    from chunkio.convert.image import write as image_write
 
     src = class_sorted_folder(tmp_path / "src", 4, 10, (6, 5))
     dst = tmp_path / f"k{SUFFIX[fmt]}"
     done = run_and_kill(IMAGES_SCRIPT, [str(src), str(dst)], dst, tmp_path, lines=3)
-    monkeypatch.setattr(images_mod, "_BLOCK_BYTES", 1)
+    monkeypatch.setattr(image_write, "_BLOCK_BYTES", 1)
     kw: dict[str, Any] = {
         "execution": Execution(workers=1, progress=False),
         "output": Output(chunks=4),

@@ -14,10 +14,10 @@ import pytest
 from PIL import Image, ImageOps
 
 from chunkio import ChunkDataset, Execution, ImageOptions, Output
-from chunkio.convert import images as images_mod
 from chunkio.convert.engine.ragged import RaggedPlan
 from chunkio.convert.image import check as image_check
 from chunkio.convert.image import source as image_source_mod
+from chunkio.convert.image import write as image_write
 from chunkio.convert.images import convert_images, source_paths
 from chunkio.diagnose.dataset_report import info, verify
 from chunkio.errors import DestinationExistsError, SourceError
@@ -284,7 +284,7 @@ def test_an_interrupted_ragged_conversion_resumes(
         "execution": Execution(workers=1, progress=False),
         "output": Output(chunks=2),
     }
-    monkeypatch.setattr(images_mod, "_BLOCK_BYTES", 1)  # one chunk per block: 3 blocks
+    monkeypatch.setattr(image_write, "_BLOCK_BYTES", 1)  # one chunk per block: 3 blocks
     monkeypatch.setattr(image_source_mod, "load_image", failing)
     with pytest.raises(SourceError, match="simulated failure"):
         convert_images(tmp_path / "src", dst, **kw)

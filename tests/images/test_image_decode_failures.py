@@ -18,9 +18,9 @@ import pytest
 from PIL import Image
 
 from chunkio import ChunkDataset, Execution, Output
-from chunkio.convert import images as images_mod
 from chunkio.convert.image import check as image_check
 from chunkio.convert.image import source as image_source_mod
+from chunkio.convert.image import write as image_write
 from chunkio.convert.images import convert_images
 from chunkio.diagnose.dataset_report import verify
 from chunkio.errors import SourceError
@@ -190,7 +190,7 @@ def test_an_interrupted_second_attempt_resumes_to_the_same_dataset(
         after_bad.append(path)
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(images_mod, "_BLOCK_BYTES", 1)  # one chunk per block
+    monkeypatch.setattr(image_write, "_BLOCK_BYTES", 1)  # one chunk per block
     monkeypatch.setattr(image_source_mod, "load_image", dies_in_the_second_attempt)
     dst = tmp_path / "o.zarr"
     with pytest.raises(SourceError, match="simulated crash"):
