@@ -145,7 +145,7 @@ class PatchReads:
         chunks: IntArray,
         slots: IntArray,
     ) -> None:
-        if is_remote(getattr(self.ctx.reader, "location", None)):
+        if is_remote(self.ctx.reader.location):
             self._fill_by_boxes(volumes, kind, cache, chunks, slots)
             return
         # a local store: each chunk decoded straight into its slot (a whole chunk into a
