@@ -27,7 +27,7 @@ import numpy.typing as npt
 
 from ..errors import IncompatibleStateError
 from ..sampling.order import check_int, check_state, rank_rows, split_rows
-from ..sampling.sampler import EpochBatch, num_batches
+from ..sampling.sampler import EpochBatch, checked_batches_done, num_batches
 from ..util.deprecated import keyword_moved_to_method
 from ..util.numeric import IntArray
 from .dataset import PatchDataset
@@ -210,12 +210,7 @@ class PatchBatchSampler:
         self._done = self._resume = done
 
     def _check_done(self, batches_done: object) -> int:
-        done = check_int("batches_done", batches_done, 0)
-        if done > len(self):
-            raise IncompatibleStateError(
-                f"batches_done must be <= {len(self)} batches per epoch, got {done}"
-            )
-        return done
+        return checked_batches_done(batches_done, len(self))
 
 
 class PatchSource:

@@ -41,6 +41,7 @@ from .order import (
 
 __all__ = [
     "ChunkBatchSampler",
+    "checked_batches_done",
     "describe_sampler",
     "num_batches",
     "read_amplification",
@@ -277,12 +278,7 @@ class ChunkBatchSampler(Sampler[list[int]]):
         return config
 
     def _check_done(self, batches_done: object) -> int:
-        done = check_int("batches_done", batches_done, 0)
-        if done > len(self):
-            raise IncompatibleStateError(
-                f"batches_done must be <= {len(self)} batches per epoch, got {done}"
-            )
-        return done
+        return checked_batches_done(batches_done, len(self))
 
     @keyword_moved_to_method("batches_done", "state_at")
     def state_dict(self) -> dict[str, Any]:
@@ -485,3 +481,15 @@ def describe_sampler(
         ),
         **shuffle_quality(batches, sizes, labels),
     }
+
+
+def checked_batches_done(batches_done: object, per_epoch: int) -> int:
+    """A saved state's ``batches_done``: an int in ``[0, per_epoch]``, else
+    :class:`~chunkio.errors.IncompatibleStateError` (a :class:`TypeError`/:class:`ValueError`
+    for a value that is no count at all)."""
+    done = check_int("batches_done", batches_done, 0)
+    if done > per_epoch:
+        raise IncompatibleStateError(
+            f"batches_done must be <= {per_epoch} batches per epoch, got {done}"
+        )
+    return done
