@@ -1,9 +1,9 @@
-"""CF decoding on read (``ChunkDataset(..., decode_cf=True)``): packed variables as physical
-values.
+"""CF decoding on read (``ChunkDataset(..., decoding=Decoding(cf=True))``): packed variables
+as physical values.
 
 xarray's ``to_zarr`` with an encoding (``{"dtype": "int16", "scale_factor": 0.01,
 "add_offset": 273.15, "_FillValue": -32768}``) and netCDF4-style HDF5 files store a variable
-as packed integers with attributes saying how to unpack them. With ``decode_cf`` each field
+as packed integers with attributes saying how to unpack them. With ``Decoding(cf=True)`` each field
 whose arrays carry ``scale_factor``, ``add_offset``, ``_FillValue`` or ``missing_value``
 comes back as xarray's ``open_zarr`` / ``open_dataset`` decode it: stored values equal to a
 fill or missing value become NaN, the others ``stored * scale_factor + add_offset``. Fields
@@ -116,7 +116,7 @@ def _number(value: Any, key: str, array: str, where: str, *, nan: bool = False) 
         what += f" (or a list of at most {MAX_FILLS})"
     raise FormatError(
         f"{where}: array {array!r}: CF attribute {key!r} must be {what} to decode "
-        f"(decode_cf=True); got {reprlib.repr(value)}"
+        f"(Decoding(cf=True)); got {reprlib.repr(value)}"
     )
 
 
@@ -133,8 +133,8 @@ def cf_coding(
         return None
     if "_Unsigned" in attrs or stored.kind not in "iuf":
         raise FormatError(
-            f"{where}: array {array!r} ({stored}) has CF attributes that decode_cf does not "
-            f"decode (numeric arrays, no _Unsigned); got {dict(attrs)!r}"
+            f"{where}: array {array!r} ({stored}) has CF attributes that Decoding(cf=True) does "
+            f"not decode (numeric arrays, no _Unsigned); got {dict(attrs)!r}"
         )
     scale, offset = (
         _number(attrs[k], k, array, where)[0] if k in attrs else None

@@ -71,7 +71,7 @@ def check_transform(
         )
     info = layout.field(name, where=where)
     if info.cf is not None or info.kind not in TRANSFORMABLE_KINDS:
-        kind = "CF-decoded (decode_cf=True)" if info.cf is not None else info.kind
+        kind = "CF-decoded (Decoding(cf=True))" if info.cf is not None else info.kind
         raise TransformError(
             f"{about} cannot apply: the field is {kind}; field transforms apply to the samples "
             f"of {', '.join(TRANSFORMABLE_KINDS)} fields (images). Normalise numbers with "
