@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from chunkio.dataset.options import Decoding
+
 ROWS = 40
 SPC = 8  # samples per chunk of chunkio's own stores: 5 chunks
 
@@ -302,7 +304,11 @@ KINDS: dict[str, Kind] = {
         Kind("zarr-sharded", _foreign_zarr(3, sharded=True), "zarr", fields=FOREIGN_FIELDS),
         Kind("windows", _weather, "zarr", fields="windows"),
         Kind(
-            "cf", _cf(3), "zarr", fields={"t2m": "t2m", "time": "time"}, options={"decode_cf": True}
+            "cf",
+            _cf(3),
+            "zarr",
+            fields={"t2m": "t2m", "time": "time"},
+            options={"decoding": Decoding(cf=True)},
         ),
     )
 }
