@@ -97,3 +97,28 @@ def test_worker_batches_are_read_into_shared_memory(volume, monkeypatch):
             np.testing.assert_array_equal(
                 got[kind][j].numpy(), reference(volume_array, origin, "constant", pad)
             )
+
+
+def test_a_flipped_byte_in_a_checksummed_hdf5_chunk_of_patch_size_is_refused(tmp_path: Path):
+    # a 64^3 int16 chunk (512 KiB) is checked by the C Fletcher-32 the slot-direct read uses
+    # for chunks up to 768 KiB: intact it reads as h5py does, one flipped byte is refused
+    import h5py
+
+    from chunkio.errors import CorruptChunkError
+
+    data = np.random.default_rng(1).integers(-3000, 3000, (1, 64, 64, 64)).astype(np.int16)
+    path = tmp_path / "v.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("vol", data=data, chunks=data.shape, fletcher32=True)
+        offset = f["vol"].id.get_chunk_info(0).byte_offset
+    key = (0, 10, 20, 30)
+    (item,) = PatchDataset(str(path), (16, 16, 16), fields=["vol"]).__getitems__([key])
+    np.testing.assert_array_equal(np.asarray(item["image"]), data[0, 10:26, 20:36, 30:46])
+    with open(path, "r+b") as fh:
+        fh.seek(offset + 1000)
+        byte = fh.read(1)
+        fh.seek(offset + 1000)
+        fh.write(bytes([byte[0] ^ 0x10]))
+    with pytest.raises(CorruptChunkError, match="fletcher32") as info:
+        PatchDataset(str(path), (16, 16, 16), fields=["vol"]).__getitems__([key])
+    assert "v.h5" in str(info.value)
