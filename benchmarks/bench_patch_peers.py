@@ -277,8 +277,11 @@ def _peer(spec: dict[str, Any], timeout_s: float) -> dict[str, Any]:
 
 def run(*, volumes: int = 4, size: int = 256, patch: int = 64, chunk: int = 64,
         patches: int = 256, peers: bool = True, root: str | Path | None = None,
-        timeout_s: float = 900) -> dict[str, Any]:  # fmt: skip
-    """Every row on one data set; ``peers=False`` runs chunkio's and the per-patch rows only."""
+        timeout_s: float = 900, groups: tuple[str, ...] = ("converted", "ome"),
+        ) -> dict[str, Any]:  # fmt: skip
+    """Every row on one data set; ``peers=False`` runs chunkio's and the per-patch rows only;
+    ``groups``: the converted rows (with the per-patch readers, TorchIO and MONAI) and/or the
+    OME-Zarr ones (with zarrdataset)."""
     base = Path(root) if root else Path(tempfile.mkdtemp(prefix="chunkio-patch-peers-"))
     try:
         started = time.perf_counter()
@@ -301,45 +304,56 @@ def run(*, volumes: int = 4, size: int = 256, patch: int = 64, chunk: int = 64,
             print(f"{name}: {row}", file=sys.stderr)
             return result
 
-        converted = {**common, "kind": "converted"}
-        ours = add("chunkio converted (Zarr)", "converted",
-                   _ours({**converted, "path": data["zarr"]}, timeout_s))  # fmt: skip
-        add("chunkio converted (HDF5)", "converted",
-            _ours({**converted, "path": data["hdf5"]}, timeout_s))  # fmt: skip
-        ring = {**converted, "path": data["zarr"], "route": "make_loader"}
-        add("chunkio converted (Zarr), make_loader", "converted", _ours(ring, timeout_s))
-        keys = ours.get("keys")
-        for fmt in ("hdf5", "zarr"):
-            name = f"per-patch {'h5py' if fmt == 'hdf5' else 'zarr'} (same file, same keys)"
-            if keys is None:
-                add(name, "converted", {"error": "chunkio's row failed: no keys"})
-                continue
-            spec = {**common, "kind": "per-patch", "path": data[fmt], "format": fmt, "keys": keys}
-            add(name, "converted", _ours(spec, timeout_s))
-        if keys is not None:  # as DataLoader(shuffle=True) orders them: no shared chunks
-            shuffled = np.asarray(keys)[np.random.default_rng(0).permutation(len(keys))]
-            spec = {**common, "kind": "per-patch", "path": data["hdf5"], "format": "hdf5",
-                    "keys": shuffled.tolist()}  # fmt: skip
-            add("per-patch h5py (same keys, shuffled)", "converted", _ours(spec, timeout_s))
-        if peers:
-            per = {"samples_per_volume": PER_LOAD, "num_samples": PER_LOAD}
-            add("TorchIO Queue + LabelSampler (NIfTI)", "converted",
-                _peer({**common, **per, "peer": "torchio"}, timeout_s))  # fmt: skip
-            add("MONAI RandCropByPosNegLabeld (NIfTI)", "converted",
-                _peer({**common, **per, "peer": "monai"}, timeout_s))  # fmt: skip
-        for sampler in ("grid", "random"):
-            add(f"chunkio OME-Zarr in place, mask, {sampler}", "ome",
-                _ours({**common, "kind": "ome", "sampler": sampler}, timeout_s))  # fmt: skip
-        add("chunkio OME-Zarr in place, mask, grid, make_loader", "ome",
-            _ours({**common, "kind": "ome", "sampler": "grid", "route": "make_loader"},
-                  timeout_s))  # fmt: skip
-        if peers:
-            add("zarrdataset (same stores, mask)", "ome",
-                _peer({**common, "peer": "zarrdataset"}, timeout_s))  # fmt: skip
+        if "converted" in groups:
+            _converted_rows(common, data, peers, timeout_s, add)
+        if "ome" in groups:
+            _ome_rows(common, peers, timeout_s, add)
         return {"config": config, "results": rows}
     finally:
         if not root:
             shutil.rmtree(base, ignore_errors=True)
+
+
+def _converted_rows(common: dict[str, Any], data: dict[str, Any], peers: bool, timeout_s: float,
+                    add: Any) -> None:  # fmt: skip
+    converted = {**common, "kind": "converted"}
+    ours = add("chunkio converted (Zarr)", "converted",
+                   _ours({**converted, "path": data["zarr"]}, timeout_s))  # fmt: skip
+    add("chunkio converted (HDF5)", "converted",
+            _ours({**converted, "path": data["hdf5"]}, timeout_s))  # fmt: skip
+    ring = {**converted, "path": data["zarr"], "route": "make_loader"}
+    add("chunkio converted (Zarr), make_loader", "converted", _ours(ring, timeout_s))
+    keys = ours.get("keys")
+    for fmt in ("hdf5", "zarr"):
+        name = f"per-patch {'h5py' if fmt == 'hdf5' else 'zarr'} (same file, same keys)"
+        if keys is None:
+            add(name, "converted", {"error": "chunkio's row failed: no keys"})
+            continue
+        spec = {**common, "kind": "per-patch", "path": data[fmt], "format": fmt, "keys": keys}
+        add(name, "converted", _ours(spec, timeout_s))
+    if keys is not None:  # as DataLoader(shuffle=True) orders them: no shared chunks
+        shuffled = np.asarray(keys)[np.random.default_rng(0).permutation(len(keys))]
+        spec = {**common, "kind": "per-patch", "path": data["hdf5"], "format": "hdf5",
+                    "keys": shuffled.tolist()}  # fmt: skip
+        add("per-patch h5py (same keys, shuffled)", "converted", _ours(spec, timeout_s))
+    if peers:
+        per = {"samples_per_volume": PER_LOAD, "num_samples": PER_LOAD}
+        add("TorchIO Queue + LabelSampler (NIfTI)", "converted",
+                _peer({**common, **per, "peer": "torchio"}, timeout_s))  # fmt: skip
+        add("MONAI RandCropByPosNegLabeld (NIfTI)", "converted",
+                _peer({**common, **per, "peer": "monai"}, timeout_s))  # fmt: skip
+
+
+def _ome_rows(common: dict[str, Any], peers: bool, timeout_s: float, add: Any) -> None:
+    for sampler in ("grid", "random"):
+        add(f"chunkio OME-Zarr in place, mask, {sampler}", "ome",
+                _ours({**common, "kind": "ome", "sampler": sampler}, timeout_s))  # fmt: skip
+    add("chunkio OME-Zarr in place, mask, grid, make_loader", "ome",
+            _ours({**common, "kind": "ome", "sampler": "grid", "route": "make_loader"},
+                  timeout_s))  # fmt: skip
+    if peers:
+        add("zarrdataset (same stores, mask)", "ome",
+                _peer({**common, "peer": "zarrdataset"}, timeout_s))  # fmt: skip
 
 
 def _rates(r: dict[str, Any]) -> dict[str, Any]:
@@ -348,6 +362,8 @@ def _rates(r: dict[str, Any]) -> dict[str, Any]:
     out = {"patches_per_s": r["patches"] / r["wall_s"],
            "patches_per_cpu_s": r["patches"] / r["cpu_s"] if r["cpu_s"] > 0 else None,
            "read_amplification": r["read_amplification"]}  # fmt: skip
+    if "epochs" in r:
+        out["epochs"] = r["epochs"]
     if "version" in r:
         out["version"] = r["version"]
     return out
@@ -385,13 +401,18 @@ def main() -> None:
     parser.add_argument("--root", help="write the data here and keep it (reused if there)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per row")
     parser.add_argument("--json", help="also write the result here")
+    parser.add_argument("--groups", default="converted,ome",
+                        help="row groups to run: converted, ome (comma-separated)")  # fmt: skip
     args = parser.parse_args()
     if args.child:
         print(json.dumps(run_row(json.loads(args.child))))
         return
     sizes = {k: getattr(args, k) for k in ("volumes", "size", "patch", "chunk", "patches")}
+    groups = tuple(g.strip() for g in args.groups.split(",") if g.strip())
+    if not groups or set(groups) - {"converted", "ome"}:
+        parser.error(f"--groups: expected converted and/or ome; got {args.groups!r}")
     result = run(**(QUICK if args.quick else sizes), peers=not args.no_peers, root=args.root,
-                 timeout_s=args.timeout)  # fmt: skip
+                 timeout_s=args.timeout, groups=groups)  # fmt: skip
     print(json.dumps(result["config"]))
     print(table(result))
     if args.json:

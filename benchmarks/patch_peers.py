@@ -54,24 +54,28 @@ def tree_cpu() -> float:
     return total
 
 
-def _forever(loader: Iterable[Any]) -> Iterator[Any]:
+def _forever(loader: Iterable[Any], epochs: list[int]) -> Iterator[Any]:
     while True:
+        epochs[0] += 1
         yield from loader
 
 
 def measure(loader: Iterable[Any], patches: int, count: Callable[[Any], int]) -> dict[str, Any]:
     """Patches/s (wall and per CPU-second of the process tree) over ``patches`` patches after
-    :data:`WARMUP_BATCHES` untimed batches; epochs restart as needed (persistent workers)."""
-    batches = _forever(loader)
+    :data:`WARMUP_BATCHES` untimed batches; epochs restart as needed (persistent workers):
+    ``epochs`` counts those begun in the timed part (a loader's fixed cost per epoch weighs
+    on a small epoch: a mask that leaves few patches)."""
+    begun = [0]
+    batches = _forever(loader, begun)
     for _ in range(WARMUP_BATCHES):
         next(batches)
-    start, cpu, n = time.perf_counter(), tree_cpu(), 0
+    start, cpu, n, first = time.perf_counter(), tree_cpu(), 0, begun[0]
     for batch in batches:
         n += count(batch)
         if n >= patches:
             break
     wall, cpu = time.perf_counter() - start, tree_cpu() - cpu
-    return {"patches": n, "wall_s": wall, "cpu_s": cpu}
+    return {"patches": n, "wall_s": wall, "cpu_s": cpu, "epochs": begun[0] - first}
 
 
 def _torchio(spec: dict[str, Any]) -> tuple[Any, Callable[[Any], int], dict[str, Any]]:
