@@ -86,15 +86,29 @@ def locality_order(
     Groups (volume, chunk holding the patch centre) come in random order, patches within a
     group in random order.
     """
+    return group_order(locality_groups(keys, patch_size, volumes), rng)
+
+
+def locality_groups(keys: IntArray, patch_size: Sequence[int], volumes: VolumeSet) -> IntArray:
+    """The group of each key for :func:`locality_order`: numbered (from 0) by (volume, chunk
+    holding the patch centre), in ascending order of those."""
     if len(keys) == 0:
         return np.zeros(0, np.int64)
     shapes = np.asarray(volumes.shapes, np.int64)[keys[:, 0]]
     centre = np.clip(keys[:, 1:] + np.asarray(patch_size) // 2, 0, shapes - 1)
     group_keys = np.column_stack([keys[:, 0], centre // np.asarray(volumes.chunks)])
     _, group = np.unique(group_keys, axis=0, return_inverse=True)
-    group = group.reshape(-1)
+    out: IntArray = group.reshape(-1).astype(np.int64, copy=False)
+    return out
+
+
+def group_order(group: IntArray, rng: np.random.Generator) -> IntArray:
+    """A random order of the keys of :func:`locality_groups` ``group``: groups in random
+    order, keys within a group in random order."""
+    if len(group) == 0:
+        return np.zeros(0, np.int64)
     group_rank = rng.permutation(int(group.max()) + 1)[group]
-    out: IntArray = np.lexsort((rng.random(len(keys)), group_rank)).astype(np.int64)
+    out: IntArray = np.lexsort((rng.random(len(group)), group_rank)).astype(np.int64)
     return out
 
 
@@ -309,6 +323,10 @@ class GridSampler(PatchSampler):
         self._stride_arg, self._overlap_arg = stride, overlap
         self.edge: EdgeMode = edge
         self.shuffle = bool(shuffle)
+        # the grid (after the mask) and its locality groups: the same every epoch, so made
+        # once per binding (each epoch reorders them; a mask test per epoch cost as much as
+        # reading a small epoch's patches)
+        self._grid: tuple[IntArray, IntArray] | None = None
 
     @property
     def stride(self) -> tuple[int, ...]:
@@ -321,6 +339,7 @@ class GridSampler(PatchSampler):
         return tuple(p - o for p, o in zip(size, overlap, strict=True))
 
     def _check_bound(self) -> None:
+        self._grid = None
         stride = self.stride
         if any(s > p for s, p in zip(stride, self.patch_size, strict=True)):
             raise ValueError(
@@ -339,13 +358,26 @@ class GridSampler(PatchSampler):
         return np.column_stack([np.full(len(mesh), volume, np.int64), mesh])
 
     def global_keys(self, epoch: int) -> IntArray:
-        keys = np.concatenate([self.volume_keys(v) for v in range(self.volumes.count)])
-        if self._mask is not None:
-            keys = keys[self._mask.eligible(keys, self.patch_size, self.volumes.shapes)]
+        keys, groups = self._bound_grid()
         if not self.shuffle:
-            return keys
+            return keys.copy()
         rng = np.random.default_rng([self.seed, epoch])
-        return keys[locality_order(keys, self.patch_size, self.volumes, rng)]
+        return keys[group_order(groups, rng)]
+
+    def _bound_grid(self) -> tuple[IntArray, IntArray]:
+        """The grid's keys in storage order (those centred in the mask) and their locality
+        groups, made on first use after binding."""
+        if self._grid is None:
+            keys = np.concatenate([self.volume_keys(v) for v in range(self.volumes.count)])
+            if self._mask is not None:
+                keys = keys[self._mask.eligible(keys, self.patch_size, self.volumes.shapes)]
+            keys.setflags(write=False)
+            self._grid = (keys, locality_groups(keys, self.patch_size, self.volumes))
+        return self._grid
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the grid is made again where it is used: a slide's can be millions of keys
+        return {**self.__dict__, "_grid": None}
 
     def config(self) -> dict[str, Any]:
         return {
