@@ -239,7 +239,10 @@ class PatchDataset(PerProcessHandle[ReadCore | StoreCores], Dataset[Any]):
         key_arr = normalize_keys(keys, self.volumes)
         store_of = np.searchsorted(self._first, key_arr[:, 0], side="right") - 1
         stores = np.unique(store_of).tolist()
-        into = out if len(stores) == 1 else None  # several stores: gathered, then copied
+        several = len(stores) != 1  # none (no keys): empty arrays
+        # several stores: each store's patches copied straight into their rows of one batch
+        batch = self._batch_arrays(len(key_arr), out) if several else None
+        into = out if batch is None else batch
         parts = []
         for i in stores:  # each store's patches through its own core
             rows = np.flatnonzero(store_of == i)
@@ -255,12 +258,13 @@ class PatchDataset(PerProcessHandle[ReadCore | StoreCores], Dataset[Any]):
                 pad_mode=self.pad_mode,
                 pad_values=self.pad_values,
                 out=into,
+                rows=rows.tolist() if several else None,
             )
             if store.ome is not None:
                 got["spacing"] = np.tile(np.asarray(store.ome.spacing), (len(rows), 1))
                 got["origin_physical"] = physical_origins(store.ome, local[:, 1:])
             parts.append((rows, got))
-        found = parts[0][1] if len(parts) == 1 else self._gather(len(key_arr), parts)
+        found = parts[0][1] if batch is None else self._gather(len(key_arr), parts, batch)
         found["volume"] = key_arr[:, 0].copy()
         found["origin"] = key_arr[:, 1:].copy()
         for name, buf in (out or {}).items():
@@ -269,20 +273,34 @@ class PatchDataset(PerProcessHandle[ReadCore | StoreCores], Dataset[Any]):
                 found[name] = buf
         return found
 
-    def _gather(
-        self, n: int, parts: Sequence[tuple[npt.NDArray[np.int64], dict[str, npt.NDArray[Any]]]]
+    def _batch_arrays(
+        self, n: int, out: Mapping[str, npt.NDArray[Any]] | None
     ) -> dict[str, npt.NDArray[Any]]:
-        """The patches of several stores (or none) in the order of the keys."""
-        out = {
-            k: np.empty((n, *self.volumes.item_shape(k, self.patch_size)), self.dtypes[k])
+        """The arrays of each field the patches of ``n`` keys are read into: ``out``'s, else
+        new ones."""
+        given = out or {}
+        return {
+            k: given[k]
+            if k in given
+            else np.empty((n, *self.volumes.item_shape(k, self.patch_size)), self.dtypes[k])
             for k in self.fields
         }
+
+    def _gather(
+        self,
+        n: int,
+        parts: Sequence[tuple[npt.NDArray[np.int64], dict[str, npt.NDArray[Any]]]],
+        batch: Mapping[str, npt.NDArray[Any]],
+    ) -> dict[str, npt.NDArray[Any]]:
+        """The patches of several stores (or none), read into ``batch`` in the order of the
+        keys, with their OME-Zarr placement."""
+        out = dict(batch)
         if all(s.ome is not None for s in self.stores):  # else items of some stores lack them
             out["spacing"] = np.zeros((n, self.volumes.ndim))
             out["origin_physical"] = np.zeros((n, self.volumes.ndim))
-        for rows, got in parts:
-            for k in out:
-                out[k][rows] = got[k]
+            for rows, got in parts:
+                for k in ("spacing", "origin_physical"):
+                    out[k][rows] = got[k]
         return out
 
     def __getitem__(self, key: Any) -> Any:

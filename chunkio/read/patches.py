@@ -50,18 +50,27 @@ class PatchReads:
         pad_mode: PadMode,
         pad_values: Mapping[str, float],
         out: Mapping[str, npt.NDArray[Any]] | None = None,
+        rows: Sequence[int] | None = None,
     ) -> dict[str, npt.NDArray[Any]]:
         """The patches of ``plan`` (made with pieces) for each of ``kinds``; into ``out``'s
-        arrays of those kinds when given (a loader's ring slot: no copy after the read)."""
+        arrays of those kinds when given (a loader's ring slot: no copy after the read), at
+        ``rows`` of them when given (one row per patch: several stores filling one batch)."""
         found: dict[str, npt.NDArray[Any]] = {}
         stats = self.ctx.stats
         ndim = volumes.ndim
         pieces = plan.pieces
+        at = list(range(len(plan.keys))) if rows is None else list(rows)
+        if rows is not None and (
+            out is None or any(k not in out for k in kinds) or len(at) != len(plan.keys)
+        ):
+            raise ValueError(
+                f"rows needs out of every kind and one row per patch; got {len(at)} rows"
+            )
         src_lo, dst_lo = pieces[:, 2 : 2 + ndim], pieces[:, 2 + ndim : 2 + 2 * ndim]
         size = pieces[:, 2 + 2 * ndim :]
         # the pieces' slices once for every kind, as Python ints (no per-piece NumPy calls)
         cuts = [
-            (b, row, tuple(map(slice, a, a_hi)), tuple(map(slice, d, d_hi)))
+            (at[b], row, tuple(map(slice, a, a_hi)), tuple(map(slice, d, d_hi)))
             for b, row, a, a_hi, d, d_hi in zip(
                 pieces[:, 0].tolist(),
                 pieces[:, 1].tolist(),
@@ -74,10 +83,11 @@ class PatchReads:
         ]
         padded = _padded(plan.inner, patch_size)
         for kind in kinds:
-            shape = (len(plan.keys), *volumes.item_shape(kind, patch_size))
+            item = volumes.item_shape(kind, patch_size)
+            shape = (len(plan.keys) if rows is None or out is None else len(out[kind]), *item)
             # only patches sticking out of their volume keep part of the fill ("edge" pads
             # them itself)
-            fill = padded if pad_mode == "constant" else []
+            fill = [at[b] for b in padded] if pad_mode == "constant" else []
             batch = _batch(shape, np.dtype(dtypes[kind]), pad_values.get(kind, 0), out, kind, fill)
             cache = self._cache(volumes, kind, np.dtype(dtypes[kind]), len(kinds))
             slots = self._admit(volumes, kind, cache, plan.chunks)
@@ -86,9 +96,9 @@ class PatchReads:
             for b, row, src, dst in cuts:  # one copy per (patch, chunk) intersection
                 batch[(b, Ellipsis, *dst)] = pool[(held[row], Ellipsis, *src)]
             if pad_mode == "edge" and padded:
-                _pad_edges(batch, plan.inner, patch_size)
+                _pad_edges(batch, plan.inner, patch_size, at)
             stats.gather_s += time.perf_counter() - started
-            stats.bytes_delivered += batch.nbytes
+            stats.bytes_delivered += len(at) * int(np.prod(item)) * batch.itemsize
             found[kind] = batch
         stats.patches += len(plan.keys)
         stats.batches += 1
@@ -241,14 +251,17 @@ def _padded(inner: IntArray, patch_size: tuple[int, ...]) -> list[int]:
     return np.flatnonzero(~whole).tolist()
 
 
-def _pad_edges(batch: npt.NDArray[Any], inner: IntArray, patch_size: tuple[int, ...]) -> None:
-    """Replace the padding of patches that stick out by their nearest in-volume voxels."""
+def _pad_edges(
+    batch: npt.NDArray[Any], inner: IntArray, patch_size: tuple[int, ...], rows: list[int]
+) -> None:
+    """Replace the padding of patches that stick out (patch ``b`` at row ``rows[b]``) by
+    their nearest in-volume voxels."""
     full = np.asarray(patch_size)
-    for b in range(len(batch)):
+    for b, r in enumerate(rows):
         lo, hi = inner[b]
         if (lo == 0).all() and (hi == full).all():
             continue
-        core = batch[b][(..., *(slice(a, z) for a, z in zip(lo, hi, strict=True)))]
-        lead = [(0, 0)] * (batch[b].ndim - len(full))
+        core = batch[r][(..., *(slice(a, z) for a, z in zip(lo, hi, strict=True)))]
+        lead = [(0, 0)] * (batch[r].ndim - len(full))
         pads = lead + [(int(a), int(n - z)) for a, z, n in zip(lo, hi, full, strict=True)]
-        batch[b] = np.pad(core, pads, mode="edge")
+        batch[r] = np.pad(core, pads, mode="edge")

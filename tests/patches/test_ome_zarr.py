@@ -179,6 +179,26 @@ def test_several_stores_are_one_dataset(pair: list[Path]) -> None:
     assert ds.read_stats().patches == len(got["volume"])
 
 
+@pytest.mark.parametrize("pad_mode", ["constant", "edge"])
+def test_several_stores_read_into_their_rows_of_one_batch(pair: list[Path], pad_mode: str) -> None:
+    # a shuffled grid sticking out of the volumes: each batch mixes the stores, some of its
+    # patches padded; read into a ring slot's arrays (stale values in them) or new ones
+    sampler = GridSampler(stride=5, edge="pad")
+    ds = PatchDataset(pair, PATCH, sampler=sampler, pad_mode=pad_mode, pad_value=3)  # type: ignore[arg-type]
+    every = ds.sampler.keys()
+    keys = every[np.random.default_rng(0).permutation(len(every))[:12]]
+    assert set(keys[:, 0].tolist()) == {0, 1, 2, 3}  # both stores' volumes
+    slot = {k: np.full((len(keys), *v.shape[1:]), 77, v.dtype)
+            for k, v in ds.read_patches(keys[:1]).items() if k in ("image", "label")}  # fmt: skip
+    for got in (ds.read_patches(keys), ds.read_patches(keys, out=slot)):
+        for b, key in enumerate(keys):
+            one = ds.read_patches(key[None])  # one store
+            for name in ("image", "label", "spacing", "origin_physical", "origin"):
+                np.testing.assert_array_equal(got[name][b], one[name][0])
+    assert got["image"] is slot["image"] and got["label"] is slot["label"]
+    assert ds.read_patches(keys[:0])["image"].shape == (0, *slot["image"].shape[1:])
+
+
 def test_several_stores_in_loader_workers(pair: list[Path]) -> None:
     ds = PatchDataset(pair, PATCH, sampler=RandomPatchSampler(16, seed=7))
     want = ds.read_patches(ds.sampler.keys())  # the parent reads first: workers open their own
