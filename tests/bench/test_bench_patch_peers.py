@@ -111,3 +111,22 @@ def test_quick_slide_run_with_zarrdataset(tmp_path: Path) -> None:
     rows = result["results"]
     assert [r["reader"].split()[0] for r in rows] == ["chunkio", "chunkio", "zarrdataset"]
     assert all("error" not in r and r["patches_per_s"] > 0 for r in rows)
+
+
+def test_covered_grid_keeps_the_patches_any_mask_voxel_touches() -> None:
+    from chunkio.format.volume_layout import VolumeSet
+    from chunkio.patches import GridSampler
+    from chunkio.patches.masks import PatchMask, mask_by_shape
+
+    shapes = ((16, 16, 16), (16, 16, 16))
+    volumes = VolumeSet(shapes=shapes, chunks=(8, 8, 8), stacked=True)
+    values = np.random.default_rng(1).random((2, 4, 4, 4)) < 0.1  # 1/4 scale, sparse
+    mask = PatchMask(mask_by_shape(values, shapes, "memory", "array"))
+    covered = bench.CoveredGrid(shuffle=True).bind(volumes, (8, 8, 8), mask=mask)
+    full = values.repeat(4, 1).repeat(4, 2).repeat(4, 3)  # the mask at the image's scale
+    want = {(v, z, y, x) for v in range(2) for z, y, x in np.ndindex(2, 2, 2)
+            if full[v, 8 * z : 8 * z + 8, 8 * y : 8 * y + 8, 8 * x : 8 * x + 8].any()}  # fmt: skip
+    got = {(v, z // 8, y // 8, x // 8) for v, z, y, x in covered.keys().tolist()}
+    assert got == want and len(covered.keys()) == len(want) < 16
+    centred = GridSampler().bind(volumes, (8, 8, 8), mask=mask).keys()
+    assert {tuple(k) for k in centred.tolist()} < {tuple(k) for k in covered.keys().tolist()}
