@@ -55,9 +55,37 @@ def _labels(batch: Any) -> tuple[int, Any]:
     return sc._labels_of(batch)
 
 
+def _cpu_by_process(proc: psutil.Process) -> dict[int, tuple[str, float]]:
+    """CPU seconds so far of ``proc`` and each of its descendants, by pid, with its role:
+    ``main``, ``workers`` (the loader's processes) or ``helpers`` (multiprocessing's
+    resource tracker)."""
+    out = {}
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            line = " ".join(p.cmdline())
+        except psutil.Error:
+            continue
+        role = (
+            "main" if p.pid == proc.pid else "helpers" if "resource_tracker" in line else "workers"
+        )
+        out[p.pid] = (role, t.user + t.system)
+    return out
+
+
+def _split(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]
+           ) -> dict[str, float]:  # fmt: skip
+    """CPU seconds between two :func:`_cpu_by_process` snapshots, summed by role."""
+    out = {"main": 0.0, "workers": 0.0, "helpers": 0.0}
+    for pid, (role, cpu) in after.items():
+        out[role] += cpu - before.get(pid, (role, 0.0))[1]
+    return out
+
+
 def epochs(spec: dict[str, Any]) -> dict[str, Any]:
     """Whole epochs of one chunkio loader (``--child``): each epoch's cells, wall, CPU of the
-    process tree and distinct types per batch."""
+    process tree (and its split: the main process, the workers, multiprocessing's helpers)
+    and distinct types per batch."""
     import chunkio
 
     warnings.simplefilter("ignore")
@@ -72,13 +100,14 @@ def epochs(spec: dict[str, Any]) -> dict[str, Any]:
     proc, out = psutil.Process(), []
     for _ in range(spec["epochs"]):
         cells, distinct = 0, []
-        start, cpu = time.perf_counter(), sc._tree_cpu(proc)
+        start, cpu = time.perf_counter(), _cpu_by_process(proc)
         for batch in loader:
             n, labels = _labels(batch)
             cells += n
             distinct.append(len(np.unique(labels)))
+        split = _split(cpu, _cpu_by_process(proc))
         out.append({"cells": cells, "elapsed_s": time.perf_counter() - start,
-                    "cpu_s": sc._tree_cpu(proc) - cpu,
+                    "cpu_s": sum(split.values()), "cpu_split": split,
                     "distinct_per_batch": float(np.mean(distinct))})  # fmt: skip
     close = getattr(loader, "close", None)
     if callable(close):
@@ -98,7 +127,10 @@ def _summary(r: dict[str, Any], uniform: float) -> dict[str, Any]:
         wall, cpu = sum(e["elapsed_s"] for e in part), sum(e["cpu_s"] for e in part)
         distinct = float(np.mean([e["distinct_per_batch"] for e in part]))
         out[key] = {"cells_per_s": cells / wall, "cells_per_cpu_s": cells / cpu if cpu else None,
-                    "distinct_ratio": distinct / uniform, "cells": cells}  # fmt: skip
+                    "distinct_ratio": distinct / uniform, "cells": cells, "cpu_s": cpu}  # fmt: skip
+        if all("cpu_split" in e for e in part):
+            out[key]["cpu_split"] = {k: sum(e["cpu_split"][k] for e in part)
+                                     for k in part[0]["cpu_split"]}  # fmt: skip
     return out
 
 
@@ -238,6 +270,22 @@ def ratio_lines(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def split_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Each row's first-epoch CPU-seconds: in all, and (chunkio) by process role."""
+    lines = ["| round | loader | workers | settings | first epoch CPU-s | main | workers "
+             "| helpers (resource tracker) |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        first = r.get("first")
+        if not first or "cpu_s" not in first:
+            continue
+        split = first.get("cpu_split")
+        parts = ["", "", ""] if split is None else [
+            f"{split[k]:.2f}" for k in ("main", "workers", "helpers")]  # fmt: skip
+        lines.append(f"| {r['round']} | {r['loader']} | {r['workers']} | {r['settings']} | "
+                     f"{first['cpu_s']:.2f} | {' | '.join(parts)} |")  # fmt: skip
+    return lines
+
+
 def _cell(part: dict[str, Any] | None) -> list[str]:
     if not part:
         return ["", "", ""]
@@ -274,7 +322,7 @@ def table(result: dict[str, Any]) -> str:
             continue
         cells = [*_cell(r.get("first")), *_cell(r.get("later")), f"{r['peak_pss_mib']:,.0f}"]
         lines.append(f"{head} {' | '.join(cells)} |")
-    ratios = ["", *ratio_lines(result["rows"])]
+    ratios = ["", *ratio_lines(result["rows"]), "", *split_lines(result["rows"])]
     return "\n".join([*lines, *ratios, "", *check_lines(result["checks"])])
 
 

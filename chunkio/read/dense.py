@@ -85,6 +85,8 @@ def checked_codes(
     if info.categories is None or not len(idx):
         return values
     count = len(info.categories)
+    if int(values.min()) >= -1 and int(values.max()) < count:
+        return values  # every batch but a corrupt one: two reductions, no temporaries
     outside = ((values < -1) | (values >= count)).reshape(len(idx), -1)
     found = np.flatnonzero(outside.any(axis=1))
     if found.size:

@@ -21,6 +21,8 @@ worker     ``Failed(seq, slot, text, pickled)``        reading failed (``seq`` N
 =========  ==========================================  ===========================================
 
 ``tests/transport/test_messages.py`` holds this table to the definitions below.
+
+On the pipe each message travels as one frame (:mod:`.frames`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Ring workers: processes that read batches straight into shared-memory slots.
 
 One duplex pipe per worker carries the protocol (:mod:`.messages`: every message both ends
-send, defined once, with its table); there are no queues, so no feeder threads and no named
-semaphores to leak.
+send, defined once, with its table; :mod:`.frames` carries them: both ends read and write
+the pipe's descriptor directly, never ``Connection.send``/``recv``); there are no queues, so
+no feeder threads and no named semaphores to leak.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from multiprocessing.context import BaseContext
 from typing import Any
 
 from ..errors import LoaderError
+from .frames import Inbox, encode, write_all
 from .messages import Done, Failed, Hint, ReadRows, Ready, Stop, ToWorker
 from .ring import RingSpec, SlotRing
 from .source import BatchSource
@@ -32,6 +34,8 @@ __all__ = ["RingWorkers", "WorkerSpec", "describe_exit", "resolve_context", "wor
 
 #: how often an idle worker checks that the process that started it is still alive
 _PARENT_CHECK_S = 1.0
+#: the most bytes one read takes from a pipe (every frame that has arrived, as a rule)
+_READ_BYTES = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -71,10 +75,12 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
     try:
         _limit_threads()
         ring = SlotRing.attach(spec.ring)
-        conn.send(Ready(os.getpid()))
+        write_all(conn.fileno(), encode(Ready(os.getpid())))
     except BaseException as err:
         with contextlib.suppress(OSError):
-            conn.send(Failed(None, None, traceback.format_exc(), _pickled(err)))
+            write_all(
+                conn.fileno(), encode(Failed(None, None, traceback.format_exc(), _pickled(err)))
+            )
         sys.exit(1)
     try:
         _serve(spec.dataset, ring, conn, parent)
@@ -98,19 +104,26 @@ def _serve(dataset: BatchSource, ring: SlotRing, conn: Connection, parent: int) 
     queued: deque[ReadRows | Stop] = deque()
     announced = 0  # how many of the queued tasks were announced
     prefetch = dataset.prefetch  # a hint; sources with nothing to fetch ahead ignore it
+    fd = conn.fileno()
+    frames = Inbox()
     # one poll set for the pipe: ``Connection.poll`` builds a new selector on every call
     inbox = select.poll()
-    inbox.register(conn.fileno(), select.POLLIN)
+    inbox.register(fd, select.POLLIN)
 
     def pending(timeout_s: float) -> bool:
         return bool(inbox.poll(int(timeout_s * 1000)))
 
-    def take(message: ToWorker) -> None:
-        if isinstance(message, Hint):
-            with contextlib.suppress(Exception):  # a hint: the read reports errors
-                prefetch(message.indices)
-        else:
-            queued.append(message)
+    def take() -> None:
+        """Every message that has arrived (the pipe is readable)."""
+        data = os.read(fd, _READ_BYTES)
+        if not data:
+            raise EOFError("the main process closed the pipe")
+        for message in frames.feed(data):
+            if isinstance(message, Hint):
+                with contextlib.suppress(Exception):  # a hint: the read reports errors
+                    prefetch(message.indices)
+            else:
+                queued.append(message)
 
     while True:
         if not queued:
@@ -120,11 +133,11 @@ def _serve(dataset: BatchSource, ring: SlotRing, conn: Connection, parent: int) 
                 if os.getppid() != parent:
                     return
                 continue
-            take(conn.recv())
+            take()
             if not queued:
                 continue
         while pending(0):  # everything already sent
-            take(conn.recv())
+            take()
         for task in list(queued)[max(1, announced) :]:
             if isinstance(task, ReadRows):
                 _announce(prefetch, ring, task)
@@ -142,7 +155,7 @@ def _serve(dataset: BatchSource, ring: SlotRing, conn: Connection, parent: int) 
             reply: Done | Failed = Done(task.seq, task.slot)
         except Exception as err:
             reply = Failed(task.seq, task.slot, traceback.format_exc(), _pickled(err))
-        conn.send(reply)
+        write_all(fd, encode(reply))
 
 
 def _announce(prefetch: Any, ring: SlotRing, task: ReadRows) -> None:
@@ -191,6 +204,7 @@ class RingWorkers:
         ctx = resolve_context(context)
         self.processes: list[Any] = []
         self.conns: list[Connection] = []
+        self.inboxes = [Inbox() for _ in range(num_workers)]
         self.ready = [False] * num_workers
         self.ready_at = [0.0] * num_workers
         self.started = time.monotonic()
@@ -231,16 +245,16 @@ class RingWorkers:
 
     def send(self, w: int, message: ToWorker) -> None:
         try:
-            self.conns[w].send(message)
-        except OSError as err:
+            write_all(self.conns[w].fileno(), encode(message))
+        except (OSError, ValueError) as err:  # ValueError: the connection was closed here
             raise self.death_error(w) from err
 
     def receive(self, timeout: float) -> tuple[list[tuple[int, Any]], list[int]]:
         """Messages that arrive within ``timeout`` s, as ``(worker, message)``, and dead workers.
 
-        One message per worker whose pipe is readable (the poll set is level-triggered: the
-        next call returns the rest at once). Pending messages of a dead worker all come first,
-        so an error it reported before exiting is seen before its death.
+        Every message that has arrived from each worker whose pipe is readable. Pending
+        messages of a dead worker all come first, so an error it reported before exiting is
+        seen before its death.
         """
         readable: set[int] = set()
         dead: list[int] = []
@@ -254,11 +268,13 @@ class RingWorkers:
         for w in sorted({*readable, *dead}):
             conn = self.conns[w]
             try:
-                if w not in dead:
-                    messages.append((w, conn.recv()))
-                    continue
-                while conn.poll():
-                    messages.append((w, conn.recv()))
+                while True:
+                    data = os.read(conn.fileno(), _READ_BYTES)
+                    if not data:
+                        raise EOFError  # the worker's end is closed
+                    messages.extend((w, m) for m in self.inboxes[w].feed(data))
+                    if w not in dead or not conn.poll():
+                        break
             except (EOFError, OSError):
                 if w not in dead:
                     dead.append(w)
@@ -291,7 +307,7 @@ class RingWorkers:
             selector.close()
         for conn in self.conns:
             with contextlib.suppress(OSError, ValueError):
-                conn.send(Stop())
+                write_all(conn.fileno(), encode(Stop()))
         deadline = time.monotonic() + grace
         for proc in self.processes:
             proc.join(timeout=max(0.0, deadline - time.monotonic()))

@@ -173,3 +173,21 @@ def test_epochs_baseline_child_imports_the_other_checkout(tmp_path: Path) -> Non
     assert Path(where).resolve().parent.parent == tmp_path.resolve()
     assert argv == ["--child", json.dumps({"kind": "chunkio"})]
     assert epochs._child({}, None)[1:3] == ["-m", "benchmarks.bench_singlecell_epochs"]
+
+
+def test_epochs_cpu_split_sums_each_role_and_counts_new_processes_whole() -> None:
+    from benchmarks import bench_singlecell_epochs as epochs
+
+    before = {1: ("main", 2.0), 7: ("helpers", 0.5)}
+    after = {1: ("main", 2.5), 7: ("helpers", 0.75), 8: ("workers", 0.25), 9: ("workers", 1.0)}
+    split = epochs._split(before, after)
+    assert split == {"main": 0.5, "workers": 1.25, "helpers": 0.25}
+    part = {"cells_per_s": 1.0, "cells_per_cpu_s": 1.0, "distinct_ratio": 1.0, "cpu_s": 2.0,
+            "cpu_split": split}  # fmt: skip
+    rows = [{"loader": bench.IN_PLACE, "settings": epochs.HOLD_OFF, "round": 0, "first": part,
+             "workers": 2},
+            {"loader": "annbatch", "settings": "", "round": 0, "workers": 0,
+             "first": {k: v for k, v in part.items() if k != "cpu_split"}}]  # fmt: skip
+    lines = epochs.split_lines(rows)
+    assert lines[2].endswith("| 2.00 | 0.50 | 1.25 | 0.25 |")
+    assert lines[3].endswith("| 2.00 |  |  |  |")
