@@ -6,10 +6,13 @@ anchors overlap, so the batch's rows are made unique first; each variable's dens
 process) decodes the chunks of that union once, through its cache, and one gather per variable
 puts each ``(anchor, step)`` row into the batch at ``[b, step, variable]``. A loader keeps a
 field's stacked variables decoded whole, side by side, when they fit its budget (held), else
-streams them through one cache of chunks side by side (:mod:`chunkio.read.windows.stream`):
-either way a batch of the field is one ``np.take``; :func:`window_path` picks and logs it.
+streams them through one cache of chunks side by side (:mod:`chunkio.read.windows.stream`),
+holding their first chunks that fit the budget (:mod:`chunkio.read.windows.held`): either way
+a batch of the field is one ``np.take`` (two across the held part's edge); :func:`window_path`
+picks and logs it.
 
-The window readers live here, the streamed stack in :mod:`.stream`. Like the rest of
+The window readers live here, the streamed stack in :mod:`.stream`, held stacks' filling in
+:mod:`.held`. Like the rest of
 :mod:`chunkio.read`, modules here may import :mod:`chunkio.util`, :mod:`chunkio.errors`,
 :mod:`chunkio.format`, :mod:`chunkio.backends`, :mod:`chunkio.images` and
 :mod:`chunkio.transforms`.
@@ -30,7 +33,7 @@ from ...util.numeric import IntArray
 from ...util.shared_stack import BLOCK_BYTES, HeldSegments, StackShape, fill_shared
 from ..base import ReadContext, ReadRequest, checked_out
 from ..dense import DenseReads, PreloadedReads, dense_reads
-from .held import LaneFiller, part_shape
+from .held import LaneFiller, part_shape, segment_fits
 from .stream import StreamedStack, streamed_lane, streamed_stack, variable_field_name
 
 __all__ = [
@@ -288,8 +291,8 @@ def held_stack(ctx: ReadContext, info: Any) -> npt.NDArray[Any] | None:
     if (
         len(arrays) < 2
         or shape.data_nbytes // len(arrays) > ctx.preload_bytes  # each variable's own reader
-        # a loader's segment for a stack past its budget holds the first chunks alone
-        or (arrays in ctx.held and shape.data_nbytes > ctx.preload_bytes)
+        # a loader's segment too small for the stack holds its first chunks (.held)
+        or not segment_fits(ctx.held.get(arrays), shape)
         or len(set(arrays)) < len(arrays)
         or any(a in ctx.shared for a in arrays)
     ):

@@ -18,9 +18,10 @@ import numpy as np
 import numpy.typing as npt
 
 from ...util.shared_stack import StackShape, fill_shared
+from ...util.shm import attach
 from ..base import ReadContext
 
-__all__ = ["LaneFiller", "held_part", "part_shape"]
+__all__ = ["LaneFiller", "held_part", "part_shape", "segment_fits"]
 
 
 class LaneFiller:
@@ -66,6 +67,22 @@ def part_shape(shape: StackShape, nbytes: int) -> StackShape | None:
     if rows <= 0 or rows >= shape.num_rows:
         return None
     return dataclasses.replace(shape, num_rows=rows)
+
+
+def segment_fits(name: str | None, shape: StackShape) -> bool:
+    """Whether shared-memory segment ``name`` (a loader's, for a stack) is large enough for
+    the whole stack ``shape``; a missing one (no name, or its loader closed) fits: the
+    process then holds the stack itself."""
+    if name is None:
+        return True
+    try:
+        segment = attach(name)
+    except FileNotFoundError:
+        return True
+    try:
+        return bool(segment.size >= shape.offsets()[2])
+    finally:
+        segment.close()
 
 
 def held_part(ctx: ReadContext, shape: StackShape, counted: list[str]) -> npt.NDArray[Any] | None:

@@ -15,7 +15,9 @@ field's steps at once, and the batch's other fields find their slots in a table,
 ``np.unique`` or admit of their own. Its size is the loader's (the order's mixing pool, within
 ``Workers(hold_bytes)`` where the pool allows: :func:`chunkio.read.windows.window_path`), so
 each chunk is decoded about once per pass over the data. The chunks a batch lacks are decoded
-on the dataset's ``decode_threads`` (Zstd, Blosc and LZ4 release the GIL).
+on the dataset's ``decode_threads`` (Zstd, Blosc and LZ4 release the GIL). Where the loader's
+budget holds the stack's first chunks (:mod:`chunkio.read.windows.held`), rows there are
+gathered from them and never admitted; a batch of both kinds is two gathers.
 """
 
 from __future__ import annotations
