@@ -57,8 +57,8 @@ def part_shape(shape: StackShape, nbytes: int) -> StackShape | None:
     ``None``: not one chunk fits, or all of them do (the stack is held whole then). Its
     variables are chunked alike along time.
 
-    >>> s = StackShape(("a", "b"), (4, 4), 10, (2,), "<f4", 1 << 20)   # 16 bytes a chunk row
-    >>> part_shape(s, 140).num_rows, part_shape(s, 127), part_shape(s, 160)
+    >>> s = StackShape(("a", "b"), (4, 4), 10, (2,), "<f4", 1 << 20)  # 64 bytes a row chunk
+    >>> part_shape(s, 140).num_rows, part_shape(s, 63), part_shape(s, 192)
     (8, None, None)
     """
     per_chunk = max(1, shape.chunk_rows[0])
