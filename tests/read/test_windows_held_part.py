@@ -154,3 +154,19 @@ def test_no_room_beside_the_pools_streams_every_chunk(store: Path) -> None:
         assert _stack(loader.dataset).part_rows == 0
     finally:
         loader.close()
+
+
+def test_a_dataset_from_a_closed_loader_streams_rather_than_holding_the_whole_stack(
+    store: Path,
+) -> None:
+    """The loader's segment is gone once it closes: its dataset, read on, streams every
+    chunk (its budget gave the stack only its first chunks), never a whole copy of its own."""
+    reference = _dataset(store)
+    loader = _part_loader(_dataset(store), 2, 20)
+    dataset = loader.dataset
+    loader.close()
+    idx = np.arange(0, len(reference), 7)
+    got, want = dataset.read_batch(idx), reference.read_batch(idx)
+    for name in reference.fields:
+        np.testing.assert_array_equal(got[name], want[name])
+    assert _stack(dataset).part_rows == 0

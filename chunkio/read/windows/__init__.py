@@ -292,7 +292,7 @@ def held_stack(ctx: ReadContext, info: Any) -> npt.NDArray[Any] | None:
         len(arrays) < 2
         or shape.data_nbytes // len(arrays) > ctx.preload_bytes  # each variable's own reader
         # a loader's segment too small for the stack holds its first chunks (.held)
-        or not segment_fits(ctx.held.get(arrays), shape)
+        or not segment_fits(ctx.held.get(arrays), shape, ctx.preload_bytes)
         or len(set(arrays)) < len(arrays)
         or any(a in ctx.shared for a in arrays)
     ):

@@ -69,16 +69,18 @@ def part_shape(shape: StackShape, nbytes: int) -> StackShape | None:
     return dataclasses.replace(shape, num_rows=rows)
 
 
-def segment_fits(name: str | None, shape: StackShape) -> bool:
-    """Whether shared-memory segment ``name`` (a loader's, for a stack) is large enough for
-    the whole stack ``shape``; a missing one (no name, or its loader closed) fits: the
-    process then holds the stack itself."""
+def segment_fits(name: str | None, shape: StackShape, preload_bytes: int) -> bool:
+    """Whether stack ``shape`` may be held whole by a reader given shared-memory segment
+    ``name`` (a loader's) and ``preload_bytes``: no segment, or one large enough for the whole
+    stack; a segment gone (its loader closed) only when the whole stack is within
+    ``preload_bytes`` (the process then holds it itself; a loader's budget gave a stack past
+    it only its first chunks)."""
     if name is None:
         return True
     try:
         segment = attach(name)
     except FileNotFoundError:
-        return True
+        return shape.data_nbytes <= preload_bytes
     try:
         return bool(segment.size >= shape.offsets()[2])
     finally:
