@@ -18,10 +18,15 @@ GB/s delivered, read amplification (chunks decoded per stored chunk in an epoch)
 of anchor times per batch against a uniform shuffle's.
 
 ``--ab`` adds the beyond-memory row as the streamed path read before 2026-11-29 (caches as
-large as the order asks whatever the budget, an admit per field), in the same run.
+large as the order asks whatever the budget, an admit per field, no chunk held), in the same
+run; with ``--scale``, the larger store also streamed whole (no chunk held past the budget).
+``--scale N`` also measures the defaults and ``hold_bytes=0`` on a store of ``N`` steps
+(the last ``--per-chunk``), e.g. 100,000: past the default budget, so the defaults hold its
+first chunks and stream the rest; checked against the defaults at ``--steps`` (held).
+``--store-dir D`` keeps the stores in ``D`` and reuses them (a 100k-step store takes minutes).
 
     python -m benchmarks.bench_windows [--quick] [--budget S] [--per-chunk 1 24]
-        [--steps N] [--shape H W] [--hold-bytes B] [--ab]
+        [--steps N] [--shape H W] [--hold-bytes B] [--ab] [--scale N] [--store-dir D]
         [--loaders chunkio,insitubatch,xbatcher,zarr]
 """
 
@@ -62,6 +67,9 @@ INSITU = Path(os.environ.get("INSITUBATCH_PYTHON", "/work/venv312/bin/python"))
 LOADERS = frozenset({"chunkio", "zarr", "xbatcher", "insitubatch"})
 #: ``--ab``: the beyond-memory row as the streamed path read before 2026-11-29
 BEFORE = "chunkio, beyond memory (before 2026-11-29)"
+#: ``--ab --scale N``: the defaults on the larger store with no chunk held past the budget
+#: (the whole stack streamed, as before the held part)
+BEFORE_SCALE = "chunkio, streamed whole"
 
 
 def set_shape(height: int, width: int) -> None:
@@ -73,7 +81,11 @@ def set_shape(height: int, width: int) -> None:
 
 
 def era_store(root: Path, steps: int, per_chunk: int) -> Path:
-    """The store as xarray writes it (smooth fields plus noise, zstd through zarr's default)."""
+    """The store as xarray writes it (smooth fields plus noise, zstd through zarr's default);
+    one written before in ``root`` (``--store-dir``) is reused."""
+    path = root / f"era_{steps}x{SHAPE[0]}x{SHAPE[1]}_{per_chunk}.zarr"
+    if (path / "zarr.json").exists():
+        return path
     rng = np.random.default_rng(0)
     lat, lon = np.meshgrid(np.linspace(-1, 1, SHAPE[0]), np.linspace(-3, 3, SHAPE[1]),
                            indexing="ij")  # fmt: skip
@@ -85,7 +97,6 @@ def era_store(root: Path, steps: int, per_chunk: int) -> Path:
     }  # fmt: skip
     ds = xr.Dataset({v: (("time", "lat", "lon"), a) for v, a in data.items()},
                     coords={"time": np.arange(steps, dtype=np.int64)})  # fmt: skip
-    path = root / f"era_{per_chunk}.zarr"
     encoding = {v: {"chunks": (per_chunk, *SHAPE)} for v in VARS}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -286,6 +297,7 @@ def measure(
     if "time_std" in insitu:
         spread["insitubatch"] = insitu["time_std"]
     return {
+        "steps": steps,
         "steps_per_chunk": per_chunk,
         "held_bytes": held,
         "beyond_memory_hold_bytes": beyond,
@@ -298,6 +310,30 @@ def measure(
     }
 
 
+def at_scale(path: Path, budget_s: float, ab: bool = False) -> dict[str, Any]:
+    """The defaults and ``hold_bytes=0`` on a larger store (``--scale``): first epoch and
+    later epochs, samples/s and samples per CPU-second; ``ab``: the defaults also with nothing
+    held past the budget (the whole stack streamed, as before the held part)."""
+    steps = zarr.open_group(path, mode="r")["t2m"].shape[0]
+    found: dict[str, Any] = {"steps": steps, "held_bytes": _chunkio(path).held_nbytes(),
+                             "samples_per_s": {}, "samples_per_cpu_s": {}}  # fmt: skip
+    runs = {"chunkio": chunkio.Workers(), "chunkio, hold_bytes=0": chunkio.Workers(hold_bytes=0)}
+    if ab:
+        runs[BEFORE_SCALE] = chunkio.Workers()
+    for name, workers in runs.items():
+        windows_read._ORDER_CACHE = name == BEFORE_SCALE  # the workers fork with it
+        loader = chunkio.make_loader(_chunkio(path), BATCH, num_workers=WORKERS, seed=0,
+                                     workers=workers)  # fmt: skip
+        for key, (rate, cpu) in [
+            (f"{name}, first epoch", _first_epoch(loader)),
+            (name, timed(loader, budget_s=budget_s, warmup=(steps - 2) // BATCH)),
+        ]:
+            found["samples_per_s"][key], found["samples_per_cpu_s"][key] = rate, cpu
+        loader.close()
+        windows_read._ORDER_CACHE = False
+    return found
+
+
 def run(
     *,
     steps: int = 2920,
@@ -307,21 +343,37 @@ def run(
     loaders: frozenset[str] = LOADERS,
     hold_bytes: int | None = None,
     ab: bool = False,
+    scale: int | None = None,
+    store_dir: Path | None = None,
 ) -> dict[str, Any]:
     if quick:
         steps, budget_s = min(steps, 730), 2.0
     out: dict[str, Any] = {"steps": steps, "shape": list(SHAPE), "batch": BATCH,
                            "workers": WORKERS, "stores": []}  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) if store_dir is None else store_dir
         for k in per_chunk:
-            path = era_store(Path(tmp), steps, k)
+            path = era_store(root, steps, k)
             out["stores"].append(measure(path, k, budget_s, loaders, hold_bytes, ab))
-    out["checks"] = checks(out["stores"])
+        if scale:
+            out["scale"] = at_scale(era_store(root, scale, per_chunk[-1]), budget_s, ab)
+    out["checks"] = checks(out["stores"], out.get("scale"))
     return out
 
 
-def checks(stores: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def checks(
+    stores: list[dict[str, Any]], scale: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
     found = []
+    if scale is not None:
+        r, n = scale["samples_per_s"], scale["steps"]
+        held = stores[-1]["samples_per_s"]["chunkio"]
+        found.append(check(f"windows at {n:,} steps (defaults) / held at {stores[-1]['steps']:,}",
+                           r["chunkio"] / held, 0.5))  # fmt: skip
+        for when in ("", ", first epoch"):
+            found.append(check(f"windows at {n:,} steps: defaults / hold_bytes=0{when}",
+                               r[f"chunkio{when}"] / r[f"chunkio, hold_bytes=0{when}"],
+                               1.0))  # fmt: skip
     for s in stores:
         r, k = s["samples_per_s"], s["steps_per_chunk"]
         if "insitubatch" in r:
@@ -386,6 +438,20 @@ def table(result: dict[str, Any]) -> str:
             lines.append(
                 f"| {s['steps_per_chunk']} | insitubatch | {s['insitubatch']['skipped']} | | | | |"
             )
+    scale = result.get("scale")
+    if scale is not None:
+        held = result["stores"][-1]["samples_per_s"]["chunkio"]
+        lines += [
+            "",
+            f"At {scale['steps']:,} steps ({scale['held_bytes'] / 2**20:,.0f} MiB "
+            "decoded), the same loaders:",
+            "",
+            "| loader | samples/s | x held at --steps | samples/CPU-s |",
+            "|---|---|---|---|",
+        ]
+        for name, rate in scale["samples_per_s"].items():
+            cpu = scale["samples_per_cpu_s"][name]
+            lines.append(f"| {name} | {rate:,.0f} | {rate / held:.3f} | {cpu:,.0f} |")
     lines += ["", *check_lines(result["checks"])]
     return "\n".join(lines)
 
@@ -404,6 +470,12 @@ def main() -> None:
     parser.add_argument("--hold-bytes", type=int, default=None,
                         help="the beyond-memory row's Workers(hold_bytes), below the store's "
                         "decoded size (default: half of it)")  # fmt: skip
+    parser.add_argument("--scale", type=int, default=None,
+                        help="also the defaults and hold_bytes=0 on a store of this many "
+                        "steps (e.g. 100000: past the default budget)")  # fmt: skip
+    parser.add_argument("--store-dir", type=Path, default=None,
+                        help="keep the stores here and reuse them (default: a temporary "
+                        "directory)")  # fmt: skip
     parser.add_argument("--ab", action="store_true",
                         help="also the beyond-memory row as read before 2026-11-29")  # fmt: skip
     parser.add_argument(
@@ -417,7 +489,8 @@ def main() -> None:
     set_shape(*args.shape)
     result = run(steps=args.steps, budget_s=args.budget, quick=args.quick,
                  per_chunk=tuple(args.per_chunk), loaders=loaders,
-                 hold_bytes=args.hold_bytes, ab=args.ab)  # fmt: skip
+                 hold_bytes=args.hold_bytes, ab=args.ab, scale=args.scale,
+                 store_dir=args.store_dir)  # fmt: skip
     print(table(result))
     print(json.dumps(result))
 

@@ -172,7 +172,9 @@ class Workers:
         by each reader as it decodes them, when they fit ``hold_bytes`` divided among the
         readers (``num_workers``, or 1). The readers' memory is then at most ``hold_bytes`` in
         all, whatever the number of workers. Larger data keeps the mixing pool only and
-        decodes each chunk once per epoch.
+        decodes each chunk once per epoch; a larger stack of window variables also holds its
+        first chunks that fit beside the readers' pools (once for all the workers), so each
+        epoch decodes only the others.
 
     Examples
     --------

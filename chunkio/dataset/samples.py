@@ -140,9 +140,12 @@ class SampleIndex:
         (:func:`chunkio.read.windows.window_path` picks and logs it)."""
         held = self.held_nbytes()
         hold = held * max(1, workers) <= hold_bytes
-        segments, needed = None, order_bytes
+        segments, needed, preload = None, order_bytes, 0
         if self.windows is not None:
-            hold, segments, needed = window_path(
+            # windows held: each reader reads its arrays whole at once (one sequential pass,
+            # then gathers only) rather than keeping chunks as their lanes reach them (3-4
+            # epochs); past the budget, the first chunks that fit it beside the caches
+            hold, segments, needed, preload = window_path(
                 self.layout,
                 self.fields,
                 held=held,
@@ -151,7 +154,4 @@ class SampleIndex:
                 workers=workers,
                 cache_bytes=order_bytes,
             )
-        # windows held: each reader reads its arrays whole at once (one sequential pass,
-        # then gathers only) rather than keeping chunks as their lanes reach them (3-4 epochs)
-        preload = held if hold and self.windows is not None else 0
         return ReadBudget(max(needed, held) if hold else needed, preload, segments)

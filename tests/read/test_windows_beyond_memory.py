@@ -131,12 +131,18 @@ def _stream_cache(ds: ChunkDataset) -> Any:
     return stack.cache
 
 
+def _stream_part(ds: ChunkDataset) -> Any:
+    """The streamed stack's held first chunks in this process's handle of ``ds``."""
+    (stack,) = [v for v in ds._handle().ctx.shared.values() if type(v).__name__ == "StreamedStack"]
+    return stack.part
+
+
 @pytest.mark.parametrize("share", [0.5, 0.0])
 def test_the_streamed_caches_keep_within_the_budget(store: Path, share: float) -> None:
-    """Past the budget each of 2 workers caches at most its share of Workers(hold_bytes)
-    where the mixing pool fits there (the order would ask more: each chunk with the chunks
-    its windows reach), and the pool's own chunks where it does not (else chunks would be
-    decoded again and again)."""
+    """Past the budget each of 2 workers caches its mixing pool's chunks (never fewer: else
+    chunks would be decoded again and again), and where Workers(hold_bytes) has room beside
+    them, the stack's first chunks that fit it are held once for both (module
+    test_windows_held_part), so the caches and the part stay within the budget."""
     asked = _loader(store, 2, 0)  # the order's ask, from a budget that leaves no room
     dataset = asked.dataset
     asked.close()
@@ -148,14 +154,18 @@ def test_the_streamed_caches_keep_within_the_budget(store: Path, share: float) -
     loader = _loader(store, 2, hold)
     per_reader = loader.dataset.cache_bytes
     worker = pickle.loads(pickle.dumps(loader.dataset))  # as a worker opens it
-    loader.close()
-    worker.read_batch(np.arange(BATCH))
+    try:
+        worker.read_batch(np.arange(BATCH))
+    finally:
+        loader.close()
     cache = _stream_cache(worker)
     assert cache.buffer.nbytes <= per_reader
+    assert per_reader == pool  # the pool, never less (over the budget: logged)
+    part = _stream_part(worker)
     if share:
-        assert pool < per_reader and 2 * per_reader <= hold
+        assert len(part) and 2 * per_reader + part.nbytes <= hold
     else:
-        assert per_reader == pool  # over the budget: the pool, never less (logged)
+        assert not len(part)
 
 
 def test_a_chunk_cut_short_on_the_decode_threads_is_an_error_never_a_slots_old_rows(

@@ -6,10 +6,13 @@ anchors overlap, so the batch's rows are made unique first; each variable's dens
 process) decodes the chunks of that union once, through its cache, and one gather per variable
 puts each ``(anchor, step)`` row into the batch at ``[b, step, variable]``. A loader keeps a
 field's stacked variables decoded whole, side by side, when they fit its budget (held), else
-streams them through one cache of chunks side by side (:mod:`chunkio.read.windows.stream`):
-either way a batch of the field is one ``np.take``; :func:`window_path` picks and logs it.
+streams them through one cache of chunks side by side (:mod:`chunkio.read.windows.stream`),
+holding their first chunks that fit the budget (:mod:`chunkio.read.windows.held`): either way
+a batch of the field is one ``np.take`` (two across the held part's edge); :func:`window_path`
+picks and logs it.
 
-The window readers live here, the streamed stack in :mod:`.stream`. Like the rest of
+The window readers live here, the streamed stack in :mod:`.stream`, held stacks' filling in
+:mod:`.held`. Like the rest of
 :mod:`chunkio.read`, modules here may import :mod:`chunkio.util`, :mod:`chunkio.errors`,
 :mod:`chunkio.format`, :mod:`chunkio.backends`, :mod:`chunkio.images` and
 :mod:`chunkio.transforms`.
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -30,10 +33,12 @@ from ...util.numeric import IntArray
 from ...util.shared_stack import BLOCK_BYTES, HeldSegments, StackShape, fill_shared
 from ..base import ReadContext, ReadRequest, checked_out
 from ..dense import DenseReads, PreloadedReads, dense_reads
+from .held import LaneFiller, part_shape, segment_fits
 from .stream import StreamedStack, streamed_lane, streamed_stack, variable_field_name
 
 __all__ = [
     "Field",
+    "WindowPath",
     "WindowReads",
     "check_field_transform",
     "held_segments",
@@ -121,6 +126,20 @@ def held_segments(layout: DatasetLayout, fields: Sequence[str]) -> HeldSegments 
     return HeldSegments.if_room(shapes) if shapes else None
 
 
+class WindowPath(NamedTuple):
+    """How a loader's readers read its window fields (:func:`window_path`)."""
+
+    #: the stacks held whole (decoded once, kept across epochs)
+    hold: bool
+    #: the shared-memory segments its workers hold stacks (or their first chunks) in
+    segments: HeldSegments | None
+    #: bytes of chunks each reader caches
+    cache_bytes: int
+    #: the readers' ``preload_bytes``: the held bytes (whole, or the first chunks' of a
+    #: stack streamed past them: :func:`chunkio.read.windows.held.held_part`), else 0
+    preload_bytes: int
+
+
 def window_path(
     layout: DatasetLayout,
     fields: Sequence[str],
@@ -130,7 +149,7 @@ def window_path(
     hold_bytes: int,
     workers: int,
     cache_bytes: int,
-) -> tuple[bool, HeldSegments | None, int]:
+) -> WindowPath:
     """Whether a loader's readers hold the window fields ``fields`` of ``layout`` whole
     (``held`` decoded bytes, against ``hold_bytes``), the shared-memory segments its
     ``workers`` hold them in, and the bytes of chunks each reader keeps (``cache_bytes``,
@@ -139,11 +158,13 @@ def window_path(
 
     Held: decoded once (in shared memory, once for all the workers), kept across epochs. Else
     streamed: each chunk decoded about once per pass through each reader's cache
-    (:func:`stream_cache_bytes`). Stacked variables are streamed, not held a copy per worker,
-    when ``/dev/shm`` has no room for one shared copy: each worker would decode every chunk
-    before its first batch. A stream whose variables cannot share one cache (chunked apart
-    along time, or an array read apart by another field) reads them one by one, several
-    times slower: a warning.
+    (:func:`stream_cache_bytes`), and where the budget has room beside the caches (a mixing
+    pool each), the stack's first whole chunks held as above (one stack of variables chunked
+    alike): each pass decodes only the others. Stacked variables are streamed, not held a copy
+    per worker, when ``/dev/shm`` has no room for one shared copy: each worker would decode
+    every chunk before its first batch. A stream whose variables cannot share one cache
+    (chunked apart along time, or an array read apart by another field) reads them one by
+    one, several times slower: a warning.
     """
     segments = held_segments(layout, fields) if workers and held <= hold_bytes else None
     shapes = stack_shapes(layout, fields)
@@ -161,7 +182,7 @@ def window_path(
             "Workers(hold_bytes=%.1f MiB); decoded once %s, kept across epochs",
             held / mb, hold_bytes / mb, where,
         )  # fmt: skip
-        return True, segments, cache_bytes
+        return WindowPath(True, segments, cache_bytes, held)
     if held > hold_bytes:
         why = (
             f"the decoded arrays ({held / mb:.1f} MiB) exceed "
@@ -178,6 +199,21 @@ def window_path(
             f"Workers(hold_bytes={hold_bytes / mb:.1f} MiB)"
         )
     readers = max(1, workers)
+    alike = shapes is not None and all(len(set(s.chunk_rows)) == 1 for s in shapes)
+    part = _held_part(shapes, edge, hold_bytes, readers, cache_bytes) if alike else None
+    if part is not None:
+        segments, shape, whole = part
+        cache = cache_bytes // (1 + max(0, edge))  # the mixing pool's: the rest is held
+        _log.info(
+            "chunkio windows: streamed path, held in part: %s; the first %.1f MiB of them "
+            "(%.0f%% of the rows) decoded once %s and kept across epochs, the rest decoded "
+            "about once per pass through a cache of %.1f MiB per reader (%d x %.1f MiB + "
+            "%.1f MiB within Workers(hold_bytes))",
+            why, shape.data_nbytes / mb, 100 * shape.num_rows / whole.num_rows,
+            "in shared memory for all the workers" if workers else "by the reader",
+            cache / mb, readers, cache / mb, shape.data_nbytes / mb,
+        )  # fmt: skip
+        return WindowPath(False, segments, cache, shape.data_nbytes)
     cache = stream_cache_bytes(cache_bytes, edge, hold_bytes, readers)
     within = (
         f"{readers} x {cache / mb:.1f} MiB within Workers(hold_bytes)"
@@ -185,7 +221,7 @@ def window_path(
         else f"the mixing pool's own, above Workers(hold_bytes) for {readers} reader(s): "
         "lower Ordering(pool_bytes) to stay within it"
     )
-    if shapes is not None and all(len(set(s.chunk_rows)) == 1 for s in shapes):
+    if alike:
         _log.info(
             "chunkio windows: streamed path: %s; each chunk decoded about once per pass "
             "through a cache of %.1f MiB per reader (%s)%s",
@@ -199,7 +235,22 @@ def window_path(
             "than the held path; rechunk them alike, or raise Workers(hold_bytes)",
             why,
         )
-    return False, None, cache
+    return WindowPath(False, None, cache, 0)
+
+
+def _held_part(
+    shapes: list[StackShape] | None, edge: int, hold_bytes: int, readers: int, order_bytes: int
+) -> tuple[HeldSegments, StackShape, StackShape] | None:
+    """The segment holding the first chunks of the one stack of ``shapes`` that fit
+    ``hold_bytes`` beside ``readers`` caches of the mixing pool (``order_bytes`` with the
+    ``edge`` chunks beyond each), the part's shape and the whole's; ``None``: no room for a
+    chunk, several stacks, ``/dev/shm`` too small, or the A/B switch before 2026-11-29."""
+    if _ORDER_CACHE or not shapes or len(shapes) != 1:
+        return None
+    pool = order_bytes // (1 + max(0, edge))
+    part = part_shape(shapes[0], hold_bytes - readers * pool)
+    segments = None if part is None else HeldSegments.if_room([part])
+    return None if segments is None or part is None else (segments, part, shapes[0])
 
 
 def stream_cache_bytes(order_bytes: int, edge: int, hold_bytes: int, readers: int) -> int:
@@ -240,11 +291,13 @@ def held_stack(ctx: ReadContext, info: Any) -> npt.NDArray[Any] | None:
     if (
         len(arrays) < 2
         or shape.data_nbytes // len(arrays) > ctx.preload_bytes  # each variable's own reader
+        # a loader's segment too small for the stack holds its first chunks (.held)
+        or not segment_fits(ctx.held.get(arrays), shape, ctx.preload_bytes)
         or len(set(arrays)) < len(arrays)
         or any(a in ctx.shared for a in arrays)
     ):
         return None
-    fill = _LaneFiller(ctx, shape)
+    fill = LaneFiller(ctx, shape)
     name = ctx.held.get(arrays)
     stack = None if name is None else fill_shared(name, shape, fill)
     if stack is None:  # this process's own
@@ -256,26 +309,6 @@ def held_stack(ctx: ReadContext, info: Any) -> npt.NDArray[Any] | None:
         ctx.shared[arrays[j]] = PreloadedReads(ctx, _variable_info(info, j), stack[:, j])
     ctx.shared[arrays] = stack
     return stack
-
-
-class _LaneFiller:
-    """Reads rows ``a:b`` (whole chunks) of variable ``j`` into its strided lane of a stack,
-    through one bounded temporary."""
-
-    def __init__(self, ctx: ReadContext, shape: StackShape) -> None:
-        self.ctx = ctx
-        self.shape = shape
-        self.buffer: npt.NDArray[Any] | None = None
-
-    def __call__(self, stack: npt.NDArray[Any], j: int, a: int, b: int) -> None:
-        if self.buffer is None or len(self.buffer) < b - a:
-            self.buffer = np.empty((b - a, *stack.shape[2:]), dtype=stack.dtype)
-        per_chunk = max(1, self.shape.chunk_rows[j])
-        ranges = [(c, min(c + per_chunk, b)) for c in range(a, b, per_chunk)]
-        self.ctx.reader.read_into(self.shape.arrays[j], ranges, self.buffer[: b - a])
-        stack[a:b, j] = self.buffer[: b - a]
-        self.ctx.stats.chunks_read += len(ranges)
-        self.ctx.stats.rows_decoded += b - a
 
 
 class WindowReads:

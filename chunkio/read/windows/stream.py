@@ -15,7 +15,9 @@ field's steps at once, and the batch's other fields find their slots in a table,
 ``np.unique`` or admit of their own. Its size is the loader's (the order's mixing pool, within
 ``Workers(hold_bytes)`` where the pool allows: :func:`chunkio.read.windows.window_path`), so
 each chunk is decoded about once per pass over the data. The chunks a batch lacks are decoded
-on the dataset's ``decode_threads`` (Zstd, Blosc and LZ4 release the GIL).
+on the dataset's ``decode_threads`` (Zstd, Blosc and LZ4 release the GIL). Where the loader's
+budget holds the stack's first chunks (:mod:`chunkio.read.windows.held`), rows there are
+gathered from them and never admitted; a batch of both kinds is two gathers.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from ...util.numeric import IntArray
 from ...util.shared_stack import StackShape
 from ..base import ReadContext
 from ..cache import DecodedChunkCache
+from .held import held_part
 
 __all__ = ["StreamedStack", "streamed_lane", "streamed_stack", "variable_field_name"]
 
@@ -78,6 +81,12 @@ class StreamedStack:
         #: variable -> the name its chunk counts go under in the read statistics (as the
         #: variable's own reader counts them)
         self._counted = [variable_field_name(a) for a in shape.arrays]
+        #: past the budget, the first row chunks held decoded (a loader's segment for them:
+        #: :func:`~chunkio.read.windows.held.held_part`), ``(rows, V, *shape)``; rows from
+        #: there on are streamed
+        part = held_part(ctx, shape, self._counted)
+        self.part = part if part is not None else np.empty((0, 1), shape.dtype)
+        self.part_rows = len(self.part)
         #: every step a window field of these arrays reads (a batch admits all at once)
         self.steps = np.zeros(0, np.int64)
         #: chunk -> its slot, valid for the chunks of the anchors last admitted
@@ -96,13 +105,44 @@ class StreamedStack:
         """Rows ``anchors + step`` for each of ``steps`` (anchor-major) of every variable into
         ``out``, ``(len(anchors) * len(steps), V * row size)`` (of variable ``lane`` alone:
         ``(..., row size)``); chunks the cache lacks decoded once."""
-        per_chunk, variables = self.rows_per_chunk, len(self.shape.arrays)
+        per_chunk = self.rows_per_chunk
         rows = (anchors[:, None] + steps[None, :]).reshape(-1)
+        flat_out = out.reshape(len(rows), -1)
+        if self.part_rows:
+            inside = rows < self.part_rows
+            if inside.all():  # held: one np.take, as the held path reads
+                self._take_held(rows, flat_out, lane)
+                return
+            if inside.any():  # the held rows and the streamed ones each gathered apart
+                near = np.flatnonzero(inside)
+                far = np.flatnonzero(~inside)
+                flat_out[near] = self._take_held(rows[near], None, lane)
+                self._admit_anchors(anchors)
+                flat_out[far] = self._take_streamed(rows[far], None, lane)
+                return
         if _ADMIT_PER_FIELD:  # the path before 2026-11-29, for A/B runs (bench_windows)
             self._admitted = None
             self._remember(*self._admit_unique(rows // per_chunk))
         else:
             self._admit_anchors(anchors)
+        self._take_streamed(rows, flat_out, lane)
+
+    def _take_held(
+        self, rows: IntArray, out: npt.NDArray[Any] | None, lane: int | None
+    ) -> npt.NDArray[Any]:
+        """Rows ``rows`` (all held) of every variable (of ``lane``), into ``out`` or new."""
+        part = self.part if lane is None else self.part[:, lane]
+        flat = part.reshape(len(part), -1)
+        if out is None:
+            return np.take(flat, rows, axis=0)
+        # mode="clip": every row is in range; "raise" gathers into a temporary
+        return np.take(flat, rows, axis=0, out=out, mode="clip")
+
+    def _take_streamed(
+        self, rows: IntArray, out: npt.NDArray[Any] | None, lane: int | None
+    ) -> npt.NDArray[Any]:
+        """Rows ``rows`` (all admitted) of every variable (of ``lane``), into ``out`` or new."""
+        per_chunk, variables = self.rows_per_chunk, len(self.shape.arrays)
         # a slot is V blocks of one chunk's rows, one per variable (each decoded in place)
         first = self._slot_of[rows // per_chunk] * (variables * per_chunk) + rows % per_chunk
         if lane is None:  # (row, variable) pairs: V row-sized runs per batch row, in order
@@ -111,8 +151,10 @@ class StreamedStack:
             where = first + lane * per_chunk
         buffer = self.cache.buffer  # after admit: it may have grown
         flat = buffer.reshape(len(buffer) * variables, -1)
+        if out is None:
+            return np.take(flat, where, axis=0).reshape(len(rows), -1)
         # mode="clip": every row is in range; "raise" gathers into a temporary
-        np.take(flat, where, axis=0, out=out.reshape(len(where), -1), mode="clip")
+        return np.take(flat, where, axis=0, out=out.reshape(len(where), -1), mode="clip")
 
     def _admit_anchors(self, anchors: IntArray) -> None:
         """Every chunk the registered steps of ``anchors`` reach, in the cache (the batch's
@@ -121,8 +163,11 @@ class StreamedStack:
         if last is not None and len(last) == len(anchors) and np.array_equal(last, anchors):
             return
         self._admitted = None  # until the admit below succeeds
-        rows = anchors[:, None] + self.steps[None, :]
-        self._remember(*self._admit_unique(rows // self.rows_per_chunk))
+        chunks = (anchors[:, None] + self.steps[None, :]) // self.rows_per_chunk
+        if self.part_rows:  # the held chunks are never admitted
+            chunks = chunks[chunks >= self.part_rows // self.rows_per_chunk]
+        if len(chunks):
+            self._remember(*self._admit_unique(chunks))
         self._admitted = anchors.copy()
 
     def _admit_unique(self, chunks: IntArray) -> tuple[IntArray, IntArray]:
@@ -184,7 +229,7 @@ class StreamedStack:
 
     def prefetch(self, rows: IntArray) -> None:
         """Start fetching the chunks of ``rows`` the cache lacks (remote readers)."""
-        chunks = np.unique(rows // self.rows_per_chunk).tolist()
+        chunks = np.unique(rows[rows >= self.part_rows] // self.rows_per_chunk).tolist()
         missing = [c for c in chunks if c not in self.cache]
         for array in self.shape.arrays:
             self.ctx.reader.prefetch(array, missing)
