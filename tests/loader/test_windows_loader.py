@@ -48,7 +48,12 @@ def _check(x: Any, y: Any, t: Any) -> list[int]:
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("context", ["fork", "spawn", "forkserver"])
+# spawn under ``-m slow``: forkserver pickles the windowed dataset to its workers the same way,
+# at a fraction of the cost (tests/conftest.py preloads the server); the spawn start itself
+# keeps its default cases in tests/transport/test_transport.py and tests/read/test_concurrency.py
+@pytest.mark.parametrize(
+    "context", ["fork", pytest.param("spawn", marks=pytest.mark.slow), "forkserver"]
+)
 def test_the_ring_reads_every_anchor_once_under_each_start_method(
     store: Path, context: str
 ) -> None:
