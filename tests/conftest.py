@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,24 @@ from chunkio.backends.codec_table import DEFAULT_CODEC
 #: bad-input tests make are held to the message bound (tests/support/message_limit.py); the
 #: DataLoader iterators a test leaves running are shut down at its end (loader_shutdown.py)
 pytest_plugins = ["chunkio.testing.skips", "message_limit", "loader_shutdown"]
+
+#: forkserver workers fork from a server that has already imported these, as the convert pool's
+#: warm-up does (``convert/engine/processes.py`` adds its modules while the server is not yet
+#: running): each loader worker then starts in milliseconds instead of importing torch for
+#: seconds. The dataset is still pickled to the worker and its handles opened there, which is
+#: what the forkserver cases test; one spawn case per concern still imports everything afresh.
+multiprocessing.set_forkserver_preload(
+    [
+        "__main__",
+        "torch",
+        "torch.utils.data",
+        "chunkio",
+        "chunkio.loader",
+        "chunkio.transport",
+        "h5py",
+        "zarr",
+    ]
+)
 
 FORMATS = ["zarr", "hdf5"]
 SUFFIX = {"zarr": ".zarr", "hdf5": ".h5"}

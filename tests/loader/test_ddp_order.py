@@ -1,8 +1,11 @@
 """One canonical global batch sequence across world sizes and worker counts, with real DDP ranks.
 
-Each test starts ``world`` rank processes (tests/support/ddp_rank.py: a gloo process group on
+Each test forks ``world`` rank processes (tests/support/ddp_rank.py: a gloo process group on
 127.0.0.1) that read an epoch through ``make_loader``, and stops them; the all-gathered steps
-must equal what one process reads.
+must equal what one process reads. The ranks are forked (torch already imported: milliseconds
+per rank, not seconds); ranks started as fresh processes run in tests/remote/test_remote_ddp.py
+and, here, under ``-m slow``. Each job runs before the test reads its reference, so no rank
+inherits what the test process read.
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ddp_launch import run_ranks
+from ddp_launch import fork_ranks, run_ranks
+from ddp_rank import main as rank_main
 from foreign_stores import labelled
 
 import chunkio
@@ -34,11 +38,23 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
     return path
 
 
-def _run_job(dataset: str, world: int, workers: int, out: Path, resume: Path | None = None) -> dict:
+def _run_job(
+    dataset: str,
+    world: int,
+    workers: int,
+    out: Path,
+    resume: Path | None = None,
+    *,
+    fresh: bool = False,
+) -> dict:
+    """The job's output; ``fresh``: the ranks started as new processes, as a launcher does."""
     args = [dataset, str(GLOBAL_BATCH), str(workers), str(out)]
     if resume is not None:
         args.append(str(resume))
-    run_ranks("ddp_rank.py", world, args, timeout=150)
+    if fresh:
+        run_ranks("ddp_rank.py", world, args, timeout=150)
+    else:
+        fork_ranks(rank_main, world, args, timeout=150)
     return json.loads(out.read_text())
 
 
@@ -62,22 +78,24 @@ def _same_up_to_padding(got: list[list[int]], ref: list[list[int]]) -> None:
 
 
 @pytest.mark.timeout(400)
-# an odd world with a worker each in the default suite (each rank imports torch); world 2 with
-# a worker and world 4 without run in the resume test below, and every world size 1-4 against
-# the sampler in tests/sampling; one rank with workers and ranks without under ``-m slow``
+# an odd world with a worker each in the default suite; world 2 with a worker and world 4
+# without run in the resume test below, and every world size 1-4 against the sampler in
+# tests/sampling; one rank with workers, ranks without, and fresh rank processes (each imports
+# torch) under ``-m slow``
 @pytest.mark.parametrize(
-    ("world", "workers"),
+    ("world", "workers", "fresh"),
     [
-        pytest.param(1, 2, marks=pytest.mark.slow),
-        pytest.param(2, 0, marks=pytest.mark.slow),
-        (3, 1),
+        pytest.param(1, 2, False, marks=pytest.mark.slow),
+        pytest.param(2, 0, False, marks=pytest.mark.slow),
+        (3, 1, False),
+        pytest.param(3, 1, True, marks=pytest.mark.slow),
     ],
 )
 def test_ranks_read_the_single_process_sequence(
-    dataset: str, tmp_path: Path, world: int, workers: int
+    dataset: str, tmp_path: Path, world: int, workers: int, fresh: bool
 ) -> None:
+    got = _run_job(dataset, world, workers, tmp_path / "out.json", fresh=fresh)
     ref = _reference(dataset)
-    got = _run_job(dataset, world, workers, tmp_path / "out.json")
     _same_up_to_padding(got["steps"], ref)
     flat = [i for step in got["steps"] for i in step]
     assert set(flat) == set(range(N))  # exhaustive; duplicates only from the padding
@@ -86,12 +104,12 @@ def test_ranks_read_the_single_process_sequence(
 
 @pytest.mark.timeout(400)
 def test_resume_onto_another_world_size_and_worker_count(dataset: str, tmp_path: Path) -> None:
-    ref = _reference(dataset)
     first = _run_job(dataset, 2, 1, tmp_path / "a.json")
     state = tmp_path / "state.json"
     state.write_text(json.dumps(first["state"]))
     assert first["state"]["sampler"]["batches_done"] == STOP_AT
     rest = _run_job(dataset, 4, 0, tmp_path / "b.json", resume=state)
+    ref = _reference(dataset)
     _same_up_to_padding(first["steps"][:STOP_AT] + rest["steps"], ref)
 
 
@@ -107,8 +125,8 @@ def test_ranks_share_a_users_own_store_disjointly_each_epoch(tmp_path: Path, sto
     path, arrays, _ = labelled(tmp_path, store, n, classes=10, chunk=16)
     fields = {"image": arrays["image"], "sample_id": arrays["id"]}
     args = [str(path), str(GLOBAL_BATCH), "1", str(tmp_path / "out.json")]
-    run_ranks("ddp_rank.py", 2, [*args, f"--fields={json.dumps(fields)}", "--epochs=0,1"],
-              timeout=150)  # fmt: skip
+    fork_ranks(rank_main, 2, [*args, f"--fields={json.dumps(fields)}", "--epochs=0,1"],
+               timeout=150)  # fmt: skip
     got = json.loads((tmp_path / "out.json").read_text())["epochs"]
     loader = chunkio.make_loader(
         path,

@@ -83,7 +83,14 @@ def test_grid_patches_equal_the_source_slices(tmp_path: Path, case: str) -> None
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize(
     ("case", "context"),
-    [("h5py volumes", "fork"), ("h5py single volume", "forkserver"), ("zarr v3 channels", "spawn")],
+    [
+        ("h5py volumes", "fork"),
+        ("h5py single volume", "forkserver"),
+        ("zarr v3 channels", "forkserver"),
+        # under ``-m slow``: forkserver unpickles the patch dataset the same way, for a fraction
+        # of the cost; PatchDataset keeps a default spawn case in test_patches.py
+        pytest.param("zarr v3 channels", "spawn", marks=pytest.mark.slow),
+    ],
 )
 def test_workers_give_the_source_patches(tmp_path: Path, case: str, context: str) -> None:
     build, fields, image, label = CASES[case]

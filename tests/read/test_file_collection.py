@@ -96,7 +96,12 @@ def test_csr_batches_span_files(collection) -> None:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("context", ["fork", "spawn"])
+# spawn under ``-m slow``: forkserver pickles the dataset to its workers the same way, at a
+# fraction of the cost (tests/conftest.py preloads the server); spawn itself keeps default cases
+# in tests/transport/test_transport.py and tests/read/test_concurrency.py
+@pytest.mark.parametrize(
+    "context", ["fork", "forkserver", pytest.param("spawn", marks=pytest.mark.slow)]
+)
 def test_loader_epoch_spans_files_over_workers(collection, context: str) -> None:
     paths, x, names = collection
     loader = chunkio.make_loader(

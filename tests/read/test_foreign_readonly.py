@@ -67,15 +67,18 @@ def test_a_read_only_store_reads_with_workers_and_nothing_is_written(
 
 
 @pytest.mark.timeout(180)
-def test_read_only_volumes_give_patches_to_workers(share: Path) -> None:
+# spawn under ``-m slow``: a forkserver worker unpickles the dataset and reopens the read-only
+# file itself the same way, for a fraction of the cost (tests/conftest.py preloads the server)
+@pytest.mark.parametrize("context", ["forkserver", pytest.param("spawn", marks=pytest.mark.slow)])
+def test_read_only_volumes_give_patches_to_workers(share: Path, context: str) -> None:
     path = volumes_h5py(share)
     make_read_only(share)
     before = snapshot(share)
     images, _ = volume_data()
     ds = PatchDataset(path, (4, 4, 4), fields=["vol/image"], sampler=RandomPatchSampler(12))
-    # one spawned worker: it imports torch afresh and reopens the read-only file itself
+    # one worker: it unpickles the dataset and reopens the read-only file itself
     loader = DataLoader(ds, sampler=ds.sampler, batch_size=4, num_workers=1, collate_fn=collate,
-                        multiprocessing_context="spawn", timeout=120)  # fmt: skip
+                        multiprocessing_context=context, timeout=120)  # fmt: skip
     for batch in loader:
         for patch, v, o in zip(batch["image"], batch["volume"], batch["origin"], strict=True):
             box = tuple(slice(a, a + 4) for a in o.tolist())

@@ -20,7 +20,14 @@ N = 200
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize(
     ("store", "context"),
-    [("h5py", "fork"), ("zarr v2", "forkserver"), ("zarr v3 sharded", "spawn")],
+    [
+        ("h5py", "fork"),
+        ("zarr v2", "forkserver"),
+        ("zarr v3 sharded", "forkserver"),
+        # under ``-m slow``: forkserver pickles the store's dataset the same way, for a fraction
+        # of the cost (tests/conftest.py preloads the server)
+        pytest.param("zarr v3 sharded", "spawn", marks=pytest.mark.slow),
+    ],
 )
 def test_ring_batches_are_the_transformed_source(tmp_path: Path, store: str, context: str) -> None:
     path, arrays, source = labelled(tmp_path, store, N, classes=5, chunk=16)

@@ -53,7 +53,15 @@ def _copied(loader: Any) -> int:
     return route._session.kept.copied
 
 
-ROUTES = [(2, "fork"), (2, "spawn"), (0, "fork")]
+# spawn under ``-m slow``: forkserver pickles the dataset to its workers the same way, at a
+# fraction of the cost (tests/conftest.py preloads the server); spawn itself keeps default cases
+# in tests/transport/test_transport.py and tests/read/test_concurrency.py
+ROUTES = [
+    (2, "fork"),
+    (2, "forkserver"),
+    pytest.param(2, "spawn", marks=pytest.mark.slow),
+    (0, "fork"),
+]
 
 
 @pytest.mark.timeout(120)
