@@ -233,3 +233,19 @@ def test_held_files_stay_until_read_and_the_ring_stays_in_its_budget() -> None:
     held.add(0, {"y": np.arange(5)}, epoch=0)
     assert held.holds(np.array([0]), 0).all() and not held.holds(np.array([0]), 1).any()
     assert not held.add(1, {"y": np.arange(200)}, epoch=0)  # larger than the budget
+
+
+def test_a_file_a_reader_serves_only_part_of_does_not_grow_the_ring() -> None:
+    """A file at the edge of a reader's lanes is partly read by a neighbour: it stays held
+    all pass. The ring places the next files past it instead of doubling at each wrap (it
+    grew to its budget so, 16x the rows live at once at 1,000 files)."""
+    held = HeldRows(["y"], {"y": np.dtype("i8")}, num_files=100, budget=8 * 10_000)
+    assert held.add(0, {"y": np.arange(10)}, epoch=0)
+    held.served(np.array([0]), np.array([5]))  # the other half is the neighbour's
+    for part in range(1, 100):
+        assert held.add(part, {"y": np.arange(10) + 100 * part}, epoch=0)
+        where = held.positions(np.full(10, part), np.arange(10))
+        assert held.take("y", where).tolist() == list(range(100 * part, 100 * part + 10))
+        held.served(np.array([part]), np.array([10]))
+    assert held.capacity == 80  # 8 files' rows, as first made
+    assert held.take("y", held.positions(np.array([0, 0]), np.array([9, 5]))).tolist() == [9, 5]
