@@ -26,6 +26,8 @@ collected); ``tests/read/test_many_files.py`` asserts the bounds without timing.
 
     python -m benchmarks.bench_files [--files 10 100 1000] [--seconds 20] [--root DIR]
         [--modes before previous after]
+    python -m benchmarks.bench_files --describe 100 1000 3000   # ChunkDataset(paths) only:
+        # every file described in one process (``here``) against chunkio's pool (``pool``)
 """
 
 from __future__ import annotations
@@ -150,9 +152,10 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     mine = os.times()
     loader.close()  # the workers' CPU is known once they are joined
     theirs = os.times()
-    used = (mine.user + mine.system - cpu.user - cpu.system) + (
-        theirs.children_user + theirs.children_system - cpu.children_user - cpu.children_system
-    )
+    parent = mine.user + mine.system - cpu.user - cpu.system
+    children = theirs.children_user + theirs.children_system
+    children -= cpu.children_user + cpu.children_system
+    used = parent + children
     counts = np.bincount(dataset.labels() + 1)
     mixing = label_mixing_of_batches(labels, counts)
     handle = loader.dataset._open_handle()
@@ -163,11 +166,60 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         "make_loader_s": t2 - t1,
         "cells_per_s": rate,
         "cpu_ms_per_batch": 1e3 * used / max(1, batches),
+        "parent_cpu_ms_per_batch": 1e3 * parent / max(1, batches),
         "distinct_ratio": mixing["distinct_labels_ratio"],
         "pool": loader.sampler.pool,
         "max_open": handle.max_open,
         "files_opened_per_worker_epoch": opened,
     }
+
+
+def describe_time(spec: dict[str, Any]) -> dict[str, Any]:
+    """``ChunkDataset(paths)`` timed, in this process: ``here`` describes every file in this
+    process, ``pool`` as chunkio does (forked processes, one per core, past a second)."""
+    from chunkio.collection import describe
+
+    if spec["mode"] == "here":
+        describe.describe_processes = lambda: 0  # type: ignore[assignment]
+    import chunkio
+
+    paths = write_files(Path(spec["root"]), spec["files"])
+    t0 = time.perf_counter()
+    dataset = chunkio.ChunkDataset(paths, fields=FIELDS)
+    seconds = time.perf_counter() - t0
+    return {**spec, "describe_s": seconds, "samples": len(dataset)}
+
+
+def run_describe(files: list[int], root: Path) -> list[dict[str, Any]]:
+    """:func:`describe_time` of each count, ``here`` then ``pool``, each in a fresh process."""
+    write_files(root, max(files))
+    rows = []
+    for n in files:
+        for mode in ("here", "pool"):
+            spec = {"files": n, "mode": mode, "root": str(root), "describe": True}
+            rows.append(_child(spec))
+    return rows
+
+
+def _child(spec: dict[str, Any]) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "benchmarks.bench_files", "--child", json.dumps(spec)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"{spec}: {done.stderr[-3000:]}")
+    row: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    print(json.dumps(row), file=sys.stderr)
+    return row
+
+
+def describe_table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| files | mode | describe s | ms / file | x here |", "|---|---|---|---|---|"]
+    here = {r["files"]: r["describe_s"] for r in rows if r["mode"] == "here"}
+    for r in rows:
+        lines.append(
+            f"| {r['files']} | {r['mode']} | {r['describe_s']:.1f} | "
+            f"{1e3 * r['describe_s'] / r['files']:.1f} | {here[r['files']] / r['describe_s']:.2f} |"
+        )
+    return "\n".join(lines)
 
 
 def run(files: list[int], seconds: float, root: Path, modes: list[str]) -> list[dict[str, Any]]:
@@ -176,13 +228,7 @@ def run(files: list[int], seconds: float, root: Path, modes: list[str]) -> list[
     for n in files:
         for mode in modes:
             spec = {"files": n, "mode": mode, "seconds": seconds, "root": str(root)}
-            cmd = [sys.executable, "-m", "benchmarks.bench_files", "--child", json.dumps(spec)]
-            done = subprocess.run(cmd, capture_output=True, text=True)
-            if done.returncode:
-                raise RuntimeError(f"{spec}: {done.stderr[-3000:]}")
-            out = done.stdout
-            rows.append(json.loads(out.strip().splitlines()[-1]))
-            print(json.dumps(rows[-1]), file=sys.stderr)
+            rows.append(_child(spec))
     return rows
 
 
@@ -214,10 +260,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--modes", nargs="+", default=list(MODES), choices=MODES, help="see the module docstring"
     )
+    parser.add_argument(
+        "--describe",
+        type=int,
+        nargs="+",
+        help="only time ChunkDataset(paths) at these file counts: here vs a pool (no loader)",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(measure(json.loads(args.child))))
+        spec = json.loads(args.child)
+        print(json.dumps(describe_time(spec) if spec.get("describe") else measure(spec)))
+        return
+    if args.describe:
+        found = run_describe(args.describe, args.root)
+        if args.out:
+            args.out.write_text(json.dumps(found, indent=1))
+        print(describe_table(found))
         return
     rows = run(args.files, args.seconds, args.root, args.modes)
     if args.out:

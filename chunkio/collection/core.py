@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..backends.zarr.sources import is_remote
 from ..read import ReadCore, ReadStats
 from ..read.planning import normalize_indices
 from ..read.sparse import CSRBatch, join_rows
@@ -71,7 +70,8 @@ class FileSetCore:
         #: files of one chunk (or none) along the order: read whole by a loader (.held)
         self._one_chunk = np.array([p.layout_chunks <= 1 for p in files.parts], bool)
         self._held: HeldRows | None = None
-        self._remote = any(is_remote(p.location) for p in files.parts)
+        #: some file opened here fetches ahead (a remote one): what :attr:`prefetches` says
+        self._remote = False
         #: files opened in this process, in all (a file closed and read again counts twice)
         self.opened = 0
 
@@ -97,6 +97,7 @@ class FileSetCore:
             decode_threads=self._settings["decode_threads"],
         )
         self.opened += 1
+        self._remote = self._remote or found.prefetches
         return found
 
     @property
@@ -250,9 +251,9 @@ class FileSetCore:
 
     @property
     def prefetches(self) -> bool:
-        """As :attr:`chunkio.read.ReadCore.prefetches`: where some file is remote (each
-        file's read core then decides); local files fetch nothing ahead, and ring workers
-        would split every queued batch by file for nothing."""
+        """As :attr:`chunkio.read.ReadCore.prefetches`: once a file opened here fetches
+        ahead (a remote one; :meth:`prefetch` asks only open files). Local files fetch
+        nothing ahead, and ring workers would split every queued batch by file for nothing."""
         return self._remote
 
     def prefetch(self, fields: Sequence[str], indices: Any) -> None:
