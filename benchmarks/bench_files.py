@@ -27,7 +27,8 @@ collected); ``tests/read/test_many_files.py`` asserts the bounds without timing.
     python -m benchmarks.bench_files [--files 10 100 1000] [--seconds 20] [--root DIR]
         [--modes before previous after]
     python -m benchmarks.bench_files --describe 100 1000 3000   # ChunkDataset(paths) only:
-        # every file described in one process (``here``) against chunkio's pool (``pool``)
+        # every file described in one process (``here``) against chunkio's pool (``pool``),
+        # alternately in one process, [--repeat 2] times each (the best kept)
 """
 
 from __future__ import annotations
@@ -175,30 +176,33 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def describe_time(spec: dict[str, Any]) -> dict[str, Any]:
-    """``ChunkDataset(paths)`` timed, in this process: ``here`` describes every file in this
-    process, ``pool`` as chunkio does (forked processes, one per core, past a second)."""
+    """``ChunkDataset(paths)`` timed in this process, alternately ``here`` (every file
+    described in this process) and ``pool`` (as chunkio does: forked processes, one per core,
+    when the rest would take over a second), ``repeat`` times each, after a warm-up (the
+    backends' imports and first looks, the same at any file count)."""
+    import chunkio
     from chunkio.collection import describe
 
-    if spec["mode"] == "here":
-        describe.describe_processes = lambda: 0  # type: ignore[assignment]
-    import chunkio
-
     paths = write_files(Path(spec["root"]), spec["files"])
-    t0 = time.perf_counter()
-    dataset = chunkio.ChunkDataset(paths, fields=FIELDS)
-    seconds = time.perf_counter() - t0
-    return {**spec, "describe_s": seconds, "samples": len(dataset)}
+    chunkio.ChunkDataset(paths[:2], fields=FIELDS)
+    cores = describe.describe_processes
+    times: dict[str, list[float]] = {"here": [], "pool": []}
+    for _ in range(spec["repeat"]):
+        for mode in times:
+            describe.describe_processes = (lambda: 0) if mode == "here" else cores  # type: ignore[assignment]
+            t0 = time.perf_counter()
+            chunkio.ChunkDataset(paths, fields=FIELDS)
+            times[mode].append(time.perf_counter() - t0)
+    describe.describe_processes = cores  # type: ignore[assignment]
+    return {**spec, "here_s": times["here"], "pool_s": times["pool"], "processes": cores()}
 
 
-def run_describe(files: list[int], root: Path) -> list[dict[str, Any]]:
-    """:func:`describe_time` of each count, ``here`` then ``pool``, each in a fresh process."""
+def run_describe(files: list[int], root: Path, repeat: int) -> list[dict[str, Any]]:
+    """:func:`describe_time` of each count, each in a fresh process."""
     write_files(root, max(files))
-    rows = []
-    for n in files:
-        for mode in ("here", "pool"):
-            spec = {"files": n, "mode": mode, "root": str(root), "describe": True}
-            rows.append(_child(spec))
-    return rows
+    return [
+        _child({"files": n, "root": str(root), "repeat": repeat, "describe": True}) for n in files
+    ]
 
 
 def _child(spec: dict[str, Any]) -> dict[str, Any]:
@@ -212,12 +216,13 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def describe_table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| files | mode | describe s | ms / file | x here |", "|---|---|---|---|---|"]
-    here = {r["files"]: r["describe_s"] for r in rows if r["mode"] == "here"}
+    head = "| files | here s | pool s | here ms / file | pool ms / file | here / pool |"
+    lines = [head, "|---|---|---|---|---|---|"]
     for r in rows:
+        here, pool = min(r["here_s"]), min(r["pool_s"])
         lines.append(
-            f"| {r['files']} | {r['mode']} | {r['describe_s']:.1f} | "
-            f"{1e3 * r['describe_s'] / r['files']:.1f} | {here[r['files']] / r['describe_s']:.2f} |"
+            f"| {r['files']} | {here:.1f} | {pool:.1f} | {1e3 * here / r['files']:.1f} | "
+            f"{1e3 * pool / r['files']:.1f} | {here / pool:.2f} |"
         )
     return "\n".join(lines)
 
@@ -266,6 +271,7 @@ def main(argv: list[str] | None = None) -> None:
         nargs="+",
         help="only time ChunkDataset(paths) at these file counts: here vs a pool (no loader)",
     )
+    parser.add_argument("--repeat", type=int, default=2, help="--describe: times each, best kept")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -273,7 +279,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(describe_time(spec) if spec.get("describe") else measure(spec)))
         return
     if args.describe:
-        found = run_describe(args.describe, args.root)
+        found = run_describe(args.describe, args.root, args.repeat)
         if args.out:
             args.out.write_text(json.dumps(found, indent=1))
         print(describe_table(found))
