@@ -186,15 +186,21 @@ def describe_time(spec: dict[str, Any]) -> dict[str, Any]:
     paths = write_files(Path(spec["root"]), spec["files"])
     chunkio.ChunkDataset(paths[:2], fields=FIELDS)
     cores = describe.describe_processes
-    times: dict[str, list[float]] = {"here": [], "pool": []}
+    times: dict[str, list[float]] = {"here": [], "pool": [], "here_cpu": [], "pool_cpu": []}
     for _ in range(spec["repeat"]):
-        for mode in times:
+        for mode in ("here", "pool"):
             describe.describe_processes = (lambda: 0) if mode == "here" else cores  # type: ignore[assignment]
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), os.times()
             chunkio.ChunkDataset(paths, fields=FIELDS)
             times[mode].append(time.perf_counter() - t0)
+            c1 = os.times()  # the pool's processes are joined: their CPU is counted
+            used = c1.user + c1.system + c1.children_user + c1.children_system
+            times[f"{mode}_cpu"].append(
+                used - (c0.user + c0.system + c0.children_user + c0.children_system)
+            )
     describe.describe_processes = cores  # type: ignore[assignment]
-    return {**spec, "here_s": times["here"], "pool_s": times["pool"], "processes": cores()}
+    found = {f"{k}_s": v for k, v in times.items()}
+    return {**spec, **found, "processes": cores()}
 
 
 def run_describe(files: list[int], root: Path, repeat: int) -> list[dict[str, Any]]:
@@ -216,13 +222,14 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def describe_table(rows: list[dict[str, Any]]) -> str:
-    head = "| files | here s | pool s | here ms / file | pool ms / file | here / pool |"
+    head = ("| files | here s | pool s | here / pool | CPU ms / file here "
+            "| CPU ms / file pool (all processes) |")  # fmt: skip
     lines = [head, "|---|---|---|---|---|---|"]
     for r in rows:
-        here, pool = min(r["here_s"]), min(r["pool_s"])
+        here, pool, n = min(r["here_s"]), min(r["pool_s"]), r["files"]
         lines.append(
-            f"| {r['files']} | {here:.1f} | {pool:.1f} | {1e3 * here / r['files']:.1f} | "
-            f"{1e3 * pool / r['files']:.1f} | {here / pool:.2f} |"
+            f"| {n} | {here:.1f} | {pool:.1f} | {here / pool:.2f} | "
+            f"{1e3 * min(r['here_cpu_s']) / n:.1f} | {1e3 * min(r['pool_cpu_s']) / n:.1f} |"
         )
     return "\n".join(lines)
 
