@@ -19,7 +19,8 @@ and they read no file this process holds. Each exits when this process dies. Wit
 
 A file's error reaches the caller as it would here (typed, naming the file); of several, the
 first file's in the list's order. Warnings a description emits in a process are emitted
-again here.
+again here. Where no process can be forked, or one dies (killed, out of memory), the files
+it had are described here.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.connection import wait
 from typing import TypeVar
 
@@ -99,12 +101,18 @@ def _in_processes(locations: list[str], describe: Callable[[str], T], workers: i
             warnings.filterwarnings(
                 "ignore", r".*fork\(\) may lead to deadlocks", DeprecationWarning
             )
-            futures: list[Future[tuple[list[T], list[Warning | str]]]] = [
-                pool.submit(_describe_run, describe, run) for run in runs
-            ]
+            try:
+                futures: list[Future[tuple[list[T], list[Warning | str]]]] = [
+                    pool.submit(_describe_run, describe, run) for run in runs
+                ]
+            except OSError:  # no process could be forked (memory, a process limit): here
+                return [describe(location) for location in locations]
         found: list[T] = []
-        for future in futures:  # in order: the first failing file's error is raised
-            values, caught = future.result()
+        for k, future in enumerate(futures):  # in order: the first bad file's error is raised
+            try:
+                values, caught = future.result()
+            except BrokenProcessPool:  # a process died (killed, out of memory): the rest here
+                return found + [describe(location) for run in runs[k:] for location in run]
             for message in caught:  # at the caller's line, as here
                 warnings.warn(message, stacklevel=caller_stacklevel())
             found += values

@@ -319,3 +319,25 @@ def _open_layout_of(location: str) -> int:
     from chunkio.collection.files import describe_file
 
     return describe_file(location, fields=FIELDS, options=ReaderOptions())[1].num_samples
+
+
+def _dies_in_a_pool(location: str) -> str:
+    """A description whose pool processes die (as one killed or out of memory would)."""
+    import multiprocessing
+    import os
+
+    if multiprocessing.parent_process() is not None:
+        os._exit(3)
+    return location.upper()
+
+
+def test_files_a_dead_process_had_are_described_here() -> None:
+    from chunkio.collection import describe
+
+    if not describe.describe_processes():
+        pytest.skip("no fork here: files are described in this process")
+    names = [f"f{k}" for k in range(16)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(describe, "POOL_PAYS_S", 0.0)
+        found = describe.describe_all(names, _dies_in_a_pool, processes=2)
+    assert found == [n.upper() for n in names]
