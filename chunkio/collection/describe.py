@@ -4,7 +4,7 @@ A dataset of many files describes each file once, in the process that makes it
 (:mod:`.files`): the file opened, its fields checked, its chunk index read. Through h5py that
 is 10-40 ms per file, two minutes at 3,000 files before the first batch. HDF5 serialises
 every call behind one lock, so threads gain nothing: the files are spread over processes
-instead, one per core, each describing runs of consecutive files and sending back what it
+instead, one per idle core, each describing runs of consecutive files and sending back what it
 found (the values a description here makes, pickled as the dataset pickles them to its
 workers), put back in the order of the list.
 
@@ -15,7 +15,7 @@ imported, and never run the caller's script as spawn and forkserver do without a
 guard); what crosses the fork is safe for them: HDF5 readers are closed before any fork
 (:mod:`chunkio.backends.hdf5.registry`), zarr starts its event loop again in a forked child,
 and they read no file this process holds. Each exits when this process dies. Without fork
-(Windows; macOS, where it is unsafe), or with one core, the files are described here.
+(Windows; macOS, where it is unsafe), or with under two idle cores, the files are described here.
 
 A file's error reaches the caller as it would here (typed, naming the file); of several, the
 first file's in the list's order. Warnings a description emits in a process are emitted
@@ -39,7 +39,7 @@ from typing import TypeVar
 
 from ..errors import caller_stacklevel
 
-__all__ = ["POOL_PAYS_S", "describe_all", "describe_processes"]
+__all__ = ["POOL_PAYS_S", "can_fork", "describe_all", "describe_processes", "idle_cores"]
 
 T = TypeVar("T")
 
@@ -54,12 +54,30 @@ _MAX_PROCESSES = 32
 
 
 def describe_processes() -> int:
-    """Processes a pool may use here: the cores this process may run on (0: no pool, fork
-    not offered)."""
-    if sys.platform != "linux" or "fork" not in multiprocessing.get_all_start_methods():
+    """Processes a pool may use here: the idle share of the cores this process may run on
+    (:func:`idle_cores`; 0: no pool, fork not offered)."""
+    if not can_fork():
         return 0
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return min(_MAX_PROCESSES, cores or 1)
+    return min(_MAX_PROCESSES, idle_cores(cores or 1, os.cpu_count() or 1, os.getloadavg()[0]))
+
+
+def can_fork() -> bool:
+    """Whether a pool may fork here (Linux: macOS offers fork, unsafely)."""
+    return sys.platform == "linux" and "fork" in multiprocessing.get_all_start_methods()
+
+
+def idle_cores(mine: int, machine: int, load: float) -> int:
+    """Of the ``mine`` cores this process may use, those the machine's ``load`` (its
+    runnable processes, over its ``machine`` cores) leaves idle. Processes on a saturated
+    machine only split this process's share of it: on 2 cores at load 15, a pool of two
+    described 3,000 files in 95 s against 56 s in one process.
+
+    >>> idle_cores(16, 16, 0.3), idle_cores(16, 64, 40.0), idle_cores(2, 2, 15.0)
+    (16, 6, 0)
+    """
+    idle = max(0.0, 1.0 - load / machine)
+    return round(mine * idle)
 
 
 def describe_all(

@@ -269,7 +269,7 @@ def test_files_described_in_processes_are_described_as_here(mixed, monkeypatch) 
 
     from chunkio.collection import describe
 
-    if not describe.describe_processes():
+    if not describe.can_fork():
         pytest.skip("no fork here: files are described in this process")
     paths, labels = mixed
     paths = paths[:24]
@@ -304,7 +304,7 @@ def test_a_corrupt_file_among_files_described_in_processes_is_named(mixed, tmp_p
     for path in bad:
         path.write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(range(256)) * 4)  # a signature, no file
     paths[17], paths[25] = str(bad[0]), str(bad[1])
-    processes = 2 if describe.describe_processes() else 0
+    processes = 2 if describe.can_fork() else 0
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(describe, "POOL_PAYS_S", 0.0)
         with pytest.raises(FormatError, match=r"bad17\.h5"):
@@ -334,7 +334,7 @@ def _dies_in_a_pool(location: str) -> str:
 def test_files_a_dead_process_had_are_described_here() -> None:
     from chunkio.collection import describe
 
-    if not describe.describe_processes():
+    if not describe.can_fork():
         pytest.skip("no fork here: files are described in this process")
     names = [f"f{k}" for k in range(16)]
     with pytest.MonkeyPatch.context() as patch:
