@@ -28,7 +28,8 @@ collected); ``tests/read/test_many_files.py`` asserts the bounds without timing.
         [--modes before previous after]
     python -m benchmarks.bench_files --describe 100 1000 3000   # ChunkDataset(paths) only:
         # every file described in one process (``here``) against chunkio's pool (``pool``),
-        # alternately in one process, [--repeat 2] times each (the best kept)
+        # alternately in one process, [--repeat 2] times each (the best kept),
+        # [--processes N] to force the pool's size (default: the idle cores, as chunkio does)
 """
 
 from __future__ import annotations
@@ -185,7 +186,8 @@ def describe_time(spec: dict[str, Any]) -> dict[str, Any]:
 
     paths = write_files(Path(spec["root"]), spec["files"])
     chunkio.ChunkDataset(paths[:2], fields=FIELDS)
-    cores = describe.describe_processes
+    chosen = spec.get("processes")
+    cores = describe.describe_processes if chosen is None else (lambda: int(chosen))
     times: dict[str, list[float]] = {"here": [], "pool": [], "here_cpu": [], "pool_cpu": []}
     for _ in range(spec["repeat"]):
         for mode in ("here", "pool"):
@@ -203,12 +205,13 @@ def describe_time(spec: dict[str, Any]) -> dict[str, Any]:
     return {**spec, **found, "processes": cores()}
 
 
-def run_describe(files: list[int], root: Path, repeat: int) -> list[dict[str, Any]]:
+def run_describe(
+    files: list[int], root: Path, repeat: int, processes: int | None
+) -> list[dict[str, Any]]:
     """:func:`describe_time` of each count, each in a fresh process."""
     write_files(root, max(files))
-    return [
-        _child({"files": n, "root": str(root), "repeat": repeat, "describe": True}) for n in files
-    ]
+    spec = {"root": str(root), "repeat": repeat, "describe": True, "processes": processes}
+    return [_child({**spec, "files": n}) for n in files]
 
 
 def _child(spec: dict[str, Any]) -> dict[str, Any]:
@@ -279,6 +282,9 @@ def main(argv: list[str] | None = None) -> None:
         help="only time ChunkDataset(paths) at these file counts: here vs a pool (no loader)",
     )
     parser.add_argument("--repeat", type=int, default=2, help="--describe: times each, best kept")
+    parser.add_argument(
+        "--processes", type=int, help="--describe: the pool's size (default: chunkio's choice)"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -286,7 +292,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(describe_time(spec) if spec.get("describe") else measure(spec)))
         return
     if args.describe:
-        found = run_describe(args.describe, args.root, args.repeat)
+        found = run_describe(args.describe, args.root, args.repeat, args.processes)
         if args.out:
             args.out.write_text(json.dumps(found, indent=1))
         print(describe_table(found))
