@@ -59,7 +59,11 @@ def describe_processes() -> int:
     if not can_fork():
         return 0
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return min(_MAX_PROCESSES, idle_cores(cores or 1, os.cpu_count() or 1, os.getloadavg()[0]))
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # not obtainable: taken as idle
+        load = 0.0
+    return min(_MAX_PROCESSES, idle_cores(cores or 1, os.cpu_count() or 1, load))
 
 
 def can_fork() -> bool:
