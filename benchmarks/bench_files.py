@@ -26,6 +26,10 @@ collected); ``tests/read/test_many_files.py`` asserts the bounds without timing.
 
     python -m benchmarks.bench_files [--files 10 100 1000] [--seconds 20] [--root DIR]
         [--modes before previous after]
+    python -m benchmarks.bench_files --describe 100 1000 3000   # ChunkDataset(paths) only:
+        # every file described in one process (``here``) against chunkio's pool (``pool``),
+        # alternately in one process, [--repeat 2] times each (the best kept),
+        # [--processes N] to force the pool's size (default: the idle cores, as chunkio does)
 """
 
 from __future__ import annotations
@@ -150,9 +154,10 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     mine = os.times()
     loader.close()  # the workers' CPU is known once they are joined
     theirs = os.times()
-    used = (mine.user + mine.system - cpu.user - cpu.system) + (
-        theirs.children_user + theirs.children_system - cpu.children_user - cpu.children_system
-    )
+    parent = mine.user + mine.system - cpu.user - cpu.system
+    children = theirs.children_user + theirs.children_system
+    children -= cpu.children_user + cpu.children_system
+    used = parent + children
     counts = np.bincount(dataset.labels() + 1)
     mixing = label_mixing_of_batches(labels, counts)
     handle = loader.dataset._open_handle()
@@ -163,11 +168,73 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         "make_loader_s": t2 - t1,
         "cells_per_s": rate,
         "cpu_ms_per_batch": 1e3 * used / max(1, batches),
+        "parent_cpu_ms_per_batch": 1e3 * parent / max(1, batches),
         "distinct_ratio": mixing["distinct_labels_ratio"],
         "pool": loader.sampler.pool,
         "max_open": handle.max_open,
         "files_opened_per_worker_epoch": opened,
     }
+
+
+def describe_time(spec: dict[str, Any]) -> dict[str, Any]:
+    """``ChunkDataset(paths)`` timed in this process, alternately ``here`` (every file
+    described in this process) and ``pool`` (as chunkio does: forked processes, one per core,
+    when the rest would take over a second), ``repeat`` times each, after a warm-up (the
+    backends' imports and first looks, the same at any file count)."""
+    import chunkio
+    from chunkio.collection import describe
+
+    paths = write_files(Path(spec["root"]), spec["files"])
+    chunkio.ChunkDataset(paths[:2], fields=FIELDS)
+    chosen = spec.get("processes")
+    cores = describe.describe_processes if chosen is None else (lambda: int(chosen))
+    times: dict[str, list[float]] = {"here": [], "pool": [], "here_cpu": [], "pool_cpu": []}
+    for _ in range(spec["repeat"]):
+        for mode in ("here", "pool"):
+            describe.describe_processes = (lambda: 0) if mode == "here" else cores  # type: ignore[assignment]
+            t0, c0 = time.perf_counter(), os.times()
+            chunkio.ChunkDataset(paths, fields=FIELDS)
+            times[mode].append(time.perf_counter() - t0)
+            c1 = os.times()  # the pool's processes are joined: their CPU is counted
+            used = c1.user + c1.system + c1.children_user + c1.children_system
+            times[f"{mode}_cpu"].append(
+                used - (c0.user + c0.system + c0.children_user + c0.children_system)
+            )
+    describe.describe_processes = cores  # type: ignore[assignment]
+    found = {f"{k}_s": v for k, v in times.items()}
+    return {**spec, **found, "processes": cores()}
+
+
+def run_describe(
+    files: list[int], root: Path, repeat: int, processes: int | None
+) -> list[dict[str, Any]]:
+    """:func:`describe_time` of each count, each in a fresh process."""
+    write_files(root, max(files))
+    spec = {"root": str(root), "repeat": repeat, "describe": True, "processes": processes}
+    return [_child({**spec, "files": n}) for n in files]
+
+
+def _child(spec: dict[str, Any]) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "benchmarks.bench_files", "--child", json.dumps(spec)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"{spec}: {done.stderr[-3000:]}")
+    row: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    print(json.dumps(row), file=sys.stderr)
+    return row
+
+
+def describe_table(rows: list[dict[str, Any]]) -> str:
+    head = ("| files | here s | pool s | here / pool | CPU ms / file here "
+            "| CPU ms / file pool (all processes) |")  # fmt: skip
+    lines = [head, "|---|---|---|---|---|---|"]
+    for r in rows:
+        here, pool, n = min(r["here_s"]), min(r["pool_s"]), r["files"]
+        lines.append(
+            f"| {n} | {here:.1f} | {pool:.1f} | {here / pool:.2f} | "
+            f"{1e3 * min(r['here_cpu_s']) / n:.1f} | {1e3 * min(r['pool_cpu_s']) / n:.1f} |"
+        )
+    return "\n".join(lines)
 
 
 def run(files: list[int], seconds: float, root: Path, modes: list[str]) -> list[dict[str, Any]]:
@@ -176,13 +243,7 @@ def run(files: list[int], seconds: float, root: Path, modes: list[str]) -> list[
     for n in files:
         for mode in modes:
             spec = {"files": n, "mode": mode, "seconds": seconds, "root": str(root)}
-            cmd = [sys.executable, "-m", "benchmarks.bench_files", "--child", json.dumps(spec)]
-            done = subprocess.run(cmd, capture_output=True, text=True)
-            if done.returncode:
-                raise RuntimeError(f"{spec}: {done.stderr[-3000:]}")
-            out = done.stdout
-            rows.append(json.loads(out.strip().splitlines()[-1]))
-            print(json.dumps(rows[-1]), file=sys.stderr)
+            rows.append(_child(spec))
     return rows
 
 
@@ -214,10 +275,27 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--modes", nargs="+", default=list(MODES), choices=MODES, help="see the module docstring"
     )
+    parser.add_argument(
+        "--describe",
+        type=int,
+        nargs="+",
+        help="only time ChunkDataset(paths) at these file counts: here vs a pool (no loader)",
+    )
+    parser.add_argument("--repeat", type=int, default=2, help="--describe: times each, best kept")
+    parser.add_argument(
+        "--processes", type=int, help="--describe: the pool's size (default: chunkio's choice)"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(measure(json.loads(args.child))))
+        spec = json.loads(args.child)
+        print(json.dumps(describe_time(spec) if spec.get("describe") else measure(spec)))
+        return
+    if args.describe:
+        found = run_describe(args.describe, args.root, args.repeat, args.processes)
+        if args.out:
+            args.out.write_text(json.dumps(found, indent=1))
+        print(describe_table(found))
         return
     rows = run(args.files, args.seconds, args.root, args.modes)
     if args.out:

@@ -70,6 +70,8 @@ class FileSetCore:
         #: files of one chunk (or none) along the order: read whole by a loader (.held)
         self._one_chunk = np.array([p.layout_chunks <= 1 for p in files.parts], bool)
         self._held: HeldRows | None = None
+        #: some file opened here fetches ahead (a remote one): what :attr:`prefetches` says
+        self._remote = False
         #: files opened in this process, in all (a file closed and read again counts twice)
         self.opened = 0
 
@@ -95,6 +97,7 @@ class FileSetCore:
             decode_threads=self._settings["decode_threads"],
         )
         self.opened += 1
+        self._remote = self._remote or found.prefetches
         return found
 
     @property
@@ -248,8 +251,10 @@ class FileSetCore:
 
     @property
     def prefetches(self) -> bool:
-        """As :attr:`chunkio.read.ReadCore.prefetches`: each file's read core decides."""
-        return True
+        """As :attr:`chunkio.read.ReadCore.prefetches`: once a file opened here fetches
+        ahead (a remote one; :meth:`prefetch` asks only open files). Local files fetch
+        nothing ahead, and ring workers would split every queued batch by file for nothing."""
+        return self._remote
 
     def prefetch(self, fields: Sequence[str], indices: Any) -> None:
         idx, groups = self._split(indices)
@@ -258,10 +263,16 @@ class FileSetCore:
                 self._open[part].prefetch(fields, idx[rows] - self._starts[part])
 
 
+#: the counters of :class:`ReadStats` summed over files (its numbers; not its clock)
+_COUNTS = tuple(
+    f.name
+    for f in dataclasses.fields(ReadStats)
+    if isinstance(f.default, int | float) and not isinstance(f.default, bool)
+)
+
+
 def _add(total: ReadStats, more: ReadStats) -> None:
-    for f in dataclasses.fields(ReadStats):
-        value = getattr(more, f.name)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            setattr(total, f.name, getattr(total, f.name) + value)
+    for name in _COUNTS:  # once per file closed: a dataset of many files closes many
+        setattr(total, name, getattr(total, name) + getattr(more, name))
     for key, count in more.per_field.items():
         total.per_field[key] = total.per_field.get(key, 0) + count

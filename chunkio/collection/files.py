@@ -15,6 +15,7 @@ reading process opens the files it reads lazily (:mod:`chunkio.collection.core`)
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -33,8 +34,9 @@ from ..format.store_layout import LayoutOptions, open_layout
 from ..format.windows import is_windowed
 from ..util.messages import listing
 from ..util.numeric import IntArray
+from .describe import describe_all
 
-__all__ = ["FilePart", "FileSet", "is_file_list", "open_files"]
+__all__ = ["FilePart", "FileSet", "describe_file", "is_file_list", "open_files"]
 
 
 def is_file_list(path: Any) -> bool:
@@ -127,20 +129,16 @@ def open_files(
             f"windows (chunkio.Field steps, anchors=) read one store; got {len(locations)} "
             "files: concatenate the time axis into one store"
         )
+    one = functools.partial(
+        describe_file,
+        fields=fields,
+        options=options,
+        preload_bytes=preload_bytes,
+        sparse_batches=sparse_batches,
+    )
     parts: list[FilePart] = []
     start = 0
-    for location in locations:
-        reader = options.open(location)  # a missing file: DatasetNotFoundError, named
-        try:
-            found = open_layout(reader, fields, LayoutOptions(preload_bytes))
-            layout = with_sparse_batches(
-                found.dataset_layout(), sparse_batches, where=reader.location
-            )
-            mine = dataclasses.replace(
-                found.reader_options(options), documents=_documents(reader, layout)
-            )
-        finally:
-            reader.close()
+    for location, (mine, layout) in zip(locations, describe_all(locations, one), strict=True):
         parts.append(FilePart(location, mine, layout, start))
         start += layout.num_samples
     for part in parts[1:]:
@@ -159,6 +157,29 @@ def open_files(
         order_sizes=tuple(int(s) for s in sizes),
     )
     return FileSet(tuple(parts), layout, remaps)
+
+
+def describe_file(
+    location: str,
+    *,
+    fields: Any,
+    options: ReaderOptions,
+    preload_bytes: int = 0,
+    sparse_batches: str = "dense",
+) -> tuple[ReaderOptions, DatasetLayout]:
+    """One file of a dataset of many files, opened and closed here: how each process opens
+    it (with what this process learnt of it) and its layout (:func:`open_files`' arguments;
+    run in a pool's process for many files, :mod:`.describe`)."""
+    reader = options.open(location)  # a missing file: DatasetNotFoundError, named
+    try:
+        found = open_layout(reader, fields, LayoutOptions(preload_bytes))
+        layout = with_sparse_batches(found.dataset_layout(), sparse_batches, where=reader.location)
+        mine = dataclasses.replace(
+            found.reader_options(options), documents=_documents(reader, layout)
+        )
+    finally:
+        reader.close()
+    return mine, layout
 
 
 def _documents(reader: Reader, layout: DatasetLayout) -> Mapping[str, Any] | None:

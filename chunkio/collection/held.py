@@ -10,9 +10,11 @@ gather and a scatter per file (the per-file NumPy calls were most of a batch's c
 
 The buffers are a ring: a file is written after the last one, the ring wrapping to its start
 when the file does not fit before its end, over files already served (or left from an
-earlier pass). While the files it would overwrite still have rows to serve in this pass, the
-ring doubles instead, up to a byte budget; at the budget the oldest are overwritten, and read
-again if a batch asks for them. Pure NumPy, no I/O: the caller reads the files.
+earlier pass). A file that still has rows to serve in this pass is skipped over (a reader
+may serve only part of a file, whose rest a neighbour reads: it stays all pass); only when no
+room is left between such files does the ring double, up to a byte budget; at the budget the
+oldest are overwritten, and read again if a batch asks for them. Pure NumPy, no I/O: the
+caller reads the files.
 """
 
 from __future__ import annotations
@@ -122,20 +124,41 @@ class HeldRows:
             self._base[part] = -1
 
     def _room(self, n: int, epoch: int) -> int:
-        """The first of ``n`` ring rows for a new file (the files there dropped), growing the
-        ring while they would be files this pass still reads."""
+        """The first of ``n`` ring rows for a new file (the files there dropped): from the
+        head on, past files this pass still reads, growing the ring only when no such room
+        is left in it (at the budget, over the oldest)."""
         while True:
-            start = self._head if self._head + n <= self.capacity else 0
-            if start + n <= self.capacity:
-                victims = [p for p, (a, b) in self._spans.items() if a < start + n and b > start]
-                live = any(int(self._epoch[p]) == epoch for p in victims)
-                if not live or self.capacity >= self._max_rows:
-                    break
+            start = self._free_from(self._head, n, epoch)
+            if start is not None:
+                break
+            if self.capacity >= self._max_rows:
+                start = self._head if self._head + n <= self.capacity else 0
+                break
             self._grow(n)
-        for part in victims:
+        for part in [p for p, (a, b) in self._spans.items() if a < start + n and b > start]:
             self.drop(part)
         self._head = start + n
         return start
+
+    def _free_from(self, head: int, n: int, epoch: int) -> int | None:
+        """The first ``n`` rows from ``head`` on (wrapping once) that hold no file this pass
+        still reads, or None. A file of this pass stays live until served whole, and a
+        reader may serve only part of one (the files at the edges of its lanes are shared
+        with a neighbour, which reads the rest): such files would block a ring that only
+        wraps, and grow it to its budget, so the room is looked for past them."""
+        live = sorted((a, b) for p, (a, b) in self._spans.items() if self._epoch[p] == epoch)
+        start, wrapped = head, False
+        while True:
+            if start + n > self.capacity:
+                if wrapped or head == 0:
+                    return None
+                start, wrapped = 0, True
+            if wrapped and start >= head:
+                return None
+            end = max((b for a, b in live if a < start + n and b > start), default=None)
+            if end is None:
+                return start
+            start = end
 
     def _grow(self, n: int) -> None:
         """Double the ring (at least ``8 * n`` rows, at most the budget); the next file goes

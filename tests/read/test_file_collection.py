@@ -350,3 +350,29 @@ def test_a_corrupt_chunk_in_a_described_file_is_refused_in_every_process(tmp_pat
     with pytest.raises(CorruptChunkError, match=r"part1\.h5"), loader:
         for _ in loader:
             pass
+
+
+def test_h5ad_files_and_zarr_stores_described_in_processes_read_as_described_here(
+    collection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A list of h5ad files and AnnData Zarr stores past the first few files, described in
+    forked processes (:mod:`chunkio.collection.describe`): every batch as described here."""
+    from chunkio.collection import describe
+
+    if not describe.can_fork():
+        pytest.skip("no fork here: files are described in this process")
+    paths, x, names = collection
+    listed = paths * 3  # the Zarr store among those past the first four
+    here = chunkio.ChunkDataset(listed, fields=FIELDS)
+    monkeypatch.setattr(describe, "POOL_PAYS_S", 0.0)
+    monkeypatch.setattr(describe, "describe_processes", lambda: 2)
+    pooled = chunkio.ChunkDataset(listed, fields=FIELDS)
+    assert pooled._files.layout == here._files.layout
+    assert pooled.categories("label") == ("B", "T", "NK", "Mono", "DC")
+    rows = x.shape[0]
+    idx = np.array([0, 2 * rows + 350, rows + 469, 3 * rows - 1, 2 * rows + 300, 5])
+    got = pooled.read_batch(idx)
+    np.testing.assert_array_equal(got["x"], here.read_batch(idx)["x"])
+    np.testing.assert_array_equal(got["x"], x[idx % rows].toarray())
+    np.testing.assert_array_equal(np.asarray(pooled.categories("label"))[got["label"]],
+                                  names[idx % rows])  # fmt: skip

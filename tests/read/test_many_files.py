@@ -233,3 +233,111 @@ def test_held_files_stay_until_read_and_the_ring_stays_in_its_budget() -> None:
     held.add(0, {"y": np.arange(5)}, epoch=0)
     assert held.holds(np.array([0]), 0).all() and not held.holds(np.array([0]), 1).any()
     assert not held.add(1, {"y": np.arange(200)}, epoch=0)  # larger than the budget
+
+
+def test_a_file_a_reader_serves_only_part_of_does_not_grow_the_ring() -> None:
+    """A file at the edge of a reader's lanes is partly read by a neighbour: it stays held
+    all pass. The ring places the next files past it instead of doubling at each wrap (it
+    grew to its budget so, 16x the rows live at once at 1,000 files)."""
+    held = HeldRows(["y"], {"y": np.dtype("i8")}, num_files=100, budget=8 * 10_000)
+    assert held.add(0, {"y": np.arange(10)}, epoch=0)
+    held.served(np.array([0]), np.array([5]))  # the other half is the neighbour's
+    for part in range(1, 100):
+        assert held.add(part, {"y": np.arange(10) + 100 * part}, epoch=0)
+        where = held.positions(np.full(10, part), np.arange(10))
+        assert held.take("y", where).tolist() == list(range(100 * part, 100 * part + 10))
+        held.served(np.array([part]), np.array([10]))
+    assert held.capacity == 80  # 8 files' rows, as first made
+    assert held.take("y", held.positions(np.array([0, 0]), np.array([9, 5]))).tolist() == [9, 5]
+
+
+def _length(location: str) -> tuple[int, int]:
+    """A description for :func:`describe_all` that warns (in a pool's process too), and the
+    process that made it."""
+    import os
+    import warnings
+
+    warnings.warn(f"looked at {location}", UserWarning, stacklevel=1)
+    return len(location), os.getpid()
+
+
+def test_files_described_in_processes_are_described_as_here(mixed, monkeypatch) -> None:
+    """Past :data:`POOL_PAYS_S` the files after the first few are described in forked
+    processes: the same dataset (rows, categories, chunks) as described here, in the list's
+    order; their warnings emitted here."""
+    import os
+
+    from chunkio.collection import describe
+
+    if not describe.can_fork():
+        pytest.skip("no fork here: files are described in this process")
+    paths, labels = mixed
+    paths = paths[:24]
+    here = chunkio.ChunkDataset(paths, fields=FIELDS)
+    monkeypatch.setattr(describe, "POOL_PAYS_S", 0.0)
+    monkeypatch.setattr(describe, "describe_processes", lambda: 2)
+    pooled = chunkio.ChunkDataset(paths, fields=FIELDS)
+    assert [p.location for p in pooled._files.parts] == paths
+    assert pooled._files.layout == here._files.layout
+    np.testing.assert_array_equal(pooled._files.starts, here._files.starts)
+    idx = np.array([0, 479, 20, 233, 100])
+    got, want = pooled.read_batch(idx), here.read_batch(idx)
+    np.testing.assert_array_equal(got["x"], want["x"])
+    np.testing.assert_array_equal(got["label"], labels[idx])
+    names = ["n" * k for k in range(1, 13)]
+    with pytest.warns(UserWarning) as caught:
+        found = describe.describe_all(names, _length, processes=2)
+    assert [n for n, _ in found] == list(range(1, 13))  # in the list's order
+    pids = [pid for _, pid in found]
+    assert pids[:4] == [os.getpid()] * 4 and os.getpid() not in pids[4:]  # the rest: a pool
+    assert [str(w.message) for w in caught] == [f"looked at {n}" for n in names]
+
+
+def test_a_corrupt_file_among_files_described_in_processes_is_named(mixed, tmp_path) -> None:
+    """The first bad file of the list is the error, typed and naming it, wherever it was
+    described; a missing one likewise."""
+    from chunkio.collection import describe
+    from chunkio.errors import DatasetNotFoundError, FormatError
+
+    paths = list(mixed[0][:30])
+    bad = [tmp_path / "bad17.h5", tmp_path / "bad25.h5"]
+    for path in bad:
+        path.write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(range(256)) * 4)  # a signature, no file
+    paths[17], paths[25] = str(bad[0]), str(bad[1])
+    processes = 2 if describe.can_fork() else 0
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(describe, "POOL_PAYS_S", 0.0)
+        with pytest.raises(FormatError, match=r"bad17\.h5"):
+            describe.describe_all(paths, _open_layout_of, processes=processes)
+        paths[17] = str(tmp_path / "gone.h5")
+        with pytest.raises(DatasetNotFoundError, match=r"gone\.h5"):
+            describe.describe_all(paths, _open_layout_of, processes=processes)
+
+
+def _open_layout_of(location: str) -> int:
+    from chunkio.backends import ReaderOptions
+    from chunkio.collection.files import describe_file
+
+    return describe_file(location, fields=FIELDS, options=ReaderOptions())[1].num_samples
+
+
+def _dies_in_a_pool(location: str) -> str:
+    """A description whose pool processes die (as one killed or out of memory would)."""
+    import multiprocessing
+    import os
+
+    if multiprocessing.parent_process() is not None:
+        os._exit(3)
+    return location.upper()
+
+
+def test_files_a_dead_process_had_are_described_here() -> None:
+    from chunkio.collection import describe
+
+    if not describe.can_fork():
+        pytest.skip("no fork here: files are described in this process")
+    names = [f"f{k}" for k in range(16)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(describe, "POOL_PAYS_S", 0.0)
+        found = describe.describe_all(names, _dies_in_a_pool, processes=2)
+    assert found == [n.upper() for n in names]

@@ -50,10 +50,7 @@ def in_file_path(
         step = f"{done}/{todo.pop(0)}"
         link = links.get(step) if links is not None else None
         if link is None:
-            try:
-                link = f.get(step, getlink=True)
-            except (KeyError, ValueError, TypeError):  # a step through a dataset
-                link = None
+            link = _link(f, step)
             if links is not None and link is not None:
                 links[step] = link
         if link is None:
@@ -73,6 +70,24 @@ def in_file_path(
             return None, link
         done = step
     return done or "/", None
+
+
+def _link(f: h5py.File, path: str) -> Any:
+    """The link at ``path`` (whose parent is reached through hard links only), as
+    ``f.get(path, getlink=True)`` gives it, or None where there is none (a step through a
+    dataset included). One call into HDF5 for a hard link: ``f.get`` first walks the path
+    again to check it exists, ten times the cost, paid per array per file described."""
+    name = path.encode("utf-8")
+    try:
+        kind = f.id.links.get_info(name).type
+    except (KeyError, ValueError, TypeError, RuntimeError):  # no such link
+        return None
+    if kind == h5py.h5l.TYPE_HARD:
+        return h5py.HardLink()
+    try:  # soft, external, user-defined: rare, as h5py gives them
+        return f.get(path, getlink=True)
+    except (KeyError, ValueError, TypeError):
+        return None
 
 
 def list_arrays(f: h5py.File, where: str) -> list[str]:

@@ -20,7 +20,7 @@ again. Nothing here opens h5py; modules may import what :mod:`chunkio.backends.h
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -61,19 +61,23 @@ class DescribedArray:
     def fresh(self) -> DescribedArray:
         """A copy whose chunk readers have their own scratch memory and checked-checksum
         records (several readers of one file in a process each get one)."""
-        return dataclasses.replace(self, raw=_fresh(self.raw), grid=_fresh(self.grid))
+        # shallow copies, not dataclasses.replace: a reader opening one file after another
+        # makes these per array per file, and replace runs every field through __init__
+        copied = copy.copy(self)
+        object.__setattr__(copied, "raw", _fresh(self.raw))
+        object.__setattr__(copied, "grid", _fresh(self.grid))
+        return copied
 
 
 def _fresh(reader: _Reader | None) -> _Reader | None:
     if reader is None:
         return None
-    return dataclasses.replace(
-        reader,
-        _buffer=np.empty(0, np.uint8),
-        _fletcher=Fletcher32(),
-        _verified={},
-        _file_state=(),
-    )
+    copied = copy.copy(reader)
+    copied._buffer = np.empty(0, np.uint8)
+    copied._fletcher = Fletcher32()
+    copied._verified = {}
+    copied._file_state = ()
+    return copied
 
 
 def file_state(st: os.stat_result) -> FileState:
