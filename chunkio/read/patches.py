@@ -23,9 +23,15 @@ from .base import ReadContext
 from .cache import DecodedChunkCache
 from .planning import PatchReadPlan, chunk_boxes
 
-__all__ = ["PadMode", "PatchReads"]
+__all__ = ["PATCH_CACHE_BYTES", "PadMode", "PatchReads"]
 
 PadMode = Literal["constant", "edge"]
+
+#: decoded chunks a process keeps for patch reads by default (besides a batch's): neighbouring
+#: batches touch the same chunks (a 64^3 patch at any origin touches 8 chunks of 64^3), so a
+#: process reading 64^3 patches from 64^3 chunks decoded 3.3x the bytes it delivered with
+#: none and 1.2x-2.3x with this much (``benchmarks.bench_patch_peers``'s data)
+PATCH_CACHE_BYTES = 128 << 20
 
 
 class PatchReads:
@@ -79,7 +85,7 @@ class PatchReads:
             # them itself)
             fill = padded if pad_mode == "constant" else []
             batch = _batch(shape, np.dtype(dtypes[kind]), pad_values.get(kind, 0), out, kind, fill)
-            cache = self._cache(volumes, kind, np.dtype(dtypes[kind]), len(kinds))
+            cache = self._cache(volumes, kind, kinds, dtypes)
             slots = self._admit(volumes, kind, cache, plan.chunks)
             started = time.perf_counter()
             held, pool = slots.tolist(), cache.buffer
@@ -95,19 +101,25 @@ class PatchReads:
         return found
 
     def _cache(
-        self, volumes: VolumeSet, kind: str, dtype: np.dtype[Any], share: int
+        self,
+        volumes: VolumeSet,
+        kind: str,
+        kinds: Sequence[str],
+        dtypes: Mapping[str, np.dtype[Any]],
     ) -> DecodedChunkCache:
         """The cache of ``kind``: one serves every volume (chunk ids numbered volume by
-        volume), so memory does not grow with the number of volumes."""
+        volume), so memory does not grow with the number of volumes. Every kind read gets as
+        many slots (a patch touches the same chunks of each), together at most
+        ``cache_bytes`` and never more than the volumes have chunks."""
         cache = self._caches.get(kind)
         if cache is None:
-            slot_shape = volumes.item_shape(kind, volumes.chunks)
-            nbytes = int(np.prod(slot_shape)) * dtype.itemsize
+            per_chunk = sum(_slot_bytes(volumes, k, dtypes[k]) for k in kinds)
+            chunks = sum(int(np.prod(volumes.chunk_grid(v))) for v in range(volumes.count))
             cache = self._caches[kind] = DecodedChunkCache(
                 rows_per_chunk=1,
-                sample_shape=slot_shape,
-                dtype=dtype,
-                capacity=self.cache_bytes // max(1, nbytes * share),
+                sample_shape=volumes.item_shape(kind, volumes.chunks),
+                dtype=np.dtype(dtypes[kind]),
+                capacity=min(chunks, self.cache_bytes // max(1, per_chunk)),
             )
         return cache
 
@@ -196,6 +208,11 @@ class PatchReads:
                     dst = tuple(slice(0, q - p) for p, q in zip(a, z, strict=True))
                     part: tuple[Any, ...] = (Ellipsis, *src)
                     cache.buffer[(slot_of[coords], Ellipsis, *dst)] = data[part]
+
+
+def _slot_bytes(volumes: VolumeSet, kind: str, dtype: Any) -> int:
+    """Bytes of one decoded chunk of ``kind``."""
+    return int(np.prod(volumes.item_shape(kind, volumes.chunks))) * np.dtype(dtype).itemsize
 
 
 def _batch(
