@@ -112,5 +112,11 @@ setup(
             extra_compile_args=["-O3", "-std=c99", "-Wall", "-Wextra"],
             optional=True,
         ),
+        Extension(
+            "chunkio.backends._fletcher",
+            sources=["chunkio/backends/_fletcher.c"],
+            extra_compile_args=["-O3", "-std=c99", "-Wall", "-Wextra"],
+            optional=True,
+        ),
     ],
 )
