@@ -30,6 +30,7 @@ from numcodecs.fletcher32 import Fletcher32 as _CFletcher32
 
 from ..errors import CorruptChunkError
 
+_compiled_sums: Callable[[Any], tuple[int, int, bool]] | None
 try:  # the compiled sums (setup.py builds them where a C compiler is)
     from ._fletcher import sums as _compiled_sums
 except ImportError:  # pragma: no cover - a build without a C compiler

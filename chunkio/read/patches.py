@@ -212,7 +212,7 @@ class PatchReads:
 
 def _slot_bytes(volumes: VolumeSet, kind: str, dtype: Any) -> int:
     """Bytes of one decoded chunk of ``kind``."""
-    return int(np.prod(volumes.item_shape(kind, volumes.chunks))) * np.dtype(dtype).itemsize
+    return int(np.prod(volumes.item_shape(kind, volumes.chunks))) * int(np.dtype(dtype).itemsize)
 
 
 def _batch(
