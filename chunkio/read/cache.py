@@ -36,15 +36,26 @@ class DecodedChunkCache:
     """
 
     def __init__(
-        self, *, rows_per_chunk: int, sample_shape: tuple[int, ...], dtype: Any, capacity: int
+        self,
+        *,
+        rows_per_chunk: int,
+        sample_shape: tuple[int, ...],
+        dtype: Any,
+        capacity: int,
+        prefault: bool = False,
     ) -> None:
         self.rows_per_chunk = int(rows_per_chunk)
         self._shape = tuple(sample_shape)
         self._dtype = np.dtype(dtype)
         self.capacity = max(1, int(capacity))
-        self.buffer: npt.NDArray[Any] = _touched(
-            np.empty((self.capacity * self.rows_per_chunk, *self._shape), self._dtype)
+        #: write the buffer through once when it is made or grown (:func:`_touched`): for a
+        #: cache that fills soon (patch reads); a large one that may never fill stays lazy
+        self.prefault = prefault
+        self.buffer: npt.NDArray[Any] = np.empty(
+            (self.capacity * self.rows_per_chunk, *self._shape), self._dtype
         )
+        if prefault:
+            _touched(self.buffer)
         self._slot_of: IntArray = np.full(0, -1, np.int64)  # chunk -> slot (-1: not held)
         self._chunk_in: IntArray = np.full(self.capacity, -1, np.int64)  # slot -> chunk
         self._used: IntArray = np.zeros(self.capacity, np.int64)  # slot -> last admit
@@ -136,7 +147,8 @@ class DecodedChunkCache:
         old = self.buffer
         self.buffer = np.empty((capacity * self.rows_per_chunk, *self._shape), self._dtype)
         self.buffer[: len(old)] = old
-        _touched(self.buffer[len(old) :])
+        if self.prefault:
+            _touched(self.buffer[len(old) :])
         extra = capacity - self.capacity
         self._chunk_in = np.concatenate([self._chunk_in, np.full(extra, -1, np.int64)])
         self._used = np.concatenate([self._used, np.zeros(extra, np.int64)])

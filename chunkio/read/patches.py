@@ -120,6 +120,7 @@ class PatchReads:
                 sample_shape=volumes.item_shape(kind, volumes.chunks),
                 dtype=np.dtype(dtypes[kind]),
                 capacity=min(chunks, self.cache_bytes // max(1, per_chunk)),
+                prefault=True,  # chunks decoded into never-written pages cost several times more
             )
         return cache
 
