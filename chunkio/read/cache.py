@@ -138,6 +138,12 @@ class DecodedChunkCache:
                 self._slot_of[c] = -1
                 self._freed.append(slot)
 
+    def grow_to(self, capacity: int) -> None:
+        """At least ``capacity`` slots from the next :meth:`admit` on (held chunks keep
+        theirs)."""
+        if capacity > self.capacity:
+            self._grow(capacity)
+
     def rows(self, slot: int, count: int) -> npt.NDArray[Any]:
         """The first ``count`` rows of ``slot``, to decode into."""
         start = slot * self.rows_per_chunk
