@@ -36,26 +36,15 @@ class DecodedChunkCache:
     """
 
     def __init__(
-        self,
-        *,
-        rows_per_chunk: int,
-        sample_shape: tuple[int, ...],
-        dtype: Any,
-        capacity: int,
-        prefault: bool = False,
+        self, *, rows_per_chunk: int, sample_shape: tuple[int, ...], dtype: Any, capacity: int
     ) -> None:
         self.rows_per_chunk = int(rows_per_chunk)
         self._shape = tuple(sample_shape)
         self._dtype = np.dtype(dtype)
         self.capacity = max(1, int(capacity))
-        #: write the buffer through once when it is made or grown (:func:`_touched`): for a
-        #: cache that fills soon (patch reads); a large one that may never fill stays lazy
-        self.prefault = prefault
         self.buffer: npt.NDArray[Any] = np.empty(
             (self.capacity * self.rows_per_chunk, *self._shape), self._dtype
         )
-        if prefault:
-            _touched(self.buffer)
         self._slot_of: IntArray = np.full(0, -1, np.int64)  # chunk -> slot (-1: not held)
         self._chunk_in: IntArray = np.full(self.capacity, -1, np.int64)  # slot -> chunk
         self._used: IntArray = np.zeros(self.capacity, np.int64)  # slot -> last admit
@@ -138,11 +127,15 @@ class DecodedChunkCache:
                 self._slot_of[c] = -1
                 self._freed.append(slot)
 
-    def grow_to(self, capacity: int) -> None:
+    def grow_to(self, capacity: int, *, prefault: bool = False) -> None:
         """At least ``capacity`` slots from the next :meth:`admit` on (held chunks keep
-        theirs)."""
+        theirs); ``prefault``: the new slots written through once now (:func:`_touched`), for
+        a cache about to fill."""
         if capacity > self.capacity:
+            old = self.capacity * self.rows_per_chunk
             self._grow(capacity)
+            if prefault:
+                _touched(self.buffer[old:])
 
     def rows(self, slot: int, count: int) -> npt.NDArray[Any]:
         """The first ``count`` rows of ``slot``, to decode into."""
@@ -153,8 +146,6 @@ class DecodedChunkCache:
         old = self.buffer
         self.buffer = np.empty((capacity * self.rows_per_chunk, *self._shape), self._dtype)
         self.buffer[: len(old)] = old
-        if self.prefault:
-            _touched(self.buffer[len(old) :])
         extra = capacity - self.capacity
         self._chunk_in = np.concatenate([self._chunk_in, np.full(extra, -1, np.int64)])
         self._used = np.concatenate([self._used, np.zeros(extra, np.int64)])

@@ -120,7 +120,6 @@ class PatchReads:
                 sample_shape=volumes.item_shape(kind, volumes.chunks),
                 dtype=np.dtype(dtypes[kind]),
                 capacity=1,
-                prefault=True,  # chunks decoded into never-written pages cost several times more
             )
             self._bounds[kind] = _Bound.of(volumes, kinds, dtypes, self.cache_bytes)
         return cache
@@ -244,7 +243,8 @@ class _Bound:
         again = bool(self.seen[decoded].any())
         self.seen[decoded] = True
         if again and cache.capacity < self.slots:
-            cache.grow_to(self.slots)
+            # chunks decoded into never-written pages cost several times their decode
+            cache.grow_to(self.slots, prefault=True)
 
 
 def _slot_bytes(volumes: VolumeSet, kind: str, dtype: Any) -> int:
