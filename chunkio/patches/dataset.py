@@ -22,7 +22,6 @@ from ..errors import FormatError
 from ..format.foreign import FieldSelection
 from ..read import PadMode, ReadCore, ReadStats
 from ..read.batch import SampleBatch, to_tensor
-from ..read.patches import PATCH_CACHE_BYTES
 from ..read.planning import normalize_keys, plan_patch_reads
 from ..util.handles import PerProcessHandle
 from .balanced import LabelBalancedSampler
@@ -111,12 +110,12 @@ class PatchDataset(PerProcessHandle[ReadCore | StoreCores], Dataset[Any]):
         ``pad_value`` for images, ``label_pad_value`` for labels) or ``"edge"`` (nearest
         voxel).
     cache_bytes
-        Decoded chunks each process keeps besides those of the batch it is reading (the
+        Decoded chunks each process may keep besides those of the batch it is reading (the
         same chunk pool :class:`~chunkio.ChunkDataset` uses; least recently used evicted
-        first): neighbouring batches touch the same chunks, and a chunk kept is not decoded
-        again. Default 128 MiB per process (a DataLoader or ``make_loader`` worker each), never
-        more than the volumes' chunks take, shared by the stores of a list; written through
-        once on the first read. With 0 a process keeps only the last batch's chunks.
+        first), as many for the label as for the image, never more than the volumes' chunks,
+        shared by the stores of a list. It is taken once the reads come back to a chunk
+        decoded before (overlapping random patches, a second epoch), then written through
+        once. With 0 (the default) a process keeps only the last batch's chunks.
     storage_options
         With a URL: options for its fsspec filesystem, as for :class:`~chunkio.ChunkDataset`
         (e.g. ``{"anon": True}``).
@@ -141,7 +140,7 @@ class PatchDataset(PerProcessHandle[ReadCore | StoreCores], Dataset[Any]):
         pad_mode: PadMode = "constant",
         pad_value: float = 0,
         label_pad_value: int = 0,
-        cache_bytes: int = PATCH_CACHE_BYTES,
+        cache_bytes: int = 0,
         storage_options: Mapping[str, Any] | None = None,
         trust_codecs: bool = False,
     ) -> None:

@@ -24,15 +24,9 @@ from .base import ReadContext
 from .cache import DecodedChunkCache
 from .planning import PatchReadPlan, chunk_boxes
 
-__all__ = ["PATCH_CACHE_BYTES", "PadMode", "PatchReads"]
+__all__ = ["PadMode", "PatchReads"]
 
 PadMode = Literal["constant", "edge"]
-
-#: decoded chunks a process keeps for patch reads by default (besides a batch's): neighbouring
-#: batches touch the same chunks (a 64^3 patch at any origin touches 8 chunks of 64^3), so a
-#: process reading 64^3 patches from 64^3 chunks decoded 3.3x the bytes it delivered with
-#: none and 1.2x-2.3x with this much (``benchmarks.bench_patch_peers``'s data)
-PATCH_CACHE_BYTES = 128 << 20
 
 
 class PatchReads:

@@ -129,15 +129,17 @@ def _cache(ds: PatchDataset, kind: str) -> Any:
     return ds._core(0).patches._caches[kind]
 
 
-def test_the_default_cache_grows_once_reads_come_back_to_chunks(volume):
-    # by default a process keeps decoded chunks past the batch that read them once it has
-    # decoded one chunk twice: then batches coming back to chunks decode nothing; the slots
-    # never outnumber the volume's chunks (3 x 2 x 2), whatever the default's bytes
+def test_the_cache_grows_to_its_bound_once_reads_come_back_to_chunks(volume):
+    # with cache_bytes a process keeps decoded chunks past the batch that read them once it
+    # has decoded one chunk twice: then batches coming back to chunks decode nothing; the
+    # slots never outnumber the volume's chunks (3 x 2 x 2), whatever the bytes
     path, image, _ = volume
-    ds = PatchDataset(path, SIZE)
+    ds = PatchDataset(path, SIZE, cache_bytes=1 << 20)
     first, other = [(0, 0, 0, 0)], [(0, 5, 4, 3)]  # chunk (0, 0, 0); chunks (1..2, 1, 0..1)
-    for keys in (first, other, first):
+    for keys in (first, other):
         ds.read_patches(keys)
+    assert _cache(ds, "image").capacity == 4  # the batch's chunks: nothing decoded twice yet
+    ds.read_patches(first)
     assert _cache(ds, "image").capacity == _cache(ds, "label").capacity == 12
     ds.read_patches(other)
     before = ds.read_stats().chunks_read
@@ -145,14 +147,18 @@ def test_the_default_cache_grows_once_reads_come_back_to_chunks(volume):
         got = ds.read_patches(keys)
     assert ds.read_stats().chunks_read == before
     np.testing.assert_array_equal(got["image"][0], image[:4, :4, :4])
-    assert patch_dataset.PatchDataset.__init__.__kwdefaults__["cache_bytes"] > 0
+    # without cache_bytes (the default) the last batch's chunks only
+    plain = PatchDataset(path, SIZE)
+    for keys in (first, other, first, other):
+        plain.read_patches(keys)
+    assert _cache(plain, "image").capacity == 4
 
 
 def test_a_chunk_aligned_grid_keeps_the_cache_at_a_batchs_chunks(volume):
     # each chunk read once (patches of a chunk's size at chunk corners): a cache would only
     # cost the first writes of its memory, so it stays at the batch's two chunks
     path, image, _ = volume
-    ds = PatchDataset(path, SIZE)
+    ds = PatchDataset(path, SIZE, cache_bytes=1 << 20)
     keys = [(0, z, y, x) for z in (0, 4, 8) for y in (0, 4) for x in (0, 4)]
     for start in range(0, len(keys), 2):
         got = ds.read_patches(keys[start : start + 2])
