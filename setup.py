@@ -1,9 +1,10 @@
-"""The optional compiled parts of chunkio: partial JPEG decoding against libjpeg-turbo, and the
-``yuv420`` encoding's colour conversion.
+"""The optional compiled parts of chunkio: partial JPEG decoding against libjpeg-turbo, the
+``yuv420`` encoding's colour conversion, and the sums of HDF5's fletcher32 checksum.
 
-Everything else is in pyproject.toml. Both need a C compiler only; without one the build goes
-on without them (``optional=True``), chunkio computes the same pixels slower (whole JPEG
-decodes with simplejpeg, numpy's yuv420 conversion), and says so: ``chunkio --version``,
+Everything else is in pyproject.toml. They need a C compiler only; without one the build goes
+on without them (``optional=True``), chunkio computes the same pixels and checksums slower
+(whole JPEG decodes with simplejpeg, numpy's yuv420 conversion, NumPy's and numcodecs'
+fletcher32), and says so: ``chunkio --version``,
 ``chunkio doctor``, a warning when a crop is decoded whole.
 
 ``_jpegcrop`` finds libjpeg-turbo one of two ways, by ``CHUNKIO_JPEG``:
@@ -109,6 +110,12 @@ setup(
         Extension(
             "chunkio.images._yuv",
             sources=["chunkio/images/_yuv.c"],
+            extra_compile_args=["-O3", "-std=c99", "-Wall", "-Wextra"],
+            optional=True,
+        ),
+        Extension(
+            "chunkio.backends._fletcher",
+            sources=["chunkio/backends/_fletcher.c"],
             extra_compile_args=["-O3", "-std=c99", "-Wall", "-Wextra"],
             optional=True,
         ),

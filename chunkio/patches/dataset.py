@@ -110,9 +110,12 @@ class PatchDataset(PerProcessHandle[ReadCore | StoreCores], Dataset[Any]):
         ``pad_value`` for images, ``label_pad_value`` for labels) or ``"edge"`` (nearest
         voxel).
     cache_bytes
-        Decoded chunks each process keeps besides those of the batch it is reading (the
+        Decoded chunks each process may keep besides those of the batch it is reading (the
         same chunk pool :class:`~chunkio.ChunkDataset` uses; least recently used evicted
-        first; helps overlapping grids). With 0 a process keeps only the last batch's chunks.
+        first), as many for the label as for the image, never more than the volumes' chunks,
+        shared by the stores of a list. It is taken once the reads come back to a chunk
+        decoded before (overlapping random patches, a second epoch), then written through
+        once. With 0 (the default) a process keeps only the last batch's chunks.
     storage_options
         With a URL: options for its fsspec filesystem, as for :class:`~chunkio.ChunkDataset`
         (e.g. ``{"anon": True}``).

@@ -275,8 +275,10 @@ class StoreCores:
         found = self.cores[i]
         if found is None:
             s = self.stores[i]
+            # the stores share the process's cache_bytes: memory does not grow with them
+            share = self.cache_bytes // len(self.stores)
             found = self.cores[i] = ReadCore(
-                s.location, s.layout, cache_bytes=self.cache_bytes, reader=s.reader_options
+                s.location, s.layout, cache_bytes=share, reader=s.reader_options
             )
         return found
 

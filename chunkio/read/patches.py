@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -38,6 +39,7 @@ class PatchReads:
         self.ctx = ctx
         self.cache_bytes = cache_bytes
         self._caches: dict[str, DecodedChunkCache] = {}
+        self._bounds: dict[str, _Bound] = {}
 
     def read(
         self,
@@ -89,7 +91,7 @@ class PatchReads:
             # them itself)
             fill = [at[b] for b in padded] if pad_mode == "constant" else []
             batch = _batch(shape, np.dtype(dtypes[kind]), pad_values.get(kind, 0), out, kind, fill)
-            cache = self._cache(volumes, kind, np.dtype(dtypes[kind]), len(kinds))
+            cache = self._cache(volumes, kind, kinds, dtypes)
             slots = self._admit(volumes, kind, cache, plan.chunks)
             started = time.perf_counter()
             held, pool = slots.tolist(), cache.buffer
@@ -105,20 +107,25 @@ class PatchReads:
         return found
 
     def _cache(
-        self, volumes: VolumeSet, kind: str, dtype: np.dtype[Any], share: int
+        self,
+        volumes: VolumeSet,
+        kind: str,
+        kinds: Sequence[str],
+        dtypes: Mapping[str, np.dtype[Any]],
     ) -> DecodedChunkCache:
         """The cache of ``kind``: one serves every volume (chunk ids numbered volume by
-        volume), so memory does not grow with the number of volumes."""
+        volume), so memory does not grow with the number of volumes. It starts with a batch's
+        chunks; once a chunk decoded before is decoded again (the reads reuse chunks), it
+        grows to its bound (:class:`_Bound`)."""
         cache = self._caches.get(kind)
         if cache is None:
-            slot_shape = volumes.item_shape(kind, volumes.chunks)
-            nbytes = int(np.prod(slot_shape)) * dtype.itemsize
             cache = self._caches[kind] = DecodedChunkCache(
                 rows_per_chunk=1,
-                sample_shape=slot_shape,
-                dtype=dtype,
-                capacity=self.cache_bytes // max(1, nbytes * share),
+                sample_shape=volumes.item_shape(kind, volumes.chunks),
+                dtype=np.dtype(dtypes[kind]),
+                capacity=1,
             )
+            self._bounds[kind] = _Bound.of(volumes, kinds, dtypes, self.cache_bytes)
         return cache
 
     def _admit(
@@ -143,6 +150,7 @@ class PatchReads:
             cache.forget(ids[missing].tolist())  # never serve a bad slot
             raise
         read = int(np.count_nonzero(missing))
+        self._bounds[kind].grow(cache, ids[missing])
         self.ctx.stats.chunks_read += read
         self.ctx.stats.cache_hits += len(ids) - read
         return slots
@@ -206,6 +214,46 @@ class PatchReads:
                     dst = tuple(slice(0, q - p) for p, q in zip(a, z, strict=True))
                     part: tuple[Any, ...] = (Ellipsis, *src)
                     cache.buffer[(slot_of[coords], Ellipsis, *dst)] = data[part]
+
+
+@dataclass
+class _Bound:
+    """How far the cache of one kind may grow: ``slots``, as many for every kind read (a
+    patch touches the same chunks of each), together at most ``cache_bytes`` and never more
+    than the volumes have chunks; and which chunks this process has decoded (``seen``).
+
+    A cache only pays where reads come back to chunks (random and label-balanced patches
+    overlapping across batches); a chunk-aligned grid decodes each chunk once an epoch, and
+    a cache there would only cost the first writes of its memory. So the cache grows to its
+    bound only when a chunk decoded before is decoded again."""
+
+    slots: int
+    seen: npt.NDArray[np.bool_]
+
+    @classmethod
+    def of(
+        cls,
+        volumes: VolumeSet,
+        kinds: Sequence[str],
+        dtypes: Mapping[str, np.dtype[Any]],
+        cache_bytes: int,
+    ) -> _Bound:
+        per_chunk = sum(_slot_bytes(volumes, k, dtypes[k]) for k in kinds)
+        chunks = sum(int(np.prod(volumes.chunk_grid(v))) for v in range(volumes.count))
+        return cls(min(chunks, cache_bytes // max(1, per_chunk)), np.zeros(chunks, np.bool_))
+
+    def grow(self, cache: DecodedChunkCache, decoded: IntArray) -> None:
+        """Note chunks ``decoded`` (ids); grow ``cache`` to the bound if one was before."""
+        again = bool(self.seen[decoded].any())
+        self.seen[decoded] = True
+        if again and cache.capacity < self.slots:
+            # chunks decoded into never-written pages cost several times their decode
+            cache.grow_to(self.slots, prefault=True)
+
+
+def _slot_bytes(volumes: VolumeSet, kind: str, dtype: Any) -> int:
+    """Bytes of one decoded chunk of ``kind``."""
+    return int(np.prod(volumes.item_shape(kind, volumes.chunks))) * int(np.dtype(dtype).itemsize)
 
 
 def _batch(

@@ -88,6 +88,14 @@ PARTS = (
         ("yuv420 extension",),
         "yuv420 colour conversion",
     ),
+    CompiledPart(
+        "_fletcher",
+        "chunkio.backends._fletcher",
+        "a C compiler (Debian: apt-get install build-essential)",
+        ("sums",),
+        ("fletcher32 extension",),
+        "HDF5 fletcher32 checksums",
+    ),
 )
 
 

@@ -17,6 +17,7 @@ from chunkio import Execution, Output
 from chunkio.backends._memory import delete_memory_store
 from chunkio.convert.volumes import convert_volumes
 from chunkio.patches import PatchDataset
+from chunkio.read.planning import plan_patch_reads
 
 _names = itertools.count()
 SHAPE, CHUNKS, SIZE = (9, 8, 7), (4, 4, 4), (4, 4, 4)
@@ -122,3 +123,76 @@ def test_a_flipped_byte_in_a_checksummed_hdf5_chunk_of_patch_size_is_refused(tmp
     with pytest.raises(CorruptChunkError, match="fletcher32") as info:
         PatchDataset(str(path), (16, 16, 16), fields=["vol"]).__getitems__([key])
     assert "v.h5" in str(info.value)
+
+
+def _cache(ds: PatchDataset, kind: str) -> Any:
+    return ds._core(0).patches._caches[kind]
+
+
+def test_the_cache_grows_to_its_bound_once_reads_come_back_to_chunks(volume):
+    # with cache_bytes a process keeps decoded chunks past the batch that read them once it
+    # has decoded one chunk twice: then batches coming back to chunks decode nothing; the
+    # slots never outnumber the volume's chunks (3 x 2 x 2), whatever the bytes
+    path, image, _ = volume
+    ds = PatchDataset(path, SIZE, cache_bytes=1 << 20)
+    first, other = [(0, 0, 0, 0)], [(0, 5, 4, 3)]  # chunk (0, 0, 0); chunks (1..2, 1, 0..1)
+    for keys in (first, other):
+        ds.read_patches(keys)
+    assert _cache(ds, "image").capacity == 4  # the batch's chunks: nothing decoded twice yet
+    ds.read_patches(first)
+    assert _cache(ds, "image").capacity == _cache(ds, "label").capacity == 12
+    ds.read_patches(other)
+    before = ds.read_stats().chunks_read
+    for keys in (first, other, first):
+        got = ds.read_patches(keys)
+    assert ds.read_stats().chunks_read == before
+    np.testing.assert_array_equal(got["image"][0], image[:4, :4, :4])
+    # without cache_bytes (the default) the last batch's chunks only
+    plain = PatchDataset(path, SIZE)
+    for keys in (first, other, first, other):
+        plain.read_patches(keys)
+    assert _cache(plain, "image").capacity == 4
+
+
+def test_a_chunk_aligned_grid_keeps_the_cache_at_a_batchs_chunks(volume):
+    # each chunk read once (patches of a chunk's size at chunk corners): a cache would only
+    # cost the first writes of its memory, so it stays at the batch's two chunks
+    path, image, _ = volume
+    ds = PatchDataset(path, SIZE, cache_bytes=1 << 20)
+    keys = [(0, z, y, x) for z in (0, 4, 8) for y in (0, 4) for x in (0, 4)]
+    for start in range(0, len(keys), 2):
+        got = ds.read_patches(keys[start : start + 2])
+        assert _cache(ds, "image").capacity == 2
+    np.testing.assert_array_equal(got["image"][1], reference(image, (8, 4, 4), "constant", 0))
+    assert ds.read_stats().chunks_read == 2 * len(keys)
+
+
+@pytest.mark.parametrize("slots", [1, 3, 5])
+def test_the_cache_never_holds_more_than_its_bound(volume, slots):
+    # cache_bytes buys the same slots for every kind (image int16 and label uint8 chunks of
+    # 4^3: 192 bytes a chunk); a batch needing more chunks than that grows it to the batch's
+    # need, never past it; every patch stays NumPy's slice
+    path, image, label = volume
+    ds = PatchDataset(path, SIZE, cache_bytes=slots * 192 + 100)
+    keys = np.random.default_rng(slots).integers((0, -2, -2, -2), (1, 8, 7, 6), (40, 4))
+    bound = slots
+    for start in range(0, len(keys), 2):
+        batch = keys[start : start + 2].tolist()
+        got = ds.read_patches(batch)
+        bound = max(bound, len(plan_patch_reads(np.asarray(batch), SIZE, ds.volumes).chunks))
+        for kind, array, one in (("image", image, 128), ("label", label, 64)):
+            cache = _cache(ds, kind)
+            assert len(cache) <= cache.capacity <= bound
+            assert cache.buffer.nbytes == cache.capacity * one
+            for j, (_, *origin) in enumerate(batch):
+                np.testing.assert_array_equal(got[kind][j], reference(array, origin, "constant", 0))
+    assert ds.read_stats().cache_hits > 0
+
+
+def test_several_stores_share_one_cache_budget(volume):
+    path, image, _ = volume
+    ds = PatchDataset([path, path], SIZE, cache_bytes=4 * 192)
+    got = ds.read_patches([(0, 0, 0, 0), (1, 0, 0, 0)])
+    np.testing.assert_array_equal(got["image"][1], image[:4, :4, :4])
+    cores = ds._handle().cores  # type: ignore[union-attr]
+    assert [c.cache_bytes for c in cores] == [2 * 192, 2 * 192]

@@ -53,6 +53,24 @@ def test_fletcher32_equals_the_checksum_hdf5_stores(tmp_path: Path, size: int, f
     )
 
 
+@pytest.mark.parametrize("compiled", [True, False])
+@pytest.mark.parametrize("size", [0, 1, 31, 32, 33, 8191, 8192, 8193, 8224, 24_577])
+def test_fletcher32_compiled_and_numpy_sums_equal_hdf5s_loop(monkeypatch, compiled, size):
+    # the compiled sums fold 16 lanes every 256 rows (8192 bytes): sizes at and around those
+    # edges, with and without it (the NumPy and numcodecs fallbacks), equal HDF5's loop
+    import chunkio.backends._checksum as checksum
+
+    if not compiled:
+        monkeypatch.setattr(checksum, "_compiled_sums", None)
+    elif checksum._compiled_sums is None:  # pragma: no cover - a build without a C compiler
+        pytest.skip("chunkio.backends._fletcher is not built")
+    rng = np.random.default_rng(size)
+    for data in (rng.integers(0, 256, size, dtype=np.uint8), np.full(size, 255, np.uint8)):
+        want = fletcher32_reference(data.tobytes())
+        assert Fletcher32()(data) == want
+        assert Fletcher32()(np.concatenate([np.uint8([7]), data])[1:]) == want  # an unaligned view
+
+
 # -- raw HDF5 chunks ----------------------------------------------------------------------------
 
 

@@ -20,13 +20,18 @@ from chunkio.testing.compiled import PARTS, CompiledPart, problems
 from chunkio.testing.servers import unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
-JPEG, YUV = PARTS
+JPEG, YUV, FLETCHER = PARTS
 
 
 def _env(**set_: str) -> dict[str, str]:
     """This process's environment without CI's switches, plus ``set_``."""
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "CHUNKIO_REQUIRE_EXTENSIONS")}
     return {**env, **set_}
+
+
+def _source(part: CompiledPart) -> Path:
+    """The C file ``part`` is built from, relative to the checkout."""
+    return Path(*part.module.split(".")).with_suffix(".c")
 
 
 def _built(tree: Path) -> list[str]:
@@ -41,9 +46,10 @@ def test_a_c_source_that_does_not_compile_leaves_no_earlier_build(tmp_path: Path
     if shutil.which(os.environ.get("CC", "cc")) is None:
         unavailable("no C compiler to build chunkio's extensions with")
     (tmp_path / "chunkio" / "images").mkdir(parents=True)
+    (tmp_path / "chunkio" / "backends").mkdir(parents=True)
     shutil.copy(ROOT / "setup.py", tmp_path)
     for part in PARTS:
-        shutil.copy(ROOT / "chunkio" / "images" / f"{part.name}.c", tmp_path / "chunkio" / "images")
+        shutil.copy(ROOT / _source(part), tmp_path / _source(part))
     # what _jpegcrop.c includes, and the headers it takes where the system has none
     shutil.copy(ROOT / "chunkio" / "images" / "_jpegcrop_dl.h", tmp_path / "chunkio" / "images")
     shutil.copytree(ROOT / "chunkio/images/_vendor", tmp_path / "chunkio/images/_vendor")
@@ -55,11 +61,11 @@ def test_a_c_source_that_does_not_compile_leaves_no_earlier_build(tmp_path: Path
     first = run()
     assert first.returncode == 0, first.stderr
     # both build: _jpegcrop takes its vendored headers where the system has none
-    assert _built(tmp_path / "chunkio") == ["_jpegcrop", "_yuv"], first.stderr
+    assert _built(tmp_path / "chunkio") == ["_fletcher", "_jpegcrop", "_yuv"], first.stderr
     assert _built(tmp_path / "chunkio") == _built(tmp_path / "build")
     time.sleep(0.01)  # the broken sources are newer than the builds
     for part in PARTS:
-        source = tmp_path / "chunkio" / "images" / f"{part.name}.c"
+        source = tmp_path / _source(part)
         source.write_text(source.read_text() + "\n#error deliberately broken\n")
     second = run()
     assert second.returncode == 0, second.stderr
@@ -108,7 +114,7 @@ def test_with_every_part_built_the_check_passes_under_ci() -> None:
     run = _check(None, CI="true")
     assert (run.returncode, run.stdout, run.stderr) == (
         0,
-        "compiled parts: _jpegcrop, _yuv built\n",
+        "compiled parts: _jpegcrop, _yuv, _fletcher built\n",
         "",
     )
 
@@ -200,7 +206,7 @@ def test_a_run_ends_saying_which_compiled_parts_are_missing(
     summary = run.stdout.split("skips by reason", 1)[1]
     lines = [line for line in summary.splitlines() if line.startswith("compiled parts:")]
     if hidden is None:
-        assert lines == ["compiled parts: _jpegcrop, _yuv built"]
+        assert lines == ["compiled parts: _jpegcrop, _yuv, _fletcher built"]
     else:
         assert len(lines) == 1, summary
         assert lines[0].startswith(

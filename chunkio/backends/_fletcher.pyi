@@ -1,0 +1,3 @@
+from typing import Any
+
+def sums(buffer: Any, /) -> tuple[int, int, bool]: ...
