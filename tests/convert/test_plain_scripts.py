@@ -233,12 +233,13 @@ def photos(tmp_path_factory: pytest.TempPathFactory) -> Path:
 #: a spawned converter re-imports torch and chunkio in every process: the default suite runs a
 #: plain script under spawn once (write_arrays); the others under spawn run with ``make soak``
 SPAWN_SLOW = pytest.mark.slow
+METHODS = ("default", "spawn")
 
 # -- plain scripts ---------------------------------------------------------------------------
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("method", ["default", pytest.param("spawn", marks=SPAWN_SLOW)])
+@pytest.mark.parametrize("method", [pytest.param(m, marks=pytest.mark.slow) for m in METHODS])
 def test_images_from_a_plain_script(method: str, photos: Path, tmp_path: Path) -> None:
     dst = tmp_path / "photos.zarr"
     lines, _ = run_script(tmp_path, IMAGES, str(photos), str(dst), method=method)
@@ -251,7 +252,7 @@ def test_images_from_a_plain_script(method: str, photos: Path, tmp_path: Path) -
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("method", ["default", "spawn"])
+@pytest.mark.parametrize("method", [pytest.param("default", marks=pytest.mark.slow), "spawn"])
 def test_write_arrays_from_a_plain_script(method: str, tmp_path: Path) -> None:
     dst = tmp_path / "arrays.h5"
     lines, _ = run_script(tmp_path, ARRAYS, "-", str(dst), method=method)
@@ -263,6 +264,7 @@ def test_write_arrays_from_a_plain_script(method: str, tmp_path: Path) -> None:
     assert_same_dataset(str(dst), str(ref))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_volumes_from_a_plain_script(tmp_path: Path) -> None:
     img, lab = _case_files(tmp_path, 4)
@@ -278,6 +280,56 @@ def test_volumes_from_a_plain_script(tmp_path: Path) -> None:
         execution=Execution(workers=1, progress=False),
     )
     _same_dataset(str(dst), str(ref))
+
+
+ALL_THREE = f"""
+import numpy as np
+import chunkio
+from chunkio import Execution, Output, write_arrays
+from chunkio.convert import images
+from chunkio.convert.volumes import convert_volumes
+
+photos, images_dst, arrays_dst, volumes_dst = sys.argv[2:6]
+n = len(sys.argv[6:]) // 2
+img, lab = sys.argv[6 : 6 + n], sys.argv[6 + n :]
+# write_arrays first: its pool starts the forkserver (no warm-up); then the others' pools
+rng = np.random.default_rng(0)
+data = {{"x": rng.integers(0, 255, (300, 3, 4), dtype=np.uint8), "y": np.arange(300)}}
+write_arrays(arrays_dst, data, output=Output(chunks=10), execution=Execution(workers=2))
+convert_volumes(img, volumes_dst, labels=lab, output=Output(chunks=4),
+                execution=Execution(workers=2, progress=False))
+images._WARM_UP_FILES = {PHOTOS}
+chunkio.convert_images(photos, images_dst, size=16, execution=chunkio.Execution(workers=2))
+"""
+
+
+@pytest.mark.timeout(180)
+def test_arrays_volumes_and_images_from_one_plain_script(photos: Path, tmp_path: Path) -> None:
+    """The default suite's run of the three scripts above (``make soak`` runs each in its own
+    interpreter): one interpreter and one forkserver, four pools (the image conversion's
+    check and write passes), the script's body run once, each dataset equal to one written
+    without workers."""
+    img, lab = _case_files(tmp_path, 4)
+    dst = {name: tmp_path / f"{name}{suffix}" for name, suffix in
+           (("images", ".zarr"), ("arrays", ".h5"), ("volumes", ".zarr"))}  # fmt: skip
+    lines, _ = run_script(
+        tmp_path, ALL_THREE, str(photos), *(str(p) for p in dst.values()), *img, *lab
+    )
+    assert len(pools_and_body_ran_once(lines, "default")) == 4
+    rng = np.random.default_rng(0)
+    data = {"x": rng.integers(0, 255, (300, 3, 4), dtype=np.uint8), "y": np.arange(300)}
+    ref = tmp_path / "ref.h5"
+    write_arrays(ref, data, output=Output(chunks=10), execution=Execution(progress=False))
+    assert_same_dataset(str(dst["arrays"]), str(ref))
+    ref = tmp_path / "ref-volumes.zarr"
+    convert_volumes(img, ref, labels=lab, output=Output(chunks=4),
+                    execution=Execution(workers=1, progress=False))  # fmt: skip
+    _same_dataset(str(dst["volumes"]), str(ref))
+    ref = tmp_path / "ref-images.zarr"
+    convert_images(photos, ref, size=16, execution=Execution(workers=1, progress=False))
+    assert_same_dataset(str(dst["images"]), str(ref))
+    assert read_all(str(dst["images"]))[0].num_samples == PHOTOS
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith("chunkio-staging")]
 
 
 OWN_SOURCE = (
