@@ -79,11 +79,11 @@ def _metadata_requests(ds: chunkio.ChunkDataset, log: list[Any]) -> list[Any]:
 #: one store per reader (HDF5 through the file object, Zarr v2, Zarr v3 sharded) reads through
 #: loader workers by default; the consolidated and plain v3 groups under ``make soak``: what
 #: their workers rely on (the documents read in the parent, none asked again) is checked for
-#: every store without processes by
+#: them without processes by
 #: :func:`test_a_copy_of_a_remote_dataset_reads_without_a_metadata_request`
+DEFAULT_IN_WORKERS = ("h5py", "zarr v2", "zarr v3 sharded")
 IN_WORKERS = [
-    s if s in ("h5py", "zarr v2", "zarr v3 sharded") else pytest.param(s, marks=pytest.mark.slow)
-    for s in STORES
+    s if s in DEFAULT_IN_WORKERS else pytest.param(s, marks=pytest.mark.slow) for s in STORES
 ]
 
 
@@ -123,7 +123,7 @@ def test_make_loader_reads_a_remote_store_in_place(
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("store", list(STORES))
+@pytest.mark.parametrize("store", [s for s in STORES if s not in DEFAULT_IN_WORKERS])
 def test_a_copy_of_a_remote_dataset_reads_without_a_metadata_request(
     s3_server: S3Server, urls: dict[str, str], latency_proxy_factory: Any, store: str
 ) -> None:
