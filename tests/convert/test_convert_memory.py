@@ -21,12 +21,7 @@ import chunkio.convert.arrays as arrays
 from chunkio import ChunkDataset, Execution, Output, convert_arrays
 from chunkio.convert.shuffle import order
 
-#: a quarter of the rows, blocks and chunks of the first version of this test (2k, 50k, 500k
-#: rows; 256 KiB blocks; chunks of 4,096): the same number of blocks and chunks per block,
-#: in a quarter of the time (tracemalloc slows every allocation)
-WARM, SMALL, LARGE = 500, 12_500, 125_000
-BLOCK_BYTES = 64 << 10
-CHUNK = 1024
+WARM, SMALL, LARGE = 2_000, 50_000, 500_000
 #: the large source's traced peak may exceed the small one's by this factor at most (the
 #: per-row terms it replaced, the order and its inverse, made it ~4x)
 GROWTH = 1.5
@@ -35,7 +30,7 @@ GROWTH = 1.5
 def _source(folder: Path, rows: int) -> Path:
     path = folder / f"src-{rows}.h5"
     with h5py.File(path, "w") as f:
-        chunk = min(rows, 2048)
+        chunk = min(rows, 8192)
         x = f.create_dataset("x", shape=(rows, 2), dtype="f4", chunks=(chunk, 2))
         y = f.create_dataset("y", shape=(rows,), dtype="i4", chunks=(chunk,))
         for start in range(0, rows, 1 << 18):
@@ -54,7 +49,7 @@ def _traced_peak(src: Path, dst: Path, *, shuffle: bool) -> int:
             fields={"x": "x", "y": "y"},
             shuffle=shuffle,
             seed=3,
-            output=Output(chunks=CHUNK),
+            output=Output(chunks=4096),
             execution=Execution(workers=1, progress=False),
         )
         return tracemalloc.get_traced_memory()[1]
@@ -66,10 +61,10 @@ def _traced_peak(src: Path, dst: Path, *, shuffle: bool) -> int:
 def test_convert_arrays_memory_does_not_grow_with_rows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shuffle: bool
 ) -> None:
-    monkeypatch.setattr(arrays, "STORE_BLOCK_BYTES", BLOCK_BYTES)
-    monkeypatch.setattr(arrays, "STORE_READ_BYTES", BLOCK_BYTES)
+    monkeypatch.setattr(arrays, "STORE_BLOCK_BYTES", 256 << 10)
+    monkeypatch.setattr(arrays, "STORE_READ_BYTES", 256 << 10)
     # absent before the order was served per block: then the test measures numpy's order
-    monkeypatch.setattr(order, "WHOLE_ORDER_MAX", 5_000, raising=False)
+    monkeypatch.setattr(order, "WHOLE_ORDER_MAX", 20_000, raising=False)
     peaks = {}
     for rows in (WARM, SMALL, LARGE):
         src = _source(tmp_path, rows)
