@@ -209,24 +209,17 @@ def test_a_download_cache_serves_later_reads_locally(
 def test_the_cli_reads_a_remote_dataset(
     s3_server: S3Server, bucket: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``python -m chunkio`` once (the entry point with --storage-options), the other
-    command in this process (a fresh interpreter costs seconds of imports)."""
+    """``chunkio info --json`` and ``verify`` on a URL with --storage-options, in this process
+    (``python -m chunkio`` itself, a fresh interpreter importing for seconds, is
+    tests/cli/test_cli.py's)."""
     import json
-    import subprocess
-    import sys
 
     from chunkio.diagnose import cli
 
     options = json.dumps(s3_server.storage_options())
     url = f"s3://{bucket}/jpeg.zarr"
-    done = subprocess.run(
-        [sys.executable, "-m", "chunkio", "info", "--json", url, "--storage-options", options],
-        capture_output=True,
-        text=True,
-        timeout=100,
-    )
-    assert done.returncode == 0, done.stderr
-    info = json.loads(done.stdout)
+    assert cli.main(["info", "--json", url, "--storage-options", options]) == 0
+    info = json.loads(capsys.readouterr().out)
     assert info["num_samples"] == 240 and info["fields"]["image"]["encoding"] == "jpeg"
     assert cli.main(["verify", "--no-progress", url, "--storage-options", options]) == 0
     assert "OK" in capsys.readouterr().out
