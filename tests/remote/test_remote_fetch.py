@@ -135,14 +135,11 @@ def test_s3_missing_key_and_bucket(
 
 
 @pytest.mark.timeout(60)
-def test_s3_wrong_credentials(s3_server: S3Server) -> None:
-    # the auth switch is server-wide: on for this test only (tests of one process run one at
-    # a time), off again in ``finally`` (a server of its own costs an interpreter importing moto)
-    s3 = s3_server
-    s3.put("private", "k.bin", SMALL)
-    key, secret = s3.create_user_key(f"reader-{os.getpid()}-{time.monotonic_ns()}")
-    s3.set_auth(True)
-    try:
+def test_s3_wrong_credentials(tmp_path: Path) -> None:
+    with S3Server() as s3:  # its own server: the auth switch is server-wide
+        s3.put("private", "k.bin", SMALL)
+        key, secret = s3.create_user_key()
+        s3.set_auth(True)
         good = RangeFetcher(
             "s3://private", storage_options=s3.storage_options(key=key, secret=secret)
         )
@@ -165,8 +162,6 @@ def test_s3_wrong_credentials(s3_server: S3Server) -> None:
         finally:
             for f in (good, bad, wrong_secret):
                 f.close()
-    finally:
-        s3.set_auth(False)
 
 
 @pytest.mark.timeout(60)
