@@ -41,7 +41,7 @@ from test_convert_volumes import _case_files, _same_dataset
 from tqdm.auto import tqdm
 
 from chunkio import Execution, Output
-from chunkio.convert import images, run_conversion, write_arrays
+from chunkio.convert import run_conversion, write_arrays
 from chunkio.convert.images import convert_images
 from chunkio.convert.volumes import convert_volumes
 
@@ -54,6 +54,9 @@ TESTS = [
 ]
 #: every process a script starts inherits this variable: how leftovers are found
 MARKER = "CHUNKIO_PLAIN_SCRIPT_RUN"
+#: the photos converted; the image script lowers ``images._WARM_UP_FILES`` (1,000) to this, so
+#: that its conversion warms the forkserver up without converting a thousand files twice
+PHOTOS = 60
 
 PRELUDE = f"""\
 import json
@@ -86,9 +89,11 @@ print("pools", json.dumps(POOLS))
 print("done")
 """
 
-IMAGES = """
+IMAGES = f"""
 import chunkio
+from chunkio.convert import images
 
+images._WARM_UP_FILES = {PHOTOS}  # the forkserver warm-up, as for 1,000 files and more
 chunkio.convert_images(sys.argv[2], sys.argv[3], size=16, execution=chunkio.Execution(workers=2))
 """
 
@@ -214,10 +219,10 @@ def assert_no_processes_left(marker: str, recorded: set[psutil.Process], within:
 
 @pytest.fixture(scope="module")
 def photos(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """1,000 small JPEGs in three classes: enough for the forkserver warm-up."""
+    """:data:`PHOTOS` small JPEGs in three classes."""
     root = tmp_path_factory.mktemp("photos")
     rng = np.random.default_rng(0)
-    for i in range(images._WARM_UP_FILES):
+    for i in range(PHOTOS):
         folder = root / f"class{i % 3}"
         folder.mkdir(exist_ok=True)
         pixels = rng.integers(0, 256, (20, 24, 3), dtype=np.uint8)
@@ -228,12 +233,13 @@ def photos(tmp_path_factory: pytest.TempPathFactory) -> Path:
 #: a spawned converter re-imports torch and chunkio in every process: the default suite runs a
 #: plain script under spawn once (write_arrays); the others under spawn run with ``make soak``
 SPAWN_SLOW = pytest.mark.slow
+METHODS = ("default", "spawn")
 
 # -- plain scripts ---------------------------------------------------------------------------
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("method", ["default", pytest.param("spawn", marks=SPAWN_SLOW)])
+@pytest.mark.parametrize("method", [pytest.param(m, marks=pytest.mark.slow) for m in METHODS])
 def test_images_from_a_plain_script(method: str, photos: Path, tmp_path: Path) -> None:
     dst = tmp_path / "photos.zarr"
     lines, _ = run_script(tmp_path, IMAGES, str(photos), str(dst), method=method)
@@ -241,12 +247,12 @@ def test_images_from_a_plain_script(method: str, photos: Path, tmp_path: Path) -
     ref = tmp_path / "ref.zarr"
     convert_images(photos, ref, size=16, execution=Execution(workers=1, progress=False))
     assert_same_dataset(str(dst), str(ref))
-    assert read_all(str(dst))[0].num_samples == images._WARM_UP_FILES
+    assert read_all(str(dst))[0].num_samples == PHOTOS
     assert not staging_of(dst).exists()
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("method", ["default", "spawn"])
+@pytest.mark.parametrize("method", [pytest.param("default", marks=pytest.mark.slow), "spawn"])
 def test_write_arrays_from_a_plain_script(method: str, tmp_path: Path) -> None:
     dst = tmp_path / "arrays.h5"
     lines, _ = run_script(tmp_path, ARRAYS, "-", str(dst), method=method)
@@ -258,6 +264,7 @@ def test_write_arrays_from_a_plain_script(method: str, tmp_path: Path) -> None:
     assert_same_dataset(str(dst), str(ref))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_volumes_from_a_plain_script(tmp_path: Path) -> None:
     img, lab = _case_files(tmp_path, 4)
@@ -273,6 +280,56 @@ def test_volumes_from_a_plain_script(tmp_path: Path) -> None:
         execution=Execution(workers=1, progress=False),
     )
     _same_dataset(str(dst), str(ref))
+
+
+ALL_THREE = f"""
+import numpy as np
+import chunkio
+from chunkio import Execution, Output, write_arrays
+from chunkio.convert import images
+from chunkio.convert.volumes import convert_volumes
+
+photos, images_dst, arrays_dst, volumes_dst = sys.argv[2:6]
+n = len(sys.argv[6:]) // 2
+img, lab = sys.argv[6 : 6 + n], sys.argv[6 + n :]
+# write_arrays first: its pool starts the forkserver (no warm-up); then the others' pools
+rng = np.random.default_rng(0)
+data = {{"x": rng.integers(0, 255, (300, 3, 4), dtype=np.uint8), "y": np.arange(300)}}
+write_arrays(arrays_dst, data, output=Output(chunks=10), execution=Execution(workers=2))
+convert_volumes(img, volumes_dst, labels=lab, output=Output(chunks=4),
+                execution=Execution(workers=2, progress=False))
+images._WARM_UP_FILES = {PHOTOS}
+chunkio.convert_images(photos, images_dst, size=16, execution=chunkio.Execution(workers=2))
+"""
+
+
+@pytest.mark.timeout(180)
+def test_arrays_volumes_and_images_from_one_plain_script(photos: Path, tmp_path: Path) -> None:
+    """The default suite's run of the three scripts above (``make soak`` runs each in its own
+    interpreter): one interpreter and one forkserver, four pools (the image conversion's
+    check and write passes), the script's body run once, each dataset equal to one written
+    without workers."""
+    img, lab = _case_files(tmp_path, 4)
+    dst = {name: tmp_path / f"{name}{suffix}" for name, suffix in
+           (("images", ".zarr"), ("arrays", ".h5"), ("volumes", ".zarr"))}  # fmt: skip
+    lines, _ = run_script(
+        tmp_path, ALL_THREE, str(photos), *(str(p) for p in dst.values()), *img, *lab
+    )
+    assert len(pools_and_body_ran_once(lines, "default")) == 4
+    rng = np.random.default_rng(0)
+    data = {"x": rng.integers(0, 255, (300, 3, 4), dtype=np.uint8), "y": np.arange(300)}
+    ref = tmp_path / "ref.h5"
+    write_arrays(ref, data, output=Output(chunks=10), execution=Execution(progress=False))
+    assert_same_dataset(str(dst["arrays"]), str(ref))
+    ref = tmp_path / "ref-volumes.zarr"
+    convert_volumes(img, ref, labels=lab, output=Output(chunks=4),
+                    execution=Execution(workers=1, progress=False))  # fmt: skip
+    _same_dataset(str(dst["volumes"]), str(ref))
+    ref = tmp_path / "ref-images.zarr"
+    convert_images(photos, ref, size=16, execution=Execution(workers=1, progress=False))
+    assert_same_dataset(str(dst["images"]), str(ref))
+    assert read_all(str(dst["images"]))[0].num_samples == PHOTOS
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith("chunkio-staging")]
 
 
 OWN_SOURCE = (
@@ -344,7 +401,7 @@ with processes.worker_processes(2) as pool:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("method", ["default", "spawn"])
+@pytest.mark.parametrize("method", ["default", pytest.param("spawn", marks=SPAWN_SLOW)])
 def test_the_warmed_up_forkserver_has_the_worker_modules_and_not_the_script(
     method: str, tmp_path: Path
 ) -> None:
@@ -354,6 +411,26 @@ def test_the_warmed_up_forkserver_has_the_worker_modules_and_not_the_script(
     assert len(pools) == 1 and "workers True" in lines, lines
     # under spawn there is no server to warm up: nothing is started early
     assert ("preloaded True" if method == "default" else "preloaded False") in lines, lines
+
+
+def test_under_spawn_the_warm_up_starts_no_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default suite's part of the spawn row above (a script whose pool spawns its
+    workers, each importing afresh, runs with ``make soak``): the caller chose spawn, so
+    ``warm_up`` leaves the forkserver unstarted and its preload list as it was."""
+    import multiprocessing
+    import threading
+    from multiprocessing import forkserver
+
+    from chunkio.convert.engine import processes
+
+    server = forkserver.ForkServer()  # a fresh one: this process's may run already
+    monkeypatch.setattr(forkserver, "_forkserver", server)
+    monkeypatch.setattr(multiprocessing, "get_start_method", lambda allow_none=False: "spawn")
+    assert processes.start_method() == "spawn"
+    preload = list(server._preload_modules)
+    processes.warm_up()
+    assert server._forkserver_pid is None and server._preload_modules == preload
+    assert not [t for t in threading.enumerate() if t.name == "chunkio-forkserver-warm-up"]
 
 
 # -- SIGKILL: no orphans, then resume -----------------------------------------------------
@@ -386,9 +463,12 @@ def test_sigkill_leaves_no_workers_forkserver_or_tracker(method: str, tmp_path: 
             proc.communicate()
     assert not dst.exists()
     done = staging_of(dst).joinpath("manifest.jsonl").read_text().count("\n")
-    lines, _ = run_script(tmp_path, SLOW, str(dst), "0", method=method)
-    pools_and_body_ran_once(lines, method)
-    resumed, written = json.loads(next(x for x in lines if x.startswith("blocks "))[7:])
+    # resumed here, in one process: what the killed pool left is what a resume reads (a
+    # plain script's pool is the tests above)
+    result = run_conversion(
+        SlowSource(200), dst, output=Output(chunks=5), execution=Execution(progress=False)
+    )
+    resumed, written = result.resumed_blocks, result.written_blocks
     assert resumed >= done and written > 0 and resumed + written == 40
     ref = tmp_path / "ref.zarr"
     run_conversion(

@@ -6,6 +6,7 @@ the metadata read once in the main process and handed to the workers."""
 from __future__ import annotations
 
 import json
+import pickle
 import re
 from pathlib import Path
 from typing import Any
@@ -75,8 +76,19 @@ def _metadata_requests(ds: chunkio.ChunkDataset, log: list[Any]) -> list[Any]:
     return [e for e in log if e[0] != "GET" or e[2] not in chunks]
 
 
+#: one store per reader (HDF5 through the file object, Zarr v2, Zarr v3 sharded) reads through
+#: loader workers by default; the consolidated and plain v3 groups under ``make soak``: what
+#: their workers rely on (the documents read in the parent, none asked again) is checked for
+#: them without processes by
+#: :func:`test_a_copy_of_a_remote_dataset_reads_without_a_metadata_request`
+DEFAULT_IN_WORKERS = ("h5py", "zarr v2", "zarr v3 sharded")
+IN_WORKERS = [
+    s if s in DEFAULT_IN_WORKERS else pytest.param(s, marks=pytest.mark.slow) for s in STORES
+]
+
+
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("store", list(STORES))
+@pytest.mark.parametrize("store", IN_WORKERS)
 def test_make_loader_reads_a_remote_store_in_place(
     s3_server: S3Server,
     urls: dict[str, str],
@@ -108,6 +120,27 @@ def test_make_loader_reads_a_remote_store_in_place(
     assert proxy.requests > 0
     assert _metadata_requests(ds, proxy.log) == []
     assert snapshot(stores[store]) == before
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("store", [s for s in STORES if s not in DEFAULT_IN_WORKERS])
+def test_a_copy_of_a_remote_dataset_reads_without_a_metadata_request(
+    s3_server: S3Server, urls: dict[str, str], latency_proxy_factory: Any, store: str
+) -> None:
+    """What a loader worker gets (a pickled copy under spawn and forkserver, the parent's
+    object in a forked child: either opens its own handle from the documents the parent
+    read): every sample equal to the source, and no request but chunk bytes."""
+    proxy, options = _proxied(s3_server, latency_proxy_factory)
+    ds = chunkio.ChunkDataset(urls[store], fields=fields_of(store), storage_options=options)
+    ds.read_batch([0])  # the parent's own handle, as before a loader starts
+    copy = pickle.loads(pickle.dumps(ds))
+    proxy.reset_counts()
+    batch = copy.read_batch(list(range(N)))
+    images, labels = data()
+    np.testing.assert_array_equal(batch["image"], images)
+    np.testing.assert_array_equal(batch["label"], labels)
+    assert proxy.requests > 0
+    assert _metadata_requests(ds, proxy.log) == []
 
 
 @pytest.mark.timeout(120)
@@ -216,6 +249,7 @@ def test_info_verify_and_doctor_on_a_remote_store(
     s3_server: S3Server,
     urls: dict[str, str],
     capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
     store: str,
 ) -> None:
     """The CLI on a URL with --storage-options, as on a local path: arrays listed, every chunk
@@ -233,6 +267,17 @@ def test_info_verify_and_doctor_on_a_remote_store(
     assert cli.main(["verify", urls[store], "--fields", *fields, "--no-progress", *options]) == 0
     assert re.search(r": 2 arrays, \d+ chunks read: OK$", capsys.readouterr().out.strip())
     if store == "h5py":  # doctor times loaders for seconds: once is enough here
+        # and on one setting (0 workers, 3 batches of 64): what is remote here is the opening
+        # and the reads, which every setting shares (the settings' grid: tests/cli/test_doctor.py)
+        from chunkio.diagnose import doctor
+
+        full = doctor.run_doctor
+
+        def one_setting(path: Any, **kw: Any) -> Any:
+            kw.update(worker_counts=(0,), batch_sizes=(64,), batches_per_setting=3)
+            return full(path, **kw)
+
+        monkeypatch.setattr(doctor, "run_doctor", one_setting)
         argv = ["doctor", urls[store], "--fields", *fields, "--step-time", "0.01", *options]
         assert cli.main(argv) == 0
         assert "samples/s" in capsys.readouterr().out

@@ -100,7 +100,12 @@ def test_make_loader_workers_read_s3(s3_server: S3Server, bucket: str, local: Pa
     options = s3_server.storage_options()
     url = f"s3://{bucket}/jpeg.zarr"
     kw = {"fields": ("image", "label"), "shuffle": True, "seed": 3}
-    with make_loader(url, 32, num_workers=1, storage_options=options, **kw) as remote:
+    # prefetch=4: the ring's worker asks for the chunks of queued batches ahead (the hint the
+    # dataset's prefetch takes: test_ring_workers_fetch_queued_batches_ahead)
+    workers = Workers(prefetch=4)
+    with make_loader(
+        url, 32, num_workers=1, storage_options=options, workers=workers, **kw
+    ) as remote:
         assert remote.transport == "ring"
         got = [(x.clone(), y.clone()) for x, y in remote]
     with make_loader(str(local / "jpeg.zarr"), 32, num_workers=0, **kw) as here:
@@ -165,9 +170,7 @@ def test_ring_workers_fetch_queued_batches_ahead(
         return proxy.requests - before
 
     assert requests_for(True) == requests_for(False)  # the read used the prefetched bytes
-    ds = ChunkDataset(f"s3://{bucket}/raw.zarr", fields=("image", "label"), storage_options=options)
-    with make_loader(ds, 16, num_workers=1, shuffle=True, workers=Workers(prefetch=4)) as loader:
-        assert sum(len(y) for _, y in loader) == 240
+    # a ring worker prefetching queued batches from S3: test_make_loader_workers_read_s3
 
 
 @pytest.mark.timeout(120)
@@ -206,24 +209,17 @@ def test_a_download_cache_serves_later_reads_locally(
 def test_the_cli_reads_a_remote_dataset(
     s3_server: S3Server, bucket: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``python -m chunkio`` once (the entry point with --storage-options), the other
-    command in this process (a fresh interpreter costs seconds of imports)."""
+    """``chunkio info --json`` and ``verify`` on a URL with --storage-options, in this process
+    (``python -m chunkio`` itself, a fresh interpreter importing for seconds, is
+    tests/cli/test_cli.py's)."""
     import json
-    import subprocess
-    import sys
 
     from chunkio.diagnose import cli
 
     options = json.dumps(s3_server.storage_options())
     url = f"s3://{bucket}/jpeg.zarr"
-    done = subprocess.run(
-        [sys.executable, "-m", "chunkio", "info", "--json", url, "--storage-options", options],
-        capture_output=True,
-        text=True,
-        timeout=100,
-    )
-    assert done.returncode == 0, done.stderr
-    info = json.loads(done.stdout)
+    assert cli.main(["info", "--json", url, "--storage-options", options]) == 0
+    info = json.loads(capsys.readouterr().out)
     assert info["num_samples"] == 240 and info["fields"]["image"]["encoding"] == "jpeg"
     assert cli.main(["verify", "--no-progress", url, "--storage-options", options]) == 0
     assert "OK" in capsys.readouterr().out

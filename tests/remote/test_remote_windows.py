@@ -1,9 +1,10 @@
 """Windows read from a loopback S3 server (moto): stores written by xarray, zarr-python and
-h5py, through the remote readers, in the main process and in make_loader workers (forkserver
-for the h5py file, fork for the others)."""
+h5py, through the remote readers, in the main process and in make_loader workers (fork), and
+in a pickled copy (what spawn and forkserver workers get)."""
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 import numpy as np
@@ -46,11 +47,16 @@ def test_remote_windows_equal_the_reference(
     assert ds.remote and ds.anchors is not None
     a = arrays()
     seen = []
-    # forkserver once (the h5py file's documents travel pickled), fork for the others: each
-    # forkserver worker imports torch afresh, and the start method is not what they cover
-    context = "forkserver" if store == "h5py" else "fork"
+    # the workers fork (a forkserver's import torch afresh, and the start method is not what
+    # this covers); a pickled copy, what a spawn or forkserver worker gets, reads the same
+    # windows (loader workers under forkserver over a remote h5py file: test_remote_foreign)
+    copy = pickle.loads(pickle.dumps(ds))
+    some = copy.read_batch([0, len(ds) - 1])
+    anchors = np.asarray(some["time"])
+    want = np.stack([np.stack([a[v][anchors + s] for v in VARS], 1) for s in (-2, 0)], 1)
+    np.testing.assert_array_equal(np.asarray(some[ds.fields[0]]), want)
     with chunkio.make_loader(ds, 8, num_workers=2, seed=0,
-                             workers=chunkio.Workers(copy=True, context=context),
+                             workers=chunkio.Workers(copy=True, context="fork"),
                              ) as loader:  # fmt: skip
         for x, y, t in loader:
             anchors = np.asarray(t)
