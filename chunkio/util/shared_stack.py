@@ -4,12 +4,11 @@ A loader whose window fields' arrays fit ``Workers(hold_bytes)`` keeps them deco
 epochs, stacked ``(rows, variables, *shape)`` (:func:`chunkio.read.windows.held_stack`).
 Without workers the stack is the process's own memory. With workers, the main process creates
 one shared-memory segment per stack (:class:`HeldSegments`, before the workers start) and the
-workers fill it together (:class:`SharedStack`): the stack is cut into blocks of whole chunks
-of one variable; a worker that needs a block (the rows of the batch it reads) claims it if it
-is free, decodes it and marks it ready, or waits for the block another worker claimed. Each
-chunk is decoded once for all workers (not once per worker), memory does not grow with the
-number of workers, and the first epoch decodes each block as its batches first need it (it
-costs what streaming costs, not a whole decode before the first batch).
+workers fill it together: the stack is cut into blocks of whole chunks of one variable; a
+worker claims a free block, decodes it and marks it ready, then waits for the blocks others
+claimed. Each chunk is decoded once for all workers (not once per worker), memory does
+not grow with the number of workers, and the first batches come after ``1 / workers`` of the
+whole decode.
 
 A claim reads a block's state and marks it claimed as one step, under an ``flock`` of the
 segment held for just that (a process that found a block free re-checks it there, so it never
@@ -43,13 +42,10 @@ import numpy.typing as npt
 from .numeric import ceil_div
 from .shm import SegmentMapping, attach, create, free_bytes
 
-__all__ = ["HeldSegments", "SharedStack", "StackShape", "fill_shared", "lane_blocks"]
+__all__ = ["HeldSegments", "StackShape", "fill_shared", "lane_blocks"]
 
-#: about how many bytes of one variable a block of a stack holds (whole chunks, at least one):
-#: the unit a variable is read into its lane in (through a bounded temporary) and the unit
-#: decoded when a batch first needs it, so small enough that a first batch decodes little
-#: more than the chunks it reads
-BLOCK_BYTES = 256 << 10
+#: rows read per call when a variable is read into its lane of a stack (a bounded temporary)
+BLOCK_BYTES = 4 << 20
 #: a block claimed this long ago by a live process that has not finished is decoded here too
 STALL_S = 30.0
 #: how long a worker sleeps between looks at the blocks others are decoding
@@ -170,139 +166,59 @@ def fill_shared(
     """The stack in segment ``name``, every block decoded (by this process or another), or
     ``None`` when the segment is gone (its loader closed) or is not the size ``shape`` needs.
     ``read_block(stack, j, a, b)`` decodes rows ``a:b`` of variable ``j`` into the stack."""
-    found = SharedStack.attach(name, shape, read_block)
-    return None if found is None else found.fill()
+    states_at, pids_at, nbytes = shape.offsets()
+    try:
+        shm = attach(name)
+    except FileNotFoundError:
+        return None
+    if shm.size < nbytes:
+        shm.close()
+        return None
+    raw = SegmentMapping(shm).bytes()  # views keep the mapping alive
+    stack = raw[: shape.data_nbytes].view(np.dtype(shape.dtype))
+    stack = stack.reshape((shape.num_rows, len(shape.arrays), *shape.sample_shape))
+    blocks = shape.blocks
+    states = raw[states_at : states_at + len(blocks)]
+    pids = raw[pids_at:nbytes].view(np.int64)
+    me = os.getpid()
+    lock = _ClaimLock(getattr(shm, "_fd", -1))
 
+    def takeable(k: int, stalled: bool) -> bool:
+        state = states[k]
+        return bool(state == FREE or (state == CLAIMED and (stalled or not _alive(pids[k]))))
 
-class SharedStack:
-    """A stack whose blocks are decoded when first needed, each once for every process that
-    shares it (a loader's segment: :meth:`attach`) or for this process (:meth:`own`).
-
-    ``read_block(stack, j, a, b)`` decodes rows ``a:b`` of variable ``j`` into :attr:`stack`.
-    :meth:`ensure_rows` makes the blocks of some rows ready (a batch's, as its rows are first
-    asked for: a first epoch decodes each block once, where and when it is needed, instead of
-    the whole stack before its first batch); :meth:`fill` makes every block ready. A block is
-    ready only once its decode returned: a process that dies while decoding leaves it claimed,
-    never ready, and whoever needs it next decodes it (see the module docstring).
-    """
-
-    def __init__(
-        self,
-        raw: npt.NDArray[np.uint8],
-        shape: StackShape,
-        read_block: Callable[[npt.NDArray[Any], int, int, int], None],
-        fd: int = -1,
-    ) -> None:
-        states_at, pids_at, nbytes = shape.offsets()
-        self.shape = shape
-        stack = raw[: shape.data_nbytes].view(np.dtype(shape.dtype))
-        #: ``(rows, V, *sample_shape)``; rows of a block not ready hold anything
-        self.stack = stack.reshape((shape.num_rows, len(shape.arrays), *shape.sample_shape))
-        self._blocks = shape.blocks
-        self._states = raw[states_at : states_at + len(self._blocks)]
-        self._pids = raw[pids_at:nbytes].view(np.int64)
-        self._lock = _ClaimLock(fd)
-        self._read_block = read_block
-        # per variable: the first row of each of its blocks, and the index of its first block
-        self._starts: list[npt.NDArray[np.int64]] = []
-        self._first: list[int] = []
-        for j in range(len(shape.arrays)):  # blocks are listed variable by variable
-            starts = [a for v, a, _ in self._blocks if v == j]
-            self._first.append(sum(len(s) for s in self._starts))
-            self._starts.append(np.asarray(starts, dtype=np.int64))
-        #: every block ready (then :meth:`ensure_rows` has nothing to look at)
-        self.complete = bool((self._states == READY).all())
-
-    @classmethod
-    def attach(
-        cls,
-        name: str,
-        shape: StackShape,
-        read_block: Callable[[npt.NDArray[Any], int, int, int], None],
-    ) -> SharedStack | None:
-        """The stack in a loader's segment ``name``, or ``None`` when the segment is gone (its
-        loader closed) or is not the size ``shape`` needs."""
-        try:
-            shm = attach(name)
-        except FileNotFoundError:
-            return None
-        if shm.size < shape.offsets()[2]:
-            shm.close()
-            return None
-        raw = SegmentMapping(shm).bytes()  # views keep the mapping alive
-        return cls(raw, shape, read_block, getattr(shm, "_fd", -1))
-
-    @classmethod
-    def own(
-        cls, shape: StackShape, read_block: Callable[[npt.NDArray[Any], int, int, int], None]
-    ) -> SharedStack:
-        """The stack in this process's own memory (zeroed pages: taken as they are written)."""
-        return cls(np.zeros(shape.offsets()[2], dtype=np.uint8), shape, read_block)
-
-    def blocks_of(self, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-        """The blocks, of every variable, that hold rows ``rows`` (sorted, each once)."""
-        rows = np.unique(rows)
-        found = [
-            first + np.searchsorted(starts, rows, side="right") - 1
-            for first, starts in zip(self._first, self._starts, strict=True)
-            if len(starts)
-        ]
-        return np.unique(np.concatenate(found)) if found else np.zeros(0, np.int64)
-
-    def ensure_rows(self, rows: npt.NDArray[np.int64]) -> None:
-        """Rows ``rows`` of every variable decoded (by this process or another)."""
-        if not self.complete:
-            self.ensure(self.blocks_of(rows))
-
-    def fill(self) -> npt.NDArray[Any]:
-        """The stack, every block decoded (by this process or another)."""
-        n = len(self._blocks)
-        # start at a random block, so that workers starting together claim different blocks
-        start = secrets.randbelow(n) if n else 0
-        self.ensure(np.asarray([*range(start, n), *range(start)], dtype=np.int64))
-        return self.stack
-
-    def ensure(self, wanted: npt.NDArray[np.int64]) -> None:
-        """Blocks ``wanted`` ready: those free decoded here, in order, then those others
-        claimed waited for (or decoded here when their claimer died or stalled)."""
-        states = self._states
-        pending = wanted[states[wanted] != READY]
-        for k in pending.tolist():
-            if states[k] == FREE:  # looked at without the lock first: most blocks are taken
-                self._claim_and_read(k, stalled=False)
-        waiting_since = time.monotonic()
-        while True:
-            pending = pending[states[pending] != READY]
-            if not len(pending):
-                break
-            stalled = time.monotonic() - waiting_since > STALL_S
-            for k in pending.tolist():
-                if self._takeable(k, stalled) and self._claim_and_read(k, stalled):
-                    waiting_since = time.monotonic()
-            time.sleep(POLL_S)
-        self.complete = bool((states == READY).all())
-
-    def _takeable(self, k: int, stalled: bool) -> bool:
-        state = self._states[k]
-        return bool(state == FREE or (state == CLAIMED and (stalled or not _alive(self._pids[k]))))
-
-    def _claim_and_read(self, k: int, stalled: bool) -> bool:
-        """Decode block ``k`` if it is still takeable once this process holds the lock."""
-        states, pids, me = self._states, self._pids, os.getpid()
-        with self._lock:
-            if not self._takeable(k, stalled):
+    def claim_and_read(k: int, stalled: bool) -> bool:
+        """Decode block ``k`` if it is still ``takeable`` once this process holds the lock."""
+        with lock:
+            if not takeable(k, stalled):
                 return False  # claimed (or finished) by another process since it was seen
             pids[k] = me
             states[k] = CLAIMED
         try:
-            self._read_block(self.stack, *self._blocks[k])
+            read_block(stack, *blocks[k])
         except BaseException:
-            with self._lock:
+            with lock:
                 if pids[k] == me:  # not taken over meanwhile (see STALL_S)
                     states[k] = FREE  # another process may try (and name the error itself)
             raise
         states[k] = READY
         return True
+
+    # start at a random block, so that workers starting together claim different blocks
+    start = secrets.randbelow(len(blocks)) if blocks else 0
+    for k in [*range(start, len(blocks)), *range(start)]:
+        if states[k] == FREE:  # looked at without the lock first: most blocks are taken
+            claim_and_read(k, stalled=False)
+    waiting_since = time.monotonic()
+    while True:
+        pending = np.flatnonzero(states != READY)
+        if not len(pending):
+            return stack
+        stalled = time.monotonic() - waiting_since > STALL_S
+        for k in pending.tolist():
+            if takeable(k, stalled) and claim_and_read(k, stalled):
+                waiting_since = time.monotonic()
+        time.sleep(POLL_S)
 
 
 class _ClaimLock:

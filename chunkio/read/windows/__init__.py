@@ -30,7 +30,7 @@ import numpy.typing as npt
 from ...format.layout import DatasetLayout, FieldInfo
 from ...format.windows import Field
 from ...util.numeric import IntArray
-from ...util.shared_stack import BLOCK_BYTES, HeldSegments, SharedStack, StackShape
+from ...util.shared_stack import BLOCK_BYTES, HeldSegments, StackShape, fill_shared
 from ..base import ReadContext, ReadRequest, checked_out
 from ..dense import DenseReads, PreloadedReads, dense_reads
 from .held import LaneFiller, part_shape, segment_fits
@@ -65,9 +65,6 @@ def variable_reader(ctx: ReadContext, info: Any, j: int) -> DenseReads | Preload
     found = ctx.shared.get(array)
     if found is None:
         found = ctx.shared[array] = dense_reads(ctx, _variable_info(info, j))
-    elif isinstance(found, _HeldLane):  # a lane of a held stack: read whole from there
-        lane = found.stack.fill()[:, found.j]
-        found = ctx.shared[array] = PreloadedReads(ctx, _variable_info(found.info, found.j), lane)
     return cast(DenseReads | PreloadedReads, found)
 
 
@@ -280,26 +277,16 @@ def stream_cache_bytes(order_bytes: int, edge: int, hold_bytes: int, readers: in
     return max(pool, min(order_bytes, hold_bytes // max(1, readers)))
 
 
-class _HeldLane(NamedTuple):
-    """Variable ``j`` of a held stack, for a window field of that variable alone (made into
-    its reader, the stack filled whole, on first use: :func:`variable_reader`)."""
-
-    stack: SharedStack
-    info: Any
-    j: int
-
-
-def held_stack(ctx: ReadContext, info: Any) -> SharedStack | None:
-    """The stacked variables of window field ``info`` held whole, ``(rows, V, *shape)``, each
-    block decoded once per process when a batch first needs it (or once for all of a loader's
-    workers, in the shared-memory segment the loader made for them:
-    :mod:`chunkio.util.shared_stack`) and shared by every window field of the same arrays, or
-    ``None``: one variable, arrays too large to hold, or one of them held apart already
-    (another field's stack or reader: each array is held once)."""
+def held_stack(ctx: ReadContext, info: Any) -> npt.NDArray[Any] | None:
+    """The stacked variables of window field ``info`` held whole, ``(rows, V, *shape)``, read
+    once per process (or once for all of a loader's workers, in the shared-memory segment the
+    loader made for them: :mod:`chunkio.util.shared_stack`) and shared by every window field of the
+    same arrays, or ``None``: one variable, arrays too large to hold, or one of them held apart
+    already (another field's stack or reader: each array is held once)."""
     arrays = tuple(info.arrays)
     found = ctx.shared.get(arrays)
     if found is not None:
-        return cast(SharedStack, found)
+        return cast(npt.NDArray[Any], found)
     shape = stack_shape(ctx.layout, info)
     if (
         len(arrays) < 2
@@ -312,12 +299,14 @@ def held_stack(ctx: ReadContext, info: Any) -> SharedStack | None:
         return None
     fill = LaneFiller(ctx, shape)
     name = ctx.held.get(arrays)
-    stack = None if name is None else SharedStack.attach(name, shape, fill)
+    stack = None if name is None else fill_shared(name, shape, fill)
     if stack is None:  # this process's own
-        stack = SharedStack.own(shape, fill)
+        stack = np.empty((shape.num_rows, len(arrays), *shape.sample_shape), dtype=info.dtype)
+        for j, a, b in shape.blocks:
+            fill(stack, j, a, b)
     for j in range(len(arrays)):
         # a window field of this variable alone gathers from its lane of the stack
-        ctx.shared[arrays[j]] = _HeldLane(stack, info, j)
+        ctx.shared[arrays[j]] = PreloadedReads(ctx, _variable_info(info, j), stack[:, j])
     ctx.shared[arrays] = stack
     return stack
 
@@ -380,9 +369,7 @@ class WindowReads:
         target = out if out.flags.c_contiguous else np.empty(shape, dtype=info.dtype)
         rows = (idx[:, None] + self.steps[None, :]).reshape(-1)  # anchors keep every step inside
         if self.stack is not None:  # one pass straight into the batch, no temporary
-            if not self.stack.complete:  # the first epoch: their blocks decoded once, now
-                self.stack.ensure_rows(rows)
-            flat = self.stack.stack.reshape(len(self.stack.stack), -1)
+            flat = self.stack.reshape(len(self.stack), -1)
             # mode="clip": every row is in range; "raise" gathers into a temporary
             np.take(flat, rows, axis=0, out=target.reshape(len(rows), -1), mode="clip")
         elif self.streamed is not None:

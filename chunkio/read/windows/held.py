@@ -3,8 +3,7 @@
 A loader holds a window field's stacked variables whole when they fit ``Workers(hold_bytes)``
 (:func:`chunkio.read.windows.held_stack`). When they do not, the budget left beside the
 streamed caches still holds their first whole row chunks (:func:`held_part`): decoded once for
-all the workers in the loader's shared-memory segment, each chunk as a batch first needs it
-(:class:`~chunkio.util.shared_stack.SharedStack`), kept across epochs, so that each later pass
+all the workers in the loader's shared-memory segment, kept across epochs, so that each pass
 decodes only the chunks past them (the held fraction of every epoch's decode is saved). The
 loader says how many rows through the readers' ``preload_bytes`` (the part's decoded bytes,
 :func:`part_shape`): each process finds the same part, with no other message.
@@ -18,7 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ...util.shared_stack import SharedStack, StackShape
+from ...util.shared_stack import StackShape, fill_shared
 from ...util.shm import attach
 from ..base import ReadContext
 
@@ -88,11 +87,10 @@ def segment_fits(name: str | None, shape: StackShape, preload_bytes: int) -> boo
         segment.close()
 
 
-def held_part(ctx: ReadContext, shape: StackShape, counted: list[str]) -> SharedStack | None:
-    """The first row chunks of stack ``shape``, ``(rows, V, *sample_shape)``, in the loader's
-    shared-memory segment for them, each decoded once (by this process or another) when a
-    batch first needs it (:meth:`~chunkio.util.shared_stack.SharedStack.ensure_rows`), or
-    ``None``: no segment (not a loader's reader, or the stack is held whole or streamed
+def held_part(ctx: ReadContext, shape: StackShape, counted: list[str]) -> npt.NDArray[Any] | None:
+    """The first row chunks of stack ``shape``, ``(rows, V, *sample_shape)``, decoded once in
+    the loader's shared-memory segment for them (by this process and the others together),
+    or ``None``: no segment (not a loader's reader, or the stack is held whole or streamed
     whole), or one that is not the size the part needs (then every chunk is streamed)."""
     name = ctx.held.get(shape.arrays)
     if name is None or shape.data_nbytes <= ctx.preload_bytes:
@@ -100,4 +98,4 @@ def held_part(ctx: ReadContext, shape: StackShape, counted: list[str]) -> Shared
     part = part_shape(shape, ctx.preload_bytes)
     if part is None:
         return None
-    return SharedStack.attach(name, part, LaneFiller(ctx, part, counted))
+    return fill_shared(name, part, LaneFiller(ctx, part, counted))

@@ -84,8 +84,8 @@ class StreamedStack:
         #: past the budget, the first row chunks held decoded (a loader's segment for them:
         #: :func:`~chunkio.read.windows.held.held_part`), ``(rows, V, *shape)``; rows from
         #: there on are streamed
-        self.held = held_part(ctx, shape, self._counted)
-        self.part = self.held.stack if self.held is not None else np.empty((0, 1), shape.dtype)
+        part = held_part(ctx, shape, self._counted)
+        self.part = part if part is not None else np.empty((0, 1), shape.dtype)
         self.part_rows = len(self.part)
         #: every step a window field of these arrays reads (a batch admits all at once)
         self.steps = np.zeros(0, np.int64)
@@ -108,10 +108,8 @@ class StreamedStack:
         per_chunk = self.rows_per_chunk
         rows = (anchors[:, None] + steps[None, :]).reshape(-1)
         flat_out = out.reshape(len(rows), -1)
-        if self.held is not None:
+        if self.part_rows:
             inside = rows < self.part_rows
-            if not self.held.complete:  # the held rows' chunks decoded once, when first needed
-                self.held.ensure_rows(rows[inside])
             if inside.all():  # held: one np.take, as the held path reads
                 self._take_held(rows, flat_out, lane)
                 return
