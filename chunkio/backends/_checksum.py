@@ -89,6 +89,8 @@ class Fletcher32:
 
     def __call__(self, data: Any) -> int:
         b = data if isinstance(data, np.ndarray) else np.frombuffer(data, np.uint8)
+        if b.dtype != np.uint8:  # the sum runs over bytes, whatever the array's items
+            b = np.ascontiguousarray(b).reshape(-1).view(np.uint8)
         if _compiled_sums is not None and b.flags.c_contiguous:
             total, weighted, nonzero = _compiled_sums(b)
             return _checksum(b, b.size // 2, total, weighted, nonzero)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 import sys
 import threading
 import time
@@ -67,8 +68,13 @@ def describe_processes() -> int:
 
 
 def can_fork() -> bool:
-    """Whether a pool may fork here (Linux: macOS offers fork, unsafely)."""
-    return sys.platform == "linux" and "fork" in multiprocessing.get_all_start_methods()
+    """Whether a pool may fork here (Linux: macOS offers fork, unsafely; not in a daemonic
+    process, such as a DataLoader worker, which may have no children)."""
+    return (
+        sys.platform == "linux"
+        and "fork" in multiprocessing.get_all_start_methods()
+        and not multiprocessing.current_process().daemon
+    )
 
 
 def idle_cores(mine: int, machine: int, load: float) -> int:
@@ -104,9 +110,21 @@ def describe_all(
         return found
     per_file = (time.perf_counter() - started) / (len(found) - 1)
     workers = min(cores, -(-len(rest) // _FIRST_FILES))
-    if workers < 2 or per_file * len(rest) < POOL_PAYS_S:
+    if workers < 2 or per_file * len(rest) < POOL_PAYS_S or not _pickles(describe):
         return found + [describe(location) for location in rest]
     return found + _in_processes(rest, describe, workers)
+
+
+def _pickles(describe: Callable[[str], T]) -> bool:
+    """Whether ``describe`` crosses to a pool's process: pickled in the pool's feeder
+    thread, a failure there can leave the pool's shutdown waiting forever, so a description
+    holding something that does not pickle (a lock, a session in ``storage_options``) is made
+    here instead."""
+    try:
+        pickle.dumps(describe)
+    except Exception:
+        return False
+    return True
 
 
 def _in_processes(locations: list[str], describe: Callable[[str], T], workers: int) -> list[T]:
@@ -127,7 +145,7 @@ def _in_processes(locations: list[str], describe: Callable[[str], T], workers: i
                 futures: list[Future[tuple[list[T], list[Warning | str]]]] = [
                     pool.submit(_describe_run, describe, run) for run in runs
                 ]
-            except OSError:  # no process could be forked (memory, a process limit): here
+            except (OSError, BrokenProcessPool):  # no process could be forked: here
                 return [describe(location) for location in locations]
         found: list[T] = []
         for k, future in enumerate(futures):  # in order: the first bad file's error is raised

@@ -269,11 +269,16 @@ class RingWorkers:
             conn = self.conns[w]
             try:
                 while True:
+                    # a dead worker's pipe is read only while it has bytes: its other end may
+                    # live on in a process the worker forked, so it need not read as closed
+                    if w not in readable and not conn.poll():
+                        break
                     data = os.read(conn.fileno(), _READ_BYTES)
                     if not data:
                         raise EOFError  # the worker's end is closed
                     messages.extend((w, m) for m in self.inboxes[w].feed(data))
-                    if w not in dead or not conn.poll():
+                    readable.discard(w)  # read once as reported; a dead one's rest by poll
+                    if w not in dead:
                         break
             except (EOFError, OSError):
                 if w not in dead:

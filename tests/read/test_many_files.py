@@ -341,3 +341,40 @@ def test_files_a_dead_process_had_are_described_here() -> None:
         patch.setattr(describe, "POOL_PAYS_S", 0.0)
         found = describe.describe_all(names, _dies_in_a_pool, processes=2)
     assert found == [n.upper() for n in names]
+
+
+def _length_holding(location: str, held: object) -> tuple[int, int]:
+    return _length(location)
+
+
+def test_a_description_that_does_not_pickle_is_made_here() -> None:
+    """A description holding what does not pickle (a lock, a session in storage_options) is
+    made in this process: pickled in the pool's feeder thread, it could leave the pool's
+    shutdown waiting forever."""
+    import functools
+    import os
+    import threading
+
+    from chunkio.collection import describe
+
+    names = ["n" * k for k in range(1, 13)]
+    with pytest.MonkeyPatch.context() as patch, pytest.warns(UserWarning):
+        patch.setattr(describe, "POOL_PAYS_S", 0.0)
+        found = describe.describe_all(
+            names, functools.partial(_length_holding, held=threading.Lock()), processes=2
+        )
+    assert [pid for _, pid in found] == [os.getpid()] * len(names)
+
+
+def test_a_daemonic_process_describes_its_files_itself(monkeypatch) -> None:
+    """A daemonic process (a DataLoader worker, a Pool's process) may have no children."""
+    import multiprocessing
+    import types
+
+    from chunkio.collection import describe
+
+    monkeypatch.setattr(
+        multiprocessing, "current_process", lambda: types.SimpleNamespace(daemon=True)
+    )
+    assert not describe.can_fork()
+    assert describe.describe_processes() == 0
