@@ -327,6 +327,7 @@ class GridSampler(PatchSampler):
         # once per binding (each epoch reorders them; a mask test per epoch cost as much as
         # reading a small epoch's patches)
         self._grid: tuple[IntArray, IntArray] | None = None
+        self._grid_for: tuple[Any, ...] | None = None  # the (edge, stride) it was made for
 
     @property
     def stride(self) -> tuple[int, ...]:
@@ -366,8 +367,10 @@ class GridSampler(PatchSampler):
 
     def _bound_grid(self) -> tuple[IntArray, IntArray]:
         """The grid's keys in storage order (those centred in the mask) and their locality
-        groups, made on first use after binding."""
-        if self._grid is None:
+        groups, made on first use after binding (and again if ``edge`` or the stride changed)."""
+        made_for = (self.edge, self.stride)
+        if self._grid is None or self._grid_for != made_for:
+            self._grid_for = made_for
             keys = np.concatenate([self.volume_keys(v) for v in range(self.volumes.count)])
             if self._mask is not None:
                 keys = keys[self._mask.eligible(keys, self.patch_size, self.volumes.shapes)]

@@ -64,3 +64,13 @@ def test_the_mask_is_tested_once_per_binding(monkeypatch: pytest.MonkeyPatch) ->
     s.bind(s.volumes, (8, 8, 8), mask=s.mask)  # a new binding: a new grid
     np.testing.assert_array_equal(s.global_keys(0), _from_scratch(s, 0))
     assert len(calls) == 4  # the unshuffled grid's, the rebinding's, the reference's
+
+
+def test_a_changed_edge_or_stride_makes_the_grid_again() -> None:
+    s = _bound((6, 6, 6))
+    shifted = s.global_keys(0)
+    s.edge = "pad"
+    np.testing.assert_array_equal(s.global_keys(0), _from_scratch(s, 0))
+    assert not np.array_equal(np.sort(s.global_keys(0), axis=0), np.sort(shifted, axis=0))
+    s._stride_arg = (3, 3, 3)
+    np.testing.assert_array_equal(s.global_keys(0), _from_scratch(s, 0))
