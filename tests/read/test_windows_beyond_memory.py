@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import xarray as xr
+from foreign_stores import noise_windows_store
 
 import chunkio
 from chunkio import ChunkDataset, Decoding, Field
@@ -31,15 +32,9 @@ POOL_CHUNK = 3520
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An xarray-written Zarr v3 store, every variable chunked alike along time."""
-    rng = np.random.default_rng(3)
-    data = {v: (("time", "lat", "lon"), rng.standard_normal((STEPS, 3, 4)).astype("f4"))
-            for v in VARS}  # fmt: skip
-    path = tmp_path_factory.mktemp("beyond") / "era.zarr"
-    ds = xr.Dataset(data, coords={"time": np.arange(STEPS, dtype=np.int64)})
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # consolidated metadata notes under Zarr v3
-        ds.to_zarr(path, zarr_format=3, encoding={v: {"chunks": (PER_CHUNK, 3, 4)} for v in VARS})
-    return path
+    return noise_windows_store(
+        tmp_path_factory.mktemp("beyond") / "era.zarr", VARS, STEPS, (3, 4), PER_CHUNK, 3
+    )
 
 
 def _dataset(path: Path, fields: Any = FIELDS) -> ChunkDataset:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-import xarray as xr
+from foreign_stores import noise_windows_store
 
 import chunkio
 from chunkio import ChunkDataset, Field
@@ -28,15 +28,9 @@ STACK_CHUNK = 3 * PER_CHUNK * 24
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    rng = np.random.default_rng(11)
-    data = {v: (("time", "lat", "lon"), rng.standard_normal((STEPS, 2, 3)).astype("f4"))
-            for v in VARS}  # fmt: skip
-    path = tmp_path_factory.mktemp("part") / "era.zarr"
-    ds = xr.Dataset(data, coords={"time": np.arange(STEPS, dtype=np.int64)})
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # consolidated metadata notes under Zarr v3
-        ds.to_zarr(path, zarr_format=3, encoding={v: {"chunks": (PER_CHUNK, 2, 3)} for v in VARS})
-    return path
+    return noise_windows_store(
+        tmp_path_factory.mktemp("part") / "era.zarr", VARS, STEPS, (2, 3), PER_CHUNK, 11
+    )
 
 
 def _dataset(path: Path, preload: int = 0) -> ChunkDataset:

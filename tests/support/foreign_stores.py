@@ -14,6 +14,7 @@ import hashlib
 import os
 import stat
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -375,3 +376,20 @@ def xarray_appended(tmp_path: Path, zarr_format: int, first: int = 40) -> Path:
 def stored(path: Path, name: str) -> np.ndarray[Any, Any]:
     """Array ``name`` as stored (zarr-python, no CF decoding)."""
     return np.asarray(zarr.open_array(path / name, mode="r")[...])
+
+
+def noise_windows_store(
+    path: Path, variables: Sequence[str], steps: int, grid: tuple[int, int], per_chunk: int,
+    seed: int,
+) -> Path:  # fmt: skip
+    """An xarray-written Zarr v3 store of float32 noise ``(time, *grid)`` per variable, every
+    variable chunked alike along time (``per_chunk`` steps), an int64 ``time`` coordinate."""
+    rng = np.random.default_rng(seed)
+    data = {v: (("time", "lat", "lon"), rng.standard_normal((steps, *grid)).astype("f4"))
+            for v in variables}  # fmt: skip
+    ds = xr.Dataset(data, coords={"time": np.arange(steps, dtype=np.int64)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # consolidated metadata notes under Zarr v3
+        encoding = {v: {"chunks": (per_chunk, *grid)} for v in variables}
+        ds.to_zarr(path, zarr_format=3, encoding=encoding)
+    return path
