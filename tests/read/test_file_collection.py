@@ -305,8 +305,8 @@ def test_a_single_h5ad_is_read_in_each_process_as_described_here(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One file's description travels with the dataset as each of many files' does: a
-    process it is pickled to reads the file without h5py, the same rows; a file rewritten
-    since is read as it is now."""
+    process it is pickled to reads the file without h5py, the same rows; reads in the parent
+    add nothing to it; a file rewritten since is read as it is now."""
     import h5py
 
     path, x = _small_h5ad(tmp_path / "one.h5ad", 0)
@@ -320,6 +320,9 @@ def test_a_single_h5ad_is_read_in_each_process_as_described_here(
     names = np.asarray(ds.categories("label"))[got["label"]]
     assert names.tolist() == [_small_label(int(i)) for i in idx]
     assert opened == []
+    made = len(pickle.dumps(ds))
+    ds.read_batch(np.arange(40))  # reads here leave what each worker is handed as it was
+    assert len(pickle.dumps(ds)) == made
     with real(path, "r+") as f:  # in place: the same inode and size
         f["X/data"][...] = f["X/data"][...] * 3
     later = pickle.loads(pickle.dumps(ds)).read_batch(idx)["x"]
