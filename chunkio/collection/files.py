@@ -36,7 +36,14 @@ from ..util.messages import listing
 from ..util.numeric import IntArray
 from .describe import describe_all
 
-__all__ = ["FilePart", "FileSet", "describe_file", "is_file_list", "open_files"]
+__all__ = [
+    "FilePart",
+    "FileSet",
+    "describe_file",
+    "is_file_list",
+    "open_files",
+    "reading_documents",
+]
 
 
 def is_file_list(path: Any) -> bool:
@@ -175,14 +182,14 @@ def describe_file(
         found = open_layout(reader, fields, LayoutOptions(preload_bytes))
         layout = with_sparse_batches(found.dataset_layout(), sparse_batches, where=reader.location)
         mine = dataclasses.replace(
-            found.reader_options(options), documents=_documents(reader, layout)
+            found.reader_options(options), documents=reading_documents(reader, layout)
         )
     finally:
         reader.close()
     return mine, layout
 
 
-def _documents(reader: Reader, layout: DatasetLayout) -> Mapping[str, Any] | None:
+def reading_documents(reader: Reader, layout: DatasetLayout) -> Mapping[str, Any] | None:
     """What each reading process is handed to open this file with: a remote file's fetched
     metadata, or what this process learnt of a local HDF5 file's arrays (their checks passed,
     their chunk index read: ``HDF5Reader.description``), so that a worker opening one file

@@ -301,6 +301,34 @@ def test_a_file_changed_after_the_dataset_was_made_is_read_as_it_is_now(tmp_path
         ds.read_batch([40])
 
 
+def test_a_single_h5ad_is_read_in_each_process_as_described_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One file's description travels with the dataset as each of many files' does: a
+    process it is pickled to reads the file without h5py, the same rows; reads in the parent
+    add nothing to it; a file rewritten since is read as it is now."""
+    import h5py
+
+    path, x = _small_h5ad(tmp_path / "one.h5ad", 0)
+    ds = chunkio.ChunkDataset(path, fields=SMALL)
+    opened: list[str] = []
+    real = h5py.File
+    monkeypatch.setattr(h5py, "File", lambda *a, **k: opened.append(str(a[0])) or real(*a, **k))
+    idx = np.array([39, 0, 7, 8, 20])
+    got = pickle.loads(pickle.dumps(ds)).read_batch(idx)  # as a spawned worker reads it
+    np.testing.assert_array_equal(got["x"], x[idx].toarray())
+    names = np.asarray(ds.categories("label"))[got["label"]]
+    assert names.tolist() == [_small_label(int(i)) for i in idx]
+    assert opened == []
+    made = len(pickle.dumps(ds))
+    ds.read_batch(np.arange(40))  # reads here leave what each worker is handed as it was
+    assert len(pickle.dumps(ds)) == made
+    with real(path, "r+") as f:  # in place: the same inode and size
+        f["X/data"][...] = f["X/data"][...] * 3
+    later = pickle.loads(pickle.dumps(ds)).read_batch(idx)["x"]
+    np.testing.assert_array_equal(later, x[idx].toarray() * 3)
+
+
 def test_reading_in_the_parent_leaves_the_description_as_it_was_made(tmp_path: Path) -> None:
     """Each reader copies what it is handed (scratch buffers, checked checksums): reads in
     the parent add nothing to what the dataset pickles to each worker."""
