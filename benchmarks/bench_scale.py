@@ -316,6 +316,8 @@ def _cell(value: Any) -> str:
 def _table(name: str, rows: list[dict[str, Any]]) -> str:
     """A section's rows as markdown, the first column its size, the last line the fitted
     exponent of each numeric column."""
+    if not rows:
+        return f"## {name}\n\nno sizes"
     size, *cols = list(rows[0])
     lines = [f"## {name}", "", f"| {size} | " + " | ".join(cols) + " |"]
     lines.append("|" + "---|" * (len(cols) + 1))

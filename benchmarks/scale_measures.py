@@ -56,14 +56,15 @@ def order_once(spec: dict[str, Any]) -> dict[str, Any]:
     from chunkio.sampling.sampler import ChunkBatchSampler
 
     rows = int(spec["rows"])
-    sampler = ChunkBatchSampler(bo.chunk_sizes(rows), bo.BATCH)
+    sizes = bo.chunk_sizes(rows)
+    sampler = ChunkBatchSampler(sizes, bo.BATCH)
     next(sampler.iter_arrays())  # imports and first-call allocations out of the measure
     before = bo._rss("VmHWM")
     base = bo._rss("VmRSS")
     bo._reset_peak()
     found: dict[str, Any] = {}
     if spec.get("mode") == "eager":
-        _, wall, cpu = bo._timed(lambda: bo._eager(bo.chunk_sizes(rows), sampler))
+        _, wall, cpu = bo._timed(lambda: bo._eager(sizes, sampler))
         found.update(first_s=wall, first_cpu_s=cpu, pass_s=wall, pass_cpu_s=cpu, resume_s=wall)
     else:
         it = sampler.iter_arrays()

@@ -40,7 +40,7 @@ FILES_WORKER_PER_FILE = 512 * 2**10
 def _growth(rows: list[dict[str, Any]], key: str) -> float:
     """Bytes per unit of size between the first and the last row."""
     size = next(iter(rows[0]))
-    return (rows[-1][key] - rows[0][key]) * MB / (rows[-1][size] - rows[0][size])
+    return float(rows[-1][key] - rows[0][key]) * MB / (rows[-1][size] - rows[0][size])
 
 
 @pytest.mark.timeout(120)
