@@ -59,7 +59,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -109,14 +109,27 @@ def make_store(root: Path, rows: int) -> Path:
     return path
 
 
-def polled(cmd: Sequence[str], *, interval: float = 0.05) -> dict[str, Any]:
+def _kill(procs: Sequence[Any]) -> None:
+    """Kill the processes ``procs`` (a child and its descendants this module started)."""
+    import psutil
+
+    for p in procs:
+        with suppress(psutil.Error):
+            p.kill()
+
+
+def polled(
+    cmd: Sequence[str], *, interval: float = 0.05, timeout: float | None = None
+) -> dict[str, Any]:
     """Run ``cmd`` (a child printing one JSON object as its last line) and poll, until it
     exits, the peak RSS (``VmHWM``) and CPU time of it and of each of its descendants.
 
     Returns the child's object with ``peak_rss_main`` (the child's peak: the larger of the
     polled one and its ``self_peak_rss``), ``peak_rss_worker`` (the largest descendant's, or its
     ``workers_peak_rss``) and ``cpu_s`` (every process's CPU time as last polled). The child's
-    output goes to files, not pipes, so a talkative child cannot fill a pipe and stall.
+    output goes to files, not pipes, so a talkative child cannot fill a pipe and stall. Past
+    ``timeout`` seconds, or when this process is interrupted, the child and its descendants are
+    killed (``RuntimeError`` for the timeout).
     """
     import psutil
 
@@ -125,20 +138,27 @@ def polled(cmd: Sequence[str], *, interval: float = 0.05) -> dict[str, Any]:
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         child = subprocess.Popen(list(cmd), stdout=out, stderr=err, text=True, cwd=REPO)
         main = psutil.Process(child.pid)
-        while child.poll() is None:
-            try:
-                procs = [main, *main.children(recursive=True)]
-            except psutil.Error:
-                break
-            for p in procs:
+        start, procs = time.monotonic(), [main]
+        try:
+            while child.poll() is None:
+                if timeout is not None and time.monotonic() - start > timeout:
+                    raise RuntimeError(f"{cmd[-2:]} still running after {timeout} s: killed")
                 try:
-                    times = p.cpu_times()
+                    procs = [main, *main.children(recursive=True)]
                 except psutil.Error:
-                    continue
-                cpu[p.pid] = times.user + times.system
-                peaks[p.pid] = max(peaks.get(p.pid, 0), peak_rss(p.pid) or 0)
-            time.sleep(interval)
-        child.wait()
+                    break
+                for p in procs:
+                    try:
+                        times = p.cpu_times()
+                    except psutil.Error:
+                        continue
+                    cpu[p.pid] = times.user + times.system
+                    peaks[p.pid] = max(peaks.get(p.pid, 0), peak_rss(p.pid) or 0)
+                time.sleep(interval)
+        finally:
+            if child.poll() is None:
+                _kill(procs[1:] + procs[:1])  # the workers first: none outlives the child
+            child.wait()
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read(), err.read()
@@ -153,10 +173,14 @@ def polled(cmd: Sequence[str], *, interval: float = 0.05) -> dict[str, Any]:
     return got
 
 
+#: seconds one size may run before its process is killed (``None``: no limit)
+TIMEOUT: float | None = None
+
+
 def _measure(section: str, spec: dict[str, Any]) -> dict[str, Any]:
     """:mod:`benchmarks.scale_measures`' ``section`` of ``spec`` in a fresh, polled process."""
     cmd = [sys.executable, "-m", "benchmarks.scale_measures", section, json.dumps(spec)]
-    return polled(cmd)
+    return polled(cmd, timeout=TIMEOUT)
 
 
 def _shown(row: dict[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ catch the memory it is there for (a whole-epoch order, a store held whole past i
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/ is not installed
 
-from benchmarks import bench_scale
+from benchmarks import bench_scale, scale_measures
 
 MB = 2**20
 #: the order's growth per row beyond the pool (issue 36: <= 10 B/sample; the whole-epoch
@@ -25,16 +26,22 @@ MB = 2**20
 ORDER_BYTES_PER_ROW = 10.0
 #: windows: a worker's growth past Workers(hold_bytes) between a store within the budget and one
 #: 20x larger: the mixing pool's stream cache (31.5 MiB a reader at batch 32, above a budget
-#: this small, as chunkio logs), decode buffers and the allocator's slack (21-69 MB measured
-#: from run to run; a store held whole past the budget adds 280 MB)
+#: this small, as chunkio logs), decode buffers and the allocator's slack (21-69 MiB measured
+#: from run to run; a store held whole past the budget adds 280 MiB)
 WINDOWS_ALLOWANCE = 96 * MB
 WINDOWS_STEPS = (600, 12000)
 WINDOWS_HOLD = 16 * MB
-#: many files: the main process keeps an index entry and a description per file (16-20 kB
+#: many files: the main process keeps an index entry and a description per file (16-20 KiB
 #: measured); a worker's open handles are capped, but at 50 files all are open, and each open
-#: h5py file keeps its caches (~0.28 MB measured)
+#: h5py file keeps its caches (~0.28 MiB measured)
 FILES_MAIN_PER_FILE = 128 * 2**10
 FILES_WORKER_PER_FILE = 512 * 2**10
+
+
+@pytest.fixture(autouse=True)
+def _bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A measure that hangs is killed with its workers, not left behind by the test's timeout."""
+    monkeypatch.setattr(bench_scale, "TIMEOUT", 100.0)
 
 
 def _growth(rows: list[dict[str, Any]], key: str) -> float:
@@ -43,12 +50,26 @@ def _growth(rows: list[dict[str, Any]], key: str) -> float:
     return float(rows[-1][key] - rows[0][key]) * MB / (rows[-1][size] - rows[0][size])
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize(
     "mode", ["lazy", pytest.param("eager", marks=pytest.mark.slow, id="eager-is-caught")]
 )
+def test_the_order_measure_holds_no_memory_per_row(mode: str) -> None:
+    """The order's measure in this process (no fresh process: cheap), 2e5 and 2e6 rows: the
+    order's own peak above the RSS before it grows <= 10 B a row; the whole epoch built at
+    once (``eager``) is caught by the same bound."""
+    found = [scale_measures.order_once({"rows": n, "mode": mode}) for n in (200_000, 2_000_000)]
+    per_row = (found[1]["order_rss"] - found[0]["order_rss"]) / 1_800_000
+    assert (per_row <= ORDER_BYTES_PER_ROW) is (mode == "lazy"), (per_row, found)
+    assert all(f["pass_cpu_s"] >= f["first_cpu_s"] >= 0 for f in found), found
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", ["lazy", pytest.param("eager", id="eager-is-caught")])
 def test_the_epoch_order_holds_no_memory_per_row(tmp_path: Path, mode: str) -> None:
-    """2e5 and 2e6 rows: the main process's peak RSS grows <= 10 B a row; the whole epoch
+    """As the benchmark runs it, each size in a fresh process (two imports of torch: seconds),
+    2e5 and 2e6 rows: the main process's peak RSS grows <= 10 B a row; the whole epoch
     built at once (``eager``, the order before issue 36) is caught by the same bound."""
     rows = bench_scale.order_section([200_000, 2_000_000], tmp_path, mode=mode)
     assert [r["rows"] for r in rows] == [200_000, 2_000_000]
@@ -131,3 +152,35 @@ def test_a_failing_measure_says_why() -> None:
     cmd = [sys.executable, "-c", "import sys; sys.exit('no such store: /nowhere')"]
     with pytest.raises(RuntimeError, match=r"failed \(1\): no such store: /nowhere"):
         bench_scale.polled(cmd)
+
+
+def test_a_measure_past_its_timeout_is_killed() -> None:
+    """A child waiting for a signal that never comes: killed and reaped at its timeout."""
+    import psutil
+
+    before = {p.pid for p in psutil.Process().children()}
+    cmd = [sys.executable, "-c", "import signal; signal.pause()"]
+    with pytest.raises(RuntimeError, match=r"still running after 0.5 s: killed"):
+        bench_scale.polled(cmd, timeout=0.5)
+    assert {p.pid for p in psutil.Process().children()} <= before
+
+
+@pytest.mark.slow
+def test_a_measure_past_its_timeout_is_killed_with_its_children(tmp_path: Path) -> None:
+    """The child starts a grandchild (a worker) and both wait for a signal that never comes;
+    the timeout leaves the grandchild time to start."""
+    import psutil
+
+    pids = tmp_path / "pids"
+    code = (
+        "import os, signal, subprocess, sys; "
+        "g = subprocess.Popen([sys.executable, '-c', 'import signal; signal.pause()']); "
+        "open(sys.argv[1], 'w').write(f'{os.getpid()} {g.pid}'); signal.pause()"
+    )
+    cmd = [sys.executable, "-c", code, str(pids)]
+    with pytest.raises(RuntimeError, match=r"still running after 8 s: killed"):
+        bench_scale.polled(cmd, timeout=8)
+    for pid in map(int, pids.read_text().split()):
+        # gone, or ending now: killed (one still waiting would raise TimeoutExpired)
+        with contextlib.suppress(psutil.NoSuchProcess):
+            psutil.Process(pid).wait(timeout=10)
