@@ -20,8 +20,8 @@ process's peak RSS.
 reads them: 500 cells x 200 genes a file, 2 ring workers (fork), batch 256, ``--seconds`` of
 batches after the first: wall per cell, CPU per cell of all processes (parent from the first
 batch, both workers their whole life; CPU per batch / 256, so a short last batch of an epoch
-counts as a full one), ``make_loader`` seconds, peak RSS of the main process and of the largest
-worker. Files are written once under ``--files-root`` and reused.
+counts as a full one) and the parent's alone, ``make_loader`` seconds, peak RSS of the main
+process and of the largest worker. Files are written once under ``--files-root`` and reused.
 
 ``windows`` (steps, default 1k-100k): ERA5-like stores written by xarray
 (:func:`benchmarks.bench_windows.era_store`: 3 variables of 32x64 float32, 24 steps per chunk;
@@ -250,6 +250,7 @@ def files_section(
             "files": n,
             "wall_us_per_cell": 1e6 / got["cells_per_s"],
             "cpu_us_per_cell": 1e3 * got["cpu_ms_per_batch"] / bench_files.BATCH,
+            "parent_cpu_us_per_cell": 1e3 * got["parent_cpu_ms_per_batch"] / bench_files.BATCH,
             "make_loader_s": got["make_loader_s"],
             "distinct_vs_uniform": got["distinct_ratio"],
             "peak_rss_main_mb": got["peak_rss_main"] / MB,
