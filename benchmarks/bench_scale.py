@@ -29,8 +29,8 @@ process and of the largest worker. Files are written once under ``--files-root``
 ``t-1, t`` and target ``t+1``, batch 32, 2 workers: wall and CPU per sample of every process in
 the first epoch (workers' start included) and in later ones (``--seconds``), peak RSS main and
 largest worker, and the path chunkio logged (held, held in part, streamed). ``era_store``
-makes a store whole in memory before writing it (about 3x its decoded size: ~7 GB at 100k
-steps), once: later runs reuse it under ``--root``.
+makes a store whole in memory (float64 intermediates: several GB at 100k steps) before writing
+it, once: later runs reuse it under ``--root``.
 
 ``convert`` (rows, default 1M-10M): ``convert_arrays`` of a Zarr v3 store (zarr-python,
 written block by block, never whole in memory) of ``rows`` rows: ``x`` (rows, 4) float32 and
