@@ -92,6 +92,11 @@ class PatchReads:
             fill = [at[b] for b in padded] if pad_mode == "constant" else []
             batch = _batch(shape, np.dtype(dtypes[kind]), pad_values.get(kind, 0), out, kind, fill)
             cache = self._cache(volumes, kind, kinds, dtypes)
+            if len(plan.chunks) > cache.capacity:
+                # room for what a batch of this many patches can touch: the cache then grows
+                # to a batch's need without a new buffer written afresh each time (first
+                # writes of memory cost several decodes); unused room costs nothing
+                cache.reserve(_batch_slots(volumes, patch_size, len(at)))
             slots = self._admit(volumes, kind, cache, plan.chunks)
             started = time.perf_counter()
             held, pool = slots.tolist(), cache.buffer
@@ -249,6 +254,21 @@ class _Bound:
         if again and cache.capacity < self.slots:
             # chunks decoded into never-written pages cost several times their decode
             cache.grow_to(self.slots, prefault=True)
+
+
+def _batch_slots(volumes: VolumeSet, patch_size: tuple[int, ...], patches: int) -> int:
+    """The most chunks ``patches`` patches of ``patch_size`` can touch (at most every chunk
+    of the volumes).
+
+    >>> vs = VolumeSet(shapes=((512, 512),), chunks=(64, 64), stacked=True)
+    >>> _batch_slots(vs, (64, 64), 8), _batch_slots(vs, (64, 64), 100), _batch_slots(vs, (1, 1), 3)
+    (32, 64, 3)
+    """
+    per_patch = 1
+    for p, c in zip(patch_size, volumes.chunks, strict=True):
+        per_patch *= -(-(p - 1) // c) + 1
+    chunks = sum(int(np.prod(volumes.chunk_grid(v))) for v in range(volumes.count))
+    return min(chunks, patches * per_patch)
 
 
 def _slot_bytes(volumes: VolumeSet, kind: str, dtype: Any) -> int:
