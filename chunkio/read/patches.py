@@ -175,9 +175,13 @@ class PatchReads:
         # C-contiguous slot needs no staging copy in either backend)
         size = volumes.chunks
         pool = cache.buffer
+        arrays: dict[int, str] = {}
         for (v, *coords), slot in zip(chunks.tolist(), slots.tolist(), strict=True):
-            name, shape = volumes.array(kind, v)[0], volumes.shapes[v]
-            array = self.ctx.layout.field(name).roles.values  # a foreign store's path
+            array = arrays.get(v)
+            if array is None:  # a foreign store's path
+                name = volumes.array(kind, v)[0]
+                array = arrays[v] = self.ctx.layout.field(name).roles.values
+            shape = volumes.shapes[v]
             lo = tuple(x * c for x, c in zip(coords, size, strict=True))
             hi = tuple(min(a + c, n) for a, c, n in zip(lo, size, shape, strict=True))
             region = volumes.region(kind, v, lo, hi)

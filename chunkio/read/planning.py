@@ -202,13 +202,14 @@ def plan_patch_reads(
     c_lo, c_hi = lo // chunk, ceil_div_array(hi, chunk)
     index: dict[tuple[int, ...], int] = {}
     found_pieces: list[list[int]] = []
-    for b, (v, first, stop) in enumerate(
-        zip(key_arr[:, 0].tolist(), c_lo.tolist(), c_hi.tolist(), strict=True)
+    sizes = chunk.tolist()
+    for b, (v, first, stop, p_lo, p_hi, o) in enumerate(
+        zip(*(a.tolist() for a in (key_arr[:, 0], c_lo, c_hi, lo, hi, origin)), strict=True)
     ):
         for coords in itertools.product(*map(range, first, stop)):
             row = index.setdefault((v, *coords), len(index))
             if pieces:
-                found_pieces.append([b, row, *_piece(coords, chunk, lo[b], hi[b], origin[b])])
+                found_pieces.append([b, row, *_piece(coords, sizes, p_lo, p_hi, o)])
     # storage order for the reads; renumber the pieces' chunk rows to match
     found = np.array(list(index), np.int64).reshape(-1, 1 + ndim)
     order = np.lexsort(found.T[::-1]) if len(found) else np.zeros(0, np.int64)
@@ -221,15 +222,25 @@ def plan_patch_reads(
 
 def _piece(
     coords: tuple[int, ...],
-    chunk: IntArray,
-    lo: IntArray,
-    hi: IntArray,
-    origin: IntArray,
+    chunk: list[int],
+    lo: list[int],
+    hi: list[int],
+    origin: list[int],
 ) -> list[int]:
-    """``src_lo, dst_lo, size`` of a patch's piece in one chunk."""
-    c_lo = np.asarray(coords, np.int64) * chunk
-    a, z = np.maximum(lo, c_lo), np.minimum(hi, c_lo + chunk)
-    return [*(a - c_lo).tolist(), *(a - origin).tolist(), *(z - a).tolist()]
+    """``src_lo, dst_lo, size`` of a patch's piece in one chunk (Python ints: a batch has
+    tens of pieces, where NumPy's per-call cost outweighs the arithmetic).
+
+    >>> _piece((1, 0), [4, 4], [3, 2], [7, 6], [3, 2])  # patch [3:7, 2:6], chunk [4:8, 0:4]
+    [0, 2, 1, 0, 3, 2]
+    """
+    starts = [x * c for x, c in zip(coords, chunk, strict=True)]
+    a = [max(p, s) for p, s in zip(lo, starts, strict=True)]
+    z = [min(p, s + c) for p, s, c in zip(hi, starts, chunk, strict=True)]
+    return [
+        *(x - s for x, s in zip(a, starts, strict=True)),
+        *(x - o for x, o in zip(a, origin, strict=True)),
+        *(y - x for x, y in zip(a, z, strict=True)),
+    ]
 
 
 def piece_slices(
