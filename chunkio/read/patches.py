@@ -172,10 +172,12 @@ class PatchReads:
             self._fill_by_boxes(volumes, kind, cache, chunks, slots)
             return
         # a local store: each chunk decoded straight into its slot (a whole chunk into a
-        # C-contiguous slot needs no staging copy in either backend)
+        # C-contiguous slot needs no staging copy in either backend), an array's chunks in
+        # one call
         size = volumes.chunks
         pool = cache.buffer
         arrays: dict[int, str] = {}
+        boxes: dict[str, tuple[list[tuple[slice, ...]], list[npt.NDArray[Any]]]] = {}
         for (v, *coords), slot in zip(chunks.tolist(), slots.tolist(), strict=True):
             array = arrays.get(v)
             if array is None:  # a foreign store's path
@@ -188,8 +190,12 @@ class PatchReads:
             part = pool[(slot, Ellipsis, *(slice(0, b - a) for a, b in zip(lo, hi, strict=True)))]
             # the region's leading axes of one (the volume's row, a label's channel) as views
             target = part[(None,) * (len(region) - part.ndim)]
-            self.ctx.reader.read_region(array, region, target)
-            self.ctx.stats.bytes_decoded += target.nbytes
+            regions, targets = boxes.setdefault(array, ([], []))
+            regions.append(region)
+            targets.append(target)
+        for array, (regions, targets) in boxes.items():
+            self.ctx.reader.read_regions(array, regions, targets)
+            self.ctx.stats.bytes_decoded += sum(t.nbytes for t in targets)
 
     def _fill_by_boxes(
         self,

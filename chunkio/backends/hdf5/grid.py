@@ -23,7 +23,7 @@ import itertools
 import os
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -225,6 +225,28 @@ class RawGrid:
             return raw
 
         return stored
+
+    def read_boxes(
+        self,
+        fd: int,
+        boxes: Sequence[tuple[tuple[slice, ...], npt.NDArray[Any]]],
+        clock: StageClock,
+        *,
+        fallback: Fallback,
+        fill: Any,
+        where: str,
+    ) -> None:
+        """:meth:`read_region` of each ``(region, out)`` of ``boxes`` from descriptor ``fd``,
+        the file's state checked once (:meth:`check_file`); errors name file ``where``."""
+        self.check_file(fd)
+        stored = self.pread(fd)
+        try:
+            for region, out in boxes:
+                self.read_region(region, out, stored, clock, fallback=fallback, fill=fill)
+        except (CorruptChunkError, MissingChunkError) as err:
+            if str(err).startswith(where):
+                raise
+            raise type(err)(f"{where}: {err}") from err
 
     def read_region(
         self,
