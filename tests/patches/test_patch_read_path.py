@@ -157,7 +157,7 @@ def test_the_cache_grows_to_its_bound_once_reads_come_back_to_chunks(volume):
 def test_the_pool_grows_within_the_room_its_batch_can_touch(volume):
     # the pool reserves what a batch's patches can touch (2 patches of 4^3 in chunks of 4^3:
     # 8 chunks each, but the volume has 12), so a later batch needing more chunks takes more
-    # slots of the same memory, not a new buffer written afresh; unused room is never written
+    # slots of the same memory, not a new buffer written afresh
     path, image, label = volume
     ds = PatchDataset(path, SIZE)
     ds.read_patches([(0, 0, 0, 0), (0, 4, 4, 0)])  # chunk-aligned: 2 chunks
