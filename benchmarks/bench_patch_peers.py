@@ -369,6 +369,8 @@ def _converted_rows(common: dict[str, Any], data: dict[str, Any], peers: bool, t
             _ours({**converted, "path": data["hdf5"]}, timeout_s))  # fmt: skip
     ring = {**converted, "path": data["zarr"], "route": "make_loader"}
     add("chunkio converted (Zarr), make_loader", "converted", _ours(ring, timeout_s))
+    ring = {**converted, "path": data["hdf5"], "route": "make_loader"}
+    add("chunkio converted (HDF5), make_loader", "converted", _ours(ring, timeout_s))
     keys = ours.get("keys")
     for fmt in ("hdf5", "zarr"):
         name = f"per-patch {'h5py' if fmt == 'hdf5' else 'zarr'} (same file, same keys)"

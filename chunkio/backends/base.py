@@ -132,6 +132,14 @@ class Reader(Protocol):
         """
         ...
 
+    def read_regions(
+        self, name: str, regions: Sequence[tuple[slice, ...]], outs: Sequence[npt.NDArray[Any]]
+    ) -> None:
+        """:meth:`read_region` of each box of ``regions`` into its buffer of ``outs`` (a
+        patch batch's chunks, one box each): a backend may pay its per-call costs once."""
+        for region, out in zip(regions, outs, strict=True):
+            self.read_region(name, region, out)
+
     def chunk_exists(self, name: str, chunk: int | tuple[int, ...]) -> bool:
         """Whether a chunk is stored: ``chunk`` is its number along the sample axis (the
         first chunk of that row of the grid), or its grid coordinates along every axis."""

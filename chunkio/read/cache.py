@@ -42,9 +42,11 @@ class DecodedChunkCache:
         self._shape = tuple(sample_shape)
         self._dtype = np.dtype(dtype)
         self.capacity = max(1, int(capacity))
-        self.buffer: npt.NDArray[Any] = np.empty(
+        #: the slots' memory: ``buffer`` is its first ``capacity`` slots (see :meth:`reserve`)
+        self._room: npt.NDArray[Any] = np.empty(
             (self.capacity * self.rows_per_chunk, *self._shape), self._dtype
         )
+        self.buffer: npt.NDArray[Any] = self._room
         self._slot_of: IntArray = np.full(0, -1, np.int64)  # chunk -> slot (-1: not held)
         self._chunk_in: IntArray = np.full(self.capacity, -1, np.int64)  # slot -> chunk
         self._used: IntArray = np.zeros(self.capacity, np.int64)  # slot -> last admit
@@ -137,15 +139,33 @@ class DecodedChunkCache:
             if prefault:
                 _touched(self.buffer[old:])
 
+    def reserve(self, capacity: int) -> None:
+        """Room for ``capacity`` slots without a new buffer when the cache grows to them
+        (held chunks keep their slots). Growing past the room writes a new buffer through
+        (the copy, and the first writes of its memory: several decodes' worth per chunk);
+        reserved slots cost nothing until used, pages are written as slots fill.
+
+        >>> cache = DecodedChunkCache(rows_per_chunk=1, sample_shape=(), dtype="i8", capacity=1)
+        >>> cache.reserve(4)
+        >>> room = cache.buffer.base
+        >>> _ = cache.admit(np.array([0, 1, 2]))
+        >>> cache.capacity, len(cache.buffer), cache.buffer.base is room
+        (3, 3, True)
+        """
+        if capacity * self.rows_per_chunk > len(self._room):
+            room = np.empty((capacity * self.rows_per_chunk, *self._shape), self._dtype)
+            room[: len(self.buffer)] = self.buffer
+            self._room = room
+            self.buffer = room[: len(self.buffer)]
+
     def rows(self, slot: int, count: int) -> npt.NDArray[Any]:
         """The first ``count`` rows of ``slot``, to decode into."""
         start = slot * self.rows_per_chunk
         return self.buffer[start : start + count]
 
     def _grow(self, capacity: int) -> None:
-        old = self.buffer
-        self.buffer = np.empty((capacity * self.rows_per_chunk, *self._shape), self._dtype)
-        self.buffer[: len(old)] = old
+        self.reserve(capacity)
+        self.buffer = self._room[: capacity * self.rows_per_chunk]
         extra = capacity - self.capacity
         self._chunk_in = np.concatenate([self._chunk_in, np.full(extra, -1, np.int64)])
         self._used = np.concatenate([self._used, np.zeros(extra, np.int64)])

@@ -92,6 +92,11 @@ class PatchReads:
             fill = [at[b] for b in padded] if pad_mode == "constant" else []
             batch = _batch(shape, np.dtype(dtypes[kind]), pad_values.get(kind, 0), out, kind, fill)
             cache = self._cache(volumes, kind, kinds, dtypes)
+            if len(plan.chunks) > cache.capacity:
+                # room for what a batch of this many patches can touch: the cache then grows
+                # to a batch's need without a new buffer written afresh each time (first
+                # writes of memory cost several decodes); unused room costs nothing
+                cache.reserve(_batch_slots(volumes, patch_size, len(at)))
             slots = self._admit(volumes, kind, cache, plan.chunks)
             started = time.perf_counter()
             held, pool = slots.tolist(), cache.buffer
@@ -167,20 +172,30 @@ class PatchReads:
             self._fill_by_boxes(volumes, kind, cache, chunks, slots)
             return
         # a local store: each chunk decoded straight into its slot (a whole chunk into a
-        # C-contiguous slot needs no staging copy in either backend)
+        # C-contiguous slot needs no staging copy in either backend), an array's chunks in
+        # one call
         size = volumes.chunks
         pool = cache.buffer
+        arrays: dict[int, str] = {}
+        boxes: dict[str, tuple[list[tuple[slice, ...]], list[npt.NDArray[Any]]]] = {}
         for (v, *coords), slot in zip(chunks.tolist(), slots.tolist(), strict=True):
-            name, shape = volumes.array(kind, v)[0], volumes.shapes[v]
-            array = self.ctx.layout.field(name).roles.values  # a foreign store's path
+            array = arrays.get(v)
+            if array is None:  # a foreign store's path
+                name = volumes.array(kind, v)[0]
+                array = arrays[v] = self.ctx.layout.field(name).roles.values
+            shape = volumes.shapes[v]
             lo = tuple(x * c for x, c in zip(coords, size, strict=True))
             hi = tuple(min(a + c, n) for a, c, n in zip(lo, size, shape, strict=True))
             region = volumes.region(kind, v, lo, hi)
             part = pool[(slot, Ellipsis, *(slice(0, b - a) for a, b in zip(lo, hi, strict=True)))]
             # the region's leading axes of one (the volume's row, a label's channel) as views
             target = part[(None,) * (len(region) - part.ndim)]
-            self.ctx.reader.read_region(array, region, target)
-            self.ctx.stats.bytes_decoded += target.nbytes
+            regions, targets = boxes.setdefault(array, ([], []))
+            regions.append(region)
+            targets.append(target)
+        for array, (regions, targets) in boxes.items():
+            self.ctx.reader.read_regions(array, regions, targets)
+            self.ctx.stats.bytes_decoded += sum(t.nbytes for t in targets)
 
     def _fill_by_boxes(
         self,
@@ -249,6 +264,21 @@ class _Bound:
         if again and cache.capacity < self.slots:
             # chunks decoded into never-written pages cost several times their decode
             cache.grow_to(self.slots, prefault=True)
+
+
+def _batch_slots(volumes: VolumeSet, patch_size: tuple[int, ...], patches: int) -> int:
+    """The most chunks ``patches`` patches of ``patch_size`` can touch (at most every chunk
+    of the volumes).
+
+    >>> vs = VolumeSet(shapes=((512, 512),), chunks=(64, 64), stacked=True)
+    >>> _batch_slots(vs, (64, 64), 8), _batch_slots(vs, (64, 64), 100), _batch_slots(vs, (1, 1), 3)
+    (32, 64, 3)
+    """
+    per_patch = 1
+    for p, c in zip(patch_size, volumes.chunks, strict=True):
+        per_patch *= -(-(p - 1) // c) + 1
+    chunks = sum(int(np.prod(volumes.chunk_grid(v))) for v in range(volumes.count))
+    return min(chunks, patches * per_patch)
 
 
 def _slot_bytes(volumes: VolumeSet, kind: str, dtype: Any) -> int:

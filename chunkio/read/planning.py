@@ -201,35 +201,43 @@ def plan_patch_reads(
     inner = np.stack([lo - origin, hi - origin], axis=1)
     c_lo, c_hi = lo // chunk, ceil_div_array(hi, chunk)
     index: dict[tuple[int, ...], int] = {}
-    found_pieces: list[list[int]] = []
+    found_pieces: list[tuple[int, ...]] = []  # (patch, chunk row, *chunk coordinates)
     for b, (v, first, stop) in enumerate(
         zip(key_arr[:, 0].tolist(), c_lo.tolist(), c_hi.tolist(), strict=True)
     ):
         for coords in itertools.product(*map(range, first, stop)):
             row = index.setdefault((v, *coords), len(index))
             if pieces:
-                found_pieces.append([b, row, *_piece(coords, chunk, lo[b], hi[b], origin[b])])
+                found_pieces.append((b, row, *coords))
     # storage order for the reads; renumber the pieces' chunk rows to match
     found = np.array(list(index), np.int64).reshape(-1, 1 + ndim)
     order = np.lexsort(found.T[::-1]) if len(found) else np.zeros(0, np.int64)
     rank = np.empty(len(order), np.int64)
     rank[order] = np.arange(len(order))
-    piece_arr = np.array(found_pieces, np.int64).reshape(-1, 2 + 3 * ndim)
+    piece_arr = _pieces(
+        np.array(found_pieces, np.int64).reshape(-1, 2 + ndim), chunk, lo, hi, origin
+    )
     piece_arr[:, 1] = rank[piece_arr[:, 1]]
     return PatchReadPlan(key_arr, found[order], piece_arr, inner)
 
 
-def _piece(
-    coords: tuple[int, ...],
-    chunk: IntArray,
-    lo: IntArray,
-    hi: IntArray,
-    origin: IntArray,
-) -> list[int]:
-    """``src_lo, dst_lo, size`` of a patch's piece in one chunk."""
-    c_lo = np.asarray(coords, np.int64) * chunk
-    a, z = np.maximum(lo, c_lo), np.minimum(hi, c_lo + chunk)
-    return [*(a - c_lo).tolist(), *(a - origin).tolist(), *(z - a).tolist()]
+def _pieces(
+    found: IntArray, chunk: IntArray, lo: IntArray, hi: IntArray, origin: IntArray
+) -> IntArray:
+    """``(patch, chunk row, src_lo, dst_lo, size)`` of each piece ``(patch, chunk row,
+    *chunk coordinates)`` of ``found``, for patches whose in-volume part is ``[lo, hi)`` and
+    whose origin is ``origin`` (all pieces at once: a batch has tens of them).
+
+    >>> one = np.array([[0, 0, 1, 0]])  # patch 0, chunk (1, 0) of 4 x 4
+    >>> _pieces(one, np.array([4, 4]), np.array([[3, 2]]), np.array([[7, 6]]), np.array([[3, 2]]))
+    array([[0, 0, 0, 2, 1, 0, 3, 2]])
+    """
+    b = found[:, 0]
+    starts = found[:, 2:] * chunk
+    a = np.maximum(lo[b], starts)
+    z = np.minimum(hi[b], starts + chunk)
+    out: IntArray = np.concatenate([found[:, :2], a - starts, a - origin[b], z - a], axis=1)
+    return out
 
 
 def piece_slices(

@@ -25,6 +25,7 @@ from chunkio.backends.hdf5 import grid as grid_module
 from chunkio.backends.hdf5.backend import HDF5Reader
 from chunkio.backends.hdf5.grid import RawGrid, partial_chunks_unfiltered
 from chunkio.backends.hdf5.raw import RawChunks
+from chunkio.errors import MissingChunkError
 
 FILTERS: dict[str, dict[str, Any]] = {
     "none": {},
@@ -51,12 +52,21 @@ def layouts(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
-def _boxes(shape: tuple[int, ...], rng: np.random.Generator, n: int) -> list[tuple[slice, ...]]:
+def _boxes(
+    shape: tuple[int, ...], rng: np.random.Generator, n: int, chunks: tuple[int, ...] = ()
+) -> list[tuple[slice, ...]]:
+    """The whole array, ``n`` random boxes and, given ``chunks``, 3 boxes of one chunk each
+    (a patch read's chunk: whole, or an edge chunk cut short)."""
     boxes = [tuple(slice(0, s) for s in shape)]
     for _ in range(n):
         lo = [int(rng.integers(0, s)) for s in shape]
         boxes.append(
             tuple(slice(a, int(rng.integers(a + 1, s + 1))) for a, s in zip(lo, shape, strict=True))
+        )
+    for _ in range(3 if chunks else 0):
+        at = [int(rng.integers(0, -(-s // c))) * c for s, c in zip(shape, chunks, strict=True)]
+        boxes.append(
+            tuple(slice(a, min(a + c, s)) for a, c, s in zip(at, chunks, shape, strict=True))
         )
     return boxes
 
@@ -65,7 +75,8 @@ def _assert_boxes_agree(path: str, data: np.ndarray[Any, Any], rng: np.random.Ge
     raw, general = HDF5Reader(path), HDF5Reader(path, raw_chunks=False)
     try:
         assert raw.read_path("x") == "raw" and general.read_path("x") == "h5py"
-        for box in _boxes(data.shape, rng, 12):
+        chunks = tuple(general._dataset("x").chunks)
+        for box in _boxes(data.shape, rng, 12, chunks):
             a = np.full([s.stop - s.start for s in box], 3, data.dtype)
             b = np.full_like(a, 5)
             raw.read_region("x", box, a)
@@ -191,6 +202,47 @@ def test_chains_chunkio_cannot_decode_are_read_by_h5py(
         np.testing.assert_array_equal(out, data[2:7, 3:9, 4:11])
     finally:
         reader.close()
+
+
+def test_a_box_of_one_whole_chunk_missing_filled_or_left_to_h5py(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A box that is one whole chunk (a patch read's chunk, decoded straight into its slot):
+    never written, it is the fill value or a MissingChunkError; one HDF5 must decode itself
+    goes to h5py; the others decode to the data."""
+    data = np.random.default_rng(5).integers(-900, 900, (8, 8, 6)).astype(np.int16)
+    path = str(tmp_path / "a.h5")
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset("x", data.shape, np.int16, chunks=(4, 4, 3), fillvalue=7,
+                             compression="gzip", fletcher32=True)  # fmt: skip
+        d[:4] = data[:4]  # the chunks of rows 4..7 are never written
+    written, never = (
+        (slice(0, 4), slice(4, 8), slice(3, 6)),
+        (slice(4, 8), slice(0, 4), slice(0, 3)),
+    )
+    filled, strict = HDF5Reader(path, fill_missing=True), HDF5Reader(path)
+    try:
+        out = np.full((4, 4, 3), 3, np.int16)
+        filled.read_region("x", never, out)
+        assert (out == 7).all()
+        with pytest.raises(MissingChunkError, match=r"a\.h5: array 'x': chunk 1 is missing"):
+            strict.read_region("x", never, out)
+        strict.read_region("x", written, out)
+        np.testing.assert_array_equal(out, data[written])
+        grid = strict._chunk_readers("x")[1]
+        assert grid is not None
+        grid.masked = frozenset({(0, 1, 1)})
+
+        def refuse(*args: Any) -> None:
+            raise AssertionError("a chunk HDF5 must decode was decoded raw")
+
+        monkeypatch.setattr(grid, "decode_into", refuse)
+        out[...] = 3
+        strict.read_region("x", written, out)
+        np.testing.assert_array_equal(out, data[written])
+    finally:
+        filled.close()
+        strict.close()
 
 
 @pytest.mark.parametrize("size", [0, 1, 2, 3, 7, 8, 9, 4097, 65536, 786432, 786433, 786438])

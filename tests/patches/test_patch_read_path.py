@@ -154,6 +154,24 @@ def test_the_cache_grows_to_its_bound_once_reads_come_back_to_chunks(volume):
     assert _cache(plain, "image").capacity == 4
 
 
+def test_the_pool_grows_within_the_room_its_batch_can_touch(volume):
+    # the pool reserves what a batch's patches can touch (2 patches of 4^3 in chunks of 4^3:
+    # 8 chunks each, but the volume has 12), so a later batch needing more chunks takes more
+    # slots of the same memory, not a new buffer written afresh
+    path, image, label = volume
+    ds = PatchDataset(path, SIZE)
+    ds.read_patches([(0, 0, 0, 0), (0, 4, 4, 0)])  # chunk-aligned: 2 chunks
+    cache = _cache(ds, "image")
+    room = cache.buffer.base
+    assert cache.capacity == 2 and room is not None and len(room) == 12
+    keys = [(0, 3, 2, 1), (0, 5, 4, 3)]  # 8 chunks, and 4 of which 2 are new: 10
+    got = ds.read_patches(keys)
+    assert cache.capacity == len(cache.buffer) == 10 and cache.buffer.base is room
+    for j, (_, *origin) in enumerate(keys):
+        np.testing.assert_array_equal(got["image"][j], reference(image, origin, "constant", 0))
+        np.testing.assert_array_equal(got["label"][j], reference(label, origin, "constant", 0))
+
+
 def test_a_chunk_aligned_grid_keeps_the_cache_at_a_batchs_chunks(volume):
     # each chunk read once (patches of a chunk's size at chunk corners): a cache would only
     # cost the first writes of its memory, so it stays at the batch's two chunks

@@ -336,7 +336,7 @@ class HDF5Reader(Reader):
             for start, stop, offset in coalesce(ranges):
                 box = (slice(start, stop), *rest)
                 self._require_chunks(name, box, grid.chunks)
-                self._read_grid(grid, self._fd, box, out[offset : offset + stop - start])
+                self._read_grid(grid, self._fd, [(box, out[offset : offset + stop - start])])
             return
         d = self._dataset(name)
         started = time.perf_counter()
@@ -399,31 +399,41 @@ class HDF5Reader(Reader):
             ) from err
 
     def read_region(self, name: str, region: tuple[slice, ...], out: npt.NDArray[Any]) -> None:
+        self.read_regions(name, [region], [out])
+
+    def read_regions(
+        self, name: str, regions: Sequence[tuple[slice, ...]], outs: Sequence[npt.NDArray[Any]]
+    ) -> None:
         with self._lock:
             where = f"{self.location}: array {name!r}"
             _, grid = self._chunk_readers(name)
             if grid is not None and self._fd is not None:
-                if check_region(region, grid.shape, out, where):
-                    self._require_chunks(name, region, grid.chunks)
-                    self._read_grid(grid, self._fd, region, out)
+                boxes = []
+                for region, out in zip(regions, outs, strict=True):
+                    if check_region(region, grid.shape, out, where):
+                        self._require_chunks(name, region, grid.chunks)
+                        boxes.append((region, out))
+                self._read_grid(grid, self._fd, boxes)
                 return
             d = self._dataset(name)
-            if not check_region(region, tuple(d.shape), out, where):
-                return
-            self._require_chunks(name, region, d.chunks or d.shape)
-            try:
-                # h5py's fast reader (d[...]) beats read_direct's Python-level selection
-                # handling several-fold on the small boxes patch reads ask for
-                out[...] = d[region]
-            except OSError as err:
-                box = [(s.start, s.stop) for s in region]
-                raise CorruptChunkError(f"{where}: box {box} cannot be read: {err}") from err
+            for region, out in zip(regions, outs, strict=True):
+                if not check_region(region, tuple(d.shape), out, where):
+                    continue
+                self._require_chunks(name, region, d.chunks or d.shape)
+                try:
+                    # h5py's fast reader (d[...]) beats read_direct's Python-level selection
+                    # handling several-fold on the small boxes patch reads ask for
+                    out[...] = d[region]
+                except OSError as err:
+                    box = [(s.start, s.stop) for s in region]
+                    raise CorruptChunkError(f"{where}: box {box} cannot be read: {err}") from err
 
     def _read_grid(
-        self, grid: RawGrid, fd: int, region: tuple[slice, ...], out: npt.NDArray[Any]
+        self, grid: RawGrid, fd: int, boxes: Sequence[tuple[tuple[slice, ...], npt.NDArray[Any]]]
     ) -> None:
-        """Box ``region`` by raw chunk reads (:mod:`.grid`); chunks HDF5 must decode itself
-        (a filter mask the pipeline lacks) through h5py."""
+        """Each ``(region, out)`` of ``boxes`` by raw chunk reads (:mod:`.grid`), the file's
+        state checked once; chunks HDF5 must decode itself (a filter mask the pipeline lacks)
+        through h5py."""
 
         def by_h5py(box: tuple[slice, ...], part: npt.NDArray[Any]) -> None:
             try:
@@ -434,14 +444,9 @@ class HDF5Reader(Reader):
                     f"{self.location}: array {grid.name!r}, box {where} cannot be read: {err}"
                 ) from err
 
-        grid.check_file(fd)
-        fill = self._fill_value(grid.name) if self._fill_missing else None
-        try:
-            grid.read_region(region, out, grid.pread(fd), self.clock, fallback=by_h5py, fill=fill)
-        except (CorruptChunkError, MissingChunkError) as err:
-            if str(err).startswith(self.location):
-                raise
-            raise type(err)(f"{self.location}: {err}") from err
+        if boxes:
+            fill = self._fill_value(grid.name) if self._fill_missing else None
+            grid.read_boxes(fd, boxes, self.clock, fallback=by_h5py, fill=fill, where=self.location)
 
     def _fill_value(self, name: str) -> Any:
         known = self._known(name)

@@ -23,7 +23,7 @@ import itertools
 import os
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -226,6 +226,28 @@ class RawGrid:
 
         return stored
 
+    def read_boxes(
+        self,
+        fd: int,
+        boxes: Sequence[tuple[tuple[slice, ...], npt.NDArray[Any]]],
+        clock: StageClock,
+        *,
+        fallback: Fallback,
+        fill: Any,
+        where: str,
+    ) -> None:
+        """:meth:`read_region` of each ``(region, out)`` of ``boxes`` from descriptor ``fd``,
+        the file's state checked once (:meth:`check_file`); errors name file ``where``."""
+        self.check_file(fd)
+        stored = self.pread(fd)
+        try:
+            for region, out in boxes:
+                self.read_region(region, out, stored, clock, fallback=fallback, fill=fill)
+        except (CorruptChunkError, MissingChunkError) as err:
+            if str(err).startswith(where):
+                raise
+            raise type(err)(f"{where}: {err}") from err
+
     def read_region(
         self,
         region: tuple[slice, ...],
@@ -239,6 +261,27 @@ class RawGrid:
         """Box ``region`` (one slice per axis, validated) into ``out``: each chunk it touches
         decoded once. A chunk never written is the ``fill`` value, or MissingChunkError
         where ``fill`` is None."""
+        coords = self._one_chunk(region)
+        whole = out.shape == self.chunks and out.flags.c_contiguous and out.dtype == self.dtype
+        if coords is not None and whole:
+            # a whole chunk into a buffer of its shape (a patch read's chunk into its slot):
+            # decoded there, without the pieces of the general case
+            if coords in self.masked:
+                fallback(region, out)
+                return
+            t0 = time.perf_counter()
+            raw = stored(coords)
+            clock.read += time.perf_counter() - t0
+            if raw is not None:
+                self.decode_into(raw, coords, out, clock)
+            elif fill is None:
+                raise MissingChunkError(
+                    f"{self.where(coords)} is missing from the file (HDF5 would read it back as "
+                    "the fill value)"
+                )
+            else:
+                out[...] = fill
+            return
         scratch: npt.NDArray[Any] | None = None
         for pieces in itertools.product(*self._axis_pieces(region)):
             coords, dst, src, box = zip(*pieces, strict=True)
@@ -264,6 +307,24 @@ class RawGrid:
                 scratch = np.empty(self.chunks, self.dtype)
             self.decode_into(raw, coords, scratch, clock)
             part[...] = scratch[src]
+
+    def _one_chunk(self, region: tuple[slice, ...]) -> Coords | None:
+        """The grid coordinates of the chunk ``region`` is exactly (whole, not an edge chunk
+        cut by the array's end), else None (pure).
+
+        >>> plain = Pipeline((), False, None, False)
+        >>> grid = RawGrid("x", (10, 8), (4, 4), np.dtype("u1"), plain, {})
+        >>> grid._one_chunk((slice(4, 8), slice(0, 4)))  # chunk (1, 0)
+        (1, 0)
+        >>> grid._one_chunk((slice(8, 10), slice(0, 4))) is None  # the edge chunk, cut short
+        True
+        """
+        coords = []
+        for s, c in zip(region, self.chunks, strict=True):
+            if s.start % c or s.stop - s.start != c:
+                return None
+            coords.append(s.start // c)
+        return tuple(coords)
 
     def _axis_pieces(
         self, region: tuple[slice, ...]
