@@ -8,8 +8,7 @@ puts each ``(anchor, step)`` row into the batch at ``[b, step, variable]``. A lo
 field's stacked variables decoded whole, side by side, when they fit its budget (held), else
 streams them through one cache of chunks side by side (:mod:`chunkio.read.windows.stream`),
 holding their first chunks that fit the budget (:mod:`chunkio.read.windows.held`): either way
-a batch of the field is one ``np.take`` (two across the held part's edge); :func:`window_path`
-picks and logs it.
+a batch of the field is one ``np.take``; :func:`window_path` picks and logs it.
 
 The window readers live here, the streamed stack in :mod:`.stream`, held stacks' filling in
 :mod:`.held`. Like the rest of
