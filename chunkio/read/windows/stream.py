@@ -18,9 +18,9 @@ each chunk is decoded about once per pass over the data. The chunks a batch lack
 on the dataset's ``decode_threads`` (Zstd, Blosc and LZ4 release the GIL). Where the loader's
 budget holds the stack's first chunks (:mod:`chunkio.read.windows.held`), a batch all of
 whose rows are there is gathered from them; one that also reaches past them admits its held
-chunks too, copied into their slots instead of decoded (a copy: about a ninth of a Zstd
-decode), so that every batch stays one gather: two gathers and the scatters of their
-results cost more than the copies.
+chunks too, copied into their slots instead of decoded (a copy out of the part's shared
+memory costs about a third of a Zstd decode), so that every batch stays one gather: two
+gathers and the scatters of their results cost more than the copies.
 """
 
 from __future__ import annotations
