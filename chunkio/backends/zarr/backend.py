@@ -340,8 +340,10 @@ class ZarrReader(Reader):
         arr = self._array(name)
         engine = self._fast[name]
         if engine is not None:
-            with self._errors_named():
+            try:  # as _errors_named, inline: a read of one chunk is called per chunk
                 engine.read_rows(ranges, out, self.clock)
+            except ChunkReadError as err:
+                raise type(err)(f"{self.location}: {err}") from err
             return
         step = int(arr.chunks[0])
         start_time = time.perf_counter()

@@ -140,6 +140,16 @@ class ArrayEngine:
         self, ranges: Sequence[tuple[int, int]], out: npt.NDArray[Any], clock: StageClock
     ) -> None:
         """Rows ``[a, b)`` of each range, concatenated in order, into ``out``."""
+        if len(ranges) == 1 and not self.source.batches:
+            start, stop = ranges[0]
+            if (
+                start % self.chunks[0] == 0
+                and stop - start == self.chunks[0]
+                and out.shape == self.chunks
+                and out.flags.c_contiguous
+            ):  # one whole chunk (a cache slot): read and decoded, no plan
+                self._read_chunk(self._row_chunk(start // self.chunks[0]), out, clock)
+                return
         rest = tuple(slice(0, n) for n in self.files.shape[1:])
         pieces: list[Piece] = []
         for start, stop, at in coalesce(ranges):
@@ -170,6 +180,19 @@ class ArrayEngine:
             payload = self._fetch_one(coords)
             clock.read += time.perf_counter() - t0
             self._decode(payload, group, scratch, clock)
+
+    def _read_chunk(self, coords: Coords, out: npt.NDArray[Any], clock: StageClock) -> None:
+        """The whole chunk ``coords`` into ``out`` (its shape, C-contiguous), with no plan:
+        the windows' streamed cache reads chunk by chunk, where planning pieces cost about a
+        tenth of a 192 KiB Zstd chunk's decode (``docs/benchmarks.md``, windows)."""
+        t0 = time.perf_counter()
+        payload = self._fetch_one(coords)
+        clock.read += time.perf_counter() - t0
+        if payload is None:
+            out[...] = self.files.fill_value
+            return
+        where = functools.partial(self._describe, coords)
+        self.files.decode_bytes(payload, out, where=where, clock=clock)
 
     def _fetch_one(self, coords: Coords) -> Payload | None:
         """One chunk's stored bytes, read alone (``None``: never written, fill_missing)."""

@@ -8,8 +8,7 @@ puts each ``(anchor, step)`` row into the batch at ``[b, step, variable]``. A lo
 field's stacked variables decoded whole, side by side, when they fit its budget (held), else
 streams them through one cache of chunks side by side (:mod:`chunkio.read.windows.stream`),
 holding their first chunks that fit the budget (:mod:`chunkio.read.windows.held`): either way
-a batch of the field is one ``np.take`` (two across the held part's edge); :func:`window_path`
-picks and logs it.
+a batch of the field is one ``np.take``; :func:`window_path` picks and logs it.
 
 The window readers live here, the streamed stack in :mod:`.stream`, held stacks' filling in
 :mod:`.held`. Like the rest of
@@ -367,17 +366,20 @@ class WindowReads:
         if not len(idx):
             return out
         target = out if out.flags.c_contiguous else np.empty(shape, dtype=info.dtype)
-        rows = (idx[:, None] + self.steps[None, :]).reshape(-1)  # anchors keep every step inside
-        if self.stack is not None:  # one pass straight into the batch, no temporary
-            flat = self.stack.reshape(len(self.stack), -1)
-            # mode="clip": every row is in range; "raise" gathers into a temporary
-            np.take(flat, rows, axis=0, out=target.reshape(len(rows), -1), mode="clip")
-        elif self.streamed is not None:
-            self.streamed.gather(idx, self.steps, target.reshape(len(rows), -1))
+        count = len(idx) * len(self.steps)  # (anchor, step) rows
+        if self.streamed is not None:
+            self.streamed.gather(idx, self.steps, target.reshape(count, -1))
         elif self.lane is not None:
-            self.lane[0].gather(idx, self.steps, target.reshape(len(rows), -1), self.lane[1])
+            self.lane[0].gather(idx, self.steps, target.reshape(count, -1), self.lane[1])
         else:
-            self._gather(rows, target.reshape(len(rows), len(self.sources), -1))
+            # anchors keep every step inside
+            rows = (idx[:, None] + self.steps[None, :]).reshape(-1)
+            if self.stack is not None:  # one pass straight into the batch, no temporary
+                flat = self.stack.reshape(len(self.stack), -1)
+                # mode="clip": every row is in range; "raise" gathers into a temporary
+                np.take(flat, rows, axis=0, out=target.reshape(count, -1), mode="clip")
+            else:
+                self._gather(rows, target.reshape(count, len(self.sources), -1))
         if target is not out:
             out[...] = target
         return out

@@ -16,8 +16,11 @@ field's steps at once, and the batch's other fields find their slots in a table,
 ``Workers(hold_bytes)`` where the pool allows: :func:`chunkio.read.windows.window_path`), so
 each chunk is decoded about once per pass over the data. The chunks a batch lacks are decoded
 on the dataset's ``decode_threads`` (Zstd, Blosc and LZ4 release the GIL). Where the loader's
-budget holds the stack's first chunks (:mod:`chunkio.read.windows.held`), rows there are
-gathered from them and never admitted; a batch of both kinds is two gathers.
+budget holds the stack's first chunks (:mod:`chunkio.read.windows.held`), a batch all of
+whose rows are there is gathered from them; one that also reaches past them admits its held
+chunks too, copied into their slots instead of decoded (a copy out of the part's shared
+memory costs about a third of a Zstd decode), so that every batch stays one gather: two
+gathers and the scatters of their results cost more than the copies.
 """
 
 from __future__ import annotations
@@ -91,6 +94,8 @@ class StreamedStack:
         self.steps = np.zeros(0, np.int64)
         #: chunk -> its slot, valid for the chunks of the anchors last admitted
         self._slot_of = np.zeros(0, np.int64)
+        #: each variable's first row in a slot, in rows of the cache's flat (row, variable) view
+        self._lanes = np.arange(len(shape.arrays), dtype=np.int64) * self.rows_per_chunk
         #: the anchors whose chunks (at every step) are all in the cache now
         self._admitted: IntArray | None = None
 
@@ -104,57 +109,35 @@ class StreamedStack:
     ) -> None:
         """Rows ``anchors + step`` for each of ``steps`` (anchor-major) of every variable into
         ``out``, ``(len(anchors) * len(steps), V * row size)`` (of variable ``lane`` alone:
-        ``(..., row size)``); chunks the cache lacks decoded once."""
-        per_chunk = self.rows_per_chunk
+        ``(..., row size)``); chunks the cache lacks decoded once (or copied from the held
+        part)."""
         rows = (anchors[:, None] + steps[None, :]).reshape(-1)
         flat_out = out.reshape(len(rows), -1)
-        if self.part_rows:
-            inside = rows < self.part_rows
-            if inside.all():  # held: one np.take, as the held path reads
-                self._take_held(rows, flat_out, lane)
-                return
-            if inside.any():  # the held rows and the streamed ones each gathered apart
-                near = np.flatnonzero(inside)
-                far = np.flatnonzero(~inside)
-                flat_out[near] = self._take_held(rows[near], None, lane)
-                self._admit_anchors(anchors)
-                flat_out[far] = self._take_streamed(rows[far], None, lane)
-                return
+        if self.part_rows and rows.max() < self.part_rows:  # held: one np.take, as held reads
+            part = self.part if lane is None else self.part[:, lane]
+            # mode="clip": every row is in range; "raise" gathers into a temporary
+            np.take(part.reshape(len(part), -1), rows, axis=0, out=flat_out, mode="clip")
+            return
         if _ADMIT_PER_FIELD:  # the path before 2026-11-29, for A/B runs (bench_windows)
             self._admitted = None
-            self._remember(*self._admit_unique(rows // per_chunk))
+            self._remember(*self._admit_unique(rows // self.rows_per_chunk))
         else:
             self._admit_anchors(anchors)
-        self._take_streamed(rows, flat_out, lane)
+        self._take(rows, flat_out, lane)
 
-    def _take_held(
-        self, rows: IntArray, out: npt.NDArray[Any] | None, lane: int | None
-    ) -> npt.NDArray[Any]:
-        """Rows ``rows`` (all held) of every variable (of ``lane``), into ``out`` or new."""
-        part = self.part if lane is None else self.part[:, lane]
-        flat = part.reshape(len(part), -1)
-        if out is None:
-            return np.take(flat, rows, axis=0)
-        # mode="clip": every row is in range; "raise" gathers into a temporary
-        return np.take(flat, rows, axis=0, out=out, mode="clip")
-
-    def _take_streamed(
-        self, rows: IntArray, out: npt.NDArray[Any] | None, lane: int | None
-    ) -> npt.NDArray[Any]:
-        """Rows ``rows`` (all admitted) of every variable (of ``lane``), into ``out`` or new."""
+    def _take(self, rows: IntArray, out: npt.NDArray[Any], lane: int | None) -> None:
+        """Rows ``rows`` (all admitted) of every variable (of ``lane``) into ``out``."""
         per_chunk, variables = self.rows_per_chunk, len(self.shape.arrays)
         # a slot is V blocks of one chunk's rows, one per variable (each decoded in place)
         first = self._slot_of[rows // per_chunk] * (variables * per_chunk) + rows % per_chunk
         if lane is None:  # (row, variable) pairs: V row-sized runs per batch row, in order
-            where = (first[:, None] + np.arange(variables) * per_chunk).reshape(-1)
+            where = (first[:, None] + self._lanes).reshape(-1)
         else:
             where = first + lane * per_chunk
         buffer = self.cache.buffer  # after admit: it may have grown
         flat = buffer.reshape(len(buffer) * variables, -1)
-        if out is None:
-            return np.take(flat, where, axis=0).reshape(len(rows), -1)
         # mode="clip": every row is in range; "raise" gathers into a temporary
-        return np.take(flat, where, axis=0, out=out.reshape(len(where), -1), mode="clip")
+        np.take(flat, where, axis=0, out=out.reshape(len(where), -1), mode="clip")
 
     def _admit_anchors(self, anchors: IntArray) -> None:
         """Every chunk the registered steps of ``anchors`` reach, in the cache (the batch's
@@ -164,10 +147,7 @@ class StreamedStack:
             return
         self._admitted = None  # until the admit below succeeds
         chunks = (anchors[:, None] + self.steps[None, :]) // self.rows_per_chunk
-        if self.part_rows:  # the held chunks are never admitted
-            chunks = chunks[chunks >= self.part_rows // self.rows_per_chunk]
-        if len(chunks):
-            self._remember(*self._admit_unique(chunks))
+        self._remember(*self._admit_unique(chunks.reshape(-1)))
         self._admitted = anchors.copy()
 
     def _admit_unique(self, chunks: IntArray) -> tuple[IntArray, IntArray]:
@@ -184,20 +164,29 @@ class StreamedStack:
         self._slot_of[chunks] = slots
 
     def _admit(self, chunks: IntArray) -> IntArray:
-        """The cache slot of each of ``chunks``, decoding those it lacks into their slots
-        (on the dataset's decode threads)."""
+        """The cache slot of each of ``chunks``, filling those it lacks: copied from the held
+        part where they lie in it, else decoded into their slots (on the dataset's decode
+        threads)."""
         ctx, cache, shape = self.ctx, self.cache, self.shape
         per_chunk, variables = self.rows_per_chunk, len(shape.arrays)
         slots, runs = cache.admit(chunks)
+        if not runs:
+            ctx.stats.cache_hits += len(chunks) * variables
+            return slots
         blocks = cache.buffer.reshape(cache.capacity, variables, per_chunk, -1)
         reads = []
-        rows = 0
+        rows = copied = 0
         for run, first_slot in runs:
             for k, chunk in enumerate(run):
                 a = chunk * per_chunk
                 b = min(a + per_chunk, shape.num_rows)
+                slot = blocks[first_slot + k]
+                if b <= self.part_rows:  # held: a copy (each batch then one gather), no decode
+                    slot[:, : b - a] = self.part[a:b].reshape(b - a, variables, -1).swapaxes(0, 1)
+                    copied += 1
+                    continue
                 for j, array in enumerate(shape.arrays):
-                    dest = blocks[first_slot + k, j, : b - a].reshape(b - a, *shape.sample_shape)
+                    dest = slot[j, : b - a].reshape(b - a, *shape.sample_shape)
                     reads.append((array, a, b, dest))
                 rows += b - a
         try:
@@ -209,7 +198,7 @@ class StreamedStack:
         except BaseException:
             cache.forget([c for run, _ in runs for c in run])  # never serve a bad slot
             raise
-        decoded = sum(len(run) for run, _ in runs)
+        decoded = sum(len(run) for run, _ in runs) - copied
         stats = ctx.stats
         stats.chunks_read += decoded * variables
         stats.rows_decoded += rows * variables
