@@ -55,7 +55,9 @@ import argparse
 import functools
 import json
 import math
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -138,7 +140,12 @@ def polled(
     peaks: dict[int, int] = {}
     cpu: dict[int, float] = {}
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        child = subprocess.Popen(list(cmd), stdout=out, stderr=err, text=True, cwd=REPO)
+        # its own process group: whatever it starts (workers, a forkserver and its children)
+        # is killed with it, even a process started after the last poll or left by a child
+        # that died (an OOM kill)
+        child = subprocess.Popen(
+            list(cmd), stdout=out, stderr=err, text=True, cwd=REPO, start_new_session=True
+        )
         main = psutil.Process(child.pid)
         start, procs = time.monotonic(), [main]
         try:
@@ -161,6 +168,8 @@ def polled(
             if child.poll() is None:
                 _kill(procs[1:] + procs[:1])  # the workers first: none outlives the child
             child.wait()
+            with suppress(ProcessLookupError):  # the group is empty: nothing left behind
+                os.killpg(child.pid, signal.SIGKILL)
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read(), err.read()

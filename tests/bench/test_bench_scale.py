@@ -184,3 +184,22 @@ def test_a_measure_past_its_timeout_is_killed_with_its_children(tmp_path: Path) 
         # gone, or ending now: killed (one still waiting would raise TimeoutExpired)
         with contextlib.suppress(psutil.NoSuchProcess):
             psutil.Process(pid).wait(timeout=10)
+
+
+def test_a_worker_of_a_measure_that_died_is_killed(tmp_path: Path) -> None:
+    """The measure's process dies (as an OOM kill would end it) while a worker it started
+    runs: the worker is killed too, not left running after the benchmark."""
+    import psutil
+
+    pid_file = tmp_path / "pid"
+    code = (
+        "import os, signal, subprocess, sys; "
+        "w = subprocess.Popen(['sleep', '60']); open(sys.argv[1], 'w').write(str(w.pid)); "
+        "os.kill(os.getpid(), signal.SIGKILL)"
+    )
+    with pytest.raises(RuntimeError, match=r"failed \(-9\)"):
+        bench_scale.polled([sys.executable, "-c", code, str(pid_file)])
+    worker = int(pid_file.read_text())
+    # gone, or ending now: killed (a worker left running raises TimeoutExpired: it sleeps 60 s)
+    with contextlib.suppress(psutil.NoSuchProcess):
+        psutil.Process(worker).wait(timeout=10)
