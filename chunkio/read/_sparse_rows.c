@@ -7,9 +7,10 @@
  *
  * `data` and `indices` are the decoded-chunk caches of a CSR matrix's two value arrays: value
  * p of the matrix lies in chunk c = p / step, at slot slots[c - base] of its cache, position
- * slot * step + p % step.  Held row r (a row that stores values) is batch row rows[r], its
- * values p = starts[r] .. starts[r] + counts[r] - 1.  `out` (rows x n_cols, C order, the data's
- * dtype) is zeroed and each value written to out[row, column]:
+ * slot * step + p % step.  Held row r (a row that stores values) is batch row rows[r] (rising),
+ * its values p = starts[r] .. starts[r] + counts[r] - 1.  `out` (n_rows x n_cols, C order, the
+ * data's dtype) is zeroed, a row just before its values are written, and each value written to
+ * out[row, column]:
  *
  * - assigned, while every row's columns rise (a canonical CSR matrix), as NumPy's one flat
  *   assignment does: a stored -0.0 stays -0.0;
@@ -40,7 +41,7 @@ typedef struct {
 
 typedef struct {
     char *out;
-    int64_t n_cols;
+    int64_t n_rows, n_cols;
     cached data, index;
     const int64_t *rows, *starts, *counts;
     Py_ssize_t held;
@@ -63,13 +64,27 @@ static inline int64_t locate(const cached *c, int64_t pos, int64_t *run)
     return *run > 0 ? at : -1;
 }
 
+/* rows [from, to) of out zeroed: each just before its values are written, while it is in
+ * the CPU's cache (zeroing the whole batch first would write it out to memory and back) */
+static inline void zero_rows(job *j, int64_t from, int64_t to, size_t item)
+{
+    if (to > from)
+        memset(j->out + (size_t)from * (size_t)j->n_cols * item, 0,
+               (size_t)(to - from) * (size_t)j->n_cols * item);
+}
+
 /* one pass over the batch with value type VT, index type IT: ASSIGN (stops at the first
  * column that does not rise) or ADD */
 #define SCATTER(NAME, VT, IT, ADD)                                                            \
     static int NAME(job *j)                                                                   \
     {                                                                                         \
+        int64_t zeroed = 0; /* rows before it are zeroed (ADD: all, before the pass) */        \
         for (Py_ssize_t r = 0; r < j->held; r++) {                                            \
             VT *row = (VT *)j->out + j->rows[r] * j->n_cols;                                  \
+            if (!(ADD)) {                                                                     \
+                zero_rows(j, zeroed, j->rows[r] + 1, sizeof(VT));                             \
+                zeroed = j->rows[r] + 1;                                                      \
+            }                                                                                 \
             int64_t pos = j->starts[r], left = j->counts[r], prev = -1;                       \
             while (left > 0) {                                                                \
                 int64_t drun = 0, irun = 0;                                                     \
@@ -101,6 +116,8 @@ static inline int64_t locate(const cached *c, int64_t pos, int64_t *run)
                 left -= n;                                                                    \
             }                                                                                 \
         }                                                                                     \
+        if (!(ADD))                                                                           \
+            zero_rows(j, zeroed, j->n_rows, sizeof(VT));                                      \
         return DONE;                                                                          \
     }
 
@@ -190,6 +207,7 @@ static PyObject *dense(PyObject *self, PyObject *args)
             goto release;
     job j;
     j.out = (char *)v[0].buf;
+    j.n_rows = n_rows;
     j.n_cols = n_cols;
     j.data = (cached){(const char *)v[1].buf, v[1].len / item, (const int64_t *)v[3].buf,
                       v[3].len / 8, dbase, dstep};
@@ -205,15 +223,16 @@ static PyObject *dense(PyObject *self, PyObject *args)
         goto release;
     }
     for (Py_ssize_t r = 0; r < j.held; r++) {
-        if (j.rows[r] < 0 || j.rows[r] >= n_rows || j.counts[r] < 0 || j.starts[r] < 0) {
-            PyErr_SetString(PyExc_ValueError, "dense: a row outside out, or a negative range");
+        if (j.rows[r] < 0 || j.rows[r] >= n_rows || (r && j.rows[r] <= j.rows[r - 1]) ||
+            j.counts[r] < 0 || j.starts[r] < 0) {
+            PyErr_SetString(PyExc_ValueError,
+                            "dense: rows not rising inside out, or a negative range");
             goto release;
         }
     }
     int wide = isize == 8, status;
     pass add = add_pass(add_kind, item, wide);
     Py_BEGIN_ALLOW_THREADS
-    memset(j.out, 0, (size_t)v[0].len);
     status = assign_pass(item, wide)(&j);
     if (status == UNSORTED && add != NULL) {
         memset(j.out, 0, (size_t)v[0].len);
