@@ -204,9 +204,9 @@ class _Values:
 
 
 class _RowPlan(NamedTuple):
-    """A batch's rows in a CSR matrix: values per row (all rows); the rows that hold any and
-    their ``[start, stop)`` ranges of their stored values, how many, and where each row's first
-    value goes in the batch's values."""
+    """A batch's rows in a CSR matrix: values per row (all rows); the rows that hold any (their
+    places in the batch), the ``[start, stop)`` ranges of their stored values, how many, and
+    where each row's first value goes in the batch's values."""
 
     counts: IntArray
     #: the batch's rows that hold values (their positions in the batch)
