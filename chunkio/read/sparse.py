@@ -326,10 +326,11 @@ class SparseReads:
         return out
 
     def _compiled(self, out: npt.NDArray[Any]) -> Callable[..., Any] | None:
-        """The compiled scatter, where it takes this field into ``out`` (C order, aligned, of
-        a native dtype of 1-8 bytes; columns native int32 or int64), else None."""
-        if _dense_rows is None or not (out.flags.c_contiguous and out.flags.aligned):
-            return None
+        """The compiled scatter, where it takes this field into ``out`` (C order, aligned,
+        writeable, of a native dtype of 1-8 bytes; columns native int32 or int64), else None."""
+        flags = out.flags
+        if _dense_rows is None or not (flags.c_contiguous and flags.aligned and flags.writeable):
+            return None  # NumPy's path (a read-only out: NumPy's own error)
         data, columns = out.dtype, self.indices.cache.buffer.dtype
         fits = (
             data.isnative
