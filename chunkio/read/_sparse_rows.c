@@ -55,7 +55,7 @@ static inline int64_t locate(const cached *c, int64_t pos, int64_t *run)
 {
     int64_t chunk = pos / c->step, within = pos - chunk * c->step;
     int64_t k = chunk - c->base;
-    if (k < 0 || k >= c->nslots || c->slots[k] < 0)
+    if (k < 0 || k >= c->nslots || c->slots[k] < 0 || c->slots[k] > c->len / c->step)
         return -1;
     int64_t at = c->slots[k] * c->step + within;
     *run = c->step - within;
@@ -87,7 +87,7 @@ static inline void zero_rows(job *j, int64_t from, int64_t to, size_t item)
             }                                                                                 \
             int64_t pos = j->starts[r], left = j->counts[r], prev = -1;                       \
             while (left > 0) {                                                                \
-                int64_t drun = 0, irun = 0;                                                     \
+                int64_t drun = 0, irun = 0;                                                   \
                 int64_t dat = locate(&j->data, pos, &drun);                                   \
                 int64_t iat = locate(&j->index, pos, &irun);                                  \
                 if (dat < 0 || iat < 0)                                                       \
