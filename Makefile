@@ -13,7 +13,8 @@ PYTEST_ARGS ?=
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt setup.py chunkio/images/_jpegcrop.c \
-		chunkio/images/_jpegcrop_dl.h chunkio/images/_yuv.c chunkio/backends/_fletcher.c
+		chunkio/images/_jpegcrop_dl.h chunkio/images/_yuv.c chunkio/backends/_fletcher.c \
+		chunkio/read/_sparse_rows.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	# libjpeg-turbo's headers for the partial-decode extension (setup.py), to link the system's
 	# libjpeg; without them it builds against its vendored headers and binds Pillow's at import

@@ -1,10 +1,11 @@
 """The optional compiled parts of chunkio: partial JPEG decoding against libjpeg-turbo, the
-``yuv420`` encoding's colour conversion, and the sums of HDF5's fletcher32 checksum.
+``yuv420`` encoding's colour conversion, the sums of HDF5's fletcher32 checksum, and sparse
+rows scattered into dense batches.
 
 Everything else is in pyproject.toml. They need a C compiler only; without one the build goes
 on without them (``optional=True``), chunkio computes the same pixels and checksums slower
 (whole JPEG decodes with simplejpeg, numpy's yuv420 conversion, NumPy's and numcodecs'
-fletcher32), and says so: ``chunkio --version``,
+fletcher32, NumPy's gather and scatter of sparse rows), and says so: ``chunkio --version``,
 ``chunkio doctor``, a warning when a crop is decoded whole.
 
 ``_jpegcrop`` finds libjpeg-turbo one of two ways, by ``CHUNKIO_JPEG``:
@@ -116,6 +117,12 @@ setup(
         Extension(
             "chunkio.backends._fletcher",
             sources=["chunkio/backends/_fletcher.c"],
+            extra_compile_args=["-O3", "-std=c99", "-Wall", "-Wextra"],
+            optional=True,
+        ),
+        Extension(
+            "chunkio.read._sparse_rows",
+            sources=["chunkio/read/_sparse_rows.c"],
             extra_compile_args=["-O3", "-std=c99", "-Wall", "-Wextra"],
             optional=True,
         ),

@@ -2,11 +2,16 @@
 
 A batch of rows reads each row's ``indptr`` range, decodes the ``data`` and ``indices``
 chunks those ranges touch once (each array through its own decoded-chunk cache, so the
-batches of a chunk-aware order that reuse a chunk do not decode it again), gathers the
-batch's values and columns (each row one run of a cache's buffer, found from its first
-value), and scatters them into a zero-filled ``(B, n_cols)`` array of ``data``'s dtype:
-one flat assignment when no row repeats a column, else ``np.add.at`` (scipy's ``toarray()``
-of the same rows: duplicate columns of a row add up).
+batches of a chunk-aware order that reuse a chunk do not decode it again), and scatters the
+rows' values into a zero-filled ``(B, n_cols)`` array of ``data``'s dtype: assigned when no
+row repeats a column (a stored -0.0 stays -0.0), else added up over the batch, as
+``np.add.at`` and scipy's ``toarray()`` add a row's duplicate columns.
+Dense batches are scattered by the compiled ``_sparse_rows`` straight from the caches'
+buffers, row by row and chunk by chunk (no per-value positions, gathers or column arrays;
+one pass with the GIL released). Without it (no C compiler at install), for ``"csr"``
+batches, and for dtypes it does not take (non-native byte order; a repeated column of bool
+or float16 values) NumPy does the same: each row one run of a cache's buffer found from its
+first value, gathered, checked and scattered in one flat assignment or ``np.add.at``.
 Columns outside the matrix are a :class:`~chunkio.errors.FormatError` naming the row; so are
 offsets and counts that place a row outside the stored values or over another row's
 (:func:`chunkio.format.grid.checked_ragged`, once per process, when the field is opened).
@@ -15,7 +20,7 @@ offsets and counts that place a row outside the stored values or over another ro
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -28,6 +33,16 @@ from ..format.sparse import SparseInfo, check_indptr
 from ..util.numeric import IntArray
 from .base import ReadContext, ReadRequest, checked_out, read_whole
 from .cache import DecodedChunkCache
+
+_dense_rows: Callable[..., Any] | None
+try:  # the compiled scatter (setup.py builds it where a C compiler is)
+    from ._sparse_rows import dense as _dense_rows
+except ImportError:  # pragma: no cover - a build without a C compiler
+    _dense_rows = None
+
+#: how the compiled scatter adds a dtype's values (repeated columns): float32, float64;
+#: integers are 3 (any width, wrapping), others (bool, float16) 0: NumPy adds them
+_ADD_KINDS = {"f4": 1, "f8": 2}
 
 __all__ = ["CSRBatch", "SparseReads", "join_rows"]
 
@@ -130,22 +145,12 @@ class _Values:
         chunks: IntArray = ends[np.concatenate([[True], ends[1:] != ends[:-1]])]
         return chunks
 
-    def places(
-        self, rows: _RowPlan, needed: IntArray, like: tuple[IntArray, IntArray] | None = None
-    ) -> tuple[IntArray, IntArray]:
-        """The cache slots of chunks ``needed`` (sorted, unique; those not held are decoded)
-        and where each value of the plan's rows lies in the cache's buffer, in batch order.
-
-        ``like``: another array's ``(slots, places)`` for the same chunks on the same grid
-        (``indices`` beside ``data``), taken as they are when the slots agree.
-        """
-        slots = self._admit(needed)
-        if like is not None and np.array_equal(like[0], slots):
-            return like
+    def places(self, rows: _RowPlan, needed: IntArray, slots: IntArray) -> IntArray:
+        """Where each value of the plan's rows lies in the cache's buffer, in batch order
+        (``slots``: those of chunks ``needed``, sorted and unique, as :meth:`admit` gives)."""
         step = self.grid.samples_per_chunk
         base = int(needed[0])
-        slot_of = np.zeros(int(needed[-1]) - base + 1, np.int64)  # chunk - base -> its slot
-        slot_of[needed - base] = slots
+        slot_of = self.slot_map(needed, slots)
         # a row's values are one run of the buffer from where its first value lies (a row
         # that crosses into chunks held in the next slots too): one repeat per batch, not a
         # chunk lookup per value
@@ -164,9 +169,18 @@ class _Values:
                 chunk, within = np.divmod(np.repeat(rows.starts[broken], counts) + inner, step)
                 at = np.repeat(rows.offsets[broken], counts) + inner
                 where[at] = slot_of[chunk - base] * step + within
-        return slots, where
+        return where
 
-    def _admit(self, needed: IntArray) -> IntArray:
+    @staticmethod
+    def slot_map(needed: IntArray, slots: IntArray) -> IntArray:
+        """Chunk ``needed[0] + k`` -> its slot, ``needed`` (sorted, unique) -> ``slots``;
+        -1 for the chunks between that the rows do not touch."""
+        base = int(needed[0])
+        slot_of = np.full(int(needed[-1]) - base + 1, -1, np.int64)
+        slot_of[needed - base] = slots
+        return slot_of
+
+    def admit(self, needed: IntArray) -> IntArray:
         """The cache slots of chunks ``needed``, decoding those not held."""
         slots, runs = self.cache.admit(needed)
         stats = self.ctx.stats
@@ -190,11 +204,13 @@ class _Values:
 
 
 class _RowPlan(NamedTuple):
-    """A batch's rows in a CSR matrix: values per row (all rows); of the rows that hold any,
-    the ``[start, stop)`` ranges of their stored values, how many, and where each row's first
-    value goes in the batch's values."""
+    """A batch's rows in a CSR matrix: values per row (all rows); the rows that hold any (their
+    places in the batch), the ``[start, stop)`` ranges of their stored values, how many, and
+    where each row's first value goes in the batch's values."""
 
     counts: IntArray
+    #: the batch's rows that hold values (their positions in the batch)
+    rows: IntArray
     starts: IntArray
     stops: IntArray
     held_counts: IntArray
@@ -258,6 +274,7 @@ class SparseReads:
         held_counts = stops - starts
         return _RowPlan(
             counts=counts,
+            rows=held,
             starts=starts,
             stops=stops,
             held_counts=held_counts,
@@ -271,40 +288,133 @@ class SparseReads:
         if how.transform is not None:
             raise TypeError(f"field {info.name!r}: a field transform cannot apply to a sparse row")
         plan = self._plan(idx)
-        values, columns = self._values(plan)
-        self._check_columns(columns, plan, idx)
         if info.batches == "csr":
+            values, columns = self._values(plan, self._admit(plan))
+            self._check_columns(columns, plan, idx)
             indptr = np.concatenate([[0], np.cumsum(plan.counts)]).astype(np.int64)
             return CSRBatch(indptr, columns.astype(np.int64, copy=False), values,
                             (len(idx), info.n_cols))  # fmt: skip
         out = checked_out(info, len(idx), out)
+        kernel = self._compiled(out)
+        if kernel is not None:
+            return self._dense_compiled(kernel, plan, idx, out)
+        values, columns = self._values(plan, self._admit(plan))
+        self._check_columns(columns, plan, idx)
+        return self._dense(plan, values, columns, out)
+
+    def _dense(
+        self,
+        plan: _RowPlan,
+        values: npt.NDArray[Any],
+        columns: npt.NDArray[Any],
+        out: npt.NDArray[Any],
+    ) -> npt.NDArray[Any]:
+        """``out`` zeroed, the gathered ``values`` scattered into it at ``columns`` (NumPy)."""
+        n_cols = self.info.n_cols
         out[...] = 0
         if not len(values):
             return out
         # each value's place in the rows laid end to end: rising when no row repeats a column
         # (columns rise within each row, as in every canonical CSR matrix), so one scatter
-        flat = np.repeat(np.arange(len(idx), dtype=np.int64) * info.n_cols, plan.counts)
+        flat = np.repeat(np.arange(len(plan.counts), dtype=np.int64) * n_cols, plan.counts)
         flat += columns if np.can_cast(columns.dtype, np.int64) else columns.astype(np.int64)
         whole = out.reshape(-1) if out.flags.c_contiguous else None  # a view, never a copy
         if whole is not None and bool(np.all(flat[1:] > flat[:-1])):
             whole[flat] = values
         else:  # a row repeats a column: its values add up, as scipy's toarray() does
-            np.add.at(out, np.divmod(flat, info.n_cols), values)
+            np.add.at(out, np.divmod(flat, n_cols), values)
         return out
 
-    def _values(self, plan: _RowPlan) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
-        """The stored values and columns the plan's rows hold, in batch order."""
-        if not len(plan.starts):
-            return np.zeros(0, self.info.dtype), np.zeros(0, np.int64)
+    def _compiled(self, out: npt.NDArray[Any]) -> Callable[..., Any] | None:
+        """The compiled scatter, where it takes this field into ``out`` (C order, aligned,
+        writeable, of a native dtype of 1-8 bytes; columns native int32 or int64), else None."""
+        flags = out.flags
+        if _dense_rows is None or not (flags.c_contiguous and flags.aligned and flags.writeable):
+            return None  # NumPy's path (a read-only out: NumPy's own error)
+        data, columns = out.dtype, self.indices.cache.buffer.dtype
+        fits = (
+            data.isnative
+            and data.itemsize in (1, 2, 4, 8)
+            and data == self.data.cache.buffer.dtype
+            and columns.kind == "i"
+            and columns.itemsize in (4, 8)
+            and columns.isnative
+        )
+        return _dense_rows if fits else None
+
+    def _dense_compiled(
+        self, kernel: Callable[..., Any], plan: _RowPlan, idx: IntArray, out: npt.NDArray[Any]
+    ) -> npt.NDArray[Any]:
+        """``out`` zeroed and the plan's rows scattered into it by the compiled kernel, from
+        the caches' buffers (no per-value arrays); NumPy adds the repeated columns of dtypes
+        the kernel does not add (bool, float16)."""
+        data, indices = self.data, self.indices
+        data_map = index_map = np.zeros(0, np.int64)  # chunk - base -> slot
+        data_base = index_base = 0
+        admitted = (data_map, data_map, data_map, data_map)
+        if len(plan.starts):
+            admitted = self._admit(plan)
+            needed, slots, index_needed, index_slots = admitted
+            data_map = data.slot_map(needed, slots)
+            index_map = (
+                data_map if index_slots is slots else indices.slot_map(index_needed, index_slots)
+            )
+            data_base, index_base = int(needed[0]), int(index_needed[0])
+        found = kernel(
+            out,
+            len(idx),
+            self.info.n_cols,
+            out.dtype.itemsize,
+            _ADD_KINDS.get(out.dtype.str[1:], 3 if out.dtype.kind in "iu" else 0),
+            data.cache.buffer,
+            data_map,
+            data_base,
+            data.grid.samples_per_chunk,
+            indices.cache.buffer,
+            indices.cache.buffer.dtype.itemsize,
+            index_map,
+            index_base,
+            indices.grid.samples_per_chunk,
+            plan.rows,
+            plan.starts,
+            plan.held_counts,
+        )
+        if found is None:
+            return out
+        if found is False:  # a row repeats a column: added by NumPy
+            values, columns = self._values(plan, admitted)
+            return self._dense(plan, values, columns, out)
+        row, column = found
+        raise self._bad_column(int(idx[row]), column)
+
+    def _admit(self, plan: _RowPlan) -> tuple[IntArray, IntArray, IntArray, IntArray]:
+        """The chunks of ``data`` the plan's rows touch and their cache slots (decoding those
+        not held), then those of ``indices`` (the same array of chunks when chunked alike,
+        and the same array of slots when they agree)."""
         data, indices = self.data, self.indices
         needed = data.chunks_of(plan.starts, plan.stops)
-        found = data.places(plan, needed)
-        values = data.cache.buffer[found[1]]
-        if indices.grid == data.grid:  # chunked alike (AnnData writes them so): one lookup
-            found = indices.places(plan, needed, found)
-        else:
-            found = indices.places(plan, indices.chunks_of(plan.starts, plan.stops))
-        columns = indices.cache.buffer[found[1]]
+        slots = data.admit(needed)
+        index_needed = (
+            needed if indices.grid == data.grid else indices.chunks_of(plan.starts, plan.stops)
+        )
+        index_slots = indices.admit(index_needed)
+        if index_needed is needed and np.array_equal(index_slots, slots):
+            index_slots = slots
+        return needed, slots, index_needed, index_slots
+
+    def _values(
+        self, plan: _RowPlan, admitted: tuple[IntArray, IntArray, IntArray, IntArray]
+    ) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+        """The stored values and columns the plan's rows hold, in batch order (``admitted``:
+        :meth:`_admit`'s chunks and slots)."""
+        if not len(plan.starts):
+            return np.zeros(0, self.info.dtype), np.zeros(0, np.int64)
+        needed, slots, index_needed, index_slots = admitted
+        where = self.data.places(plan, needed, slots)
+        values = self.data.cache.buffer[where]
+        if index_slots is not slots:  # chunked apart, or held in other slots
+            where = self.indices.places(plan, index_needed, index_slots)
+        columns = self.indices.cache.buffer[where]
         return values, columns
 
     def _check_columns(self, columns: npt.NDArray[Any], plan: _RowPlan, idx: IntArray) -> None:
@@ -313,10 +423,13 @@ class SparseReads:
         if int(columns.min()) >= 0 and int(columns.max()) < self.info.n_cols:
             return
         bad = int(np.flatnonzero((columns < 0) | (columns >= self.info.n_cols))[0])
-        row = int(idx[np.flatnonzero(plan.counts)[np.searchsorted(plan.offsets, bad, "right") - 1]])
-        raise FormatError(
+        row = int(idx[plan.rows[np.searchsorted(plan.offsets, bad, "right") - 1]])
+        raise self._bad_column(row, int(columns[bad]))
+
+    def _bad_column(self, row: int, column: int) -> FormatError:
+        return FormatError(
             f"{self.ctx.reader.location}: {self.info.where}, row {row}: "
-            f"column index {int(columns[bad])} is outside the matrix's "
+            f"column index {column} is outside the matrix's "
             f"{self.info.n_cols} columns (a corrupt indices array)"
         )
 

@@ -2,9 +2,9 @@
 
 ``setup.py`` builds them with ``optional=True``: a ``pip install`` without libjpeg-turbo's
 headers (or without a C compiler) goes on, and chunkio computes the same pixels without them
-(whole-image JPEG decodes; NumPy's yuv420 conversion), slower. The test suite then skips what
-needs them, so a C edit that does not compile, or a CI machine without the headers, would
-leave every run green. Hence:
+(whole-image JPEG decodes; NumPy's yuv420 conversion; NumPy's scatter of sparse rows),
+slower. The test suite then skips what needs them, so a C edit that does not compile, or a CI
+machine without the headers, would leave every run green. Hence:
 
 * ``python -m chunkio.testing.compiled`` (``make check-extensions``, a step of ``make test``)
   prints one line per compiled part and exits 1 when one is missing, stale or older than its C
@@ -95,6 +95,14 @@ PARTS = (
         ("sums",),
         ("fletcher32 extension",),
         "HDF5 fletcher32 checksums",
+    ),
+    CompiledPart(
+        "_sparse_rows",
+        "chunkio.read._sparse_rows",
+        "a C compiler (Debian: apt-get install build-essential)",
+        ("dense",),
+        ("sparse-rows extension",),
+        "sparse rows scattered into dense batches",
     ),
 )
 

@@ -17,7 +17,7 @@ from chunkio.testing import compiled
 from chunkio.testing.compiled import PARTS, problems, report
 from chunkio.testing.servers import unavailable
 
-JPEG, YUV, FLETCHER = PARTS
+JPEG, YUV, FLETCHER, SPARSE_ROWS = PARTS
 
 
 def test_version_lists_every_compiled_part(capsys: pytest.CaptureFixture[str]) -> None:
@@ -30,6 +30,7 @@ def test_version_lists_every_compiled_part(capsys: pytest.CaptureFixture[str]) -
         "_jpegcrop",
         "_yuv",
         "_fletcher",
+        "_sparse_rows",
     ]
     assert lines[2:] == [f"  {line}" for line in report()]
 
@@ -37,11 +38,12 @@ def test_version_lists_every_compiled_part(capsys: pytest.CaptureFixture[str]) -
 def test_an_active_decoder_says_what_it_runs_on() -> None:
     if problems():
         unavailable(f"chunkio's compiled parts are not all built: {problems()}")
-    jpeg_line, yuv_line, fletcher_line = report()
+    jpeg_line, yuv_line, fletcher_line, sparse_line = report()
     assert jpeg_line.startswith("_jpegcrop (partial JPEG decode of crops): active (")
     assert "headers; libjpeg-turbo: " in jpeg_line
     assert yuv_line == "_yuv (yuv420 colour conversion): active"
     assert fletcher_line == "_fletcher (HDF5 fletcher32 checksums): active"
+    assert sparse_line == "_sparse_rows (sparse rows scattered into dense batches): active"
 
 
 def test_a_part_that_is_not_built_is_reported_with_the_fix(

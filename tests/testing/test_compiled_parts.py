@@ -20,7 +20,7 @@ from chunkio.testing.compiled import PARTS, CompiledPart, problems
 from chunkio.testing.servers import unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
-JPEG, YUV, FLETCHER = PARTS
+JPEG, YUV, FLETCHER, SPARSE_ROWS = PARTS
 
 
 def _env(**set_: str) -> dict[str, str]:
@@ -45,10 +45,9 @@ def test_a_c_source_that_does_not_compile_leaves_no_earlier_build(tmp_path: Path
     the source tree or the build folder, where the stock ``build_ext`` kept the last good ones."""
     if shutil.which(os.environ.get("CC", "cc")) is None:
         unavailable("no C compiler to build chunkio's extensions with")
-    (tmp_path / "chunkio" / "images").mkdir(parents=True)
-    (tmp_path / "chunkio" / "backends").mkdir(parents=True)
     shutil.copy(ROOT / "setup.py", tmp_path)
     for part in PARTS:
+        (tmp_path / _source(part)).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / _source(part), tmp_path / _source(part))
     # what _jpegcrop.c includes, and the headers it takes where the system has none
     shutil.copy(ROOT / "chunkio" / "images" / "_jpegcrop_dl.h", tmp_path / "chunkio" / "images")
@@ -61,7 +60,9 @@ def test_a_c_source_that_does_not_compile_leaves_no_earlier_build(tmp_path: Path
     first = run()
     assert first.returncode == 0, first.stderr
     # both build: _jpegcrop takes its vendored headers where the system has none
-    assert _built(tmp_path / "chunkio") == ["_fletcher", "_jpegcrop", "_yuv"], first.stderr
+    assert _built(tmp_path / "chunkio") == ["_fletcher", "_jpegcrop", "_sparse_rows", "_yuv"], (
+        first.stderr
+    )
     assert _built(tmp_path / "chunkio") == _built(tmp_path / "build")
     time.sleep(0.01)  # the broken sources are newer than the builds
     for part in PARTS:
@@ -114,7 +115,7 @@ def test_with_every_part_built_the_check_passes_under_ci() -> None:
     run = _check(None, CI="true")
     assert (run.returncode, run.stdout, run.stderr) == (
         0,
-        "compiled parts: _jpegcrop, _yuv, _fletcher built\n",
+        "compiled parts: _jpegcrop, _yuv, _fletcher, _sparse_rows built\n",
         "",
     )
 
@@ -206,7 +207,7 @@ def test_a_run_ends_saying_which_compiled_parts_are_missing(
     summary = run.stdout.split("skips by reason", 1)[1]
     lines = [line for line in summary.splitlines() if line.startswith("compiled parts:")]
     if hidden is None:
-        assert lines == ["compiled parts: _jpegcrop, _yuv, _fletcher built"]
+        assert lines == ["compiled parts: _jpegcrop, _yuv, _fletcher, _sparse_rows built"]
     else:
         assert len(lines) == 1, summary
         assert lines[0].startswith(
