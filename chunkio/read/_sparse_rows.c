@@ -192,7 +192,8 @@ static PyObject *dense(PyObject *self, PyObject *args)
                           &ibase, &istep, &o_rows, &o_starts, &o_counts))
         return NULL;
     if (n_rows < 0 || n_cols < 0 || dstep <= 0 || istep <= 0 || (isize != 4 && isize != 8) ||
-        assign_pass(item, 0) == NULL) {
+        assign_pass(item, 0) == NULL || dbase < 0 || ibase < 0 ||
+        (n_cols && n_rows > PY_SSIZE_T_MAX / n_cols / item)) {
         PyErr_SetString(PyExc_ValueError, "dense: bad sizes");
         return NULL;
     }
@@ -270,6 +271,7 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_sparse_rows",
-                                    "Sparse rows scattered into dense batches.", -1, methods};
+                                    "Sparse rows scattered into dense batches.", -1, methods,
+                                    NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__sparse_rows(void) { return PyModule_Create(&module); }

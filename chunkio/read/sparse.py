@@ -383,8 +383,10 @@ class SparseReads:
             return out
         if found is False:  # a row repeats a column: added by NumPy
             values, columns = self._values(plan, admitted)
+            # the kernel stopped at that row: later rows' columns are not checked yet
+            self._check_columns(columns, plan, idx)
             return self._dense(plan, values, columns, out)
-        row, column = found
+        row, column = found  # ``out`` holds part of the batch: the batch fails as a whole
         raise self._bad_column(int(idx[row]), column)
 
     def _admit(self, plan: _RowPlan) -> tuple[IntArray, IntArray, IntArray, IntArray]:

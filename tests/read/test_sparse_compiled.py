@@ -159,3 +159,35 @@ def test_the_kernel_refuses_a_value_outside_its_caches() -> None:
                                 (np.int64([0]), 0, 3), (np.int64([0, 1]), 2, 3)):  # fmt: skip
         with pytest.raises(ValueError, match="not in its cache's slots"):
             run(slots, start, count)
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+@pytest.mark.parametrize("dtype", ["float16", "bool"])
+@pytest.mark.parametrize("bad", [-1, 4])
+def test_a_column_outside_the_matrix_after_a_repeated_one_is_a_format_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compiled: bool, dtype: str, bad: int
+) -> None:
+    """Values NumPy adds (bool, float16): the kernel hands a batch whose row repeats a column
+    back to NumPy before it has looked at later rows; their columns are still checked
+    (found in review: row 1's column -1 or 4 was written into a neighbouring row)."""
+    m = sp.csr_matrix(
+        (np.ones(4, dtype), np.int64([1, 1, bad, 0]), np.int64([0, 2, 3, 4])), shape=(3, 4)
+    )
+    path = _write(tmp_path / "bad.h5", m, "int32")
+    with monkeypatch.context() as patch:
+        if not compiled:
+            patch.setattr(sparse, "_dense_rows", None)
+        ds = chunkio.ChunkDataset(path, fields={"m": "m"})
+        with pytest.raises(FormatError, match=rf"row 1: column index {bad} is outside"):
+            ds.read_batch([0, 1, 2])
+
+
+def test_the_kernel_refuses_sizes_whose_product_overflows() -> None:
+    """``n_rows * n_cols * itemsize`` past the address space is refused before it is
+    computed (a wrapped product could match a small output's length)."""
+    kernel = sparse._dense_rows
+    assert kernel is not None
+    out, none = np.zeros(0, np.float32), np.zeros(0, np.int64)
+    with pytest.raises(ValueError, match="bad sizes"):
+        kernel(out, 2**62, 2**62, 4, 1, np.float32([0]), none, 0, 1, np.int32([0]), 4, none,
+               0, 1, none, none, none)  # fmt: skip

@@ -202,7 +202,7 @@ class StreamedStack:
         stats = ctx.stats
         stats.chunks_read += decoded * variables
         stats.rows_decoded += rows * variables
-        stats.cache_hits += (len(chunks) - decoded) * variables
+        stats.cache_hits += (len(chunks) - decoded - copied) * variables  # copies: neither
         for name in self._counted:
             stats.per_field[name] = stats.per_field.get(name, 0) + decoded
         return slots
