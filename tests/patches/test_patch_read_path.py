@@ -196,3 +196,52 @@ def test_several_stores_share_one_cache_budget(volume):
     np.testing.assert_array_equal(got["image"][1], image[:4, :4, :4])
     cores = ds._handle().cores  # type: ignore[union-attr]
     assert [c.cache_bytes for c in cores] == [2 * 192, 2 * 192]
+
+
+def test_patches_on_the_chunk_grid_are_read_past_the_pool_into_their_rows(volume):
+    # a patch of whole chunks no other patch of the batch touches is read straight into its
+    # row (no pool); one sharing a chunk, or sticking out, keeps the pool; a chunk the pool
+    # holds from the last batch is copied, not decoded again; every patch NumPy's slice
+    path, image, label = volume
+    ds = PatchDataset(path, SIZE, pad_value=-7)
+    keys = [(0, 0, 0, 0), (0, 0, 4, 0), (0, 4, 0, 0), (0, 5, 1, 1), (0, 8, 4, 4)]
+    out = {
+        "image": np.full((len(keys), *SIZE), 12345, np.int16),
+        "label": np.full((len(keys), *SIZE), 77, np.uint8),
+    }
+    got = ds.read_patches(keys, out=out)
+    for j, (_, *origin) in enumerate(keys):
+        np.testing.assert_array_equal(got["image"][j], reference(image, origin, "constant", -7))
+        np.testing.assert_array_equal(got["label"][j], reference(label, origin, "constant", 0))
+    stats = ds.read_stats()
+    assert stats.direct_chunks == 2 * 2  # the first two patches, image and label
+    chunks = len(plan_patch_reads(np.asarray(keys), SIZE, ds.volumes).chunks)
+    assert stats.chunks_read == 2 * chunks and stats.cache_hits == 0
+    assert len(_cache(ds, "image")) == len(_cache(ds, "label")) == chunks - 2
+    ds.read_patches([(0, 4, 0, 0)])  # its chunk is in the pool: a hit, nothing decoded
+    after = ds.read_stats()
+    assert (after.chunks_read, after.cache_hits, after.direct_chunks) == (2 * chunks, 2, 4)
+
+
+@pytest.mark.parametrize("suffix", [".zarr", ".h5"])
+def test_patches_of_several_chunks_on_the_grid_equal_numpy_in_each_backend(tmp_path, suffix):
+    # 8^3 patches of 4^3 chunks on the grid, local files: each read as one box into its row
+    # of a dirty batch (the Zarr engine decodes each chunk aside and copies it into place)
+    rng = np.random.default_rng(3)
+    image = rng.integers(-3000, 30000, (12, 8, 16)).astype(np.int16)
+    np.save(tmp_path / "img.npy", image)
+    path = str(tmp_path / f"v{suffix}")
+    convert_volumes(
+        [str(tmp_path / "img.npy")],
+        path,
+        output=Output(chunks=CHUNKS),
+        execution=Execution(workers=1, progress=False),
+    )
+    ds = PatchDataset(path, (8, 8, 8))
+    keys = [(0, 4, 0, 8), (0, 0, 0, 0), (0, 4, 0, 0)]
+    out = {"image": np.full((3, 8, 8, 8), 12345, np.int16)}
+    got = ds.read_patches(keys, out=out)
+    for j, (_, z, y, x) in enumerate(keys):
+        np.testing.assert_array_equal(got["image"][j], image[z : z + 8, y : y + 8, x : x + 8])
+    # the first patch alone, whole; the other two share chunks: the pool
+    assert ds.read_stats().direct_chunks == 8
