@@ -245,3 +245,31 @@ def test_patches_of_several_chunks_on_the_grid_equal_numpy_in_each_backend(tmp_p
         np.testing.assert_array_equal(got["image"][j], image[z : z + 8, y : y + 8, x : x + 8])
     # the first patch alone, whole; the other two share chunks: the pool
     assert ds.read_stats().direct_chunks == 8
+
+
+@pytest.mark.parametrize("suffix", [".zarr", ".h5"])
+def test_stores_of_two_dtypes_read_into_one_batch_of_the_wider(tmp_path, suffix):
+    # int16 and uint16 volumes make an int32 batch: whole chunks are decoded aside and cast,
+    # never decoded as raw bytes into the wider slot or row (once a false CorruptChunkError)
+    rng = np.random.default_rng(4)
+    images = [
+        rng.integers(-3000, 3000, (8, 8, 8)).astype(np.int16),
+        rng.integers(40000, 60000, (8, 8, 8)).astype(np.uint16),
+    ]
+    paths = []
+    for i, image in enumerate(images):
+        np.save(tmp_path / f"img{i}.npy", image)
+        paths.append(str(tmp_path / f"v{i}{suffix}"))
+        convert_volumes(
+            [str(tmp_path / f"img{i}.npy")],
+            paths[-1],
+            output=Output(chunks=CHUNKS),
+            execution=Execution(workers=1, progress=False),
+        )
+    ds = PatchDataset(paths, SIZE)
+    assert ds.dtypes["image"] == np.int32
+    # on the grid (straight into the rows), then across chunks (through the pool)
+    for keys in ([(0, 0, 4, 0), (1, 4, 0, 4)], [(0, 1, 2, 3), (1, 3, 2, 1)]):
+        got = ds.read_patches(keys)["image"]
+        for j, (v, z, y, x) in enumerate(keys):
+            np.testing.assert_array_equal(got[j], images[v][z : z + 4, y : y + 4, x : x + 4])
