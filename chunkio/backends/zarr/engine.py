@@ -216,9 +216,9 @@ class ArrayEngine:
             len(pieces) == 1
             and pieces[0].whole
             and out.flags.c_contiguous
-            and (out.dtype == self.files.dtype)
+            and out.dtype == self.files.dtype
         ):
-            self.files.decode_bytes(payload, pieces[0].out, where=where, clock=clock)
+            self.files.decode_bytes(payload, out, where=where, clock=clock)
             return
         if not scratch:
             scratch.append(np.empty(self.chunks, self.files.dtype))
