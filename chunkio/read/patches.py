@@ -73,7 +73,9 @@ class PatchReads:
             )
         # patches on the chunk grid that share no chunk: read into their rows, past the pool
         direct = self._direct(volumes, kinds, plan, patch_size, dtypes)
-        pieces = pieces[~direct[pieces[:, 0]]]
+        through = ~direct[pieces[:, 0]]
+        straight = len(pieces) - int(np.count_nonzero(through))  # a whole chunk per piece
+        pieces = pieces[through]
         pooled = np.zeros(len(plan.chunks), np.bool_)
         pooled[pieces[:, 1]] = True
         src_lo, dst_lo = pieces[:, 2 : 2 + ndim], pieces[:, 2 + ndim : 2 + 2 * ndim]
@@ -101,8 +103,12 @@ class PatchReads:
             batch = _batch(shape, np.dtype(dtypes[kind]), pad_values.get(kind, 0), out, kind, fill)
             cache = self._cache(volumes, kind, kinds, dtypes)
             slots = np.full(len(plan.chunks), -1, np.int64)
-            slots[pooled] = self._admit(volumes, kind, cache, plan.chunks[pooled])
-            self._read_direct(volumes, kind, plan, np.flatnonzero(direct).tolist(), batch, at)
+            if len(pieces):
+                slots[pooled] = self._admit(volumes, kind, cache, plan.chunks[pooled])
+            if straight:
+                self._read_direct(volumes, kind, plan, np.flatnonzero(direct).tolist(), batch, at)
+                stats.chunks_read += straight
+                stats.direct_chunks += straight
             started = time.perf_counter()
             held, pool = slots.tolist(), cache.buffer
             for b, row, src, dst in cuts:  # one copy per (patch, chunk) intersection
@@ -155,9 +161,11 @@ class PatchReads:
         caches = [self._cache(volumes, k, kinds, dtypes) for k in kinds]
         if any(self._bounds[k].slots for k in kinds):
             return none
-        ids = _chunk_ids(volumes, plan.chunks).tolist()
         # the pool keeps the last batch's chunks: one it holds is copied, not decoded again
-        held = np.array([any(c in cache for cache in caches) for c in ids], np.bool_)
+        held = np.zeros(len(plan.chunks), np.bool_)
+        if any(len(cache) for cache in caches):
+            ids = _chunk_ids(volumes, plan.chunks).tolist()
+            held[:] = [any(c in cache for cache in caches) for c in ids]
         return direct_patches(plan, volumes, patch_size, held)
 
     def _read_direct(
@@ -169,10 +177,8 @@ class PatchReads:
         batch: npt.NDArray[Any],
         at: list[int],
     ) -> None:
-        """Patches ``patches`` of ``plan`` (inside their volumes) of ``kind``, each read as
-        one box into its row ``at[b]`` of ``batch``."""
-        if not patches:
-            return
+        """Patches ``patches`` of ``plan`` (inside their volumes; at least one) of ``kind``,
+        each read as one box into its row ``at[b]`` of ``batch``."""
         size = plan.inner[patches[0], 1].tolist()  # inside its volume: inner is the patch
         for b in patches:
             v, *origin = plan.keys[b].tolist()
@@ -184,9 +190,6 @@ class PatchReads:
             # the region's leading axes of one (the volume's row, a label's channel) as views
             self.ctx.reader.read_region(array, region, row[(None,) * (len(region) - row.ndim)])
             self.ctx.stats.bytes_decoded += row.nbytes
-        chunks = int(np.isin(plan.pieces[:, 0], patches).sum())  # a piece each: whole chunks
-        self.ctx.stats.chunks_read += chunks
-        self.ctx.stats.direct_chunks += chunks
 
     def _admit(
         self, volumes: VolumeSet, kind: str, cache: DecodedChunkCache, chunks: IntArray
