@@ -1,7 +1,7 @@
 """Patches read straight into their rows of the batch, past the chunk pool.
 
 A patch on the chunk grid (its pieces whole chunks, inside its volume) whose chunks no other
-patch of the batch needs and the pool does not hold is read as one box into its row: the
+patch of the batch needs and the pool does not keep is read as one box into its row: the
 backend decodes each chunk into the row itself where the row is that chunk (a patch of one
 chunk), else into one chunk of scratch, still in the CPU's caches when it is copied into the
 row. Through the pool each chunk is written into the pool and copied out of it again: two more
@@ -28,12 +28,12 @@ def direct_patches(
     plan: PatchReadPlan,
     volumes: VolumeSet,
     patch_size: tuple[int, ...],
-    held: npt.NDArray[np.bool_],
+    kept: npt.NDArray[np.bool_],
 ) -> npt.NDArray[np.bool_]:
     """Which patches of ``plan`` (made with pieces) can be read straight into their rows:
     those inside their volume whose every piece is a whole chunk that no other patch of the
-    batch touches and that the pool does not hold (``held``, by chunk row: a held chunk is
-    copied, not decoded again).
+    batch touches and that is not ``kept`` (by chunk row: chunks the pool holds, copied
+    rather than decoded again, or that reads are coming back to, to be held next time).
 
     >>> from chunkio.read.planning import plan_patch_reads
     >>> vs = VolumeSet(shapes=((8, 8),), chunks=(4, 4), stacked=True)
@@ -54,7 +54,7 @@ def direct_patches(
     extent: IntArray = np.minimum(first + edge, shapes) - first  # a last chunk may be short
     uses = np.bincount(row, minlength=len(chunks))
     whole = (src_lo == 0).all(axis=1) & (size == extent[row]).all(axis=1)
-    alone = whole & (uses[row] == 1) & ~held[row]
+    alone = whole & (uses[row] == 1) & ~kept[row]
     direct = np.ones(n, np.bool_)
     direct[patch[~alone]] = False
     inside = (plan.inner[:, 0] == 0).all(axis=1) & (

@@ -43,6 +43,8 @@ class PatchReads:
         self.cache_bytes = cache_bytes
         self._caches: dict[str, DecodedChunkCache] = {}
         self._bounds: dict[str, _Bound] = {}
+        #: ids of the chunks the last reads touched, as many as the pool holds (newest last)
+        self._recent: IntArray = np.zeros(0, np.int64)
 
     def read(
         self,
@@ -161,12 +163,16 @@ class PatchReads:
         caches = [self._cache(volumes, k, kinds, dtypes) for k in kinds]
         if any(self._bounds[k].slots for k in kinds):
             return none
-        # the pool keeps the last batch's chunks: one it holds is copied, not decoded again
-        held = np.zeros(len(plan.chunks), np.bool_)
+        # a chunk the pool holds is copied, not decoded again; one a recent read touched goes
+        # through the pool too, to be held when reads come back to it (an epoch of a few
+        # patches: the pool then holds them all, as it would without this path)
+        ids = _chunk_ids(volumes, plan.chunks)
+        kept = np.isin(ids, self._recent)
         if any(len(cache) for cache in caches):
-            ids = _chunk_ids(volumes, plan.chunks).tolist()
-            held[:] = [any(c in cache for cache in caches) for c in ids]
-        return direct_patches(plan, volumes, patch_size, held)
+            kept |= [any(c in cache for cache in caches) for c in ids.tolist()]
+        keep = max(len(ids), *(cache.capacity for cache in caches))
+        self._recent = np.concatenate([self._recent, ids])[-keep:]
+        return direct_patches(plan, volumes, patch_size, kept)
 
     def _read_direct(
         self,

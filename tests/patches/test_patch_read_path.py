@@ -273,3 +273,16 @@ def test_stores_of_two_dtypes_read_into_one_batch_of_the_wider(tmp_path, suffix)
         got = ds.read_patches(keys)["image"]
         for j, (v, z, y, x) in enumerate(keys):
             np.testing.assert_array_equal(got[j], images[v][z : z + 4, y : y + 4, x : x + 4])
+
+
+def test_a_grid_patch_read_again_soon_goes_through_the_pool_to_be_held(volume):
+    # an epoch of few patches: the same grid patch batch after batch is read straight into its
+    # row the first time, through the pool the second (a read came back to its chunk), then
+    # copied from the pool: decoded twice in all, as without the straight path
+    path, image, _ = volume
+    ds = PatchDataset(path, SIZE, fields=["image"])
+    for _ in range(4):
+        got = ds.read_patches([(0, 0, 0, 0)])
+        np.testing.assert_array_equal(got["image"][0], image[:4, :4, :4])
+    stats = ds.read_stats()
+    assert (stats.direct_chunks, stats.chunks_read, stats.cache_hits) == (1, 2, 2)
