@@ -245,6 +245,20 @@ def test_patches_of_several_chunks_on_the_grid_equal_numpy_in_each_backend(tmp_p
         np.testing.assert_array_equal(got["image"][j], image[z : z + 8, y : y + 8, x : x + 8])
     # the first patch alone, whole; the other two share chunks: the pool
     assert ds.read_stats().direct_chunks == 8
+    # a volume's short last chunk (z 4..6 of 6, x 4..7 of 7: stored padded to 4^3) as a
+    # patch of its valid part: straight into the row too
+    small = image[:6, :8, :7].copy()
+    np.save(tmp_path / "small.npy", small)
+    convert_volumes(
+        [str(tmp_path / "small.npy")],
+        str(tmp_path / f"small{suffix}"),
+        output=Output(chunks=CHUNKS),
+        execution=Execution(workers=1, progress=False),
+    )
+    edge = PatchDataset(str(tmp_path / f"small{suffix}"), (2, 4, 3))
+    got = edge.read_patches([(0, 4, 4, 4)], out={"image": np.full((1, 2, 4, 3), 9, np.int16)})
+    np.testing.assert_array_equal(got["image"][0], small[4:6, 4:8, 4:7])
+    assert edge.read_stats().direct_chunks == 1
 
 
 @pytest.mark.parametrize("suffix", [".zarr", ".h5"])
