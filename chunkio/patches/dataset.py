@@ -115,7 +115,8 @@ class PatchDataset(PerProcessHandle[ReadCore | StoreCores], Dataset[Any]):
         first), as many for the label as for the image, never more than the volumes' chunks,
         shared by the stores of a list. It is taken once the reads come back to a chunk
         decoded before (overlapping random patches, a second epoch), then written through
-        once. With 0 (the default) a process keeps only the last batch's chunks.
+        once. With 0 (the default) a process keeps only the last batch's chunks, and reads
+        patches on the chunk grid that share no chunk straight into the batch.
     storage_options
         With a URL: options for its fsspec filesystem, as for :class:`~chunkio.ChunkDataset`
         (e.g. ``{"anon": True}``).

@@ -4,7 +4,9 @@ every axis.
 plan (pure, :func:`~chunkio.read.planning.plan_patch_reads`) -> read the chunks the cache lacks,
 each decoded straight into its slot of the chunk pool (a remote store: as few regions per volume
 as :func:`~chunkio.read.planning.chunk_boxes` finds, each fetched in one round) -> one copy per
-(patch, chunk) intersection into the batch.
+(patch, chunk) intersection into the batch. Patches on the chunk grid that share no chunk with
+another patch of the batch skip the pool: each is read as one box into its row
+(:mod:`~chunkio.read.patch_direct`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ..format.volume_layout import VolumeSet
 from ..util.numeric import IntArray
 from .base import ReadContext
 from .cache import DecodedChunkCache
+from .patch_direct import direct_patches
 from .planning import PatchReadPlan, chunk_boxes
 
 __all__ = ["PadMode", "PatchReads"]
@@ -40,6 +43,8 @@ class PatchReads:
         self.cache_bytes = cache_bytes
         self._caches: dict[str, DecodedChunkCache] = {}
         self._bounds: dict[str, _Bound] = {}
+        #: ids of the chunks the last reads touched, as many as the pool holds (newest last)
+        self._recent: IntArray = np.zeros(0, np.int64)
 
     def read(
         self,
@@ -68,6 +73,13 @@ class PatchReads:
             raise ValueError(
                 f"rows needs out of every kind and one row per patch; got {len(at)} rows"
             )
+        # patches on the chunk grid that share no chunk: read into their rows, past the pool
+        direct = self._direct(volumes, kinds, plan, patch_size, dtypes)
+        through = ~direct[pieces[:, 0]]
+        straight = len(pieces) - int(np.count_nonzero(through))  # a whole chunk per piece
+        pieces = pieces[through]
+        pooled = np.zeros(len(plan.chunks), np.bool_)
+        pooled[pieces[:, 1]] = True
         src_lo, dst_lo = pieces[:, 2 : 2 + ndim], pieces[:, 2 + ndim : 2 + 2 * ndim]
         size = pieces[:, 2 + 2 * ndim :]
         # the pieces' slices once for every kind, as Python ints (no per-piece NumPy calls)
@@ -92,12 +104,19 @@ class PatchReads:
             fill = [at[b] for b in padded] if pad_mode == "constant" else []
             batch = _batch(shape, np.dtype(dtypes[kind]), pad_values.get(kind, 0), out, kind, fill)
             cache = self._cache(volumes, kind, kinds, dtypes)
-            if len(plan.chunks) > cache.capacity:
-                # room for what a batch of this many patches can touch: the cache then grows
-                # to a batch's need without a new buffer written afresh each time (first
-                # writes of memory cost several decodes); unused room costs nothing
-                cache.reserve(_batch_slots(volumes, patch_size, len(at)))
-            slots = self._admit(volumes, kind, cache, plan.chunks)
+            slots = np.full(len(plan.chunks), -1, np.int64)
+            if len(pieces):
+                wanted = plan.chunks[pooled]
+                if len(wanted) > cache.capacity:
+                    # room for what a batch of this many patches can touch: the cache then
+                    # grows to a batch's need without a new buffer written afresh each time
+                    # (first writes of memory cost several decodes); unused room costs nothing
+                    cache.reserve(_batch_slots(volumes, patch_size, len(at)))
+                slots[pooled] = self._admit(volumes, kind, cache, wanted)
+            if straight:
+                self._read_direct(volumes, kind, plan, np.flatnonzero(direct).tolist(), batch, at)
+                stats.chunks_read += straight
+                stats.direct_chunks += straight
             started = time.perf_counter()
             held, pool = slots.tolist(), cache.buffer
             for b, row, src, dst in cuts:  # one copy per (patch, chunk) intersection
@@ -133,20 +152,64 @@ class PatchReads:
             self._bounds[kind] = _Bound.of(volumes, kinds, dtypes, self.cache_bytes)
         return cache
 
+    def _direct(
+        self,
+        volumes: VolumeSet,
+        kinds: Sequence[str],
+        plan: PatchReadPlan,
+        patch_size: tuple[int, ...],
+        dtypes: Mapping[str, np.dtype[Any]],
+    ) -> npt.NDArray[np.bool_]:
+        """The patches read straight into their rows (:mod:`.patch_direct`): none from a
+        remote store (the pool's boxes fetch a batch's chunks in few rounds) nor with a cache
+        (``cache_bytes``: its chunks go through it, to be there when reads come back)."""
+        none = np.zeros(len(plan.keys), np.bool_)
+        if not len(plan.keys) or is_remote(self.ctx.reader.location):
+            return none
+        caches = [self._cache(volumes, k, kinds, dtypes) for k in kinds]
+        if any(self._bounds[k].slots for k in kinds):
+            return none
+        # a chunk the pool holds is copied, not decoded again; one a recent read touched goes
+        # through the pool too, to be held when reads come back to it (an epoch of a few
+        # patches: the pool then holds them all, as it would without this path)
+        ids = _chunk_ids(volumes, plan.chunks)
+        kept = np.isin(ids, self._recent)
+        if any(len(cache) for cache in caches):
+            kept |= [any(c in cache for cache in caches) for c in ids.tolist()]
+        keep = max(len(ids), *(cache.capacity for cache in caches))
+        self._recent = np.concatenate([self._recent, ids])[-keep:]
+        return direct_patches(plan, volumes, patch_size, kept)
+
+    def _read_direct(
+        self,
+        volumes: VolumeSet,
+        kind: str,
+        plan: PatchReadPlan,
+        patches: list[int],
+        batch: npt.NDArray[Any],
+        at: list[int],
+    ) -> None:
+        """Patches ``patches`` of ``plan`` (inside their volumes; at least one) of ``kind``,
+        each read as one box into its row ``at[b]`` of ``batch``."""
+        size = plan.inner[patches[0], 1].tolist()  # inside its volume: inner is the patch
+        for b in patches:
+            v, *origin = plan.keys[b].tolist()
+            name = volumes.array(kind, v)[0]
+            array = self.ctx.layout.field(name).roles.values  # a foreign store's path
+            hi = tuple(o + n for o, n in zip(origin, size, strict=True))
+            region = volumes.region(kind, v, tuple(origin), hi)
+            row = batch[at[b]]
+            # the region's leading axes of one (the volume's row, a label's channel) as views
+            self.ctx.reader.read_region(array, region, row[(None,) * (len(region) - row.ndim)])
+            self.ctx.stats.bytes_decoded += row.nbytes
+
     def _admit(
         self, volumes: VolumeSet, kind: str, cache: DecodedChunkCache, chunks: IntArray
     ) -> IntArray:
         """The slot holding each of ``chunks``: chunks the cache held already, the others read
         as few boxes per volume and copied into free slots."""
-        ids = np.empty(len(chunks), np.int64)
-        base = np.concatenate(
-            [[0], np.cumsum([np.prod(volumes.chunk_grid(v)) for v in range(volumes.count)])]
-        )
-        for v in np.unique(chunks[:, 0]).tolist():
-            mine = chunks[:, 0] == v
-            local = np.ravel_multi_index(tuple(chunks[mine, 1:].T), volumes.chunk_grid(v))
-            ids[mine] = base[v] + local
         # plan.chunks are in storage order (volume, then coordinates): ids ascend
+        ids = _chunk_ids(volumes, chunks)
         slots, runs = cache.admit(ids)
         missing = np.isin(ids, [c for run, _ in runs for c in run])
         try:
@@ -229,6 +292,20 @@ class PatchReads:
                     dst = tuple(slice(0, q - p) for p, q in zip(a, z, strict=True))
                     part: tuple[Any, ...] = (Ellipsis, *src)
                     cache.buffer[(slot_of[coords], Ellipsis, *dst)] = data[part]
+
+
+def _chunk_ids(volumes: VolumeSet, chunks: IntArray) -> IntArray:
+    """Chunk ids of ``chunks`` (rows ``(volume, *coords)``): numbered volume by volume, in
+    storage order."""
+    ids = np.empty(len(chunks), np.int64)
+    base = np.concatenate(
+        [[0], np.cumsum([np.prod(volumes.chunk_grid(v)) for v in range(volumes.count)])]
+    )
+    for v in np.unique(chunks[:, 0]).tolist():
+        mine = chunks[:, 0] == v
+        local = np.ravel_multi_index(tuple(chunks[mine, 1:].T), volumes.chunk_grid(v))
+        ids[mine] = base[v] + local
+    return ids
 
 
 @dataclass

@@ -19,7 +19,7 @@ import torch
 import zarr
 from torch.utils.data import DataLoader
 
-from chunkio.errors import FormatError
+from chunkio.errors import CorruptChunkError, FormatError
 from chunkio.patches import GridSampler, LabelBalancedSampler, PatchDataset, RandomPatchSampler
 from chunkio.patches.masks import PatchMask, VolumeMask, footprint_edges
 from chunkio.read.batch import collate
@@ -366,3 +366,32 @@ def test_ome_zarr_through_an_s3_endpoint(
     got, want = remote.read_patches(keys), on_disk.read_patches(keys)
     for name in ("image", "label", "spacing", "origin_physical"):
         np.testing.assert_array_equal(got[name], want[name])
+
+
+@pytest.mark.parametrize("version", ["0.5", "0.4"])
+def test_grid_patches_of_several_chunks_equal_zarr_and_a_cut_chunk_names_the_store(
+    tmp_path: Path, version: str
+) -> None:
+    # 8^3 grid patches of 4^3 chunks share no chunk: each is read as one box straight into
+    # its row (the chunks decoded aside and copied in); every one equals zarr-python's, and a
+    # chunk cut short stays a typed error naming the store
+    store = write_ome(tmp_path / "a.ome.zarr", version, seed=3, chunks=(4, 4, 4))
+    ds = PatchDataset(store, PATCH, sampler=GridSampler(shuffle=True, seed=1))
+    image, label = _level(store, "s0"), _level(store, "labels/seg/s0")
+    label = label.reshape(label.shape[0], *label.shape[-3:])
+    keys = ds.sampler.keys()
+    got = ds.read_patches(keys)
+    assert ds.read_stats().direct_chunks == 2 * len(keys) * 8  # image and label: all of them
+    for b, (v, *o) in enumerate(keys.tolist()):
+        box = tuple(slice(a, a + p) for a, p in zip(o, PATCH, strict=True))
+        np.testing.assert_array_equal(got["image"][b], image[(v, slice(None), *box)])
+        np.testing.assert_array_equal(got["label"][b], label[(v, *box)])
+    documents = ("zarr.json", ".zarray", ".zattrs")
+    chunk = max(
+        (p for p in (store / "s0").rglob("*") if p.is_file() and p.name not in documents),
+        key=lambda p: p.stat().st_size,
+    )
+    chunk.write_bytes(chunk.read_bytes()[: chunk.stat().st_size // 2])
+    with pytest.raises(CorruptChunkError) as info:
+        PatchDataset(store, PATCH).read_patches(keys)
+    assert str(store) in str(info.value)

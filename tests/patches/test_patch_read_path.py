@@ -214,3 +214,107 @@ def test_several_stores_share_one_cache_budget(volume):
     np.testing.assert_array_equal(got["image"][1], image[:4, :4, :4])
     cores = ds._handle().cores  # type: ignore[union-attr]
     assert [c.cache_bytes for c in cores] == [2 * 192, 2 * 192]
+
+
+def test_patches_on_the_chunk_grid_are_read_past_the_pool_into_their_rows(volume):
+    # a patch of whole chunks no other patch of the batch touches is read straight into its
+    # row (no pool); one sharing a chunk, or sticking out, keeps the pool; a chunk the pool
+    # holds from the last batch is copied, not decoded again; every patch NumPy's slice
+    path, image, label = volume
+    ds = PatchDataset(path, SIZE, pad_value=-7)
+    keys = [(0, 0, 0, 0), (0, 0, 4, 0), (0, 4, 0, 0), (0, 5, 1, 1), (0, 8, 4, 4)]
+    out = {
+        "image": np.full((len(keys), *SIZE), 12345, np.int16),
+        "label": np.full((len(keys), *SIZE), 77, np.uint8),
+    }
+    got = ds.read_patches(keys, out=out)
+    for j, (_, *origin) in enumerate(keys):
+        np.testing.assert_array_equal(got["image"][j], reference(image, origin, "constant", -7))
+        np.testing.assert_array_equal(got["label"][j], reference(label, origin, "constant", 0))
+    stats = ds.read_stats()
+    assert stats.direct_chunks == 2 * 2  # the first two patches, image and label
+    chunks = len(plan_patch_reads(np.asarray(keys), SIZE, ds.volumes).chunks)
+    assert stats.chunks_read == 2 * chunks and stats.cache_hits == 0
+    assert len(_cache(ds, "image")) == len(_cache(ds, "label")) == chunks - 2
+    ds.read_patches([(0, 4, 0, 0)])  # its chunk is in the pool: a hit, nothing decoded
+    after = ds.read_stats()
+    assert (after.chunks_read, after.cache_hits, after.direct_chunks) == (2 * chunks, 2, 4)
+
+
+@pytest.mark.parametrize("suffix", [".zarr", ".h5"])
+def test_patches_of_several_chunks_on_the_grid_equal_numpy_in_each_backend(tmp_path, suffix):
+    # 8^3 patches of 4^3 chunks on the grid, local files: each read as one box into its row
+    # of a dirty batch (the Zarr engine decodes each chunk aside and copies it into place)
+    rng = np.random.default_rng(3)
+    image = rng.integers(-3000, 30000, (12, 8, 16)).astype(np.int16)
+    np.save(tmp_path / "img.npy", image)
+    path = str(tmp_path / f"v{suffix}")
+    convert_volumes(
+        [str(tmp_path / "img.npy")],
+        path,
+        output=Output(chunks=CHUNKS),
+        execution=Execution(workers=1, progress=False),
+    )
+    ds = PatchDataset(path, (8, 8, 8))
+    keys = [(0, 4, 0, 8), (0, 0, 0, 0), (0, 4, 0, 0)]
+    out = {"image": np.full((3, 8, 8, 8), 12345, np.int16)}
+    got = ds.read_patches(keys, out=out)
+    for j, (_, z, y, x) in enumerate(keys):
+        np.testing.assert_array_equal(got["image"][j], image[z : z + 8, y : y + 8, x : x + 8])
+    # the first patch alone, whole; the other two share chunks: the pool
+    assert ds.read_stats().direct_chunks == 8
+    # a volume's short last chunk (z 4..6 of 6, x 4..7 of 7: stored padded to 4^3) as a
+    # patch of its valid part: straight into the row too
+    small = image[:6, :8, :7].copy()
+    np.save(tmp_path / "small.npy", small)
+    convert_volumes(
+        [str(tmp_path / "small.npy")],
+        str(tmp_path / f"small{suffix}"),
+        output=Output(chunks=CHUNKS),
+        execution=Execution(workers=1, progress=False),
+    )
+    edge = PatchDataset(str(tmp_path / f"small{suffix}"), (2, 4, 3))
+    got = edge.read_patches([(0, 4, 4, 4)], out={"image": np.full((1, 2, 4, 3), 9, np.int16)})
+    np.testing.assert_array_equal(got["image"][0], small[4:6, 4:8, 4:7])
+    assert edge.read_stats().direct_chunks == 1
+
+
+@pytest.mark.parametrize("suffix", [".zarr", ".h5"])
+def test_stores_of_two_dtypes_read_into_one_batch_of_the_wider(tmp_path, suffix):
+    # int16 and uint16 volumes make an int32 batch: whole chunks are decoded aside and cast,
+    # never decoded as raw bytes into the wider slot or row (once a false CorruptChunkError)
+    rng = np.random.default_rng(4)
+    images = [
+        rng.integers(-3000, 3000, (8, 8, 8)).astype(np.int16),
+        rng.integers(40000, 60000, (8, 8, 8)).astype(np.uint16),
+    ]
+    paths = []
+    for i, image in enumerate(images):
+        np.save(tmp_path / f"img{i}.npy", image)
+        paths.append(str(tmp_path / f"v{i}{suffix}"))
+        convert_volumes(
+            [str(tmp_path / f"img{i}.npy")],
+            paths[-1],
+            output=Output(chunks=CHUNKS),
+            execution=Execution(workers=1, progress=False),
+        )
+    ds = PatchDataset(paths, SIZE)
+    assert ds.dtypes["image"] == np.int32
+    # on the grid (straight into the rows), then across chunks (through the pool)
+    for keys in ([(0, 0, 4, 0), (1, 4, 0, 4)], [(0, 1, 2, 3), (1, 3, 2, 1)]):
+        got = ds.read_patches(keys)["image"]
+        for j, (v, z, y, x) in enumerate(keys):
+            np.testing.assert_array_equal(got[j], images[v][z : z + 4, y : y + 4, x : x + 4])
+
+
+def test_a_grid_patch_read_again_soon_goes_through_the_pool_to_be_held(volume):
+    # an epoch of few patches: the same grid patch batch after batch is read straight into its
+    # row the first time, through the pool the second (a read came back to its chunk), then
+    # copied from the pool: decoded twice in all, as without the straight path
+    path, image, _ = volume
+    ds = PatchDataset(path, SIZE, fields=["image"])
+    for _ in range(4):
+        got = ds.read_patches([(0, 0, 0, 0)])
+        np.testing.assert_array_equal(got["image"][0], image[:4, :4, :4])
+    stats = ds.read_stats()
+    assert (stats.direct_chunks, stats.chunks_read, stats.cache_hits) == (1, 2, 2)

@@ -90,7 +90,7 @@ class ChunkFiles:
         valid rows of an edge chunk (stored padded to the full chunk shape, so decoded aside
         and its rows copied; so is a non-contiguous ``out``). ``where()`` names the chunk in
         errors (built only then: a read decodes thousands of chunks that need no name)."""
-        whole = out.shape == self.chunks and out.flags.c_contiguous
+        whole = out.shape == self.chunks and out.flags.c_contiguous and out.dtype == self.dtype
         target = out if whole else np.empty(self.chunks, self.dtype)
         t1 = time.perf_counter()
         payload = self._verified(data, where)

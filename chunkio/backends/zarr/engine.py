@@ -232,8 +232,16 @@ class ArrayEngine:
                 piece.out[...] = self.files.fill_value
             return
         where = functools.partial(self._describe, pieces[0].coords)
-        if len(pieces) == 1 and pieces[0].whole and pieces[0].out.flags.c_contiguous:
-            self.files.decode_bytes(payload, pieces[0].out, where=where, clock=clock)
+        out = pieces[0].out
+        # straight into the output only where it holds the chunk's very bytes: a wider dtype
+        # (stores of several dtypes in one batch) is cast from the scratch chunk
+        if (
+            len(pieces) == 1
+            and pieces[0].whole
+            and out.flags.c_contiguous
+            and out.dtype == self.files.dtype
+        ):
+            self.files.decode_bytes(payload, out, where=where, clock=clock)
             return
         if not scratch:
             scratch.append(np.empty(self.chunks, self.files.dtype))
