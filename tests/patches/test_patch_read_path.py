@@ -160,7 +160,8 @@ def test_the_pool_grows_within_the_room_its_batch_can_touch(volume):
     # slots of the same memory, not a new buffer written afresh
     path, image, label = volume
     ds = PatchDataset(path, SIZE)
-    ds.read_patches([(0, 0, 0, 0), (0, 4, 4, 0)])  # chunk-aligned: 2 chunks
+    # off the chunk grid (a grid patch sharing no chunk is read past the pool): 2 chunks
+    ds.read_patches([(0, 0, 0, 1), (0, 0, 0, 2)])
     cache = _cache(ds, "image")
     room = cache.buffer.base
     assert cache.capacity == 2 and room is not None and len(room) == 12
