@@ -111,7 +111,8 @@ class PatchReads:
                     # room for what a batch of this many patches can touch: the cache then
                     # grows to a batch's need without a new buffer written afresh each time
                     # (first writes of memory cost several decodes); unused room costs nothing
-                    cache.reserve(_batch_slots(volumes, patch_size, len(at)))
+                    through_pool = len(at) - int(np.count_nonzero(direct))
+                    cache.reserve(_batch_slots(volumes, patch_size, through_pool))
                 slots[pooled] = self._admit(volumes, kind, cache, wanted)
             if straight:
                 self._read_direct(volumes, kind, plan, np.flatnonzero(direct).tolist(), batch, at)

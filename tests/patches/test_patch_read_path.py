@@ -311,7 +311,8 @@ def test_stores_of_two_dtypes_read_into_one_batch_of_the_wider(tmp_path, suffix)
 def test_a_grid_patch_read_again_soon_goes_through_the_pool_to_be_held(volume):
     # an epoch of few patches: the same grid patch batch after batch is read straight into its
     # row the first time, through the pool the second (a read came back to its chunk), then
-    # copied from the pool: decoded twice in all, as without the straight path
+    # copied from the pool: decoded twice in all, once more than without the straight path
+    # (the price of a chunk read once per epoch never entering the pool)
     path, image, _ = volume
     ds = PatchDataset(path, SIZE, fields=["image"])
     for _ in range(4):
