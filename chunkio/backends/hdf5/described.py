@@ -114,8 +114,8 @@ def check_made(location: str, name: str, made: Made, now: Made) -> None:
     if made == now:
         return
     what = ("shape", "chunk shape", "dtype")
-    changed = [f"{k} {b!r}, made with {a!r}" for k, a, b in zip(what, made, now, strict=True)
-               if a != b]  # fmt: skip
+    pairs = zip(what, made, now, strict=True)
+    changed = [f"{k} {b!r}, made with {a!r}" for k, a, b in pairs if a != b]
     raise FormatError(
         f"{location}: array {name!r} changed since the dataset was made (it has "
         f"{'; '.join(changed)}): make the dataset again"

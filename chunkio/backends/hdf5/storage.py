@@ -179,7 +179,7 @@ def require_aligned(start: int, stop: int, step: int, where: str) -> None:
     whole stored chunks need (else one would be read from its first row on, shifted);
     ``where`` names the file and array. Reads are planned on the chunks the dataset was made
     with: a file rechunked since is refused here, not read from the wrong rows."""
-    if start % step:
+    if start % step and stop > start:
         raise FormatError(
             f"{where} is stored in chunks of {step} rows, but rows {start}..{stop - 1} were "
             "asked for from inside one: they were planned on chunks the file no longer has "
