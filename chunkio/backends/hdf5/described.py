@@ -62,9 +62,9 @@ Made = tuple[tuple[int, ...], tuple[int, ...], str]
 #: stored chunks (every described array's, together) past which a file's description leaves
 #: its arrays out. A description costs about 14 bytes a chunk pickled (sent to every worker)
 #: and 160 in the parent, which holds it for the dataset's life; it saves each process h5py's
-#: first look, about 10 us a chunk. 100,000 chunks: 1.4 MB, 16 MB, 1 s a process. A 100k-cell
-#: h5ad chunked by 8 values (a million chunks) pickled 13.7 MB and grew the parent by 160 MB;
-#: past the bound it pickles 3.6 kB, and each worker's first read takes ~10 s instead
+#: first look, about 2.5 us a chunk. 100,000 chunks: 1.4 MB, 16 MB, 0.25 s a process. A
+#: 100k-cell h5ad chunked by 8 values (a million chunks) pickled 13.7 MB and grew the parent
+#: by 160 MB; past the bound it pickles 3.6 kB, and each worker's first read takes ~2.5 s
 MAX_DESCRIBED_CHUNKS = 100_000
 
 _Reader = TypeVar("_Reader", RawChunks, RawGrid)
