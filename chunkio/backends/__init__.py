@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import DatasetNotFoundError, UnknownFormatError
@@ -180,13 +180,15 @@ class ReaderOptions:
     >>> dataclasses.replace(ReaderOptions(trust_codecs=True), fill_missing=True)
     ... # doctest: +NORMALIZE_WHITESPACE
     ReaderOptions(storage_options=None, trust_codecs=True, download_cache=None,
-                  documents=None, fill_missing=True)
+                  fill_missing=True)
     """
 
     storage_options: Mapping[str, Any] | None = None
     trust_codecs: bool = False
     download_cache: tuple[str, int] | None = None
-    documents: Mapping[str, Any] | None = None
+    #: left out of the repr: a file's description holds its chunk index (up to
+    #: ``MAX_DESCRIBED_CHUNKS`` chunks of :mod:`chunkio.backends.hdf5.described`)
+    documents: Mapping[str, Any] | None = field(default=None, repr=False)
     fill_missing: bool = False
 
     def open(self, location: Any) -> Reader:

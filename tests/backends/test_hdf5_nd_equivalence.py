@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 
 from chunkio.backends import _checksum
 from chunkio.backends._checksum import Fletcher32, fletcher32_reference
+from chunkio.backends.base import StageClock
 from chunkio.backends.hdf5 import grid as grid_module
 from chunkio.backends.hdf5.backend import HDF5Reader
 from chunkio.backends.hdf5.grid import RawGrid, partial_chunks_unfiltered
@@ -204,6 +206,10 @@ def test_chains_chunkio_cannot_decode_are_read_by_h5py(
         reader.close()
 
 
+def refuse_h5py(*args: Any) -> None:
+    raise AssertionError("read through h5py")
+
+
 def test_a_box_of_one_whole_chunk_missing_filled_or_left_to_h5py(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -225,12 +231,19 @@ def test_a_box_of_one_whole_chunk_missing_filled_or_left_to_h5py(
         out = np.full((4, 4, 3), 3, np.int16)
         filled.read_region("x", never, out)
         assert (out == 7).all()
-        with pytest.raises(MissingChunkError, match=r"a\.h5: array 'x': chunk 1 is missing"):
-            strict.read_region("x", never, out)
+        with pytest.raises(MissingChunkError, match=r"a\.h5: array 'x': chunk \(1, 0, 0\) is"):
+            strict.read_region("x", never, out)  # the reader lists never-written chunks first
         strict.read_region("x", written, out)
         np.testing.assert_array_equal(out, data[written])
         grid = strict._chunk_readers("x")[1]
         assert grid is not None
+        # a reader of the file's bytes by ranges (a remote file) asks the grid directly
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            with pytest.raises(MissingChunkError, match=r"'x': chunk \(1, 0, 0\) \(elements \[4:8"):
+                grid.read_region(never, out, grid.pread(fd), StageClock(), fallback=refuse_h5py)
+        finally:
+            os.close(fd)
         grid.masked = frozenset({(0, 1, 1)})
 
         def refuse(*args: Any) -> None:

@@ -31,15 +31,32 @@ from ...errors import (
     UnsafeInputError,
 )
 from ..base import ArrayInfo, Reader, StageClock, check_region, coalesce
-from ..codec_names import hdf5_codec_info
-from ..codec_table import HDF5_SAFE
 from .attrs import decode_attrs
 from .checks import check_array, in_file_node, in_file_path, list_arrays, read_text
-from .described import DescribedArray, as_description, file_state, open_described
+from .described import (
+    DescribedArray,
+    Made,
+    as_description,
+    check_made,
+    file_state,
+    made_of,
+    make_description,
+    open_described,
+)
 from .grid import RawGrid
 from .raw import RawChunks
 from .registry import open_hdf5_readers, register
-from .storage import chunks_of, failed_chunks, missing_chunks, open_same_file, require_stored
+from .storage import (
+    array_info_of,
+    chunk_stored,
+    chunks_of,
+    failed_chunks,
+    missing_chunks,
+    open_file,
+    open_same_file,
+    require_aligned,
+    require_stored,
+)
 
 __all__ = ["HDF5Reader", "decode_attrs", "open_hdf5_readers"]
 
@@ -98,8 +115,12 @@ class HDF5Reader(Reader):
         self._opened: tuple[int, ...] | None = None
         self._lock = threading.Lock()
         #: arrays as the process that made the dataset found them, valid while the file keeps
-        #: the state it had then (:mod:`.described`)
-        self._state, self._described = as_description(documents) if raw_chunks else (None, {})
+        #: the state it had then, and each one's shape, chunks and dtype then (:mod:`.described`)
+        self._state, self._described, self._made = (
+            as_description(documents) if raw_chunks else (None, {}, {})
+        )
+        #: what each array must still be, once the file is found changed since described
+        self._compare: dict[str, Made] = {}
         for name, known in self._described.items():  # checked where it was described
             self._paths[name], self._missing[name] = known.path, known.missing
             self._checked.add(name)
@@ -127,7 +148,9 @@ class HDF5Reader(Reader):
 
     def _forget_description(self) -> None:
         """The file changed since it was described: every array is looked at again (its path,
-        checks and missing chunks found again by :meth:`_dataset`)."""
+        checks and missing chunks found again by :meth:`_dataset`, its shape, chunks and dtype
+        compared with the dataset's)."""
+        self._compare = self._made
         self._checked -= self._described.keys()
         self._described.clear()
         self._state = None
@@ -145,22 +168,7 @@ class HDF5Reader(Reader):
         if self._file is None or not self._file.id.valid:
             if self._file_object is not None:
                 return self._open_file_object()
-            try:
-                before = os.stat(self.location)
-                # a shared lock where the file system has locks: a writer holding the file
-                # is still refused below; a read-only mount without locks (NFS, Lustre) is
-                # read, whatever the HDF5 build's default
-                self._file = h5py.File(self.location, "r", locking="best-effort")
-            except FileNotFoundError as err:
-                raise DatasetNotFoundError(f"no HDF5 dataset at {self.location}") from err
-            except OSError as err:
-                if "unable to lock file" in str(err):  # HDF5 file locking: errno 11
-                    raise FormatError(
-                        f"{self.location}: another process has the file open for writing (HDF5 "
-                        "file locking); chunkio reads files nobody is writing: close the writer "
-                        f"and open it again ({err})"
-                    ) from err
-                raise FormatError(f"{self.location}: cannot open as HDF5: {err}") from err
+            self._file, before = open_file(self.location)
             self._opened = file_state(before)
             if self._state is not None and self._opened != self._state:
                 self._forget_description()  # changed since described: h5py's view only
@@ -205,12 +213,13 @@ class HDF5Reader(Reader):
             self._open()
             if self._file_object is not None or self._fd is None or not self._raw_chunks:
                 return None
-            arrays = {}
+            arrays, made = {}, {}
             for name in names:
                 try:
                     d = self._dataset(name)
                 except ChunkioError:  # refused or missing: left to the reads to say so
                     continue
+                made[name] = made_of(self._array_info(name))
                 path = self._paths.get(name)
                 if path is not None:  # not through an external link: h5py follows those
                     info, raw, grid = self._array_info(name), self._raw[name], self._grid[name]
@@ -218,7 +227,7 @@ class HDF5Reader(Reader):
                     fill, missing = d.fillvalue, self._missing.get(name, frozenset())
                     arrays[name] = DescribedArray(info, path, raw, grid, fill, missing).fresh()
             state = file_state(os.fstat(self._fd))
-            return {"state": state, "arrays": arrays} if state == self._opened else None
+            return make_description(state, arrays, made) if state == self._opened else None
 
     def attrs(self) -> dict[str, Any]:
         with self._lock:
@@ -258,6 +267,10 @@ class HDF5Reader(Reader):
             check_array(dset, name, self.location, trust=self._trust)
             self._missing[name] = missing_chunks(dset)
             self._checked.add(name)
+        made = self._compare.get(name)
+        if made is not None:  # the file changed since the dataset was made: still the same?
+            now = (tuple(dset.shape), chunks_of(dset), np.dtype(dset.dtype).str)
+            check_made(self.location, name, made, now)
         path = self._paths[name]
         self._datasets[name] = dset
         if name not in self._raw:
@@ -270,8 +283,11 @@ class HDF5Reader(Reader):
                 and isinstance(dset, h5py.Dataset)
                 and self._fd is not None
             )
-            self._raw[name] = RawChunks.build(dset, self.location, name) if usable else None
-            self._grid[name] = RawGrid.build(dset, name) if usable else None
+            raw = self._raw[name] = RawChunks.build(dset, self.location, name) if usable else None
+            # a 1-D array read by rows reads its boxes through h5py, as when described: its
+            # chunk index is not read twice (about 5 us a chunk, seconds at millions)
+            rows = raw is not None and dset.ndim == 1
+            self._grid[name] = RawGrid.build(dset, name) if usable and not rows else None
         return dset
 
     def array_info(self, name: str) -> ArrayInfo:
@@ -300,23 +316,7 @@ class HDF5Reader(Reader):
 
     def _info_of(self, name: str) -> ArrayInfo:
         d = self._dataset(name)
-        raw = self._raw.get(name)  # contiguous data is read in runs: those are its chunks
-        plist = d.id.get_create_plist()
-        filters = tuple(
-            HDF5_SAFE.get(plist.get_filter(i)[0], str(plist.get_filter(i)[0]))
-            for i in range(plist.get_nfilters())
-        )
-        return ArrayInfo(
-            name=name,
-            shape=tuple(d.shape),
-            dtype=np.dtype(d.dtype),
-            chunks=raw.chunks if raw is not None else chunks_of(d),
-            codecs=filters,
-            stored_nbytes=int(d.id.get_storage_size()),
-            compression=hdf5_codec_info(
-                [plist.get_filter(i)[:3:2] for i in range(plist.get_nfilters())]
-            ),
-        )
+        return array_info_of(d, name, self._raw.get(name))
 
     def read_into(
         self, name: str, ranges: Sequence[tuple[int, int]], out: npt.NDArray[Any]
@@ -335,7 +335,7 @@ class HDF5Reader(Reader):
             rest = tuple(slice(0, n) for n in grid.shape[1:])
             for start, stop, offset in coalesce(ranges):
                 box = (slice(start, stop), *rest)
-                self._require_chunks(name, box, grid.chunks)
+                self._require_chunks(name, box, (grid.shape, grid.chunks))
                 self._read_grid(grid, self._fd, [(box, out[offset : offset + stop - start])])
             return
         d = self._dataset(name)
@@ -365,6 +365,7 @@ class HDF5Reader(Reader):
         offset, step = 0, raw.chunk_rows
         raw.check_file(fd)
         for start, stop in ranges:
+            require_aligned(start, stop, step, f"{self.location}: array {raw.name!r}")
             for first in range(start, stop, step):
                 rows = min(step, stop - first)
                 chunk = first // step
@@ -389,7 +390,7 @@ class HDF5Reader(Reader):
     ) -> None:
         if stop <= start:
             return
-        self._require_chunks(name, (slice(start, stop),), d.chunks or d.shape)
+        self._require_chunks(name, (slice(start, stop),), (d.shape, d.chunks or d.shape))
         try:
             d.read_direct(out, np.s_[start:stop], np.s_[0 : stop - start])
         except OSError as err:
@@ -411,7 +412,7 @@ class HDF5Reader(Reader):
                 boxes = []
                 for region, out in zip(regions, outs, strict=True):
                     if check_region(region, grid.shape, out, where):
-                        self._require_chunks(name, region, grid.chunks)
+                        self._require_chunks(name, region, (grid.shape, grid.chunks))
                         boxes.append((region, out))
                 self._read_grid(grid, self._fd, boxes)
                 return
@@ -419,7 +420,7 @@ class HDF5Reader(Reader):
             for region, out in zip(regions, outs, strict=True):
                 if not check_region(region, tuple(d.shape), out, where):
                     continue
-                self._require_chunks(name, region, d.chunks or d.shape)
+                self._require_chunks(name, region, (d.shape, d.chunks or d.shape))
                 try:
                     # h5py's fast reader (d[...]) beats read_direct's Python-level selection
                     # handling several-fold on the small boxes patch reads ask for
@@ -452,21 +453,18 @@ class HDF5Reader(Reader):
         known = self._known(name)
         return known.fill_value if known is not None else self._dataset(name).fillvalue
 
-    def _require_chunks(self, name: str, box: tuple[slice, ...], chunks: tuple[int, ...]) -> None:
-        """Raise if a chunk the box touches was never stored: it would read back as zeros."""
+    def _require_chunks(
+        self, name: str, box: tuple[slice, ...], grid: tuple[tuple[int, ...], tuple[int, ...]]
+    ) -> None:
+        """Raise if a chunk the box touches (of an array of ``grid``: shape, chunks) was never
+        stored: it would read back as the fill value."""
         if not self._fill_missing:  # else as asked: HDF5's fill value
-            require_stored(self._missing.get(name), box, chunks, f"{self.location}: array {name!r}")
+            where, fill = f"{self.location}: array {name!r}", lambda: self._fill_value(name)
+            require_stored(self._missing.get(name), box, grid, where, fill)
 
     def chunk_exists(self, name: str, chunk: int | tuple[int, ...]) -> bool:
         with self._lock:
-            d = self._dataset(name)
-            if d.chunks is None:  # contiguous or compact: written once, whole
-                return d.id.get_offset() is not None or d.id.get_storage_size() > 0
-            if not isinstance(chunk, int):  # grid coordinates: listed when the array opened
-                return tuple(chunk) not in self._missing.get(name, frozenset())
-            step = d.chunks[0]
-            info = d.id.get_chunk_info_by_coord((chunk * step,) + (0,) * (d.ndim - 1))
-            return info.byte_offset is not None
+            return chunk_stored(self._dataset(name), chunk, self._missing.get(name, frozenset()))
 
     def read_path(self, name: str) -> str:
         with self._lock:
