@@ -8,6 +8,7 @@ anything is sized by the bad number.
 
 from __future__ import annotations
 
+import shutil
 import warnings
 from pathlib import Path
 from typing import Any
@@ -141,4 +142,15 @@ def test_an_indptr_changed_after_the_dataset_was_made_is_checked_again(tmp_path:
     # with (checked before the offsets are read)
     made = r"array 'X/indptr' changed since the dataset was made \(it has shape \(44,\), made with"
     with pytest.raises(FormatError, match=made):
+        ds.read_batch([0])
+
+
+def test_an_anndata_zarr_store_replaced_by_one_of_more_rows_is_refused(tmp_path: Path) -> None:
+    """A Zarr store has no file identity to compare: its ``indptr`` read again in each
+    process is checked against the rows the dataset was made with."""
+    path = _write(_adata(), tmp_path / "a.zarr")
+    ds = chunkio.ChunkDataset(path, fields={"x": "X"})
+    shutil.rmtree(path)
+    _write(ad.AnnData(X=sp.random(CELLS + 3, GENES, format="csr", dtype=np.float32)), path)
+    with pytest.raises(FormatError, match=r"holds 44 offsets; the dataset was made with 40 rows"):
         ds.read_batch([0])
