@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -82,10 +83,13 @@ def set_shape(height: int, width: int) -> None:
 
 def era_store(root: Path, steps: int, per_chunk: int) -> Path:
     """The store as xarray writes it (smooth fields plus noise, zstd through zarr's default);
-    one written before in ``root`` (``--store-dir``) is reused."""
+    one written before in ``root`` (``--store-dir``) is reused. Written beside its name and
+    renamed once whole, so a run stopped mid-write leaves nothing that would be reused."""
     path = root / f"era_{steps}x{SHAPE[0]}x{SHAPE[1]}_{per_chunk}.zarr"
     if (path / "zarr.json").exists():
         return path
+    partial = path.with_name(path.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
     rng = np.random.default_rng(0)
     lat, lon = np.meshgrid(np.linspace(-1, 1, SHAPE[0]), np.linspace(-3, 3, SHAPE[1]),
                            indexing="ij")  # fmt: skip
@@ -100,7 +104,9 @@ def era_store(root: Path, steps: int, per_chunk: int) -> Path:
     encoding = {v: {"chunks": (per_chunk, *SHAPE)} for v in VARS}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ds.to_zarr(path, mode="w", encoding=encoding, zarr_format=3)
+        ds.to_zarr(partial, mode="w", encoding=encoding, zarr_format=3)
+    shutil.rmtree(path, ignore_errors=True)  # an unfinished store of an earlier run, if any
+    partial.rename(path)
     return path
 
 
