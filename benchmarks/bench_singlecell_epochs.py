@@ -256,18 +256,32 @@ def checks(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def ratio_lines(rows: list[dict[str, Any]]) -> list[str]:
     """Each beyond-memory row (and its baseline's) over annbatch per CPU-second, per round."""
     lines = ["| loader | workers | settings | first epoch / annbatch, cells/CPU-s, per round "
-             "| later epochs / annbatch |", "|---|---|---|---|---|"]  # fmt: skip
+             "| median (range) | later epochs / annbatch | median (range) |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
     seen = []
     for r in rows:
         key = (r["loader"], r["workers"], r["settings"])
         if r["settings"].startswith(HOLD_OFF) and key not in seen:
             seen.append(key)
     for name, w, settings in seen:
-        cells = [", ".join(f"{x:.2f}" for x in _ratios(rows, name, w, part, "cells_per_cpu_s",
-                                                       settings))
-                 for part in ("first", "later")]  # fmt: skip
-        lines.append(f"| {name} | {w} | {settings} | {cells[0]} | {cells[1]} |")
+        cells = []
+        for part in ("first", "later"):
+            ratios = _ratios(rows, name, w, part, "cells_per_cpu_s", settings)
+            cells.append(", ".join(f"{x:.2f}" for x in ratios))
+            cells.append(_spread(ratios))
+        lines.append(f"| {name} | {w} | {settings} | {' | '.join(cells)} |")
     return lines
+
+
+def _spread(values: list[float]) -> str:
+    """``median (min-max)`` of per-round figures (empty for none).
+
+    >>> _spread([1.5, 1.0, 1.25])
+    '1.25 (1.00-1.50)'
+    """
+    if not values:
+        return ""
+    return f"{float(np.median(values)):.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
 def split_lines(rows: list[dict[str, Any]]) -> list[str]:

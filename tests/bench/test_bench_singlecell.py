@@ -150,7 +150,8 @@ def test_epochs_baseline_rows_are_compared_but_not_checked() -> None:
     (found,) = epochs.checks(rows)  # the baseline's 0.5 is not this checkout's figure
     assert found["measured"] == pytest.approx(1.6) and found["passed"]
     lines = epochs.ratio_lines(rows)
-    assert [ln.split(" | ")[-2] for ln in lines[2:]] == ["1.60", "0.50"]
+    cells = [ln.split(" | ")[3:5] for ln in lines[2:]]  # first epoch: per round, median
+    assert cells == [["1.60", "1.60 (1.60-1.60)"], ["0.50", "0.50 (0.50-0.50)"]]
     assert other in lines[3]
 
 
