@@ -23,7 +23,7 @@ one run. Updates the "Beyond memory" section of ``benchmarks/results/singlecell.
 
     python -m benchmarks.bench_singlecell_epochs [--cells N] [--epochs E] [--rounds R]
                                                  [--workers W] [--baseline DIR]
-                                                 [--root DIR] [--out DIR]
+                                                 [--target-only] [--root DIR] [--out DIR]
 """
 
 from __future__ import annotations
@@ -152,6 +152,26 @@ def _child(spec: dict[str, Any], tree: Path | None) -> list[str]:
     return [sys.executable, "-c", code, "--child", json.dumps(spec)]
 
 
+def _configs(workers: int, *, target_only: bool = False) -> list[tuple[str, str, dict[str, Any]]]:
+    """chunkio's rows, ``(loader, settings, spec)``: each by default and beyond memory, with
+    ``workers`` and with 0; ``target_only``: the h5ad in place beyond memory with ``workers``.
+
+    >>> [(name == sc.IN_PLACE, spec) for name, _, spec in _configs(2, target_only=True)]
+    [(True, {'kind': 'chunkio', 'hold_bytes': 0, 'workers': 2})]
+    """
+    configs: list[tuple[str, str, dict[str, Any]]] = [
+        (sc.IN_PLACE, DEFAULT, {"kind": "chunkio"}),
+        (sc.CONVERTED, DEFAULT, {"kind": "chunkio-converted"}),
+    ]
+    for w in sorted({workers, 0}, reverse=True):  # and 0 workers: annbatch has none either
+        for kind, name in (("chunkio", sc.IN_PLACE), ("chunkio-converted", sc.CONVERTED)):
+            configs.append((name, HOLD_OFF, {"kind": kind, "hold_bytes": 0, "workers": w}))
+    if target_only:
+        return [c for c in configs if c[0] == sc.IN_PLACE and c[1] == HOLD_OFF
+                and c[2]["workers"] == workers]  # fmt: skip
+    return configs
+
+
 def _tree_commit(tree: Path) -> str:
     git = ["git", "-C", str(tree), "rev-parse", "--short", "HEAD"]
     try:
@@ -162,9 +182,12 @@ def _tree_commit(tree: Path) -> str:
 
 def run(*, root: str | Path | None = None, n_cells: int = 100_000, n_epochs: int = 3,
         rounds: int = 2, workers: int = sc.WORKERS, annbatch: bool = True,
-        baseline: str | Path | None = None) -> dict[str, Any]:  # fmt: skip
+        baseline: str | Path | None = None, target_only: bool = False
+        ) -> dict[str, Any]:  # fmt: skip
     """Every configuration, ``rounds`` times in alternation, as one JSON-able dict
-    (``baseline``: another checkout whose beyond-memory configurations run beside them)."""
+    (``baseline``: another checkout whose beyond-memory configurations run beside them;
+    ``target_only``: annbatch and the h5ad in place beyond memory with ``workers`` workers
+    alone, the issue's hardest target, so that more rounds fit in the same minutes)."""
     from chunkio.sampling.label_metrics import uniform_distinct_labels
 
     root = Path(root or "bench-data") / "singlecell"
@@ -176,13 +199,7 @@ def run(*, root: str | Path | None = None, n_cells: int = 100_000, n_epochs: int
     python, why = sc.annbatch_python() if annbatch else (None, "left out")
     store = root / f"{path.stem}.annbatch-collection.zarr"
     base = {"path": str(path), "converted": str(dst), "workers": workers, "epochs": n_epochs}
-    configs: list[tuple[str, str, dict[str, Any]]] = [
-        (sc.IN_PLACE, DEFAULT, {"kind": "chunkio"}),
-        (sc.CONVERTED, DEFAULT, {"kind": "chunkio-converted"}),
-    ]
-    for w in sorted({workers, 0}, reverse=True):  # and 0 workers: annbatch has none either
-        for kind, name in (("chunkio", sc.IN_PLACE), ("chunkio-converted", sc.CONVERTED)):
-            configs.append((name, HOLD_OFF, {"kind": kind, "hold_bytes": 0, "workers": w}))
+    configs = _configs(workers, target_only=target_only)
     tree = None if baseline is None else Path(baseline).resolve()
     runs: list[tuple[str, str, dict[str, Any], Path | None]] = [(*c, None) for c in configs]
     if tree is not None:  # beside each of this checkout's beyond-memory rows
@@ -362,6 +379,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rounds", type=int, default=2, help="alternating rounds (default 2)")
     p.add_argument("--workers", type=int, default=sc.WORKERS, help="chunkio's workers")
     p.add_argument("--baseline", help="another chunkio checkout to run beside this one")
+    p.add_argument("--target-only", action="store_true",
+                   help="annbatch and the h5ad in place, beyond memory, alone")  # fmt: skip
     p.add_argument("--root", default="bench-data", help="data folder (default bench-data)")
     p.add_argument("--out", default=str(RESULTS), help="results folder")
     p.add_argument("--child", help=argparse.SUPPRESS)
@@ -370,7 +389,8 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(epochs(json.loads(args.child))))
         return
     result = run(root=args.root, n_cells=args.cells, n_epochs=args.epochs, rounds=args.rounds,
-                 workers=args.workers, baseline=args.baseline)  # fmt: skip
+                 workers=args.workers, baseline=args.baseline,
+                 target_only=args.target_only)  # fmt: skip
     print(write(result, Path(args.out)))
 
 
