@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import IncompatibleStateError
-from ..sampling.order import check_int, check_state, rank_rows, split_rows
+from ..sampling.order import check_int, check_state, rank_rows
 from ..sampling.sampler import EpochBatch, checked_batches_done, num_batches
 from ..util.deprecated import keyword_moved_to_method
 from ..util.numeric import IntArray
@@ -155,9 +155,19 @@ class PatchBatchSampler:
         return (EpochBatch(batch.tolist(), epoch) for batch in self.iter_arrays())
 
     def reader_rows(self, n: int, readers: int) -> list[tuple[int, int]]:
-        """Rows ``[0, n)`` in ``readers`` contiguous, even parts: neighbouring patches share
-        chunks (the sampler groups them by chunk), so each reader keeps its reads local."""
-        return split_rows(n, np.array([n], np.int64), readers)
+        """Rows ``[0, n)`` as one part, whatever ``readers``: each batch is read whole by one
+        reader, readers taking batches in turn (:mod:`chunkio.transport.parts`). The patches
+        of a batch share chunks (the sampler groups them by chunk): split between readers,
+        each would decode those chunks (measured in ``docs/benchmarks.md``, patches).
+
+        >>> from chunkio.format.volume_layout import VolumeSet
+        >>> from chunkio.patches import GridSampler
+        >>> vs = VolumeSet(shapes=((8, 8),), chunks=(4, 4), stacked=True)
+        >>> grid = GridSampler().bind(vs, (4, 4))
+        >>> PatchBatchSampler(grid, 4, rank=0, world_size=1).reader_rows(4, 2)
+        [(0, 4)]
+        """
+        return [(0, n)]
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch; a different epoch discards any pending resume point."""
