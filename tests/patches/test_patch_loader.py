@@ -157,6 +157,27 @@ def test_each_batch_is_read_whole_by_one_worker_the_workers_in_turn(store, worke
     ]
 
 
+@pytest.mark.parametrize(
+    ("sampler", "patch", "whole"),
+    [
+        (GridSampler(), (4, 4, 8), False),  # whole chunks on the chunk grid: never shared
+        (GridSampler(edge="pad"), (4, 8, 8), False),  # the last patch sticks out, aligned
+        (GridSampler(), (4, 8, 8), True),  # the shifted last patch overlaps its neighbour
+        (GridSampler(overlap=(0, 0, 4)), (4, 4, 8), True),
+        (GridSampler(), (4, 4, 4), True),  # half chunks: two patches in one chunk
+        (GridSampler(), (4, 4, 12), True),  # one and a half chunks: off the chunk grid
+        (RandomPatchSampler(5), (4, 4, 8), True),
+    ],
+)
+def test_readers_take_whole_batches_unless_no_two_patches_share_a_chunk(sampler, patch, whole):
+    from chunkio.format.volume_layout import VolumeSet
+    from chunkio.patches.loading import PatchBatchSampler
+
+    volumes = VolumeSet(shapes=((8, 12, 24),) * 2, chunks=(4, 4, 8), stacked=True)
+    batches = PatchBatchSampler(sampler.bind(volumes, patch), 6, rank=0, world_size=1)
+    assert batches.reader_rows(6, 2) == ([(0, 6)] if whole else [(0, 3), (3, 6)])
+
+
 @pytest.mark.slow  # spawned workers import torch: 3-25 s, however small the data
 @pytest.mark.timeout(120)
 def test_spawned_ring_workers_open_their_own_handles(tmp_path):
