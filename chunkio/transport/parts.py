@@ -9,7 +9,7 @@ contiguous ranges; part ``i`` of the ``s``-th batch a session dispatches goes to
   (:meth:`chunkio.ChunkBatchSampler.reader_rows`) give each worker its own lanes of every
   batch, so it reads only those lanes' chunks and decodes each chunk once;
 * one part: each batch is read whole by one worker, the workers taking batches in turn. The
-  patches of a batch share chunks (a patch sampler groups them by chunk,
+  patches of a batch can share chunks (a patch sampler groups them by chunk,
   :meth:`chunkio.patches.loading.PatchBatchSampler.reader_rows`), which two workers reading
   halves of it would each decode. The first batch then waits on one worker's read of all of it.
 

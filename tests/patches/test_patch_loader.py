@@ -2,7 +2,7 @@
 ``PatchDataset.__getitems__`` gives for the same keys, in the sampler's order cut into global
 batches, the same for 0 and 2 workers and any world size; a state saved mid-epoch restores onto
 another worker count or world size with exactly the remaining patches; kept batches stay. Ring
-workers read whole batches in turn (a batch's patches share chunks).
+workers read whole batches in turn where a batch's patches can share chunks.
 
 The reference is the user's own dataset read by key, the keys cut by hand from the sampler's
 ``global_keys``: nothing of :mod:`chunkio.patches.loading` computes it.
