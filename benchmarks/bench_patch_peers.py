@@ -30,7 +30,9 @@ tree (the row's process and its workers) and read amplification = bytes decoded 
 delivered: chunkio's own count (a one-process pass over the same keys); for the others the
 analytic figure: whole volumes decoded per load for the NIfTI peers (image and label, a load
 per ``samples_per_volume`` / ``num_samples`` patches), the chunks each patch touches for the
-per-patch readers and zarrdataset (an upper bound: it keeps the last box it read).
+per-patch readers and zarrdataset (an upper bound: it keeps the last box it read); for the
+``make_loader`` rows also its workers' own (one reader per worker, each batch's parts read by
+the worker the ring deals them to: a batch split between workers decodes shared chunks twice).
 
     python -m benchmarks.bench_patch_peers [--quick] [--volumes 4] [--size 256] [--patch 64]
                                            [--chunk 64] [--patches 256] [--json PATH]
@@ -250,6 +252,31 @@ def _amplification(ds: Any, keys: np.ndarray, batch: int = BATCH) -> float:
     return float((after.bytes_decoded - decoded) / (after.bytes_delivered - delivered))
 
 
+def _deal(ranges: list[tuple[int, int]], seq: int, workers: int) -> dict[int, tuple[int, int]]:
+    """The worker reading each part of the ``seq``-th batch, as the ring deals them."""
+    try:
+        from chunkio.transport.parts import assign
+    except ImportError:  # a chunkio before parts were dealt: part w to worker w, every batch
+        return {w: r for w, r in enumerate(ranges) if r[1] > r[0]}
+    return assign(ranges, seq, workers)
+
+
+def _worker_amplification(spec: dict[str, Any], keys: np.ndarray) -> float:
+    """Bytes decoded / delivered by ``make_loader``'s ring workers over ``keys``: one reader
+    per worker, in this process, each batch's parts (the loader's ``reader_rows``) read by
+    the worker the ring deals them to."""
+    from chunkio.patches.loading import PatchBatchSampler
+
+    readers = [_chunkio_dataset(spec) for _ in range(WORKERS)]
+    rows = PatchBatchSampler(readers[0].sampler, BATCH, rank=0, world_size=1).reader_rows
+    for seq, start in enumerate(range(0, len(keys), BATCH)):
+        batch = keys[start : start + BATCH]
+        for w, (a, b) in _deal(list(rows(len(batch), WORKERS)), seq, WORKERS).items():
+            readers[w].read_patches(batch[a:b])
+    stats = [r.read_stats() for r in readers]
+    return float(sum(s.bytes_decoded for s in stats) / sum(s.bytes_delivered for s in stats))
+
+
 def run_row(spec: dict[str, Any]) -> dict[str, Any]:
     """One chunkio or per-patch row, in this process and its 2 workers."""
     import torch
@@ -281,6 +308,8 @@ def run_row(spec: dict[str, Any]) -> dict[str, Any]:
     if callable(close):
         close()
     result["read_amplification"] = _amplification(_chunkio_dataset(spec), keys)
+    if spec.get("route") == "make_loader":
+        result["worker_amplification"] = _worker_amplification(spec, keys)
     result["keys"] = keys.tolist()
     return result
 
@@ -431,6 +460,8 @@ def _rates(r: dict[str, Any]) -> dict[str, Any]:
            "read_amplification": r["read_amplification"]}  # fmt: skip
     if "epochs" in r:
         out["epochs"] = r["epochs"]
+    if "worker_amplification" in r:
+        out["worker_amplification"] = r["worker_amplification"]
     if "version" in r:
         out["version"] = r["version"]
     return out
@@ -452,8 +483,11 @@ def table(result: dict[str, Any]) -> str:
             cpu = (first["patches_per_cpu_s"] or 0) / (r["patches_per_cpu_s"] or float("inf"))
             ratio = f"{wall:.1f}x, {cpu:.1f}x"
         name = r["reader"] + (f" {r['version']}" if "version" in r else "")
+        amp = f"{r['read_amplification']:.2f}"
+        if "worker_amplification" in r:
+            amp += f" (its workers: {r['worker_amplification']:.2f})"
         lines.append(f"| {name} | {r['patches_per_s']:,.1f} | {r['patches_per_cpu_s'] or 0:,.1f}"
-                     f" | {r['read_amplification']:.2f} | {ratio} |")  # fmt: skip
+                     f" | {amp} | {ratio} |")  # fmt: skip
     return "\n".join(lines)
 
 

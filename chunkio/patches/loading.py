@@ -31,9 +31,16 @@ from ..sampling.sampler import EpochBatch, checked_batches_done, num_batches
 from ..util.deprecated import keyword_moved_to_method
 from ..util.numeric import IntArray
 from .dataset import PatchDataset
-from .samplers import PatchSampler
+from .samplers import GridSampler, PatchSampler, grid_origins
 
-__all__ = ["LoaderSettings", "PatchBatchSampler", "PatchSource", "PatchDataset", "patch_prepared"]
+__all__ = [
+    "LoaderSettings",
+    "PatchBatchSampler",
+    "PatchSource",
+    "PatchDataset",
+    "patch_prepared",
+    "shares_chunks",
+]
 
 STATE_VERSION = 1
 _HINTS = {
@@ -116,6 +123,7 @@ class PatchBatchSampler:
         self._count: tuple[int, int] | None = None  # (epoch, patches of every rank)
         self._done = 0  # batches yielded in the current (or last, if interrupted) pass
         self._resume = 0  # first batch of the next pass; set by load_state_dict
+        self._whole: bool | None = None  # whether readers take whole batches (reader_rows)
 
     @property
     def global_batch(self) -> int:
@@ -155,9 +163,25 @@ class PatchBatchSampler:
         return (EpochBatch(batch.tolist(), epoch) for batch in self.iter_arrays())
 
     def reader_rows(self, n: int, readers: int) -> list[tuple[int, int]]:
-        """Rows ``[0, n)`` in ``readers`` contiguous, even parts: neighbouring patches share
-        chunks (the sampler groups them by chunk), so each reader keeps its reads local."""
-        return split_rows(n, np.array([n], np.int64), readers)
+        """Rows ``[0, n)`` of a batch among ``readers`` (:mod:`chunkio.transport.parts`): as
+        one part, each batch read whole by one reader, readers taking batches in turn, when
+        the patches of a batch can share chunks (the sampler groups them by chunk: split
+        between readers, each would decode the shared ones; measured in
+        ``docs/benchmarks.md``, patches); in even parts, every reader reading part of each
+        batch (the first batch sooner), on a grid whose patches never share a chunk.
+
+        >>> from chunkio.format.volume_layout import VolumeSet
+        >>> from chunkio.patches import GridSampler, RandomPatchSampler
+        >>> vs = VolumeSet(shapes=((8, 8),), chunks=(4, 4), stacked=True)
+        >>> for sampler in (RandomPatchSampler(4), GridSampler()):
+        ...     batches = PatchBatchSampler(sampler.bind(vs, (4, 4)), 4, rank=0, world_size=1)
+        ...     print(batches.reader_rows(4, 2))
+        [(0, 4)]
+        [(0, 2), (2, 4)]
+        """
+        if self._whole is None:
+            self._whole = shares_chunks(self.patches)
+        return [(0, n)] if self._whole else split_rows(n, np.array([n], np.int64), readers)
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch; a different epoch discards any pending resume point."""
@@ -211,6 +235,28 @@ class PatchBatchSampler:
 
     def _check_done(self, batches_done: object) -> int:
         return checked_batches_done(batches_done, len(self))
+
+
+def shares_chunks(sampler: PatchSampler) -> bool:
+    """Whether two patches of ``sampler`` (bound) can need one chunk: always, but on a grid
+    whose patches are whole chunks, each on the chunk grid and none overlapping another
+    (a shifted last patch overlaps its neighbour). It decides how readers share a batch
+    (:meth:`PatchBatchSampler.reader_rows`), never what is read.
+
+    >>> from chunkio.format.volume_layout import VolumeSet
+    >>> vs = VolumeSet(shapes=((8, 12),), chunks=(4, 4), stacked=True)
+    >>> [shares_chunks(GridSampler(**kw).bind(vs, (4, 8))) for kw in ({}, {"edge": "pad"})]
+    [True, False]
+    """
+    if not isinstance(sampler, GridSampler):
+        return True
+    volumes, size, stride = sampler.volumes, sampler.patch_size, sampler.stride
+    for shape in set(volumes.shapes):
+        for n, p, s, c in zip(shape, size, stride, volumes.chunks, strict=True):
+            origins = grid_origins(n, p, s, sampler.edge)
+            if p % c or (origins % c).any() or (np.diff(origins) < p).any():
+                return True
+    return False
 
 
 class PatchSource:

@@ -1,11 +1,11 @@
 """Batches in sampler order from ring workers (or in-process), handed out as leases.
 
-Scheduling: every batch is read by all workers together, each filling a contiguous range of
-its rows (``parts``: :meth:`chunkio.ChunkBatchSampler.reader_rows` splits along the order's
-lanes, so each worker reads only its own lanes' chunks and decodes each chunk once). A batch
-takes one slot of the shared ring as soon as one is free, and is handed out, in order, when
-every part has landed; the slot returns when the consumer releases the lease. The order the
-consumer sees is the sampler's, whatever the number of workers.
+Scheduling: a batch's rows are cut into parts, each read by one worker (:mod:`.parts`: with one
+part per worker all workers read every batch together, each its own lanes' chunks; with one
+part, workers read whole batches in turn). A batch takes one slot of the shared ring as soon as
+one is free, and is handed out, in order, when every part has landed; the slot returns when the
+consumer releases the lease. The order the consumer sees is the sampler's, whatever the number
+of workers.
 
 Kept batches: a released slot waits one more release before it is reused (``for batch in
 loader`` still holds the previous batch while it asks for the next), and if any view of its
@@ -31,15 +31,16 @@ import numpy as np
 import torch
 
 from ..errors import ChunkioError, LoaderError
-from ..util.numeric import IntArray, ceil_div
+from ..util.numeric import IntArray
 from .detach import KeptViews, can_detach
 from .lease import Lease
 from .messages import Done, Failed, Hint, ReadRows, Ready
+from .parts import Parts, assign, check_parts, even_parts
 from .ring import RingLayout, SlotRing
 from .source import BatchSource
 from .workers import RingWorkers
 
-__all__ = ["STARTUP_TIMEOUT_S", "RingOptions", "RingTransport", "even_parts"]
+__all__ = ["STARTUP_TIMEOUT_S", "Parts", "RingOptions", "RingTransport", "even_parts"]
 
 #: a worker that has not attached to the ring after this long is reported, never waited on
 STARTUP_TIMEOUT_S = 120.0
@@ -88,29 +89,6 @@ def _teardown(workers: RingWorkers, ring: SlotRing, grace: float) -> None:
 
 class _Superseded(LoaderError):
     """The pass was replaced by a newer one; the session itself is fine."""
-
-
-Parts = Callable[[int, int], Sequence[tuple[int, int]]]
-
-
-def even_parts(n: int, workers: int) -> list[tuple[int, int]]:
-    """Rows ``[0, n)`` in ``workers`` contiguous, nearly equal ranges.
-
-    >>> even_parts(5, 2)
-    [(0, 3), (3, 5)]
-    """
-    edges = [ceil_div(n * w, workers) for w in range(workers + 1)]
-    return [(edges[w], edges[w + 1]) for w in range(workers)]
-
-
-def _check_parts(ranges: Sequence[tuple[int, int]], n: int, workers: int) -> list[tuple[int, int]]:
-    """``ranges`` if they are one per worker and their non-empty ones tile ``[0, n)``."""
-    out = [(int(a), int(b)) for a, b in ranges]
-    edges = [edge for a, b in sorted(r for r in out if r[1] > r[0]) for edge in (a, b)]
-    tiled = edges[:1] == [0] and edges[-1:] == [n] and edges[1:-1:2] == edges[2:-1:2]
-    if len(out) != workers or not tiled:
-        raise LoaderError(f"batch parts {out} do not split rows [0, {n}) among {workers} workers")
-    return out
 
 
 @dataclass
@@ -196,9 +174,8 @@ class _Session:
         """Leases for ``batches`` of ``epoch``, in order; one pass at a time (a new pass
         supersedes).
 
-        Every batch is read by all workers at once, worker ``w`` filling the rows
-        ``parts(n, num_workers)[w]``: with lane-aligned parts each worker reads only the
-        chunks of its own lanes, so it decodes each chunk once.
+        Each of a batch's ``parts(n, num_workers)`` is read by one worker (:func:`.parts.assign`:
+        all workers at once with lane-aligned parts, or whole batches in turn with one part).
         """
         me = self._start_pass()
         order: deque[int] = deque()  # dispatched seqs, in sampler order
@@ -223,8 +200,8 @@ class _Session:
                         if batch is None:
                             break
                         ahead.append(batch)
-                    for batch in list(ahead)[hinted:]:
-                        self._hint(batch, parts)
+                    for j, batch in enumerate(list(ahead)[hinted:], hinted):
+                        self._hint(batch, parts, self.next_seq + j)  # the seq it will get
                     hinted = len(ahead)
                 if not order:
                     if not ahead:
@@ -285,15 +262,14 @@ class _Session:
             )
         ranges = self.parts.get(n)
         if ranges is None:  # the sampler's parts depend on n only: check them once
-            ranges = self.parts[n] = _check_parts(parts(n, len(self.workers)), n, len(self.workers))
+            ranges = self.parts[n] = check_parts(parts(n, len(self.workers)), n, len(self.workers))
         return ranges
 
-    def _hint(self, indices: Indices, parts: Parts) -> None:
-        """Tell each worker the samples it will read of a batch not dispatched yet."""
+    def _hint(self, indices: Indices, parts: Parts, seq: int) -> None:
+        """Tell each worker the samples it will read of batch ``seq``, not dispatched yet."""
         ids = np.asarray(indices, dtype=np.int64)
-        for w, (a, b) in enumerate(self._ranges(len(ids), parts)):
-            if b > a:
-                self._send(w, Hint(ids[a:b]))
+        for w, (a, b) in assign(self._ranges(len(ids), parts), seq, len(self.workers)).items():
+            self._send(w, Hint(ids[a:b]))
 
     def _dispatch(self, indices: Indices, parts: Parts, epoch: int) -> int:
         n = len(indices)
@@ -301,10 +277,9 @@ class _Session:
         slot = self._take()
         self.ring.indices(slot)[:n] = indices
         seq, self.next_seq = self.next_seq, self.next_seq + 1
-        busy = {w for w, (a, b) in enumerate(ranges) if b > a}
-        self.inflight[seq] = _Batch(slot, n, busy)
-        for w in sorted(busy):
-            a, b = ranges[w]
+        readers = assign(ranges, seq, len(self.workers))
+        self.inflight[seq] = _Batch(slot, n, set(readers))
+        for w, (a, b) in sorted(readers.items()):
             self._send(w, ReadRows(seq, slot, a, b, epoch))
         return seq
 
@@ -458,7 +433,8 @@ class RingTransport:
         self, batches: Iterable[Indices], parts: Parts = even_parts, *, epoch: int = 0
     ) -> Iterator[Lease]:
         """Leases in the order of ``batches``; ``parts(n, num_workers)`` splits each batch's
-        rows among the workers (default: evenly); ``epoch`` keys random augmentations."""
+        rows among the workers (default: evenly; see :mod:`.parts`); ``epoch`` keys random
+        augmentations."""
         session = self._session
         if session is None or session.closed:
             session = _Session(self.dataset, self.batch_size, self.options, self._on_ring)

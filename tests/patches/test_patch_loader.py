@@ -1,7 +1,8 @@
 """Patches through ``make_loader``: the ring (and the local and DataLoader routes) give the batches
 ``PatchDataset.__getitems__`` gives for the same keys, in the sampler's order cut into global
 batches, the same for 0 and 2 workers and any world size; a state saved mid-epoch restores onto
-another worker count or world size with exactly the remaining patches; kept batches stay.
+another worker count or world size with exactly the remaining patches; kept batches stay. Ring
+workers read whole batches in turn where a batch's patches can share chunks.
 
 The reference is the user's own dataset read by key, the keys cut by hand from the sampler's
 ``global_keys``: nothing of :mod:`chunkio.patches.loading` computes it.
@@ -105,6 +106,76 @@ def test_resume_onto_another_worker_count_gives_the_remaining_patches(store, fir
     want = [_plain(b) for b in _reference(ds, 1, BATCH)]
     assert head == want[:3]
     assert rest == want[3:]
+
+
+@pytest.mark.timeout(60)
+def test_resume_onto_1_then_2_then_3_workers_gives_the_remaining_patches(store):
+    """Workers take whole batches in turn (which worker reads a batch depends on the count):
+    a state saved with 1 worker resumes onto 2, and 2's onto 3, with exactly what remains."""
+    fork = Workers(context="fork")
+    got: list[dict[str, Any]] = []
+    state = None
+    for workers, until in ((1, 2), (2, 5), (3, None)):  # batches delivered when the state is saved
+        loader = make_loader(_dataset(store), BATCH, num_workers=workers, workers=fork)
+        if state is not None:
+            loader.load_state_dict(state)
+        loader.set_epoch(1)
+        for batch in loader:
+            got.append(_plain(batch))
+            if len(got) == until:
+                break
+        state = json.loads(json.dumps(loader.state_dict()))
+        loader.close()
+    assert got == [_plain(b) for b in _reference(_dataset(store), 1, BATCH)]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("workers", [2, 3])
+def test_each_batch_is_read_whole_by_one_worker_the_workers_in_turn(store, workers, monkeypatch):
+    """The patches of a batch share chunks: one worker reads all of it (split between
+    workers, each would decode the shared chunks), batch ``s`` by worker ``s % workers``."""
+    from chunkio.transport.messages import ReadRows
+    from chunkio.transport.workers import RingWorkers
+
+    sent: list[tuple[int, ReadRows]] = []
+    send = RingWorkers.send
+
+    def recording(self: Any, w: int, message: Any) -> None:
+        if isinstance(message, ReadRows):
+            sent.append((w, message))
+        send(self, w, message)
+
+    monkeypatch.setattr(RingWorkers, "send", recording)
+    ds = _dataset(store)
+    loader = make_loader(ds, BATCH, num_workers=workers, workers=Workers(context="fork"))
+    for got, ref in zip(loader, _reference(ds, 0, BATCH), strict=True):
+        _equal(got, ref)
+    loader.close()
+    sizes = [BATCH] * 6 + [N_PATCHES - 6 * BATCH]  # the last batch: 5 patches
+    assert [(w, m.seq, m.start, m.stop) for w, m in sent] == [
+        (s % workers, s, 0, n) for s, n in enumerate(sizes)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("sampler", "patch", "whole"),
+    [
+        (GridSampler(), (4, 4, 8), False),  # whole chunks on the chunk grid: never shared
+        (GridSampler(edge="pad"), (4, 8, 8), False),  # the last patch sticks out, aligned
+        (GridSampler(), (4, 8, 8), True),  # the shifted last patch overlaps its neighbour
+        (GridSampler(overlap=(0, 0, 4)), (4, 4, 8), True),
+        (GridSampler(), (4, 4, 4), True),  # half chunks: two patches in one chunk
+        (GridSampler(), (4, 4, 12), True),  # one and a half chunks: off the chunk grid
+        (RandomPatchSampler(5), (4, 4, 8), True),
+    ],
+)
+def test_readers_take_whole_batches_unless_no_two_patches_share_a_chunk(sampler, patch, whole):
+    from chunkio.format.volume_layout import VolumeSet
+    from chunkio.patches.loading import PatchBatchSampler
+
+    volumes = VolumeSet(shapes=((8, 12, 24),) * 2, chunks=(4, 4, 8), stacked=True)
+    batches = PatchBatchSampler(sampler.bind(volumes, patch), 6, rank=0, world_size=1)
+    assert batches.reader_rows(6, 2) == ([(0, 6)] if whole else [(0, 3), (3, 6)])
 
 
 @pytest.mark.slow  # spawned workers import torch: 3-25 s, however small the data
