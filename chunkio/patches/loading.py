@@ -181,7 +181,12 @@ class PatchBatchSampler:
         """
         if self._whole is None:
             self._whole = shares_chunks(self.patches)
-        return [(0, n)] if self._whole else split_rows(n, np.array([n], np.int64), readers)
+        if self._whole:
+            return [(0, n)]
+        # only the non-empty parts: a batch smaller than ``readers`` is then dealt out, each
+        # of its parts to the next worker in turn, rather than to the same first workers
+        parts = split_rows(n, np.array([n], np.int64), readers)
+        return [(a, b) for a, b in parts if b > a]
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch; a different epoch discards any pending resume point."""

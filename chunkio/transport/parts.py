@@ -11,7 +11,9 @@ contiguous ranges; part ``i`` of the ``s``-th batch a session dispatches goes to
 * one part: each batch is read whole by one worker, the workers taking batches in turn. The
   patches of a batch can share chunks (a patch sampler groups them by chunk,
   :meth:`chunkio.patches.loading.PatchBatchSampler.reader_rows`), which two workers reading
-  halves of it would each decode. The first batch then waits on one worker's read of all of it.
+  halves of it would each decode. The first batch then waits on one worker's read of all of it
+  (``Workers(timeout=...)`` covers that read), and each worker's pool holds a whole batch's
+  chunks, not its part's.
 
 Which worker reads a row never changes what is read: a row's sample comes with the batch, and
 an augmentation is keyed by the sample and the epoch, not by the worker.

@@ -109,13 +109,27 @@ def test_resume_onto_another_worker_count_gives_the_remaining_patches(store, fir
 
 
 @pytest.mark.timeout(60)
-def test_resume_onto_1_then_2_then_3_workers_gives_the_remaining_patches(store):
+def test_resume_onto_1_then_2_then_3_workers_gives_the_remaining_patches(store, monkeypatch):
     """Workers take whole batches in turn (which worker reads a batch depends on the count):
-    a state saved with 1 worker resumes onto 2, and 2's onto 3, with exactly what remains."""
+    a state saved with 1 worker resumes onto 2, and 2's onto 3, with exactly what remains,
+    each resumed session dealing its batches to its own workers in turn."""
+    from chunkio.transport.messages import ReadRows
+    from chunkio.transport.workers import RingWorkers
+
+    sent: list[tuple[int, int]] = []
+    send = RingWorkers.send
+
+    def recording(self: Any, w: int, message: Any) -> None:
+        if isinstance(message, ReadRows):
+            sent.append((w, message.seq))
+        send(self, w, message)
+
+    monkeypatch.setattr(RingWorkers, "send", recording)
     fork = Workers(context="fork")
     got: list[dict[str, Any]] = []
     state = None
     for workers, until in ((1, 2), (2, 5), (3, None)):  # batches delivered when the state is saved
+        sent.clear()
         loader = make_loader(_dataset(store), BATCH, num_workers=workers, workers=fork)
         if state is not None:
             loader.load_state_dict(state)
@@ -126,6 +140,7 @@ def test_resume_onto_1_then_2_then_3_workers_gives_the_remaining_patches(store):
                 break
         state = json.loads(json.dumps(loader.state_dict()))
         loader.close()
+        assert sent and all(w == seq % workers for w, seq in sent), (workers, sent)
     assert got == [_plain(b) for b in _reference(_dataset(store), 1, BATCH)]
 
 
@@ -176,6 +191,22 @@ def test_readers_take_whole_batches_unless_no_two_patches_share_a_chunk(sampler,
     volumes = VolumeSet(shapes=((8, 12, 24),) * 2, chunks=(4, 4, 8), stacked=True)
     batches = PatchBatchSampler(sampler.bind(volumes, patch), 6, rank=0, world_size=1)
     assert batches.reader_rows(6, 2) == ([(0, 6)] if whole else [(0, 3), (3, 6)])
+
+
+def test_a_grid_batch_smaller_than_the_workers_is_dealt_out_in_turn():
+    """Even parts of a grid that never shares a chunk: a batch of fewer patches than workers
+    (a last batch, ``batch_size < num_workers``) goes to each worker in turn, not always to
+    the first ones (which left the others idle)."""
+    from chunkio.format.volume_layout import VolumeSet
+    from chunkio.patches.loading import PatchBatchSampler
+    from chunkio.transport.parts import assign, check_parts
+
+    volumes = VolumeSet(shapes=((8, 12, 24),) * 2, chunks=(4, 4, 8), stacked=True)
+    batches = PatchBatchSampler(GridSampler().bind(volumes, (4, 4, 8)), 6, rank=0, world_size=1)
+    for n, workers in ((1, 2), (2, 4), (3, 4)):
+        rows = check_parts(batches.reader_rows(n, workers), n, workers)
+        readers = [w for seq in range(2 * workers) for w in assign(rows, seq, workers)]
+        assert sorted(readers) == sorted(list(range(workers)) * 2 * n)  # every worker, as often
 
 
 @pytest.mark.slow  # spawned workers import torch: 3-25 s, however small the data
