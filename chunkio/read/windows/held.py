@@ -33,16 +33,11 @@ __all__ = ["HeldPart", "LaneFiller", "held_part", "part_shape", "segment_fits"]
 class LaneFiller:
     """Reads rows ``a:b`` (whole chunks) of variable ``j`` into ``out`` (its strided lane of a
     stack, or of a block of one), through one bounded temporary: a
-    :data:`~chunkio.util.shared_stack.BlockReader`; ``counted``: the names each variable's
-    decoded chunks are counted under in the read statistics (``None``: not counted per
-    field)."""
+    :data:`~chunkio.util.shared_stack.BlockReader`."""
 
-    def __init__(
-        self, ctx: ReadContext, shape: StackShape, counted: list[str] | None = None
-    ) -> None:
+    def __init__(self, ctx: ReadContext, shape: StackShape) -> None:
         self.ctx = ctx
         self.shape = shape
-        self.counted = counted
         self.buffer: npt.NDArray[Any] | None = None
 
     def __call__(self, out: npt.NDArray[Any], j: int, a: int, b: int) -> None:
@@ -55,9 +50,6 @@ class LaneFiller:
         stats = self.ctx.stats
         stats.chunks_read += len(ranges)
         stats.rows_decoded += b - a
-        if self.counted is not None:
-            name = self.counted[j]
-            stats.per_field[name] = stats.per_field.get(name, 0) + len(ranges)
 
 
 def part_shape(shape: StackShape, nbytes: int) -> StackShape | None:
