@@ -4,9 +4,9 @@ A loader whose window fields' arrays fit ``Workers(hold_bytes)`` keeps them deco
 epochs, stacked ``(rows, variables, *shape)`` (:func:`chunkio.read.windows.held_stack`).
 Without workers the stack is the process's own memory. With workers, the main process creates
 one shared-memory segment per stack (:class:`HeldSegments`, before the workers start) and the
-workers fill it together: the stack is cut into blocks of whole chunks of one variable; a
-worker claims a free block, decodes it and marks it ready, then waits for the blocks others
-claimed. Each chunk is decoded once for all workers (not once per worker), memory does
+workers fill it together: the stack is cut into blocks of whole chunks (below); a worker
+claims a free block, decodes it and marks it ready, then waits for the blocks others claimed.
+Each chunk is decoded once for all workers (not once per worker), memory does
 not grow with the number of workers, and the first batches come after ``1 / workers`` of the
 whole decode.
 
@@ -20,6 +20,15 @@ with the same bytes). A worker whose decode fails frees its block again. Where `
 is refused (a filesystem without it) claims go unlocked: two workers claiming a block at
 the same instant then both decode it.
 
+A block is a run of rows of all the variables when they are chunked alike (then one contiguous
+run of the segment): its variables are decoded into a private buffer and written into the
+segment's file with one ``pwrite``, not through the mapping. Written through the mapping, each
+4 KiB page of ``/dev/shm`` costs a write fault in the process that writes it (huge pages are
+off for shared memory on many systems); ``pwrite`` copies into the same pages with none (a
+third of the CPU for 468 MiB here, the private copy included: ``docs/benchmarks.md``), and
+readers map them later a 64 KiB run per fault. Variables chunked apart along time are filled
+in blocks of one variable, through the mapping.
+
 Segment layout: the stack ``(rows, V, *shape)``, then one state byte per block, then the id of
 the process that claimed each block (``int64``).
 """
@@ -27,6 +36,7 @@ the process that claimed each block (``int64``).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import secrets
@@ -42,9 +52,18 @@ import numpy.typing as npt
 from .numeric import ceil_div
 from .shm import SegmentMapping, attach, create, free_bytes
 
-__all__ = ["HeldSegments", "StackShape", "fill_shared", "lane_blocks"]
+__all__ = [
+    "BlockReader",
+    "HeldSegments",
+    "SharedStack",
+    "StackShape",
+    "fill_local",
+    "fill_shared",
+    "lane_blocks",
+]
 
-#: rows read per call when a variable is read into its lane of a stack (a bounded temporary)
+#: bytes of a block (of all the variables, or of one: :attr:`StackShape.blocks`), about: the
+#: bounded temporaries a block is decoded through
 BLOCK_BYTES = 4 << 20
 #: a block claimed this long ago by a live process that has not finished is decoded here too
 STALL_S = 30.0
@@ -90,13 +109,29 @@ class StackShape:
         return int(np.prod(self.sample_shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
 
     @property
-    def blocks(self) -> list[tuple[int, int, int]]:
-        """``(variable, first row, end row)`` of every block, variable by variable."""
+    def alike(self) -> bool:
+        """Whether every variable has the same rows per chunk (blocks then span them all)."""
+        return len(set(self.chunk_rows)) <= 1
+
+    @property
+    def blocks(self) -> list[tuple[int | None, int, int]]:
+        """``(variable, first row, end row)`` of every block: ``(None, a, b)``, rows ``a:b``
+        of every variable, when they are chunked :attr:`alike` (one contiguous run of the
+        stack); else variable by variable."""
+        if self.alike and self.arrays:
+            row = len(self.arrays) * self.row_nbytes
+            spans = lane_blocks(self.num_rows, self.chunk_rows[0], row, self.block_bytes)
+            return [(None, a, b) for a, b in spans]
         return [
             (j, a, b)
             for j, rows in enumerate(self.chunk_rows)
             for a, b in lane_blocks(self.num_rows, rows, self.row_nbytes, self.block_bytes)
         ]
+
+    def stack_of(self, raw: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        """The stack ``(num_rows, V, *sample_shape)`` over the first bytes of ``raw``."""
+        data = raw[: self.data_nbytes].view(np.dtype(self.dtype))
+        return data.reshape((self.num_rows, len(self.arrays), *self.sample_shape))
 
     @property
     def data_nbytes(self) -> int:
@@ -160,65 +195,159 @@ def _unlink(segments: list[Any]) -> None:
     segments.clear()
 
 
-def fill_shared(
-    name: str, shape: StackShape, read_block: Callable[[npt.NDArray[Any], int, int, int], None]
-) -> npt.NDArray[Any] | None:
+#: ``read_block(out, j, a, b)``: decode rows ``a:b`` of variable ``j`` into ``out``, an array
+#: ``(b - a, *sample_shape)`` of the stack's dtype (a strided view, as a rule)
+BlockReader = Callable[[npt.NDArray[Any], int, int, int], None]
+
+
+def fill_local(shape: StackShape, read_block: BlockReader) -> npt.NDArray[Any]:
+    """The stack ``shape`` in this process's own memory, every block decoded by
+    ``read_block``."""
+    stack = np.empty((shape.num_rows, len(shape.arrays), *shape.sample_shape), shape.dtype)
+    for j, a, b in shape.blocks:
+        for v in range(len(shape.arrays)) if j is None else (j,):
+            read_block(stack[a:b, v], v, a, b)
+    return stack
+
+
+class _BlockWriter:
+    """Decodes a block of a stack in a segment: rows of every variable into a private buffer,
+    then into the segment's file with ``pwrite`` (no page faults here); a block of one
+    variable, or with no file descriptor, through the mapping."""
+
+    def __init__(self, shape: StackShape, stack: npt.NDArray[Any], fd: int) -> None:
+        self.shape, self.stack, self.fd = shape, stack, fd
+        self.rows: npt.NDArray[Any] | None = None
+
+    def __call__(self, read_block: BlockReader, j: int | None, a: int, b: int) -> None:
+        variables = len(self.shape.arrays)
+        if j is not None or self.fd < 0:
+            for v in range(variables) if j is None else (j,):
+                read_block(self.stack[a:b, v], v, a, b)
+            return
+        if self.rows is None or len(self.rows) < b - a:
+            self.rows = np.empty((b - a, *self.stack.shape[1:]), dtype=self.stack.dtype)
+        rows = self.rows[: b - a]
+        for v in range(variables):
+            read_block(rows[:, v], v, a, b)
+        self.put(rows, a)
+
+    def put(self, rows: npt.NDArray[Any], a: int) -> None:
+        """Rows ``a:a + len(rows)`` of every variable, ``rows`` (C-contiguous), into the
+        stack."""
+        if self.fd < 0:
+            self.stack[a : a + len(rows)] = rows
+        else:
+            _write_all(self.fd, rows, a * len(self.shape.arrays) * self.shape.row_nbytes)
+
+
+def _write_all(fd: int, data: npt.NDArray[Any], offset: int) -> None:
+    """``data`` (C-contiguous) written at ``offset`` of file ``fd``, however many calls the
+    kernel takes (a signal may cut a ``pwrite`` short)."""
+    view = data.data.cast("B")
+    while len(view):
+        done = os.pwrite(fd, view, offset)
+        if done <= 0:  # never for a regular file with room: do not loop forever
+            raise OSError(errno.EIO, f"pwrite of {len(view)} bytes at {offset} wrote nothing")
+        view, offset = view[done:], offset + done
+
+
+def fill_shared(name: str, shape: StackShape, read_block: BlockReader) -> npt.NDArray[Any] | None:
     """The stack in segment ``name``, every block decoded (by this process or another), or
     ``None`` when the segment is gone (its loader closed) or is not the size ``shape`` needs.
-    ``read_block(stack, j, a, b)`` decodes rows ``a:b`` of variable ``j`` into the stack."""
-    states_at, pids_at, nbytes = shape.offsets()
-    try:
-        shm = attach(name)
-    except FileNotFoundError:
-        return None
-    if shm.size < nbytes:
-        shm.close()
-        return None
-    raw = SegmentMapping(shm).bytes()  # views keep the mapping alive
-    stack = raw[: shape.data_nbytes].view(np.dtype(shape.dtype))
-    stack = stack.reshape((shape.num_rows, len(shape.arrays), *shape.sample_shape))
-    blocks = shape.blocks
-    states = raw[states_at : states_at + len(blocks)]
-    pids = raw[pids_at:nbytes].view(np.int64)
-    me = os.getpid()
-    lock = _ClaimLock(getattr(shm, "_fd", -1))
+    ``read_block(out, j, a, b)`` decodes rows ``a:b`` of variable ``j`` into ``out``."""
+    shared = SharedStack.attach(name, shape)
+    return None if shared is None else shared.fill(read_block)
 
-    def takeable(k: int, stalled: bool) -> bool:
-        state = states[k]
-        return bool(state == FREE or (state == CLAIMED and (stalled or not _alive(pids[k]))))
 
-    def claim_and_read(k: int, stalled: bool) -> bool:
-        """Decode block ``k`` if it is still ``takeable`` once this process holds the lock."""
-        with lock:
-            if not takeable(k, stalled):
-                return False  # claimed (or finished) by another process since it was seen
-            pids[k] = me
-            states[k] = CLAIMED
+class SharedStack:
+    """This process's attach of a stack's segment: the stack, and its blocks' states and
+    claimers (:meth:`attach`)."""
+
+    def __init__(self, shm: Any, shape: StackShape) -> None:
+        states_at, pids_at, nbytes = shape.offsets()
+        raw = SegmentMapping(shm).bytes()  # views keep the mapping alive
+        self.shape = shape
+        #: ``(num_rows, V, *sample_shape)``: a block's rows are valid once it is ``READY``
+        self.stack = shape.stack_of(raw)
+        self.blocks = shape.blocks
+        self.states = raw[states_at : states_at + len(self.blocks)]
+        self.pids = raw[pids_at:nbytes].view(np.int64)
+        fd = getattr(shm, "_fd", -1)
+        self.write = _BlockWriter(shape, self.stack, fd)
+        self._lock = _ClaimLock(fd)
+        self._me = os.getpid()
+
+    @classmethod
+    def attach(cls, name: str, shape: StackShape) -> SharedStack | None:
+        """Segment ``name`` as stack ``shape``, or ``None``: gone (its loader closed), or
+        smaller than ``shape`` needs."""
         try:
-            read_block(stack, *blocks[k])
-        except BaseException:
-            with lock:
-                if pids[k] == me:  # not taken over meanwhile (see STALL_S)
-                    states[k] = FREE  # another process may try (and name the error itself)
-            raise
-        states[k] = READY
+            shm = attach(name)
+        except FileNotFoundError:
+            return None
+        if shm.size < shape.offsets()[2]:
+            shm.close()
+            return None
+        return cls(shm, shape)
+
+    def takeable(self, k: int, stalled: bool = False) -> bool:
+        """Whether block ``k`` is free, or claimed by a process that died (or by any, when
+        ``stalled``)."""
+        state = self.states[k]
+        return bool(state == FREE or (state == CLAIMED and (stalled or not _alive(self.pids[k]))))
+
+    def claim(self, k: int, stalled: bool = False) -> bool:
+        """Claim block ``k`` if it is still :meth:`takeable` once this process holds the
+        lock (then :meth:`ready` or :meth:`release` it)."""
+        with self._lock:
+            if not self.takeable(k, stalled):
+                return False  # claimed (or finished) by another process since it was seen
+            self.pids[k] = self._me
+            self.states[k] = CLAIMED
         return True
 
-    # start at a random block, so that workers starting together claim different blocks
-    start = secrets.randbelow(len(blocks)) if blocks else 0
-    for k in [*range(start, len(blocks)), *range(start)]:
-        if states[k] == FREE:  # looked at without the lock first: most blocks are taken
-            claim_and_read(k, stalled=False)
-    waiting_since = time.monotonic()
-    while True:
-        pending = np.flatnonzero(states != READY)
-        if not len(pending):
-            return stack
-        stalled = time.monotonic() - waiting_since > STALL_S
-        for k in pending.tolist():
-            if takeable(k, stalled) and claim_and_read(k, stalled):
-                waiting_since = time.monotonic()
-        time.sleep(POLL_S)
+    def ready(self, k: int) -> None:
+        """Block ``k``, claimed here, is written: others may read it from now on."""
+        self.states[k] = READY
+
+    def release(self, k: int) -> None:
+        """Block ``k``, claimed here, was not written: free it for another process (unless
+        one took it over meanwhile: see :data:`STALL_S`)."""
+        with self._lock:
+            if self.pids[k] == self._me:
+                self.states[k] = FREE  # another process may try (and name the error itself)
+
+    def fill(self, read_block: BlockReader) -> npt.NDArray[Any]:
+        """The stack, every block decoded by ``read_block`` here or by another process."""
+        blocks, states = self.blocks, self.states
+
+        def claim_and_read(k: int, stalled: bool) -> bool:
+            if not self.claim(k, stalled):
+                return False
+            try:
+                self.write(read_block, *blocks[k])
+            except BaseException:
+                self.release(k)
+                raise
+            self.ready(k)
+            return True
+
+        # start at a random block, so that workers starting together claim different blocks
+        start = secrets.randbelow(len(blocks)) if blocks else 0
+        for k in [*range(start, len(blocks)), *range(start)]:
+            if states[k] == FREE:  # looked at without the lock first: most blocks are taken
+                claim_and_read(k, stalled=False)
+        waiting_since = time.monotonic()
+        while True:
+            pending = np.flatnonzero(states != READY)
+            if not len(pending):
+                return self.stack
+            stalled = time.monotonic() - waiting_since > STALL_S
+            for k in pending.tolist():
+                if self.takeable(k, stalled) and claim_and_read(k, stalled):
+                    waiting_since = time.monotonic()
+            time.sleep(POLL_S)
 
 
 class _ClaimLock:

@@ -86,10 +86,10 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
 def _reader(shape: StackShape, fail_at: int | None = None) -> tuple[Any, list[Any]]:
     want, done = pattern(shape), []
 
-    def read_block(stack: np.ndarray[Any, Any], j: int, a: int, b: int) -> None:
+    def read_block(out: np.ndarray[Any, Any], j: int, a: int, b: int) -> None:
         if fail_at is not None and shape.blocks[fail_at] == (j, a, b):
             raise ValueError("a corrupt chunk")
-        stack[a:b, j] = want[a:b, j]
+        out[...] = want[a:b, j]
         done.append((j, a, b))
 
     return read_block, done
@@ -451,7 +451,7 @@ def test_a_failed_decode_leaves_a_block_taken_over_meanwhile_to_its_new_claimer(
     not free the block under the waiter decoding it."""
     states, claimers = _table(segment, SHAPE)
 
-    def read_block(stack: np.ndarray[Any, Any], j: int, a: int, b: int) -> None:
+    def read_block(out: np.ndarray[Any, Any], j: int, a: int, b: int) -> None:
         claimers[SHAPE.blocks.index((j, a, b))] = sleeper.pid  # taken over while decoding
         raise ValueError("a corrupt chunk")
 

@@ -30,9 +30,9 @@ def fill(name: str, shape: StackShape, delay_s: float) -> tuple[int, list[tuple[
     done: list[tuple[int, int, int]] = []
     want = pattern(shape)
 
-    def read_block(stack: np.ndarray[Any, Any], j: int, a: int, b: int) -> None:
+    def read_block(out: np.ndarray[Any, Any], j: int, a: int, b: int) -> None:
         time.sleep(delay_s)
-        stack[a:b, j] = want[a:b, j]
+        out[...] = want[a:b, j]
         done.append((j, a, b))
 
     stack = fill_shared(name, shape, read_block)
@@ -50,10 +50,10 @@ def fill_from(
     shared_stack.secrets = SimpleNamespace(randbelow=lambda n: first_block % n)
     want, done = pattern(shape), []
 
-    def read_block(stack: np.ndarray[Any, Any], j: int, a: int, b: int) -> None:
-        stack[a:b, j] = -1  # what a reader of a block being rewritten would see
+    def read_block(out: np.ndarray[Any, Any], j: int, a: int, b: int) -> None:
+        out[...] = -1  # what a reader of a block being rewritten would see
         time.sleep(delay_s)
-        stack[a:b, j] = want[a:b, j]
+        out[...] = want[a:b, j]
         done.append((j, a, b))
 
     time.sleep(max(0.0, start_at - time.monotonic()))

@@ -29,7 +29,7 @@ import numpy.typing as npt
 from ...format.layout import DatasetLayout, FieldInfo
 from ...format.windows import Field
 from ...util.numeric import IntArray
-from ...util.shared_stack import BLOCK_BYTES, HeldSegments, StackShape, fill_shared
+from ...util.shared_stack import BLOCK_BYTES, HeldSegments, StackShape, fill_local, fill_shared
 from ..base import ReadContext, ReadRequest, checked_out
 from ..dense import DenseReads, PreloadedReads, dense_reads
 from .held import LaneFiller, part_shape, segment_fits
@@ -300,9 +300,7 @@ def held_stack(ctx: ReadContext, info: Any) -> npt.NDArray[Any] | None:
     name = ctx.held.get(arrays)
     stack = None if name is None else fill_shared(name, shape, fill)
     if stack is None:  # this process's own
-        stack = np.empty((shape.num_rows, len(arrays), *shape.sample_shape), dtype=info.dtype)
-        for j, a, b in shape.blocks:
-            fill(stack, j, a, b)
+        stack = fill_local(shape, fill)
     for j in range(len(arrays)):
         # a window field of this variable alone gathers from its lane of the stack
         ctx.shared[arrays[j]] = PreloadedReads(ctx, _variable_info(info, j), stack[:, j])

@@ -2,11 +2,16 @@
 
 A loader holds a window field's stacked variables whole when they fit ``Workers(hold_bytes)``
 (:func:`chunkio.read.windows.held_stack`). When they do not, the budget left beside the
-streamed caches still holds their first whole row chunks (:func:`held_part`): decoded once for
-all the workers in the loader's shared-memory segment, kept across epochs, so that each pass
-decodes only the chunks past them (the held fraction of every epoch's decode is saved). The
-loader says how many rows through the readers' ``preload_bytes`` (the part's decoded bytes,
-:func:`part_shape`): each process finds the same part, with no other message.
+streamed caches still holds their first whole row chunks (:class:`HeldPart`), in the loader's
+shared-memory segment for all the workers, kept across epochs, so that each later pass
+decodes only the chunks past them. The part is filled by the streamed cache itself: a row
+chunk of the part is written there (one ``pwrite``, a chunk a block) right after a batch first
+decodes it into its cache slot, by whichever process decodes it first, and read from there
+once written. So a first epoch decodes what ``hold_bytes=0`` decodes, with no fill before the
+first batch and no copy out of the part of what it just put there; later epochs copy held
+chunks from the part instead of decoding them. The loader says how many rows through the
+readers' ``preload_bytes`` (the part's decoded bytes, :func:`part_shape`): each process finds
+the same part, with no other message.
 """
 
 from __future__ import annotations
@@ -17,45 +22,41 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ...util.shared_stack import StackShape, fill_shared
+from ...util.numeric import IntArray
+from ...util.shared_stack import READY, SharedStack, StackShape
 from ...util.shm import attach
 from ..base import ReadContext
 
-__all__ = ["LaneFiller", "held_part", "part_shape", "segment_fits"]
+__all__ = ["HeldPart", "LaneFiller", "held_part", "part_shape", "segment_fits"]
 
 
 class LaneFiller:
-    """Reads rows ``a:b`` (whole chunks) of variable ``j`` into its strided lane of a stack,
-    through one bounded temporary; ``counted``: the names each variable's decoded chunks are
-    counted under in the read statistics (``None``: not counted per field)."""
+    """Reads rows ``a:b`` (whole chunks) of variable ``j`` into ``out`` (its strided lane of a
+    stack, or of a block of one), through one bounded temporary: a
+    :data:`~chunkio.util.shared_stack.BlockReader`."""
 
-    def __init__(
-        self, ctx: ReadContext, shape: StackShape, counted: list[str] | None = None
-    ) -> None:
+    def __init__(self, ctx: ReadContext, shape: StackShape) -> None:
         self.ctx = ctx
         self.shape = shape
-        self.counted = counted
         self.buffer: npt.NDArray[Any] | None = None
 
-    def __call__(self, stack: npt.NDArray[Any], j: int, a: int, b: int) -> None:
+    def __call__(self, out: npt.NDArray[Any], j: int, a: int, b: int) -> None:
         if self.buffer is None or len(self.buffer) < b - a:
-            self.buffer = np.empty((b - a, *stack.shape[2:]), dtype=stack.dtype)
+            self.buffer = np.empty((b - a, *out.shape[1:]), dtype=out.dtype)
         per_chunk = max(1, self.shape.chunk_rows[j])
         ranges = [(c, min(c + per_chunk, b)) for c in range(a, b, per_chunk)]
         self.ctx.reader.read_into(self.shape.arrays[j], ranges, self.buffer[: b - a])
-        stack[a:b, j] = self.buffer[: b - a]
+        out[...] = self.buffer[: b - a]
         stats = self.ctx.stats
         stats.chunks_read += len(ranges)
         stats.rows_decoded += b - a
-        if self.counted is not None:
-            name = self.counted[j]
-            stats.per_field[name] = stats.per_field.get(name, 0) + len(ranges)
 
 
 def part_shape(shape: StackShape, nbytes: int) -> StackShape | None:
-    """The stack of ``shape``'s first whole row chunks that fit ``nbytes`` decoded bytes, or
-    ``None``: not one chunk fits, or all of them do (the stack is held whole then). Its
-    variables are chunked alike along time.
+    """The stack of ``shape``'s first whole row chunks that fit ``nbytes`` decoded bytes, one
+    row chunk a block (:class:`HeldPart` fills them one at a time), or ``None``: not one chunk
+    fits, or all of them do (the stack is held whole then). Its variables are chunked alike
+    along time.
 
     >>> s = StackShape(("a", "b"), (4, 4), 10, (2,), "<f4", 1 << 20)  # 64 bytes a row chunk
     >>> part_shape(s, 140).num_rows, part_shape(s, 63), part_shape(s, 192)
@@ -66,7 +67,7 @@ def part_shape(shape: StackShape, nbytes: int) -> StackShape | None:
     rows = nbytes // max(1, chunk_bytes) * per_chunk
     if rows <= 0 or rows >= shape.num_rows:
         return None
-    return dataclasses.replace(shape, num_rows=rows)
+    return dataclasses.replace(shape, num_rows=rows, block_bytes=0)
 
 
 def segment_fits(name: str | None, shape: StackShape, preload_bytes: int) -> bool:
@@ -87,15 +88,76 @@ def segment_fits(name: str | None, shape: StackShape, preload_bytes: int) -> boo
         segment.close()
 
 
-def held_part(ctx: ReadContext, shape: StackShape, counted: list[str]) -> npt.NDArray[Any] | None:
-    """The first row chunks of stack ``shape``, ``(rows, V, *sample_shape)``, decoded once in
-    the loader's shared-memory segment for them (by this process and the others together),
-    or ``None``: no segment (not a loader's reader, or the stack is held whole or streamed
-    whole), or one that is not the size the part needs (then every chunk is streamed)."""
+def held_part(ctx: ReadContext, shape: StackShape) -> HeldPart | None:
+    """The first row chunks of stack ``shape`` in the loader's shared-memory segment for them
+    (filled as they are first decoded: :class:`HeldPart`), or ``None``: no segment (not a
+    loader's reader, or the stack is held whole or streamed whole), or one that is not the size
+    the part needs (then every chunk is streamed)."""
     name = ctx.held.get(shape.arrays)
     if name is None or shape.data_nbytes <= ctx.preload_bytes:
         return None
     part = part_shape(shape, ctx.preload_bytes)
-    if part is None:
-        return None
-    return fill_shared(name, part, LaneFiller(ctx, part, counted))
+    shared = None if part is None else SharedStack.attach(name, part)
+    return None if shared is None else HeldPart(shared)
+
+
+class HeldPart:
+    """A stack's first row chunks, ``(rows, V, *shape)``, in a loader's shared-memory segment
+    with one block per row chunk, filled by the streamed caches of all its processes: a chunk
+    one of them decodes and finds free is written there (:meth:`keep`) and from then on copied
+    out of it (:meth:`copy_out`) or gathered from it (:meth:`holds`) by every process."""
+
+    def __init__(self, shared: SharedStack) -> None:
+        self.shared = shared
+        #: the part's rows: row chunk ``c`` is valid once :meth:`holds` it
+        self.data = shared.stack
+        self.rows = len(self.data)
+        self.per_chunk = max(1, shared.shape.chunk_rows[0])
+        self._whole = False
+        self._rows: npt.NDArray[Any] | None = None  # a chunk laid out as the part, to write
+
+    def holds(self, chunks: IntArray) -> bool:
+        """Whether every one of row ``chunks`` (of the part) is written."""
+        if self._whole:
+            return True
+        states = self.shared.states
+        if not bool((states[chunks] == READY).all()):
+            return False
+        self._whole = bool((states == READY).all())  # then no more looks
+        return True
+
+    def unwritten(self, chunks: IntArray) -> IntArray:
+        """Those of row ``chunks`` (sorted) past the part or not written into it yet."""
+        inside = int(np.searchsorted(chunks, -(-self.rows // self.per_chunk)))
+        written = self.shared.states[chunks[:inside]] == READY
+        return np.concatenate([chunks[:inside][~written], chunks[inside:]])
+
+    def copy_out(self, chunk: int, slot: npt.NDArray[Any]) -> bool:
+        """Row chunk ``chunk`` copied into cache slot ``slot``, ``(V, rows per chunk, -1)``,
+        if it is written (else ``False``: decode it, then :meth:`keep` it)."""
+        if not (self._whole or self.shared.states[chunk] == READY):
+            return False
+        a = chunk * self.per_chunk
+        b = min(a + self.per_chunk, self.rows)
+        slot[:, : b - a] = self.data[a:b].reshape(b - a, len(slot), -1).swapaxes(0, 1)
+        return True
+
+    def keep(self, chunk: int, slot: npt.NDArray[Any]) -> None:
+        """Row chunk ``chunk``, just decoded into cache slot ``slot``, written into the part,
+        unless another process has written it or is writing it (a claim as the workers' fill
+        of a whole stack makes: :class:`~chunkio.util.shared_stack.SharedStack`)."""
+        shared = self.shared
+        if self._whole or not shared.takeable(chunk) or not shared.claim(chunk):
+            return
+        try:
+            a = chunk * self.per_chunk
+            b = min(a + self.per_chunk, self.rows)
+            if self._rows is None:
+                self._rows = np.empty((self.per_chunk, *self.data.shape[1:]), self.data.dtype)
+            rows = self._rows[: b - a]
+            rows.reshape(b - a, len(slot), -1)[...] = slot[:, : b - a].swapaxes(0, 1)
+            shared.write.put(rows, a)
+        except BaseException:
+            shared.release(chunk)
+            raise
+        shared.ready(chunk)

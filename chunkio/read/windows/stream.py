@@ -20,7 +20,8 @@ budget holds the stack's first chunks (:mod:`chunkio.read.windows.held`), a batc
 whose rows are there is gathered from them; one that also reaches past them admits its held
 chunks too, copied into their slots instead of decoded (a copy out of the part's shared
 memory costs about a third of a Zstd decode), so that every batch stays one gather: two
-gathers and the scatters of their results cost more than the copies.
+gathers and the scatters of their results cost more than the copies. A chunk of the part not
+written yet is decoded into its slot, then written into the part.
 """
 
 from __future__ import annotations
@@ -84,11 +85,11 @@ class StreamedStack:
         #: variable -> the name its chunk counts go under in the read statistics (as the
         #: variable's own reader counts them)
         self._counted = [variable_field_name(a) for a in shape.arrays]
-        #: past the budget, the first row chunks held decoded (a loader's segment for them:
-        #: :func:`~chunkio.read.windows.held.held_part`), ``(rows, V, *shape)``; rows from
-        #: there on are streamed
-        part = held_part(ctx, shape, self._counted)
-        self.part = part if part is not None else np.empty((0, 1), shape.dtype)
+        #: past the budget, the first row chunks held decoded (a loader's segment for them,
+        #: filled as they are first decoded: :func:`~chunkio.read.windows.held.held_part`),
+        #: ``(rows, V, *shape)``; rows from there on are streamed
+        self.held = held_part(ctx, shape)
+        self.part = self.held.data if self.held is not None else np.empty((0, 1), shape.dtype)
         self.part_rows = len(self.part)
         #: every step a window field of these arrays reads (a batch admits all at once)
         self.steps = np.zeros(0, np.int64)
@@ -113,7 +114,9 @@ class StreamedStack:
         part)."""
         rows = (anchors[:, None] + steps[None, :]).reshape(-1)
         flat_out = out.reshape(len(rows), -1)
-        if self.part_rows and rows.max() < self.part_rows:  # held: one np.take, as held reads
+        held = self.held
+        if held is not None and rows.max() < held.rows and held.holds(rows // held.per_chunk):
+            # held: one np.take, as held reads
             part = self.part if lane is None else self.part[:, lane]
             # mode="clip": every row is in range; "raise" gathers into a temporary
             np.take(part.reshape(len(part), -1), rows, axis=0, out=flat_out, mode="clip")
@@ -174,17 +177,18 @@ class StreamedStack:
             ctx.stats.cache_hits += len(chunks) * variables
             return slots
         blocks = cache.buffer.reshape(cache.capacity, variables, per_chunk, -1)
-        reads = []
+        reads, kept = [], []
         rows = copied = 0
         for run, first_slot in runs:
             for k, chunk in enumerate(run):
                 a = chunk * per_chunk
                 b = min(a + per_chunk, shape.num_rows)
                 slot = blocks[first_slot + k]
-                if b <= self.part_rows:  # held: a copy (each batch then one gather), no decode
-                    slot[:, : b - a] = self.part[a:b].reshape(b - a, variables, -1).swapaxes(0, 1)
-                    copied += 1
-                    continue
+                if self.held is not None and b <= self.held.rows:
+                    if self.held.copy_out(chunk, slot):  # a copy (then one gather), no decode
+                        copied += 1
+                        continue
+                    kept.append((chunk, slot))  # decoded below, then written into the part
                 for j, array in enumerate(shape.arrays):
                     dest = slot[j, : b - a].reshape(b - a, *shape.sample_shape)
                     reads.append((array, a, b, dest))
@@ -198,6 +202,9 @@ class StreamedStack:
         except BaseException:
             cache.forget([c for run, _ in runs for c in run])  # never serve a bad slot
             raise
+        if self.held is not None:
+            for chunk, slot in kept:
+                self.held.keep(chunk, slot)
         decoded = sum(len(run) for run, _ in runs) - copied
         stats = ctx.stats
         stats.chunks_read += decoded * variables
@@ -218,8 +225,10 @@ class StreamedStack:
 
     def prefetch(self, rows: IntArray) -> None:
         """Start fetching the chunks of ``rows`` the cache lacks (remote readers)."""
-        chunks = np.unique(rows[rows >= self.part_rows] // self.rows_per_chunk).tolist()
-        missing = [c for c in chunks if c not in self.cache]
+        chunks = np.unique(rows // self.rows_per_chunk)
+        if self.held is not None:  # chunks written into the part are copied, not fetched
+            chunks = self.held.unwritten(chunks)
+        missing = [c for c in chunks.tolist() if c not in self.cache]
         for array in self.shape.arrays:
             self.ctx.reader.prefetch(array, missing)
 
