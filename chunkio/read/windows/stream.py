@@ -6,8 +6,9 @@ cache, a batch costs a plan, a ``np.unique`` and a gather per variable plus one 
 copy per ``(anchor, step, variable)`` row (the rows land strided in the batch): about 10x the
 held path's time beside the decode. Here the variables share one cache whose slots hold one
 row chunk of each, ``(V, rows_per_chunk, *shape)`` (each variable's chunk decoded in place,
-no staging copy): a batch admits the chunks its rows reach (those the cache lacks decoded
-once) and is then one ``np.take`` of ``(row, variable)`` runs straight into the batch.
+no staging copy; which chunk a slot holds: :mod:`.slots`): a batch admits the chunks its rows
+reach (those the cache lacks decoded once) and is then one ``np.take`` of ``(row, variable)``
+runs straight into the batch.
 
 The cache is shared by every window field of the same arrays (a field of one of the variables
 alone reads its lane): the first field of a batch admits the chunks of every registered
@@ -34,8 +35,8 @@ import numpy.typing as npt
 from ...util.numeric import IntArray
 from ...util.shared_stack import StackShape
 from ..base import ReadContext
-from ..cache import DecodedChunkCache
 from .held import held_part
+from .slots import StreamSlots
 
 __all__ = ["StreamedStack", "streamed_lane", "streamed_stack", "variable_field_name"]
 
@@ -76,11 +77,12 @@ class StreamedStack:
         self.rows_per_chunk = max(1, shape.chunk_rows[0])
         # ctx.cache_chunks counts chunks of the dataset's rows per chunk (the order's unit)
         spc = max(1, ctx.layout.samples_per_chunk)
-        self.cache = DecodedChunkCache(
-            rows_per_chunk=self.rows_per_chunk,
-            sample_shape=(len(shape.arrays), *shape.sample_shape),
-            dtype=shape.dtype,
-            capacity=max(1, -(-ctx.cache_chunks * spc // self.rows_per_chunk)),
+        row_size = int(np.prod(shape.sample_shape, dtype=np.int64))
+        #: a slot is V blocks of one chunk's rows, one per variable (each decoded in place)
+        self.cache = StreamSlots(
+            (len(shape.arrays), self.rows_per_chunk, row_size),
+            shape.dtype,
+            max(1, -(-ctx.cache_chunks * spc // self.rows_per_chunk)),
         )
         #: variable -> the name its chunk counts go under in the read statistics (as the
         #: variable's own reader counts them)
@@ -97,8 +99,8 @@ class StreamedStack:
         self._slot_of = np.zeros(0, np.int64)
         #: each variable's first row in a slot, in rows of the cache's flat (row, variable) view
         self._lanes = np.arange(len(shape.arrays), dtype=np.int64) * self.rows_per_chunk
-        #: the anchors whose chunks (at every step) are all in the cache now
-        self._admitted: IntArray | None = None
+        #: the anchors whose chunks (at every step) are all in the cache now (their bytes)
+        self._admitted: bytes | None = None
 
     def register(self, steps: IntArray) -> None:
         """A window field reads these steps of every anchor it is asked for."""
@@ -123,7 +125,8 @@ class StreamedStack:
             return
         if _ADMIT_PER_FIELD:  # the path before 2026-11-29, for A/B runs (bench_windows)
             self._admitted = None
-            self._remember(*self._admit_unique(rows // self.rows_per_chunk))
+            chunks = np.unique(rows // self.rows_per_chunk)
+            self._remember(chunks, self._admit(chunks.tolist()))
         else:
             self._admit_anchors(anchors)
         self._take(rows, flat_out, lane)
@@ -138,27 +141,22 @@ class StreamedStack:
         else:
             where = first + lane * per_chunk
         buffer = self.cache.buffer  # after admit: it may have grown
-        flat = buffer.reshape(len(buffer) * variables, -1)
+        flat = buffer.reshape(-1, buffer.shape[-1])
         # mode="clip": every row is in range; "raise" gathers into a temporary
         np.take(flat, where, axis=0, out=out.reshape(len(where), -1), mode="clip")
 
     def _admit_anchors(self, anchors: IntArray) -> None:
         """Every chunk the registered steps of ``anchors`` reach, in the cache (the batch's
         other fields of these arrays ask for the same anchors: nothing to do then)."""
-        last = self._admitted
-        if last is not None and len(last) == len(anchors) and np.array_equal(last, anchors):
+        key = anchors.tobytes()
+        if key == self._admitted:
             return
         self._admitted = None  # until the admit below succeeds
-        chunks = (anchors[:, None] + self.steps[None, :]) // self.rows_per_chunk
-        self._remember(*self._admit_unique(chunks.reshape(-1)))
-        self._admitted = anchors.copy()
+        chunks = np.unique((anchors[:, None] + self.steps[None, :]) // self.rows_per_chunk)
+        self._remember(chunks, self._admit(chunks.tolist()))
+        self._admitted = key
 
-    def _admit_unique(self, chunks: IntArray) -> tuple[IntArray, IntArray]:
-        """``(unique chunks, their slots)`` of ``chunks``, all in the cache."""
-        unique = np.unique(chunks)
-        return unique, self._admit(unique)
-
-    def _remember(self, chunks: IntArray, slots: IntArray) -> None:
+    def _remember(self, chunks: IntArray, slots: list[int]) -> None:
         """Chunks ``chunks`` (sorted) are in ``slots`` (until the next admit)."""
         if len(self._slot_of) <= chunks[-1]:
             grown = np.zeros(max(int(chunks[-1]) + 1, 2 * len(self._slot_of)), np.int64)
@@ -166,33 +164,32 @@ class StreamedStack:
             self._slot_of = grown
         self._slot_of[chunks] = slots
 
-    def _admit(self, chunks: IntArray) -> IntArray:
+    def _admit(self, chunks: list[int]) -> list[int]:
         """The cache slot of each of ``chunks``, filling those it lacks: copied from the held
         part where they lie in it, else decoded into their slots (on the dataset's decode
         threads)."""
         ctx, cache, shape = self.ctx, self.cache, self.shape
         per_chunk, variables = self.rows_per_chunk, len(shape.arrays)
-        slots, runs = cache.admit(chunks)
-        if not runs:
+        slots, fills = cache.admit(chunks)
+        if not fills:
             ctx.stats.cache_hits += len(chunks) * variables
             return slots
-        blocks = cache.buffer.reshape(cache.capacity, variables, per_chunk, -1)
+        blocks = cache.buffer  # (slots, V, rows per chunk, row size), after admit's growth
         reads, kept = [], []
         rows = copied = 0
-        for run, first_slot in runs:
-            for k, chunk in enumerate(run):
-                a = chunk * per_chunk
-                b = min(a + per_chunk, shape.num_rows)
-                slot = blocks[first_slot + k]
-                if self.held is not None and b <= self.held.rows:
-                    if self.held.copy_out(chunk, slot):  # a copy (then one gather), no decode
-                        copied += 1
-                        continue
-                    kept.append((chunk, slot))  # decoded below, then written into the part
-                for j, array in enumerate(shape.arrays):
-                    dest = slot[j, : b - a].reshape(b - a, *shape.sample_shape)
-                    reads.append((array, a, b, dest))
-                rows += b - a
+        for chunk, at in fills:
+            a = chunk * per_chunk
+            b = min(a + per_chunk, shape.num_rows)
+            slot = blocks[at]
+            if self.held is not None and b <= self.held.rows:
+                if self.held.copy_out(chunk, slot):  # a copy (then one gather), no decode
+                    copied += 1
+                    continue
+                kept.append((chunk, slot))  # decoded below, then written into the part
+            for j, array in enumerate(shape.arrays):
+                dest = slot[j, : b - a].reshape(b - a, *shape.sample_shape)
+                reads.append((array, a, b, dest))
+            rows += b - a
         try:
             # every read finishes before any error is raised: no thread still writes into a
             # slot a later batch may be given
@@ -200,12 +197,12 @@ class StreamedStack:
             if failed:
                 raise failed[0]
         except BaseException:
-            cache.forget([c for run, _ in runs for c in run])  # never serve a bad slot
+            cache.forget([chunk for chunk, _ in fills])  # never serve a bad slot
             raise
         if self.held is not None:
             for chunk, slot in kept:
                 self.held.keep(chunk, slot)
-        decoded = sum(len(run) for run, _ in runs) - copied
+        decoded = len(fills) - copied
         stats = ctx.stats
         stats.chunks_read += decoded * variables
         stats.rows_decoded += rows * variables
