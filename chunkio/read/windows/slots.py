@@ -3,8 +3,8 @@
 A batch of a streamed window field reaches a dozen row chunks, almost all of them already in
 the cache. :class:`~chunkio.read.cache.DecodedChunkCache` admits them with about twenty NumPy
 calls whatever the count (built for patch caches of 10^5 slots); here a dict in
-least-recently-used order does it in a few Python operations a chunk (5 µs a batch against
-25-80 µs on the 2-core development machine: ``docs/benchmarks.md``, windows). Slots are
+least-recently-used order does it in a few Python operations a chunk (``docs/benchmarks.md``,
+windows: a quarter to a tenth of the time). Slots are
 ``(variables, rows_per_chunk, row size)`` blocks of one buffer, so a batch stays one gather.
 """
 
