@@ -155,3 +155,22 @@ def test_slots_forgotten_are_filled_again() -> None:
     slots.forget([9, 12])  # 12 was never held
     assert 9 not in slots and 4 in slots and len(slots) == 1
     assert slots.admit([9, 4]) == ([1, 0], [(9, 1)])
+
+
+def test_anchors_of_another_int_type_with_the_same_bytes_are_admitted(
+    store: Path, arrays: dict[str, np.ndarray]
+) -> None:
+    """The stack skips the admit for the anchors it admitted last (the batch's other fields):
+    int32 ``[a, 0]`` has the bytes of int64 ``[a]``, and must not be taken for it."""
+    ds = _dataset(store)
+    far = int(ds.anchors[-1]) - 2
+    ds.read_batch(np.array([len(ds) - 3]))  # the stack made, chunk 0 not cached
+    stack = _stack(ds)
+    steps = np.array([0, 1], np.int64)  # both registered (the u10 field's)
+    first = np.empty((2, 3 * 6), np.float32)
+    stack.gather(np.array([far], np.int64), steps, first)
+    got = np.empty((4, 3 * 6), np.float32)
+    stack.gather(np.array([far, 0], np.int32), steps, got)
+    rows = [far, far + 1, 0, 1]
+    want = np.stack([np.stack([arrays[v][r] for v in VARS]).reshape(-1) for r in rows])
+    np.testing.assert_array_equal(got, want)

@@ -148,7 +148,8 @@ class StreamedStack:
     def _admit_anchors(self, anchors: IntArray) -> None:
         """Every chunk the registered steps of ``anchors`` reach, in the cache (the batch's
         other fields of these arrays ask for the same anchors: nothing to do then)."""
-        key = anchors.tobytes()
+        # as int64 bytes, equal only for equal anchors (int32 [1, 0] has int64 [1]'s bytes)
+        key = np.asarray(anchors, dtype=np.int64).tobytes()
         if key == self._admitted:
             return
         self._admitted = None  # until the admit below succeeds
