@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -137,6 +138,7 @@ def test_a_chunk_claimed_elsewhere_is_served_and_a_dead_claimers_one_taken_over(
     held = _stack(part_loader.dataset).held
     states, pids = held.shared.states, held.shared.pids
     states[2], pids[2] = CLAIMED, sleeper.pid
+    held.shared.claimed_at[2] = time.monotonic()  # claimed just now: within STALL_S
     states[3], pids[3] = CLAIMED, _dead_pid()
     held.data[2 * PER_CHUNK : 4 * PER_CHUNK] = np.nan  # what half-written chunks could hold
     for epoch in range(2):
@@ -200,8 +202,8 @@ def _without_fd(module: Any) -> Any:
     real = module._BlockWriter
 
     class NoFd(real):  # type: ignore[misc,valid-type]
-        def __init__(self, shape: StackShape, stack: Any, fd: int) -> None:
-            super().__init__(shape, stack, -1)
+        def __init__(self, shape: StackShape, stack: Any, fd: int, name: str) -> None:
+            super().__init__(shape, stack, -1, name)
 
     return NoFd
 
@@ -225,7 +227,7 @@ def test_a_short_pwrite_is_finished_and_a_refused_one_frees_its_block(
     try:
         name = segments.names[shape.arrays]
         monkeypatch.setattr(shared_stack.os, "pwrite", lambda fd, data, offset: 0)
-        with pytest.raises(OSError, match="wrote nothing"):
+        with pytest.raises(OSError, match=f"segment '{name}'.* wrote nothing"):
             fill_shared(name, shape, read_block)
         shared = shared_stack.SharedStack.attach(name, shape)
         assert shared is not None and (shared.states == FREE).all()
