@@ -260,7 +260,7 @@ class _BlockWriter:
     def put(self, rows: npt.NDArray[Any], a: int) -> None:
         """Rows ``a:a + len(rows)`` of every variable, ``rows`` (C-contiguous), into the
         stack."""
-        if not self._pwrite([rows.data.cast("B")], self._nbytes(a)):
+        if not self._pwrite([_bytes(rows)], self._nbytes(a)):
             self.stack[a : a + len(rows)] = rows
 
     def put_lanes(self, lanes: Sequence[npt.NDArray[Any]], a: int) -> None:
@@ -269,15 +269,15 @@ class _BlockWriter:
         :data:`PIECE_BYTES` go by ``pwritev`` straight from the lanes; smaller ones through a
         private buffer of the block (at most :data:`BLOCK_BYTES`), else through the mapping."""
         n = len(lanes[0])
-        if self.fd >= 0 and self.shape.row_nbytes >= PIECE_BYTES:
+        if self.fd >= 0 and self.shape.row_nbytes >= PIECE_BYTES and hasattr(os, "pwritev"):
             rows = [np.ascontiguousarray(lane[r]) for r in range(n) for lane in lanes]
-            if self._pwrite([row.data.cast("B") for row in rows], self._nbytes(a)):
+            if self._pwrite([_bytes(row) for row in rows], self._nbytes(a)):
                 return
         elif self.fd >= 0 and self._nbytes(n) <= BLOCK_BYTES:
             block = np.empty((n, *self.stack.shape[1:]), dtype=self.stack.dtype)
             for v, lane in enumerate(lanes):
                 block[:, v] = lane.reshape(n, *self.shape.sample_shape)
-            if self._pwrite([block.data.cast("B")], self._nbytes(a)):
+            if self._pwrite([_bytes(block)], self._nbytes(a)):
                 return
         for v, lane in enumerate(lanes):
             self.stack[a : a + n, v] = lane.reshape(n, *self.shape.sample_shape)
@@ -315,6 +315,11 @@ class _BlockWriter:
                 else:
                     pieces[0], done = pieces[0][done:], 0
         return True
+
+
+def _bytes(data: npt.NDArray[Any]) -> memoryview:
+    """The bytes of ``data`` (C-contiguous), whatever its dtype (a datetime has no buffer)."""
+    return memoryview(data.reshape(-1).view(np.uint8))
 
 
 def fill_shared(name: str, shape: StackShape, read_block: BlockReader) -> npt.NDArray[Any] | None:

@@ -158,7 +158,7 @@ class HeldPart:
         b = min(a + self.per_chunk, self.rows)
         try:
             shared.write.put_lanes([slot[v, : b - a] for v in range(len(slot))], a)
-        except Exception:  # EIO and the like: the batch goes on, as with hold_bytes=0
+        except (OSError, MemoryError):  # EIO and the like: the batch goes on, as hold_bytes=0
             shared.release(chunk)
             return
         except BaseException:
