@@ -5,8 +5,8 @@ A loader holds a window field's stacked variables whole when they fit ``Workers(
 streamed caches still holds their first whole row chunks (:class:`HeldPart`), in the loader's
 shared-memory segment for all the workers, kept across epochs, so that each later pass
 decodes only the chunks past them. The part is filled by the streamed cache itself: a row
-chunk of the part is written there (by ``pwritev`` from the cache slot, no private copy, a chunk a
-block) right after a batch first decodes it into that slot, by whichever process decodes it
+chunk of the part is written there (by ``pwritev`` from the cache slot, a chunk a block)
+right after a batch first decodes it into that slot, by whichever process decodes it
 first, and read from there once written. So a first epoch decodes what ``hold_bytes=0``
 decodes, with no fill before the first batch and no copy out of the part of what it just put
 there; later epochs copy held chunks from the part instead of decoding them. The loader says
@@ -146,9 +146,11 @@ class HeldPart:
         unless another process has written it or is writing it (a claim as the workers' fill
         of a whole stack makes: :class:`~chunkio.util.shared_stack.SharedStack`; a claim
         :data:`~chunkio.util.shared_stack.STALL_S` old is taken over, as a stuck claimer's
-        there). Written straight from the slot (``pwritev``, no private copy). A write that
-        fails frees the chunk again and is not raised: the batch has the chunk in its slot, and
-        a later batch decodes and writes it again."""
+        there). Written from the slot, by ``pwritev`` with no private copy (rows under 4 KiB:
+        interleaved first, at most a chunk of every variable for the call:
+        :meth:`~chunkio.util.shared_stack._BlockWriter.put_lanes`). A write that fails frees the
+        chunk again and is not raised: the batch has the chunk in its slot, and a later batch
+        decodes and writes it again."""
         shared = self.shared
         if self._whole or not shared.takeable(chunk, stale=True):
             return
