@@ -319,7 +319,7 @@ class _BlockWriter:
 
 def _bytes(data: npt.NDArray[Any]) -> memoryview:
     """The bytes of ``data`` (C-contiguous), whatever its dtype (a datetime has no buffer)."""
-    return memoryview(data.reshape(-1).view(np.uint8))
+    return data.reshape(-1).view(np.uint8).data
 
 
 def fill_shared(name: str, shape: StackShape, read_block: BlockReader) -> npt.NDArray[Any] | None:
