@@ -21,16 +21,23 @@ is refused (a filesystem without it) claims go unlocked: two workers claiming a 
 the same instant then both decode it.
 
 A block is a run of rows of all the variables when they are chunked alike (then one contiguous
-run of the segment): its variables are decoded into a private buffer and written into the
-segment's file with one ``pwrite``, not through the mapping. Written through the mapping, each
-4 KiB page of ``/dev/shm`` costs a write fault in the process that writes it (huge pages are
-off for shared memory on many systems); ``pwrite`` copies into the same pages with none (a
-third of the CPU for 468 MiB here, the private copy included: ``docs/benchmarks.md``), and
-readers map them later a 64 KiB run per fault. Variables chunked apart along time are filled
-in blocks of one variable, through the mapping.
+run of the segment): its variables are decoded into a private buffer of at most
+:data:`BLOCK_BYTES` and written into the segment's file with one ``pwrite``, not through the
+mapping. Written through the mapping, each 4 KiB page of ``/dev/shm`` costs a write fault in
+the process that writes it (huge pages are off for shared memory on many systems); ``pwrite``
+copies into the same pages with none (a third of the CPU for 468 MiB here, the private copy
+included: ``docs/benchmarks.md``), and readers map them later a 64 KiB run per fault. Rows
+already decoded per variable (a streamed cache's slot: :meth:`_BlockWriter.put_lanes`) are
+written with ``pwritev`` straight from them, no private copy. A block whose one row chunk of
+all the variables exceeds :data:`BLOCK_BYTES`, and variables chunked apart along time, are
+filled variable by variable through the mapping (the private buffer would be a chunk of every
+variable in every worker at once). Where the system refuses ``pwrite`` on the segment (macOS:
+``ESPIPE`` on a POSIX shared-memory descriptor) the segment is written through the mapping
+from then on.
 
-Segment layout: the stack ``(rows, V, *shape)``, then one state byte per block, then the id of
-the process that claimed each block (``int64``).
+Segment layout: the stack ``(rows, V, *shape)``, then one state byte per block, then when each
+block was claimed (``float64``, :func:`time.monotonic`, the same clock in every process), then
+the id of the process that claimed it (``int64``).
 """
 
 from __future__ import annotations
@@ -62,9 +69,15 @@ __all__ = [
     "lane_blocks",
 ]
 
-#: bytes of a block (of all the variables, or of one: :attr:`StackShape.blocks`), about: the
-#: bounded temporaries a block is decoded through
+#: bytes of a block (of all the variables, or of one: :attr:`StackShape.blocks`), about, unless
+#: one row chunk is larger: a block of all the variables is decoded through a private buffer of
+#: at most this (a larger one variable by variable, through the mapping: :class:`_BlockWriter`)
 BLOCK_BYTES = 4 << 20
+#: rows at least this large are written by ``pwritev`` straight from their variables' own rows;
+#: smaller ones are first interleaved into a private buffer (an iovec a row would cost more)
+PIECE_BYTES = 4096
+#: pieces one ``pwritev`` takes at most (``IOV_MAX`` on Linux and macOS)
+IOV_MAX = 1024
 #: a block claimed this long ago by a live process that has not finished is decoded here too
 STALL_S = 30.0
 #: how long a worker sleeps between looks at the blocks others are decoding
@@ -138,11 +151,18 @@ class StackShape:
         return self.num_rows * len(self.arrays) * self.row_nbytes
 
     def offsets(self) -> tuple[int, int, int]:
-        """Byte offsets of the block states and the claimers' ids, and the segment's size."""
+        """Byte offsets of the block states and the claimers' ids, and the segment's size (the
+        claim times lie between the states and the ids: :meth:`times_at`)."""
         n = len(self.blocks)
-        states = ceil_div(self.data_nbytes, _ALIGN) * _ALIGN
-        pids = states + ceil_div(n, _ALIGN) * _ALIGN
-        return states, pids, pids + 8 * n
+        pids = self.times_at() + ceil_div(8 * n, _ALIGN) * _ALIGN
+        return self.states_at(), pids, pids + 8 * n
+
+    def states_at(self) -> int:
+        return ceil_div(self.data_nbytes, _ALIGN) * _ALIGN
+
+    def times_at(self) -> int:
+        """Byte offset of the blocks' claim times."""
+        return self.states_at() + ceil_div(len(self.blocks), _ALIGN) * _ALIGN
 
 
 class HeldSegments:
@@ -211,17 +231,19 @@ def fill_local(shape: StackShape, read_block: BlockReader) -> npt.NDArray[Any]:
 
 
 class _BlockWriter:
-    """Decodes a block of a stack in a segment: rows of every variable into a private buffer,
-    then into the segment's file with ``pwrite`` (no page faults here); a block of one
-    variable, or with no file descriptor, through the mapping."""
+    """Decodes a block of a stack in segment ``name``: rows of every variable into a private
+    buffer of at most :data:`BLOCK_BYTES`, then into the segment's file with ``pwrite`` (no page
+    faults here); a block of one variable, one larger than :data:`BLOCK_BYTES`, or with no
+    usable file descriptor (``fd`` -1, or set so at the first ``pwrite`` refused), through the
+    mapping."""
 
-    def __init__(self, shape: StackShape, stack: npt.NDArray[Any], fd: int) -> None:
-        self.shape, self.stack, self.fd = shape, stack, fd
+    def __init__(self, shape: StackShape, stack: npt.NDArray[Any], fd: int, name: str) -> None:
+        self.shape, self.stack, self.fd, self.name = shape, stack, fd, name
         self.rows: npt.NDArray[Any] | None = None
 
     def __call__(self, read_block: BlockReader, j: int | None, a: int, b: int) -> None:
         variables = len(self.shape.arrays)
-        if j is not None or self.fd < 0:
+        if j is not None or self.fd < 0 or self._nbytes(b - a) > BLOCK_BYTES:
             for v in range(variables) if j is None else (j,):
                 read_block(self.stack[a:b, v], v, a, b)
             return
@@ -232,24 +254,72 @@ class _BlockWriter:
             read_block(rows[:, v], v, a, b)
         self.put(rows, a)
 
+    def _nbytes(self, rows: int) -> int:
+        return rows * len(self.shape.arrays) * self.shape.row_nbytes
+
     def put(self, rows: npt.NDArray[Any], a: int) -> None:
         """Rows ``a:a + len(rows)`` of every variable, ``rows`` (C-contiguous), into the
         stack."""
-        if self.fd < 0:
+        if not self._pwrite([_bytes(rows)], self._nbytes(a)):
             self.stack[a : a + len(rows)] = rows
-        else:
-            _write_all(self.fd, rows, a * len(self.shape.arrays) * self.shape.row_nbytes)
+
+    def put_lanes(self, lanes: Sequence[npt.NDArray[Any]], a: int) -> None:
+        """Rows ``a:a + n`` of every variable into the stack: ``lanes[v]``, ``(n, ...)``, those
+        of variable ``v`` (each row C-contiguous: a streamed cache's slot). Rows of at least
+        :data:`PIECE_BYTES` go by ``pwritev`` straight from the lanes; smaller ones through a
+        private buffer of the block (at most :data:`BLOCK_BYTES`), else through the mapping."""
+        n = len(lanes[0])
+        if self.fd >= 0 and self.shape.row_nbytes >= PIECE_BYTES and hasattr(os, "pwritev"):
+            rows = [np.ascontiguousarray(lane[r]) for r in range(n) for lane in lanes]
+            if self._pwrite([_bytes(row) for row in rows], self._nbytes(a)):
+                return
+        elif self.fd >= 0 and self._nbytes(n) <= BLOCK_BYTES:
+            block = np.empty((n, *self.stack.shape[1:]), dtype=self.stack.dtype)
+            for v, lane in enumerate(lanes):
+                block[:, v] = lane.reshape(n, *self.shape.sample_shape)
+            if self._pwrite([_bytes(block)], self._nbytes(a)):
+                return
+        for v, lane in enumerate(lanes):
+            self.stack[a : a + n, v] = lane.reshape(n, *self.shape.sample_shape)
+
+    def _pwrite(self, pieces: list[memoryview], offset: int) -> bool:
+        """``pieces`` written one after the other from ``offset`` of the segment's file,
+        however many calls the kernel takes (a signal may cut one short), or ``False``: no
+        descriptor, or the system refused the first call (then the segment is written through
+        the mapping from now on; a ``pwrite`` refused mid-way leaves bytes the mapping's write
+        then replaces)."""
+        if self.fd < 0:
+            return False
+        pieces = [p for p in pieces if len(p)]
+        while pieces:
+            batch = pieces[:IOV_MAX]
+            try:
+                done = os.pwritev(self.fd, batch, offset) if len(batch) > 1 else (
+                    os.pwrite(self.fd, batch[0], offset))  # fmt: skip
+            except InterruptedError:
+                continue
+            except OSError:  # ESPIPE on macOS's shared memory, EINVAL, ENOSYS: not a file here
+                self.fd = -1
+                return False
+            if done <= 0:  # never for a regular file with room: do not loop forever
+                wanted = sum(len(p) for p in batch)
+                raise OSError(
+                    errno.EIO,
+                    f"shared-memory segment {self.name!r}: pwrite of {wanted} bytes at "
+                    f"offset {offset} wrote nothing",
+                )
+            offset += done
+            while done:  # drop the pieces written, cut the one written in part
+                if done >= len(pieces[0]):
+                    done -= len(pieces.pop(0))
+                else:
+                    pieces[0], done = pieces[0][done:], 0
+        return True
 
 
-def _write_all(fd: int, data: npt.NDArray[Any], offset: int) -> None:
-    """``data`` (C-contiguous) written at ``offset`` of file ``fd``, however many calls the
-    kernel takes (a signal may cut a ``pwrite`` short)."""
-    view = data.data.cast("B")
-    while len(view):
-        done = os.pwrite(fd, view, offset)
-        if done <= 0:  # never for a regular file with room: do not loop forever
-            raise OSError(errno.EIO, f"pwrite of {len(view)} bytes at {offset} wrote nothing")
-        view, offset = view[done:], offset + done
+def _bytes(data: npt.NDArray[Any]) -> memoryview:
+    """The bytes of ``data`` (C-contiguous), whatever its dtype (a datetime has no buffer)."""
+    return data.reshape(-1).view(np.uint8).data
 
 
 def fill_shared(name: str, shape: StackShape, read_block: BlockReader) -> npt.NDArray[Any] | None:
@@ -267,14 +337,17 @@ class SharedStack:
     def __init__(self, shm: Any, shape: StackShape) -> None:
         states_at, pids_at, nbytes = shape.offsets()
         raw = SegmentMapping(shm).bytes()  # views keep the mapping alive
+        times_at = shape.times_at()
         self.shape = shape
         #: ``(num_rows, V, *sample_shape)``: a block's rows are valid once it is ``READY``
         self.stack = shape.stack_of(raw)
         self.blocks = shape.blocks
         self.states = raw[states_at : states_at + len(self.blocks)]
         self.pids = raw[pids_at:nbytes].view(np.int64)
+        #: when each block was claimed (:func:`time.monotonic`: one clock for all processes)
+        self.claimed_at = raw[times_at : times_at + 8 * len(self.blocks)].view(np.float64)
         fd = getattr(shm, "_fd", -1)
-        self.write = _BlockWriter(shape, self.stack, fd)
+        self.write = _BlockWriter(shape, self.stack, fd, str(getattr(shm, "name", "?")))
         self._lock = _ClaimLock(fd)
         self._me = os.getpid()
 
@@ -291,19 +364,23 @@ class SharedStack:
             return None
         return cls(shm, shape)
 
-    def takeable(self, k: int, stalled: bool = False) -> bool:
+    def takeable(self, k: int, stalled: bool = False, *, stale: bool = False) -> bool:
         """Whether block ``k`` is free, or claimed by a process that died (or by any, when
-        ``stalled``)."""
+        ``stalled``; or :data:`STALL_S` ago or more, when ``stale``)."""
         state = self.states[k]
-        return bool(state == FREE or (state == CLAIMED and (stalled or not _alive(self.pids[k]))))
+        if state != CLAIMED:
+            return bool(state == FREE)
+        old = stale and time.monotonic() - float(self.claimed_at[k]) >= STALL_S
+        return bool(stalled or old or not _alive(self.pids[k]))
 
-    def claim(self, k: int, stalled: bool = False) -> bool:
+    def claim(self, k: int, stalled: bool = False, *, stale: bool = False) -> bool:
         """Claim block ``k`` if it is still :meth:`takeable` once this process holds the
         lock (then :meth:`ready` or :meth:`release` it)."""
         with self._lock:
-            if not self.takeable(k, stalled):
+            if not self.takeable(k, stalled, stale=stale):
                 return False  # claimed (or finished) by another process since it was seen
             self.pids[k] = self._me
+            self.claimed_at[k] = time.monotonic()
             self.states[k] = CLAIMED
         return True
 

@@ -100,7 +100,9 @@ def test_blocks_are_whole_chunks_of_one_variable() -> None:
     assert SHAPE.blocks[10:12] == [(1, 0, 3), (1, 3, 6)] and SHAPE.blocks[-1] == (1, 39, 40)
     assert len(SHAPE.blocks) == 10 + 14
     states, pids, nbytes = SHAPE.offsets()
-    assert states == 40 * 2 * 64 and pids == states + 64 and nbytes == pids + 8 * 24
+    claimed_at = SHAPE.times_at()  # float64 each, between the states and the ids
+    assert states == 40 * 2 * 64 and claimed_at == states + 64 and pids == claimed_at + 8 * 24
+    assert nbytes == pids + 8 * 24
 
 
 @pytest.mark.parametrize(

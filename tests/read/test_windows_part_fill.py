@@ -7,8 +7,10 @@ written into the segment with one ``pwrite`` each, not page by page through the 
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -137,6 +139,7 @@ def test_a_chunk_claimed_elsewhere_is_served_and_a_dead_claimers_one_taken_over(
     held = _stack(part_loader.dataset).held
     states, pids = held.shared.states, held.shared.pids
     states[2], pids[2] = CLAIMED, sleeper.pid
+    held.shared.claimed_at[2] = time.monotonic()  # claimed just now: within STALL_S
     states[3], pids[3] = CLAIMED, _dead_pid()
     held.data[2 * PER_CHUNK : 4 * PER_CHUNK] = np.nan  # what half-written chunks could hold
     for epoch in range(2):
@@ -200,8 +203,8 @@ def _without_fd(module: Any) -> Any:
     real = module._BlockWriter
 
     class NoFd(real):  # type: ignore[misc,valid-type]
-        def __init__(self, shape: StackShape, stack: Any, fd: int) -> None:
-            super().__init__(shape, stack, -1)
+        def __init__(self, shape: StackShape, stack: Any, fd: int, name: str) -> None:
+            super().__init__(shape, stack, -1, name)
 
     return NoFd
 
@@ -225,7 +228,7 @@ def test_a_short_pwrite_is_finished_and_a_refused_one_frees_its_block(
     try:
         name = segments.names[shape.arrays]
         monkeypatch.setattr(shared_stack.os, "pwrite", lambda fd, data, offset: 0)
-        with pytest.raises(OSError, match="wrote nothing"):
+        with pytest.raises(OSError, match=f"segment '{name}'.* wrote nothing"):
             fill_shared(name, shape, read_block)
         shared = shared_stack.SharedStack.attach(name, shape)
         assert shared is not None and (shared.states == FREE).all()
@@ -236,3 +239,81 @@ def test_a_short_pwrite_is_finished_and_a_refused_one_frees_its_block(
         del got, shared
     finally:
         segments.close()
+
+
+def _refused(*args: Any) -> int:
+    raise OSError(errno.ESPIPE, "Illegal seek")  # what macOS answers on a POSIX shm fd
+
+
+_PWRITE = os.pwrite
+
+
+def _short(vector: bool) -> Any:
+    """``os.pwrite`` (or ``os.pwritev``, when ``vector``) cut short after 7 bytes, as by a
+    signal."""
+
+    def short(fd: int, data: Any, offset: int) -> int:
+        first = bytes(memoryview(data[0] if vector else data).cast("B")[:7])
+        return _PWRITE(fd, first, offset)
+
+    return short
+
+
+@pytest.mark.parametrize("write", ["refused", "short"])
+def test_the_part_is_written_when_pwrite_is_refused_or_cut_short(
+    store: Path, part_loader: chunkio.ChunkLoader, monkeypatch: pytest.MonkeyPatch, write: str
+) -> None:
+    """``pwrite`` refused (ESPIPE): the first chunk's write is tried once, then the part is
+    written through the mapping; cut short: finished where it stopped. Either way every chunk
+    of the part is written in the first epoch and right in the next (copied out of it)."""
+    reference = _dataset(store)
+    calls: list[int] = []
+    for fn in ("pwrite", "pwritev"):
+        wrapped = _refused if write == "refused" else _short(fn == "pwritev")
+
+        def counted(*args: Any, wrapped: Any = wrapped) -> int:
+            calls.append(1)
+            return int(wrapped(*args))
+
+        monkeypatch.setattr(shared_stack.os, fn, counted)
+    _epoch(part_loader, reference, 0)
+    held = _stack(part_loader.dataset).held
+    assert (held.shared.states == READY).all()
+    if write == "refused":
+        assert len(calls) == 1 and held.shared.write.fd == -1  # never tried again
+    else:
+        assert len(calls) > 20 and held.shared.write.fd >= 0
+    monkeypatch.undo()
+    _epoch(part_loader, reference, 1)  # every chunk of the part copied out of it
+
+
+def test_a_failed_write_into_the_part_frees_its_chunk_and_keeps_the_batch(
+    store: Path, part_loader: chunkio.ChunkLoader, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write into the part that fails (a ``pwrite`` writing nothing: EIO) loses no batch:
+    every batch is right, the chunks are left free, and the next epoch writes them."""
+    reference = _dataset(store)
+    for fn in ("pwrite", "pwritev"):
+        monkeypatch.setattr(shared_stack.os, fn, lambda *args: 0)
+    _epoch(part_loader, reference, 0)
+    held = _stack(part_loader.dataset).held
+    assert (held.shared.states == FREE).all()
+    monkeypatch.undo()
+    _epoch(part_loader, reference, 1)
+    assert (held.shared.states == READY).all()
+    _epoch(part_loader, reference, 2)
+
+
+def test_a_part_chunk_claimed_too_long_ago_is_taken_over(
+    store: Path, part_loader: chunkio.ChunkLoader, sleeper: Any
+) -> None:
+    """A live claimer stuck on chunk 2 for ``STALL_S`` (or a reused id): the chunk is written
+    here, not decoded every epoch by every process for the loader's life."""
+    reference = _dataset(store)
+    part_loader.dataset.read_batch(np.arange(1))
+    shared = _stack(part_loader.dataset).held.shared
+    shared.states[2], shared.pids[2] = CLAIMED, sleeper.pid
+    shared.claimed_at[2] = time.monotonic() - shared_stack.STALL_S - 1
+    _epoch(part_loader, reference, 0)
+    assert shared.states[2] == READY and shared.pids[2] == os.getpid()
+    _epoch(part_loader, reference, 1)

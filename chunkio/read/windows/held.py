@@ -5,13 +5,13 @@ A loader holds a window field's stacked variables whole when they fit ``Workers(
 streamed caches still holds their first whole row chunks (:class:`HeldPart`), in the loader's
 shared-memory segment for all the workers, kept across epochs, so that each later pass
 decodes only the chunks past them. The part is filled by the streamed cache itself: a row
-chunk of the part is written there (one ``pwrite``, a chunk a block) right after a batch first
-decodes it into its cache slot, by whichever process decodes it first, and read from there
-once written. So a first epoch decodes what ``hold_bytes=0`` decodes, with no fill before the
-first batch and no copy out of the part of what it just put there; later epochs copy held
-chunks from the part instead of decoding them. The loader says how many rows through the
-readers' ``preload_bytes`` (the part's decoded bytes, :func:`part_shape`): each process finds
-the same part, with no other message.
+chunk of the part is written there (by ``pwritev`` from the cache slot, a chunk a block)
+right after a batch first decodes it into that slot, by whichever process decodes it
+first, and read from there once written. So a first epoch decodes what ``hold_bytes=0``
+decodes, with no fill before the first batch and no copy out of the part of what it just put
+there; later epochs copy held chunks from the part instead of decoding them. The loader says
+how many rows through the readers' ``preload_bytes`` (the part's decoded bytes,
+:func:`part_shape`): each process finds the same part, with no other message.
 """
 
 from __future__ import annotations
@@ -114,7 +114,6 @@ class HeldPart:
         self.rows = len(self.data)
         self.per_chunk = max(1, shared.shape.chunk_rows[0])
         self._whole = False
-        self._rows: npt.NDArray[Any] | None = None  # a chunk laid out as the part, to write
 
     def holds(self, chunks: IntArray) -> bool:
         """Whether every one of row ``chunks`` (of the part) is written."""
@@ -145,18 +144,25 @@ class HeldPart:
     def keep(self, chunk: int, slot: npt.NDArray[Any]) -> None:
         """Row chunk ``chunk``, just decoded into cache slot ``slot``, written into the part,
         unless another process has written it or is writing it (a claim as the workers' fill
-        of a whole stack makes: :class:`~chunkio.util.shared_stack.SharedStack`)."""
+        of a whole stack makes: :class:`~chunkio.util.shared_stack.SharedStack`; a claim
+        :data:`~chunkio.util.shared_stack.STALL_S` old is taken over, as a stuck claimer's
+        there). Written from the slot, by ``pwritev`` with no private copy (rows under 4 KiB:
+        interleaved first, at most a chunk of every variable for the call:
+        :meth:`~chunkio.util.shared_stack._BlockWriter.put_lanes`). A write that fails frees the
+        chunk again and is not raised: the batch has the chunk in its slot, and a later batch
+        decodes and writes it again."""
         shared = self.shared
-        if self._whole or not shared.takeable(chunk) or not shared.claim(chunk):
+        if self._whole or not shared.takeable(chunk, stale=True):
             return
+        if not shared.claim(chunk, stale=True):
+            return
+        a = chunk * self.per_chunk
+        b = min(a + self.per_chunk, self.rows)
         try:
-            a = chunk * self.per_chunk
-            b = min(a + self.per_chunk, self.rows)
-            if self._rows is None:
-                self._rows = np.empty((self.per_chunk, *self.data.shape[1:]), self.data.dtype)
-            rows = self._rows[: b - a]
-            rows.reshape(b - a, len(slot), -1)[...] = slot[:, : b - a].swapaxes(0, 1)
-            shared.write.put(rows, a)
+            shared.write.put_lanes([slot[v, : b - a] for v in range(len(slot))], a)
+        except (OSError, MemoryError):  # EIO and the like: the batch goes on, as hold_bytes=0
+            shared.release(chunk)
+            return
         except BaseException:
             shared.release(chunk)
             raise

@@ -1,0 +1,141 @@
+"""How a held stack's rows reach its shared-memory segment (chunkio.util.shared_stack): a block
+of every variable within ``BLOCK_BYTES`` by one ``pwrite``, a larger one variable by variable
+through the mapping (no private chunk of every variable); a part's chunk by ``pwritev`` straight
+from its cache slot, however many calls it takes; a ``pwrite`` the system refuses tried once,
+then the mapping."""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from held_fill import pattern
+
+import chunkio.util.shared_stack as shared_stack
+from chunkio.read.windows.held import HeldPart
+from chunkio.util.shared_stack import FREE, READY, HeldSegments, SharedStack, StackShape
+
+#: 3 variables of 30 rows, 4 rows a chunk, 32 bytes a row: 384 bytes a chunk of all of them
+SMALL = StackShape(("a", "b", "c"), (4, 4, 4), 30, (8,), "<f4", 3 * 4 * 32)
+#: 2 variables, 4 rows a chunk, rows of 4 KiB (written from the slot), one chunk a block
+WIDE = StackShape(("a", "b"), (4, 4), 12, (1024,), "<f4", 0)
+_PWRITE, _PWRITEV = os.pwrite, os.pwritev
+
+
+def _attach(shape: StackShape) -> Iterator[SharedStack]:
+    segments = HeldSegments([shape])
+    try:
+        shared = SharedStack.attach(segments.names[shape.arrays], shape)
+        assert shared is not None
+        yield shared
+        del shared
+    finally:
+        segments.close()
+
+
+@pytest.fixture
+def small() -> Iterator[SharedStack]:
+    yield from _attach(SMALL)
+
+
+@pytest.fixture
+def wide() -> Iterator[SharedStack]:
+    yield from _attach(WIDE)
+
+
+def _read_block(want: Any) -> Any:
+    def read_block(out: Any, j: int, a: int, b: int) -> None:
+        out[...] = want[a:b, j]
+
+    return read_block
+
+
+def _record(monkeypatch: pytest.MonkeyPatch, answer: Any = None) -> list[tuple[str, Any]]:
+    """Calls of ``os.pwrite`` / ``os.pwritev`` (name, data), answered by ``answer`` if given."""
+    calls: list[tuple[str, Any]] = []
+    for name, real in (("pwrite", _PWRITE), ("pwritev", _PWRITEV)):
+
+        def call(fd: int, data: Any, offset: int, name: str = name, real: Any = real) -> int:
+            calls.append((name, data))
+            return int((answer or real)(fd, data, offset))
+
+        monkeypatch.setattr(shared_stack.os, name, call)
+    return calls
+
+
+def _refused(fd: int, data: Any, offset: int) -> int:
+    raise OSError(errno.ESPIPE, "Illegal seek")
+
+
+def test_a_refused_pwrite_is_tried_once_then_the_mapping_writes(
+    small: SharedStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """macOS refuses ``pwrite`` on a POSIX shared-memory descriptor (ESPIPE): the fill goes
+    on through the mapping, with the same bytes."""
+    calls = _record(monkeypatch, _refused)
+    want = pattern(SMALL)
+    np.testing.assert_array_equal(small.fill(_read_block(want)), want)
+    assert len(calls) == 1 and small.write.fd == -1 and (small.states == READY).all()
+
+
+def test_a_fill_never_holds_a_chunk_of_every_variable_past_block_bytes(
+    small: SharedStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A row chunk of every variable larger than ``BLOCK_BYTES`` (ERA5: 5 x 95 MiB) is filled
+    variable by variable through the mapping: no private buffer of the block; within it, one
+    private block and one ``pwrite``."""
+    calls = _record(monkeypatch)
+    want = pattern(SMALL)
+    monkeypatch.setattr(shared_stack, "BLOCK_BYTES", 3 * 4 * 32 - 1)
+    np.testing.assert_array_equal(small.fill(_read_block(want)), want)
+    # only the last block, 2 rows, is within the bound: one private buffer of it, one pwrite
+    assert small.write.rows is not None and small.write.rows.nbytes == 3 * 2 * 32
+    assert [(name, len(data)) for name, data in calls] == [("pwrite", 3 * 2 * 32)]
+    calls.clear()
+    small.write.rows = None
+    monkeypatch.setattr(shared_stack, "BLOCK_BYTES", 3 * 4 * 32)
+    small.states[:] = FREE
+    small.stack[...] = 0
+    np.testing.assert_array_equal(small.fill(_read_block(want)), want)
+    assert small.write.rows is not None and small.write.rows.nbytes <= 3 * 4 * 32
+    assert [name for name, _ in calls] == ["pwrite"] * len(SMALL.blocks)
+
+
+def _slot(want: Any, chunk: int) -> Any:
+    """A streamed cache's slot ``(V, rows per chunk, -1)`` holding row chunk ``chunk``."""
+    rows = want[chunk * 4 : chunk * 4 + 4]
+    return np.ascontiguousarray(rows.reshape(len(rows), 2, -1).swapaxes(0, 1))
+
+
+@pytest.mark.parametrize("write", ["whole", "few pieces a call", "short", "refused", "failed"])
+def test_a_part_chunk_is_written_from_its_slot(
+    wide: SharedStack, monkeypatch: pytest.MonkeyPatch, write: str
+) -> None:
+    """Rows of 4 KiB go by ``pwritev`` straight from the slot (no private copy), in as many
+    calls as ``IOV_MAX`` and short writes take; refused, through the mapping; failed (nothing
+    written), the chunk is left free and nothing raised."""
+
+    def short(fd: int, data: Any, offset: int) -> int:
+        first = data[0] if isinstance(data, list) else data  # pwritev's pieces, or pwrite's
+        return _PWRITE(fd, bytes(first)[:1000], offset)
+
+    answer = {"short": short, "refused": _refused, "failed": lambda *args: 0}.get(write)
+    calls = _record(monkeypatch, answer)
+    if write == "few pieces a call":
+        monkeypatch.setattr(shared_stack, "IOV_MAX", 3)
+    want = pattern(WIDE)
+    part = HeldPart(wide)
+    slot = _slot(want, 1)
+    part.keep(1, slot)
+    assert wide.states.tolist() == [FREE, FREE if write == "failed" else READY, FREE]
+    if write != "failed":
+        np.testing.assert_array_equal(wide.stack[4:8], want[4:8])
+    pieces = [p for name, data in calls if name == "pwritev" for p in data]
+    assert pieces and all(np.shares_memory(np.frombuffer(p, np.uint8), slot) for p in pieces)
+    assert {"whole": 1, "few pieces a call": 3}.get(write, len(calls)) == len(calls)
+    if write == "short":
+        assert len(calls) > 8  # 1000 bytes a call: the 32 KiB finished where each stopped
