@@ -9,8 +9,9 @@ field, by the field's kind, from :data:`chunkio.read.core.FIELD_KINDS`.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -92,16 +93,63 @@ class DecodeThreads:
         self._executor: ThreadPoolExecutor | None = None
 
     def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any]:
+        """``fn`` of each item, in order. On threads, an error or interrupt (Ctrl-C) in the
+        caller's thread, while it submits or takes the results, goes on only once the calls
+        already running have finished, and none starts after: they write into buffers (cache
+        slots, batches) that the caller frees or reuses next."""
         if self.count <= 1:
             return map(fn, items)
         if self._executor is None:
             self._executor = ThreadPoolExecutor(self.count, "chunkio-decode")
-        return self._executor.map(fn, items)
+        calls = _Calls(fn)
+        try:
+            futures = [self._executor.submit(calls, item) for item in items]
+        except BaseException:  # a submitted call whose future never came back runs too
+            calls.stop()
+            raise
+        return _in_order(futures, calls)
 
     def close(self) -> None:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
+
+
+class _Calls:
+    """``fn`` as the decode threads call it, counted while running, and never started once
+    :meth:`stop` has been called (which waits for those running)."""
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn
+        self.running = 0
+        self.stopped = False
+        self.changed = threading.Condition()
+
+    def __call__(self, item: Any) -> Any:
+        with self.changed:
+            if self.stopped:
+                return None
+            self.running += 1
+        try:
+            return self.fn(item)
+        finally:
+            with self.changed:
+                self.running -= 1
+                self.changed.notify_all()
+
+    def stop(self) -> None:
+        with self.changed:
+            self.stopped = True
+            self.changed.wait_for(lambda: self.running == 0)
+
+
+def _in_order(futures: list[Future[Any]], calls: _Calls) -> Iterator[Any]:
+    try:
+        for future in futures:
+            yield future.result()
+    except BaseException:  # GeneratorExit too: the caller stopped taking results
+        calls.stop()
+        raise
 
 
 @dataclass

@@ -178,22 +178,23 @@ class StreamedStack:
         blocks = cache.buffer  # (slots, V, rows per chunk, row size), after admit's growth
         reads, kept = [], []
         rows = copied = 0
-        for chunk, at in fills:
-            a = chunk * per_chunk
-            b = min(a + per_chunk, shape.num_rows)
-            slot = blocks[at]
-            if self.held is not None and b <= self.held.rows:
-                if self.held.copy_out(chunk, slot):  # a copy (then one gather), no decode
-                    copied += 1
-                    continue
-                kept.append((chunk, slot))  # decoded below, then written into the part
-            for j, array in enumerate(shape.arrays):
-                dest = slot[j, : b - a].reshape(b - a, *shape.sample_shape)
-                reads.append((array, a, b, dest))
-            rows += b - a
-        try:
-            # every read finishes before any error is raised: no thread still writes into a
-            # slot a later batch may be given
+        try:  # from here on the slots of ``fills`` are in the table: filled, or forgotten
+            for chunk, at in fills:
+                a = chunk * per_chunk
+                b = min(a + per_chunk, shape.num_rows)
+                slot = blocks[at]
+                if self.held is not None and b <= self.held.rows:
+                    if self.held.copy_out(chunk, slot):  # a copy (then one gather), no decode
+                        copied += 1
+                        continue
+                    kept.append((chunk, slot))  # decoded below, then written into the part
+                for j, array in enumerate(shape.arrays):
+                    dest = slot[j, : b - a].reshape(b - a, *shape.sample_shape)
+                    reads.append((array, a, b, dest))
+                rows += b - a
+            # every read finishes before any error is raised (an interrupt too: the decode
+            # threads' map waits for the reads running): no thread still writes into a slot
+            # a later batch may be given
             failed = [err for err in ctx.map_rows(self._read, reads) if err is not None]
             if failed:
                 raise failed[0]
