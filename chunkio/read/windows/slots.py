@@ -33,7 +33,8 @@ class StreamSlots:
 
     def __init__(self, slot_shape: tuple[int, ...], dtype: Any, capacity: int) -> None:
         self.capacity = max(1, int(capacity))
-        #: the slots' memory, ``(capacity, *slot_shape)`` (pages written as slots fill)
+        #: the slots' memory, ``(capacity, *slot_shape)`` (pages written as slots fill; a
+        #: growth copies the whole old buffer)
         self.buffer: npt.NDArray[Any] = np.empty((self.capacity, *slot_shape), dtype)
         #: chunk -> slot, least recently admitted first
         self._slot: OrderedDict[int, int] = OrderedDict()
