@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -93,10 +93,11 @@ class DecodeThreads:
         self._executor: ThreadPoolExecutor | None = None
 
     def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any]:
-        """``fn`` of each item, in order. On threads, an error or interrupt (Ctrl-C) in the
-        caller's thread, while it submits or takes the results, goes on only once the calls
-        already running have finished, and none starts after: they write into buffers (cache
-        slots, batches) that the caller frees or reuses next."""
+        """``fn`` of each item, in order. On threads every call has run when this returns
+        (the results are taken here, not as the caller iterates), and an error or interrupt
+        (Ctrl-C) in this thread goes on only once the calls already running have finished,
+        none starting after: they write into buffers (cache slots, batches) that the caller
+        frees or reuses next."""
         if self.count <= 1:
             return map(fn, items)
         if self._executor is None:
@@ -104,10 +105,10 @@ class DecodeThreads:
         calls = _Calls(fn)
         try:
             futures = [self._executor.submit(calls, item) for item in items]
-        except BaseException:  # a submitted call whose future never came back runs too
+            return iter([future.result() for future in futures])
+        except BaseException:  # a submitted call whose future never came back counts too
             calls.stop()
             raise
-        return _in_order(futures, calls)
 
     def close(self) -> None:
         if self._executor is not None:
@@ -141,15 +142,6 @@ class _Calls:
         with self.changed:
             self.stopped = True
             self.changed.wait_for(lambda: self.running == 0)
-
-
-def _in_order(futures: list[Future[Any]], calls: _Calls) -> Iterator[Any]:
-    try:
-        for future in futures:
-            yield future.result()
-    except BaseException:  # GeneratorExit too: the caller stopped taking results
-        calls.stop()
-        raise
 
 
 @dataclass

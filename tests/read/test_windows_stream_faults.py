@@ -98,6 +98,32 @@ def test_a_held_chunk_whose_copy_fails_is_not_served_unfilled(
         loader.close()
 
 
+def test_an_interrupt_right_after_the_admit_leaves_no_slot_unfilled(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C just after the cache put a batch's new chunks in its table, before they are
+    filled: they are forgotten, and the same batch read again is read right."""
+    loader = _loader(store)
+    try:
+        ds = loader.dataset
+        far = np.flatnonzero(ds.anchors >= STEPS - 40)
+        _check(store, ds, np.arange(4))  # the stack made
+        stack = _stack(ds)
+        admit = stack.cache.admit
+
+        def interrupted(chunks: list[int]) -> Any:
+            admit(chunks)
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(stack.cache, "admit", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            ds.read_batch(far)
+        monkeypatch.setattr(stack.cache, "admit", admit)
+        _check(store, ds, far)
+    finally:
+        loader.close()
+
+
 @pytest.mark.timeout(30)
 def test_an_interrupt_waits_for_the_decodes_already_running() -> None:
     """Ctrl-C while the decode threads run: the error reaches the caller only once every
@@ -116,9 +142,17 @@ def test_an_interrupt_waits_for_the_decodes_already_running() -> None:
         finished.append(i)
         return i
 
+    def stop(_: int) -> bool:
+        raise KeyboardInterrupt  # in the caller's own loop, between two results
+
     try:
         with pytest.raises(KeyboardInterrupt):
             list(threads.map(decode, range(2)))
+        assert finished == [1]
+        finished.clear()
+        started.clear()
+        with pytest.raises(KeyboardInterrupt):
+            [r for r in threads.map(decode, range(2)) if stop(r)]
         assert finished == [1]
     finally:
         threads.close()

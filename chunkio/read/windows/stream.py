@@ -171,14 +171,16 @@ class StreamedStack:
         threads)."""
         ctx, cache, shape = self.ctx, self.cache, self.shape
         per_chunk, variables = self.rows_per_chunk, len(shape.arrays)
-        slots, fills = cache.admit(chunks)
-        if not fills:
-            ctx.stats.cache_hits += len(chunks) * variables
-            return slots
-        blocks = cache.buffer  # (slots, V, rows per chunk, row size), after admit's growth
         reads, kept = [], []
         rows = copied = 0
-        try:  # from here on the slots of ``fills`` are in the table: filled, or forgotten
+        # the slots admit puts in the table are filled, or the batch's chunks forgotten (an
+        # error or interrupt anywhere from admit on): never served unfilled
+        try:
+            slots, fills = cache.admit(chunks)
+            if not fills:
+                ctx.stats.cache_hits += len(chunks) * variables
+                return slots
+            blocks = cache.buffer  # (slots, V, rows per chunk, row size), after its growth
             for chunk, at in fills:
                 a = chunk * per_chunk
                 b = min(a + per_chunk, shape.num_rows)
@@ -199,7 +201,7 @@ class StreamedStack:
             if failed:
                 raise failed[0]
         except BaseException:
-            cache.forget([chunk for chunk, _ in fills])  # never serve a bad slot
+            cache.forget(chunks)  # held ones too: they are decoded again, never served bad
             raise
         if self.held is not None:
             for chunk, slot in kept:
