@@ -25,6 +25,7 @@ from .base import (
     StageClock,
     Writer,
     check_region,
+    check_rows,
 )
 
 __all__ = [
@@ -122,6 +123,7 @@ class MemoryReader(Reader):
         self, name: str, ranges: Sequence[tuple[int, int]], out: npt.NDArray[Any]
     ) -> None:
         a = self._get(name)
+        check_rows(ranges, a.data.shape[0], f"{self.location}: array {name!r}")
         step = a.chunks[0]
         offset = 0
         for start, stop in ranges:

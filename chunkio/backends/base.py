@@ -33,6 +33,7 @@ __all__ = [
     "StageClock",
     "Writer",
     "check_region",
+    "check_rows",
     "coalesce",
     "read_all",
     "region_shape",
@@ -119,7 +120,8 @@ class Reader(Protocol):
         """Read rows ``[a, b)`` for each range, concatenated in order, into ``out``.
 
         Ranges are sorted, disjoint and aligned to chunk boundaries (the last may end at the
-        array's end), so each stored chunk is decoded at most once.
+        array's end), so each stored chunk is decoded at most once. A range outside the
+        array's rows, or reversed, is an ``IndexError`` (:func:`check_rows`).
         """
         ...
 
@@ -196,6 +198,24 @@ def check_region(
     if out.shape != box:
         raise ValueError(f"{where}: output buffer must have shape {box}; got {out.shape}")
     return 0 not in box
+
+
+def check_rows(ranges: Sequence[tuple[int, int]], num_rows: int, where: str) -> None:
+    """Refuse a row range of :meth:`Reader.read_into` outside ``[0, num_rows)`` or reversed:
+    a chunk past either end would read back as nothing, as the fill value or as another
+    chunk's rows, never as an error of its own. ``where`` names the file and array.
+
+    >>> check_rows([(0, 4), (8, 10)], 10, "x")
+    >>> check_rows([(8, 12)], 10, "a.zarr: array 'x'")
+    Traceback (most recent call last):
+    ...
+    IndexError: a.zarr: array 'x': rows 8:12 outside 0:10 (the array's rows)
+    """
+    for start, stop in ranges:
+        if not 0 <= start <= stop <= num_rows:
+            raise IndexError(
+                f"{where}: rows {start}:{stop} outside 0:{num_rows} (the array's rows)"
+            )
 
 
 @dataclass(frozen=True)

@@ -160,6 +160,22 @@ class BackendContract:
         finally:
             reader.close()
 
+    def test_row_ranges_outside_the_array_are_refused(self, location: Any) -> None:
+        """A range past either end, or reversed, names the array, the range and the rows: not
+        the fill value, nothing written, or another chunk's rows."""
+        data = np.arange(20, dtype=np.float32).reshape(10, 2)
+        reader = self.write_and_open(location, "x", data, 4)
+        try:
+            for start, stop in [(-4, 0), (8, 12), (12, 16), (4, 0)]:
+                out = np.full((4 + max(0, stop - start), 2), -1, np.float32)
+                with pytest.raises(IndexError, match=rf"'x'.* rows {start}:{stop} outside 0:10"):
+                    reader.read_into("x", [(0, 4), (start, stop)], out)
+            out = np.empty((2, 2), np.float32)
+            reader.read_into("x", [(8, 10), (10, 10)], out)  # the last rows, an empty range
+            np.testing.assert_array_equal(out, data[8:10])
+        finally:
+            reader.close()
+
     def test_read_region_returns_any_box(self, location: Any) -> None:
         data = np.random.default_rng(1).integers(0, 1000, (3, 10, 9, 7)).astype(np.int32)
         writer = open_writer(location)

@@ -30,7 +30,7 @@ from ...errors import (
     MissingChunkError,
     UnsafeInputError,
 )
-from ..base import ArrayInfo, Reader, StageClock, check_region, coalesce
+from ..base import ArrayInfo, Reader, StageClock, check_region, check_rows, coalesce
 from .attrs import decode_attrs
 from .checks import check_array, in_file_node, in_file_path, list_arrays, read_text
 from .described import (
@@ -327,6 +327,8 @@ class HDF5Reader(Reader):
     def _read_locked(
         self, name: str, ranges: Sequence[tuple[int, int]], out: npt.NDArray[Any]
     ) -> None:
+        num_rows = self._array_info(name).shape[0]
+        check_rows(ranges, num_rows, f"{self.location}: array {name!r}")
         raw, grid = self._chunk_readers(name)
         if raw is not None and self._fd is not None:
             self._read_raw(raw, self._fd, ranges, out)

@@ -32,7 +32,7 @@ from ...errors import ChunkReadError, CorruptChunkError, MissingChunkError
 from ...remote import RangeFetcher
 from ...remote.ahead import FetchAhead
 from ...util.numeric import ceil_div
-from ..base import ArrayInfo, Reader, StageClock, check_region, coalesce
+from ..base import ArrayInfo, Reader, StageClock, check_region, check_rows, coalesce
 from .backend import HDF5Reader
 from .grid import RawGrid
 from .raw import RawChunks
@@ -223,6 +223,7 @@ class RemoteHDF5Reader(Reader):
         self, name: str, ranges: Sequence[tuple[int, int]], out: npt.NDArray[Any]
     ) -> None:
         array = self._array(name)
+        check_rows(ranges, array.info.shape[0], f"{self.location}: array {name!r}")
         raw = array.raw
         if raw is None and array.grid is not None:  # chunks that split samples: boxes
             rest = tuple(slice(0, n) for n in array.info.shape[1:])

@@ -25,7 +25,7 @@ from ...errors import (
 )
 from ...util.numeric import ceil_div
 from .. import ReaderOptions
-from ..base import ArrayInfo, Reader, StageClock, check_region, coalesce
+from ..base import ArrayInfo, Reader, StageClock, check_region, check_rows, coalesce
 from ..codec_names import zarr2_codec_info, zarr2_codecs, zarr_codec_info
 from .documents import RemoteDocuments, v2_array_document
 from .engine import ArrayEngine
@@ -338,6 +338,7 @@ class ZarrReader(Reader):
         self, name: str, ranges: Sequence[tuple[int, int]], out: npt.NDArray[Any]
     ) -> None:
         arr = self._array(name)
+        check_rows(ranges, arr.shape[0], f"{self.location}: array {name!r}")
         engine = self._fast[name]
         if engine is not None:
             try:  # as _errors_named, inline: a read of one chunk is called per chunk
