@@ -100,7 +100,7 @@ class StreamedStack:
         #: each variable's first row in a slot, in rows of the cache's flat (row, variable) view
         self._lanes = np.arange(len(shape.arrays), dtype=np.int64) * self.rows_per_chunk
         #: the anchors whose chunks (at every step) are all in the cache now (their bytes)
-        self._admitted: bytes | None = None
+        self._admitted: tuple[int, bytes] | None = None
 
     def register(self, steps: IntArray) -> None:
         """A window field reads these steps of every anchor it is asked for."""
@@ -148,8 +148,9 @@ class StreamedStack:
     def _admit_anchors(self, anchors: IntArray) -> None:
         """Every chunk the registered steps of ``anchors`` reach, in the cache (the batch's
         other fields of these arrays ask for the same anchors: nothing to do then)."""
-        # as int64 bytes, equal only for equal anchors (int32 [1, 0] has int64 [1]'s bytes)
-        key = np.asarray(anchors, dtype=np.int64).tobytes()
+        # as int64 bytes, equal only for equal anchors (int32 [1, 0] has int64 [1]'s bytes),
+        # of this batch (a later batch of the same anchors counts its hits)
+        key = (self.ctx.stats.batches, np.asarray(anchors, dtype=np.int64).tobytes())
         if key == self._admitted:
             return
         self._admitted = None  # until the admit below succeeds
