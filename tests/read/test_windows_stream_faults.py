@@ -4,7 +4,7 @@ given is served later before it is filled again."""
 
 from __future__ import annotations
 
-import _thread
+import ctypes
 import threading
 import warnings
 from pathlib import Path
@@ -131,11 +131,18 @@ def test_an_interrupt_waits_for_the_decodes_already_running() -> None:
     threads = DecodeThreads(2)
     finished: list[int] = []
     started = threading.Event()
+    caller = threading.get_ident()
+
+    def interrupt() -> None:
+        """A KeyboardInterrupt raised in the caller's thread, as a Ctrl-C's is (whatever the
+        process's SIGINT handler: a runner may ignore SIGINT)."""
+        exc = ctypes.py_object(KeyboardInterrupt)
+        assert ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(caller), exc) == 1
 
     def decode(i: int) -> int:
         if i == 0:
             started.wait(10)  # the other decode runs
-            _thread.interrupt_main()  # as a Ctrl-C: raised in the caller's thread
+            interrupt()
             return i
         started.set()
         threading.Event().wait(0.2)  # a slow decode, still writing when the interrupt comes
