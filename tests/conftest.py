@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import multiprocessing
-from collections.abc import Callable
+import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -236,3 +237,12 @@ def pbmc_dense(sc_root) -> af.SingleCell:
 def pbmc_csr(request: pytest.FixtureRequest) -> af.SingleCell:
     """Each CSR layout in turn."""
     return request.getfixturevalue(request.param)
+
+
+@pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    """A live process that stands for a claimer of a shared stack's block (killed after)."""
+    live = subprocess.Popen(["sleep", "120"])
+    yield live
+    live.kill()
+    live.wait()

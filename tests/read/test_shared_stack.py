@@ -74,15 +74,6 @@ def segment() -> Iterator[str]:
     segments.close()
 
 
-@pytest.fixture
-def sleeper() -> Iterator[subprocess.Popen[bytes]]:
-    """A live process that stands for a claimer (killed after the test)."""
-    live = subprocess.Popen(["sleep", "120"])
-    yield live
-    live.kill()
-    live.wait()
-
-
 def _reader(shape: StackShape, fail_at: int | None = None) -> tuple[Any, list[Any]]:
     want, done = pattern(shape), []
 

@@ -8,11 +8,11 @@ import logging
 import pickle
 import warnings
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 from foreign_stores import noise_windows_store
+from window_streams import check_window_epoch, streamed_stack
 
 import chunkio
 from chunkio import ChunkDataset, Field
@@ -58,22 +58,9 @@ def _part_loader(ds: ChunkDataset, workers: int, part_chunks: int) -> chunkio.Ch
     return _loader(ds, workers, _budget(ds, workers, part_chunks))
 
 
-def _stack(ds: ChunkDataset) -> Any:
-    (stack,) = [v for v in ds._handle().ctx.shared.values() if type(v).__name__ == "StreamedStack"]
-    return stack
-
-
 def _check_epochs(loader: chunkio.ChunkLoader, reference: ChunkDataset, epochs: int) -> None:
     for epoch in range(epochs):
-        loader.set_epoch(epoch)
-        seen = []
-        for *got, t in loader:
-            picks = np.searchsorted(reference.anchors, np.asarray(t))
-            want = reference.read_batch(picks)
-            for name, value in zip(reference.fields, got, strict=False):
-                np.testing.assert_array_equal(np.asarray(value), want[name])
-            seen += np.asarray(t).tolist()
-        assert sorted(seen) == reference.anchors.tolist()  # every anchor once
+        check_window_epoch(loader, reference, epoch)
 
 
 @pytest.mark.timeout(60)
@@ -103,7 +90,7 @@ def test_the_held_chunks_are_decoded_once_then_only_the_rest_each_pass(store: Pa
             for _ in loader:
                 pass
             counts.append(loader.dataset.read_stats().per_field["v_t2m"])
-        assert _stack(loader.dataset).part_rows == 30 * PER_CHUNK
+        assert streamed_stack(loader.dataset).part_rows == 30 * PER_CHUNK
     finally:
         loader.close()
     # the first pass decodes every chunk about once (the held ones exactly once, up front);
@@ -119,7 +106,7 @@ def test_the_part_and_the_caches_stay_within_the_budget(store: Path) -> None:
     worker = pickle.loads(pickle.dumps(dataset))  # as a worker opens it
     try:
         worker.read_batch(np.arange(BATCH))
-        stack = _stack(worker)
+        stack = streamed_stack(worker)
     finally:
         loader.close()
     assert stack.part.nbytes == 7 * STACK_CHUNK and stack.part_rows == 7 * PER_CHUNK
@@ -135,7 +122,7 @@ def test_a_part_its_readers_do_not_agree_on_streams_every_chunk(store: Path) -> 
     loader = _part_loader(_dataset(store, preload=40 * STACK_CHUNK), 0, 20)
     try:
         _check_epochs(loader, reference, 1)
-        assert _stack(loader.dataset).part_rows == 0
+        assert streamed_stack(loader.dataset).part_rows == 0
     finally:
         loader.close()
 
@@ -145,12 +132,12 @@ def test_no_room_beside_the_pools_streams_every_chunk(store: Path) -> None:
     try:
         assert loader.dataset.held_segments == {}
         assert next(iter(loader))[0].shape == (BATCH, 2, 3, 2, 3)
-        assert _stack(loader.dataset).part_rows == 0
+        assert streamed_stack(loader.dataset).part_rows == 0
     finally:
         loader.close()
 
 
-def test_a_dataset_from_a_closed_loader_streams_rather_than_holding_the_whole_stack(
+def test_a_dataset_from_a_closed_loader_streams_rather_than_holding_the_wholestreamed_stack(
     store: Path,
 ) -> None:
     """The loader's segment is gone once it closes: its dataset, read on, streams every
@@ -163,4 +150,4 @@ def test_a_dataset_from_a_closed_loader_streams_rather_than_holding_the_whole_st
     got, want = dataset.read_batch(idx), reference.read_batch(idx)
     for name in reference.fields:
         np.testing.assert_array_equal(got[name], want[name])
-    assert _stack(dataset).part_rows == 0
+    assert streamed_stack(dataset).part_rows == 0

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from foreign_stores import noise_windows_store
 from held_fill import pattern
+from window_streams import check_window_epoch, streamed_stack
 
 import chunkio
 import chunkio.util.shared_stack as shared_stack
@@ -70,23 +71,6 @@ def part_loader(store: Path) -> Iterator[chunkio.ChunkLoader]:
     loader.close()
 
 
-def _stack(ds: ChunkDataset) -> Any:
-    (stack,) = [v for v in ds._handle().ctx.shared.values() if type(v).__name__ == "StreamedStack"]
-    return stack
-
-
-def _epoch(loader: chunkio.ChunkLoader, reference: ChunkDataset, epoch: int) -> None:
-    loader.set_epoch(epoch)
-    seen = []
-    for *got, t in loader:
-        picks = np.searchsorted(reference.anchors, np.asarray(t))
-        want = reference.read_batch(picks)
-        for name, value in zip(reference.fields, got, strict=False):
-            np.testing.assert_array_equal(np.asarray(value), want[name])
-        seen += np.asarray(t).tolist()
-    assert sorted(seen) == reference.anchors.tolist()  # every anchor once
-
-
 def test_the_part_is_filled_as_batches_decode_it_not_before_the_first(
     store: Path, part_loader: chunkio.ChunkLoader
 ) -> None:
@@ -97,7 +81,7 @@ def test_the_part_is_filled_as_batches_decode_it_not_before_the_first(
     part_loader.set_epoch(0)
     batches = iter(part_loader)
     next(batches)
-    stack = _stack(part_loader.dataset)
+    stack = streamed_stack(part_loader.dataset)
     states = stack.held.shared.states
     assert stack.part_rows == 20 * PER_CHUNK and len(states) == 20  # a block a row chunk
     first = int((states == READY).sum())
@@ -106,20 +90,12 @@ def test_the_part_is_filled_as_batches_decode_it_not_before_the_first(
     del batches
     counts = []
     for epoch in range(3):
-        _epoch(part_loader, reference, epoch)
+        check_window_epoch(part_loader, reference, epoch)
         counts.append(part_loader.dataset.read_stats().per_field["v_t2m"])
         assert (states == READY).all()
     # read amplification <= 1.1 over the first epoch; the part never decoded again
     assert CHUNKS <= counts[0] <= decoded + 1.1 * CHUNKS, counts
     assert CHUNKS - 20 <= counts[2] - counts[1] <= 1.1 * (CHUNKS - 20), counts
-
-
-@pytest.fixture
-def sleeper() -> Iterator[subprocess.Popen[bytes]]:
-    live = subprocess.Popen(["sleep", "120"])
-    yield live
-    live.kill()
-    live.wait()
 
 
 def _dead_pid() -> int:
@@ -136,14 +112,14 @@ def test_a_chunk_claimed_elsewhere_is_served_and_a_dead_claimers_one_taken_over(
     died mid-write: written here. Every batch equals the dataset's own read."""
     reference = _dataset(store)
     part_loader.dataset.read_batch(np.arange(1))  # the handle and its stack, as a worker's
-    held = _stack(part_loader.dataset).held
+    held = streamed_stack(part_loader.dataset).held
     states, pids = held.shared.states, held.shared.pids
     states[2], pids[2] = CLAIMED, sleeper.pid
     held.shared.claimed_at[2] = time.monotonic()  # claimed just now: within STALL_S
     states[3], pids[3] = CLAIMED, _dead_pid()
     held.data[2 * PER_CHUNK : 4 * PER_CHUNK] = np.nan  # what half-written chunks could hold
     for epoch in range(2):
-        _epoch(part_loader, reference, epoch)
+        check_window_epoch(part_loader, reference, epoch)
     assert states[2] == CLAIMED and pids[2] == sleeper.pid  # left to its live claimer
     assert states[3] == READY and pids[3] == os.getpid()
     assert sleeper.poll() is None  # asking whether a claimer lives sends it no signal
@@ -156,8 +132,8 @@ def test_the_part_at_the_budgets_edge_holds_the_chunks_that_fit(store: Path, spa
     ds = _dataset(store)
     loader = _loader(ds, _pool_bytes(ds) + 7 * STACK_CHUNK + spare)
     try:
-        _epoch(loader, reference, 0)
-        stack = _stack(loader.dataset)
+        check_window_epoch(loader, reference, 0)
+        stack = streamed_stack(loader.dataset)
         held = 7 if spare == 0 else 6
         assert stack.part_rows == held * PER_CHUNK and stack.part.nbytes == held * STACK_CHUNK
         assert (stack.held.shared.states == READY).all()
@@ -276,15 +252,15 @@ def test_the_part_is_written_when_pwrite_is_refused_or_cut_short(
             return int(wrapped(*args))
 
         monkeypatch.setattr(shared_stack.os, fn, counted)
-    _epoch(part_loader, reference, 0)
-    held = _stack(part_loader.dataset).held
+    check_window_epoch(part_loader, reference, 0)
+    held = streamed_stack(part_loader.dataset).held
     assert (held.shared.states == READY).all()
     if write == "refused":
         assert len(calls) == 1 and held.shared.write.fd == -1  # never tried again
     else:
         assert len(calls) > 20 and held.shared.write.fd >= 0
     monkeypatch.undo()
-    _epoch(part_loader, reference, 1)  # every chunk of the part copied out of it
+    check_window_epoch(part_loader, reference, 1)  # every chunk of the part copied out of it
 
 
 def test_a_failed_write_into_the_part_frees_its_chunk_and_keeps_the_batch(
@@ -295,13 +271,13 @@ def test_a_failed_write_into_the_part_frees_its_chunk_and_keeps_the_batch(
     reference = _dataset(store)
     for fn in ("pwrite", "pwritev"):
         monkeypatch.setattr(shared_stack.os, fn, lambda *args: 0)
-    _epoch(part_loader, reference, 0)
-    held = _stack(part_loader.dataset).held
+    check_window_epoch(part_loader, reference, 0)
+    held = streamed_stack(part_loader.dataset).held
     assert (held.shared.states == FREE).all()
     monkeypatch.undo()
-    _epoch(part_loader, reference, 1)
+    check_window_epoch(part_loader, reference, 1)
     assert (held.shared.states == READY).all()
-    _epoch(part_loader, reference, 2)
+    check_window_epoch(part_loader, reference, 2)
 
 
 def test_a_part_chunk_claimed_too_long_ago_is_taken_over(
@@ -311,9 +287,9 @@ def test_a_part_chunk_claimed_too_long_ago_is_taken_over(
     here, not decoded every epoch by every process for the loader's life."""
     reference = _dataset(store)
     part_loader.dataset.read_batch(np.arange(1))
-    shared = _stack(part_loader.dataset).held.shared
+    shared = streamed_stack(part_loader.dataset).held.shared
     shared.states[2], shared.pids[2] = CLAIMED, sleeper.pid
     shared.claimed_at[2] = time.monotonic() - shared_stack.STALL_S - 1
-    _epoch(part_loader, reference, 0)
+    check_window_epoch(part_loader, reference, 0)
     assert shared.states[2] == READY and shared.pids[2] == os.getpid()
-    _epoch(part_loader, reference, 1)
+    check_window_epoch(part_loader, reference, 1)

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pickle
 import warnings
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 from foreign_stores import noise_windows_store
+from window_streams import streamed_stack
 
 import chunkio
 from chunkio import ChunkDataset, Field
@@ -38,11 +38,6 @@ def _dataset(path: Path) -> ChunkDataset:
         return ChunkDataset(path, fields=[Field(list(VARS), steps=[0])], preload_bytes=0)
 
 
-def _stack(ds: ChunkDataset) -> Any:
-    (stack,) = [v for v in ds._handle().ctx.shared.values() if type(v).__name__ == "StreamedStack"]
-    return stack
-
-
 def _counts(ds: ChunkDataset, batch: list[int]) -> tuple[int, int, int]:
     """What reading ``batch`` adds to ``(chunks_read, cache_hits, rows_decoded)``."""
     stats = ds.read_stats()
@@ -58,7 +53,7 @@ def test_a_cold_batch_decodes_and_a_warm_one_hits_every_chunk_of_each_variable(
     ds = _dataset(store).with_cache(8 * STACK_CHUNK)
     batch = [40, 41, 55, 100]  # row chunks 5, 6 and 12
     assert _counts(ds, batch) == (3 * V, 0, 3 * PER_CHUNK * V)
-    assert _stack(ds).part_rows == 0  # streamed whole: no held part here
+    assert streamed_stack(ds).part_rows == 0  # streamed whole: no held part here
     # the same chunks again, in another order: all in the cache, nothing read
     assert _counts(ds, batch[::-1]) == (0, 3 * V, 0)
     assert _counts(ds, [47, 96]) == (0, 2 * V, 0)  # fewer of them
@@ -93,7 +88,7 @@ def test_chunks_copied_from_the_held_part_count_as_neither(store: Path) -> None:
         first = loader.dataset
         worker = pickle.loads(pickle.dumps(first))
         assert _counts(first, [0, 9]) == (2 * V, 0, 2 * PER_CHUNK * V)  # cold, in the part
-        assert _stack(first).part_rows == PART_CHUNKS * PER_CHUNK
+        assert streamed_stack(first).part_rows == PART_CHUNKS * PER_CHUNK
         assert _counts(worker, [0, 9, 40]) == (V, 0, PER_CHUNK * V)  # chunks 0, 1 copied
         assert _counts(worker, [1, 10]) == (0, 0, 0)  # all held: one gather from the part
         assert _counts(worker, [40, 1, 10]) == (0, 3 * V, 0)  # in its cache now: hits

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 import zarr
 from foreign_stores import noise_windows_store
+from window_streams import streamed_stack
 
 import chunkio
 from chunkio import ChunkDataset, Field
@@ -39,11 +39,6 @@ def _dataset(path: Path) -> ChunkDataset:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return ChunkDataset(path, fields=FIELDS, preload_bytes=0)
-
-
-def _stack(ds: ChunkDataset) -> Any:
-    (stack,) = [v for v in ds._handle().ctx.shared.values() if type(v).__name__ == "StreamedStack"]
-    return stack
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +90,7 @@ def test_streamed_windows_at_the_edges_equal_zarr_pythons_rows(
     ds = _dataset(store).with_cache(cache_bytes)
     batches = _edge_batches(ds, 0)
     _check(arrays, ds, batches + batches)
-    stack = _stack(ds)
+    stack = streamed_stack(ds)
     assert stack.part_rows == 0 and stack.cache.capacity < STEPS // PER_CHUNK
 
 
@@ -119,7 +114,7 @@ def test_held_in_part_windows_across_the_parts_end_equal_zarr_pythons_rows(
     try:
         ds = loader.dataset
         ds.read_batch(np.arange(2))  # the part is filled on first use
-        part_rows = _stack(ds).part_rows
+        part_rows = streamed_stack(ds).part_rows
         assert part_rows == PART_CHUNKS * PER_CHUNK
         batches = _edge_batches(ds, part_rows)
         _check(arrays, ds, batches + batches[::-1])
@@ -169,7 +164,7 @@ def test_anchors_of_another_int_type_with_the_same_bytes_are_admitted(
     assert ds.anchors[0] == 0
     far = int(ds.anchors[-1]) - 2
     ds.read_batch(np.array([len(ds) - 3]))  # the stack made, chunk 0 not cached
-    stack = _stack(ds)
+    stack = streamed_stack(ds)
     assert 0 not in stack.cache
     steps = np.array([0, 1], np.int64)  # the only ones registered
     first = np.empty((2, 3 * 6), np.float32)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import zarr
 from foreign_stores import noise_windows_store
+from window_streams import streamed_stack
 
 import chunkio
 from chunkio import ChunkDataset, Field
@@ -50,11 +51,6 @@ def _loader(path: Path) -> Any:
     return chunkio.make_loader(ds, BATCH, num_workers=0, seed=0, ordering=ordering, workers=hold)
 
 
-def _stack(ds: Any) -> Any:
-    (stack,) = [v for v in ds._handle().ctx.shared.values() if type(v).__name__ == "StreamedStack"]
-    return stack
-
-
 def _check(path: Path, ds: Any, idx: np.ndarray) -> None:
     arrays = {v: np.asarray(zarr.open_array(path / v, mode="r")[:]) for v in VARS}
     anchors = ds.anchors[idx]
@@ -77,7 +73,7 @@ def test_a_held_chunk_whose_copy_fails_is_not_served_unfilled(
         # a batch across the part's end: its held chunks are decoded, then written into it
         across = np.flatnonzero((ds.anchors >= end - 20) & (ds.anchors < end + 20))
         _check(store, ds, across)
-        stack = _stack(ds)
+        stack = streamed_stack(ds)
         assert stack.part_rows == end
         _check(store, ds, np.flatnonzero(ds.anchors >= STEPS - 40))  # the cache cycles
         calls = [0]
@@ -108,7 +104,7 @@ def test_an_interrupt_right_after_the_admit_leaves_no_slot_unfilled(
         ds = loader.dataset
         far = np.flatnonzero(ds.anchors >= STEPS - 40)
         _check(store, ds, np.arange(4))  # the stack made
-        stack = _stack(ds)
+        stack = streamed_stack(ds)
         admit = stack.cache.admit
 
         def interrupted(chunks: list[int]) -> Any:

@@ -1,0 +1,28 @@
+"""What the windows tests share: the streamed stack a dataset's reader holds, and a loader's
+epoch checked against a reference dataset's own reads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def streamed_stack(ds: Any) -> Any:
+    """The one :class:`~chunkio.read.windows.stream.StreamedStack` of ``ds``'s reader."""
+    (stack,) = [v for v in ds._handle().ctx.shared.values() if type(v).__name__ == "StreamedStack"]
+    return stack
+
+
+def check_window_epoch(loader: Any, reference: Any, epoch: int) -> None:
+    """``loader``'s batches of ``epoch`` (the anchor's time last) equal ``reference``'s reads of
+    the same anchors, and cover every anchor once."""
+    loader.set_epoch(epoch)
+    seen = []
+    for *got, t in loader:
+        picks = np.searchsorted(reference.anchors, np.asarray(t))
+        want = reference.read_batch(picks)
+        for name, value in zip(reference.fields, got, strict=False):
+            np.testing.assert_array_equal(np.asarray(value), want[name])
+        seen += np.asarray(t).tolist()
+    assert sorted(seen) == reference.anchors.tolist()  # every anchor once
