@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import logging
 import pickle
-import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 from foreign_stores import noise_windows_store
-from window_streams import check_window_epoch, streamed_stack
+from window_streams import check_window_epoch, streamed_stack, window_dataset
 
 import chunkio
 from chunkio import ChunkDataset, Field
@@ -34,9 +33,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _dataset(path: Path, preload: int = 0) -> ChunkDataset:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return ChunkDataset(path, fields=FIELDS, preload_bytes=preload)
+    return window_dataset(path, FIELDS, preload)
 
 
 def _budget(ds: ChunkDataset, workers: int, part_chunks: int) -> int:

@@ -11,7 +11,6 @@ import errno
 import os
 import subprocess
 import time
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ import numpy as np
 import pytest
 from foreign_stores import noise_windows_store
 from held_fill import pattern
-from window_streams import check_window_epoch, streamed_stack
+from window_streams import check_window_epoch, streamed_stack, window_dataset
 
 import chunkio
 import chunkio.util.shared_stack as shared_stack
@@ -43,9 +42,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _dataset(path: Path) -> ChunkDataset:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return ChunkDataset(path, fields=FIELDS, preload_bytes=0)
+    return window_dataset(path, FIELDS)
 
 
 def _loader(ds: ChunkDataset, hold: int) -> chunkio.ChunkLoader:

@@ -5,13 +5,12 @@ variable in ``cache_hits``, and a chunk copied from the held part in neither."""
 from __future__ import annotations
 
 import pickle
-import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 from foreign_stores import noise_windows_store
-from window_streams import streamed_stack
+from window_streams import streamed_stack, window_dataset
 
 import chunkio
 from chunkio import ChunkDataset, Field
@@ -33,9 +32,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _dataset(path: Path) -> ChunkDataset:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return ChunkDataset(path, fields=[Field(list(VARS), steps=[0])], preload_bytes=0)
+    return window_dataset(path, [Field(list(VARS), steps=[0])])
 
 
 def _counts(ds: ChunkDataset, batch: list[int]) -> tuple[int, int, int]:

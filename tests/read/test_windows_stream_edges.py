@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import zarr
 from foreign_stores import noise_windows_store
-from window_streams import streamed_stack
+from window_streams import streamed_stack, window_dataset
 
 import chunkio
 from chunkio import ChunkDataset, Field
@@ -36,9 +36,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _dataset(path: Path) -> ChunkDataset:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return ChunkDataset(path, fields=FIELDS, preload_bytes=0)
+    return window_dataset(path, FIELDS)
 
 
 @pytest.fixture(scope="module")

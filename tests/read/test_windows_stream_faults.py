@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ctypes
 import threading
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +13,10 @@ import numpy as np
 import pytest
 import zarr
 from foreign_stores import noise_windows_store
-from window_streams import streamed_stack
+from window_streams import streamed_stack, window_dataset
 
 import chunkio
-from chunkio import ChunkDataset, Field
+from chunkio import Field
 from chunkio.read.base import DecodeThreads
 
 VARS = ("t2m", "u10")
@@ -39,9 +38,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _loader(path: Path) -> Any:
     """A stack whose first chunks are held (a loader's budget), read in this process."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ds = ChunkDataset(path, fields=FIELDS, preload_bytes=0)
+    ds = window_dataset(path, FIELDS)
     ordering = chunkio.Ordering(pool_bytes=2 * PER_CHUNK * SAMPLE, lanes=1)  # 2 chunks
     probe = chunkio.make_loader(ds, BATCH, num_workers=0, seed=0, ordering=ordering,
                                 workers=chunkio.Workers(hold_bytes=0))  # fmt: skip

@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from chunkio import ChunkDataset
+
 
 def streamed_stack(ds: Any) -> Any:
     """The one :class:`~chunkio.read.windows.stream.StreamedStack` of ``ds``'s reader."""
@@ -26,3 +28,9 @@ def check_window_epoch(loader: Any, reference: Any, epoch: int) -> None:
             np.testing.assert_array_equal(np.asarray(value), want[name])
         seen += np.asarray(t).tolist()
     assert sorted(seen) == reference.anchors.tolist()  # every anchor once
+
+
+def window_dataset(path: Any, fields: Any, preload_bytes: int = 0) -> ChunkDataset:
+    """``ChunkDataset(path, fields=fields)`` with nothing preloaded by default: the windows
+    tests read every variable through the streamed or held stack."""
+    return ChunkDataset(path, fields=fields, preload_bytes=preload_bytes)
