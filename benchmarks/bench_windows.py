@@ -25,9 +25,16 @@ run; with ``--scale``, the larger store also streamed whole (no chunk held past 
 first chunks and stream the rest; checked against the defaults at ``--steps`` (held).
 ``--store-dir D`` keeps the stores in ``D`` and reuses them (a 100k-step store takes minutes).
 
+Every store's files are read once before the first timed row, so that every row finds them in
+the page cache (a 100k-step store is 2.2 GB: read cold by its first row only, it made that row
+look several times slower than the next). ``--rounds R`` measures everything ``R`` times, the
+rows in the opposite order every other round (stores and rows reversed), and reports each
+figure's median and range over the rounds; each target is checked on the median of its
+per-round ratios, shown with their range.
+
     python -m benchmarks.bench_windows [--quick] [--budget S] [--per-chunk 1 24]
         [--steps N] [--shape H W] [--hold-bytes B] [--ab] [--scale N] [--store-dir D]
-        [--loaders chunkio,insitubatch,xbatcher,zarr]
+        [--rounds R] [--loaders chunkio,insitubatch,xbatcher,zarr]
 """
 
 from __future__ import annotations
@@ -159,6 +166,17 @@ def _chunkio(path: Path) -> ChunkDataset:
                                           Field(list(VARS), steps=[1]), "time"])  # fmt: skip
 
 
+def warm(path: Path) -> int:
+    """Every file of the store at ``path`` read once (into the page cache); bytes read."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            with open(os.path.join(root, name), "rb", buffering=0) as f:
+                while block := f.read(1 << 22):
+                    total += len(block)
+    return total
+
+
 def _tree_cpu() -> float:
     """CPU seconds (user + system) of this process and its live descendants (the workers)."""
     me = psutil.Process()
@@ -245,7 +263,10 @@ def measure(
     loaders: frozenset[str] = LOADERS,
     hold_bytes: int | None = None,
     ab: bool = False,
+    reverse: bool = False,
 ) -> dict[str, Any]:
+    """Every loader's row on the store at ``path`` (chunkio's rows in reverse order when
+    ``reverse``: ``--rounds`` alternates them)."""
     steps = zarr.open_group(path, mode="r")["t2m"].shape[0]
     rates: dict[str, float] = {}
     per_cpu: dict[str, float] = {}
@@ -259,7 +280,7 @@ def measure(
             "chunkio, beyond memory": chunkio.Workers(hold_bytes=beyond)}  # fmt: skip
     if ab:
         runs[BEFORE] = chunkio.Workers(hold_bytes=beyond)
-    for name, workers in runs.items():
+    for name, workers in _ordered(runs, reverse):
         _before(name == BEFORE)  # the workers fork with it
         loader = chunkio.make_loader(_chunkio(path), BATCH, num_workers=WORKERS, seed=0,
                                      workers=workers)  # fmt: skip
@@ -316,17 +337,26 @@ def measure(
     }
 
 
-def at_scale(path: Path, budget_s: float, ab: bool = False) -> dict[str, Any]:
+def _ordered(runs: dict[str, Any], reverse: bool) -> list[tuple[str, Any]]:
+    """``runs``' rows in order, or reversed (every other round of ``--rounds``)."""
+    items = list(runs.items())
+    return items[::-1] if reverse else items
+
+
+def at_scale(
+    path: Path, budget_s: float, ab: bool = False, reverse: bool = False
+) -> dict[str, Any]:
     """The defaults and ``hold_bytes=0`` on a larger store (``--scale``): first epoch and
     later epochs, samples/s and samples per CPU-second; ``ab``: the defaults also with nothing
-    held past the budget (the whole stack streamed, as before the held part)."""
+    held past the budget (the whole stack streamed, as before the held part); ``reverse``:
+    the rows in reverse order."""
     steps = zarr.open_group(path, mode="r")["t2m"].shape[0]
     found: dict[str, Any] = {"steps": steps, "held_bytes": _chunkio(path).held_nbytes(),
                              "samples_per_s": {}, "samples_per_cpu_s": {}}  # fmt: skip
     runs = {"chunkio": chunkio.Workers(), "chunkio, hold_bytes=0": chunkio.Workers(hold_bytes=0)}
     if ab:
         runs[BEFORE_SCALE] = chunkio.Workers()
-    for name, workers in runs.items():
+    for name, workers in _ordered(runs, reverse):
         windows_read._ORDER_CACHE = name == BEFORE_SCALE  # the workers fork with it
         loader = chunkio.make_loader(_chunkio(path), BATCH, num_workers=WORKERS, seed=0,
                                      workers=workers)  # fmt: skip
@@ -351,20 +381,74 @@ def run(
     ab: bool = False,
     scale: int | None = None,
     store_dir: Path | None = None,
+    rounds: int = 1,
 ) -> dict[str, Any]:
+    """Every row ``rounds`` times (every other round in reverse order), after reading every
+    store once; figures are the medians over the rounds (``"ranges"``: min and max, and each
+    round's own under ``"rounds"``), targets checked on the median of their per-round ratios."""
     if quick:
         steps, budget_s = min(steps, 730), 2.0
     out: dict[str, Any] = {"steps": steps, "shape": list(SHAPE), "batch": BATCH,
-                           "workers": WORKERS, "stores": []}  # fmt: skip
+                           "workers": WORKERS, "rounds": []}  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) if store_dir is None else store_dir
-        for k in per_chunk:
-            path = era_store(root, steps, k)
-            out["stores"].append(measure(path, k, budget_s, loaders, hold_bytes, ab))
-        if scale:
-            out["scale"] = at_scale(era_store(root, scale, per_chunk[-1]), budget_s, ab)
-    out["checks"] = checks(out["stores"], out.get("scale"))
+        paths = [(era_store(root, steps, k), k) for k in per_chunk]
+        big = era_store(root, scale, per_chunk[-1]) if scale else None
+        # the same page-cache state for every row: each store read once before any is timed
+        stores = [p for p, _ in paths] + ([big] if big is not None else [])
+        out["warmed_bytes"] = sum(warm(p) for p in stores)
+        for r in range(max(1, rounds)):
+            reverse = r % 2 == 1
+            found: dict[str, Any] = {}
+            if big is not None and reverse:
+                found["scale"] = at_scale(big, budget_s, ab, reverse=True)
+            found["stores"] = [
+                measure(p, k, budget_s, loaders, hold_bytes, ab, reverse=reverse)
+                for p, k in (paths[::-1] if reverse else paths)
+            ][:: -1 if reverse else 1]
+            if big is not None and not reverse:
+                found["scale"] = at_scale(big, budget_s, ab)
+            found["checks"] = checks(found["stores"], found.get("scale"))
+            out["rounds"].append(found)
+    done = out["rounds"]
+    out["stores"] = [_medians([d["stores"][i] for d in done]) for i in range(len(paths))]
+    if big is not None:
+        out["scale"] = _medians([d["scale"] for d in done])
+    out["checks"] = _median_checks([d["checks"] for d in done])
     return out
+
+
+#: the figures ``--rounds`` reports as medians and ranges
+_FIGURES = ("samples_per_s", "samples_per_cpu_s", "gb_per_s", "amplification")
+
+
+def _medians(found: list[dict[str, Any]]) -> dict[str, Any]:
+    """One store's results over the rounds: each figure's median, its ``[min, max]`` under
+    ``"ranges"``; the rest as the first round found it."""
+    out = dict(found[0])
+    out["ranges"] = {}
+    for figure in _FIGURES:
+        if figure not in out:
+            continue
+        values = {k: [f[figure][k] for f in found] for k in found[0][figure]}
+        out[figure] = {k: float(np.median(v)) for k, v in values.items()}
+        out["ranges"][figure] = {k: [min(v), max(v)] for k, v in values.items()}
+    return out
+
+
+def _median_checks(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Each target checked on the median of its per-round measures (their range and count
+    kept beside it)."""
+    merged = []
+    for same in zip(*rounds, strict=True):
+        values = [c["measured"] for c in same]
+        first = same[0]
+        one = check(first["target"], float(np.median(values)), first["required"],
+                    at_most=first["at_most"])  # fmt: skip
+        one["range"] = [min(values), max(values)]
+        one["rounds"] = values
+        merged.append(one)
+    return merged
 
 
 def checks(
@@ -434,8 +518,10 @@ def table(result: dict[str, Any]) -> str:
             amp = s["amplification"].get(name)
             shown = "" if amp is None else f"{amp:.2f}"
             cpu = s["samples_per_cpu_s"].get(name)
-            lines.append(f"| {s['steps_per_chunk']} | {name} | {rate:,.0f} | {rate / ours:.3f} | "
-                         f"{'' if cpu is None else f'{cpu:,.0f}'} | "
+            per_s = _ranged(s, "samples_per_s", name)
+            per_cpu = "" if cpu is None else _ranged(s, "samples_per_cpu_s", name)
+            lines.append(f"| {s['steps_per_chunk']} | {name} | {per_s} | {rate / ours:.3f} | "
+                         f"{per_cpu} | "
                          f"{s['gb_per_s'][name]:.2f} | {shown} |")  # fmt: skip
         spread = ", ".join(f"{k} {v:.0f}" for k, v in s["time_std"].items())
         k = s["steps_per_chunk"]
@@ -456,10 +542,24 @@ def table(result: dict[str, Any]) -> str:
             "|---|---|---|---|",
         ]
         for name, rate in scale["samples_per_s"].items():
-            cpu = scale["samples_per_cpu_s"][name]
-            lines.append(f"| {name} | {rate:,.0f} | {rate / held:.3f} | {cpu:,.0f} |")
+            per_s = _ranged(scale, "samples_per_s", name)
+            per_cpu = _ranged(scale, "samples_per_cpu_s", name)
+            lines.append(f"| {name} | {per_s} | {rate / held:.3f} | {per_cpu} |")
+    rounds = len(result.get("rounds", [])) or 1
+    if rounds > 1:
+        lines += ["", f"Medians of {rounds} rounds (every other round in reverse order), "
+                  "ranges in brackets; targets on the median of each per-round ratio:"]  # fmt: skip
     lines += ["", *check_lines(result["checks"])]
     return "\n".join(lines)
+
+
+def _ranged(found: dict[str, Any], figure: str, name: str) -> str:
+    """A figure as ``median [min-max]`` over ``--rounds`` (alone for one round)."""
+    value = found[figure][name]
+    span = found.get("ranges", {}).get(figure, {}).get(name)
+    if span is None or span[0] == span[1]:
+        return f"{value:,.0f}"
+    return f"{value:,.0f} [{span[0]:,.0f}-{span[1]:,.0f}]"
 
 
 def main() -> None:
@@ -482,6 +582,9 @@ def main() -> None:
     parser.add_argument("--store-dir", type=Path, default=None,
                         help="keep the stores here and reuse them (default: a temporary "
                         "directory)")  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="measure every row this many times, every other round in "
+                        "reverse order; report medians and ranges (default: 1)")  # fmt: skip
     parser.add_argument("--ab", action="store_true",
                         help="also the beyond-memory row as read before 2026-11-29")  # fmt: skip
     parser.add_argument(
@@ -496,7 +599,7 @@ def main() -> None:
     result = run(steps=args.steps, budget_s=args.budget, quick=args.quick,
                  per_chunk=tuple(args.per_chunk), loaders=loaders,
                  hold_bytes=args.hold_bytes, ab=args.ab, scale=args.scale,
-                 store_dir=args.store_dir)  # fmt: skip
+                 store_dir=args.store_dir, rounds=args.rounds)  # fmt: skip
     print(table(result))
     print(json.dumps(result))
 

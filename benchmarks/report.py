@@ -90,12 +90,15 @@ def check(
 
 
 def check_lines(checks: Iterable[Mapping[str, Any]]) -> list[str]:
-    """``PASS target: measured (>= required)`` lines for a console summary."""
+    """``PASS target: measured (>= required)`` lines for a console summary (a median over
+    rounds with its ``range``: ``measured [min-max over n]``)."""
     lines = []
     for c in checks:
         mark = "PASS" if c["passed"] else "FAIL"
         op = "<=" if c.get("at_most") else ">="
-        lines.append(f"{mark} {c['target']}: {c['measured']:.2f} ({op} {c['required']})")
+        span = c.get("range")
+        over = "" if span is None else f" [{span[0]:.2f}-{span[1]:.2f} over {len(c['rounds'])}]"
+        lines.append(f"{mark} {c['target']}: {c['measured']:.2f}{over} ({op} {c['required']})")
     return lines
 
 
