@@ -26,9 +26,10 @@ run of the segment): its variables are decoded into a private buffer of at most
 mapping. Written through the mapping, each 4 KiB page of ``/dev/shm`` costs a write fault in
 the process that writes it (huge pages are off for shared memory on many systems); ``pwrite``
 copies into the same pages with none (a third of the CPU for 468 MiB here, the private copy
-included: ``docs/benchmarks.md``), and readers map them later a 64 KiB run per fault. Rows
-already decoded per variable (a streamed cache's slot: :meth:`_BlockWriter.put_lanes`) are
-written with ``pwritev`` straight from them, no private copy. A block whose one row chunk of
+included: ``docs/benchmarks.md``), and readers map them later a 64 KiB run per fault. A
+streamed cache's slot, one row chunk of every variable, is written with one ``pwrite``
+straight from it (:meth:`_BlockWriter.put`: the held part of a stack past the budget lays its
+chunks out as slots, :class:`chunkio.read.windows.held.HeldPart`). A block whose one row chunk of
 all the variables exceeds :data:`BLOCK_BYTES`, and variables chunked apart along time, are
 filled variable by variable through the mapping (the private buffer would be a chunk of every
 variable in every worker at once). Where the system refuses ``pwrite`` on the segment (macOS:
@@ -73,11 +74,6 @@ __all__ = [
 #: one row chunk is larger: a block of all the variables is decoded through a private buffer of
 #: at most this (a larger one variable by variable, through the mapping: :class:`_BlockWriter`)
 BLOCK_BYTES = 4 << 20
-#: rows at least this large are written by ``pwritev`` straight from their variables' own rows;
-#: smaller ones are first interleaved into a private buffer (an iovec a row would cost more)
-PIECE_BYTES = 4096
-#: pieces one ``pwritev`` takes at most (``IOV_MAX`` on Linux and macOS)
-IOV_MAX = 1024
 #: a block claimed this long ago by a live process that has not finished is decoded here too
 STALL_S = 30.0
 #: how long a worker sleeps between looks at the blocks others are decoding
@@ -260,60 +256,32 @@ class _BlockWriter:
     def put(self, rows: npt.NDArray[Any], a: int) -> None:
         """Rows ``a:a + len(rows)`` of every variable, ``rows`` (C-contiguous), into the
         stack."""
-        if not self._pwrite([_bytes(rows)], self._nbytes(a)):
+        if not self._pwrite(_bytes(rows), self._nbytes(a)):
             self.stack[a : a + len(rows)] = rows
 
-    def put_lanes(self, lanes: Sequence[npt.NDArray[Any]], a: int) -> None:
-        """Rows ``a:a + n`` of every variable into the stack: ``lanes[v]``, ``(n, ...)``, those
-        of variable ``v`` (each row C-contiguous: a streamed cache's slot). Rows of at least
-        :data:`PIECE_BYTES` go by ``pwritev`` straight from the lanes; smaller ones through a
-        private buffer of the block (at most :data:`BLOCK_BYTES`), else through the mapping."""
-        n = len(lanes[0])
-        if self.fd >= 0 and self.shape.row_nbytes >= PIECE_BYTES and hasattr(os, "pwritev"):
-            rows = [np.ascontiguousarray(lane[r]) for r in range(n) for lane in lanes]
-            if self._pwrite([_bytes(row) for row in rows], self._nbytes(a)):
-                return
-        elif self.fd >= 0 and self._nbytes(n) <= BLOCK_BYTES:
-            block = np.empty((n, *self.stack.shape[1:]), dtype=self.stack.dtype)
-            for v, lane in enumerate(lanes):
-                block[:, v] = lane.reshape(n, *self.shape.sample_shape)
-            if self._pwrite([_bytes(block)], self._nbytes(a)):
-                return
-        for v, lane in enumerate(lanes):
-            self.stack[a : a + n, v] = lane.reshape(n, *self.shape.sample_shape)
-
-    def _pwrite(self, pieces: list[memoryview], offset: int) -> bool:
-        """``pieces`` written one after the other from ``offset`` of the segment's file,
-        however many calls the kernel takes (a signal may cut one short), or ``False``: no
-        descriptor, or the system refused the first call (then the segment is written through
-        the mapping from now on; a ``pwrite`` refused mid-way leaves bytes the mapping's write
-        then replaces)."""
+    def _pwrite(self, data: memoryview, offset: int) -> bool:
+        """``data`` written from ``offset`` of the segment's file, however many calls the
+        kernel takes (a signal may cut one short), or ``False``: no descriptor, or the system
+        refused the first call (then the segment is written through the mapping from now on;
+        a ``pwrite`` refused mid-way leaves bytes the mapping's write then replaces)."""
         if self.fd < 0:
             return False
-        pieces = [p for p in pieces if len(p)]
-        while pieces:
-            batch = pieces[:IOV_MAX]
+        while len(data):
             try:
-                done = os.pwritev(self.fd, batch, offset) if len(batch) > 1 else (
-                    os.pwrite(self.fd, batch[0], offset))  # fmt: skip
+                done = os.pwrite(self.fd, data, offset)
             except InterruptedError:
                 continue
             except OSError:  # ESPIPE on macOS's shared memory, EINVAL, ENOSYS: not a file here
                 self.fd = -1
                 return False
             if done <= 0:  # never for a regular file with room: do not loop forever
-                wanted = sum(len(p) for p in batch)
                 raise OSError(
                     errno.EIO,
-                    f"shared-memory segment {self.name!r}: pwrite of {wanted} bytes at "
+                    f"shared-memory segment {self.name!r}: pwrite of {len(data)} bytes at "
                     f"offset {offset} wrote nothing",
                 )
             offset += done
-            while done:  # drop the pieces written, cut the one written in part
-                if done >= len(pieces[0]):
-                    done -= len(pieces.pop(0))
-                else:
-                    pieces[0], done = pieces[0][done:], 0
+            data = data[done:]
         return True
 
 

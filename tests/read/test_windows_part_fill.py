@@ -114,7 +114,7 @@ def test_a_chunk_claimed_elsewhere_is_served_and_a_dead_claimers_one_taken_over(
     states[2], pids[2] = CLAIMED, sleeper.pid
     held.shared.claimed_at[2] = time.monotonic()  # claimed just now: within STALL_S
     states[3], pids[3] = CLAIMED, _dead_pid()
-    held.data[2 * PER_CHUNK : 4 * PER_CHUNK] = np.nan  # what half-written chunks could hold
+    held.data[2:4] = np.nan  # what half-written chunks could hold (chunk-major)
     for epoch in range(2):
         check_window_epoch(part_loader, reference, epoch)
     assert states[2] == CLAIMED and pids[2] == sleeper.pid  # left to its live claimer

@@ -5,13 +5,17 @@ A loader holds a window field's stacked variables whole when they fit ``Workers(
 streamed caches still holds their first whole row chunks (:class:`HeldPart`), in the loader's
 shared-memory segment for all the workers, kept across epochs, so that each later pass
 decodes only the chunks past them. The part is filled by the streamed cache itself: a row
-chunk of the part is written there (by ``pwritev`` from the cache slot, a chunk a block)
+chunk of the part is written there (by one ``pwrite`` of the cache slot, a chunk a block)
 right after a batch first decodes it into that slot, by whichever process decodes it
 first, and read from there once written. So a first epoch decodes what ``hold_bytes=0``
 decodes, with no fill before the first batch and no copy out of the part of what it just put
-there; later epochs copy held chunks from the part instead of decoding them. The loader says
-how many rows through the readers' ``preload_bytes`` (the part's decoded bytes,
-:func:`part_shape`): each process finds the same part, with no other message.
+there; later epochs copy held chunks from the part instead of decoding them. The part's bytes
+are laid out as the cache's slots, row chunk by row chunk, each ``(V, rows per chunk,
+*shape)``: a held chunk is one contiguous run both ways (a strided copy out of ``/dev/shm``'s
+4 KiB pages, with the part laid out ``(rows, V, *shape)``, cost about 5x a contiguous one:
+``docs/benchmarks.md``, windows). The loader says how many rows through the readers'
+``preload_bytes`` (the part's decoded bytes, :func:`part_shape`): each process finds the
+same part, with no other message.
 """
 
 from __future__ import annotations
@@ -102,17 +106,23 @@ def held_part(ctx: ReadContext, shape: StackShape) -> HeldPart | None:
 
 
 class HeldPart:
-    """A stack's first row chunks, ``(rows, V, *shape)``, in a loader's shared-memory segment
-    with one block per row chunk, filled by the streamed caches of all its processes: a chunk
-    one of them decodes and finds free is written there (:meth:`keep`) and from then on copied
-    out of it (:meth:`copy_out`) or gathered from it (:meth:`holds`) by every process."""
+    """A stack's first row chunks, ``(chunks, V, rows per chunk, row size)`` (a streamed
+    cache's slots), in a loader's shared-memory segment with one block per row chunk, filled
+    by the streamed caches of all its processes: a chunk one of them decodes and finds free is
+    written there (:meth:`keep`) and from then on copied out of it (:meth:`copy_out`) or
+    gathered from it (:meth:`holds`) by every process."""
 
     def __init__(self, shared: SharedStack) -> None:
         self.shared = shared
-        #: the part's rows: row chunk ``c`` is valid once :meth:`holds` it
-        self.data = shared.stack
-        self.rows = len(self.data)
-        self.per_chunk = max(1, shared.shape.chunk_rows[0])
+        shape = shared.shape
+        self.per_chunk = max(1, shape.chunk_rows[0])
+        #: the part's rows (whole row chunks)
+        self.rows = shape.num_rows
+        #: row chunk ``c`` is ``data[c]``, valid once :meth:`holds` it: the segment's stack
+        #: ``(rows, V, *shape)`` read chunk-major (same bytes, each chunk's block one slot)
+        self.data = shared.stack.reshape(
+            self.rows // self.per_chunk, len(shape.arrays), self.per_chunk, -1
+        )
         self._whole = False
 
     def holds(self, chunks: IntArray) -> bool:
@@ -136,9 +146,7 @@ class HeldPart:
         if it is written (else ``False``: decode it, then :meth:`keep` it)."""
         if not (self._whole or self.shared.states[chunk] == READY):
             return False
-        a = chunk * self.per_chunk
-        b = min(a + self.per_chunk, self.rows)
-        slot[:, : b - a] = self.data[a:b].reshape(b - a, len(slot), -1).swapaxes(0, 1)
+        slot[...] = self.data[chunk]  # one contiguous run
         return True
 
     def keep(self, chunk: int, slot: npt.NDArray[Any]) -> None:
@@ -146,20 +154,18 @@ class HeldPart:
         unless another process has written it or is writing it (a claim as the workers' fill
         of a whole stack makes: :class:`~chunkio.util.shared_stack.SharedStack`; a claim
         :data:`~chunkio.util.shared_stack.STALL_S` old is taken over, as a stuck claimer's
-        there). Written from the slot, by ``pwritev`` with no private copy (rows under 4 KiB:
-        interleaved first, at most a chunk of every variable for the call:
-        :meth:`~chunkio.util.shared_stack._BlockWriter.put_lanes`). A write that fails frees the
-        chunk again and is not raised: the batch has the chunk in its slot, and a later batch
-        decodes and writes it again."""
+        there). Written from the slot by one ``pwrite``, no copy (the part's chunks are laid
+        out as slots). A write that fails frees the chunk again and is not raised: the batch
+        has the chunk in its slot, and a later batch decodes and writes it again."""
         shared = self.shared
         if self._whole or not shared.takeable(chunk, stale=True):
             return
         if not shared.claim(chunk, stale=True):
             return
-        a = chunk * self.per_chunk
-        b = min(a + self.per_chunk, self.rows)
         try:
-            shared.write.put_lanes([slot[v, : b - a] for v in range(len(slot))], a)
+            # the slot's bytes as the segment's rows a:a + per_chunk (a chunk-major block)
+            rows = slot.reshape(self.per_chunk, *shared.stack.shape[1:])
+            shared.write.put(rows, chunk * self.per_chunk)
         except (OSError, MemoryError):  # EIO and the like: the batch goes on, as hold_bytes=0
             shared.release(chunk)
             return

@@ -91,8 +91,9 @@ class StreamedStack:
         #: filled as they are first decoded: :func:`~chunkio.read.windows.held.held_part`),
         #: ``(rows, V, *shape)``; rows from there on are streamed
         self.held = held_part(ctx, shape)
-        self.part = self.held.data if self.held is not None else np.empty((0, 1), shape.dtype)
-        self.part_rows = len(self.part)
+        #: the part's chunks, ``(chunks, V, rows per chunk, row size)``, as the cache's slots
+        self.part = self.held.data if self.held is not None else np.empty((0, 1, 1, 1), shape.dtype)
+        self.part_rows = self.held.rows if self.held is not None else 0
         #: every step a window field of these arrays reads (a batch admits all at once)
         self.steps = np.zeros(0, np.int64)
         #: chunk -> its slot, valid for the chunks of the anchors last admitted
@@ -117,30 +118,39 @@ class StreamedStack:
         rows = (anchors[:, None] + steps[None, :]).reshape(-1)
         flat_out = out.reshape(len(rows), -1)
         held = self.held
-        if held is not None and rows.max() < held.rows and held.holds(rows // held.per_chunk):
-            # held: one np.take, as held reads
-            part = self.part if lane is None else self.part[:, lane]
-            # mode="clip": every row is in range; "raise" gathers into a temporary
-            np.take(part.reshape(len(part), -1), rows, axis=0, out=flat_out, mode="clip")
-            return
+        if held is not None and rows.max() < held.rows:
+            chunks = rows // self.rows_per_chunk
+            if held.holds(chunks):  # held: gathered from the part's chunks as from slots
+                self._take(chunks, rows, flat_out, lane, self.part)
+                return
         if _ADMIT_PER_FIELD:  # the path before 2026-11-29, for A/B runs (bench_windows)
             self._admitted = None
             chunks = np.unique(rows // self.rows_per_chunk)
             self._remember(chunks, self._admit(chunks.tolist()))
         else:
             self._admit_anchors(anchors)
-        self._take(rows, flat_out, lane)
+        # after admit: the buffer may have grown
+        self._take(
+            self._slot_of[rows // self.rows_per_chunk], rows, flat_out, lane, self.cache.buffer
+        )
 
-    def _take(self, rows: IntArray, out: npt.NDArray[Any], lane: int | None) -> None:
-        """Rows ``rows`` (all admitted) of every variable (of ``lane``) into ``out``."""
+    def _take(
+        self,
+        slots: IntArray,
+        rows: IntArray,
+        out: npt.NDArray[Any],
+        lane: int | None,
+        buffer: npt.NDArray[Any],
+    ) -> None:
+        """Rows ``rows``, in ``slots`` of ``buffer`` (the cache's, or the held part's), of
+        every variable (of ``lane``) into ``out``."""
         per_chunk, variables = self.rows_per_chunk, len(self.shape.arrays)
         # a slot is V blocks of one chunk's rows, one per variable (each decoded in place)
-        first = self._slot_of[rows // per_chunk] * (variables * per_chunk) + rows % per_chunk
+        first = slots * (variables * per_chunk) + rows % per_chunk
         if lane is None:  # (row, variable) pairs: V row-sized runs per batch row, in order
             where = (first[:, None] + self._lanes).reshape(-1)
         else:
             where = first + lane * per_chunk
-        buffer = self.cache.buffer  # after admit: it may have grown
         flat = buffer.reshape(-1, buffer.shape[-1])
         # mode="clip": every row is in range; "raise" gathers into a temporary
         np.take(flat, where, axis=0, out=out.reshape(len(where), -1), mode="clip")
