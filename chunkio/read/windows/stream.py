@@ -88,8 +88,8 @@ class StreamedStack:
         #: variable's own reader counts them)
         self._counted = [variable_field_name(a) for a in shape.arrays]
         #: past the budget, the first row chunks held decoded (a loader's segment for them,
-        #: filled as they are first decoded: :func:`~chunkio.read.windows.held.held_part`),
-        #: ``(rows, V, *shape)``; rows from there on are streamed
+        #: filled as they are first decoded: :func:`~chunkio.read.windows.held.held_part`);
+        #: rows from there on are streamed
         self.held = held_part(ctx, shape)
         #: the part's chunks, ``(chunks, V, rows per chunk, row size)``, as the cache's slots
         self.part = self.held.data if self.held is not None else np.empty((0, 1, 1, 1), shape.dtype)
