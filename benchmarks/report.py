@@ -97,7 +97,8 @@ def check_lines(checks: Iterable[Mapping[str, Any]]) -> list[str]:
         mark = "PASS" if c["passed"] else "FAIL"
         op = "<=" if c.get("at_most") else ">="
         span = c.get("range")
-        over = "" if span is None else f" [{span[0]:.2f}-{span[1]:.2f} over {len(c['rounds'])}]"
+        n = len(c.get("rounds", ()))
+        over = "" if span is None or n < 2 else f" [{span[0]:.2f}-{span[1]:.2f} over {n}]"
         lines.append(f"{mark} {c['target']}: {c['measured']:.2f}{over} ({op} {c['required']})")
     return lines
 

@@ -221,15 +221,9 @@ def _refused(*args: Any) -> int:
 _PWRITE = os.pwrite
 
 
-def _short(vector: bool) -> Any:
-    """``os.pwrite`` (or ``os.pwritev``, when ``vector``) cut short after 7 bytes, as by a
-    signal."""
-
-    def short(fd: int, data: Any, offset: int) -> int:
-        first = bytes(memoryview(data[0] if vector else data).cast("B")[:7])
-        return _PWRITE(fd, first, offset)
-
-    return short
+def _short(fd: int, data: Any, offset: int) -> int:
+    """``os.pwrite`` cut short after 7 bytes, as by a signal."""
+    return _PWRITE(fd, bytes(memoryview(data).cast("B")[:7]), offset)
 
 
 @pytest.mark.parametrize("write", ["refused", "short"])
@@ -241,14 +235,13 @@ def test_the_part_is_written_when_pwrite_is_refused_or_cut_short(
     of the part is written in the first epoch and right in the next (copied out of it)."""
     reference = _dataset(store)
     calls: list[int] = []
-    for fn in ("pwrite", "pwritev"):
-        wrapped = _refused if write == "refused" else _short(fn == "pwritev")
+    wrapped = _refused if write == "refused" else _short
 
-        def counted(*args: Any, wrapped: Any = wrapped) -> int:
-            calls.append(1)
-            return int(wrapped(*args))
+    def counted(*args: Any) -> int:
+        calls.append(1)
+        return int(wrapped(*args))
 
-        monkeypatch.setattr(shared_stack.os, fn, counted)
+    monkeypatch.setattr(shared_stack.os, "pwrite", counted)
     check_window_epoch(part_loader, reference, 0)
     held = streamed_stack(part_loader.dataset).held
     assert (held.shared.states == READY).all()
@@ -266,8 +259,7 @@ def test_a_failed_write_into_the_part_frees_its_chunk_and_keeps_the_batch(
     """A write into the part that fails (a ``pwrite`` writing nothing: EIO) loses no batch:
     every batch is right, the chunks are left free, and the next epoch writes them."""
     reference = _dataset(store)
-    for fn in ("pwrite", "pwritev"):
-        monkeypatch.setattr(shared_stack.os, fn, lambda *args: 0)
+    monkeypatch.setattr(shared_stack.os, "pwrite", lambda *args: 0)
     check_window_epoch(part_loader, reference, 0)
     held = streamed_stack(part_loader.dataset).held
     assert (held.shared.states == FREE).all()
