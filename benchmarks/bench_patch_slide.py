@@ -4,7 +4,8 @@ A synthetic RGB slide (``--size`` pixels a side, uint8, OME-Zarr 0.4 on Zarr v2,
 chunks of 3 x ``--chunk``^2, zarr's default Blosc-LZ4), written chunk row by chunk row: white
 background and textured "tissue" blobs, with a tissue mask at 1/``MASK_STEP`` scale
 (``masks/tissue``). Side by side in one run, each row in its own process with 2 DataLoader
-workers, ``--patches`` patches of ``--patch``^2 after one untimed batch:
+workers, ``--patches`` patches of ``--patch``^2 after the untimed warm-up batches
+(:data:`~benchmarks.patch_peers.WARMUP_BATCHES`):
 
 * ``chunkio``: ``PatchDataset(slide, (p, p), mask="masks/tissue")`` with a shuffled
   ``GridSampler`` (the chunk-aligned grid zarrdataset draws) and a ``RandomPatchSampler``,
@@ -35,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.bench_patch_peers import WORKERS, _ours, _peer, _rates, table
-from benchmarks.patch_peers import measure
+from benchmarks.patch_peers import WARMUP_BATCHES, measure
 
 __all__ = ["make_slide", "run", "run_row"]
 
@@ -96,7 +97,7 @@ def run_row(spec: dict[str, Any]) -> dict[str, Any]:
     from chunkio.patches import GridSampler, PatchDataset, RandomPatchSampler
 
     torch.set_num_threads(1)
-    n = spec["patches"] + BATCH * 4
+    n = spec["patches"] + BATCH * (WARMUP_BATCHES + 4)  # warm-up and a margin
 
     def dataset() -> Any:
         grid = spec["sampler"] == "grid"
