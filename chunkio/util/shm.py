@@ -37,7 +37,7 @@ def _madvise() -> Callable[..., int] | None:
         return None
     fn.restype = ctypes.c_int
     fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    return fn  # type: ignore[no-any-return]
+    return fn
 
 
 _MADVISE = _madvise()
