@@ -50,8 +50,8 @@ wall rate moved up to 2x between runs at 256). The short window stays available
 ``--rounds R`` runs every row R times, the rows alternating within each round (chunkio's, the
 per-patch readers', zarrdataset's), and reports each row's median and range over the rounds;
 a row's ratio to its group's first row is the median of the per-round ratios (the rows of a
-round ran side by side), with their range. TorchIO and MONAI (20-90x slower) run once, in the
-first round, over ``--peer-patches`` patches (default: ``--patches``).
+round ran side by side), with their range. TorchIO and MONAI (two orders of magnitude slower) run
+once, in the first round, over ``--peer-patches`` patches (default: ``--patches``).
 
 Each row also reports the epochs its timed patches spanned (a loader's fixed cost per epoch
 weighs on a mask that leaves few patches).
