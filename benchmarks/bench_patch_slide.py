@@ -4,11 +4,13 @@ A synthetic RGB slide (``--size`` pixels a side, uint8, OME-Zarr 0.4 on Zarr v2,
 chunks of 3 x ``--chunk``^2, zarr's default Blosc-LZ4), written chunk row by chunk row: white
 background and textured "tissue" blobs, with a tissue mask at 1/``MASK_STEP`` scale
 (``masks/tissue``). Side by side in one run, each row in its own process with 2 DataLoader
-workers, ``--patches`` patches of ``--patch``^2 after one untimed batch:
+workers, ``--patches`` patches of ``--patch``^2 after the untimed warm-up batches
+(:data:`~benchmarks.patch_peers.WARMUP_BATCHES`):
 
 * ``chunkio``: ``PatchDataset(slide, (p, p), mask="masks/tissue")`` with a shuffled
   ``GridSampler`` (the chunk-aligned grid zarrdataset draws) and a ``RandomPatchSampler``,
-  ``DataLoader(ds, sampler=ds.sampler, ..., collate_fn=chunkio.collate)``;
+  ``DataLoader(ds, sampler=ds.sampler, ..., collate_fn=chunkio.collate)``, and the grid
+  again through ``chunkio.make_loader(ds, batch, num_workers=2)`` (the shared-memory ring);
 * ``zarrdataset``: ``ZarrDataset([ImagesDatasetSpecs(source_axes="CYX"),
   MasksDatasetSpecs(source_axes="YX")], PatchSampler(p, spatial_axes="YX"), shuffle=True)``
   as its whole-slide example, in its own venv (see :mod:`benchmarks.patch_peers`).
@@ -35,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.bench_patch_peers import WORKERS, _ours, _peer, _rates, table
-from benchmarks.patch_peers import measure
+from benchmarks.patch_peers import WARMUP_BATCHES, measure
 
 __all__ = ["make_slide", "run", "run_row"]
 
@@ -96,7 +98,7 @@ def run_row(spec: dict[str, Any]) -> dict[str, Any]:
     from chunkio.patches import GridSampler, PatchDataset, RandomPatchSampler
 
     torch.set_num_threads(1)
-    n = spec["patches"] + BATCH * 4
+    n = spec["patches"] + BATCH * (WARMUP_BATCHES + 4)  # warm-up and a margin
 
     def dataset() -> Any:
         grid = spec["sampler"] == "grid"
@@ -106,9 +108,14 @@ def run_row(spec: dict[str, Any]) -> dict[str, Any]:
 
     ds = dataset()
     keys = ds.sampler.keys()[: spec["patches"]]
-    loader = DataLoader(ds, sampler=ds.sampler, batch_size=BATCH, num_workers=WORKERS,
-                        collate_fn=chunkio.collate, persistent_workers=True)  # fmt: skip
+    if spec.get("route") == "make_loader":  # the ring: workers read into shared memory
+        loader: Any = chunkio.make_loader(ds, BATCH, num_workers=WORKERS)
+    else:
+        loader = DataLoader(ds, sampler=ds.sampler, batch_size=BATCH, num_workers=WORKERS,
+                            collate_fn=chunkio.collate, persistent_workers=True)  # fmt: skip
     result = measure(loader, spec["patches"], lambda b: len(b["image"]))
+    if callable(getattr(loader, "close", None)):
+        loader.close()
     result["read_amplification"] = _amplification(dataset(), keys, batch=BATCH)
     return result
 
@@ -128,11 +135,11 @@ def run(*, size: int = 20480, chunk: int = 512, patch: int = 256, patches: int =
         common = {**data, "patch": patch, "chunk": chunk, "patches": patches, "batch": BATCH,
                   "workers": WORKERS, "size": size, "space": "YX"}  # fmt: skip
         rows = []
-        for sampler in ("grid", "random"):
-            r = _ours({**common, "kind": "slide", "sampler": sampler}, timeout_s,
-                      module="benchmarks.bench_patch_slide")  # fmt: skip
-            rows.append({"reader": f"chunkio OME-Zarr slide, mask, {sampler}", "group": "slide",
-                         **_rates(r)})  # fmt: skip
+        for sampler, route in (("grid", ""), ("random", ""), ("grid", "make_loader")):
+            r = _ours({**common, "kind": "slide", "sampler": sampler, "route": route},
+                      timeout_s, module="benchmarks.bench_patch_slide")  # fmt: skip
+            name = f"chunkio OME-Zarr slide, mask, {sampler}" + (f", {route}" if route else "")
+            rows.append({"reader": name, "group": "slide", **_rates(r)})
             print(rows[-1], file=sys.stderr)
         if peers:
             r = _peer({**common, "peer": "zarrdataset"}, timeout_s)

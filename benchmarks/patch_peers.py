@@ -36,9 +36,14 @@ from typing import Any
 import numpy as np
 import psutil
 
-#: patches each patch-loading row waits for before its timer starts (worker start-up, the
-#: first volumes loaded): one batch
-WARMUP_BATCHES = 1
+#: batches each row takes before its timer starts, the same for every row (peers included):
+#: enough that every worker has started and served, and every buffer a loader recycles has
+#: been written once: chunkio's ring has ``workers * prefetch + held + 1`` = 6 slots at 2
+#: workers, a DataLoader keeps ``workers * prefetch_factor`` = 4 batches in flight. A training
+#: job pays that start-up once, then reads thousands of patches an epoch; with one warm-up
+#: batch a short window timed the first writes of fresh memory (page faults) of the ring, the
+#: DataLoader's shared tensors and the chunk pools along with the reads
+WARMUP_BATCHES = 8
 
 
 def tree_cpu() -> float:

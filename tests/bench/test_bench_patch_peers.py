@@ -63,8 +63,29 @@ def test_table_ratios_are_chunkios_over_each_row() -> None:
         {"reader": "gone", "group": "g", "error": "no venv"},
     ]}  # fmt: skip
     lines = bench.table(result).splitlines()
-    assert lines[3].endswith("| 3.0x, 2.0x |")
+    assert lines[3].endswith("| 3.00x, 2.00x |")
     assert "no venv" in lines[4]
+
+
+def test_rounds_give_medians_ranges_and_the_median_of_paired_ratios() -> None:
+    def rates(wall: float, cpu: float) -> dict[str, Any]:
+        return {"patches_per_s": wall, "patches_per_cpu_s": cpu, "patches": 64,
+                "read_amplification": 1.5}  # fmt: skip
+
+    ours = bench._aggregate("ours", "g", [rates(300, 90), rates(100, 100), rates(200, 110)])
+    peer = bench._aggregate("peer", "g", [rates(100, 50), rates(100, 20), rates(50, 100)])
+    once = bench._aggregate("once", "g", [rates(10, 10), None, None])  # TorchIO: one round
+    failed = bench._aggregate("failed", "g", [{"error": "boom"}, {"error": "boom"}, None])
+    assert ours["patches_per_s"] == 200 and ours["patches_per_s_range"] == [100, 300]
+    assert ours["patches_per_cpu_s"] == 100 and ours["read_amplification"] == 1.5
+    assert failed == {"reader": "failed", "group": "g", "error": "boom"}
+    # per round 3x, 1x, 4x: the median of those, not 200 / 100 = 2x of the medians
+    assert bench._ratio(ours, peer, 0) == (3.0, 1.0, 4.0)
+    assert bench._ratio(ours, once, 1) == (9.0, 9.0, 9.0)  # the one round both ran
+    lines = bench.table({"config": {"patches": 64}, "results": [ours, peer, once]}).splitlines()
+    assert lines[2].startswith("| ours | 200.0 (100-300) | 100.0 (90-110) | 1.50 |")
+    assert lines[3].endswith("| 3.00x (1.00-4.00), 1.80x (1.10-5.00) |")
+    assert lines[4].startswith("| once | 10.0 | 10.0 |")  # one round: no range
 
 
 @pytest.mark.slow
@@ -109,7 +130,7 @@ def test_quick_slide_run_with_zarrdataset(tmp_path: Path) -> None:
         pytest.skip(f"no peers venv at {bench.PEERS_VENV} (make patch-peers-venv)")
     result = slide.run(**slide.QUICK, root=tmp_path)
     rows = result["results"]
-    assert [r["reader"].split()[0] for r in rows] == ["chunkio", "chunkio", "zarrdataset"]
+    assert [r["reader"].split()[0] for r in rows] == ["chunkio"] * 3 + ["zarrdataset"]
     assert all("error" not in r and r["patches_per_s"] > 0 for r in rows)
 
 
