@@ -26,7 +26,7 @@ import numpy.typing as npt
 
 from ..errors import LoaderError
 from ..util.numeric import IntArray, ceil_div
-from ..util.shm import SHM_PREFIX, SegmentMapping, attach, create, free_bytes, populate
+from ..util.shm import SHM_PREFIX, SegmentMapping, attach, create, free_bytes
 from .detach import PAGE, map_region, privatise
 
 __all__ = ["SHM_PREFIX", "FieldSpec", "RingLayout", "RingSpec", "SlotRing"]
@@ -220,15 +220,6 @@ class SlotRing:
     @property
     def nbytes(self) -> int:
         return self.layout.nbytes
-
-    def prefault(self) -> bool:
-        """Map the whole segment writable in this process now (a worker, at start-up, before
-        it serves: :func:`~chunkio.util.shm.populate`), so its first batches in each slot do
-        not pay a page fault per page. Changes no byte: safe while another worker writes.
-        ``False`` where the kernel cannot (pages then fault in as written)."""
-        if self._mapping is None:
-            raise LoaderError(f"shared-memory ring {self.name} is closed")
-        return populate(self.address, self.layout.nbytes)
 
     def indices(self, slot: int) -> IntArray:
         """The slot's sample-index area (``batch_size`` int64)."""

@@ -75,9 +75,6 @@ def worker_main(spec: WorkerSpec, conn: Connection) -> None:
     try:
         _limit_threads()
         ring = SlotRing.attach(spec.ring)
-        # every slot's pages mapped now, in one call, not faulted in page by page during the
-        # first batches (most of their time at 128^3 patches); the workers do it side by side
-        ring.prefault()
         write_all(conn.fileno(), encode(Ready(os.getpid())))
     except BaseException as err:
         with contextlib.suppress(OSError):

@@ -8,7 +8,6 @@ once for every worker (:mod:`chunkio.util.shared_stack`). Every segment chunkio 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import secrets
 import shutil
@@ -19,28 +18,10 @@ from multiprocessing.shared_memory import SharedMemory
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["SHM_PREFIX", "SegmentMapping", "attach", "create", "free_bytes", "populate"]
+__all__ = ["SHM_PREFIX", "SegmentMapping", "attach", "create", "free_bytes"]
 
 #: every segment chunkio creates is named ``/dev/shm/chunkio_<pid>_<random>``
 SHM_PREFIX = "chunkio_"
-
-#: ``madvise`` advice that maps every page of a range writable now (Linux 5.14+)
-_MADV_POPULATE_WRITE = 23
-
-
-def _madvise() -> Callable[..., int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).madvise
-    except (OSError, AttributeError):
-        return None
-    fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    return fn
-
-
-_MADVISE = _madvise()
 
 
 class SegmentMapping:
@@ -91,20 +72,6 @@ def create(nbytes: int) -> SharedMemory:
     """A new segment of ``nbytes`` (at least 1) that this process must unlink."""
     name = f"{SHM_PREFIX}{os.getpid()}_{secrets.token_hex(4)}"
     return SharedMemory(name=name, create=True, size=max(int(nbytes), 1))
-
-
-def populate(address: int, nbytes: int) -> bool:
-    """Map every page of ``[address, address + nbytes)`` (a shared mapping, page-aligned
-    start) writable now, allocating the segment's pages not yet allocated, without changing
-    a byte (``MADV_POPULATE_WRITE``). A batch written into never-touched shared pages pays a
-    page fault per 4 KiB page (allocate, zero, map: at 128^3 patches the ring's first batches
-    ran several times slower); this pays them in one call, at start-up. ``False`` where the
-    kernel cannot (before Linux 5.14, not Linux) or refuses (no memory): nothing is done then
-    and pages fault in as they are first written, as before.
-    """
-    if _MADVISE is None or nbytes <= 0:
-        return False
-    return _MADVISE(address, nbytes, _MADV_POPULATE_WRITE) == 0
 
 
 def free_bytes() -> int | None:

@@ -339,29 +339,3 @@ def test_a_refused_move_is_a_loader_error_naming_field_slot_and_the_way_out(
         assert isinstance(info.value.__cause__, OSError)
     finally:
         ring.close()
-
-
-def _allocated(name: str) -> int:
-    """Bytes of segment ``name`` that /dev/shm (tmpfs) holds pages for."""
-    return os.stat(os.path.join("/dev/shm", name)).st_blocks * 512
-
-
-def test_prefault_allocates_every_page_and_changes_no_byte() -> None:
-    layout = RingLayout.of({"x": (np.dtype("<i2"), (64, 64))}, batch_size=4, num_slots=3)
-    ring = SlotRing.create(layout)
-    worker = SlotRing.attach(ring.spec)
-    try:
-        assert _allocated(ring.name) == 0  # tmpfs allocates a page when first written
-        ring.fields(1)["x"][2] = 7  # a batch another worker wrote already
-        ring.indices(0)[:] = [3, 1, 4, 1]
-        if not worker.prefault():
-            pytest.skip("this kernel cannot populate a mapping (MADV_POPULATE_WRITE)")
-        assert _allocated(ring.name) >= layout.nbytes
-        assert ring.indices(0).tolist() == [3, 1, 4, 1]
-        assert int(worker.fields(1)["x"].sum()) == 7 * 64 * 64
-        assert not worker.fields(0)["x"].any() and not worker.fields(2)["x"].any()
-    finally:
-        worker.close()
-        ring.close()
-    with pytest.raises(LoaderError, match="closed"):
-        worker.prefault()

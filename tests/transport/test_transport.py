@@ -406,30 +406,6 @@ def _write_ragged(path: str) -> str:
 
 
 @pytest.mark.timeout(60)
-def test_workers_map_every_ring_slot_before_their_first_batch(make_dataset):
-    """A batch written into never-touched shared pages pays a fault per page (its first
-    batches ran several times slower at 128^3 patches): the workers populate the whole ring
-    at start-up, so when the first batch arrives no slot is left unallocated, also the one
-    no batch has been dealt to yet."""
-    probe = SlotRing.create(RingLayout.of({"x": (np.dtype("u1"), (1,))}, batch_size=1, num_slots=1))
-    try:
-        if not probe.prefault():
-            pytest.skip("this kernel cannot populate a mapping (MADV_POPULATE_WRITE)")
-    finally:
-        probe.close()
-    path, _ = make_dataset("zarr", samples_per_chunk=10)
-    before = _segments()
-    loader = make_loader(_dataset(path), BATCH, num_workers=2, workers=Workers(context="fork"))
-    batches = iter(loader)
-    next(batches)  # slots in flight: prefetch x workers, plus the held one; one never dealt yet
-    (name,) = _segments() - before
-    held = os.stat(os.path.join("/dev/shm", name)).st_blocks * 512
-    assert held >= os.stat(os.path.join("/dev/shm", name)).st_size
-    del batches
-    loader.close()
-
-
-@pytest.mark.timeout(60)
 def test_ring_layout_and_clear_error_when_shared_memory_is_short(monkeypatch):
     layout = RingLayout.of({"x": (np.dtype("<f4"), (3, 5))}, batch_size=7, num_slots=3)
     ring = SlotRing.create(layout)
