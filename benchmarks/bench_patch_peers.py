@@ -293,9 +293,9 @@ def _worker_amplification(spec: dict[str, Any], keys: np.ndarray) -> float:
     return float(sum(s.bytes_decoded for s in stats) / sum(s.bytes_delivered for s in stats))
 
 
-def _timed(keys: np.ndarray) -> np.ndarray:
+def _timed(keys: np.ndarray, batch: int = BATCH) -> np.ndarray:
     """The keys past the warm-up batches (all of them in an epoch shorter than those)."""
-    warm = BATCH * WARMUP_BATCHES
+    warm = batch * WARMUP_BATCHES
     return keys[warm:] if len(keys) > warm else keys
 
 

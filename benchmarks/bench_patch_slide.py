@@ -94,7 +94,7 @@ def run_row(spec: dict[str, Any]) -> dict[str, Any]:
     from torch.utils.data import DataLoader
 
     import chunkio
-    from benchmarks.bench_patch_peers import _amplification
+    from benchmarks.bench_patch_peers import _amplification, _timed
     from chunkio.patches import GridSampler, PatchDataset, RandomPatchSampler
 
     torch.set_num_threads(1)
@@ -107,7 +107,8 @@ def run_row(spec: dict[str, Any]) -> dict[str, Any]:
                             mask="masks/tissue")  # fmt: skip
 
     ds = dataset()
-    keys = ds.sampler.keys()[: spec["patches"]]
+    # before the pass (keys() is what remains): the warm-up's and the timed ones, in order
+    keys = ds.sampler.keys()[: BATCH * WARMUP_BATCHES + spec["patches"]]
     if spec.get("route") == "make_loader":  # the ring: workers read into shared memory
         loader: Any = chunkio.make_loader(ds, BATCH, num_workers=WORKERS)
     else:
@@ -116,7 +117,7 @@ def run_row(spec: dict[str, Any]) -> dict[str, Any]:
     result = measure(loader, spec["patches"], lambda b: len(b["image"]))
     if callable(getattr(loader, "close", None)):
         loader.close()
-    result["read_amplification"] = _amplification(dataset(), keys, batch=BATCH)
+    result["read_amplification"] = _amplification(dataset(), _timed(keys, BATCH), batch=BATCH)
     return result
 
 
