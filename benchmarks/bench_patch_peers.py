@@ -386,6 +386,7 @@ def run(*, volumes: int = 4, size: int = 256, patch: int = 64, chunk: int = 64,
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1; got {rounds}")
     base = Path(root) if root else Path(tempfile.mkdtemp(prefix="chunkio-patch-peers-"))
+    base.mkdir(parents=True, exist_ok=True)  # a --root not made yet
     try:
         started = time.perf_counter()
         made = base / f"data-{volumes}x{size}-c{chunk}.json"  # a kept root's data is reused

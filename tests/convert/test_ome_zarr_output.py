@@ -21,6 +21,8 @@ from chunkio.errors import DestinationExistsError, FormatError, SourceError
 from chunkio.patches import LabelBalancedSampler, PatchDataset, index_label_volume, ome_reads
 
 ome_models = pytest.importorskip("ome_zarr_models.v05")
+jsonschema = pytest.importorskip("jsonschema")
+referencing = pytest.importorskip("referencing")
 with warnings.catch_warnings():  # ome-zarr-py warns of its own deprecations when imported
     warnings.simplefilter("ignore")
     ome_io = pytest.importorskip("ome_zarr.io")
@@ -108,6 +110,47 @@ def test_images_validate_against_the_ngff_models_and_open_in_ome_zarr_py(convert
         for k in range(3):
             np.testing.assert_array_equal(np.asarray(image_node.data[k]), want_image[k])
             np.testing.assert_array_equal(np.asarray(label_node.data[k]), want_label[k])
+
+
+#: the NGFF 0.5 JSON schemas, as the specification publishes them (tests/data/ngff/README.md)
+NGFF_SCHEMAS = Path(__file__).resolve().parents[1] / "data" / "ngff" / "0.5"
+
+
+def _ngff_validator(name: str) -> Any:
+    """A validator for the NGFF 0.5 schema ``name``, its ``$ref``s to the other published
+    schemas resolved to the copies in tests/data (offline)."""
+    import json
+
+    schemas = {p.stem: json.loads(p.read_text()) for p in NGFF_SCHEMAS.glob("*.schema")}
+    registry = referencing.Registry().with_resources(
+        (doc["$id"], referencing.Resource.from_contents(
+            doc, default_specification=referencing.jsonschema.DRAFT202012))
+        for doc in schemas.values()
+    )  # fmt: skip
+    return jsonschema.Draft202012Validator(schemas[name], registry=registry)
+
+
+def test_images_and_labels_validate_against_the_ngff_json_schemas(converted):
+    """Every image's and label image's ``zarr.json`` attributes against the specification's
+    strict 0.5 schemas (a label image is an image too); a broken copy of the same attributes
+    is refused, so the check is live."""
+    image, label = _ngff_validator("strict_image"), _ngff_validator("strict_label")
+    for path in converted["result"].images:
+        attrs = dict(zarr.open_group(path, mode="r").attrs)
+        image.validate(attrs)
+        label_attrs = dict(zarr.open_group(f"{path}/labels/label", mode="r").attrs)
+        image.validate(label_attrs)
+        label.validate(label_attrs)
+        colours = label_attrs["ome"]["image-label"]["colors"]
+        assert [c["label-value"] for c in colours] == [0, 1, 2]  # those held and named
+        assert colours[0]["rgba"] == [0, 0, 0, 0]
+        broken = {"ome": {**attrs["ome"], "version": "0.4"}}
+        assert not image.is_valid(broken)
+        axes_gone = [
+            {k: v for k, v in m.items() if k != "axes"} for m in attrs["ome"]["multiscales"]
+        ]
+        assert not image.is_valid({"ome": {**attrs["ome"], "multiscales": axes_gone}})
+        assert not label.is_valid(attrs)  # an image is not a label image
 
 
 def test_levels_carry_spacing_units_and_checksums(converted):

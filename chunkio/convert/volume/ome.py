@@ -57,6 +57,11 @@ __all__ = [
 OME_VERSION = "0.5"
 #: the label image's name under ``labels/``
 LABEL_NAME = "label"
+#: label colours (RGB), value 1 first, repeating past the last (value 0 is transparent)
+LABEL_PALETTE = (
+    (230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48),
+    (145, 30, 180), (70, 240, 240), (240, 50, 230), (210, 245, 60), (250, 190, 212),
+)  # fmt: skip
 INDEX_ROWS = "chunkio/label_index"
 INDEX_POINTS = "chunkio/label_points"
 SPATIAL_NAMES = ("z", "y", "x")
@@ -299,7 +304,7 @@ class OmeJob:
             {
                 "ome": {
                     "version": OME_VERSION,
-                    "image-label": self._image_label(),
+                    "image-label": self._image_label(np.unique(result.rows[:, -2])),
                     "multiscales": _multiscales(
                         LABEL_NAME, axes, _datasets(steps, spacing, 0), "nearest"
                     ),
@@ -321,8 +326,15 @@ class OmeJob:
             arr[...] = values
         group["labels"].update_attributes({"ome": {"version": OME_VERSION, "labels": [LABEL_NAME]}})
 
-    def _image_label(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"source": {"image": "../../"}}
+    def _image_label(self, present: npt.NDArray[Any]) -> dict[str, Any]:
+        """``image-label``: a colour for every label value the volume holds or the class names
+        name (NGFF 0.5's strict schema requires ``colors``; viewers draw them), 0 transparent."""
+        names = self.class_names or []
+        values = sorted({int(v) for v in present} | set(range(len(names))))
+        out: dict[str, Any] = {
+            "colors": [{"label-value": v, "rgba": label_rgba(v)} for v in values],
+            "source": {"image": "../../"},
+        }
         if self.class_names is not None:
             out["properties"] = [
                 {"label-value": v, "name": n} for v, n in enumerate(self.class_names)
@@ -373,3 +385,15 @@ def _whole(group: Any) -> bool:
             return False
         arr[...]  # decodes every chunk: a torn one or a bad checksum raises
     return all(_whole(sub) for _path, sub in group.groups())
+
+
+def label_rgba(value: int) -> list[int]:
+    """The colour OME-Zarr label images chunkio writes give ``value``: 0 (background)
+    transparent, others from :data:`LABEL_PALETTE` in turn.
+
+    >>> label_rgba(0), label_rgba(1), label_rgba(11)
+    ([0, 0, 0, 0], [230, 25, 75, 255], [230, 25, 75, 255])
+    """
+    if value == 0:
+        return [0, 0, 0, 0]
+    return [*LABEL_PALETTE[(value - 1) % len(LABEL_PALETTE)], 255]
