@@ -327,9 +327,15 @@ class HDF5Reader(Reader):
     def _read_locked(
         self, name: str, ranges: Sequence[tuple[int, int]], out: npt.NDArray[Any]
     ) -> None:
-        num_rows = self._array_info(name).shape[0]
-        check_rows(ranges, num_rows, f"{self.location}: array {name!r}")
-        raw, grid = self._chunk_readers(name)
+        known = self._known(name)
+        if known is not None:  # as described: no h5py, nothing opened (one look-up)
+            num_rows, raw, grid = known.info.shape[0], known.raw, known.grid
+        else:
+            num_rows = self._array_info(name).shape[0]
+            raw, grid = self._chunk_readers(name)
+        for start, stop in ranges:  # the message is made only for a range outside
+            if not 0 <= start <= stop <= num_rows:
+                check_rows(ranges, num_rows, f"{self.location}: array {name!r}")
         if raw is not None and self._fd is not None:
             self._read_raw(raw, self._fd, ranges, out)
             return
@@ -364,26 +370,42 @@ class HDF5Reader(Reader):
         ranges: Sequence[tuple[int, int]],
         out: npt.NDArray[Any],
     ) -> None:
-        offset, step = 0, raw.chunk_rows
-        raw.check_file(fd)
-        for start, stop in ranges:
-            require_aligned(start, stop, step, f"{self.location}: array {raw.name!r}")
-            for first in range(start, stop, step):
-                rows = min(step, stop - first)
+        step = raw.chunk_rows
+        if raw.checksum:  # only the chunks whose Fletcher-32 was checked depend on its state
+            raw.check_file(fd)
+        for start, stop, offset in _runs(ranges, step, self.location, raw.name):
+            first = start
+            while first < stop:
                 chunk = first // step
-                part = out[offset : offset + rows]
-                # a filter skipped when it was written, or never written (and filled): HDF5's
-                if chunk in raw.masked or (self._fill_missing and chunk not in raw.index):
+                if self._by_h5py(raw, chunk):
+                    # a filter skipped when it was written, or never written (and filled)
+                    rows = min(step, stop - first)
                     started = time.perf_counter()
+                    part = out[offset : offset + rows]
                     self._read_h5py(self._dataset(raw.name), raw.name, first, first + rows, part)
                     self.clock.decode += time.perf_counter() - started  # HDF5: every stage
-                else:
-                    self._read_raw_chunk(raw, fd, chunk, part)
+                else:  # the chunks up to the next HDF5 reads, in one call
+                    end, last = -(-stop // step), chunk + 1
+                    if raw.masked or self._fill_missing:
+                        while last < end and not self._by_h5py(raw, last):
+                            last += 1
+                    else:
+                        last = end
+                    rows = min(last * step, stop) - first
+                    self._read_raw_run(raw, fd, chunk, last - chunk, out[offset : offset + rows])
                 offset += rows
+                first += rows
 
-    def _read_raw_chunk(self, raw: RawChunks, fd: int, chunk: int, out: npt.NDArray[Any]) -> None:
+    def _by_h5py(self, raw: RawChunks, chunk: int) -> bool:
+        """Whether HDF5 reads chunk ``chunk``: a filter skipped when it was written (one the
+        pipeline lacks), or never written and read as the fill value as asked."""
+        return chunk in raw.masked or (self._fill_missing and chunk not in raw.index)
+
+    def _read_raw_run(
+        self, raw: RawChunks, fd: int, chunk: int, count: int, out: npt.NDArray[Any]
+    ) -> None:
         try:
-            raw.read_chunk_into(fd, chunk, out, self.clock)
+            raw.read_run_into(fd, chunk, count, out, self.clock)
         except (CorruptChunkError, MissingChunkError) as err:
             raise type(err)(f"{self.location}: {err}") from err
 
@@ -493,3 +515,26 @@ class HDF5Reader(Reader):
         if self._fileobj is not None:
             self._fileobj.close()
             self._fileobj = None
+
+
+def _runs(
+    ranges: Sequence[tuple[int, int]], step: int, location: str, name: str
+) -> list[tuple[int, int, int]]:
+    """``(start, stop, offset in out)`` of ``ranges`` of rows (of array ``name`` in file
+    ``location``), each checked to start on a chunk of ``step`` rows, those that touch at a
+    chunk's edge merged: one read per run.
+
+    >>> _runs([(0, 4), (4, 8), (8, 10), (12, 16), (16, 16)], 4, "a.h5", "x")
+    [(0, 10, 0), (12, 16, 10)]
+    """
+    runs: list[tuple[int, int, int]] = []
+    offset = 0
+    for start, stop in ranges:
+        if start % step and stop > start:
+            require_aligned(start, stop, step, f"{location}: array {name!r}")
+        if runs and runs[-1][1] == start and not start % step:
+            runs[-1] = (runs[-1][0], stop, runs[-1][2])
+        elif stop > start:
+            runs.append((start, stop, offset))
+        offset += stop - start
+    return runs
