@@ -81,10 +81,11 @@ class DecodedChunkCache:
         self._tick += 1
         slots = self._slot_of[needed]
         miss = slots < 0
+        if not miss.any():  # every chunk held (most admits): they become most recently used
+            self._used[slots] = self._tick
+            return slots, []
         self._used[slots[~miss]] = self._tick  # hits become most recently used
         missing = needed[miss]
-        if not missing.size:
-            return slots, []
         take = self._free_slots(missing.size)
         gone = self._chunk_in[take]
         self._slot_of[gone[gone >= 0]] = -1
