@@ -48,14 +48,15 @@ from .raw import RawChunks
 from .registry import open_hdf5_readers, register
 from .storage import (
     array_info_of,
+    chunk_runs,
     chunk_stored,
     chunks_of,
     failed_chunks,
     missing_chunks,
     open_file,
     open_same_file,
-    require_aligned,
     require_stored,
+    row_runs,
 )
 
 __all__ = ["HDF5Reader", "decode_attrs", "open_hdf5_readers"]
@@ -327,15 +328,9 @@ class HDF5Reader(Reader):
     def _read_locked(
         self, name: str, ranges: Sequence[tuple[int, int]], out: npt.NDArray[Any]
     ) -> None:
-        known = self._known(name)
-        if known is not None:  # as described: no h5py, nothing opened (one look-up)
-            num_rows, raw, grid = known.info.shape[0], known.raw, known.grid
-        else:
-            num_rows = self._array_info(name).shape[0]
-            raw, grid = self._chunk_readers(name)
-        for start, stop in ranges:  # the message is made only for a range outside
-            if not 0 <= start <= stop <= num_rows:
-                check_rows(ranges, num_rows, f"{self.location}: array {name!r}")
+        num_rows = self._array_info(name).shape[0]
+        check_rows(ranges, num_rows, f"{self.location}: array {name!r}")
+        raw, grid = self._chunk_readers(name)
         if raw is not None and self._fd is not None:
             self._read_raw(raw, self._fd, ranges, out)
             return
@@ -370,44 +365,27 @@ class HDF5Reader(Reader):
         ranges: Sequence[tuple[int, int]],
         out: npt.NDArray[Any],
     ) -> None:
-        step = raw.chunk_rows
+        step, where = raw.chunk_rows, f"{self.location}: array {raw.name!r}"
         if raw.checksum:  # only the chunks whose Fletcher-32 was checked depend on its state
             raw.check_file(fd)
-        for start, stop, offset in _runs(ranges, step, self.location, raw.name):
-            first = start
-            while first < stop:
-                chunk = first // step
-                if self._by_h5py(raw, chunk):
-                    # a filter skipped when it was written, or never written (and filled)
-                    rows = min(step, stop - first)
-                    started = time.perf_counter()
-                    part = out[offset : offset + rows]
-                    self._read_h5py(self._dataset(raw.name), raw.name, first, first + rows, part)
-                    self.clock.decode += time.perf_counter() - started  # HDF5: every stage
-                else:  # the chunks up to the next HDF5 reads, in one call
-                    end, last = -(-stop // step), chunk + 1
-                    if raw.masked or self._fill_missing:
-                        while last < end and not self._by_h5py(raw, last):
-                            last += 1
-                    else:
-                        last = end
-                    rows = min(last * step, stop) - first
-                    self._read_raw_run(raw, fd, chunk, last - chunk, out[offset : offset + rows])
-                offset += rows
-                first += rows
 
-    def _by_h5py(self, raw: RawChunks, chunk: int) -> bool:
-        """Whether HDF5 reads chunk ``chunk``: a filter skipped when it was written (one the
-        pipeline lacks), or never written and read as the fill value as asked."""
-        return chunk in raw.masked or (self._fill_missing and chunk not in raw.index)
+        def by_h5py(chunk: int) -> bool:  # a filter skipped when written, or never written
+            return chunk in raw.masked or (self._fill_missing and chunk not in raw.index)
 
-    def _read_raw_run(
-        self, raw: RawChunks, fd: int, chunk: int, count: int, out: npt.NDArray[Any]
-    ) -> None:
-        try:
-            raw.read_run_into(fd, chunk, count, out, self.clock)
-        except (CorruptChunkError, MissingChunkError) as err:
-            raise type(err)(f"{self.location}: {err}") from err
+        apart = by_h5py if raw.masked or self._fill_missing else None
+        for start, stop, offset in row_runs(ranges, step, where):
+            for first, end, alone in chunk_runs(start // step, -(-stop // step), apart):
+                rows = min(end * step, stop) - first * step
+                part, offset = out[offset : offset + rows], offset + rows
+                if alone:  # HDF5 reads it (and does every stage)
+                    started, at = time.perf_counter(), first * step
+                    self._read_h5py(self._dataset(raw.name), raw.name, at, at + rows, part)
+                    self.clock.decode += time.perf_counter() - started
+                    continue
+                try:  # the chunks between, in one call
+                    raw.read_run_into(fd, first, end - first, part, self.clock)
+                except (CorruptChunkError, MissingChunkError) as err:
+                    raise type(err)(f"{self.location}: {err}") from err
 
     def _read_h5py(
         self, d: h5py.Dataset, name: str, start: int, stop: int, out: npt.NDArray[Any]
@@ -515,26 +493,3 @@ class HDF5Reader(Reader):
         if self._fileobj is not None:
             self._fileobj.close()
             self._fileobj = None
-
-
-def _runs(
-    ranges: Sequence[tuple[int, int]], step: int, location: str, name: str
-) -> list[tuple[int, int, int]]:
-    """``(start, stop, offset in out)`` of ``ranges`` of rows (of array ``name`` in file
-    ``location``), each checked to start on a chunk of ``step`` rows, those that touch at a
-    chunk's edge merged: one read per run.
-
-    >>> _runs([(0, 4), (4, 8), (8, 10), (12, 16), (16, 16)], 4, "a.h5", "x")
-    [(0, 10, 0), (12, 16, 10)]
-    """
-    runs: list[tuple[int, int, int]] = []
-    offset = 0
-    for start, stop in ranges:
-        if start % step and stop > start:
-            require_aligned(start, stop, step, f"{location}: array {name!r}")
-        if runs and runs[-1][1] == start and not start % step:
-            runs[-1] = (runs[-1][0], stop, runs[-1][2])
-        elif stop > start:
-            runs.append((start, stop, offset))
-        offset += stop - start
-    return runs
