@@ -124,3 +124,20 @@ def test_a_file_cut_inside_a_run_names_the_chunk_and_keeps_those_before(
     finally:
         os.close(fd)
     np.testing.assert_array_equal(out[: 2 * STEP], data[first * STEP : (first + 2) * STEP])
+
+
+def test_a_chunk_indexed_as_empty_ending_a_run_is_refused_by_name(tmp_path: Path) -> None:
+    path = tmp_path / "a.h5"
+    data = _write(path)
+    with h5py.File(path, "r") as f:
+        chunks = RawChunks.build(f["x"], str(path), "x")
+    assert chunks is not None
+    chunks.index[2] = (chunks.index[2][0], 0)  # a damaged index: no stored bytes
+    out = np.full((3 * STEP, 3), 7, np.int32)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with pytest.raises(CorruptChunkError, match=r"array 'x': chunk 2 .*cannot be decoded"):
+            chunks.read_run_into(fd, 0, 3, out, StageClock())
+    finally:
+        os.close(fd)
+    np.testing.assert_array_equal(out[: 2 * STEP], data[: 2 * STEP])

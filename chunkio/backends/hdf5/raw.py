@@ -311,7 +311,7 @@ class RawChunks:
         clock.read += time.perf_counter() - t0
         at, stretch, step = 0, 0, self.chunks[0]
         for chunk, _, size in spans:
-            while ends[stretch][1] <= at:
+            while ends[stretch][1] <= at and stretch + 1 < len(ends):  # (a chunk of 0 bytes)
                 stretch += 1
             got = min(size, max(0, ends[stretch][0] - at))
             if got != size:
