@@ -23,14 +23,18 @@ from chunkio.errors import CorruptChunkError, FormatError
 ROWS, STEP = 50, 4  # 13 chunks, the last one of 2 rows
 
 
-def _write(path: Path, *, gaps: bool = False) -> np.ndarray[Any, Any]:
+def _write(path: Path, *, gaps: bool = False, shuffled: bool = False) -> np.ndarray[Any, Any]:
     """An int32 (50, 3) array in gzip chunks of 4 rows; ``gaps``: chunks 3 and 7 never
-    written (HDF5 reads them as the fill value, 0)."""
+    written (HDF5 reads them as the fill value, 0); ``shuffled``: the chunks written in a
+    shuffled order, so few lie back to back in the file in the order of their rows."""
     data = np.arange(ROWS * 3, dtype=np.int32).reshape(ROWS, 3) + 1
+    chunks = np.arange(-(-ROWS // STEP))
+    if shuffled:
+        np.random.default_rng(5).shuffle(chunks)
     with h5py.File(path, "w") as f:
         d = f.create_dataset("x", shape=data.shape, dtype=data.dtype, chunks=(STEP, 3),
                              compression="gzip")  # fmt: skip
-        for c in range(-(-ROWS // STEP)):
+        for c in chunks.tolist():
             if gaps and c in (3, 7):
                 data[c * STEP : (c + 1) * STEP] = 0
             else:
@@ -47,11 +51,12 @@ def _touching_ranges() -> list[tuple[int, int]]:
 
 @pytest.mark.parametrize("run_bytes", [1, 1 << 20])
 @pytest.mark.parametrize("gaps", [False, True])
+@pytest.mark.parametrize("shuffled", [False, True])
 def test_touching_ranges_read_as_runs_equal_h5py(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_bytes: int, gaps: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_bytes: int, gaps: bool, shuffled: bool
 ) -> None:
     path = tmp_path / "a.h5"
-    data = _write(path, gaps=gaps)
+    data = _write(path, gaps=gaps, shuffled=shuffled)
     monkeypatch.setattr(raw_module, "RUN_READ_BYTES", run_bytes)
     reads = []
     preadv = os.preadv
@@ -83,8 +88,32 @@ def test_touching_ranges_read_as_runs_equal_h5py(
         1 + sum(index[b][0] != index[a][0] + index[a][1] for a, b in pairwise(run)) for run in runs
     )
     chunks = sum(len(run) for run in runs)
-    assert stretches < chunks  # h5py wrote some chunks back to back
+    if not shuffled:
+        assert stretches < chunks  # h5py wrote some chunks back to back
+    else:
+        assert stretches > len(runs)  # some runs' chunks apart in the file: read apart
     assert len(reads) == (chunks if run_bytes == 1 else stretches)
+
+
+def test_the_read_buffer_stays_within_a_run_or_one_chunk(tmp_path: Path) -> None:
+    """A read of many chunks stored back to back leaves each dataset's read buffer at most
+    ``RUN_READ_BYTES`` (or its largest chunk): a worker keeps one per open dataset."""
+    path = tmp_path / "big.h5"
+    data = np.random.default_rng(0).integers(0, 1 << 30, (200_000, 4), dtype=np.int32)
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=data, chunks=(4096, 4), compression="gzip")
+    reader = HDF5Reader(str(path))
+    try:
+        out = np.empty_like(data)
+        reader.read_into("x", [(0, len(data))], out)
+        assert reader.read_path("x") == "raw"
+        chunks = reader._raw["x"]  # type: ignore[attr-defined]
+        with h5py.File(path, "r") as f:
+            largest = max(f["x"].id.get_chunk_info(i).size for i in range(49))  # type: ignore[union-attr]
+    finally:
+        reader.close()
+    np.testing.assert_array_equal(out, data)
+    assert 0 < chunks._buffer.size <= max(raw_module.RUN_READ_BYTES, largest)
 
 
 def test_ranges_from_inside_a_chunk_are_refused(tmp_path: Path) -> None:

@@ -39,9 +39,10 @@ _FLETCHER32 = 3
 _UNFILTERED = 0xFFFFFFFF
 #: a contiguous dataset is read in runs of rows of about this many bytes (its "chunks")
 CONTIGUOUS_RUN_BYTES = 1 << 20
-#: chunks stored back to back are read together up to about this many bytes (one chunk at
-#: least): the read buffer stays this size, not a run's
-RUN_READ_BYTES = 4 << 20
+#: chunks stored back to back are read together up to this many bytes (one chunk at least).
+#: Each open dataset keeps a read buffer of max(this, its largest stored chunk): small, as a
+#: worker may hold hundreds of files' datasets open (a few chunks of a sparse h5ad's 64 KiB)
+RUN_READ_BYTES = 256 << 10
 
 
 def run_rows(shape: Sequence[int], dtype: np.dtype[Any]) -> int:
@@ -285,8 +286,8 @@ class RawChunks:
         per stretch stored back to back, then each checked and decoded into ``out`` from row
         ``rows`` on; the row after them."""
         t0 = time.perf_counter()
-        if self._buffer.size < total:
-            self._buffer = np.empty(max(total, 2 * self._buffer.size), np.uint8)
+        if self._buffer.size < total:  # exactly: never past max(RUN_READ_BYTES, one chunk)
+            self._buffer = np.empty(total, np.uint8)
         buffer = self._buffer
         # per stretch of chunks back to back: [its start in the buffer, its byte offset in
         # the file, its end in the buffer, its end in the file]
