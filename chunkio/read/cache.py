@@ -81,10 +81,11 @@ class DecodedChunkCache:
         self._tick += 1
         slots = self._slot_of[needed]
         miss = slots < 0
+        if not miss.any():  # every chunk held (most admits): they become most recently used
+            self._used[slots] = self._tick
+            return slots, []
         self._used[slots[~miss]] = self._tick  # hits become most recently used
         missing = needed[miss]
-        if not missing.size:
-            return slots, []
         take = self._free_slots(missing.size)
         gone = self._chunk_in[take]
         self._slot_of[gone[gone >= 0]] = -1
@@ -93,32 +94,41 @@ class DecodedChunkCache:
         self._used[take] = self._tick
         slots[miss] = take
         # chunks landing in consecutive slots are read as one run (ascending ids, so only the
-        # dataset's last, shorter chunk can end a run early)
-        breaks = np.flatnonzero(np.diff(take) != 1) + 1
-        runs = [
-            (part.tolist(), int(first))
-            for part, first in zip(
-                np.split(missing, breaks), take[np.concatenate([[0], breaks])], strict=True
-            )
-        ]
+        # dataset's last, shorter chunk can end a run early); a batch misses a few chunks, so
+        # Python ints here, not a split into arrays of one or two
+        runs: list[tuple[list[int], int]] = []
+        last = -2
+        for chunk, slot in zip(missing.tolist(), take.tolist(), strict=True):
+            if slot == last + 1:
+                runs[-1][0].append(chunk)
+            else:
+                runs.append(([chunk], slot))
+            last = slot
         return slots, runs
 
     def _free_slots(self, count: int) -> IntArray:
         """``count`` slots, ascending: free ones first, then the least recently used chunks'
         that the current admit does not need."""
-        freed = sorted(self._freed)  # all below self._fresh: free slots stay ascending
-        fresh = min(max(0, count - len(freed)), self.capacity - self._fresh)
-        free = np.array(freed[:count] + list(range(self._fresh, self._fresh + fresh)), np.int64)
-        self._freed = freed[count:]
-        self._fresh += fresh
-        if free.size >= count:
-            return free
+        free: list[int] = []
+        if self._freed:
+            freed = sorted(self._freed)  # all below self._fresh: free slots stay ascending
+            free, self._freed = freed[:count], freed[count:]
+        fresh = min(max(0, count - len(free)), self.capacity - self._fresh)
+        if fresh:
+            free += range(self._fresh, self._fresh + fresh)
+            self._fresh += fresh
+        if len(free) >= count:
+            return np.array(free, np.int64)
         used = self._chunk_in[: self._fresh]
         held = np.flatnonzero((used >= 0) & (self._used[: self._fresh] != self._tick))
-        order = np.argsort(self._used[held], kind="stable")[: count - free.size]
-        if free.size + order.size < count:  # pragma: no cover - admit() grows first
+        order = np.argsort(self._used[held], kind="stable")[: count - len(free)]
+        if len(free) + order.size < count:  # pragma: no cover - admit() grows first
             raise RuntimeError("decoded chunk cache has no slot to evict")
-        return np.sort(np.concatenate([free, held[order]]))
+        evicted = held[order]
+        if free:
+            evicted = np.concatenate([np.array(free, np.int64), evicted])
+        evicted.sort()
+        return evicted
 
     def forget(self, chunks: list[int]) -> None:
         """Drop ``chunks`` (their slots hold nothing valid, e.g. after a failed read)."""

@@ -199,9 +199,11 @@ class ReadCore:
         except IndexError as err:  # name the dataset, as every other read error does
             raise IndexError(f"{self.reader.location}: {err}") from err
         result: dict[str, Any] = {}
+        plain = ReadRequest(once=once, epoch=epoch, first=first)  # fields not transformed
         for name in fields:
-            mine = transform if transform is not None and transform.field == name else None
-            how = ReadRequest(once=once, transform=mine, epoch=epoch, first=first)
+            how = plain
+            if transform is not None and transform.field == name:
+                how = ReadRequest(once=once, transform=transform, epoch=epoch, first=first)
             result[name] = self.field(name).read(idx, None if out is None else out.get(name), how)
         self.stats.samples += len(idx)
         self.stats.batches += 1

@@ -400,7 +400,8 @@ class SparseReads:
             needed if indices.grid == data.grid else indices.chunks_of(plan.starts, plan.stops)
         )
         index_slots = indices.admit(index_needed)
-        if index_needed is needed and np.array_equal(index_slots, slots):
+        # the same chunks: slots as many, the same where both caches hold them alike
+        if index_needed is needed and bool((index_slots == slots).all()):
             index_slots = slots
         return needed, slots, index_needed, index_slots
 

@@ -48,14 +48,15 @@ from .raw import RawChunks
 from .registry import open_hdf5_readers, register
 from .storage import (
     array_info_of,
+    chunk_runs,
     chunk_stored,
     chunks_of,
     failed_chunks,
     missing_chunks,
     open_file,
     open_same_file,
-    require_aligned,
     require_stored,
+    row_runs,
 )
 
 __all__ = ["HDF5Reader", "decode_attrs", "open_hdf5_readers"]
@@ -364,28 +365,27 @@ class HDF5Reader(Reader):
         ranges: Sequence[tuple[int, int]],
         out: npt.NDArray[Any],
     ) -> None:
-        offset, step = 0, raw.chunk_rows
-        raw.check_file(fd)
-        for start, stop in ranges:
-            require_aligned(start, stop, step, f"{self.location}: array {raw.name!r}")
-            for first in range(start, stop, step):
-                rows = min(step, stop - first)
-                chunk = first // step
-                part = out[offset : offset + rows]
-                # a filter skipped when it was written, or never written (and filled): HDF5's
-                if chunk in raw.masked or (self._fill_missing and chunk not in raw.index):
-                    started = time.perf_counter()
-                    self._read_h5py(self._dataset(raw.name), raw.name, first, first + rows, part)
-                    self.clock.decode += time.perf_counter() - started  # HDF5: every stage
-                else:
-                    self._read_raw_chunk(raw, fd, chunk, part)
-                offset += rows
+        step, where = raw.chunk_rows, f"{self.location}: array {raw.name!r}"
+        if raw.checksum:  # only the chunks whose Fletcher-32 was checked depend on its state
+            raw.check_file(fd)
 
-    def _read_raw_chunk(self, raw: RawChunks, fd: int, chunk: int, out: npt.NDArray[Any]) -> None:
-        try:
-            raw.read_chunk_into(fd, chunk, out, self.clock)
-        except (CorruptChunkError, MissingChunkError) as err:
-            raise type(err)(f"{self.location}: {err}") from err
+        def by_h5py(chunk: int) -> bool:  # a filter skipped when written, or never written
+            return chunk in raw.masked or (self._fill_missing and chunk not in raw.index)
+
+        apart = by_h5py if raw.masked or self._fill_missing else None
+        for start, stop, offset in row_runs(ranges, step, where):
+            for first, end, alone in chunk_runs(start // step, -(-stop // step), apart):
+                rows = min(end * step, stop) - first * step
+                part, offset = out[offset : offset + rows], offset + rows
+                if alone:  # HDF5 reads it (and does every stage)
+                    started, at = time.perf_counter(), first * step
+                    self._read_h5py(self._dataset(raw.name), raw.name, at, at + rows, part)
+                    self.clock.decode += time.perf_counter() - started
+                    continue
+                try:  # the chunks between, in one call
+                    raw.read_run_into(fd, first, end - first, part, self.clock)
+                except (CorruptChunkError, MissingChunkError) as err:
+                    raise type(err)(f"{self.location}: {err}") from err
 
     def _read_h5py(
         self, d: h5py.Dataset, name: str, start: int, stop: int, out: npt.NDArray[Any]

@@ -39,6 +39,10 @@ _FLETCHER32 = 3
 _UNFILTERED = 0xFFFFFFFF
 #: a contiguous dataset is read in runs of rows of about this many bytes (its "chunks")
 CONTIGUOUS_RUN_BYTES = 1 << 20
+#: chunks stored back to back are read together up to this many bytes (one chunk at least).
+#: Each open dataset keeps a read buffer of max(this, its largest stored chunk): small, as a
+#: worker may hold hundreds of files' datasets open (a few chunks of a sparse h5ad's 64 KiB)
+RUN_READ_BYTES = 256 << 10
 
 
 def run_rows(shape: Sequence[int], dtype: np.dtype[Any]) -> int:
@@ -245,27 +249,81 @@ class RawChunks:
             )
         return found
 
-    def read_chunk_into(
-        self, fd: int, chunk: int, out: npt.NDArray[Any], clock: StageClock
+    def read_run_into(
+        self, fd: int, first: int, count: int, out: npt.NDArray[Any], clock: StageClock
     ) -> None:
-        """Read, check and decode chunk ``chunk`` into ``out`` (its valid rows)."""
-        offset, size = self.locate(chunk)
+        """Read, check and decode chunks ``first .. first + count - 1`` into ``out``, their
+        rows in order (of the last one, as many as ``out`` has left). Chunks stored back to
+        back in the file are read with one ``preadv`` (HDF5 writes a dataset's chunks in
+        order), up to :data:`RUN_READ_BYTES` at a time."""
+        index = self.index
+        spans: list[tuple[int, int, int]] = []  # (chunk, byte offset, stored size)
+        for chunk in range(first, first + count):
+            found = index.get(chunk)
+            if found is None:
+                self.locate(chunk)  # raises, naming the chunk
+                return  # pragma: no cover - locate raised
+            spans.append((chunk, *found))
+        rows, done = 0, 0
+        while done < count:
+            total, stop = spans[done][2], done + 1
+            while stop < count and total + spans[stop][2] <= RUN_READ_BYTES:
+                total += spans[stop][2]
+                stop += 1
+            rows = self._read_spans(fd, spans[done:stop], total, out, rows, clock)
+            done = stop
+
+    def _read_spans(
+        self,
+        fd: int,
+        spans: list[tuple[int, int, int]],
+        total: int,
+        out: npt.NDArray[Any],
+        rows: int,
+        clock: StageClock,
+    ) -> int:
+        """Chunks ``spans`` (``total`` stored bytes) read into the buffer, by one ``preadv``
+        per stretch stored back to back, then each checked and decoded into ``out`` from row
+        ``rows`` on; the row after them."""
         t0 = time.perf_counter()
-        if self._buffer.size < size:
-            self._buffer = np.empty(max(size, 2 * self._buffer.size), np.uint8)
-        raw = self._buffer[:size]
-        got = 0
-        while got < size:  # Linux reads at most about 2 GiB per call
-            n = os.preadv(fd, [raw[got:]], offset + got)  # type: ignore[list-item]
-            if n <= 0:
-                break
-            got += n
+        if self._buffer.size < total:  # exactly: never past max(RUN_READ_BYTES, one chunk)
+            self._buffer = np.empty(total, np.uint8)
+        buffer = self._buffer
+        # per stretch of chunks back to back: [its start in the buffer, its byte offset in
+        # the file, its end in the buffer, its end in the file]
+        stretches: list[list[int]] = []
+        at = 0
+        for _, offset, size in spans:
+            if stretches and stretches[-1][3] == offset:
+                stretches[-1][2] += size
+                stretches[-1][3] += size
+            else:
+                stretches.append([at, offset, at + size, offset + size])
+            at += size
+        ends = []  # per stretch: (where the bytes read end in the buffer, where they should)
+        for start, offset, end, _ in stretches:
+            got = 0
+            while got < end - start:  # Linux reads at most about 2 GiB per call
+                n = os.preadv(fd, [buffer[start + got : end]], offset + got)  # type: ignore[list-item]
+                if n <= 0:
+                    break
+                got += n
+            ends.append((start + got, end))
         clock.read += time.perf_counter() - t0
-        if got != size:
-            raise CorruptChunkError(
-                f"{self.where(chunk)}: the file ends inside the chunk ({got} of {size})"
-            )
-        self.decode_into(raw, chunk, out, clock)
+        at, stretch, step = 0, 0, self.chunks[0]
+        for chunk, _, size in spans:
+            while ends[stretch][1] <= at and stretch + 1 < len(ends):  # (a chunk of 0 bytes)
+                stretch += 1
+            got = min(size, max(0, ends[stretch][0] - at))
+            if got != size:
+                raise CorruptChunkError(
+                    f"{self.where(chunk)}: the file ends inside the chunk ({got} of {size})"
+                )
+            valid = min(step, len(out) - rows)
+            self.decode_into(buffer[at : at + size], chunk, out[rows : rows + valid], clock)
+            at += size
+            rows += valid
+        return rows
 
     def decode_into(
         self, raw: npt.NDArray[np.uint8], chunk: int, out: npt.NDArray[Any], clock: StageClock
@@ -287,7 +345,7 @@ class RawChunks:
             )
         t2 = time.perf_counter()
         clock.checksum += t2 - t1
-        full = len(out) == self.chunk_rows and out.flags.c_contiguous
+        full = len(out) == self.chunks[0] and out.flags.c_contiguous
         target = out if full else np.empty(self.chunks, self.dtype)
         flat = target.reshape(-1).view(np.uint8)
         try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import h5py
@@ -22,6 +22,7 @@ from .raw import RawChunks, run_rows
 __all__ = [
     "array_info_of",
     "chunk_stored",
+    "chunk_runs",
     "chunks_of",
     "failed_chunks",
     "first_bad_chunk",
@@ -29,6 +30,7 @@ __all__ = [
     "open_file",
     "open_same_file",
     "require_aligned",
+    "row_runs",
     "require_stored",
 ]
 
@@ -185,6 +187,52 @@ def require_aligned(start: int, stop: int, step: int, where: str) -> None:
             "asked for from inside one: they were planned on chunks the file no longer has "
             "(it changed since the dataset was made); make the dataset again"
         )
+
+
+def row_runs(
+    ranges: Sequence[tuple[int, int]], step: int, where: str
+) -> list[tuple[int, int, int]]:
+    """``(start, stop, offset in out)`` of ``ranges`` of rows, each checked to start on a
+    chunk of ``step`` rows (:func:`require_aligned`; ``where`` names the file and array),
+    those that touch at a chunk's edge merged: one read per run.
+
+    >>> row_runs([(0, 4), (4, 8), (8, 10), (12, 16), (16, 16)], 4, "a.h5: array 'x'")
+    [(0, 10, 0), (12, 16, 10)]
+    """
+    runs: list[tuple[int, int, int]] = []
+    offset = 0
+    for start, stop in ranges:
+        if start % step and stop > start:
+            require_aligned(start, stop, step, where)
+        if runs and runs[-1][1] == start and not start % step:
+            runs[-1] = (runs[-1][0], stop, runs[-1][2])
+        elif stop > start:
+            runs.append((start, stop, offset))
+        offset += stop - start
+    return runs
+
+
+def chunk_runs(
+    first: int, end: int, apart: Callable[[int], bool] | None
+) -> list[tuple[int, int, bool]]:
+    """Chunks ``first .. end - 1`` as ``(first, end, alone)`` runs: each chunk ``apart``
+    names alone (``alone`` true), those between as one run (``apart`` None: one run).
+
+    >>> chunk_runs(0, 6, lambda c: c in (2, 3))
+    [(0, 2, False), (2, 3, True), (3, 4, True), (4, 6, False)]
+    >>> chunk_runs(3, 5, None)
+    [(3, 5, False)]
+    """
+    if apart is None:
+        return [(first, end, False)] if end > first else []
+    runs: list[tuple[int, int, bool]] = []
+    for chunk in range(first, end):
+        alone = apart(chunk)
+        if not alone and runs and not runs[-1][2]:
+            runs[-1] = (runs[-1][0], chunk + 1, False)
+        else:
+            runs.append((chunk, chunk + 1, alone))
+    return runs
 
 
 def chunk_stored(
