@@ -329,7 +329,7 @@ class OmeJob:
     def _image_label(self, present: npt.NDArray[Any]) -> dict[str, Any]:
         """``image-label``: a colour for every label value the volume holds or the class names
         name (NGFF 0.5's strict schema requires ``colors``; viewers draw them), 0 transparent."""
-        names = self.class_names or []
+        names: Sequence[str] = self.class_names or ()
         values = sorted({int(v) for v in present} | set(range(len(names))))
         out: dict[str, Any] = {
             "colors": [{"label-value": v, "rgba": label_rgba(v)} for v in values],
