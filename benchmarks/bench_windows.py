@@ -457,6 +457,7 @@ def _median_checks(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
                     at_most=first["at_most"])  # fmt: skip
         one["range"] = [min(values), max(values)]
         one["rounds"] = values
+        one["of"] = len(rounds)
         merged.append(one)
     return merged
 
@@ -509,6 +510,7 @@ def checks(
 
 def table(result: dict[str, Any]) -> str:
     h, w = result.get("shape", SHAPE)
+    total = len(result.get("rounds", [])) or 1
     lines = [
         f"ERA5-like store by xarray: 3 variables x {result['steps']} steps x {h}x{w} float32; "
         f"window t-1, t + target t+1; batch {BATCH}, {WORKERS} workers; beyond memory: "
@@ -528,8 +530,8 @@ def table(result: dict[str, Any]) -> str:
             amp = s["amplification"].get(name)
             shown = "" if amp is None else f"{amp:.2f}"
             cpu = s["samples_per_cpu_s"].get(name)
-            per_s = _ranged(s, "samples_per_s", name)
-            per_cpu = "" if cpu is None else _ranged(s, "samples_per_cpu_s", name)
+            per_s = _ranged(s, "samples_per_s", name, total)
+            per_cpu = "" if cpu is None else _ranged(s, "samples_per_cpu_s", name, total)
             lines.append(f"| {s['steps_per_chunk']} | {name} | {per_s} | {rate / ours:.3f} | "
                          f"{per_cpu} | "
                          f"{s['gb_per_s'][name]:.2f} | {shown} |")  # fmt: skip
@@ -552,8 +554,8 @@ def table(result: dict[str, Any]) -> str:
             "|---|---|---|---|",
         ]
         for name, rate in scale["samples_per_s"].items():
-            per_s = _ranged(scale, "samples_per_s", name)
-            per_cpu = _ranged(scale, "samples_per_cpu_s", name)
+            per_s = _ranged(scale, "samples_per_s", name, total)
+            per_cpu = _ranged(scale, "samples_per_cpu_s", name, total)
             lines.append(f"| {name} | {per_s} | {rate / held:.3f} | {per_cpu} |")
     rounds = len(result.get("rounds", [])) or 1
     if rounds > 1:
@@ -563,13 +565,16 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _ranged(found: dict[str, Any], figure: str, name: str) -> str:
-    """A figure as ``median [min-max]`` over ``--rounds`` (alone for one round)."""
+def _ranged(found: dict[str, Any], figure: str, name: str, rounds: int = 1) -> str:
+    """A figure as ``median [min-max]`` over ``--rounds`` (alone for one round), and over how
+    many where fewer than ``rounds`` measured it."""
     value = found[figure][name]
     span = found.get("ranges", {}).get(figure, {}).get(name)
+    count = found.get("counts", {}).get(figure, {}).get(name, rounds)
+    fewer = f" ({count} of {rounds} rounds)" if count < rounds else ""
     if span is None or span[0] == span[1]:
-        return f"{value:,.0f}"
-    return f"{value:,.0f} [{span[0]:,.0f}-{span[1]:,.0f}]"
+        return f"{value:,.0f}{fewer}"
+    return f"{value:,.0f} [{span[0]:,.0f}-{span[1]:,.0f}]{fewer}"
 
 
 def main() -> None:

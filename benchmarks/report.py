@@ -97,8 +97,10 @@ def check_lines(checks: Iterable[Mapping[str, Any]]) -> list[str]:
         mark = "PASS" if c["passed"] else "FAIL"
         op = "<=" if c.get("at_most") else ">="
         span = c.get("range")
-        n = len(c.get("rounds", ()))
+        n, of = len(c.get("rounds", ())), c.get("of", 0)
         over = "" if span is None or n < 2 else f" [{span[0]:.2f}-{span[1]:.2f} over {n}]"
+        if n < of:  # measured in fewer rounds than ran (a peer failing in some)
+            over += f" ({n} of {of} rounds)"
         lines.append(f"{mark} {c['target']}: {c['measured']:.2f}{over} ({op} {c['required']})")
     return lines
 

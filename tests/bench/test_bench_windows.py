@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.bench_windows import _median_checks, _medians
+from benchmarks.bench_windows import _median_checks, _medians, _ranged
 from benchmarks.report import check, check_lines
 
 
@@ -22,6 +22,8 @@ def test_a_row_missing_from_some_rounds_is_the_median_of_the_others() -> None:
     assert found["ranges"]["samples_per_s"]["insitubatch"] == [4.0, 8.0]
     # missing from the first round too: still reported
     assert _medians(rounds[1:])["samples_per_s"]["insitubatch"] == 8.0
+    assert _ranged(found, "samples_per_s", "insitubatch", 3) == "6 [4-8] (2 of 3 rounds)"
+    assert _ranged(found, "samples_per_s", "chunkio", 3) == "20 [10-30]"
 
 
 def test_targets_are_matched_by_name_not_position() -> None:
@@ -34,4 +36,7 @@ def test_targets_are_matched_by_name_not_position() -> None:
     assert merged["amplification"]["measured"] == 1.1
     assert len(merged["amplification"]["rounds"]) == 3
     lines = check_lines([check("one round", 1.0, 2.0), merged["fast"]])
-    assert lines == ["FAIL one round: 1.00 (>= 2.0)", "PASS fast: 2.00 [1.00-3.00 over 2] (>= 2.0)"]
+    assert lines == [
+        "FAIL one round: 1.00 (>= 2.0)",
+        "PASS fast: 2.00 [1.00-3.00 over 2] (2 of 3 rounds) (>= 2.0)",
+    ]

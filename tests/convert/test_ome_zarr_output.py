@@ -21,8 +21,6 @@ from chunkio.errors import DestinationExistsError, FormatError, SourceError
 from chunkio.patches import LabelBalancedSampler, PatchDataset, index_label_volume, ome_reads
 
 ome_models = pytest.importorskip("ome_zarr_models.v05")
-jsonschema = pytest.importorskip("jsonschema")
-referencing = pytest.importorskip("referencing")
 with warnings.catch_warnings():  # ome-zarr-py warns of its own deprecations when imported
     warnings.simplefilter("ignore")
     ome_io = pytest.importorskip("ome_zarr.io")
@@ -121,10 +119,13 @@ def _ngff_validator(name: str) -> Any:
     schemas resolved to the copies in tests/data (offline)."""
     import json
 
+    jsonschema = pytest.importorskip("jsonschema")
+    specs = pytest.importorskip("referencing.jsonschema")
+    referencing = pytest.importorskip("referencing")
     schemas = {p.stem: json.loads(p.read_text()) for p in NGFF_SCHEMAS.glob("*.schema")}
     registry = referencing.Registry().with_resources(
         (doc["$id"], referencing.Resource.from_contents(
-            doc, default_specification=referencing.jsonschema.DRAFT202012))
+            doc, default_specification=specs.DRAFT202012))
         for doc in schemas.values()
     )  # fmt: skip
     return jsonschema.Draft202012Validator(schemas[name], registry=registry)
@@ -151,6 +152,30 @@ def test_images_and_labels_validate_against_the_ngff_json_schemas(converted):
         ]
         assert not image.is_valid({"ome": {**attrs["ome"], "multiscales": axes_gone}})
         assert not label.is_valid(attrs)  # an image is not a label image
+
+
+@pytest.mark.parametrize("case", ["instances", "uint64"])
+def test_label_colours_of_instances_and_of_uint64_values(tmp_path, case):
+    """A volume of many instance ids colours 0 and the named values only (its metadata stays
+    small), a uint64 value past 2**63 is coloured as itself; both pass the strict schema."""
+    rng = np.random.default_rng(1)
+    image = rng.integers(0, 4000, (8, 16, 16)).astype(np.uint16)
+    if case == "instances":
+        label = np.arange(8 * 16 * 16, dtype=np.uint32).reshape(8, 16, 16) % 1000
+        names, want = ["background", "cell"], [0, 1]
+    else:
+        label = np.zeros((8, 16, 16), np.uint64)
+        label[2:4, 3:6, 4:9] = 2**63 + 5
+        names, want = None, [0, 2**63 + 5]
+    np.save(tmp_path / "img.npy", image)
+    np.save(tmp_path / "lab.npy", label)
+    result = convert_volumes(
+        [str(tmp_path / "img.npy")], str(tmp_path / "out.zarr"), labels=[str(tmp_path / "lab.npy")],
+        class_names=names, output=Output(chunks=CHUNKS, ome_zarr=True), execution=QUIET,
+    )  # fmt: skip
+    attrs = dict(zarr.open_group(f"{result.images[0]}/labels/label", mode="r").attrs)
+    assert [c["label-value"] for c in attrs["ome"]["image-label"]["colors"]] == want
+    _ngff_validator("strict_label").validate(attrs)
 
 
 def test_levels_carry_spacing_units_and_checksums(converted):

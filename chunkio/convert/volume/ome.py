@@ -57,6 +57,9 @@ __all__ = [
 OME_VERSION = "0.5"
 #: the label image's name under ``labels/``
 LABEL_NAME = "label"
+#: at most this many label values get a colour in ``image-label.colors`` (a volume of cell
+#: instances holds millions: then only 0 and the class names' values get one)
+MAX_LABEL_COLOURS = 256
 #: label colours (RGB), value 1 first, repeating past the last (value 0 is transparent)
 LABEL_PALETTE = (
     (230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48),
@@ -304,7 +307,7 @@ class OmeJob:
             {
                 "ome": {
                     "version": OME_VERSION,
-                    "image-label": self._image_label(np.unique(result.rows[:, -2])),
+                    "image-label": self._image_label(_present(result.rows, label.dtype)),
                     "multiscales": _multiscales(
                         LABEL_NAME, axes, _datasets(steps, spacing, 0), "nearest"
                     ),
@@ -330,7 +333,10 @@ class OmeJob:
         """``image-label``: a colour for every label value the volume holds or the class names
         name (NGFF 0.5's strict schema requires ``colors``; viewers draw them), 0 transparent."""
         names: Sequence[str] = self.class_names or ()
-        values = sorted({int(v) for v in present} | set(range(len(names))))
+        named = set(range(min(len(names), MAX_LABEL_COLOURS)))
+        values = sorted({int(v) for v in present} | named | {0})
+        if len(values) > MAX_LABEL_COLOURS:  # instances, not classes: the named ones only
+            values = sorted(named | {0})
         out: dict[str, Any] = {
             "colors": [{"label-value": v, "rgba": label_rgba(v)} for v in values],
             "source": {"image": "../../"},
@@ -385,6 +391,17 @@ def _whole(group: Any) -> bool:
             return False
         arr[...]  # decodes every chunk: a torn one or a bad checksum raises
     return all(_whole(sub) for _path, sub in group.groups())
+
+
+def _present(rows: npt.NDArray[np.int64], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+    """The label values a volume holds, from its label index's rows (their value column, kept
+    as int64: uint64 values past 2**63 read back through their own dtype).
+
+    >>> _present(np.array([[0, 0, 0, 3, 8], [0, 0, 1, -1, 2]]), np.dtype("u8")).tolist()
+    [3, 18446744073709551615]
+    """
+    values = rows[:, -2]
+    return np.unique(values.view(np.uint64) if dtype == np.uint64 else values)
 
 
 def label_rgba(value: int) -> list[int]:
