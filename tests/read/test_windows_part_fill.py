@@ -254,15 +254,22 @@ def test_the_part_is_written_when_pwrite_is_refused_or_cut_short(
 
 
 def test_a_failed_write_into_the_part_frees_its_chunk_and_keeps_the_batch(
-    store: Path, part_loader: chunkio.ChunkLoader, monkeypatch: pytest.MonkeyPatch
+    store: Path,
+    part_loader: chunkio.ChunkLoader,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A write into the part that fails (a ``pwrite`` writing nothing: EIO) loses no batch:
-    every batch is right, the chunks are left free, and the next epoch writes them."""
+    every batch is right, the chunks are left free, and the next epoch writes them; the first
+    failure is logged once, each counted."""
     reference = _dataset(store)
     monkeypatch.setattr(shared_stack.os, "pwrite", lambda *args: 0)
-    check_window_epoch(part_loader, reference, 0)
+    with caplog.at_level("WARNING", logger="chunkio"):
+        check_window_epoch(part_loader, reference, 0)
     held = streamed_stack(part_loader.dataset).held
     assert (held.shared.states == FREE).all()
+    said = [r for r in caplog.records if "held part failed" in r.getMessage()]
+    assert len(said) == 1 and held.failed_writes >= len(held.shared.states) > 1
     monkeypatch.undo()
     check_window_epoch(part_loader, reference, 1)
     assert (held.shared.states == READY).all()

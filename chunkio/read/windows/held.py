@@ -21,6 +21,7 @@ same part, with no other message.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,8 @@ from ...util.shm import attach
 from ..base import ReadContext
 
 __all__ = ["HeldPart", "LaneFiller", "held_part", "part_shape", "segment_fits"]
+
+_log = logging.getLogger("chunkio")
 
 
 class LaneFiller:
@@ -124,6 +127,8 @@ class HeldPart:
             self.rows // self.per_chunk, len(shape.arrays), self.per_chunk, -1
         )
         self._whole = False
+        #: writes into the part that failed in this process (each chunk left to a later batch)
+        self.failed_writes = 0
 
     def holds(self, chunks: IntArray) -> bool:
         """Whether every one of row ``chunks`` (of the part) is written."""
@@ -156,7 +161,8 @@ class HeldPart:
         :data:`~chunkio.util.shared_stack.STALL_S` old is taken over, as a stuck claimer's
         there). Written from the slot by one ``pwrite``, no copy (the part's chunks are laid
         out as slots). A write that fails frees the chunk again and is not raised: the batch
-        has the chunk in its slot, and a later batch decodes and writes it again."""
+        has the chunk in its slot, and a later batch decodes and writes it again (the first
+        failure in a process is logged, every one counted in :attr:`failed_writes`)."""
         shared = self.shared
         if self._whole or not shared.takeable(chunk, stale=True):
             return
@@ -166,8 +172,17 @@ class HeldPart:
             # the slot's bytes as the segment's rows a:a + per_chunk (a chunk-major block)
             rows = slot.reshape(self.per_chunk, *shared.stack.shape[1:])
             shared.write.put(rows, chunk * self.per_chunk)
-        except (OSError, MemoryError):  # EIO and the like: the batch goes on, as hold_bytes=0
+        except (OSError, MemoryError) as exc:  # EIO and the like: goes on, as hold_bytes=0
             shared.release(chunk)
+            self.failed_writes += 1
+            if self.failed_writes == 1:  # said once per process: then counted
+                _log.warning(
+                    "chunkio: writing row chunk %d into the windows' held part failed (%s); "
+                    "the batch goes on from its cache slot and later batches decode the chunk "
+                    "again (counted in HeldPart.failed_writes, said once per process)",
+                    chunk,
+                    exc,
+                )
             return
         except BaseException:
             shared.release(chunk)
