@@ -37,6 +37,7 @@ __all__ = [
     "Writer",
     "detect_format",
     "open_reader",
+    "read_over_network",
     "reader_documents",
     "open_writer",
     "storage_for",
@@ -228,9 +229,24 @@ class ReaderOptions:
         return ZarrReader(location, self)
 
 
+def read_over_network(location: Any, documents: Mapping[str, Any] | None) -> bool:
+    """Whether a dataset at ``location`` opened with these fetched ``documents`` is read over
+    a network (its workers are then told the batches ahead, to fetch their chunks early). A
+    local HDF5 file hands its description to the workers as documents too, but nothing of it
+    is fetched: a local path (or ``file://``) is never read over a network.
+
+    >>> read_over_network("s3://bucket/cells.h5ad", {}), read_over_network("/d/cells.h5ad", {})
+    (True, False)
+    """
+    if documents is None:
+        return False
+    return not isinstance(location, (str, os.PathLike)) or is_remote(os.fspath(location))
+
+
 def reader_documents(reader: Reader) -> dict[str, Any] | None:
-    """The metadata documents ``reader`` fetched over a network, for ``open_reader(...,
-    documents=)`` in another process; ``None`` when opening costs no requests."""
+    """The metadata documents ``reader`` fetched over a network (or a local HDF5 file's
+    description), for ``open_reader(..., documents=)`` in another process; ``None`` when
+    there is nothing to hand over."""
     documents = getattr(reader, "documents", None)
     return None if documents is None else documents()
 

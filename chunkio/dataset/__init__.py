@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 from torch.utils.data import Dataset
 
-from ..backends import Reader
+from ..backends import Reader, read_over_network
 from ..collection.core import FileSetCore
 from ..collection.files import FileSet, is_file_list, open_files
 from ..errors import FormatError
@@ -268,8 +268,12 @@ class ChunkDataset(PerProcessHandle[ReadCore], Dataset[Any]):
 
     @property
     def remote(self) -> bool:
-        """Whether it is read over a network (its fetched metadata is reused per process)."""
-        return self.reader_options.documents is not None
+        """Whether it is read over a network (its fetched metadata is reused per process, and
+        the ring's workers are told the batches ahead); a local HDF5 file is not, though its
+        description travels to the workers too."""
+        documents = self.reader_options.documents
+        locations = self.location if self._files is not None else (self.location,)
+        return any(read_over_network(loc, documents) for loc in locations)
 
     def __len__(self) -> int:
         """Samples: the valid anchors with windows, else the rows of the sample axis."""

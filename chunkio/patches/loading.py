@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from ..backends import read_over_network
 from ..errors import IncompatibleStateError
 from ..sampling.order import check_int, check_state, rank_rows, split_rows
 from ..sampling.sampler import EpochBatch, checked_batches_done, num_batches
@@ -281,7 +282,9 @@ class PatchSource:
     def __init__(self, dataset: PatchDataset) -> None:
         self.dataset = dataset
         self.transform = dataset.transform
-        self.remote = any(s.reader_options.documents is not None for s in dataset.stores)
+        self.remote = any(
+            read_over_network(s.location, s.reader_options.documents) for s in dataset.stores
+        )
         self._keys: tuple[int, IntArray] | None = None  # (epoch, its global keys)
 
     def __getstate__(self) -> dict[str, Any]:
