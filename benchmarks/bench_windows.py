@@ -235,6 +235,8 @@ def _chunkio_epoch(path: Path, per_chunk: int, hold_bytes: int = 0) -> dict[str,
     stats = loader.dataset.read_stats()
     loader.close()
     chunks = sum(stats.per_field.get(f"v_{v}", 0) for v in VARS)
+    if not stats.per_field:  # a stack within the pool, read whole once: no per-field counts
+        chunks = stats.chunks_read
     steps = zarr.open_group(path, mode="r")["t2m"].shape[0]
     return {
         "amplification": chunks / (len(VARS) * -(-steps // per_chunk)),
