@@ -204,7 +204,7 @@ def row_runs(
     for start, stop in ranges:
         if start % step and stop > start:
             require_aligned(start, stop, step, where)
-        if runs and runs[-1][1] == start and not start % step:
+        if runs and runs[-1][1] == start:  # (start is on a chunk's edge: checked above)
             runs[-1] = (runs[-1][0], stop, runs[-1][2])
         elif stop > start:
             runs.append((start, stop, offset))
