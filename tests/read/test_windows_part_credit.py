@@ -84,7 +84,7 @@ def test_a_process_writes_only_what_its_credit_buys(twelve: SharedStack) -> None
     assert not part.copy_out(5, back) and part.served == 1  # not written: nothing earned
     for chunk in range(1, 12):
         part.keep(chunk, slot(chunk))
-    earned = START_CREDIT + 23 * EARN_DECODED + EARN_SERVED
+    earned = START_CREDIT + (12 + 11) * EARN_DECODED + EARN_SERVED  # two passes, one copy
     writes = int((twelve.states == READY).sum())
     assert part.writes == writes == earned // WRITE_COST < 12
     assert part.credit == earned - writes * WRITE_COST >= 0

@@ -12,16 +12,18 @@ decodes, with no fill before the first batch and no copy out of the part of what
 there; later epochs copy held chunks from the part instead of decoding them.
 
 A process writes into the part only within its credit, so that no epoch costs more than
-``hold_bytes=0``'s: a write (about 200 µs for a 576 KiB row chunk of 3 variables, into shared
-memory none of that epoch reads again) is bought by a seed, one write and then a sixteenth of
-one for each chunk of the part the process decodes (the first epoch's writes: 0.4% of its
-CPU), and by two writes for each held chunk it copies out instead of decoding (a copy of
-50-130 µs in place of about 1,050 µs of decode: the part has saved the process more than
-twice what it spends). Each process keeps its own count, from its seed, so workers made anew
-each epoch need nothing shared; the part fills as it serves (at 100,000 steps a tenth of it
-the first epoch, a third after the second, full in the fourth: ``docs/benchmarks.md``,
-windows) and from then on every epoch has the whole part's gain. Which chunks are written when
-never changes what a batch reads. The part's bytes
+``hold_bytes=0``'s: a write (about 200 µs of CPU for a 576 KiB row chunk of 3 variables, which
+the epoch that writes it seldom reads again: each chunk is read about once an epoch) is
+bought by a seed, one write and then a sixteenth of one for each chunk of the part the
+process decodes (the first epoch's writes: 0.5% of its CPU, where writing the whole part took
+5%), and by two writes for each held chunk it copies out instead of decoding (a copy of
+80-140 µs in place of about 1,000 µs of decoding: what the part saved the process is more
+than twice what it spends). A batch gathered whole from the part earns nothing (most of its
+chunks the cache would have held anyway). Each process keeps its own count, from its seed,
+so workers made anew each epoch need nothing shared; the part fills as it serves (at 100,000
+steps 8% of it after the first epoch, 35-37% after the second, 99% after the third, full in
+the fourth: ``docs/benchmarks.md``, windows) and from then on every epoch has the whole
+part's gain. Which chunks are written when never changes what a batch reads. The part's bytes
 are laid out as the cache's slots, row chunk by row chunk, each ``(V, rows per chunk,
 *shape)``: a held chunk is one contiguous run both ways (a strided copy out of ``/dev/shm``'s
 4 KiB pages, with the part laid out ``(rows, V, *shape)``, cost about 5x a contiguous one:
