@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from foreign_stores import noise_windows_store
-from window_streams import check_window_epoch, streamed_stack, window_dataset
+from window_streams import check_window_epoch, fill_part_at_once, streamed_stack, window_dataset
 
 import chunkio
 from chunkio import ChunkDataset, Field
@@ -77,7 +77,10 @@ def test_held_in_part_batches_equal_the_datasets_own_read(
         loader.close()
 
 
-def test_the_held_chunks_are_decoded_once_then_only_the_rest_each_pass(store: Path) -> None:
+def test_the_held_chunks_are_decoded_once_then_only_the_rest_each_pass(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fill_part_at_once(monkeypatch)  # each chunk of the part written as first decoded
     loader = _part_loader(_dataset(store), 0, 30)  # half the stack held
     chunks = STEPS // PER_CHUNK
     try:

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from foreign_stores import noise_windows_store
 from held_fill import pattern
-from window_streams import check_window_epoch, streamed_stack, window_dataset
+from window_streams import check_window_epoch, fill_part_at_once, streamed_stack, window_dataset
 
 import chunkio
 import chunkio.util.shared_stack as shared_stack
@@ -60,8 +60,10 @@ def _pool_bytes(ds: ChunkDataset) -> int:
 
 
 @pytest.fixture
-def part_loader(store: Path) -> Iterator[chunkio.ChunkLoader]:
-    """A loader (0 workers) whose budget holds 20 of the 60 row chunks beside its pool."""
+def part_loader(store: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[chunkio.ChunkLoader]:
+    """A loader (0 workers) whose budget holds 20 of the 60 row chunks beside its pool, each
+    chunk it decodes written (no credit to earn first: these tests are of the writes)."""
+    fill_part_at_once(monkeypatch)
     ds = _dataset(store)
     loader = _loader(ds, _pool_bytes(ds) + 20 * STACK_CHUNK)
     yield loader
@@ -123,8 +125,11 @@ def test_a_chunk_claimed_elsewhere_is_served_and_a_dead_claimers_one_taken_over(
 
 
 @pytest.mark.parametrize("spare", [0, -1])
-def test_the_part_at_the_budgets_edge_holds_the_chunks_that_fit(store: Path, spare: int) -> None:
+def test_the_part_at_the_budgets_edge_holds_the_chunks_that_fit(
+    store: Path, spare: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A budget of the pool and exactly 7 row chunks holds 7; one byte less holds 6."""
+    fill_part_at_once(monkeypatch)
     reference = _dataset(store)
     ds = _dataset(store)
     loader = _loader(ds, _pool_bytes(ds) + 7 * STACK_CHUNK + spare)

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from foreign_stores import noise_windows_store
-from window_streams import streamed_stack, window_dataset
+from window_streams import fill_part_at_once, streamed_stack, window_dataset
 
 import chunkio
 from chunkio import ChunkDataset, Field
@@ -67,10 +67,13 @@ def test_a_repeated_batch_counts_its_hits(store: Path) -> None:
 
 
 @pytest.mark.timeout(60)
-def test_chunks_copied_from_the_held_part_count_as_neither(store: Path) -> None:
+def test_chunks_copied_from_the_held_part_count_as_neither(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """One reader decodes part chunks 0 and 1 (written into the part); another, as a worker
     opens the loader's dataset, copies them into its cache (neither read nor hit) beside a
     streamed chunk it decodes, and gathers a batch inside the part with no counts at all."""
+    fill_part_at_once(monkeypatch)  # both chunks written by the first reader's one batch
     budget = chunkio.make_loader(_dataset(store), 8, num_workers=0, seed=0,
                                  ordering=chunkio.Ordering(pool_bytes=4 * STACK_CHUNK, lanes=2),
                                  workers=chunkio.Workers(hold_bytes=0))  # fmt: skip

@@ -1,5 +1,6 @@
-"""What the windows tests share: the streamed stack a dataset's reader holds, and a loader's
-epoch checked against a reference dataset's own reads."""
+"""What the windows tests share: the streamed stack a dataset's reader holds, a loader's
+epoch checked against a reference dataset's own reads, and a held part's writes let free of
+their credit."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+import chunkio.read.windows.held as held
 from chunkio import ChunkDataset
 
 
@@ -34,3 +36,11 @@ def window_dataset(path: Any, fields: Any, preload_bytes: int = 0) -> ChunkDatas
     """``ChunkDataset(path, fields=fields)`` with nothing preloaded by default: the windows
     tests read every variable through the streamed or held stack."""
     return ChunkDataset(path, fields=fields, preload_bytes=preload_bytes)
+
+
+def fill_part_at_once(monkeypatch: Any) -> None:
+    """Each process may write every chunk of a held part it decodes (a credit without end):
+    for tests of how the part is written, not of how much a process may write
+    (``tests/read/test_windows_part_credit.py``). Readers made after this call (in this
+    process, or workers forked from it) take it up."""
+    monkeypatch.setattr(held, "START_CREDIT", 1 << 40)

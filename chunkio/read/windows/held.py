@@ -9,7 +9,21 @@ chunk of the part is written there (by one ``pwrite`` of the cache slot, a chunk
 right after a batch first decodes it into that slot, by whichever process decodes it
 first, and read from there once written. So a first epoch decodes what ``hold_bytes=0``
 decodes, with no fill before the first batch and no copy out of the part of what it just put
-there; later epochs copy held chunks from the part instead of decoding them. The part's bytes
+there; later epochs copy held chunks from the part instead of decoding them.
+
+A process writes into the part only within its credit, so that no epoch costs more than
+``hold_bytes=0``'s: a write (about 200 µs of CPU for a 576 KiB row chunk of 3 variables, which
+the epoch that writes it seldom reads again: each chunk is read about once an epoch) is
+bought by a seed, one write and then a sixteenth of one for each chunk of the part the
+process decodes (the first epoch's writes: 0.5% of its CPU, where writing the whole part took
+5%), and by two writes for each held chunk it copies out instead of decoding (a copy of
+80-140 µs in place of about 1,000 µs of decoding: what the part saved the process is more
+than twice what it spends). A batch gathered whole from the part earns nothing (most of its
+chunks the cache would have held anyway). Each process keeps its own count, from its seed,
+so workers made anew each epoch need nothing shared; the part fills as it serves (at 100,000
+steps 8% of it after the first epoch, 35-37% after the second, 99% after the third, full in
+the fourth: ``docs/benchmarks.md``, windows) and from then on every epoch has the whole
+part's gain. Which chunks are written when never changes what a batch reads. The part's bytes
 are laid out as the cache's slots, row chunk by row chunk, each ``(V, rows per chunk,
 *shape)``: a held chunk is one contiguous run both ways (a strided copy out of ``/dev/shm``'s
 4 KiB pages, with the part laid out ``(rows, V, *shape)``, cost about 5x a contiguous one:
@@ -35,6 +49,18 @@ from ..base import ReadContext
 __all__ = ["HeldPart", "LaneFiller", "held_part", "part_shape", "segment_fits"]
 
 _log = logging.getLogger("chunkio")
+
+#: what a write into the part costs of a process's :attr:`HeldPart.credit` (whose units are
+#: sixteenths of a write)
+WRITE_COST = 16
+#: a process's credit before it has earned any: one write (so that a part of fewer than 16
+#: chunks a process fills too, and every process starts writing)
+START_CREDIT = WRITE_COST
+#: earned by each chunk of the part a process decodes because it is not written yet: the
+#: seed's share, a sixteenth of a write
+EARN_DECODED = 1
+#: earned by each held chunk a process copies out instead of decoding: two writes
+EARN_SERVED = 2 * WRITE_COST
 
 
 class LaneFiller:
@@ -112,8 +138,9 @@ class HeldPart:
     """A stack's first row chunks, ``(chunks, V, rows per chunk, row size)`` (a streamed
     cache's slots), in a loader's shared-memory segment with one block per row chunk, filled
     by the streamed caches of all its processes: a chunk one of them decodes and finds free is
-    written there (:meth:`keep`) and from then on copied out of it (:meth:`copy_out`) or
-    gathered from it (:meth:`holds`) by every process."""
+    written there (:meth:`keep`, within the process's :attr:`credit`) and from then on copied
+    out of it (:meth:`copy_out`, which earns credit) or gathered from it (:meth:`holds`) by
+    every process."""
 
     def __init__(self, shared: SharedStack) -> None:
         self.shared = shared
@@ -127,6 +154,10 @@ class HeldPart:
             self.rows // self.per_chunk, len(shape.arrays), self.per_chunk, -1
         )
         self._whole = False
+        #: what this process may still write into the part, in :data:`WRITE_COST` units
+        self.credit = START_CREDIT
+        #: chunks this process wrote into the part, and copied out of it instead of decoding
+        self.writes = self.served = 0
         #: writes into the part that failed in this process (each chunk left to a later batch)
         self.failed_writes = 0
 
@@ -148,14 +179,19 @@ class HeldPart:
 
     def copy_out(self, chunk: int, slot: npt.NDArray[Any]) -> bool:
         """Row chunk ``chunk`` copied into cache slot ``slot``, ``(V, rows per chunk, -1)``,
-        if it is written (else ``False``: decode it, then :meth:`keep` it)."""
+        if it is written (a decode saved: :data:`EARN_SERVED` earned; else ``False``: decode
+        it, then :meth:`keep` it)."""
         if not (self._whole or self.shared.states[chunk] == READY):
             return False
         slot[...] = self.data[chunk]  # one contiguous run
+        self.served += 1
+        self.credit += EARN_SERVED
         return True
 
     def keep(self, chunk: int, slot: npt.NDArray[Any]) -> None:
-        """Row chunk ``chunk``, just decoded into cache slot ``slot``, written into the part,
+        """Row chunk ``chunk``, just decoded into cache slot ``slot``, written into the part
+        if this process's :attr:`credit` covers the write (the decode earns its seed first;
+        else the chunk is left free: a later batch, here or in another process, writes it),
         unless another process has written it or is writing it (a claim as the workers' fill
         of a whole stack makes: :class:`~chunkio.util.shared_stack.SharedStack`; a claim
         :data:`~chunkio.util.shared_stack.STALL_S` old is taken over, as a stuck claimer's
@@ -164,10 +200,14 @@ class HeldPart:
         has the chunk in its slot, and a later batch decodes and writes it again (the first
         failure in a process is logged, every one counted in :attr:`failed_writes`)."""
         shared = self.shared
-        if self._whole or not shared.takeable(chunk, stale=True):
+        if self._whole:
             return
+        self.credit += EARN_DECODED
+        if self.credit < WRITE_COST or not shared.takeable(chunk, stale=True):
+            return  # left to a batch with credit (this process's later one, or another's)
         if not shared.claim(chunk, stale=True):
             return
+        self.credit -= WRITE_COST  # spent on a write that fails too: no retry beyond credit
         try:
             # the slot's bytes as the segment's rows a:a + per_chunk (a chunk-major block)
             rows = slot.reshape(self.per_chunk, *shared.stack.shape[1:])
@@ -188,3 +228,4 @@ class HeldPart:
             shared.release(chunk)
             raise
         shared.ready(chunk)
+        self.writes += 1

@@ -22,7 +22,8 @@ whose rows are there is gathered from them; one that also reaches past them admi
 chunks too, copied into their slots instead of decoded (a copy out of the part's shared
 memory costs about a third of a Zstd decode), so that every batch stays one gather: two
 gathers and the scatters of their results cost more than the copies. A chunk of the part not
-written yet is decoded into its slot, then written into the part.
+written yet is decoded into its slot, then written into the part if the process's credit
+covers it (earned by the chunks it copied out of the part: :mod:`chunkio.read.windows.held`).
 """
 
 from __future__ import annotations
