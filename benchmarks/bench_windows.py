@@ -620,6 +620,8 @@ def main() -> None:
     loaders = frozenset(args.loaders.split(","))
     if not loaders <= LOADERS or "chunkio" not in loaders:
         parser.error(f"--loaders: chunkio and any of {sorted(LOADERS)}; got {args.loaders}")
+    if args.scale_warm_epochs < 1:
+        parser.error(f"--scale-warm-epochs: at least 1; got {args.scale_warm_epochs}")
     set_shape(*args.shape)
     result = run(steps=args.steps, budget_s=args.budget, quick=args.quick,
                  per_chunk=tuple(args.per_chunk), loaders=loaders,

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import xarray as xr
 from foreign_stores import noise_windows_store
+from window_streams import fill_part_at_once
 
 import chunkio
 from chunkio import ChunkDataset, Decoding, Field
@@ -58,7 +59,10 @@ def _paths(ds: ChunkDataset) -> list[str]:
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("workers", [0, 2])
-def test_past_the_budget_batches_equal_the_datasets_own_read(store: Path, workers: int) -> None:
+def test_past_the_budget_batches_equal_the_datasets_own_read(
+    store: Path, workers: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fill_part_at_once(monkeypatch)  # the second epoch served from a whole part (workers fork)
     reference = _dataset(store)
     loader = _loader(store, workers, SMALL)
     try:

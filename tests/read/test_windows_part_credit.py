@@ -153,14 +153,17 @@ def test_the_first_epoch_writes_the_seeds_chunks_and_later_ones_fill_the_part(st
 @pytest.mark.timeout(120)
 def test_workers_made_anew_each_epoch_fill_the_part_on_their_own_credit(store: Path) -> None:
     """Two workers, new ones each epoch (each starts from its seed, with no count shared): the
-    first epoch writes at most what two seeds buy, and the part fills within four epochs;
+    first epoch writes part of it (what two seeds buy, unless a worker copies out a chunk the
+    other wrote), and the part fills within four epochs;
     every batch right throughout."""
     reference = window_dataset(store, FIELDS)
     loader = _part_loader(store, 2)
     try:
         check_window_epoch(loader, reference, 0)
         first = _ready(loader)
-        assert 1 <= first <= 2 * _seed_writes(int(1.1 * PART)) < PART, first
+        # two seeds' writes, plus two for each chunk a worker copied out after the other wrote
+        # it (timing: none in 15 of 15 runs, but allowed); never the whole part, as before
+        assert 1 <= first < PART, first
         for epoch in range(1, 5):
             check_window_epoch(loader, reference, epoch)
             if _ready(loader) == PART:

@@ -21,13 +21,13 @@ process decodes (the first epoch's writes: 0.5% of its CPU, where writing the wh
 than twice what it spends). A batch gathered whole from the part earns nothing (most of its
 chunks the cache would have held anyway). Each process keeps its own count, from its seed,
 so workers made anew each epoch need nothing shared; the part fills as it serves (at 100,000
-steps 8% of it after the first epoch, 35-37% after the second, 99% after the third, full in
-the fourth: ``docs/benchmarks.md``, windows) and from then on every epoch has the whole
-part's gain. Which chunks are written when never changes what a batch reads. The part's bytes
-are laid out as the cache's slots, row chunk by row chunk, each ``(V, rows per chunk,
-*shape)``: a held chunk is one contiguous run both ways (a strided copy out of ``/dev/shm``'s
-4 KiB pages, with the part laid out ``(rows, V, *shape)``, cost about 5x a contiguous one:
-``docs/benchmarks.md``, windows). The loader says how many rows through the readers'
+steps, 0 to 2 workers: 8% of it after the first epoch, 35-37% after the second, 99% after
+the third, full in the fourth: ``docs/benchmarks.md``, windows) and from then on every epoch
+has the whole part's gain. Which chunks are written when never changes what a batch reads.
+The part's bytes are laid out as the cache's slots, row chunk by row chunk, each ``(V, rows
+per chunk, *shape)``: a held chunk is one contiguous run both ways (a strided copy out of
+``/dev/shm``'s 4 KiB pages, with the part laid out ``(rows, V, *shape)``, cost about 5x a
+contiguous one: ``docs/benchmarks.md``, windows). The loader says how many rows through the readers'
 ``preload_bytes`` (the part's decoded bytes, :func:`part_shape`): each process finds the
 same part, with no other message.
 """
