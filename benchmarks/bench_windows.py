@@ -24,9 +24,10 @@ run; with ``--scale``, the larger store also streamed whole (no chunk held past 
 (the last ``--per-chunk``), e.g. 100,000: past the default budget, so the defaults hold its
 first chunks and stream the rest; checked against the defaults at ``--steps`` (held). Its
 later epochs are timed after ``--scale-warm-epochs K`` untimed epochs past the first (default
-1): the held part is written within each worker's credit, as it serves
-(:mod:`chunkio.read.windows.held`), full at 100,000 steps in the fourth epoch, so ``K`` 3
-times it full, 1 while it fills.
+3): the held part is written within each worker's credit, as it serves
+(:mod:`chunkio.read.windows.held`), full at 100,000 steps in the fourth epoch, so the default
+times it full (the later epochs of a training run), ``K`` 1 while it fills (before
+2026-11-30 the part was written whole in the first epoch and ``K`` was 1).
 ``--store-dir D`` keeps the stores in ``D`` and reuses them (a 100k-step store takes minutes).
 
 Every store's files are read once before the first timed row, so that every row finds them in
@@ -391,7 +392,7 @@ def run(
     scale: int | None = None,
     store_dir: Path | None = None,
     rounds: int = 1,
-    scale_warm_epochs: int = 1,
+    scale_warm_epochs: int = 3,
 ) -> dict[str, Any]:
     """Every row ``rounds`` times (every other round in reverse order), after reading every
     store once; figures are the medians over the rounds (``"ranges"``: min and max, and each
@@ -607,9 +608,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1,
                         help="measure every row this many times, every other round in "
                         "reverse order; report medians and ranges (default: 1)")  # fmt: skip
-    parser.add_argument("--scale-warm-epochs", type=int, default=1,
+    parser.add_argument("--scale-warm-epochs", type=int, default=3,
                         help="untimed epochs past the first before --scale's later epochs "
-                        "are timed (default: 1)")  # fmt: skip
+                        "are timed (default: 3)")  # fmt: skip
     parser.add_argument("--ab", action="store_true",
                         help="also the beyond-memory row as read before 2026-11-29")  # fmt: skip
     parser.add_argument(
