@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from held_fill import pattern
+from held_fill import attached_stack, pattern
 
 import chunkio.util.shared_stack as shared_stack
 from chunkio.read.windows.held import HeldPart
-from chunkio.util.shared_stack import FREE, READY, HeldSegments, SharedStack, StackShape
+from chunkio.util.shared_stack import FREE, READY, SharedStack, StackShape
 
 #: 3 variables of 30 rows, 4 rows a chunk, 32 bytes a row: 384 bytes a chunk of all of them
 SMALL = StackShape(("a", "b", "c"), (4, 4, 4), 30, (8,), "<f4", 3 * 4 * 32)
@@ -28,25 +28,14 @@ NARROW = StackShape(("a", "b"), (4, 4), 12, (8,), "<f4", 0)
 _PWRITE, _PWRITEV = os.pwrite, os.pwritev
 
 
-def _attach(shape: StackShape) -> Iterator[SharedStack]:
-    segments = HeldSegments([shape])
-    try:
-        shared = SharedStack.attach(segments.names[shape.arrays], shape)
-        assert shared is not None
-        yield shared
-        del shared
-    finally:
-        segments.close()
-
-
 @pytest.fixture
 def small() -> Iterator[SharedStack]:
-    yield from _attach(SMALL)
+    yield from attached_stack(SMALL)
 
 
 @pytest.fixture(params=[WIDE, NARROW], ids=["wide", "narrow"])
 def part_stack(request: pytest.FixtureRequest) -> Iterator[SharedStack]:
-    yield from _attach(request.param)
+    yield from attached_stack(request.param)
 
 
 def _read_block(want: Any) -> Any:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from foreign_stores import noise_windows_store
-from held_fill import pattern
+from held_fill import attached_stack, pattern
 from window_streams import check_window_epoch, streamed_stack, window_dataset
 
 import chunkio
@@ -26,7 +26,7 @@ from chunkio.read.windows.held import (
     WRITE_COST,
     HeldPart,
 )
-from chunkio.util.shared_stack import READY, HeldSegments, SharedStack, StackShape
+from chunkio.util.shared_stack import READY, SharedStack, StackShape
 
 VARS = ("t2m", "u10", "v10")
 STEPS, PER_CHUNK, BATCH = 480, 8, 16
@@ -48,14 +48,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def twelve() -> Iterator[SharedStack]:
-    segments = HeldSegments([TWELVE])
-    try:
-        shared = SharedStack.attach(segments.names[TWELVE.arrays], TWELVE)
-        assert shared is not None
-        yield shared
-        del shared
-    finally:
-        segments.close()
+    yield from attached_stack(TWELVE)
 
 
 def _seed_writes(decoded: int) -> int:

@@ -6,13 +6,27 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
 import chunkio.util.shared_stack as shared_stack
-from chunkio.util.shared_stack import StackShape, fill_shared
+from chunkio.util.shared_stack import HeldSegments, SharedStack, StackShape, fill_shared
+
+
+def attached_stack(shape: StackShape) -> Iterator[SharedStack]:
+    """A new segment for ``shape`` (as a loader makes for its workers), attached in this
+    process, for a fixture: yielded, then closed."""
+    segments = HeldSegments([shape])
+    try:
+        shared = SharedStack.attach(segments.names[shape.arrays], shape)
+        assert shared is not None
+        yield shared
+        del shared
+    finally:
+        segments.close()
 
 
 def pattern(shape: StackShape) -> np.ndarray[Any, Any]:
