@@ -354,7 +354,7 @@ def _ordered(runs: dict[str, Any], reverse: bool) -> list[tuple[str, Any]]:
 
 
 def at_scale(
-    path: Path, budget_s: float, ab: bool = False, reverse: bool = False, warm_epochs: int = 1
+    path: Path, budget_s: float, ab: bool = False, reverse: bool = False, warm_epochs: int = 3
 ) -> dict[str, Any]:
     """The defaults and ``hold_bytes=0`` on a larger store (``--scale``): first epoch and
     later epochs (after ``warm_epochs`` untimed ones), samples/s and samples per CPU-second;
